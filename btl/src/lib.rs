@@ -1,0 +1,211 @@
+//! gmpi-btl: the byte transfer layer contract.
+//!
+//! A *btl* moves opaque fragments between ranks. It knows nothing of tags,
+//! matching or requests (that is the pml's job); the pml only ever sees this
+//! trait. One progress driver per process owns every btl and is the only code
+//! that calls them.
+//!
+//! File map:
+//! - `lib.rs`: the [`Btl`] trait, [`Capabilities`], [`Submit`], [`Event`],
+//!   [`MemDesc`] (a remote-memory descriptor carried inside rendezvous headers)
+//!   and [`BtlError`].
+//! - `loopback.rs`: the `self` transport (a rank sending to itself).
+//! - `sim.rs`: a deterministic simulated fabric of N ranks for tests, with
+//!   injectable back-pressure, reordering between transports and peer failure.
+//!
+//! Contract, in short:
+//! - [`Btl::send`] takes a fragment as a gather list of byte slices and returns
+//!   [`Submit::Done`] (the bytes are taken, the caller may reuse its memory),
+//!   [`Submit::Queued`] (accepted; the caller keeps the memory valid until
+//!   [`Event::SendComplete`] with the same token) or [`Submit::NoResource`]
+//!   (nothing was taken; retry later, in order — back-pressure is a status, not
+//!   an error).
+//! - Fragments between one pair of ranks on one btl arrive in the order they
+//!   were submitted. Nothing is promised across two btls.
+//! - [`Btl::get`] reads `dst.len()` bytes from a peer's registered memory
+//!   ([`MemDesc`], produced by the peer's [`Btl::register`]) into local memory.
+//! - [`Btl::progress`] hands received fragments and completions to a callback;
+//!   a fragment's bytes are only valid during that callback.
+//! - [`Btl::wait`] blocks until an event may be ready or the timeout passes,
+//!   and returns at once if one is already pending: idle ranks sleep instead of
+//!   spinning.
+
+#![forbid(unsafe_code)]
+
+pub mod loopback;
+pub mod sim;
+
+use std::time::Duration;
+
+/// A rank in the job (`MPI_COMM_WORLD` numbering).
+pub type Rank = u32;
+
+/// What a transport can do, computed at start-up from what actually works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Short name, used in logs (`"shm"`, `"self"`, `"tcp"`).
+    pub name: &'static str,
+    /// Largest payload the pml should send eagerly (header excluded).
+    pub eager_limit: usize,
+    /// Largest fragment (header and payload together) [`Btl::send`] accepts.
+    pub max_send_size: usize,
+    /// [`Btl::get`] is available (single-copy read of peer memory).
+    pub get: bool,
+    /// A put operation is available (reserved; no btl implements it yet).
+    pub put: bool,
+    /// When several btls reach a peer, the highest exclusivity wins.
+    pub exclusivity: u32,
+    /// Smallest message for which a `get` rendezvous beats eager/pipelined.
+    pub get_threshold: usize,
+}
+
+/// Outcome of submitting an operation to a btl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submit {
+    /// Finished: the btl has taken (or read) every byte.
+    Done,
+    /// Accepted; completion is reported later by an event with the same token.
+    Queued,
+    /// Nothing was taken because a resource is exhausted; retry later.
+    NoResource,
+}
+
+/// A remote-memory descriptor: enough for a peer's [`Btl::get`] to read the
+/// memory. Its meaning is the btl's own (for shared memory: address and pid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemDesc {
+    /// Base address in the owner's address space.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Btl-specific key (pid for CMA, rkey for verbs).
+    pub key: u64,
+}
+
+impl MemDesc {
+    /// Encoded size on the wire.
+    pub const WIRE_LEN: usize = 24;
+
+    /// Append the little-endian wire form.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.addr.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.key.to_le_bytes());
+    }
+
+    /// Decode from the first [`Self::WIRE_LEN`] bytes; `None` if too short.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < Self::WIRE_LEN {
+            return None;
+        }
+        let f = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Some(Self {
+            addr: f(0),
+            len: f(8),
+            key: f(16),
+        })
+    }
+}
+
+/// Something a btl reports from [`Btl::progress`].
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A fragment arrived from `peer`; the bytes are valid during the callback only.
+    Frag {
+        /// Sender.
+        peer: Rank,
+        /// The whole fragment as the sender submitted it (gather list joined).
+        data: &'a [u8],
+    },
+    /// A [`Submit::Queued`] send finished; its memory may be reused.
+    SendComplete {
+        /// The token given to [`Btl::send`].
+        token: u64,
+    },
+    /// A [`Submit::Queued`] get finished; the bytes are in place.
+    GetComplete {
+        /// The token given to [`Btl::get`].
+        token: u64,
+    },
+    /// A queued get failed; the pml falls back to a copy protocol.
+    GetFailed {
+        /// The token given to [`Btl::get`].
+        token: u64,
+        /// Why.
+        error: BtlError,
+    },
+    /// The peer is gone (its process died or its link dropped).
+    PeerFailed {
+        /// The peer.
+        peer: Rank,
+    },
+}
+
+/// Errors of the transport layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BtlError {
+    /// The peer is not reachable through this btl.
+    #[error("rank {0} is not reachable through this transport")]
+    Unreachable(Rank),
+    /// The peer has failed.
+    #[error("rank {0} has failed")]
+    PeerFailed(Rank),
+    /// The fragment exceeds `max_send_size`.
+    #[error("fragment of {len} bytes exceeds the transport's limit of {max}")]
+    TooLarge {
+        /// Submitted size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The operation is not supported by this btl.
+    #[error("operation not supported by the {0} transport")]
+    Unsupported(&'static str),
+    /// A single-copy read failed (for example ptrace permission denied).
+    #[error("remote read failed: {0}")]
+    GetFailed(String),
+    /// An operating-system error.
+    #[error("{0}")]
+    Os(String),
+}
+
+/// A transport. See the crate documentation for the contract.
+pub trait Btl {
+    /// What this btl can do.
+    fn caps(&self) -> &Capabilities;
+
+    /// Whether `peer` is reachable through this btl.
+    fn reaches(&self, peer: Rank) -> bool;
+
+    /// Submit one fragment (the concatenation of `parts`) to `peer`.
+    fn send(&mut self, peer: Rank, parts: &[&[u8]], token: u64) -> Result<Submit, BtlError>;
+
+    /// Describe local memory so that a peer can [`Btl::get`] it; `None` when
+    /// this btl cannot expose it.
+    fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        let _ = (addr, len);
+        None
+    }
+
+    /// Read `dst.len()` bytes at `offset` within the peer's memory `remote`.
+    fn get(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: &mut [u8],
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let _ = (peer, remote, offset, dst, token);
+        Err(BtlError::Unsupported(self.caps().name))
+    }
+
+    /// Report what has happened since the last call. Returns how many events
+    /// were delivered.
+    fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize;
+
+    /// Block until an event may be ready or `timeout` passes; return at once if
+    /// one is pending. Spurious wake-ups are allowed.
+    fn wait(&mut self, timeout: Duration);
+}

@@ -1,0 +1,475 @@
+//! A deterministic simulated fabric for tests (test double; never used in jobs).
+//!
+//! [`Fabric::new`] builds N ranks; [`Fabric::endpoint`] gives rank `r` a
+//! [`SimBtl`] on a *lane* (a lane stands for one transport: two lanes between
+//! the same ranks model shm and tcp side by side). Memory that `get` reads is
+//! simulated too: each rank owns a [`SimMemory`] (an address space of byte
+//! vectors), so the whole pml can be exercised with no `unsafe` and no
+//! processes.
+//!
+//! Knobs, all deterministic:
+//! - [`Fabric::set_capacity`]: at most K undelivered fragments per (lane, src,
+//!   dst) queue; beyond that `send` answers [`Submit::NoResource`].
+//! - [`Fabric::hold_lane`] / [`Fabric::release_lane`]: a held lane delivers
+//!   nothing, so fragments on another lane overtake it (reordering between
+//!   transports).
+//! - [`Fabric::set_seed`]: the receiver drains its queues in a pseudo-random
+//!   interleaving (per-queue FIFO order always holds) and a random number per pass.
+//! - [`Fabric::set_queued`]: sends and gets answer [`Submit::Queued`] and
+//!   complete on the caller's next progress.
+//! - [`Fabric::fail_gets`]: gets fail, so the pml must fall back.
+//! - [`Fabric::kill`]: a rank dies; others see [`Event::PeerFailed`] once and
+//!   sends to it fail.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit};
+
+/// A simulated address space: disjoint byte vectors at fake addresses.
+#[derive(Debug, Default)]
+pub struct SimMemory {
+    regions: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+impl SimMemory {
+    /// Allocate `len` zeroed bytes; returns the base address (never 0).
+    pub fn alloc(&mut self, len: usize) -> u64 {
+        if self.next == 0 {
+            self.next = 0x1000;
+        }
+        let addr = self.next;
+        // Leave a gap so an overrun never lands in the next region.
+        self.next += (len as u64).max(1) + 0x1000;
+        self.regions.insert(addr, vec![0; len]);
+        addr
+    }
+
+    /// Allocate and fill with `data`.
+    pub fn alloc_with(&mut self, data: &[u8]) -> u64 {
+        let a = self.alloc(data.len());
+        self.write(a, data);
+        a
+    }
+
+    fn locate(&self, addr: u64, len: usize) -> (u64, usize) {
+        let (&base, region) = self
+            .regions
+            .range(..=addr)
+            .next_back()
+            .unwrap_or_else(|| panic!("sim memory: address {addr:#x} is not allocated"));
+        let off = (addr - base) as usize;
+        assert!(
+            off + len <= region.len(),
+            "sim memory: access of {len} bytes at {addr:#x} overruns a region of {} bytes",
+            region.len()
+        );
+        (base, off)
+    }
+
+    /// Borrow `len` bytes at `addr`. Panics on an access outside a region:
+    /// in tests that is exactly the bug to catch.
+    pub fn read(&self, addr: u64, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        let (base, off) = self.locate(addr, len);
+        &self.regions[&base][off..off + len]
+    }
+
+    /// Mutably borrow `len` bytes at `addr`.
+    pub fn slice_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        if len == 0 {
+            return &mut [];
+        }
+        let (base, off) = self.locate(addr, len);
+        &mut self.regions.get_mut(&base).expect("region")[off..off + len]
+    }
+
+    /// Copy `data` to `addr`.
+    pub fn write(&mut self, addr: u64, data: &[u8]) {
+        self.slice_mut(addr, data.len()).copy_from_slice(data);
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    n: u32,
+    lanes: u32,
+    /// Undelivered fragments per (lane, src, dst).
+    queues: BTreeMap<(u32, Rank, Rank), VecDeque<Vec<u8>>>,
+    capacity: usize,
+    held: Vec<bool>,
+    rng: Option<u64>,
+    queued: bool,
+    fail_gets: bool,
+    dead: Vec<bool>,
+    /// Per (lane, rank): peers whose failure was already reported.
+    reported: BTreeMap<(u32, Rank), Vec<Rank>>,
+    /// Per (lane, rank): completions to report on the next progress.
+    completions: BTreeMap<(u32, Rank), Vec<(bool, u64, Option<BtlError>)>>,
+    memories: Vec<Rc<RefCell<SimMemory>>>,
+    sends: u64,
+}
+
+impl State {
+    fn next_rand(&mut self) -> Option<u64> {
+        let s = self.rng.as_mut()?;
+        // xorshift64*: deterministic, good enough for schedules.
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        Some(s.wrapping_mul(0x2545_F491_4F6C_DD1D))
+    }
+}
+
+/// The simulated fabric shared by every simulated endpoint.
+#[derive(Debug, Clone)]
+pub struct Fabric {
+    st: Rc<RefCell<State>>,
+}
+
+impl Fabric {
+    /// `n` ranks connected by `lanes` transports.
+    pub fn new(n: u32, lanes: u32) -> Self {
+        let memories = (0..n).map(|_| Rc::default()).collect();
+        Self {
+            st: Rc::new(RefCell::new(State {
+                n,
+                lanes,
+                queues: BTreeMap::new(),
+                capacity: usize::MAX,
+                held: vec![false; lanes as usize],
+                rng: None,
+                queued: false,
+                fail_gets: false,
+                dead: vec![false; n as usize],
+                reported: BTreeMap::new(),
+                completions: BTreeMap::new(),
+                memories,
+                sends: 0,
+            })),
+        }
+    }
+
+    /// Rank `me`'s endpoint on `lane`, with the given capabilities.
+    pub fn endpoint(&self, me: Rank, lane: u32, caps: Capabilities) -> SimBtl {
+        assert!(me < self.st.borrow().n && lane < self.st.borrow().lanes);
+        SimBtl {
+            me,
+            lane,
+            caps,
+            st: self.st.clone(),
+        }
+    }
+
+    /// Capabilities typical of a shared-memory transport with `get`.
+    pub fn shm_caps(eager_limit: usize, max_send: usize) -> Capabilities {
+        Capabilities {
+            name: "sim",
+            eager_limit,
+            max_send_size: max_send,
+            get: true,
+            put: false,
+            exclusivity: 100,
+            get_threshold: eager_limit,
+        }
+    }
+
+    /// Rank `r`'s simulated memory.
+    pub fn memory(&self, r: Rank) -> Rc<RefCell<SimMemory>> {
+        self.st.borrow().memories[r as usize].clone()
+    }
+
+    /// At most `k` undelivered fragments per (lane, src, dst).
+    pub fn set_capacity(&self, k: usize) {
+        self.st.borrow_mut().capacity = k.max(1);
+    }
+
+    /// Stop delivering on `lane`.
+    pub fn hold_lane(&self, lane: u32) {
+        self.st.borrow_mut().held[lane as usize] = true;
+    }
+
+    /// Resume delivering on `lane`.
+    pub fn release_lane(&self, lane: u32) {
+        self.st.borrow_mut().held[lane as usize] = false;
+    }
+
+    /// Drain receive queues in a pseudo-random order seeded by `seed`.
+    pub fn set_seed(&self, seed: u64) {
+        self.st.borrow_mut().rng = Some(seed | 1);
+    }
+
+    /// Make sends and gets complete asynchronously.
+    pub fn set_queued(&self, on: bool) {
+        self.st.borrow_mut().queued = on;
+    }
+
+    /// Make every get fail.
+    pub fn fail_gets(&self, on: bool) {
+        self.st.borrow_mut().fail_gets = on;
+    }
+
+    /// Kill rank `r`.
+    pub fn kill(&self, r: Rank) {
+        let mut st = self.st.borrow_mut();
+        st.dead[r as usize] = true;
+        st.queues.retain(|&(_, s, d), _| s != r && d != r);
+    }
+
+    /// Fragments not yet delivered, on every lane.
+    pub fn in_flight(&self) -> usize {
+        self.st.borrow().queues.values().map(VecDeque::len).sum()
+    }
+
+    /// Fragments submitted so far, on every lane.
+    pub fn sends(&self) -> u64 {
+        self.st.borrow().sends
+    }
+}
+
+/// One rank's endpoint on one lane of a [`Fabric`].
+#[derive(Debug)]
+pub struct SimBtl {
+    me: Rank,
+    lane: u32,
+    caps: Capabilities,
+    st: Rc<RefCell<State>>,
+}
+
+impl Btl for SimBtl {
+    fn caps(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn reaches(&self, peer: Rank) -> bool {
+        let st = self.st.borrow();
+        peer < st.n && peer != self.me
+    }
+
+    fn send(&mut self, peer: Rank, parts: &[&[u8]], token: u64) -> Result<Submit, BtlError> {
+        let mut st = self.st.borrow_mut();
+        if peer >= st.n || peer == self.me {
+            return Err(BtlError::Unreachable(peer));
+        }
+        if st.dead[peer as usize] {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.caps.max_send_size {
+            return Err(BtlError::TooLarge {
+                len,
+                max: self.caps.max_send_size,
+            });
+        }
+        let cap = st.capacity;
+        let q = st.queues.entry((self.lane, self.me, peer)).or_default();
+        if q.len() >= cap {
+            return Ok(Submit::NoResource);
+        }
+        let mut v = Vec::with_capacity(len);
+        for p in parts {
+            v.extend_from_slice(p);
+        }
+        q.push_back(v);
+        st.sends += 1;
+        if st.queued {
+            st.completions
+                .entry((self.lane, self.me))
+                .or_default()
+                .push((true, token, None));
+            return Ok(Submit::Queued);
+        }
+        Ok(Submit::Done)
+    }
+
+    fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        self.caps.get.then_some(MemDesc {
+            addr,
+            len,
+            key: u64::from(self.me),
+        })
+    }
+
+    fn get(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: &mut [u8],
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let mut st = self.st.borrow_mut();
+        if !self.caps.get {
+            return Err(BtlError::Unsupported(self.caps.name));
+        }
+        if st.dead[peer as usize] {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        if offset + dst.len() as u64 > remote.len || remote.key != u64::from(peer) {
+            return Err(BtlError::GetFailed(format!(
+                "bad descriptor for rank {peer}: {remote:?} + {offset}"
+            )));
+        }
+        if st.fail_gets {
+            if st.queued {
+                st.completions.entry((self.lane, self.me)).or_default().push((
+                    false,
+                    token,
+                    Some(BtlError::GetFailed("injected".into())),
+                ));
+                return Ok(Submit::Queued);
+            }
+            return Err(BtlError::GetFailed("injected failure".into()));
+        }
+        let mem = st.memories[peer as usize].clone();
+        dst.copy_from_slice(mem.borrow().read(remote.addr + offset, dst.len()));
+        if st.queued {
+            st.completions
+                .entry((self.lane, self.me))
+                .or_default()
+                .push((false, token, None));
+            return Ok(Submit::Queued);
+        }
+        Ok(Submit::Done)
+    }
+
+    fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
+        let mut n = 0;
+        // Completions first.
+        let comps = self
+            .st
+            .borrow_mut()
+            .completions
+            .remove(&(self.lane, self.me))
+            .unwrap_or_default();
+        for (is_send, token, err) in comps {
+            n += 1;
+            match (is_send, err) {
+                (true, _) => on_event(Event::SendComplete { token }),
+                (false, None) => on_event(Event::GetComplete { token }),
+                (false, Some(error)) => on_event(Event::GetFailed { token, error }),
+            }
+        }
+        // Failures.
+        let newly_dead: Vec<Rank> = {
+            let mut st = self.st.borrow_mut();
+            let dead: Vec<Rank> = (0..st.n)
+                .filter(|&r| st.dead[r as usize] && r != self.me)
+                .collect();
+            let rep = st.reported.entry((self.lane, self.me)).or_default();
+            let fresh: Vec<Rank> = dead.into_iter().filter(|r| !rep.contains(r)).collect();
+            rep.extend(&fresh);
+            fresh
+        };
+        for peer in newly_dead {
+            n += 1;
+            on_event(Event::PeerFailed { peer });
+        }
+        // Fragments.
+        let budget = {
+            let mut st = self.st.borrow_mut();
+            match st.next_rand() {
+                Some(r) => 1 + (r % 4) as usize,
+                None => usize::MAX,
+            }
+        };
+        for _ in 0..budget {
+            let frag = {
+                let mut st = self.st.borrow_mut();
+                if st.held[self.lane as usize] {
+                    break;
+                }
+                let keys: Vec<(u32, Rank, Rank)> = st
+                    .queues
+                    .iter()
+                    .filter(|(&(l, _, d), q)| l == self.lane && d == self.me && !q.is_empty())
+                    .map(|(k, _)| *k)
+                    .collect();
+                if keys.is_empty() {
+                    break;
+                }
+                let pick = match st.next_rand() {
+                    Some(r) => keys[(r % keys.len() as u64) as usize],
+                    None => keys[0],
+                };
+                let f = st.queues.get_mut(&pick).and_then(VecDeque::pop_front);
+                f.map(|f| (pick.1, f))
+            };
+            let Some((peer, data)) = frag else { break };
+            n += 1;
+            on_event(Event::Frag { peer, data: &data });
+        }
+        n
+    }
+
+    fn wait(&mut self, _timeout: Duration) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(b: &mut SimBtl) -> Vec<(Rank, Vec<u8>)> {
+        let mut v = Vec::new();
+        b.progress(&mut |e| {
+            if let Event::Frag { peer, data } = e {
+                v.push((peer, data.to_vec()));
+            }
+        });
+        v
+    }
+
+    #[test]
+    fn fifo_backpressure_hold_and_kill() {
+        let f = Fabric::new(3, 2);
+        let mut a0 = f.endpoint(0, 0, Fabric::shm_caps(64, 256));
+        let mut a1 = f.endpoint(1, 0, Fabric::shm_caps(64, 256));
+        let mut b0 = f.endpoint(0, 1, Fabric::shm_caps(64, 256));
+        let mut b1 = f.endpoint(1, 1, Fabric::shm_caps(64, 256));
+        f.set_capacity(2);
+        assert_eq!(a0.send(1, &[b"1"], 0), Ok(Submit::Done));
+        assert_eq!(a0.send(1, &[b"2"], 0), Ok(Submit::Done));
+        assert_eq!(a0.send(1, &[b"3"], 0), Ok(Submit::NoResource));
+        f.hold_lane(0);
+        b0.send(1, &[b"x"], 0).unwrap();
+        assert!(drain(&mut a1).is_empty());
+        assert_eq!(drain(&mut b1), vec![(0, b"x".to_vec())]);
+        f.release_lane(0);
+        assert_eq!(
+            drain(&mut a1),
+            vec![(0, b"1".to_vec()), (0, b"2".to_vec())]
+        );
+        f.kill(2);
+        assert_eq!(a0.send(2, &[b"z"], 0), Err(BtlError::PeerFailed(2)));
+        let mut failed = Vec::new();
+        a0.progress(&mut |e| {
+            if let Event::PeerFailed { peer } = e {
+                failed.push(peer)
+            }
+        });
+        a0.progress(&mut |e| {
+            if let Event::PeerFailed { peer } = e {
+                failed.push(peer)
+            }
+        });
+        assert_eq!(failed, vec![2]);
+    }
+
+    #[test]
+    fn get_reads_peer_memory() {
+        let f = Fabric::new(2, 1);
+        let mut a0 = f.endpoint(0, 0, Fabric::shm_caps(64, 256));
+        let mut a1 = f.endpoint(1, 0, Fabric::shm_caps(64, 256));
+        let addr = f.memory(0).borrow_mut().alloc_with(b"hello world");
+        let d = a0.register(addr, 11).unwrap();
+        let mut buf = [0u8; 5];
+        assert_eq!(a1.get(0, &d, 6, &mut buf, 1), Ok(Submit::Done));
+        assert_eq!(&buf, b"world");
+        assert!(a1.get(0, &d, 8, &mut buf, 1).is_err());
+    }
+}
