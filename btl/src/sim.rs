@@ -317,11 +317,10 @@ impl Btl for SimBtl {
         }
         if st.fail_gets {
             if st.queued {
-                st.completions.entry((self.lane, self.me)).or_default().push((
-                    false,
-                    token,
-                    Some(BtlError::GetFailed("injected".into())),
-                ));
+                st.completions
+                    .entry((self.lane, self.me))
+                    .or_default()
+                    .push((false, token, Some(BtlError::GetFailed("injected".into()))));
                 return Ok(Submit::Queued);
             }
             return Err(BtlError::GetFailed("injected failure".into()));
@@ -440,10 +439,7 @@ mod tests {
         assert!(drain(&mut a1).is_empty());
         assert_eq!(drain(&mut b1), vec![(0, b"x".to_vec())]);
         f.release_lane(0);
-        assert_eq!(
-            drain(&mut a1),
-            vec![(0, b"1".to_vec()), (0, b"2".to_vec())]
-        );
+        assert_eq!(drain(&mut a1), vec![(0, b"1".to_vec()), (0, b"2".to_vec())]);
         f.kill(2);
         assert_eq!(a0.send(2, &[b"z"], 0), Err(BtlError::PeerFailed(2)));
         let mut failed = Vec::new();

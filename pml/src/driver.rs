@@ -1,0 +1,322 @@
+//! The progress driver: owns the btls, runs the pml's actions, feeds back the
+//! btls' events. It is the only code that calls a btl.
+//!
+//! Ordering rule: actions are executed in the order the pml emitted them. When
+//! a btl answers `NoResource`, that action and every later action for the
+//! same peer wait in the peer's pending queue, retried on every
+//! [`Driver::progress`] pass (never only from a completion callback — the
+//! lesson of ob1's progress loop).
+//!
+//! User memory is reached through [`MemAccess`]; the runtime implements it
+//! over real memory, tests over `gmpi_btl::sim::SimMemory`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit};
+use gmpi_gpu::MemKind;
+
+use crate::{
+    Action, BtlId, Buf, Memory, Payload, Pml, PmlError, RecvArgs, ReqId, SendArgs, Status,
+};
+
+/// How the driver reads and writes user memory.
+pub trait MemAccess {
+    /// Run `f` over the `len` bytes at `addr`.
+    fn with_read<R>(&self, addr: u64, len: usize, kind: MemKind, f: impl FnOnce(&[u8]) -> R) -> R;
+    /// Run `f` over the `len` writable bytes at `addr`.
+    fn with_write<R>(
+        &mut self,
+        addr: u64,
+        len: usize,
+        kind: MemKind,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R;
+}
+
+struct PmlMem<'a, M> {
+    mem: &'a mut M,
+    btls: Option<&'a mut Vec<Box<dyn Btl>>>,
+}
+
+impl<M: MemAccess> Memory for PmlMem<'_, M> {
+    fn write(&mut self, addr: u64, kind: MemKind, data: &[u8]) {
+        self.mem
+            .with_write(addr, data.len(), kind, |d| d.copy_from_slice(data));
+    }
+
+    fn register(&mut self, btl: BtlId, buf: Buf) -> Option<MemDesc> {
+        self.btls
+            .as_mut()
+            .and_then(|b| b.get_mut(btl))
+            .and_then(|b| b.register(buf.addr, buf.len as u64))
+    }
+}
+
+/// The driver of one rank. See the module documentation.
+pub struct Driver<M> {
+    /// The pml it drives.
+    pub pml: Pml,
+    btls: Vec<Box<dyn Btl>>,
+    mem: M,
+    pending: Vec<VecDeque<Action>>,
+    pending_count: usize,
+    fatal: Option<PmlError>,
+}
+
+impl<M> std::fmt::Debug for Driver<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("pml", &self.pml)
+            .field(
+                "btls",
+                &self.btls.iter().map(|b| b.caps().name).collect::<Vec<_>>(),
+            )
+            .field("pending", &self.pending_count)
+            .finish()
+    }
+}
+
+fn action_peer(a: &Action) -> Rank {
+    match a {
+        Action::Send { peer, .. } | Action::Get { peer, .. } => *peer,
+    }
+}
+
+impl<M: MemAccess> Driver<M> {
+    /// A driver over `btls` (registered with the pml in this order).
+    pub fn new(mut pml: Pml, btls: Vec<Box<dyn Btl>>, mem: M, nprocs: u32) -> Self {
+        for b in &btls {
+            pml.add_btl(b.caps().clone(), &|p| b.reaches(p));
+        }
+        Self {
+            pml,
+            btls,
+            mem,
+            pending: (0..nprocs).map(|_| VecDeque::new()).collect(),
+            pending_count: 0,
+            fatal: None,
+        }
+    }
+
+    /// The btls, in registration order.
+    pub fn btls(&self) -> &[Box<dyn Btl>] {
+        &self.btls
+    }
+
+    /// The memory accessor.
+    pub fn mem(&mut self) -> &mut M {
+        &mut self.mem
+    }
+
+    /// A fatal transport or protocol error seen while progressing (a malformed
+    /// fragment from a peer, a transport failure). The job cannot go on.
+    pub fn fatal(&self) -> Option<&PmlError> {
+        self.fatal.as_ref()
+    }
+
+    /// Post a send and start it.
+    pub fn post_send(&mut self, a: SendArgs) -> Result<ReqId, PmlError> {
+        let mut pm = PmlMem {
+            mem: &mut self.mem,
+            btls: Some(&mut self.btls),
+        };
+        let id = self.pml.post_send(a, &mut pm)?;
+        self.flush();
+        Ok(id)
+    }
+
+    /// Post a receive (delivering a matching unexpected message at once).
+    pub fn post_recv(&mut self, a: RecvArgs) -> Result<ReqId, PmlError> {
+        let mut pm = PmlMem {
+            mem: &mut self.mem,
+            btls: None,
+        };
+        let id = self.pml.post_recv(a, &mut pm)?;
+        self.flush();
+        Ok(id)
+    }
+
+    /// Cancel an unmatched receive.
+    pub fn cancel(&mut self, id: ReqId) -> bool {
+        self.pml.cancel(id)
+    }
+
+    /// Take a completed request's outcome.
+    pub fn test(&mut self, id: ReqId) -> Option<Result<Status, PmlError>> {
+        self.pml.test(id)
+    }
+
+    /// Whether work is queued in the driver (actions waiting for resources).
+    pub fn has_pending(&self) -> bool {
+        self.pending_count > 0 || self.pml.has_actions()
+    }
+
+    /// One progress pass over every btl. Returns the number of events handled
+    /// (0 means: nothing happened, the caller may back off).
+    pub fn progress(&mut self) -> usize {
+        let mut n = self.retry_pending();
+        for i in 0..self.btls.len() {
+            let (btls_before, rest) = self.btls.split_at_mut(i);
+            let _ = btls_before;
+            let btl = &mut rest[0];
+            let pml = &mut self.pml;
+            let mem = &mut self.mem;
+            let fatal = &mut self.fatal;
+            n += btl.progress(&mut |ev| {
+                let mut pm = PmlMem {
+                    mem: &mut *mem,
+                    btls: None,
+                };
+                match ev {
+                    Event::Frag { peer, data } => {
+                        if let Err(e) = pml.handle_frag(i, peer, data, &mut pm) {
+                            tracing::error!(target: "pml", "fragment from rank {peer}: {e}");
+                            fatal.get_or_insert(e);
+                        }
+                    }
+                    Event::SendComplete { token } => pml.handle_send_done(token),
+                    Event::GetComplete { token } => pml.handle_get_done(token),
+                    Event::GetFailed { token, error } => {
+                        pml.handle_get_failed(token, &error.to_string())
+                    }
+                    Event::PeerFailed { peer } => pml.handle_peer_failed(peer),
+                }
+            });
+        }
+        self.flush();
+        n
+    }
+
+    /// Block until a btl may have an event, or `timeout`. Returns at once when
+    /// the driver has queued work.
+    pub fn wait(&mut self, timeout: Duration) {
+        if self.has_pending() {
+            return;
+        }
+        let blocking: Vec<usize> = (0..self.btls.len()).collect();
+        let per = timeout / blocking.len().max(1) as u32;
+        for i in blocking {
+            self.btls[i].wait(per);
+        }
+    }
+
+    fn retry_pending(&mut self) -> usize {
+        if self.pending_count == 0 {
+            return 0;
+        }
+        let mut done = 0;
+        for peer in 0..self.pending.len() {
+            while let Some(a) = self.pending[peer].pop_front() {
+                self.pending_count -= 1;
+                match self.execute(a) {
+                    None => done += 1,
+                    Some(back) => {
+                        self.pending[peer].push_front(back);
+                        self.pending_count += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        self.flush();
+        done
+    }
+
+    /// Execute every action the pml has queued.
+    pub fn flush(&mut self) {
+        while let Some(a) = self.pml.poll_action() {
+            let peer = action_peer(&a) as usize;
+            if !self.pending[peer].is_empty() {
+                self.pending[peer].push_back(a);
+                self.pending_count += 1;
+                continue;
+            }
+            if let Some(back) = self.execute(a) {
+                self.pending[peer].push_back(back);
+                self.pending_count += 1;
+            }
+        }
+    }
+
+    fn transport_error(&mut self, peer: Rank, e: BtlError) {
+        match e {
+            BtlError::PeerFailed(p) => self.pml.handle_peer_failed(p),
+            other => {
+                tracing::error!(target: "pml", "transport error towards rank {peer}: {other}");
+                self.fatal.get_or_insert(PmlError::Malformed(format!(
+                    "transport error towards rank {peer}: {other}"
+                )));
+                self.pml.handle_peer_failed(peer);
+            }
+        }
+    }
+
+    /// Run one action; give it back if the btl had no resources.
+    fn execute(&mut self, a: Action) -> Option<Action> {
+        match a {
+            Action::Send {
+                btl,
+                peer,
+                ref header,
+                ref payload,
+                token,
+            } => {
+                let b = &mut self.btls[btl];
+                let res = match payload {
+                    Payload::None => b.send(peer, &[header.as_bytes()], token),
+                    Payload::Mem { addr, len, kind } => {
+                        self.mem.with_read(*addr, *len, *kind, |d| {
+                            b.send(peer, &[header.as_bytes(), d], token)
+                        })
+                    }
+                };
+                match res {
+                    Ok(Submit::Done) => {
+                        if token != 0 {
+                            self.pml.handle_send_done(token);
+                        }
+                        None
+                    }
+                    Ok(Submit::Queued) => None,
+                    Ok(Submit::NoResource) => Some(a),
+                    Err(e) => {
+                        self.transport_error(peer, e);
+                        None
+                    }
+                }
+            }
+            Action::Get {
+                btl,
+                peer,
+                desc,
+                offset,
+                dst,
+                dst_kind,
+                len,
+                token,
+            } => {
+                let b = &mut self.btls[btl];
+                let res = self
+                    .mem
+                    .with_write(dst, len, dst_kind, |d| b.get(peer, &desc, offset, d, token));
+                match res {
+                    Ok(Submit::Done) => {
+                        self.pml.handle_get_done(token);
+                        None
+                    }
+                    Ok(Submit::Queued) => None,
+                    Ok(Submit::NoResource) => Some(a),
+                    Err(BtlError::PeerFailed(p)) => {
+                        self.pml.handle_peer_failed(p);
+                        None
+                    }
+                    Err(e) => {
+                        self.pml.handle_get_failed(token, &e.to_string());
+                        None
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,953 @@
+//! gmpi-pml: point-to-point messaging as a sans-IO state machine.
+//!
+//! The pml implements MPI's matching rules and the eager / rendezvous
+//! protocols. It performs no I/O and reads no clock (the way `quinn-proto`
+//! does): the progress driver (in the `gmpi` runtime) feeds it *inputs* and
+//! executes its *outputs*, so every protocol and ordering rule is tested
+//! in-process over the simulated fabric of `gmpi_btl::sim`.
+//!
+//! Calling contract:
+//! - Inputs: [`Pml::post_send`], [`Pml::post_recv`], [`Pml::cancel`],
+//!   [`Pml::handle_frag`] (a fragment arrived), [`Pml::handle_send_done`],
+//!   [`Pml::handle_get_done`], [`Pml::handle_get_failed`],
+//!   [`Pml::handle_peer_failed`].
+//! - Outputs: [`Pml::poll_action`] (send a fragment, get remote bytes) and the
+//!   request queries [`Pml::test`] / [`Pml::is_complete`].
+//! - User memory is touched only through the [`Memory`] the caller passes in
+//!   (writes) or by the driver when it executes a [`Payload::Mem`] (reads), so
+//!   the pml itself holds addresses, never references, and needs no `unsafe`.
+//! - After any input, drain `poll_action` and execute every action *in order*.
+//!   An action whose btl answers `NoResource` is retried later, and the actions
+//!   behind it for the same peer wait behind it.
+//!
+//! File map:
+//! - `header.rs`: the wire format of every fragment type.
+//! - `protocol.rs`: the one function that chooses a protocol.
+//! - `matching.rs`: posted and unexpected queues, per-peer sequence numbers and
+//!   the out-of-order stash.
+//! - `request.rs`: request slab and the send/receive state machines' states.
+//! - `lib.rs`: [`Pml`], tying them together.
+//! - `driver.rs`: the thin driver that owns the btls, executes actions in
+//!   order (with per-peer pending queues for back-pressure) and feeds events
+//!   back. It is generic over how user memory is reached, so the runtime (real
+//!   memory) and the tests (simulated memory) run the same code.
+//!
+//! Protocols: eager (header + payload), eager-synchronous (ACK on match),
+//! rendezvous with `get` (RTS carries a memory descriptor; receiver pulls,
+//! then FIN) and pipelined rendezvous (RTS, CTS, FRAG chunks) as the fallback
+//! when no single-copy path exists or a `get` fails. Message ordering holds
+//! whatever path each message takes: every MATCH/RNDV carries a per-peer
+//! sequence number and early arrivals wait in an out-of-order stash.
+
+#![forbid(unsafe_code)]
+
+pub mod driver;
+pub mod header;
+mod matching;
+pub mod protocol;
+mod request;
+
+use gmpi_btl::{Capabilities, MemDesc, Rank};
+use gmpi_gpu::MemKind;
+
+use header::{Hdr, HdrBuf, MatchHdr, F_SYNC};
+use matching::{Matching, Unexpected, UnexpectedBody};
+pub use protocol::{Protocol, SendMode};
+use request::{RecvReq, RecvState, Req, SendReq, SendState, Slab};
+
+/// Tracing target for protocol decisions (`GMPI_LOG=pml=debug`).
+const LOG: &str = "pml";
+
+/// Identifies a btl registered with [`Pml::add_btl`].
+pub type BtlId = usize;
+
+/// A request handle: slot index and generation, so a stale id never aliases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReqId(pub u64);
+
+/// A user buffer, by address (the pml never dereferences it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Buf {
+    /// Base address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: usize,
+    /// Where it lives.
+    pub kind: MemKind,
+}
+
+/// User memory as the pml reaches it: writes, and registration for remote
+/// access. The driver implements it over real memory and its btls; tests
+/// implement it over simulated memory.
+pub trait Memory {
+    /// Copy `data` to the user memory at `addr` (of kind `kind`).
+    fn write(&mut self, addr: u64, kind: MemKind, data: &[u8]);
+
+    /// Expose `buf` through `btl` so that the peer may `get` it; `None` if the
+    /// btl cannot (the pml then streams the message instead).
+    fn register(&mut self, btl: BtlId, buf: Buf) -> Option<MemDesc>;
+}
+
+/// Tunables of the pml. `None` means "the btl's own value".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmlConfig {
+    /// Override of the eager limit.
+    pub eager_limit: Option<usize>,
+    /// Override of the smallest message sent by rendezvous `get`.
+    pub get_threshold: Option<usize>,
+    /// Whether rendezvous may use `get` at all.
+    pub use_get: bool,
+    /// Override of the pipelined fragment size.
+    pub pipeline_chunk: Option<usize>,
+}
+
+impl Default for PmlConfig {
+    fn default() -> Self {
+        Self {
+            eager_limit: None,
+            get_threshold: None,
+            use_get: true,
+            pipeline_chunk: None,
+        }
+    }
+}
+
+/// Errors of the pml.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PmlError {
+    /// The message was longer than the receive buffer; `min(len, cap)` bytes
+    /// were written and nothing past the buffer.
+    #[error("message of {len} bytes truncated to the receive buffer of {cap} bytes")]
+    Truncated {
+        /// Message length.
+        len: u64,
+        /// Buffer capacity.
+        cap: u64,
+    },
+    /// The peer failed before the operation completed.
+    #[error("rank {0} failed")]
+    PeerFailed(Rank),
+    /// No transport reaches the peer.
+    #[error("no transport reaches rank {0}")]
+    Unreachable(Rank),
+    /// A peer sent a fragment that does not parse or refers to nothing.
+    #[error("malformed fragment: {0}")]
+    Malformed(String),
+    /// The request id is unknown (never issued, or already completed and taken).
+    #[error("unknown request")]
+    UnknownRequest,
+}
+
+/// What a completed receive (or probe) reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Status {
+    /// Sender's rank in the communicator.
+    pub source: u32,
+    /// Tag of the message.
+    pub tag: i32,
+    /// Bytes received (for a probe: the message length).
+    pub len: u64,
+    /// The receive was cancelled.
+    pub cancelled: bool,
+}
+
+/// A send to post.
+#[derive(Debug, Clone, Copy)]
+pub struct SendArgs {
+    /// Communicator context id.
+    pub ctx: u32,
+    /// Our rank in that communicator.
+    pub src: u32,
+    /// Destination (world rank).
+    pub dest: Rank,
+    /// Tag (≥ 0).
+    pub tag: i32,
+    /// The data.
+    pub buf: Buf,
+    /// MPI send mode.
+    pub mode: SendMode,
+}
+
+/// A receive to post.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvArgs {
+    /// Communicator context id.
+    pub ctx: u32,
+    /// Source rank in the communicator, `None` for any source.
+    pub src: Option<u32>,
+    /// World rank of `src` (lets a peer failure fail this receive).
+    pub src_world: Option<Rank>,
+    /// Tag, `None` for any tag.
+    pub tag: Option<i32>,
+    /// Where to put the data.
+    pub buf: Buf,
+}
+
+/// Bytes that follow a header in a send action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// Header only.
+    None,
+    /// User memory, read by the driver when it submits.
+    Mem {
+        /// Address.
+        addr: u64,
+        /// Length.
+        len: usize,
+        /// Kind.
+        kind: MemKind,
+    },
+}
+
+/// Something the driver must do.
+#[derive(Debug)]
+pub enum Action {
+    /// Submit `header` + `payload` on `btl` to `peer`. Report completion with
+    /// [`Pml::handle_send_done`]`(token)` unless `token` is 0.
+    Send {
+        /// Which btl.
+        btl: BtlId,
+        /// Destination.
+        peer: Rank,
+        /// Encoded header.
+        header: HdrBuf,
+        /// Payload.
+        payload: Payload,
+        /// Completion token (0: nobody waits for this one).
+        token: u64,
+    },
+    /// Read `len` bytes at `offset` in the peer's memory `desc` into local
+    /// memory at `dst`; report with [`Pml::handle_get_done`] or
+    /// [`Pml::handle_get_failed`].
+    Get {
+        /// Which btl.
+        btl: BtlId,
+        /// Owner of the memory.
+        peer: Rank,
+        /// Its descriptor.
+        desc: MemDesc,
+        /// Offset within it.
+        offset: u64,
+        /// Local destination address.
+        dst: u64,
+        /// Local destination kind.
+        dst_kind: MemKind,
+        /// Length.
+        len: usize,
+        /// Completion token.
+        token: u64,
+    },
+}
+
+/// Registered btl facts the pml needs.
+#[derive(Debug, Clone)]
+struct BtlInfo {
+    caps: Capabilities,
+}
+
+/// The point-to-point engine of one rank. See the crate documentation.
+#[derive(Debug)]
+pub struct Pml {
+    me: Rank,
+    nprocs: u32,
+    cfg: PmlConfig,
+    btls: Vec<BtlInfo>,
+    /// Per peer: the btls of the highest exclusivity that reach it. Messages
+    /// are striped round-robin over them (multi-rail); sequence numbers keep
+    /// them in order.
+    routes: Vec<Vec<BtlId>>,
+    rr: Vec<u32>,
+    failed: Vec<bool>,
+    reqs: Slab,
+    matching: Matching,
+    actions: std::collections::VecDeque<Action>,
+}
+
+impl Pml {
+    /// The pml of rank `me` in a job of `nprocs` ranks.
+    pub fn new(me: Rank, nprocs: u32, cfg: PmlConfig) -> Self {
+        Self {
+            me,
+            nprocs,
+            cfg,
+            btls: Vec::new(),
+            routes: vec![Vec::new(); nprocs as usize],
+            rr: vec![0; nprocs as usize],
+            failed: vec![false; nprocs as usize],
+            reqs: Slab::default(),
+            matching: Matching::new(nprocs),
+            actions: Default::default(),
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &PmlConfig {
+        &self.cfg
+    }
+
+    /// Register a btl and the peers it reaches. For each peer the btls with
+    /// the highest exclusivity win; several of equal exclusivity share the
+    /// traffic round-robin.
+    pub fn add_btl(&mut self, caps: Capabilities, reaches: &dyn Fn(Rank) -> bool) -> BtlId {
+        let id = self.btls.len();
+        for p in 0..self.nprocs {
+            if !reaches(p) {
+                continue;
+            }
+            let r = &mut self.routes[p as usize];
+            match r.first().map(|&cur| self.btls[cur].caps.exclusivity) {
+                Some(e) if e > caps.exclusivity => {}
+                Some(e) if e == caps.exclusivity => r.push(id),
+                _ => *r = vec![id],
+            }
+        }
+        self.btls.push(BtlInfo { caps });
+        id
+    }
+
+    /// The first btl chosen for `peer`, if any.
+    pub fn route(&self, peer: Rank) -> Option<BtlId> {
+        self.routes
+            .get(peer as usize)
+            .and_then(|r| r.first().copied())
+    }
+
+    fn next_route(&mut self, peer: Rank) -> Option<BtlId> {
+        let r = &self.routes[peer as usize];
+        match r.len() {
+            0 => None,
+            1 => Some(r[0]),
+            n => {
+                let i = &mut self.rr[peer as usize];
+                let pick = r[*i as usize % n];
+                *i = i.wrapping_add(1);
+                Some(pick)
+            }
+        }
+    }
+
+    /// The protocol a message would use (for diagnostics and tests).
+    pub fn protocol_for(
+        &self,
+        peer: Rank,
+        len: usize,
+        kind: MemKind,
+        mode: SendMode,
+    ) -> Option<Protocol> {
+        let b = self.route(peer)?;
+        Some(protocol::choose(
+            len,
+            kind,
+            mode,
+            &self.btls[b].caps,
+            &self.cfg,
+        ))
+    }
+
+    /// Next action for the driver.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Whether actions are waiting.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// Requests not yet completed and taken.
+    pub fn outstanding(&self) -> usize {
+        self.reqs.len()
+    }
+
+    fn push_send(&mut self, btl: BtlId, peer: Rank, hdr: Hdr, payload: Payload, token: u64) {
+        self.actions.push_back(Action::Send {
+            btl,
+            peer,
+            header: hdr.encode(),
+            payload,
+            token,
+        });
+    }
+
+    /// Post a send. Completion is observed with [`Pml::test`].
+    pub fn post_send(&mut self, a: SendArgs, mem: &mut dyn Memory) -> Result<ReqId, PmlError> {
+        let peer = a.dest;
+        if peer >= self.nprocs {
+            return Err(PmlError::Unreachable(peer));
+        }
+        if self.failed[peer as usize] {
+            return Err(PmlError::PeerFailed(peer));
+        }
+        let btl = self.next_route(peer).ok_or(PmlError::Unreachable(peer))?;
+        let caps = &self.btls[btl].caps;
+        let mut proto = protocol::choose(a.buf.len, a.buf.kind, a.mode, caps, &self.cfg);
+        let desc = if proto == Protocol::RndvGet {
+            let d = mem.register(btl, a.buf);
+            if d.is_none() {
+                proto = Protocol::RndvPipelined;
+            }
+            d
+        } else {
+            None
+        };
+        let caps = &self.btls[btl].caps;
+        let seq = self.matching.next_send_seq(peer);
+        let id = self.reqs.insert(Req::Send(SendReq {
+            peer,
+            btl,
+            buf: a.buf,
+            state: SendState::Start,
+            sends_in_flight: 0,
+        }));
+        let m = MatchHdr {
+            ctx: a.ctx,
+            src: a.src,
+            tag: a.tag,
+            seq,
+            len: a.buf.len as u64,
+            sreq: id.0,
+        };
+        tracing::debug!(target: LOG, "send {} B to rank {} tag {} ctx {} via {}: {}",
+            a.buf.len, peer, a.tag, a.ctx, caps.name, proto.name());
+        let payload = Payload::Mem {
+            addr: a.buf.addr,
+            len: a.buf.len,
+            kind: a.buf.kind,
+        };
+        let state = match proto {
+            Protocol::Eager => {
+                self.push_send(btl, peer, Hdr::Match { flags: 0, m }, payload, id.0);
+                SendState::Eager
+            }
+            Protocol::EagerSync => {
+                self.push_send(btl, peer, Hdr::Match { flags: F_SYNC, m }, payload, id.0);
+                SendState::EagerSync { acked: false }
+            }
+            Protocol::RndvGet | Protocol::RndvPipelined => {
+                let flags = if a.mode == SendMode::Synchronous {
+                    F_SYNC
+                } else {
+                    0
+                };
+                self.push_send(btl, peer, Hdr::Rndv { flags, m, desc }, Payload::None, 0);
+                SendState::AwaitReply
+            }
+        };
+        let r = self.reqs.get_mut(id).expect("just inserted").as_send_mut();
+        r.state = state;
+        if matches!(state, SendState::Eager | SendState::EagerSync { .. }) {
+            r.sends_in_flight = 1;
+        }
+        Ok(id)
+    }
+
+    /// Post a receive. If an unexpected message matches, it is delivered (or
+    /// its rendezvous started) at once, writing through `mem`.
+    pub fn post_recv(&mut self, a: RecvArgs, mem: &mut dyn Memory) -> Result<ReqId, PmlError> {
+        if let Some(w) = a.src_world {
+            if self.failed.get(w as usize).copied().unwrap_or(false) {
+                return Err(PmlError::PeerFailed(w));
+            }
+        }
+        let id = self.reqs.insert(Req::Recv(RecvReq {
+            src_world: a.src_world,
+            buf: a.buf,
+            state: RecvState::Posted,
+            status: Status::default(),
+            want: 0,
+            got: 0,
+            peer: 0,
+            sreq: 0,
+            btl: 0,
+            desc: None,
+            msg_len: 0,
+        }));
+        if let Some(u) = self.matching.take_unexpected(a.ctx, a.src, a.tag) {
+            self.deliver(id, u, mem);
+        } else {
+            self.matching.post(id, a.ctx, a.src, a.tag);
+        }
+        Ok(id)
+    }
+
+    /// Look for a matching unexpected message without receiving it.
+    pub fn iprobe(&self, ctx: u32, src: Option<u32>, tag: Option<i32>) -> Option<Status> {
+        self.matching
+            .peek_unexpected(ctx, src, tag)
+            .map(|u| Status {
+                source: u.m.src,
+                tag: u.m.tag,
+                len: u.m.len,
+                cancelled: false,
+            })
+    }
+
+    /// Cancel a receive that has not been matched yet. Returns whether it was
+    /// cancelled; it then completes with `Status::cancelled` set.
+    pub fn cancel(&mut self, id: ReqId) -> bool {
+        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+            return false;
+        };
+        if r.state != RecvState::Posted {
+            return false;
+        }
+        self.matching.unpost(id);
+        r.status.cancelled = true;
+        r.state = RecvState::Done;
+        let st = r.status;
+        self.reqs.complete(id, Ok(st));
+        true
+    }
+
+    /// Whether a request has completed (without taking it).
+    pub fn is_complete(&self, id: ReqId) -> bool {
+        self.reqs.result(id).is_some()
+    }
+
+    /// Take a completed request's outcome; `None` while it is in flight.
+    /// Sends report a default status.
+    pub fn test(&mut self, id: ReqId) -> Option<Result<Status, PmlError>> {
+        self.reqs.take(id)
+    }
+
+    /// Forget a request: its outcome is discarded when it completes.
+    pub fn free(&mut self, id: ReqId) {
+        self.reqs.detach(id);
+    }
+
+    /// Whether the request id is live (issued and not yet taken).
+    pub fn is_live(&self, id: ReqId) -> bool {
+        self.reqs.contains(id)
+    }
+
+    // ----- inputs from the driver -------------------------------------------------------
+
+    /// The driver submitted (or the btl completed) the send with `token`.
+    pub fn handle_send_done(&mut self, token: u64) {
+        let id = ReqId(token);
+        let Some(Req::Send(s)) = self.reqs.get_mut(id) else {
+            return;
+        };
+        s.sends_in_flight = s.sends_in_flight.saturating_sub(1);
+        let done = match s.state {
+            SendState::Eager => true,
+            SendState::EagerSync { acked } => acked,
+            SendState::Streaming => s.sends_in_flight == 0,
+            _ => false,
+        };
+        if done {
+            self.reqs.complete(id, Ok(Status::default()));
+        }
+    }
+
+    /// A fragment arrived from `peer` on `btl`.
+    pub fn handle_frag(
+        &mut self,
+        btl: BtlId,
+        peer: Rank,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) -> Result<(), PmlError> {
+        if peer >= self.nprocs {
+            return Err(PmlError::Malformed(format!(
+                "fragment from unknown rank {peer}"
+            )));
+        }
+        let (hdr, off) = Hdr::decode(data)?;
+        match hdr {
+            Hdr::Match { m, .. } | Hdr::Rndv { m, .. } => {
+                let expected = self.matching.expected_seq(peer);
+                if m.seq != expected {
+                    if m.seq.wrapping_sub(expected) > u32::MAX / 2 {
+                        return Err(PmlError::Malformed(format!(
+                            "rank {peer} replayed sequence number {} (expected {expected})",
+                            m.seq
+                        )));
+                    }
+                    self.matching.stash(peer, m.seq, btl, data.to_vec());
+                    return Ok(());
+                }
+                self.incoming(btl, peer, hdr, &data[off..], mem)?;
+                while let Some((b, d)) = self.matching.unstash(peer) {
+                    let (h, o) = Hdr::decode(&d)?;
+                    self.incoming(b, peer, h, &d[o..], mem)?;
+                }
+                Ok(())
+            }
+            Hdr::Ack { sreq } => {
+                let id = ReqId(sreq);
+                let s = self.send_req_of(peer, id, "ACK")?;
+                let SendState::EagerSync { acked } = &mut s.state else {
+                    return Err(PmlError::Malformed(
+                        "ACK for a send that is not synchronous".into(),
+                    ));
+                };
+                if *acked {
+                    return Err(PmlError::Malformed("duplicate ACK".into()));
+                }
+                *acked = true;
+                if s.sends_in_flight == 0 {
+                    self.reqs.complete(id, Ok(Status::default()));
+                }
+                Ok(())
+            }
+            Hdr::Fin { sreq } => {
+                let id = ReqId(sreq);
+                let s = self.send_req_of(peer, id, "FIN")?;
+                if s.state != SendState::AwaitReply {
+                    return Err(PmlError::Malformed(
+                        "FIN for a send not awaiting one".into(),
+                    ));
+                }
+                s.state = SendState::Done;
+                self.reqs.complete(id, Ok(Status::default()));
+                Ok(())
+            }
+            Hdr::Cts { sreq, rreq, want } => {
+                let id = ReqId(sreq);
+                let chunk = {
+                    let s = self.send_req_of(peer, id, "CTS")?;
+                    if s.state != SendState::AwaitReply {
+                        return Err(PmlError::Malformed(
+                            "CTS for a send not awaiting one".into(),
+                        ));
+                    }
+                    if want > s.buf.len as u64 {
+                        return Err(PmlError::Malformed(format!(
+                            "CTS asks {want} bytes of a {}-byte message",
+                            s.buf.len
+                        )));
+                    }
+                    s.btl
+                };
+                let chunk = protocol::chunk_size(&self.btls[chunk].caps, &self.cfg);
+                let (btl, buf) = {
+                    let s = self.reqs.get_mut(id).expect("checked").as_send_mut();
+                    (s.btl, s.buf)
+                };
+                let want = want as usize;
+                let n = want.div_ceil(chunk);
+                tracing::debug!(target: LOG, "CTS from rank {peer}: streaming {want} B in {n} fragments");
+                for i in 0..n {
+                    let offset = i * chunk;
+                    let len = chunk.min(want - offset);
+                    self.push_send(
+                        btl,
+                        peer,
+                        Hdr::Frag {
+                            rreq,
+                            offset: offset as u64,
+                        },
+                        Payload::Mem {
+                            addr: buf.addr + offset as u64,
+                            len,
+                            kind: buf.kind,
+                        },
+                        sreq,
+                    );
+                }
+                let s = self.reqs.get_mut(id).expect("checked").as_send_mut();
+                s.sends_in_flight += n as u32;
+                s.state = SendState::Streaming;
+                if n == 0 {
+                    s.state = SendState::Done;
+                    self.reqs.complete(id, Ok(Status::default()));
+                }
+                Ok(())
+            }
+            Hdr::Frag { rreq, offset } => {
+                let id = ReqId(rreq);
+                let payload = &data[off..];
+                let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+                    return Err(PmlError::Malformed(format!(
+                        "FRAG for unknown request {rreq:#x}"
+                    )));
+                };
+                if r.state != RecvState::Streaming || r.peer != peer {
+                    return Err(PmlError::Malformed(
+                        "FRAG for a receive not streaming from this rank".into(),
+                    ));
+                }
+                let end = offset.checked_add(payload.len() as u64);
+                if end.is_none_or(|e| e > r.want) {
+                    return Err(PmlError::Malformed(format!(
+                        "FRAG at {offset}+{} past the {} bytes granted",
+                        payload.len(),
+                        r.want
+                    )));
+                }
+                mem.write(r.buf.addr + offset, r.buf.kind, payload);
+                r.got += payload.len() as u64;
+                if r.got >= r.want {
+                    self.finish_recv(id);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn send_req_of(&mut self, peer: Rank, id: ReqId, what: &str) -> Result<&mut SendReq, PmlError> {
+        match self.reqs.get_mut(id) {
+            Some(Req::Send(s)) if s.peer == peer => Ok(s),
+            _ => Err(PmlError::Malformed(format!(
+                "{what} from rank {peer} for unknown send request {:#x}",
+                id.0
+            ))),
+        }
+    }
+
+    /// An in-order MATCH or RNDV.
+    fn incoming(
+        &mut self,
+        btl: BtlId,
+        peer: Rank,
+        hdr: Hdr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) -> Result<(), PmlError> {
+        self.matching.advance_seq(peer);
+        let u = match hdr {
+            Hdr::Match { flags, m } => {
+                if payload.len() as u64 != m.len {
+                    return Err(PmlError::Malformed(format!(
+                        "eager header says {} bytes, fragment holds {}",
+                        m.len,
+                        payload.len()
+                    )));
+                }
+                if let Some(id) = self.matching.match_posted(m.ctx, m.src, m.tag) {
+                    // Fast path: deliver straight from the fragment.
+                    self.deliver_eager(id, peer, btl, m, flags, payload, mem);
+                    return Ok(());
+                }
+                Unexpected {
+                    peer,
+                    btl,
+                    m,
+                    flags,
+                    body: UnexpectedBody::Eager(payload.to_vec()),
+                }
+            }
+            Hdr::Rndv { flags, m, desc } => Unexpected {
+                peer,
+                btl,
+                m,
+                flags,
+                body: UnexpectedBody::Rndv(desc),
+            },
+            _ => unreachable!("incoming() only takes MATCH and RNDV"),
+        };
+        if let Some(id) = self.matching.match_posted(u.m.ctx, u.m.src, u.m.tag) {
+            self.deliver(id, u, mem);
+        } else {
+            self.matching.push_unexpected(u);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_eager(
+        &mut self,
+        id: ReqId,
+        peer: Rank,
+        btl: BtlId,
+        m: MatchHdr,
+        flags: u8,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
+        let n = payload.len().min(r.buf.len);
+        if n > 0 {
+            mem.write(r.buf.addr, r.buf.kind, &payload[..n]);
+        }
+        r.status = Status {
+            source: m.src,
+            tag: m.tag,
+            len: n as u64,
+            cancelled: false,
+        };
+        r.peer = peer;
+        r.want = m.len;
+        r.state = RecvState::Done;
+        if flags & F_SYNC != 0 {
+            self.push_send(btl, peer, Hdr::Ack { sreq: m.sreq }, Payload::None, 0);
+        }
+        self.finish_recv_with_len(id, m.len);
+    }
+
+    /// Deliver a matched message (eager or rendezvous) to receive `id`.
+    fn deliver(&mut self, id: ReqId, u: Unexpected, mem: &mut dyn Memory) {
+        match u.body {
+            UnexpectedBody::Eager(data) => {
+                self.deliver_eager(id, u.peer, u.btl, u.m, u.flags, &data, mem)
+            }
+            UnexpectedBody::Rndv(desc) => {
+                let use_get = desc.is_some() && self.btls[u.btl].caps.get && self.cfg.use_get;
+                let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
+                let want = u.m.len.min(r.buf.len as u64);
+                r.status = Status {
+                    source: u.m.src,
+                    tag: u.m.tag,
+                    len: want,
+                    cancelled: false,
+                };
+                r.peer = u.peer;
+                r.sreq = u.m.sreq;
+                r.btl = u.btl;
+                r.want = want;
+                r.got = 0;
+                r.desc = desc;
+                r.msg_len = u.m.len;
+                if want == 0 {
+                    // Nothing to move: release the sender at once.
+                    r.state = RecvState::Done;
+                    let (btl, peer, sreq) = (u.btl, u.peer, u.m.sreq);
+                    if use_get {
+                        self.push_send(btl, peer, Hdr::Fin { sreq }, Payload::None, 0);
+                    } else {
+                        self.push_send(
+                            btl,
+                            peer,
+                            Hdr::Cts {
+                                sreq,
+                                rreq: id.0,
+                                want: 0,
+                            },
+                            Payload::None,
+                            0,
+                        );
+                    }
+                    self.finish_recv(id);
+                } else if use_get {
+                    r.state = RecvState::Pulling;
+                    let (buf, d) = (r.buf, desc.expect("checked"));
+                    tracing::debug!(target: LOG, "recv {want} B from rank {}: rndv/get", u.peer);
+                    self.actions.push_back(Action::Get {
+                        btl: u.btl,
+                        peer: u.peer,
+                        desc: d,
+                        offset: 0,
+                        dst: buf.addr,
+                        dst_kind: buf.kind,
+                        len: want as usize,
+                        token: id.0,
+                    });
+                } else {
+                    self.start_streaming(id);
+                }
+            }
+        }
+    }
+
+    fn start_streaming(&mut self, id: ReqId) {
+        let r = self.reqs.get_mut(id).expect("receive").as_recv_mut();
+        r.state = RecvState::Streaming;
+        r.got = 0;
+        let (btl, peer, sreq, want) = (r.btl, r.peer, r.sreq, r.want);
+        tracing::debug!(target: LOG, "recv {want} B from rank {peer}: rndv/pipelined (CTS)");
+        self.push_send(
+            btl,
+            peer,
+            Hdr::Cts {
+                sreq,
+                rreq: id.0,
+                want,
+            },
+            Payload::None,
+            0,
+        );
+    }
+
+    /// A get finished.
+    pub fn handle_get_done(&mut self, token: u64) {
+        let id = ReqId(token);
+        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+            return;
+        };
+        if r.state != RecvState::Pulling {
+            return;
+        }
+        r.state = RecvState::Done;
+        let (btl, peer, sreq) = (r.btl, r.peer, r.sreq);
+        self.push_send(btl, peer, Hdr::Fin { sreq }, Payload::None, 0);
+        self.finish_recv(id);
+    }
+
+    /// A get failed: fall back to the pipelined protocol for this message.
+    pub fn handle_get_failed(&mut self, token: u64, why: &str) {
+        let id = ReqId(token);
+        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+            return;
+        };
+        if r.state != RecvState::Pulling {
+            return;
+        }
+        tracing::debug!(target: LOG, "get from rank {} failed ({why}); falling back to rndv/pipelined", r.peer);
+        self.start_streaming(id);
+    }
+
+    fn finish_recv(&mut self, id: ReqId) {
+        let len = match self.reqs.get_mut(id) {
+            Some(Req::Recv(r)) => r.msg_len.max(r.want),
+            _ => return,
+        };
+        self.finish_recv_with_len(id, len);
+    }
+
+    fn finish_recv_with_len(&mut self, id: ReqId, msg_len: u64) {
+        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+            return;
+        };
+        r.state = RecvState::Done;
+        let cap = r.buf.len as u64;
+        let res = if msg_len > cap {
+            Err(PmlError::Truncated { len: msg_len, cap })
+        } else {
+            Ok(r.status)
+        };
+        let status = r.status;
+        self.reqs.complete_with_status(id, res, status);
+    }
+
+    /// A peer failed: every request that depends on it fails.
+    pub fn handle_peer_failed(&mut self, peer: Rank) {
+        let Some(f) = self.failed.get_mut(peer as usize) else {
+            return;
+        };
+        if *f {
+            return;
+        }
+        *f = true;
+        tracing::debug!(target: LOG, "rank {peer} failed");
+        let victims: Vec<ReqId> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| match r {
+                Req::Send(s) => s.peer == peer && s.state != SendState::Done,
+                Req::Recv(r) => match r.state {
+                    RecvState::Posted => r.src_world == Some(peer),
+                    RecvState::Pulling | RecvState::Streaming => r.peer == peer,
+                    RecvState::Done => false,
+                },
+            })
+            .map(|(id, _)| id)
+            .collect();
+        for id in victims {
+            self.matching.unpost(id);
+            self.reqs.complete(id, Err(PmlError::PeerFailed(peer)));
+        }
+        self.matching.drop_peer(peer);
+    }
+
+    /// Whether `peer` has failed.
+    pub fn peer_failed(&self, peer: Rank) -> bool {
+        self.failed.get(peer as usize).copied().unwrap_or(false)
+    }
+}
