@@ -1,1 +1,849 @@
-//! placeholder being written
+//! gmpi-btl-shm: the same-node transport.
+//!
+//! The ranks of one node are separate processes that share one segment file
+//! (under `/dev/shm`), mapped `MAP_SHARED` by each. For every ordered pair
+//! (sender → receiver) the segment holds a lock-free single-producer /
+//! single-consumer ring of variable-length records; fragments are gathered
+//! straight into the ring by [`Btl::send`] (one copy) and handed to the
+//! receiver's [`Btl::progress`] callback as a slice *into* the ring (zero
+//! copy). Large messages bypass the rings: [`Btl::get`] reads the sender's
+//! memory directly with `process_vm_readv` (CMA, single copy) where the
+//! kernel allows it.
+//!
+//! # File map
+//! - `lib.rs`: [`ShmConfig`], [`ShmBtl`] (bootstrap, the [`Btl`] impl, the
+//!   doorbell protocol of [`Btl::wait`]).
+//! - `layout.rs`: segment layout, record format, ring sizing (pure arithmetic).
+//! - `segment.rs`: the only `unsafe` code: the mapping, the ring ends
+//!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`.
+//! - `cma.rs`: the single-copy read and its start-up probes.
+//!
+//! # Contract (beyond [`gmpi_btl`]'s)
+//! - [`ShmBtl::bootstrap`] is collective over the node's ranks and calls the
+//!   caller's `fence` exactly twice on every rank (once if the first call
+//!   fails), whatever else fails, so a job-wide fence stays balanced. Local
+//!   rank 0 creates the file (`O_CREAT|O_EXCL`, 0600), the others attach after
+//!   the first fence, and rank 0 unlinks it after the second: once bootstrap
+//!   returns, no file is left, even if a rank crashes later. A stale file of
+//!   the same name is an error naming the path (and is marked so that no rank
+//!   attaches to it).
+//! - [`Btl::send`] returns [`Submit::Done`] or [`Submit::NoResource`] (ring
+//!   full, nothing written; the receiver will ring our doorbell when it frees
+//!   space, so a rank blocked in [`Btl::wait`] on a full ring wakes up). Never
+//!   `Queued`; `token` is unused.
+//! - [`Btl::progress`] delivers at most [`MAX_FRAGS_PER_PROGRESS`] fragments
+//!   per call, polling the incoming rings round-robin from a rotating start.
+//!   Its callback cannot call back into the btl (it holds `&mut self`); the
+//!   runtime queues sends made while handling a fragment.
+//! - [`Btl::get`] is synchronous (`Done` or `Err(GetFailed)`, never `Queued`);
+//!   [`Btl::register`] needs no pinning and returns `{addr, len, key: pid}`.
+//! - Everything read from shared memory is validated: a corrupt ring is
+//!   reported once as [`Event::PeerFailed`] and never read again; sends to that
+//!   peer then fail with [`BtlError::PeerFailed`]; see [`ShmBtl::fault`].
+//! - A dead peer process is not detected here (the launcher ends the job).
+//!
+//! # Memory per rank
+//! Each ring has `ring_bytes` of data plus two 64-byte control lines. With
+//! `ring_bytes` automatic it is `clamp(16 MiB / local_size` rounded down to
+//! 4 KiB`, 64 KiB, 1 MiB)`, never below `2 * (max_frag + 8) + 64` (so a
+//! largest fragment always fits a drained ring). The segment holds
+//! `local_size * (local_size - 1)` rings (none to self), one 128-byte control
+//! block per rank and a 64-byte header. A rank's share — its `local_size - 1`
+//! incoming rings, its control block and `1/local_size` of the header — is
+//! [`ShmBtl::memory_per_rank`]: about 1 MiB per peer up to 16 ranks, and at
+//! most 16 MiB (16.5 MB minus change: 63 × (256 KiB + 128) + 129 bytes) at 64
+//! ranks. The file is sized with `ftruncate`, so pages are allocated only when
+//! a ring is first used.
+
+#![deny(unsafe_code)]
+
+mod cma;
+mod layout;
+mod segment;
+
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit};
+
+use crate::layout::Layout;
+use crate::segment::{Corrupt, Mapping, Push, RxRing, TxRing};
+
+/// Most fragments one [`Btl::progress`] call delivers, so it returns regularly.
+pub const MAX_FRAGS_PER_PROGRESS: usize = 64;
+
+/// Configuration of the shared-memory transport. Every rank of a node must use
+/// the same values (checked at bootstrap).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Largest payload the pml should send eagerly (default 4096).
+    pub eager_limit: usize,
+    /// Largest fragment (header and payload) [`Btl::send`] accepts
+    /// (default 32 KiB; at least 64, at most 1 GiB).
+    pub max_frag: usize,
+    /// Data bytes of one (sender → receiver) ring; `None` (default) sizes it
+    /// automatically (see the crate documentation). An explicit value is
+    /// rounded up to a multiple of 64 and to at least `2 * (max_frag + 8) + 64`.
+    pub ring_bytes: Option<usize>,
+    /// Use `process_vm_readv` for [`Btl::get`] when the kernel allows it
+    /// (default true).
+    pub cma: bool,
+    /// [`Capabilities::get_threshold`] (default 16 KiB).
+    pub get_threshold: usize,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        Self {
+            eager_limit: 4096,
+            max_frag: 32 << 10,
+            ring_bytes: None,
+            cma: true,
+            get_threshold: 16 << 10,
+        }
+    }
+}
+
+/// The shared-memory btl of one rank. See the crate documentation.
+#[derive(Debug)]
+pub struct ShmBtl {
+    caps: Capabilities,
+    local_rank: usize,
+    /// `(world rank, local rank)` of every peer on the node, by world rank.
+    peers: Vec<(Rank, usize)>,
+    layout: Layout,
+    cma_status: String,
+    node: Option<Node>,
+}
+
+/// The attached segment (absent when this rank is alone on its node).
+#[derive(Debug)]
+struct Node {
+    map: Arc<Mapping>,
+    /// Outgoing ring to each local rank (`None` for ourselves).
+    tx: Vec<Option<TxRing>>,
+    /// Incoming rings, one per peer.
+    rx: Vec<RxPeer>,
+    /// Where the next progress pass starts.
+    next_rx: usize,
+    /// Local ranks whose rings were found corrupt.
+    dead: Vec<bool>,
+    /// Failures not yet reported by progress.
+    unreported: Vec<Rank>,
+    fault: Option<String>,
+}
+
+#[derive(Debug)]
+struct RxPeer {
+    world: Rank,
+    local: usize,
+    ring: RxRing,
+}
+
+fn os(msg: impl Into<String>) -> BtlError {
+    BtlError::Os(msg.into())
+}
+
+impl ShmBtl {
+    /// Collective over the ranks of one node: create (local rank 0) or attach
+    /// to the segment at `path` (e.g. `/dev/shm/gmpi-<jobid>-node0`).
+    ///
+    /// `local_rank`/`local_size`: this process's index among the node's
+    /// ranks; `world_ranks[i]` is the world rank of local rank `i`. `fence` is
+    /// a node-wide (or job-wide) barrier; it is called exactly twice (once if
+    /// the first call fails). With `local_size == 1` no segment is created and
+    /// no peer is reachable.
+    pub fn bootstrap(
+        path: &str,
+        local_rank: usize,
+        local_size: usize,
+        world_ranks: &[Rank],
+        cfg: &ShmConfig,
+        fence: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<ShmBtl, BtlError> {
+        let path = Path::new(path);
+        let checked = check_args(local_rank, local_size, world_ranks, cfg);
+        let shared = checked.is_ok() && local_size > 1;
+
+        // Phase 1: local rank 0 creates and initialises the segment.
+        let mut created = false;
+        let mut map: Result<Option<Arc<Mapping>>, BtlError> = match &checked {
+            Err(e) => Err(e.clone()),
+            Ok(layout) if shared && local_rank == 0 => {
+                create(path, layout).map(|m| {
+                    created = true;
+                    Some(m)
+                })
+            }
+            Ok(_) => Ok(None),
+        };
+        if let (Ok(Some(m)), Ok(layout)) = (&map, &checked) {
+            publish_self(m, layout, local_rank);
+        }
+        let fenced = fence().map_err(|e| os(format!("shm bootstrap: first fence failed: {e}")));
+
+        // Phase 2: the others attach and publish their pid and probe word.
+        if let (Ok(layout), Ok(None), Ok(())) = (&checked, &map, &fenced) {
+            if shared {
+                map = attach(path, layout).map(|m| {
+                    publish_self(&m, layout, local_rank);
+                    Some(m)
+                });
+            }
+        }
+        let fenced = fenced.and_then(|()| {
+            fence().map_err(|e| os(format!("shm bootstrap: second fence failed: {e}")))
+        });
+        if created {
+            // Everyone who will ever attach has; from now on the segment
+            // lives only as long as its mappings.
+            if let Err(e) = std::fs::remove_file(path) {
+                map = map.and(Err(os(format!(
+                    "cannot unlink shm segment {}: {e}",
+                    path.display()
+                ))));
+            }
+        }
+        let layout = checked?;
+        fenced?;
+        let map = map?;
+
+        // Phase 3: check that every rank attached; probe CMA; build the rings.
+        let mut cma_ok = Err("disabled by configuration (ShmConfig::cma = false)".to_string());
+        let node = match map {
+            None => {
+                cma_ok = Err("not used: no other rank on this node".to_string());
+                None
+            }
+            Some(map) => {
+                for r in 0..local_size {
+                    if map.u64_at(layout.rank_ctrl(r) + layout::CTRL_PID).load(Ordering::Acquire) == 0
+                    {
+                        return Err(os(format!(
+                            "shm segment {}: local rank {r} did not attach",
+                            path.display()
+                        )));
+                    }
+                }
+                if cfg.cma {
+                    cma_ok = probe_cma(&map, &layout, local_rank);
+                }
+                Some(Node::new(map, &layout, local_rank, world_ranks))
+            }
+        };
+        let mut peers: Vec<(Rank, usize)> = world_ranks
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != local_rank)
+            .map(|(i, &w)| (w, i))
+            .collect();
+        peers.sort_unstable();
+        let caps = Capabilities {
+            name: "shm",
+            eager_limit: cfg.eager_limit,
+            max_send_size: cfg.max_frag,
+            get: cma_ok.is_ok(),
+            put: false,
+            exclusivity: 100,
+            get_threshold: cfg.get_threshold,
+        };
+        let cma_status = match cma_ok {
+            Ok(s) => format!("enabled: {s}"),
+            Err(e) => format!("disabled: {e}"),
+        };
+        Ok(ShmBtl {
+            caps,
+            local_rank,
+            peers,
+            layout,
+            cma_status,
+            node,
+        })
+    }
+
+    /// Whether [`Btl::get`] uses CMA (`process_vm_readv`) on this rank.
+    pub fn cma_enabled(&self) -> bool {
+        self.caps.get
+    }
+
+    /// Why CMA is enabled or disabled, for the runtime's log
+    /// (e.g. `"disabled: process_vm_readv ... Operation not permitted"`).
+    pub fn cma_status(&self) -> &str {
+        &self.cma_status
+    }
+
+    /// Bytes of the segment attributable to one rank: its incoming rings, its
+    /// control block and its share of the header (0 when alone on the node).
+    pub fn memory_per_rank(&self) -> usize {
+        if self.node.is_some() {
+            self.layout.memory_per_rank()
+        } else {
+            0
+        }
+    }
+
+    /// Data bytes of each ring, after automatic sizing and rounding.
+    pub fn ring_bytes(&self) -> usize {
+        self.layout.ring_bytes
+    }
+
+    /// Size of the whole node segment in bytes (0 when alone on the node).
+    pub fn segment_bytes(&self) -> usize {
+        self.node.as_ref().map_or(0, |n| n.map.len())
+    }
+
+    /// The first ring corruption found, if any (its peer was reported failed).
+    pub fn fault(&self) -> Option<&str> {
+        self.node.as_ref().and_then(|n| n.fault.as_deref())
+    }
+
+    fn local_of(&self, peer: Rank) -> Option<usize> {
+        self.peers
+            .binary_search_by_key(&peer, |&(w, _)| w)
+            .ok()
+            .map(|i| self.peers[i].1)
+    }
+}
+
+fn check_args(
+    local_rank: usize,
+    local_size: usize,
+    world_ranks: &[Rank],
+    cfg: &ShmConfig,
+) -> Result<Layout, BtlError> {
+    let bad = |m: String| Err(os(format!("shm bootstrap: {m}")));
+    if local_rank >= local_size {
+        return bad(format!("local rank {local_rank} not below local size {local_size}"));
+    }
+    if world_ranks.len() != local_size {
+        return bad(format!(
+            "{} world ranks given for {local_size} local ranks",
+            world_ranks.len()
+        ));
+    }
+    let mut sorted = world_ranks.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return bad(format!("duplicate world rank in {world_ranks:?}"));
+    }
+    if cfg.eager_limit > cfg.max_frag {
+        return bad(format!(
+            "eager_limit {} exceeds max_frag {}",
+            cfg.eager_limit, cfg.max_frag
+        ));
+    }
+    Layout::new(local_size, cfg.ring_bytes, cfg.max_frag)
+        .or_else(|e| bad(format!("invalid configuration: {e}")))
+}
+
+/// Local rank 0: create the file, initialise the header, publish it.
+fn create(path: &Path, layout: &Layout) -> Result<Arc<Mapping>, BtlError> {
+    match Mapping::create(path, layout.total) {
+        Ok(m) => {
+            m.u32_at(layout::HDR_VERSION)
+                .store(layout::VERSION, Ordering::Relaxed);
+            m.u32_at(layout::HDR_LOCAL_SIZE)
+                .store(layout.local_size as u32, Ordering::Relaxed);
+            m.u64_at(layout::HDR_RING_BYTES)
+                .store(layout.ring_bytes as u64, Ordering::Relaxed);
+            m.u64_at(layout::HDR_MAX_FRAG)
+                .store(layout.max_frag as u64, Ordering::Relaxed);
+            m.u64_at(layout::HDR_TOTAL)
+                .store(layout.total as u64, Ordering::Relaxed);
+            m.u32_at(layout::HDR_STATE)
+                .store(layout::STATE_READY, Ordering::Release);
+            m.u64_at(layout::HDR_MAGIC)
+                .store(layout::MAGIC, Ordering::Release);
+            Ok(Arc::new(m))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Mark it so that the other ranks refuse it rather than attach
+            // to a dead job's rings. (Best effort: if we cannot open it,
+            // neither can they.)
+            if let Ok(stale) = Mapping::open(path) {
+                stale
+                    .u32_at(layout::HDR_STATE)
+                    .store(layout::STATE_POISONED, Ordering::Release);
+            }
+            Err(os(format!(
+                "shm segment {} already exists (left over by an earlier job?); refusing to reuse it",
+                path.display()
+            )))
+        }
+        Err(e) => Err(os(format!(
+            "cannot create shm segment {} ({} bytes): {e}",
+            path.display(),
+            layout.total
+        ))),
+    }
+}
+
+/// Other local ranks: open the file and check it is the segment we expect.
+fn attach(path: &Path, layout: &Layout) -> Result<Arc<Mapping>, BtlError> {
+    let m = Mapping::open(path).map_err(|e| {
+        os(format!(
+            "cannot open shm segment {} (did local rank 0 fail?): {e}",
+            path.display()
+        ))
+    })?;
+    let state = m.u32_at(layout::HDR_STATE).load(Ordering::Acquire);
+    let magic = m.u64_at(layout::HDR_MAGIC).load(Ordering::Acquire);
+    let fail = |what: String| {
+        Err(os(format!(
+            "shm segment {} is unusable: {what}",
+            path.display()
+        )))
+    };
+    if state == layout::STATE_POISONED {
+        return fail("it is a stale file of an earlier job".into());
+    }
+    if magic != layout::MAGIC || state != layout::STATE_READY {
+        return fail("not an initialised gmpi segment".into());
+    }
+    let version = m.u32_at(layout::HDR_VERSION).load(Ordering::Relaxed);
+    if version != layout::VERSION {
+        return fail(format!("layout version {version}, expected {}", layout::VERSION));
+    }
+    let found = (
+        m.u32_at(layout::HDR_LOCAL_SIZE).load(Ordering::Relaxed) as usize,
+        m.u64_at(layout::HDR_RING_BYTES).load(Ordering::Relaxed),
+        m.u64_at(layout::HDR_MAX_FRAG).load(Ordering::Relaxed),
+        m.u64_at(layout::HDR_TOTAL).load(Ordering::Relaxed),
+    );
+    let want = (
+        layout.local_size,
+        layout.ring_bytes as u64,
+        layout.max_frag as u64,
+        layout.total as u64,
+    );
+    if found != want || m.len() != layout.total {
+        return fail(format!(
+            "(local_size, ring_bytes, max_frag, total) is {found:?} but this rank computed {want:?} \
+             (do all local ranks use the same ShmConfig?); file is {} bytes",
+            m.len()
+        ));
+    }
+    Ok(Arc::new(m))
+}
+
+/// Publish our pid and CMA probe word in our control block.
+fn publish_self(m: &Mapping, layout: &Layout, local_rank: usize) {
+    let c = layout.rank_ctrl(local_rank);
+    m.u64_at(c + layout::CTRL_PROBE_ADDR)
+        .store(cma::probe_addr(), Ordering::Relaxed);
+    m.u64_at(c + layout::CTRL_PROBE_VALUE)
+        .store(cma::PROBE_VALUE, Ordering::Relaxed);
+    m.u64_at(c + layout::CTRL_PID)
+        .store(u64::from(std::process::id()), Ordering::Release);
+}
+
+/// Self test, then read the probe word of the next local rank.
+fn probe_cma(m: &Mapping, layout: &Layout, local_rank: usize) -> Result<String, String> {
+    cma::self_test()?;
+    let peer = (local_rank + 1) % layout.local_size;
+    let c = layout.rank_ctrl(peer);
+    let pid = m.u64_at(c + layout::CTRL_PID).load(Ordering::Acquire);
+    let addr = m.u64_at(c + layout::CTRL_PROBE_ADDR).load(Ordering::Relaxed);
+    let value = m.u64_at(c + layout::CTRL_PROBE_VALUE).load(Ordering::Relaxed);
+    cma::peer_test(pid, addr, value)
+        .map(|()| format!("process_vm_readv from local rank {peer} (pid {pid}) works"))
+        .map_err(|e| {
+            format!(
+                "cannot read local rank {peer} (pid {pid}): {e} \
+                 (ptrace restrictions such as Yama ptrace_scope, or a container, forbid CMA)"
+            )
+        })
+}
+
+impl Node {
+    fn new(map: Arc<Mapping>, layout: &Layout, me: usize, world_ranks: &[Rank]) -> Self {
+        let n = layout.local_size;
+        let tx = (0..n)
+            .map(|r| (r != me).then(|| TxRing::new(&map, layout.ring(me, r), layout.ring_bytes)))
+            .collect();
+        let rx = (0..n)
+            .filter(|&r| r != me)
+            .map(|r| RxPeer {
+                world: world_ranks[r],
+                local: r,
+                ring: RxRing::new(&map, layout.ring(r, me), layout.ring_bytes, layout.max_frag),
+            })
+            .collect();
+        Self {
+            map,
+            tx,
+            rx,
+            next_rx: 0,
+            dead: vec![false; n],
+            unreported: Vec::new(),
+            fault: None,
+        }
+    }
+
+    /// Mark local rank `local` failed; true the first time (report it then).
+    fn fail(&mut self, local: usize, world: Rank, Corrupt(msg): Corrupt) -> bool {
+        if self.dead[local] {
+            return false;
+        }
+        self.dead[local] = true;
+        self.fault
+            .get_or_insert_with(|| format!("ring with world rank {world}: {msg}"));
+        true
+    }
+
+    /// Something for progress to do: a record, a failure to report, or room
+    /// on a ring a send was refused on.
+    fn ready(&mut self) -> bool {
+        !self.unreported.is_empty()
+            || self
+                .rx
+                .iter()
+                .any(|p| !self.dead[p.local] && p.ring.has_data())
+            || self.tx.iter_mut().flatten().any(TxRing::unblocked)
+    }
+}
+
+/// Ring local rank `r`'s doorbell if it sleeps. The caller must have issued a
+/// SeqCst fence after publishing what `r` should see (see [`Btl::wait`]).
+fn ring_doorbell(map: &Mapping, layout: &Layout, r: usize) {
+    let c = layout.rank_ctrl(r);
+    if map.u32_at(c + layout::CTRL_SLEEPING).load(Ordering::Relaxed) != 0 {
+        let bell = map.u32_at(c + layout::CTRL_DOORBELL);
+        bell.fetch_add(1, Ordering::Release);
+        segment::futex_wake(bell);
+    }
+}
+
+impl Btl for ShmBtl {
+    fn caps(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn reaches(&self, peer: Rank) -> bool {
+        self.local_of(peer).is_some()
+    }
+
+    fn send(&mut self, peer: Rank, parts: &[&[u8]], _token: u64) -> Result<Submit, BtlError> {
+        let local = self.local_of(peer).ok_or(BtlError::Unreachable(peer))?;
+        let node = self.node.as_mut().ok_or(BtlError::Unreachable(peer))?;
+        if node.dead[local] {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.layout.max_frag {
+            return Err(BtlError::TooLarge {
+                len,
+                max: self.layout.max_frag,
+            });
+        }
+        let Some(tx) = node.tx[local].as_mut() else {
+            return Err(BtlError::Unreachable(peer));
+        };
+        match tx.push(parts, len) {
+            Ok(Push::Done) => {
+                fence(Ordering::SeqCst);
+                ring_doorbell(&node.map, &self.layout, local);
+                Ok(Submit::Done)
+            }
+            Ok(Push::Full) => Ok(Submit::NoResource),
+            Err(c) => {
+                if node.fail(local, peer, c) {
+                    node.unreported.push(peer);
+                }
+                Err(BtlError::PeerFailed(peer))
+            }
+        }
+    }
+
+    fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        self.caps.get.then(|| MemDesc {
+            addr,
+            len,
+            key: u64::from(std::process::id()),
+        })
+    }
+
+    fn get(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: &mut [u8],
+        _token: u64,
+    ) -> Result<Submit, BtlError> {
+        if !self.reaches(peer) {
+            return Err(BtlError::Unreachable(peer));
+        }
+        if !self.caps.get {
+            return Err(BtlError::GetFailed(format!("CMA {}", self.cma_status)));
+        }
+        let end = offset.checked_add(dst.len() as u64);
+        if end.is_none_or(|e| e > remote.len) {
+            return Err(BtlError::GetFailed(format!(
+                "read of {} bytes at offset {offset} exceeds the {} registered bytes",
+                dst.len(),
+                remote.len
+            )));
+        }
+        let addr = remote.addr.checked_add(offset).ok_or_else(|| {
+            BtlError::GetFailed(format!("address {:#x} + {offset} overflows", remote.addr))
+        })?;
+        cma::read_exact(remote.key, addr, dst).map_err(BtlError::GetFailed)?;
+        Ok(Submit::Done)
+    }
+
+    fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
+        let Some(node) = self.node.as_mut() else {
+            return 0;
+        };
+        let mut delivered = 0;
+        for peer in std::mem::take(&mut node.unreported) {
+            on_event(Event::PeerFailed { peer });
+            delivered += 1;
+        }
+        let count = node.rx.len();
+        let start = node.next_rx;
+        node.next_rx = if start + 1 == count { 0 } else { start + 1 };
+        let mut budget = MAX_FRAGS_PER_PROGRESS;
+        for i in 0..count {
+            let idx = if start + i >= count { start + i - count } else { start + i };
+            let p = &mut node.rx[idx];
+            if node.dead[p.local] || !p.ring.has_data() {
+                continue;
+            }
+            let world = p.world;
+            let (done, res) = p.ring.drain(budget, &mut |data| {
+                on_event(Event::Frag { peer: world, data });
+            });
+            delivered += done.frags;
+            budget -= done.frags;
+            let local = p.local;
+            if done.wake_producer {
+                ring_doorbell(&node.map, &self.layout, local);
+            }
+            if let Err(c) = res {
+                if node.fail(local, world, c) {
+                    on_event(Event::PeerFailed { peer: world });
+                    delivered += 1;
+                }
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+        delivered
+    }
+
+    /// Sleep until a peer rings our doorbell, an incoming ring has a record,
+    /// a ring we were refused on has room again, or `timeout` passes.
+    ///
+    /// No lost wake-up. We store `sleeping = 1`, SeqCst fence, load the
+    /// doorbell value `seen`, then re-check every ring, then
+    /// `FUTEX_WAIT(doorbell, seen)`. A sender publishes its record (Release
+    /// store of tail), SeqCst fence, loads `sleeping`, and if set increments
+    /// the doorbell and calls `FUTEX_WAKE`. The two fences are totally
+    /// ordered. If the sender's fence comes first, our re-check (after our
+    /// fence) sees its tail and we do not sleep. If ours comes first, the
+    /// sender sees `sleeping = 1` and increments the doorbell: if that
+    /// happened before our load of `seen`, the record is visible to our
+    /// re-check (the increment is ordered after the tail store); if after,
+    /// the futex's value check fails (`doorbell != seen`, checked atomically
+    /// by the kernel under its bucket lock) or the wake finds us queued. The
+    /// same argument covers a consumer freeing space on a ring we were
+    /// refused on: it stores head, fences, loads the ring's want-space flag
+    /// (set by us, then fenced, before our last look at head), and rings our
+    /// doorbell. The futex is shared (not `FUTEX_PRIVATE_FLAG`): the word is
+    /// in a `MAP_SHARED` mapping and the waker is another process.
+    fn wait(&mut self, timeout: Duration) {
+        let Some(node) = self.node.as_mut() else {
+            // Alone on the node: nothing can arrive through this btl.
+            if !timeout.is_zero() {
+                std::thread::sleep(timeout);
+            }
+            return;
+        };
+        if timeout.is_zero() || node.ready() {
+            return;
+        }
+        let c = self.layout.rank_ctrl(self.local_rank);
+        let map = Arc::clone(&node.map);
+        let sleeping = map.u32_at(c + layout::CTRL_SLEEPING);
+        let bell = map.u32_at(c + layout::CTRL_DOORBELL);
+        sleeping.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let seen = bell.load(Ordering::Acquire);
+        if !node.ready() {
+            segment::futex_wait(bell, seen, timeout);
+        }
+        sleeping.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn btl_is_send() {
+        assert_send::<ShmBtl>();
+    }
+
+    #[test]
+    fn alone_on_the_node() {
+        let mut fences = 0;
+        let mut btl = ShmBtl::bootstrap(
+            "/dev/shm/gmpi-unit-alone-never-created",
+            0,
+            1,
+            &[7],
+            &ShmConfig::default(),
+            &mut || {
+                fences += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(fences, 2);
+        assert!(!btl.reaches(7) && !btl.reaches(0));
+        assert!(!btl.cma_enabled());
+        assert_eq!(btl.memory_per_rank(), 0);
+        assert_eq!(btl.send(0, &[b"x"], 0), Err(BtlError::Unreachable(0)));
+        assert_eq!(btl.progress(&mut |_| {}), 0);
+        assert!(!Path::new("/dev/shm/gmpi-unit-alone-never-created").exists());
+    }
+
+    #[test]
+    fn bad_arguments_still_fence_twice() {
+        for (rank, size, world, cfg) in [
+            (2, 2, vec![0, 1], ShmConfig::default()),
+            (0, 2, vec![0], ShmConfig::default()),
+            (0, 2, vec![3, 3], ShmConfig::default()),
+            (
+                0,
+                2,
+                vec![0, 1],
+                ShmConfig {
+                    eager_limit: 100,
+                    max_frag: 64,
+                    ..ShmConfig::default()
+                },
+            ),
+        ] {
+            let mut fences = 0;
+            let e = ShmBtl::bootstrap("/dev/shm/gmpi-unit-bad", rank, size, &world, &cfg, &mut || {
+                fences += 1;
+                Ok(())
+            })
+            .unwrap_err();
+            assert_eq!(fences, 2, "{e}");
+        }
+    }
+
+    #[test]
+    fn failing_fence_is_reported_and_cleans_up() {
+        let path = format!("/dev/shm/gmpi-unit-fence-{}", std::process::id());
+        let e = ShmBtl::bootstrap(&path, 0, 2, &[0, 1], &ShmConfig::default(), &mut || {
+            Err("pmi gone".into())
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("pmi gone"), "{e}");
+        assert!(!Path::new(&path).exists());
+    }
+
+    /// Two ranks on threads; the returned file handle stays valid after the
+    /// unlink and writes through the same pages as the mappings.
+    fn pair_with_file(cfg: &ShmConfig) -> (ShmBtl, ShmBtl, std::fs::File) {
+        use std::sync::{Barrier, Mutex};
+        let path = format!("/dev/shm/gmpi-unit-corrupt-{}", std::process::id());
+        let barrier = Arc::new(Barrier::new(2));
+        let file = Arc::new(Mutex::new(None));
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let (barrier, file, path, cfg) =
+                    (Arc::clone(&barrier), Arc::clone(&file), path.clone(), cfg.clone());
+                std::thread::spawn(move || {
+                    ShmBtl::bootstrap(&path, r, 2, &[10, 11], &cfg, &mut || {
+                        if r == 1 && file.lock().unwrap().is_none() {
+                            let f = std::fs::OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .open(&path)
+                                .unwrap();
+                            *file.lock().unwrap() = Some(f);
+                        }
+                        barrier.wait();
+                        Ok(())
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        let mut it = hs.into_iter().map(|h| h.join().unwrap());
+        let (a, b) = (it.next().unwrap(), it.next().unwrap());
+        let f = file.lock().unwrap().take().unwrap();
+        (a, b, f)
+    }
+
+    fn events(b: &mut ShmBtl) -> Vec<String> {
+        let mut v = Vec::new();
+        b.progress(&mut |e| v.push(format!("{e:?}")));
+        v
+    }
+
+    #[test]
+    fn corrupt_record_header_reports_peer_failed_once() {
+        use std::os::unix::fs::FileExt;
+        let (mut a, mut b, f) = pair_with_file(&ShmConfig::default());
+        let ring = a.layout.ring(0, 1) + layout::RING_CTRL_BYTES;
+        a.send(11, &[b"first"], 0).unwrap();
+        a.send(11, &[b"second"], 0).unwrap();
+        // Overwrite the second record's header (first is 8 + 8 bytes).
+        f.write_at(&0x1234_5678_9abc_def0u64.to_le_bytes(), (ring + 16) as u64)
+            .unwrap();
+        let ev = events(&mut b);
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert!(ev[0].contains("first".as_bytes().first().unwrap().to_string().as_str()));
+        assert_eq!(ev[1], "PeerFailed { peer: 10 }");
+        assert!(b.fault().unwrap().contains("bad record header"), "{:?}", b.fault());
+        assert!(events(&mut b).is_empty(), "reported once, ring no longer read");
+        assert_eq!(b.send(10, &[b"x"], 0), Err(BtlError::PeerFailed(10)));
+        // The other direction is unaffected for the sender's side.
+        b.wait(Duration::from_millis(1));
+    }
+
+    #[test]
+    fn corrupt_counters_are_caught() {
+        use std::os::unix::fs::FileExt;
+        let (mut a, mut b, f) = pair_with_file(&ShmConfig::default());
+        // Tail of ring 0 -> 1 far beyond head: more than a ring published.
+        let ctrl = a.layout.ring(0, 1);
+        f.write_at(&(1u64 << 40).to_le_bytes(), (ctrl + layout::RING_TAIL) as u64)
+            .unwrap();
+        assert_eq!(events(&mut b), vec!["PeerFailed { peer: 10 }".to_string()]);
+        assert!(b.fault().unwrap().contains("tail"));
+        // Head of ring 0 -> 1 ahead of the producer's tail: the producer
+        // notices when it reloads head (the ring looks full first).
+        let (mut a2, _b2, f2) = pair_with_file(&ShmConfig {
+            ring_bytes: Some(0),
+            ..ShmConfig::default()
+        });
+        let ctrl = a2.layout.ring(0, 1);
+        f2.write_at(&(1u64 << 40).to_le_bytes(), (ctrl + layout::RING_HEAD) as u64)
+            .unwrap();
+        let msg = [0u8; 4000];
+        let mut res = Ok(Submit::Done);
+        for _ in 0..100 {
+            res = a2.send(11, &[&msg], 0);
+            if res.is_err() {
+                break;
+            }
+        }
+        assert_eq!(res, Err(BtlError::PeerFailed(11)));
+        assert_eq!(events(&mut a2), vec!["PeerFailed { peer: 11 }".to_string()]);
+        drop(a);
+    }
+}

@@ -171,7 +171,7 @@ pub enum BtlError {
 }
 
 /// A transport. See the crate documentation for the contract.
-pub trait Btl {
+pub trait Btl: Send {
     /// What this btl can do.
     fn caps(&self) -> &Capabilities;
 

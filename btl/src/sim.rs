@@ -21,9 +21,8 @@
 //! - [`Fabric::kill`]: a rank dies; others see [`Event::PeerFailed`] once and
 //!   sends to it fail.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit};
@@ -111,7 +110,7 @@ struct State {
     reported: BTreeMap<(u32, Rank), Vec<Rank>>,
     /// Per (lane, rank): completions to report on the next progress.
     completions: BTreeMap<(u32, Rank), Vec<(bool, u64, Option<BtlError>)>>,
-    memories: Vec<Rc<RefCell<SimMemory>>>,
+    memories: Vec<Arc<Mutex<SimMemory>>>,
     sends: u64,
 }
 
@@ -126,18 +125,29 @@ impl State {
     }
 }
 
+trait Lk<T> {
+    fn lk(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> Lk<T> for Mutex<T> {
+    fn lk(&self) -> MutexGuard<'_, T> {
+        // A test that panicked while holding the lock already failed.
+        self.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The simulated fabric shared by every simulated endpoint.
 #[derive(Debug, Clone)]
 pub struct Fabric {
-    st: Rc<RefCell<State>>,
+    st: Arc<Mutex<State>>,
 }
 
 impl Fabric {
     /// `n` ranks connected by `lanes` transports.
     pub fn new(n: u32, lanes: u32) -> Self {
-        let memories = (0..n).map(|_| Rc::default()).collect();
+        let memories = (0..n).map(|_| Arc::default()).collect();
         Self {
-            st: Rc::new(RefCell::new(State {
+            st: Arc::new(Mutex::new(State {
                 n,
                 lanes,
                 queues: BTreeMap::new(),
@@ -157,7 +167,10 @@ impl Fabric {
 
     /// Rank `me`'s endpoint on `lane`, with the given capabilities.
     pub fn endpoint(&self, me: Rank, lane: u32, caps: Capabilities) -> SimBtl {
-        assert!(me < self.st.borrow().n && lane < self.st.borrow().lanes);
+        {
+            let st = self.st.lk();
+            assert!(me < st.n && lane < st.lanes);
+        }
         SimBtl {
             me,
             lane,
@@ -180,55 +193,55 @@ impl Fabric {
     }
 
     /// Rank `r`'s simulated memory.
-    pub fn memory(&self, r: Rank) -> Rc<RefCell<SimMemory>> {
-        self.st.borrow().memories[r as usize].clone()
+    pub fn memory(&self, r: Rank) -> Arc<Mutex<SimMemory>> {
+        self.st.lk().memories[r as usize].clone()
     }
 
     /// At most `k` undelivered fragments per (lane, src, dst).
     pub fn set_capacity(&self, k: usize) {
-        self.st.borrow_mut().capacity = k.max(1);
+        self.st.lk().capacity = k.max(1);
     }
 
     /// Stop delivering on `lane`.
     pub fn hold_lane(&self, lane: u32) {
-        self.st.borrow_mut().held[lane as usize] = true;
+        self.st.lk().held[lane as usize] = true;
     }
 
     /// Resume delivering on `lane`.
     pub fn release_lane(&self, lane: u32) {
-        self.st.borrow_mut().held[lane as usize] = false;
+        self.st.lk().held[lane as usize] = false;
     }
 
     /// Drain receive queues in a pseudo-random order seeded by `seed`.
     pub fn set_seed(&self, seed: u64) {
-        self.st.borrow_mut().rng = Some(seed | 1);
+        self.st.lk().rng = Some(seed | 1);
     }
 
     /// Make sends and gets complete asynchronously.
     pub fn set_queued(&self, on: bool) {
-        self.st.borrow_mut().queued = on;
+        self.st.lk().queued = on;
     }
 
     /// Make every get fail.
     pub fn fail_gets(&self, on: bool) {
-        self.st.borrow_mut().fail_gets = on;
+        self.st.lk().fail_gets = on;
     }
 
     /// Kill rank `r`.
     pub fn kill(&self, r: Rank) {
-        let mut st = self.st.borrow_mut();
+        let mut st = self.st.lk();
         st.dead[r as usize] = true;
         st.queues.retain(|&(_, s, d), _| s != r && d != r);
     }
 
     /// Fragments not yet delivered, on every lane.
     pub fn in_flight(&self) -> usize {
-        self.st.borrow().queues.values().map(VecDeque::len).sum()
+        self.st.lk().queues.values().map(VecDeque::len).sum()
     }
 
     /// Fragments submitted so far, on every lane.
     pub fn sends(&self) -> u64 {
-        self.st.borrow().sends
+        self.st.lk().sends
     }
 }
 
@@ -238,7 +251,7 @@ pub struct SimBtl {
     me: Rank,
     lane: u32,
     caps: Capabilities,
-    st: Rc<RefCell<State>>,
+    st: Arc<Mutex<State>>,
 }
 
 impl Btl for SimBtl {
@@ -247,12 +260,12 @@ impl Btl for SimBtl {
     }
 
     fn reaches(&self, peer: Rank) -> bool {
-        let st = self.st.borrow();
+        let st = self.st.lk();
         peer < st.n && peer != self.me
     }
 
     fn send(&mut self, peer: Rank, parts: &[&[u8]], token: u64) -> Result<Submit, BtlError> {
-        let mut st = self.st.borrow_mut();
+        let mut st = self.st.lk();
         if peer >= st.n || peer == self.me {
             return Err(BtlError::Unreachable(peer));
         }
@@ -303,7 +316,7 @@ impl Btl for SimBtl {
         dst: &mut [u8],
         token: u64,
     ) -> Result<Submit, BtlError> {
-        let mut st = self.st.borrow_mut();
+        let mut st = self.st.lk();
         if !self.caps.get {
             return Err(BtlError::Unsupported(self.caps.name));
         }
@@ -326,7 +339,7 @@ impl Btl for SimBtl {
             return Err(BtlError::GetFailed("injected failure".into()));
         }
         let mem = st.memories[peer as usize].clone();
-        dst.copy_from_slice(mem.borrow().read(remote.addr + offset, dst.len()));
+        dst.copy_from_slice(mem.lk().read(remote.addr + offset, dst.len()));
         if st.queued {
             st.completions
                 .entry((self.lane, self.me))
@@ -342,7 +355,7 @@ impl Btl for SimBtl {
         // Completions first.
         let comps = self
             .st
-            .borrow_mut()
+            .lk()
             .completions
             .remove(&(self.lane, self.me))
             .unwrap_or_default();
@@ -356,7 +369,7 @@ impl Btl for SimBtl {
         }
         // Failures.
         let newly_dead: Vec<Rank> = {
-            let mut st = self.st.borrow_mut();
+            let mut st = self.st.lk();
             let dead: Vec<Rank> = (0..st.n)
                 .filter(|&r| st.dead[r as usize] && r != self.me)
                 .collect();
@@ -371,7 +384,7 @@ impl Btl for SimBtl {
         }
         // Fragments.
         let budget = {
-            let mut st = self.st.borrow_mut();
+            let mut st = self.st.lk();
             match st.next_rand() {
                 Some(r) => 1 + (r % 4) as usize,
                 None => usize::MAX,
@@ -379,7 +392,7 @@ impl Btl for SimBtl {
         };
         for _ in 0..budget {
             let frag = {
-                let mut st = self.st.borrow_mut();
+                let mut st = self.st.lk();
                 if st.held[self.lane as usize] {
                     break;
                 }
@@ -461,7 +474,7 @@ mod tests {
         let f = Fabric::new(2, 1);
         let mut a0 = f.endpoint(0, 0, Fabric::shm_caps(64, 256));
         let mut a1 = f.endpoint(1, 0, Fabric::shm_caps(64, 256));
-        let addr = f.memory(0).borrow_mut().alloc_with(b"hello world");
+        let addr = f.memory(0).lock().unwrap().alloc_with(b"hello world");
         let d = a0.register(addr, 11).unwrap();
         let mut buf = [0u8; 5];
         assert_eq!(a1.get(0, &d, 6, &mut buf, 1), Ok(Submit::Done));

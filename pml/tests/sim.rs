@@ -2,8 +2,7 @@
 //! unexpected messages, back-pressure, reordering between transports, peer
 //! failure, truncation — and a property test against a reference model.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use gmpi_btl::loopback::Loopback;
 use gmpi_btl::sim::{Fabric, SimMemory};
@@ -13,11 +12,11 @@ use gmpi_pml::driver::{Driver, MemAccess};
 use gmpi_pml::{Buf, Pml, PmlConfig, PmlError, RecvArgs, ReqId, SendArgs, SendMode, Status};
 use proptest::prelude::*;
 
-struct SimMem(Rc<RefCell<SimMemory>>);
+struct SimMem(Arc<Mutex<SimMemory>>);
 
 impl MemAccess for SimMem {
     fn with_read<R>(&self, addr: u64, len: usize, _k: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
-        f(self.0.borrow().read(addr, len))
+        f(self.0.lock().unwrap().read(addr, len))
     }
     fn with_write<R>(
         &mut self,
@@ -26,7 +25,7 @@ impl MemAccess for SimMem {
         _k: MemKind,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> R {
-        f(self.0.borrow_mut().slice_mut(addr, len))
+        f(self.0.lock().unwrap().slice_mut(addr, len))
     }
 }
 
@@ -70,16 +69,16 @@ impl World {
         Self { f, d }
     }
 
-    fn mem(&self, r: u32) -> Rc<RefCell<SimMemory>> {
+    fn mem(&self, r: u32) -> Arc<Mutex<SimMemory>> {
         self.f.memory(r)
     }
 
     fn alloc(&self, r: u32, data: &[u8]) -> u64 {
-        self.mem(r).borrow_mut().alloc_with(data)
+        self.mem(r).lock().unwrap().alloc_with(data)
     }
 
     fn read(&self, r: u32, addr: u64, len: usize) -> Vec<u8> {
-        self.mem(r).borrow().read(addr, len).to_vec()
+        self.mem(r).lock().unwrap().read(addr, len).to_vec()
     }
 
     fn send(&mut self, from: u32, to: u32, tag: i32, data: &[u8], mode: SendMode) -> ReqId {

@@ -1,0 +1,502 @@
+//! Every `unsafe` operation of the crate: the shared mapping, raw ring memory,
+//! atomics placed in shared memory, futex system calls and `process_vm_readv`.
+//!
+//! The rest of the crate sees safe types only:
+//! - [`Mapping`]: an `mmap(MAP_SHARED)` of the segment file, unmapped on drop;
+//!   hands out bounds- and alignment-checked `&AtomicU32`/`&AtomicU64`.
+//! - [`TxRing`] / [`RxRing`]: the producer and consumer ends of one
+//!   single-producer/single-consumer ring. Their methods are the only code
+//!   that reads or writes record bytes, and they uphold the ring invariant
+//!   that makes the raw accesses sound: the producer writes only the free
+//!   region `[tail, head + cap)`, the consumer reads only the published region
+//!   `[head, tail)`, and the two regions never overlap because `tail` is
+//!   published with Release after the bytes are written and `head` with
+//!   Release after the bytes are read (each side loads the other's counter
+//!   with Acquire). Every counter and record header read from shared memory is
+//!   validated before it is used to form an address, so a corrupt or hostile
+//!   peer can make a ring report [`Corrupt`], never make us touch memory
+//!   outside the ring.
+//! - [`futex_wait`] / [`futex_wake`]: shared (not `FUTEX_PRIVATE`) futexes,
+//!   since the waiter and the waker are different processes.
+//! - [`vm_read`]: one `process_vm_readv` call.
+//!
+//! Caveat shared by every shared-memory transport: a peer process that
+//! scribbles over a ring *while* we hold a record slice would race with us;
+//! peers are processes of the same user and job, and the protocol never does
+//! it.
+
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::layout::{self, Kind, RING_CTRL_BYTES, RING_HEAD, RING_TAIL, RING_WANT};
+
+/// A shared, writable mapping of the whole segment file.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value until drop; all
+// access through it is either atomic or governed by the ring protocol, which
+// does not depend on which thread performs it.
+unsafe impl Send for Mapping {}
+// SAFETY: shared references only expose atomics (`&AtomicU32/U64`) and the
+// ring types, which need `&mut` for their own non-atomic accesses.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Create `path` exclusively (`O_CREAT|O_EXCL`, mode 0600), size it to
+    /// `len` zero bytes (no page is touched) and map it.
+    pub(crate) fn create(path: &Path, len: usize) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        file.set_len(len as u64)?;
+        Self::map(&file, len)
+    }
+
+    /// Open and map an existing segment file, whatever its size.
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "segment too large"))?;
+        if len < layout::HEADER_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("segment is {len} bytes, smaller than its header"),
+            ));
+        }
+        Self::map(&file, len)
+    }
+
+    fn map(file: &File, len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh mapping chosen by the kernel (null hint), of a file
+        // descriptor we own for the duration of the call; the result is
+        // checked for MAP_FAILED. The file may be closed afterwards: the
+        // mapping keeps the pages alive.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        Ok(Self { base, len })
+    }
+
+    /// Mapped length.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn check(&self, off: usize, size: usize) {
+        assert!(
+            off.is_multiple_of(size) && off.checked_add(size).is_some_and(|e| e <= self.len),
+            "segment access at {off} (+{size}) outside {} bytes",
+            self.len
+        );
+    }
+
+    /// The `u64` at byte offset `off`, which must be 8-aligned and inside.
+    pub(crate) fn u64_at(&self, off: usize) -> &AtomicU64 {
+        self.check(off, 8);
+        // SAFETY: in bounds and 8-aligned (checked; the mapping is
+        // page-aligned); AtomicU64 has the layout of u64 and any bit pattern
+        // is valid; the memory lives as long as `self`; concurrent access from
+        // other processes is atomic too.
+        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    /// The `u32` at byte offset `off`, which must be 4-aligned and inside.
+    pub(crate) fn u32_at(&self, off: usize) -> &AtomicU32 {
+        self.check(off, 4);
+        // SAFETY: as for `u64_at`, with 4-byte size and alignment.
+        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+    }
+
+    fn ptr_at(&self, off: usize) -> NonNull<u8> {
+        assert!(off <= self.len);
+        // SAFETY: `off` is within (or one past) the mapping, so the offset
+        // pointer stays within the same allocation.
+        unsafe { self.base.add(off) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly what mmap returned; nothing
+        // borrowed from the mapping outlives it (the ring ends hold an `Arc`).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// The ring's shared state is corrupt (a counter or record header that the
+/// protocol cannot produce). The ring must not be used again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Corrupt(pub(crate) String);
+
+/// Shared pointers of one ring.
+#[derive(Debug)]
+struct RingMem {
+    map: Arc<Mapping>,
+    ctrl: usize,
+    data: NonNull<u8>,
+    cap: u64,
+}
+
+impl RingMem {
+    fn new(map: &Arc<Mapping>, ctrl: usize, ring_bytes: usize) -> Self {
+        let data_off = ctrl + RING_CTRL_BYTES;
+        assert!(
+            ring_bytes.is_multiple_of(8) && ring_bytes > 0 && data_off + ring_bytes <= map.len(),
+            "ring at {ctrl} does not fit the segment"
+        );
+        Self {
+            map: Arc::clone(map),
+            ctrl,
+            data: map.ptr_at(data_off),
+            cap: ring_bytes as u64,
+        }
+    }
+    fn tail(&self) -> &AtomicU64 {
+        self.map.u64_at(self.ctrl + RING_TAIL)
+    }
+    fn head(&self) -> &AtomicU64 {
+        self.map.u64_at(self.ctrl + RING_HEAD)
+    }
+    fn want(&self) -> &AtomicU32 {
+        self.map.u32_at(self.ctrl + RING_WANT)
+    }
+    /// The header word at ring offset `off` (8-aligned, `< cap`).
+    fn word(&self, off: u64) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off < self.cap);
+        // SAFETY: `off + 8 <= cap` (off is 8-aligned and below cap, cap is a
+        // multiple of 8) and the data area is 64-aligned, so the pointer is
+        // in bounds and aligned; see `Mapping::u64_at`.
+        unsafe { &*self.data.as_ptr().add(off as usize).cast::<AtomicU64>() }
+    }
+}
+
+/// Producer end of one ring (this process sends on it).
+#[derive(Debug)]
+pub(crate) struct TxRing {
+    mem: RingMem,
+    /// Our own tail (we are the only writer).
+    tail: u64,
+    /// Last head we loaded; refreshed only when it looks full.
+    head_cache: u64,
+    /// Space we were refused last time (0: not blocked).
+    blocked_need: u64,
+}
+
+// SAFETY: the raw data pointer points into the `Arc<Mapping>` held alongside;
+// the producer state is owned by this value and moves with it.
+unsafe impl Send for TxRing {}
+
+/// Result of [`TxRing::push`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Push {
+    /// Written and published.
+    Done,
+    /// No room; nothing written; the consumer was asked to ring our doorbell
+    /// when it frees space.
+    Full,
+}
+
+impl TxRing {
+    /// Producer end of the ring whose control lines are at `ctrl`.
+    pub(crate) fn new(map: &Arc<Mapping>, ctrl: usize, ring_bytes: usize) -> Self {
+        let mem = RingMem::new(map, ctrl, ring_bytes);
+        let tail = mem.tail().load(Ordering::Relaxed);
+        let head_cache = mem.head().load(Ordering::Acquire);
+        Self {
+            mem,
+            tail,
+            head_cache,
+            blocked_need: 0,
+        }
+    }
+
+    /// Bytes needed to append a record of `rec` bytes at our tail
+    /// (including a pad record if it would cross the end).
+    fn need(&self, rec: u64) -> u64 {
+        let to_end = self.mem.cap - self.tail % self.mem.cap;
+        if rec <= to_end {
+            rec
+        } else {
+            to_end + rec
+        }
+    }
+
+    fn free(&self, head: u64) -> Result<u64, Corrupt> {
+        let used = self.tail.wrapping_sub(head);
+        if used > self.mem.cap || !used.is_multiple_of(8) {
+            return Err(Corrupt(format!(
+                "consumer head {head} inconsistent with tail {}",
+                self.tail
+            )));
+        }
+        Ok(self.mem.cap - used)
+    }
+
+    /// Gather `parts` (`len` bytes in all, `record_size(len) <= cap / 2`)
+    /// into one record and publish it with Release.
+    pub(crate) fn push(&mut self, parts: &[&[u8]], len: usize) -> Result<Push, Corrupt> {
+        let rec = layout::record_size(len) as u64;
+        assert!(rec <= self.mem.cap / 2, "record larger than the ring allows");
+        let need = self.need(rec);
+        if self.free(self.head_cache)? < need {
+            self.head_cache = self.mem.head().load(Ordering::Acquire);
+            if self.free(self.head_cache)? < need {
+                // Ask the consumer for a wake-up, then look once more: either
+                // we see the head it stores before its SeqCst fence, or it
+                // sees our flag after its fence (see `RxRing::drain`).
+                self.mem.want().store(1, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                self.head_cache = self.mem.head().load(Ordering::Acquire);
+                if self.free(self.head_cache)? < need {
+                    self.blocked_need = need;
+                    return Ok(Push::Full);
+                }
+            }
+        }
+        if self.blocked_need != 0 {
+            self.blocked_need = 0;
+            self.mem.want().store(0, Ordering::Relaxed);
+        }
+        let cap = self.mem.cap;
+        let mut off = self.tail % cap;
+        if need != rec {
+            self.mem
+                .word(off)
+                .store(layout::encode(Kind::Pad), Ordering::Relaxed);
+            self.tail += cap - off;
+            off = 0;
+        }
+        self.mem
+            .word(off)
+            .store(layout::encode(Kind::Data(len as u32)), Ordering::Relaxed);
+        let mut dst = off as usize + layout::REC_HDR;
+        for p in parts {
+            // SAFETY: `[off, off + rec)` lies inside the ring (`need` ensured
+            // it does not cross the end) and inside the free region
+            // `[tail, head + cap)` (checked against a head loaded with
+            // Acquire), which the consumer does not read until we publish;
+            // `dst + p.len() <= off + 8 + len <= off + rec`. `p` is our
+            // caller's memory, never the ring, so the ranges do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), self.mem.data.as_ptr().add(dst), p.len());
+            }
+            dst += p.len();
+        }
+        self.tail += rec;
+        self.mem.tail().store(self.tail, Ordering::Release);
+        Ok(Push::Done)
+    }
+
+    /// After [`Push::Full`]: whether the consumer has since freed enough
+    /// space for the refused record (one Acquire load). `false` when not blocked.
+    pub(crate) fn unblocked(&mut self) -> bool {
+        if self.blocked_need == 0 {
+            return false;
+        }
+        self.head_cache = self.mem.head().load(Ordering::Acquire);
+        self.free(self.head_cache)
+            .is_ok_and(|free| free >= self.blocked_need)
+    }
+}
+
+/// Consumer end of one ring (this process receives on it).
+#[derive(Debug)]
+pub(crate) struct RxRing {
+    mem: RingMem,
+    /// Our own head (we are the only writer).
+    head: u64,
+    /// Largest payload a record may announce.
+    max_len: u64,
+}
+
+// SAFETY: as for `TxRing`.
+unsafe impl Send for RxRing {}
+
+/// Result of [`RxRing::drain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Drained {
+    /// Fragments handed to the callback.
+    pub(crate) frags: usize,
+    /// The producer had asked to be woken when space frees up.
+    pub(crate) wake_producer: bool,
+}
+
+impl RxRing {
+    /// Consumer end of the ring whose control lines are at `ctrl`.
+    pub(crate) fn new(map: &Arc<Mapping>, ctrl: usize, ring_bytes: usize, max_len: usize) -> Self {
+        let mem = RingMem::new(map, ctrl, ring_bytes);
+        let head = mem.head().load(Ordering::Relaxed);
+        Self {
+            mem,
+            head,
+            max_len: max_len as u64,
+        }
+    }
+
+    /// Whether a record may be waiting (one Acquire load; the empty-poll path).
+    #[inline]
+    pub(crate) fn has_data(&self) -> bool {
+        self.mem.tail().load(Ordering::Acquire) != self.head
+    }
+
+    /// Hand up to `budget` fragments to `f` (each slice points into the ring
+    /// and is valid during the call only), then release their space with
+    /// one Release store of head.
+    pub(crate) fn drain(
+        &mut self,
+        budget: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> (Drained, Result<(), Corrupt>) {
+        let tail = self.mem.tail().load(Ordering::Acquire);
+        let cap = self.mem.cap;
+        let mut avail = tail.wrapping_sub(self.head);
+        let mut out = Drained::default();
+        if avail == 0 {
+            return (out, Ok(()));
+        }
+        if avail > cap || !avail.is_multiple_of(8) {
+            return (
+                out,
+                Err(Corrupt(format!(
+                    "producer tail {tail} inconsistent with head {}",
+                    self.head
+                ))),
+            );
+        }
+        let mut pos = self.head;
+        let mut res = Ok(());
+        while avail > 0 && out.frags < budget {
+            let off = pos % cap;
+            let word = self.mem.word(off).load(Ordering::Relaxed);
+            let step = match layout::decode(word) {
+                Some(Kind::Pad) if cap - off <= avail => cap - off,
+                Some(Kind::Data(len))
+                    if u64::from(len) <= self.max_len
+                        && layout::record_size(len as usize) as u64 <= (cap - off).min(avail) =>
+                {
+                    // SAFETY: the record `[off, off + 8 + len)` was checked to
+                    // lie inside the ring and inside the published region
+                    // `[head, tail)` (tail loaded with Acquire, so its bytes
+                    // are visible); the producer does not write there until
+                    // we advance head, which happens after `f` returns.
+                    let data = unsafe {
+                        std::slice::from_raw_parts(
+                            self.mem.data.as_ptr().add(off as usize + layout::REC_HDR),
+                            len as usize,
+                        )
+                    };
+                    f(data);
+                    out.frags += 1;
+                    layout::record_size(len as usize) as u64
+                }
+                _ => {
+                    res = Err(Corrupt(format!(
+                        "bad record header {word:#018x} at ring offset {off} ({avail} bytes published)"
+                    )));
+                    break;
+                }
+            };
+            pos += step;
+            avail -= step;
+        }
+        if pos != self.head {
+            self.head = pos;
+            self.mem.head().store(pos, Ordering::Release);
+            // Pairs with the fence in `TxRing::push`: either the producer
+            // sees our new head, or we see its want-space flag.
+            fence(Ordering::SeqCst);
+            if self.mem.want().load(Ordering::Relaxed) != 0 {
+                out.wake_producer = self.mem.want().swap(0, Ordering::Relaxed) != 0;
+            }
+        }
+        (out, res)
+    }
+}
+
+/// Sleep on the shared futex word `word` while it holds `expected`, for at
+/// most `timeout`. Returns on wake-up, timeout, signal or value mismatch.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call;
+    // FUTEX_WAIT (shared: the word lives in a MAP_SHARED mapping used by
+    // several processes) only reads it; `ts` outlives the call; the unused
+    // arguments are ignored by FUTEX_WAIT. Errors (EAGAIN, ETIMEDOUT, EINTR)
+    // all mean "return to the caller", who re-checks its condition.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wake the waiters of the shared futex word `word`.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access
+    // memory through the pointer beyond using it as a key.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// One `process_vm_readv` of `dst.len()` bytes at `remote` in process `pid`.
+/// Returns the number of bytes read (possibly fewer than asked).
+pub(crate) fn vm_read(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<usize> {
+    let remote = usize::try_from(remote)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: dst.len(),
+    };
+    // SAFETY: the local iovec describes `dst`, which we borrow mutably for
+    // the call; the remote iovec is only interpreted by the kernel in the
+    // other process's address space (faults there are reported as EFAULT).
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}

@@ -1,0 +1,435 @@
+//! Several ranks in one process (one thread each for bootstrap): ordering,
+//! sizes, back-pressure, wrap-around, all-to-all, bootstrap hygiene, get.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit};
+use gmpi_btl_shm::{ShmBtl, ShmConfig, MAX_FRAGS_PER_PROGRESS};
+
+#[test]
+fn caps_and_reachability() {
+    let cfg = ShmConfig::default();
+    let mut b = boot(&[10, 20], &cfg);
+    let caps = b[0].caps().clone();
+    assert_eq!(caps.name, "shm");
+    assert_eq!(caps.eager_limit, 4096);
+    assert_eq!(caps.max_send_size, 32 << 10);
+    assert_eq!(caps.exclusivity, 100);
+    assert_eq!(caps.get_threshold, 16 << 10);
+    assert!(caps.get, "{}", b[0].cma_status());
+    assert!(b[0].cma_enabled());
+    assert!(b[0].reaches(20) && !b[0].reaches(10) && !b[0].reaches(0));
+    assert!(b[1].reaches(10) && !b[1].reaches(20));
+    assert_eq!(b[0].ring_bytes(), 1 << 20);
+    // Two ranks: one incoming ring each, plus control and header share.
+    assert_eq!(b[0].memory_per_rank(), (1 << 20) + 128 + 128 + 32);
+    assert_eq!(b[0].segment_bytes(), 2 * b[0].memory_per_rank());
+    assert_eq!(b[0].send(30, &[b"x"], 0), Err(BtlError::Unreachable(30)));
+    let big = vec![0u8; (32 << 10) + 1];
+    assert_eq!(
+        b[0].send(20, &[&big], 0),
+        Err(BtlError::TooLarge {
+            len: (32 << 10) + 1,
+            max: 32 << 10
+        })
+    );
+    // Exactly max_frag, split in parts, is fine.
+    let (a, c) = big[..32 << 10].split_at(1000);
+    assert_eq!(b[0].send(20, &[a, &[], c], 0), Ok(Submit::Done));
+    let got = poll(&mut b[1]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, 10);
+    assert_eq!(got[0].1.len(), 32 << 10);
+}
+
+#[test]
+fn every_size_in_fifo_order() {
+    let cfg = ShmConfig {
+        max_frag: 8192,
+        eager_limit: 1024,
+        ring_bytes: Some(64 << 10),
+        ..ShmConfig::default()
+    };
+    let mut b = boot(&[0, 1], &cfg);
+    let (left, right) = b.split_at_mut(1);
+    let (tx, rx) = (&mut left[0], &mut right[0]);
+    let mut got = Vec::new();
+    for len in 0..=8192usize {
+        let p = payload(0, len as u64, len);
+        // Exercise the gather path with up to three parts.
+        let (a, rest) = p.split_at(len / 3);
+        let (m, z) = rest.split_at(rest.len() / 2);
+        send_draining(tx, rx, 1, &[a, m, z], &mut got);
+    }
+    while got.len() < 8193 {
+        got.extend(poll(rx));
+    }
+    for (len, (peer, data)) in got.iter().enumerate() {
+        assert_eq!(*peer, 0);
+        assert_eq!(data.len(), len, "fragment {len} arrived out of order");
+        assert!(*data == payload(0, len as u64, len), "content of {len}");
+    }
+}
+
+#[test]
+fn sizes_around_boundaries_with_default_config() {
+    let mut b = boot(&[0, 1], &ShmConfig::default());
+    let (left, right) = b.split_at_mut(1);
+    let (tx, rx) = (&mut left[0], &mut right[0]);
+    let mut sizes: Vec<usize> = (0..=80).collect();
+    for base in [4096usize, 16 << 10, 32 << 10] {
+        sizes.extend(base - 9..=base + 9);
+    }
+    sizes.retain(|&s| s <= 32 << 10);
+    let mut got = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        send_draining(tx, rx, 1, &[&payload(0, i as u64, len)], &mut got);
+    }
+    while got.len() < sizes.len() {
+        got.extend(poll(rx));
+    }
+    for (i, (&len, (_, data))) in sizes.iter().zip(&got).enumerate() {
+        assert!(*data == payload(0, i as u64, len), "message {i} of {len} bytes");
+    }
+}
+
+#[test]
+fn back_pressure_then_success_after_drain() {
+    let cfg = ShmConfig {
+        ring_bytes: Some(0), // rounded up to the minimum: 2 * (32 KiB + 8) + 64
+        ..ShmConfig::default()
+    };
+    let mut b = boot(&[0, 1], &cfg);
+    assert_eq!(b[0].ring_bytes(), 2 * ((32 << 10) + 8) + 64);
+    let msg = vec![7u8; 1000];
+    let mut sent = 0u64;
+    loop {
+        let p = payload(0, sent, 1000);
+        match b[0].send(1, &[&p], 0).unwrap() {
+            Submit::Done => sent += 1,
+            Submit::NoResource => break,
+            Submit::Queued => unreachable!(),
+        }
+    }
+    assert_eq!(sent as usize, b[0].ring_bytes() / 1008);
+    // Still full: refused again, nothing written.
+    assert_eq!(b[0].send(1, &[&msg], 0), Ok(Submit::NoResource));
+    let mut got = Vec::new();
+    while got.len() < sent as usize {
+        let batch = poll(&mut b[1]);
+        assert!(batch.len() <= MAX_FRAGS_PER_PROGRESS);
+        assert!(!batch.is_empty());
+        got.extend(batch);
+    }
+    assert!(poll(&mut b[1]).is_empty(), "refused sends wrote nothing");
+    for (i, (_, d)) in got.iter().enumerate() {
+        assert!(*d == payload(0, i as u64, 1000));
+    }
+    assert_eq!(b[0].send(1, &[&msg], 0), Ok(Submit::Done));
+    assert_eq!(poll(&mut b[1]), vec![(0, msg)]);
+}
+
+#[test]
+fn wraps_around_many_times() {
+    let cfg = ShmConfig {
+        max_frag: 512,
+        eager_limit: 256,
+        ring_bytes: Some(4096),
+        ..ShmConfig::default()
+    };
+    let mut b = boot(&[5, 6], &cfg);
+    assert_eq!(b[0].ring_bytes(), 4096);
+    let (left, right) = b.split_at_mut(1);
+    let (tx, rx) = (&mut left[0], &mut right[0]);
+    let mut got = Vec::new();
+    let mut bytes = 0;
+    let n = 20_000u64;
+    for seq in 0..n {
+        let len = (seq as usize * 37) % 513;
+        bytes += len + 8;
+        send_draining(tx, rx, 6, &[&payload(5, seq, len)], &mut got);
+    }
+    while got.len() < n as usize {
+        got.extend(poll(rx));
+    }
+    assert!(bytes / 4096 > 1000, "wrapped {} times", bytes / 4096);
+    for (seq, (peer, d)) in got.iter().enumerate() {
+        assert_eq!(*peer, 5);
+        let len = (seq * 37) % 513;
+        assert!(*d == payload(5, seq as u64, len), "message {seq}");
+    }
+}
+
+#[test]
+fn all_to_all_four_ranks_on_threads() {
+    let world: Vec<Rank> = vec![3, 1, 7, 2];
+    let cfg = ShmConfig {
+        ring_bytes: Some(0),
+        ..ShmConfig::default()
+    };
+    let btls = boot(&world, &cfg);
+    const N: u64 = 3000;
+    let handles: Vec<_> = btls
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut btl)| {
+            let world = world.clone();
+            thread::spawn(move || {
+                let me = world[i];
+                let peers: Vec<Rank> = world.iter().copied().filter(|&w| w != me).collect();
+                let mut next_send = vec![0u64; peers.len()];
+                let mut next_recv = std::collections::HashMap::new();
+                let mut received = 0u64;
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while received < N * peers.len() as u64
+                    || next_send.iter().any(|&s| s < N)
+                {
+                    assert!(Instant::now() < deadline, "rank {me} stuck");
+                    let mut busy = false;
+                    for (k, &p) in peers.iter().enumerate() {
+                        while next_send[k] < N {
+                            let seq = next_send[k];
+                            let len = (seq as usize * 131 + p as usize) % 3000;
+                            match btl.send(p, &[&payload(me, seq, len)], 0).unwrap() {
+                                Submit::Done => next_send[k] += 1,
+                                _ => break,
+                            }
+                            busy = true;
+                        }
+                    }
+                    let n = btl.progress(&mut |e| {
+                        let Event::Frag { peer, data } = e else {
+                            panic!("unexpected {e:?}")
+                        };
+                        let seq = next_recv.entry(peer).or_insert(0u64);
+                        let len = (*seq as usize * 131 + me as usize) % 3000;
+                        assert!(data == payload(peer, *seq, len), "{peer}->{me} #{seq}");
+                        *seq += 1;
+                        received += 1;
+                    });
+                    if n == 0 && !busy {
+                        btl.wait(Duration::from_millis(50));
+                    }
+                }
+                btl
+            })
+        })
+        .collect();
+    // Keep every btl alive until all are done (a finished rank must not
+    // unmap while others still send to it — harmless anyway, the segment
+    // lives until the last mapping goes).
+    let done: Vec<ShmBtl> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(done.len(), 4);
+}
+
+#[test]
+fn progress_is_bounded_and_round_robin() {
+    let mut b = boot(&[0, 1, 2], &ShmConfig::default());
+    for seq in 0..100u64 {
+        for src in [1usize, 2] {
+            let p = payload(src as Rank, seq, 16);
+            assert_eq!(b[src].send(0, &[&p], 0), Ok(Submit::Done));
+        }
+    }
+    let first = poll(&mut b[0]);
+    assert_eq!(first.len(), MAX_FRAGS_PER_PROGRESS);
+    let second = poll(&mut b[0]);
+    assert_eq!(second.len(), MAX_FRAGS_PER_PROGRESS);
+    // The second pass starts at the other ring.
+    assert_ne!(first[0].0, second[0].0);
+    let mut all = first;
+    all.extend(second);
+    loop {
+        let more = poll(&mut b[0]);
+        if more.is_empty() {
+            break;
+        }
+        all.extend(more);
+    }
+    assert_eq!(all.len(), 200);
+    for src in [1, 2] {
+        let seqs: Vec<u64> = all
+            .iter()
+            .filter(|(p, _)| *p == src)
+            .map(|(_, d)| u64::from_le_bytes(d[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(seqs, (0..100).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn segment_is_0600_during_bootstrap_and_gone_after() {
+    let path = unique_path("mode");
+    let checked = Arc::new(AtomicBool::new(false));
+    let c2 = Arc::clone(&checked);
+    let res = boot_with(
+        &path,
+        &[0, 1, 2],
+        &[ShmConfig::default()],
+        move |rank, call, path| {
+            if rank == 0 && call == 0 {
+                let meta = std::fs::metadata(path).expect("segment exists at the first fence");
+                assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+                c2.store(true, Ordering::SeqCst);
+            }
+        },
+    );
+    assert!(res.iter().all(Result::is_ok));
+    assert!(checked.load(Ordering::SeqCst));
+    assert!(!Path::new(&path).exists(), "segment file left behind");
+}
+
+#[test]
+fn stale_file_is_refused_by_every_rank() {
+    let path = unique_path("stale");
+    std::fs::write(&path, vec![0u8; 8192]).unwrap();
+    let res = boot_with(&path, &[0, 1], &[ShmConfig::default()], |_, _, _| {});
+    let errs: Vec<String> = res
+        .into_iter()
+        .map(|r| r.expect_err("stale file must be refused").to_string())
+        .collect();
+    assert!(errs[0].contains(&path) && errs[0].contains("already exists"), "{}", errs[0]);
+    assert!(errs[1].contains(&path) && errs[1].contains("stale"), "{}", errs[1]);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn mismatched_configs_are_refused() {
+    let path = unique_path("mismatch");
+    let a = ShmConfig::default();
+    let b = ShmConfig {
+        max_frag: 16 << 10,
+        ..ShmConfig::default()
+    };
+    let res = boot_with(&path, &[0, 1], &[a, b], |_, _, _| {});
+    let e1 = res[1].as_ref().unwrap_err().to_string();
+    assert!(e1.contains("same ShmConfig"), "{e1}");
+    // Rank 0 notices that rank 1 never attached.
+    let e0 = res[0].as_ref().unwrap_err().to_string();
+    assert!(e0.contains("did not attach"), "{e0}");
+    assert!(!Path::new(&path).exists());
+}
+
+#[test]
+fn wait_returns_at_once_when_something_is_pending() {
+    let mut b = boot(&[0, 1], &ShmConfig::default());
+    b[0].send(1, &[b"hi"], 0).unwrap();
+    let t = Instant::now();
+    b[1].wait(Duration::from_secs(5));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(poll(&mut b[1]).len(), 1);
+    let t = Instant::now();
+    b[1].wait(Duration::from_millis(30));
+    assert!(t.elapsed() >= Duration::from_millis(25), "nothing pending: sleeps");
+}
+
+#[test]
+fn send_wakes_a_sleeping_thread() {
+    let mut b = boot(&[0, 1], &ShmConfig::default());
+    let mut rx = b.pop().unwrap();
+    let mut tx = b.pop().unwrap();
+    let h = thread::spawn(move || {
+        let t = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() && t.elapsed() < Duration::from_secs(5) {
+            rx.wait(Duration::from_secs(5));
+            got = poll(&mut rx);
+        }
+        (t.elapsed(), got)
+    });
+    thread::sleep(Duration::from_millis(100));
+    tx.send(1, &[b"wake"], 0).unwrap();
+    let (elapsed, got) = h.join().unwrap();
+    assert_eq!(got, vec![(0, b"wake".to_vec())]);
+    assert!(elapsed < Duration::from_secs(2), "woke after {elapsed:?}");
+}
+
+#[test]
+fn blocked_sender_is_woken_when_space_frees() {
+    let cfg = ShmConfig {
+        ring_bytes: Some(0),
+        ..ShmConfig::default()
+    };
+    let mut b = boot(&[0, 1], &cfg);
+    let mut rx = b.pop().unwrap();
+    let mut tx = b.pop().unwrap();
+    let msg = vec![1u8; 4000];
+    while tx.send(1, &[&msg], 0).unwrap() == Submit::Done {}
+    let h = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(100));
+        let n = poll(&mut rx).len();
+        (n, rx)
+    });
+    let t = Instant::now();
+    tx.wait(Duration::from_secs(5));
+    let elapsed = t.elapsed();
+    let (n, _rx) = h.join().unwrap();
+    assert!(n > 0);
+    assert!(elapsed < Duration::from_secs(2), "woke after {elapsed:?}");
+    assert_eq!(tx.send(1, &[&msg], 0), Ok(Submit::Done));
+}
+
+#[test]
+fn get_reads_registered_memory() {
+    let mut b = boot(&[0, 1], &ShmConfig::default());
+    let src: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i % 253) as u8).collect();
+    let desc = b[0]
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .expect("CMA enabled");
+    assert_eq!(desc.key, u64::from(std::process::id()));
+    for (off, len) in [(0usize, 0usize), (0, 1), (1, 7), (4095, 4097), (12345, 1 << 20), (0, 3 << 20)] {
+        let mut dst = vec![0u8; len];
+        assert_eq!(b[1].get(0, &desc, off as u64, &mut dst, 9), Ok(Submit::Done));
+        assert!(dst == src[off..off + len], "offset {off} len {len}");
+    }
+    let mut dst = vec![0u8; 16];
+    let end = src.len() as u64 - 8;
+    assert!(matches!(b[1].get(0, &desc, end, &mut dst, 0), Err(BtlError::GetFailed(_))));
+    assert!(matches!(
+        b[1].get(0, &desc, u64::MAX, &mut dst, 0),
+        Err(BtlError::GetFailed(_))
+    ));
+    let bad = MemDesc {
+        key: i32::MAX as u64,
+        ..desc
+    };
+    let e = b[1].get(0, &bad, 0, &mut dst, 0).unwrap_err();
+    assert!(matches!(e, BtlError::GetFailed(ref m) if m.contains("pid")), "{e}");
+    let unmapped = MemDesc {
+        addr: 16,
+        len: 64,
+        key: desc.key,
+    };
+    assert!(matches!(
+        b[1].get(0, &unmapped, 0, &mut dst, 0),
+        Err(BtlError::GetFailed(_))
+    ));
+    assert_eq!(b[1].get(9, &desc, 0, &mut dst, 0), Err(BtlError::Unreachable(9)));
+}
+
+#[test]
+fn cma_off_by_configuration() {
+    let cfg = ShmConfig {
+        cma: false,
+        ..ShmConfig::default()
+    };
+    let mut b = boot(&[0, 1], &cfg);
+    assert!(!b[0].caps().get && !b[0].cma_enabled());
+    assert!(b[0].cma_status().contains("configuration"), "{}", b[0].cma_status());
+    assert_eq!(b[0].register(0x1000, 10), None);
+    let desc = MemDesc {
+        addr: 0x1000,
+        len: 10,
+        key: 1,
+    };
+    let mut dst = [0u8; 4];
+    assert!(matches!(b[1].get(0, &desc, 0, &mut dst, 0), Err(BtlError::GetFailed(_))));
+}

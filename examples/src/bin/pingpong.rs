@@ -1,0 +1,193 @@
+//! `gmpirun -np 2 pingpong [--min BYTES] [--max BYTES] [--iters N] [--check]`
+//!
+//! Prints an OSU-style table between ranks 0 and 1:
+//! - one-way latency (µs): half the round trip of a blocking ping-pong;
+//! - bandwidth (MB/s, 10⁶ B/s): a window of 64 non-blocking sends per
+//!   iteration, acknowledged by a zero-byte reply (as `osu_bw` does);
+//! - memcpy (MB/s): one core copying the same size in this process, the
+//!   physical limit a shared-memory transport works against.
+//!
+//! `--check` fills every message with a pattern and verifies every byte.
+
+use std::time::Instant;
+
+struct Opts {
+    min: usize,
+    max: usize,
+    iters: usize,
+    check: bool,
+}
+
+fn parse_size(s: &str) -> usize {
+    let s = s.trim();
+    let (n, m) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    n.parse::<usize>().unwrap_or_else(|_| {
+        eprintln!("pingpong: not a size: {s}");
+        std::process::exit(2)
+    }) * m
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        min: 0,
+        max: 4 << 20,
+        iters: 1000,
+        check: false,
+    };
+    let mut a = std::env::args().skip(1);
+    while let Some(x) = a.next() {
+        match x.as_str() {
+            "--min" => o.min = parse_size(&a.next().unwrap_or_default()),
+            "--max" => o.max = parse_size(&a.next().unwrap_or_default()),
+            "--iters" => o.iters = a.next().and_then(|v| v.parse().ok()).unwrap_or(1000),
+            "--check" => o.check = true,
+            "-h" | "--help" => {
+                println!("usage: gmpirun -np 2 pingpong [--min BYTES] [--max BYTES] [--iters N] [--check]");
+                std::process::exit(0);
+            }
+            other => {
+                eprintln!("pingpong: unknown option {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    o
+}
+
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    if min == 0 {
+        v.push(0);
+    }
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+fn fill(buf: &mut [u8], size: usize, iter: usize) {
+    for (i, b) in buf[..size].iter_mut().enumerate() {
+        *b = (i.wrapping_mul(7) ^ iter) as u8;
+    }
+}
+
+fn verify(buf: &[u8], size: usize, iter: usize) {
+    for (i, b) in buf[..size].iter().enumerate() {
+        let want = (i.wrapping_mul(7) ^ iter) as u8;
+        if *b != want {
+            eprintln!("pingpong: byte {i} of a {size}-byte message is {b}, expected {want}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn memcpy_mbps(size: usize) -> f64 {
+    if size == 0 {
+        return 0.0;
+    }
+    let src = vec![1u8; size];
+    let mut dst = vec![0u8; size];
+    let reps = (256 << 20) / size.max(1024);
+    let reps = reps.clamp(4, 100_000);
+    dst.copy_from_slice(&src);
+    let t = Instant::now();
+    for _ in 0..reps {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    (size * reps) as f64 / t.elapsed().as_secs_f64() / 1e6
+}
+
+fn main() -> Result<(), gmpi::Error> {
+    let o = opts();
+    let universe = gmpi::init()?;
+    let world = universe.world();
+    let (rank, size) = (world.rank(), world.size());
+    if size < 2 {
+        eprintln!("pingpong needs 2 ranks: gmpirun -np 2 pingpong");
+        std::process::exit(2);
+    }
+    let window = 64;
+    let mut sbuf = vec![0u8; o.max.max(1)];
+    let mut rbuf = vec![0u8; o.max.max(1)];
+    let mut wbufs: Vec<Vec<u8>> = (0..window).map(|_| vec![0u8; o.max.max(1)]).collect();
+    if rank == 0 {
+        println!("# gmpi pingpong: {} ranks, ranks 0 and 1 measured{}", size, if o.check { ", data checked" } else { "" });
+        println!("# {:>10} {:>14} {:>16} {:>16}", "size (B)", "latency (us)", "bandwidth (MB/s)", "memcpy (MB/s)");
+    }
+    for s in sizes(o.min, o.max) {
+        let iters = if s >= 1 << 20 { (o.iters / 10).max(10) } else { o.iters };
+        let warm = (iters / 10).max(2);
+        // Latency.
+        let mut t0 = Instant::now();
+        for i in 0..iters + warm {
+            if i == warm {
+                world.barrier()?;
+                t0 = Instant::now();
+            }
+            if rank == 0 {
+                if o.check {
+                    fill(&mut sbuf, s, i);
+                }
+                world.send(&sbuf[..s], 1, 1)?;
+                world.recv(&mut rbuf[..s], 1, 1)?;
+                if o.check {
+                    verify(&rbuf, s, i + 1);
+                }
+            } else if rank == 1 {
+                world.recv(&mut rbuf[..s], 0, 1)?;
+                if o.check {
+                    verify(&rbuf, s, i);
+                    fill(&mut sbuf, s, i + 1);
+                }
+                world.send(&sbuf[..s], 0, 1)?;
+            }
+        }
+        let lat = t0.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64);
+        // Bandwidth.
+        let bw_iters = (iters / 10).max(5);
+        let mut t1 = Instant::now();
+        let mut ack = [0u8; 0];
+        for i in 0..bw_iters + 2 {
+            if i == 2 {
+                world.barrier()?;
+                t1 = Instant::now();
+            }
+            if rank == 0 {
+                if o.check {
+                    fill(&mut sbuf, s, i);
+                }
+                let reqs: Vec<_> = (0..window)
+                    .map(|_| world.isend(&sbuf[..s], 1, 2))
+                    .collect::<Result<_, _>>()?;
+                gmpi::wait_all(reqs)?;
+                world.recv(&mut ack[..], 1, 3)?;
+            } else if rank == 1 {
+                let reqs: Vec<_> = wbufs
+                    .iter_mut()
+                    .map(|b| world.irecv(&mut b[..s], 0, 2))
+                    .collect::<Result<_, _>>()?;
+                gmpi::wait_all(reqs)?;
+                if o.check {
+                    for b in &wbufs {
+                        verify(b, s, i);
+                    }
+                }
+                world.send(&ack[..], 0, 3)?;
+            }
+        }
+        let secs = t1.elapsed().as_secs_f64();
+        let bw = (s * window * bw_iters) as f64 / secs / 1e6;
+        if rank == 0 {
+            println!("{:>12} {:>14.3} {:>16.1} {:>16.1}", s, lat, bw, memcpy_mbps(s));
+        }
+    }
+    world.barrier()?;
+    Ok(())
+}

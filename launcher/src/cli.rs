@@ -1,0 +1,211 @@
+//! Command line: the clap definition and the `-np` / program-boundary preprocessing.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Start the ranks of a gmpi (MPI) job on this node.
+///
+/// gmpirun starts N copies of PROGRAM, serves them the PMI-1 bootstrap protocol
+/// (PMI_FD), forwards their output line by line and gmpirun's stdin to rank 0, and ends
+/// the whole job as soon as one rank fails (non-zero exit, signal, PMI abort, exit
+/// without PMI finalize). Its exit status is the first failing rank's status (128+N for
+/// signal N), 124 after --timeout, 127 when PROGRAM cannot be started.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gmpirun",
+    version,
+    about,
+    long_about,
+    override_usage = "gmpirun [OPTIONS] -n|-np N PROGRAM [ARGS...]"
+)]
+pub struct Cli {
+    /// Number of ranks to start (also spelled -np).
+    #[arg(short = 'n', long = "np", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub np: u32,
+
+    /// Export NAME=VALUE to every rank, or NAME with its current value. Repeatable.
+    #[arg(short = 'x', value_name = "NAME[=VALUE]")]
+    pub export: Vec<String>,
+
+    /// Prefix every output line with the rank that wrote it: `[1] hello`.
+    #[arg(long)]
+    pub tag_output: bool,
+
+    /// End the job (exit status 124) if it runs longer than SECONDS.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+    pub timeout: Option<Duration>,
+
+    /// Accepted for compatibility: oversubscription is always allowed.
+    #[arg(long)]
+    pub oversubscribe: bool,
+
+    /// The program to start, then its arguments (passed verbatim).
+    #[arg(value_name = "PROGRAM", required = true, num_args = 1..,
+          trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// Options that take a separate value (`-n 4`), so the walk in [`preprocess_args`] knows
+/// that the next word is not the program. Keep in sync with [`Cli`].
+const OPTIONS_WITH_VALUE: &[&str] = &["-n", "--np", "-x", "--timeout"];
+
+/// Rewrites gmpirun's argv for clap: `-np` (single dash, as every MPI spells it) becomes
+/// `-n`, and a `--` is inserted before PROGRAM so nothing after it is read as a gmpirun
+/// option. Only words before PROGRAM are looked at.
+pub fn preprocess_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args = args.into_iter();
+    let mut out: Vec<OsString> = args.next().into_iter().collect();
+    let mut expect_value = false;
+    for arg in args.by_ref() {
+        if expect_value {
+            expect_value = false;
+            out.push(arg);
+            continue;
+        }
+        let Some(text) = arg.to_str() else {
+            // Not UTF-8: cannot be one of our options, so it is the program.
+            out.push("--".into());
+            out.push(arg);
+            break;
+        };
+        if text == "--" {
+            out.push(arg);
+            break;
+        }
+        if text == "-np" {
+            out.push("-n".into());
+            expect_value = true;
+        } else if let Some(value) = text.strip_prefix("-np=") {
+            out.push(format!("-n={value}").into());
+        } else if OPTIONS_WITH_VALUE.contains(&text) {
+            out.push(arg);
+            expect_value = true;
+        } else if text.starts_with('-') && text.len() > 1 {
+            out.push(arg);
+        } else {
+            out.push("--".into());
+            out.push(arg);
+            break;
+        }
+    }
+    out.extend(args);
+    out
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("timeout must be positive, got `{s}`"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// Splits `-x` arguments into `(name, value)`; `NAME` alone takes gmpirun's own value,
+/// and is skipped with a warning when gmpirun has none.
+pub fn exports(specs: &[String]) -> Result<Vec<(String, OsString)>, String> {
+    let mut out = Vec::new();
+    for spec in specs {
+        let (name, value) = match spec.split_once('=') {
+            Some((name, value)) => (name, Some(OsString::from(value))),
+            None => (spec.as_str(), None),
+        };
+        if name.is_empty() || name.contains('\0') {
+            return Err(format!("-x {spec}: not a valid variable name"));
+        }
+        match value.or_else(|| std::env::var_os(name)) {
+            Some(value) => out.push((name.to_owned(), value)),
+            None => eprintln!("gmpirun: warning: -x {name}: {name} is not set, not exported"),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pre(args: &[&str]) -> Vec<String> {
+        preprocess_args(args.iter().map(OsString::from))
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn np_is_rewritten_only_before_the_program() {
+        assert_eq!(
+            pre(&["gmpirun", "-np", "2", "prog", "-np", "5"]),
+            ["gmpirun", "-n", "2", "--", "prog", "-np", "5"]
+        );
+        assert_eq!(
+            pre(&[
+                "gmpirun",
+                "--tag-output",
+                "-x",
+                "A=b",
+                "-np=3",
+                "--",
+                "p",
+                "-x"
+            ]),
+            [
+                "gmpirun",
+                "--tag-output",
+                "-x",
+                "A=b",
+                "-n=3",
+                "--",
+                "p",
+                "-x"
+            ]
+        );
+        assert_eq!(
+            pre(&["gmpirun", "-n4", "--timeout", "3", "p"]),
+            ["gmpirun", "-n4", "--timeout", "3", "--", "p"]
+        );
+    }
+
+    #[test]
+    fn trailing_args_are_verbatim() {
+        let cli = Cli::try_parse_from(preprocess_args(
+            ["gmpirun", "-np", "2", "prog", "-n", "5", "--foo"].map(OsString::from),
+        ))
+        .unwrap();
+        assert_eq!(cli.np, 2);
+        assert_eq!(
+            cli.command,
+            ["prog", "-n", "5", "--foo"].map(OsString::from)
+        );
+        let cli = Cli::try_parse_from(preprocess_args(
+            ["gmpirun", "--timeout", "0.5", "-n", "1", "-x", "A", "p"].map(OsString::from),
+        ))
+        .unwrap();
+        assert_eq!(cli.timeout, Some(Duration::from_millis(500)));
+        assert_eq!(cli.export, ["A"]);
+    }
+
+    #[test]
+    fn bad_command_lines_are_refused() {
+        for args in [
+            &["gmpirun", "prog"][..],
+            &["gmpirun", "-n", "0", "prog"],
+            &["gmpirun", "-n", "2"],
+            &["gmpirun", "--bogus", "-n", "2", "prog"],
+            &["gmpirun", "--timeout", "-1", "-n", "2", "prog"],
+        ] {
+            let argv = preprocess_args(args.iter().map(OsString::from));
+            assert!(Cli::try_parse_from(argv).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

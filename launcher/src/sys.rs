@@ -1,0 +1,183 @@
+//! Operating-system plumbing of gmpirun; the crate's only `unsafe` is here.
+//!
+//! Signals are taken through a `signalfd` (they are blocked in gmpirun and unblocked
+//! again in each child before `exec`), children are made leaders of their own process
+//! group, and each child keeps exactly one inherited descriptor: its PMI socket.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::signal::{killpg, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::unistd::Pid;
+
+/// The signals gmpirun handles through its signalfd.
+pub const HANDLED_SIGNALS: [Signal; 4] = [
+    Signal::SIGCHLD,
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+];
+
+/// Blocks [`HANDLED_SIGNALS`] in this (single-threaded) process and returns a
+/// non-blocking signalfd that reports them.
+pub fn signal_fd() -> io::Result<SignalFd> {
+    let mut set = SigSet::empty();
+    for sig in HANDLED_SIGNALS {
+        set.add(sig);
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
+    Ok(SignalFd::with_flags(
+        &set,
+        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+    )?)
+}
+
+/// A connected pair of Unix stream sockets, both close-on-exec: `(launcher end, rank end)`.
+pub fn pmi_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?)
+}
+
+/// Puts `fd` in non-blocking mode (only for descriptors gmpirun alone owns: never its
+/// own stdin/stdout, whose open file description the invoking shell shares).
+pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
+    let fd = fd.as_fd();
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Makes the child of `cmd` the leader of a new process group, lets it inherit `pmi_fd`
+/// (which is close-on-exec in gmpirun, so no other child gets it), and unblocks every
+/// signal in it before `exec`.
+pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd) {
+    cmd.process_group(0);
+    let hook = move || -> io::Result<()> {
+        // SAFETY: fcntl on an integer descriptor touches no memory; `pmi_fd` is open in
+        // the child because fork copied it from the parent, which holds it until spawn
+        // returns.
+        let flags = unsafe { libc::fcntl(pmi_fd, libc::F_GETFD) };
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(pmi_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        SigSet::empty().thread_set_mask()?;
+        Ok(())
+    };
+    // SAFETY: the hook runs between fork and exec and only makes async-signal-safe system
+    // calls (fcntl, sigprocmask); it allocates nothing and takes no lock.
+    unsafe { cmd.pre_exec(hook) };
+}
+
+/// Makes gmpirun the reaper of orphaned descendants of its ranks, so none is left
+/// behind as a zombie or escapes the end-of-job cleanup unseen.
+pub fn become_subreaper() {
+    // Best effort: without it orphans go to init, which reaps them.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// Sends `sig` to process group `pgid`; `false` when the group no longer exists.
+pub fn signal_group(pgid: Pid, sig: Signal) -> bool {
+    !matches!(killpg(pgid, sig), Err(Errno::ESRCH))
+}
+
+/// Whether process group `pgid` still has members (zombies included).
+pub fn group_exists(pgid: Pid) -> bool {
+    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+}
+
+/// Raw number of a descriptor, for `PMI_FD`.
+pub fn raw(fd: &impl AsRawFd) -> RawFd {
+    fd.as_raw_fd()
+}
+
+/// 16 lowercase hex digits from the kernel's random source.
+pub fn random_job_id() -> io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Removes every entry of `/dev/shm` whose name starts with `prefix` (segments of this
+/// job that a rank did not unlink). Best effort; returns how many were removed.
+pub fn remove_shm_segments(prefix: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
+/// Sends `sig` to every process whose parent is gmpirun (found in `/proc`): orphans of
+/// the ranks that left their process group. Best effort.
+pub fn kill_children(sig: Signal) {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command name: state, ppid, ...
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(me) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+        }
+    }
+}
+
+/// Opens `/dev/null` on whichever of descriptors 0, 1, 2 is closed, so that no socket or
+/// pipe gmpirun creates later lands there and gets mistaken for stdin/stdout/stderr.
+pub fn ensure_std_fds() {
+    let open = [
+        fcntl(io::stdin().as_fd(), FcntlArg::F_GETFD).is_ok(),
+        fcntl(io::stdout().as_fd(), FcntlArg::F_GETFD).is_ok(),
+        fcntl(io::stderr().as_fd(), FcntlArg::F_GETFD).is_ok(),
+    ];
+    for (fd, is_open) in open.into_iter().enumerate() {
+        if is_open {
+            continue;
+        }
+        // open(2) returns the lowest free descriptor: the closed one, lower ones being
+        // open already. Keep it open for the life of the process.
+        match std::fs::OpenOptions::new()
+            .read(fd == 0)
+            .write(fd != 0)
+            .open("/dev/null")
+        {
+            Ok(f) if f.as_raw_fd() == fd as RawFd => std::mem::forget(f),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,497 @@
+//! Whole-program tests of `gmpirun`: real jobs of real processes on this machine.
+//!
+//! `cargo test -p gmpi-launcher` builds the crate's examples too, so the PMI probe is
+//! found next to the gmpirun binary, in `examples/pmi_probe`.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest any single job in these tests may take before the test fails.
+const HANG_LIMIT: Duration = Duration::from_secs(20);
+
+struct Outcome {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Outcome {
+    fn code(&self) -> i32 {
+        self.status.code().expect("gmpirun itself was killed")
+    }
+}
+
+fn gmpirun_path() -> &'static str {
+    env!("CARGO_BIN_EXE_gmpirun")
+}
+
+fn probe() -> PathBuf {
+    let p = Path::new(gmpirun_path())
+        .parent()
+        .unwrap()
+        .join("examples/pmi_probe");
+    assert!(
+        p.exists(),
+        "{} not built (cargo test builds examples)",
+        p.display()
+    );
+    p
+}
+
+fn spawn(args: &[&str], stdin: Stdio) -> Child {
+    Command::new(gmpirun_path())
+        .args(args)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gmpirun")
+}
+
+/// Waits for `child` (at most [`HANG_LIMIT`]) and collects its output.
+fn finish(mut child: Child, started: Instant) -> Outcome {
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).unwrap();
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > HANG_LIMIT {
+            let _ = child.kill();
+            panic!("gmpirun hung for more than {HANG_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    Outcome {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+        elapsed,
+    }
+}
+
+fn run(args: &[&str]) -> Outcome {
+    let started = Instant::now();
+    finish(spawn(args, Stdio::null()), started)
+}
+
+fn sorted_lines(s: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = s.lines().collect();
+    v.sort_unstable();
+    v
+}
+
+/// A fresh empty directory under the system temp dir.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "gmpirun-test-{name}-{}-{:?}",
+        std::process::id(),
+        Instant::now()
+    ));
+    let dir = PathBuf::from(dir.to_string_lossy().replace(
+        |c: char| !c.is_ascii_alphanumeric() && c != '/' && c != '-',
+        "_",
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn process_alive(pid: u32) -> bool {
+    // A zombie would still show; gmpirun reaps its children, so none should.
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn every_rank_gets_its_environment() {
+    let o = run(&["-np", "3", "sh", "-c", "echo $GMPI_RANK"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(sorted_lines(&o.stdout), ["0", "1", "2"]);
+
+    let o = run(&[
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo $PMI_RANK/$PMI_SIZE $OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE \
+         $MV2_COMM_WORLD_LOCAL_RANK $LOCAL_RANK/$LOCAL_SIZE $MPI_LOCALRANKID/$MPI_LOCALNRANKS \
+         $GMPI_LOCAL_RANK/$GMPI_LOCAL_SIZE $GMPI_NODE_ID ${#GMPI_JOBID} ${PMI_FD:+fd}",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        [
+            "0/2 0/2 0 0/2 0/2 0/2 0 16 fd",
+            "1/2 1/2 1 1/2 1/2 1/2 0 16 fd"
+        ]
+    );
+}
+
+#[test]
+fn tag_output_prefixes_lines_on_the_right_stream() {
+    let o = run(&[
+        "--tag-output",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; printf tail",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        ["[0] out", "[0] tail", "[1] out", "[1] tail"]
+    );
+    assert_eq!(sorted_lines(&o.stderr), ["[0] err", "[1] err"]);
+}
+
+#[test]
+fn lines_of_different_ranks_are_never_mixed() {
+    let o = run(&[
+        "-n",
+        "4",
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 300 ]; do \
+         echo rank$GMPI_RANK-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-end; \
+         i=$((i+1)); done",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.len(), 1200);
+    for line in lines {
+        assert!(
+            (0..4).any(|r| line == format!("rank{r}-{}-end", "a".repeat(68))),
+            "mixed line: {line:?}"
+        );
+    }
+}
+
+#[test]
+fn partial_last_line_is_flushed() {
+    let o = run(&["-n", "1", "printf", "no newline"]);
+    assert_eq!(o.code(), 0);
+    assert_eq!(o.stdout, "no newline");
+}
+
+#[test]
+fn exported_variables_reach_the_ranks() {
+    let started = Instant::now();
+    let child = Command::new(gmpirun_path())
+        .env("GMPIRUN_TEST_INHERITED", "inherited")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .args([
+            "-x",
+            "FOO=bar",
+            "-x",
+            "GMPIRUN_TEST_INHERITED",
+            "-x",
+            "EQ=a=b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "echo $FOO $GMPIRUN_TEST_INHERITED $EQ",
+        ])
+        .spawn()
+        .unwrap();
+    let o = finish(child, started);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        ["bar inherited a=b", "bar inherited a=b"]
+    );
+}
+
+#[test]
+fn trailing_arguments_pass_through_verbatim() {
+    let o = run(&[
+        "-np",
+        "2",
+        "sh",
+        "-c",
+        "printf '%s\\n' \"$*\"",
+        "sh",
+        "-n",
+        "5",
+        "--foo",
+        "-np",
+        "3",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        ["-n 5 --foo -np 3", "-n 5 --foo -np 3"]
+    );
+}
+
+#[test]
+fn failing_rank_ends_the_job_quickly_and_leaves_nothing() {
+    let dir = temp_dir("fail");
+    let script = format!(
+        "echo $$ > {d}/tmp.$GMPI_RANK && mv {d}/tmp.$GMPI_RANK {d}/pid.$GMPI_RANK; \
+         if [ $GMPI_RANK = 1 ]; then \
+           while [ $(ls {d} | grep -c pid) -lt 4 ]; do sleep 0.05; done; exit 3; \
+         fi; exec sleep 30",
+        d = dir.display()
+    );
+    let o = run(&["-n", "4", "sh", "-c", &script]);
+    assert_eq!(o.code(), 3, "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(
+        o.stderr.contains("gmpirun: rank 1 (pid ")
+            && o.stderr.contains(") exited with status 3; ending the job"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.matches("gmpirun:").count(), 1, "{}", o.stderr);
+    for r in 0..4 {
+        let pid: u32 = std::fs::read_to_string(dir.join(format!("pid.{r}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!process_alive(pid), "rank {r} (pid {pid}) survived");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn background_children_of_ranks_are_ended() {
+    let dir = temp_dir("bg");
+    let script = format!(
+        "sleep 30 & echo $! > {d}/bg.$GMPI_RANK; exit 0",
+        d = dir.display()
+    );
+    let o = run(&["-n", "2", "sh", "-c", &script]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    for r in 0..2 {
+        let pid: u32 = std::fs::read_to_string(dir.join(format!("bg.{r}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!process_alive(pid), "background sleep of rank {r} survived");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn rank_killed_by_a_signal_fails_the_job() {
+    let o = run(&["-n", "2", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(o.code(), 128 + 9, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("was killed by signal 9 (SIGKILL); ending the job"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn timeout_ends_a_hung_job() {
+    let o = run(&["--timeout", "1", "-n", "3", "sleep", "30"]);
+    assert_eq!(o.code(), 124, "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(
+        o.stderr
+            .contains("gmpirun: job timed out after 1 s; ranks still running: 0,1,2"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn sigterm_to_gmpirun_ends_the_job() {
+    let dir = temp_dir("sigterm");
+    let script = format!("echo $$ > {}/pid.$GMPI_RANK; exec sleep 30", dir.display());
+    let started = Instant::now();
+    let child = spawn(&["-n", "2", "sh", "-c", &script], Stdio::null());
+    while std::fs::read_dir(&dir).unwrap().count() < 2 {
+        assert!(started.elapsed() < HANG_LIMIT, "ranks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let o = finish(child, started);
+    assert_eq!(o.code(), 143, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("gmpirun: received SIGTERM; ending the job"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let pid: u32 = std::fs::read_to_string(entry.unwrap().path())
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!process_alive(pid), "pid {pid} survived");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn missing_program_exits_127() {
+    let o = run(&["-n", "2", "gmpi-no-such-program"]);
+    assert_eq!(o.code(), 127);
+    assert!(
+        o.stderr
+            .starts_with("gmpirun: cannot start gmpi-no-such-program: "),
+        "{}",
+        o.stderr
+    );
+    let o = run(&["-n", "2", "/etc/passwd"]);
+    assert_eq!(o.code(), 127, "{}", o.stderr);
+}
+
+#[test]
+fn bad_command_lines_are_usage_errors() {
+    assert_eq!(run(&["-n", "0", "true"]).code(), 2);
+    assert_eq!(run(&["true"]).code(), 2);
+    assert_eq!(run(&["--no-such-option", "-n", "1", "true"]).code(), 2);
+    let o = run(&["--version"]);
+    assert_eq!(o.code(), 0);
+    assert!(o.stdout.starts_with("gmpirun "), "{}", o.stdout);
+    let o = run(&["--help"]);
+    assert_eq!(o.code(), 0);
+    assert!(o.stdout.contains("--tag-output") && o.stdout.contains("-np"));
+    assert_eq!(run(&["--oversubscribe", "-n", "3", "true"]).code(), 0);
+}
+
+#[test]
+fn stdin_reaches_rank_0_only() {
+    let started = Instant::now();
+    let mut child = spawn(&["--tag-output", "-n", "3", "cat"], Stdio::piped());
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"hello\nworld\n").unwrap();
+    drop(stdin);
+    let o = finish(child, started);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "[0] hello\n[0] world\n");
+}
+
+#[test]
+fn shm_files_of_the_job_are_removed() {
+    if !Path::new("/dev/shm").is_dir() {
+        eprintln!("SKIPPED: no /dev/shm on this machine");
+        return;
+    }
+    let o = run(&[
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "touch /dev/shm/gmpi-$GMPI_JOBID-x$GMPI_RANK && echo $GMPI_JOBID",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    let job_id = o.stdout.lines().next().unwrap();
+    assert_eq!(job_id.len(), 16);
+    for r in 0..2 {
+        let p = format!("/dev/shm/gmpi-{job_id}-x{r}");
+        assert!(!Path::new(&p).exists(), "{p} left behind");
+    }
+    // Also after a failure.
+    let o = run(&[
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "touch /dev/shm/gmpi-$GMPI_JOBID-y; echo $GMPI_JOBID; exit 4",
+    ]);
+    assert_eq!(o.code(), 4, "{}", o.stderr);
+    let job_id = o.stdout.lines().next().unwrap();
+    assert!(!Path::new(&format!("/dev/shm/gmpi-{job_id}-y")).exists());
+}
+
+#[test]
+fn pmi_probe_exchanges_keys() {
+    let probe = probe();
+    let o = run(&["-np", "4", probe.to_str().unwrap()]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        [
+            "OK rank 0 of 4",
+            "OK rank 1 of 4",
+            "OK rank 2 of 4",
+            "OK rank 3 of 4"
+        ]
+    );
+}
+
+#[test]
+fn pmi_abort_ends_the_job_with_its_code() {
+    let probe = probe();
+    let o = run(&["-np", "4", probe.to_str().unwrap(), "abort", "7"]);
+    assert_eq!(o.code(), 7, "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(
+        o.stderr
+            .contains("gmpirun: rank 1 called abort with code 7: "),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn exit_without_finalize_fails_the_job() {
+    let probe = probe();
+    let o = run(&["-np", "3", probe.to_str().unwrap(), "nofinalize"]);
+    assert_ne!(o.code(), 0, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("gmpirun: rank 1 exited without calling finalize; ending the job"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn probe_runs_as_a_singleton_without_launcher() {
+    let o = Command::new(probe())
+        .arg("singleton")
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "OK singleton\n");
+}
+
+#[test]
+fn malformed_pmi_line_fails_the_job() {
+    let o = run(&[
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "if [ $GMPI_RANK = 1 ]; then echo 'not pmi' >&$PMI_FD; fi; exec sleep 30",
+    ]);
+    assert_eq!(o.code(), 1, "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(
+        o.stderr
+            .contains("gmpirun: rank 1 sent a malformed PMI message: "),
+        "{}",
+        o.stderr
+    );
+}

@@ -1,0 +1,249 @@
+//! The engine: one per process. It owns the progress driver (pml + btls), the
+//! PMI client and the process-wide facts (rank, size, node layout), and runs
+//! the wait loop that spins, then yields, then blocks.
+//!
+//! Threading level `MPI_THREAD_FUNNELED`: the engine lives behind one global
+//! mutex; every call takes it for its duration.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use gmpi_btl::loopback::Loopback;
+use gmpi_btl::Btl;
+use gmpi_btl_shm::{ShmBtl, ShmConfig};
+use gmpi_gpu::Classifier;
+use gmpi_pmi::PmiClient;
+use gmpi_pml::driver::Driver;
+use gmpi_pml::{Pml, PmlConfig, ReqId};
+
+use crate::buffer::HostMem;
+use crate::config::Config;
+use crate::error::{Error, ErrorClass, Result};
+
+/// How an idle wait backs off.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub spin: u32,
+    pub yields: u32,
+    pub block: Duration,
+}
+
+impl Backoff {
+    /// Oversubscribed ranks (more local ranks than cores) give the CPU away
+    /// almost at once; others spin a while first for latency.
+    pub fn new(cfg: &Config, local_size: usize) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let over = local_size > cores;
+        Self {
+            spin: cfg.spin.unwrap_or(if over { 20 } else { 2000 }),
+            yields: cfg.yields.unwrap_or(if over { 4 } else { 100 }),
+            block: Duration::from_millis(cfg.block_ms),
+        }
+    }
+}
+
+pub(crate) struct Engine {
+    pub rank: u32,
+    pub size: u32,
+    pub local_rank: u32,
+    pub local_size: u32,
+    pub hostname: String,
+    pub driver: Driver<HostMem>,
+    pub pmi: Option<PmiClient>,
+    pub classifier: Classifier,
+    pub backoff: Backoff,
+    pub cma_status: String,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("local_rank", &self.local_rank)
+            .field("local_size", &self.local_size)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) enum State {
+    Uninit,
+    Running(Box<Engine>),
+    Finalized,
+}
+
+static STATE: Mutex<State> = Mutex::new(State::Uninit);
+
+pub(crate) fn lock() -> MutexGuard<'static, State> {
+    // A panic while holding the lock leaves the state as it was; the engine
+    // has no invariant a half-finished call can break that a later call could
+    // not detect, so recover the guard.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Run `f` on the engine, or fail `call` if MPI is not running.
+pub(crate) fn with<R>(call: &str, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
+    let mut g = lock();
+    match &mut *g {
+        State::Running(e) => f(e),
+        State::Uninit => Err(Error::new(ErrorClass::Other, call, -1, "gmpi is not initialized (call gmpi::init first)")),
+        State::Finalized => Err(Error::new(ErrorClass::Other, call, -1, "gmpi has already been finalized")),
+    }
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This node's name: the UTS hostname (per network/UTS namespace), read
+/// through /proc so no unsafe is needed.
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn pmi_err(call: &str, rank: i32) -> impl Fn(gmpi_pmi::PmiError) -> Error + '_ {
+    move |e| Error::new(ErrorClass::Other, call, rank, format!("bootstrap (PMI): {e}"))
+}
+
+impl Engine {
+    /// Bring up this process: PMI wire-up, node layout, transports.
+    pub fn start(cfg: Config) -> Result<Engine> {
+        const CALL: &str = "MPI_Init";
+        let mut pmi = PmiClient::from_env().map_err(pmi_err(CALL, -1))?;
+        let (rank, size) = pmi.as_ref().map_or((0, 1), |p| (p.rank(), p.size()));
+        let r = rank as i32;
+        let host = hostname();
+        let pid = std::process::id();
+
+        // Business cards: which node each rank is on.
+        let mut node_of: Vec<String> = vec![hex(&host); size as usize];
+        if let Some(p) = pmi.as_mut() {
+            p.put(&format!("gmpi-card-{rank}"), &format!("{}.{pid}", hex(&host)))
+                .map_err(pmi_err(CALL, r))?;
+            p.fence().map_err(pmi_err(CALL, r))?;
+            for (peer, node) in node_of.iter_mut().enumerate() {
+                if peer as u32 == rank {
+                    continue;
+                }
+                let card = p.get(&format!("gmpi-card-{peer}")).map_err(pmi_err(CALL, r))?;
+                let (n, _) = card.split_once('.').ok_or_else(|| {
+                    Error::new(ErrorClass::Intern, CALL, r, format!("malformed business card of rank {peer}: {card:?}"))
+                })?;
+                *node = n.to_string();
+            }
+        }
+        let me_node = node_of[rank as usize].clone();
+        let local: Vec<u32> = (0..size).filter(|&q| node_of[q as usize] == me_node).collect();
+        let local_rank = local.iter().position(|&q| q == rank).expect("self is local") as u32;
+        let local_size = local.len() as u32;
+
+        let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
+        let mut cma_status = String::from("no shared-memory peers");
+        if let Some(p) = pmi.as_mut() {
+            let job = std::env::var("GMPI_JOBID")
+                .unwrap_or_else(|_| p.kvsname().to_string())
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<String>();
+            let node_tag: String = me_node.chars().take(32).collect();
+            let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
+            let mut scfg = ShmConfig {
+                cma: cfg.cma,
+                ring_bytes: cfg.shm_ring_bytes,
+                ..ShmConfig::default()
+            };
+            if let Some(f) = cfg.shm_max_frag {
+                scfg.max_frag = f;
+            }
+            let mut fence = || p.fence().map_err(|e| e.to_string());
+            let shm = ShmBtl::bootstrap(&path, local_rank as usize, local.len(), &local, &scfg, &mut fence)
+                .map_err(|e| Error::new(ErrorClass::Other, CALL, r, format!("shared-memory transport: {e}")))?;
+            cma_status = shm.cma_status().to_string();
+            tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}", local_size, shm.memory_per_rank(), cma_status);
+            if local_size > 1 {
+                btls.push(Box::new(shm));
+            }
+        }
+        let pcfg = PmlConfig {
+            eager_limit: cfg.eager_limit,
+            get_threshold: cfg.get_threshold,
+            use_get: cfg.cma,
+            pipeline_chunk: cfg.pipeline_chunk,
+        };
+        let driver = Driver::new(Pml::new(rank, size, pcfg), btls, HostMem, size);
+        for peer in 0..size {
+            if driver.pml.route(peer).is_none() {
+                return Err(Error::new(
+                    ErrorClass::Unsupported,
+                    CALL,
+                    r,
+                    format!("no transport reaches rank {peer} (on another node; the tcp transport is not built yet)"),
+                ));
+            }
+        }
+        let backoff = Backoff::new(&cfg, local_size as usize);
+        Ok(Engine {
+            rank,
+            size,
+            local_rank,
+            local_size,
+            hostname: host,
+            driver,
+            pmi,
+            classifier: Classifier::new(),
+            backoff,
+            cma_status,
+        })
+    }
+
+    /// Progress until `done` holds: spin, then yield, then block.
+    pub fn wait_until(&mut self, call: &str, mut done: impl FnMut(&mut Driver<HostMem>) -> bool) -> Result<()> {
+        let mut idle: u32 = 0;
+        let b = self.backoff;
+        loop {
+            if done(&mut self.driver) {
+                return Ok(());
+            }
+            let n = self.driver.progress();
+            if let Some(e) = self.driver.fatal() {
+                return Err(Error::from_pml(e.clone(), call, self.rank as i32));
+            }
+            if n > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle <= b.spin {
+                std::hint::spin_loop();
+            } else if idle <= b.spin + b.yields {
+                std::thread::yield_now();
+            } else {
+                self.driver.wait(b.block);
+            }
+        }
+    }
+
+    /// Wait for request `id` and take its outcome.
+    pub fn wait_req(&mut self, call: &str, id: ReqId) -> Result<gmpi_pml::Status> {
+        self.wait_until(call, |d| d.pml.is_complete(id))?;
+        let rank = self.rank as i32;
+        match self.driver.test(id) {
+            Some(r) => r.map_err(|e| Error::from_pml(e, call, rank)),
+            None => Err(Error::new(ErrorClass::Request, call, rank, "request vanished")),
+        }
+    }
+
+    /// Progress once without blocking.
+    pub fn poke(&mut self, call: &str) -> Result<()> {
+        self.driver.progress();
+        match self.driver.fatal() {
+            Some(e) => Err(Error::from_pml(e.clone(), call, self.rank as i32)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Errors: one type, [`Error`], carrying an MPI error class and a message that
+//! names the call, the argument and the rank. This is the one place that maps
+//! lower-layer errors to MPI classes.
+
+use std::fmt;
+
+/// MPI error classes (values as in the MPICH ABI, so the C layer can return
+/// them unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(i32)]
+pub enum ErrorClass {
+    /// `MPI_ERR_BUFFER`: invalid buffer pointer.
+    Buffer = 1,
+    /// `MPI_ERR_COUNT`: invalid count.
+    Count = 2,
+    /// `MPI_ERR_TYPE`: invalid datatype.
+    Type = 3,
+    /// `MPI_ERR_TAG`: invalid tag.
+    Tag = 4,
+    /// `MPI_ERR_COMM`: invalid communicator.
+    Comm = 5,
+    /// `MPI_ERR_RANK`: invalid rank.
+    Rank = 6,
+    /// `MPI_ERR_ROOT`: invalid root.
+    Root = 7,
+    /// `MPI_ERR_TRUNCATE`: message truncated on receive.
+    Truncate = 14,
+    /// `MPI_ERR_OTHER`: known error not in this list.
+    Other = 15,
+    /// `MPI_ERR_INTERN`: internal error.
+    Intern = 16,
+    /// `MPI_ERR_IN_STATUS`: error code is in status.
+    InStatus = 17,
+    /// `MPI_ERR_PENDING`: pending request.
+    Pending = 18,
+    /// `MPI_ERR_REQUEST`: invalid request.
+    Request = 19,
+    /// `MPI_ERR_ARG`: invalid argument.
+    Arg = 12,
+    /// `MPI_ERR_UNSUPPORTED_OPERATION`.
+    Unsupported = 52,
+    /// `MPI_ERR_PROC_FAILED` (ULFM): a peer process failed.
+    ProcFailed = 101,
+}
+
+impl ErrorClass {
+    /// The MPI name of the class.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Buffer => "MPI_ERR_BUFFER",
+            ErrorClass::Count => "MPI_ERR_COUNT",
+            ErrorClass::Type => "MPI_ERR_TYPE",
+            ErrorClass::Tag => "MPI_ERR_TAG",
+            ErrorClass::Comm => "MPI_ERR_COMM",
+            ErrorClass::Rank => "MPI_ERR_RANK",
+            ErrorClass::Root => "MPI_ERR_ROOT",
+            ErrorClass::Truncate => "MPI_ERR_TRUNCATE",
+            ErrorClass::Other => "MPI_ERR_OTHER",
+            ErrorClass::Intern => "MPI_ERR_INTERN",
+            ErrorClass::InStatus => "MPI_ERR_IN_STATUS",
+            ErrorClass::Pending => "MPI_ERR_PENDING",
+            ErrorClass::Request => "MPI_ERR_REQUEST",
+            ErrorClass::Arg => "MPI_ERR_ARG",
+            ErrorClass::Unsupported => "MPI_ERR_UNSUPPORTED_OPERATION",
+            ErrorClass::ProcFailed => "MPI_ERR_PROC_FAILED",
+        }
+    }
+
+    /// The integer code (MPICH ABI value).
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// A gmpi error: an MPI error class and a message naming the call, the
+/// argument and the rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    class: ErrorClass,
+    msg: String,
+}
+
+impl Error {
+    /// An error of `class` raised by `call` on `rank`.
+    pub fn new(class: ErrorClass, call: &str, rank: i32, what: impl fmt::Display) -> Self {
+        let msg = if rank >= 0 {
+            format!("{call}: {what} (on rank {rank})")
+        } else {
+            format!("{call}: {what}")
+        };
+        Self { class, msg }
+    }
+
+    /// The MPI error class.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+
+    /// Map a pml error raised under `call` on `rank`.
+    pub(crate) fn from_pml(e: gmpi_pml::PmlError, call: &str, rank: i32) -> Self {
+        use gmpi_pml::PmlError as P;
+        let class = match &e {
+            P::Truncated { .. } => ErrorClass::Truncate,
+            P::PeerFailed(_) => ErrorClass::ProcFailed,
+            P::Unreachable(_) => ErrorClass::Rank,
+            P::Malformed(_) => ErrorClass::Intern,
+            P::UnknownRequest => ErrorClass::Request,
+            _ => ErrorClass::Other,
+        };
+        Self::new(class, call, rank, e)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.msg, self.class.name())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result with a gmpi [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_names_call_argument_and_rank() {
+        let e = Error::new(ErrorClass::Rank, "MPI_Send", 3, "invalid destination rank 9 (size 4)");
+        assert_eq!(e.class().code(), 6);
+        let s = e.to_string();
+        assert!(s.contains("MPI_Send") && s.contains("rank 9") && s.contains("on rank 3") && s.contains("MPI_ERR_RANK"), "{s}");
+        let t = Error::from_pml(gmpi_pml::PmlError::Truncated { len: 10, cap: 4 }, "MPI_Recv", 0);
+        assert_eq!(t.class(), ErrorClass::Truncate);
+    }
+}

@@ -1,0 +1,230 @@
+//! gmpi: a CUDA-aware MPI runtime in Rust — the public API.
+//!
+//! ```no_run
+//! fn main() -> Result<(), gmpi::Error> {
+//!     let universe = gmpi::init()?;          // Drop finalizes
+//!     let world = universe.world();
+//!     let (rank, size) = (world.rank(), world.size());
+//!     let mut buf = [0u64; 4];
+//!     if rank == 0 {
+//!         for dest in 1..size {
+//!             world.send(&[7u64; 4][..], dest, 0)?;
+//!         }
+//!     } else {
+//!         let status = world.recv(&mut buf[..], 0, 0)?;
+//!         assert_eq!(status.count::<u64>(), 4);
+//!     }
+//!     world.barrier()?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Run it with `gmpirun -np 4 ./app`; run alone, it is a job of one rank.
+//!
+//! File map:
+//! - `lib.rs`: [`init`], [`Universe`], constants, [`abort`], [`wtime`].
+//! - `comm.rs`: [`Communicator`] and point-to-point calls, barrier.
+//! - `request.rs`: [`Request`] (non-blocking operations), [`Status`], [`wait_all`].
+//! - `datatype.rs`: [`Equivalence`] (Rust types ↔ MPI datatypes).
+//! - `engine.rs`: the per-process engine: PMI wire-up, transports, the
+//!   spin → yield → block wait loop.
+//! - `buffer.rs`: user buffers as raw memory (with `datatype.rs`, the only
+//!   `unsafe` code in this crate).
+//! - `config.rs`: `gmpi.toml` and `GMPI_*` settings.
+//! - `error.rs`: [`Error`] and [`ErrorClass`] (the one place that maps lower
+//!   errors to MPI classes).
+//!
+//! Contract: every call returns `Result<_, Error>`; a bad rank, tag or buffer
+//! is an error naming the call, the argument and the rank, never a panic or a
+//! hang. Threading level is `MPI_THREAD_FUNNELED`: call gmpi from the thread
+//! that called [`init`].
+
+mod buffer;
+mod comm;
+pub mod config;
+mod datatype;
+mod engine;
+mod error;
+mod request;
+
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub use comm::Communicator;
+pub use datatype::{Datatype, Equivalence, Primitive};
+pub use error::{Error, ErrorClass, Result};
+pub use request::{wait_all, Request, Status};
+
+/// Receive from any source (MPICH's `MPI_ANY_SOURCE`).
+pub const ANY_SOURCE: i32 = -2;
+/// Receive any tag (`MPI_ANY_TAG`).
+pub const ANY_TAG: i32 = -1;
+/// The null process: sends to it and receives from it complete at once.
+pub const PROC_NULL: i32 = -1;
+/// Largest valid tag (`MPI_TAG_UB`).
+pub const TAG_UB: i32 = i32::MAX;
+
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Seconds since an arbitrary point in this process (`MPI_Wtime`).
+pub fn wtime() -> f64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// Resolution of [`wtime`] in seconds (`MPI_Wtick`).
+pub fn wtick() -> f64 {
+    1e-9
+}
+
+/// The MPI environment. Dropping it finalizes gmpi (`MPI_Finalize`).
+#[derive(Debug)]
+pub struct Universe {
+    world: Communicator,
+    finalized: bool,
+    // Finalize must happen on the thread that initialized (FUNNELED).
+    _not_send: PhantomData<*const ()>,
+}
+
+fn init_logging(cfg: &config::Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = cfg.log.clone().unwrap_or_else(|| "warn".into());
+    let rank = std::env::var("PMI_RANK").unwrap_or_else(|_| "0".into());
+    let prefix = format!("[gmpi rank {rank}] ");
+    let writer = move || PrefixWriter {
+        prefix: prefix.clone(),
+        out: std::io::stderr(),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_writer(writer)
+        .with_ansi(false)
+        .without_time()
+        .try_init();
+}
+
+/// Writes each log event as one line with the rank in front.
+struct PrefixWriter {
+    prefix: String,
+    out: std::io::Stderr,
+}
+
+impl std::io::Write for PrefixWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut line = Vec::with_capacity(self.prefix.len() + buf.len());
+        line.extend_from_slice(self.prefix.as_bytes());
+        line.extend_from_slice(buf);
+        self.out.lock().write_all(&line)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Initialize gmpi (`MPI_Init`): wire up with the other ranks through PMI
+/// (or start as a singleton without a launcher) and open the transports.
+pub fn init() -> Result<Universe> {
+    const CALL: &str = "MPI_Init";
+    let mut g = engine::lock();
+    match &*g {
+        engine::State::Running(_) => {
+            return Err(Error::new(ErrorClass::Other, CALL, -1, "gmpi is already initialized"))
+        }
+        engine::State::Finalized => {
+            return Err(Error::new(ErrorClass::Other, CALL, -1, "gmpi cannot be initialized again after finalize"))
+        }
+        engine::State::Uninit => {}
+    }
+    let _ = wtime();
+    let cfg = config::Config::load().map_err(|e| Error::new(ErrorClass::Arg, CALL, -1, format!("configuration: {e}")))?;
+    init_logging(&cfg);
+    let e = engine::Engine::start(cfg)?;
+    tracing::debug!(target: "btl", "single copy: {}", e.cma_status);
+    tracing::debug!(target: "gmpi", "initialized: rank {} of {}, local {} of {} on {}", e.rank, e.size, e.local_rank, e.local_size, e.hostname);
+    let world = Communicator::world(&e);
+    *g = engine::State::Running(Box::new(e));
+    Ok(Universe {
+        world,
+        finalized: false,
+        _not_send: PhantomData,
+    })
+}
+
+/// Whether gmpi is initialized and not yet finalized.
+pub fn is_initialized() -> bool {
+    matches!(&*engine::lock(), engine::State::Running(_))
+}
+
+impl Universe {
+    /// The communicator of every rank of the job (`MPI_COMM_WORLD`).
+    pub fn world(&self) -> Communicator {
+        self.world.clone()
+    }
+
+    /// Ranks on this node and this rank's index among them.
+    pub fn local_rank_and_size(&self) -> (i32, i32) {
+        engine::with("gmpi_local_rank", |e| Ok((e.local_rank as i32, e.local_size as i32))).unwrap_or((0, 1))
+    }
+
+    /// Name of this node (`MPI_Get_processor_name`).
+    pub fn processor_name(&self) -> String {
+        engine::hostname()
+    }
+
+    /// Finalize explicitly and see errors (dropping the universe does the same
+    /// and reports errors on stderr).
+    pub fn finalize(mut self) -> Result<()> {
+        self.finalize_inner()
+    }
+
+    fn finalize_inner(&mut self) -> Result<()> {
+        const CALL: &str = "MPI_Finalize";
+        if self.finalized {
+            return Ok(());
+        }
+        self.finalized = true;
+        let mut g = engine::lock();
+        let engine::State::Running(e) = &mut *g else {
+            return Err(Error::new(ErrorClass::Other, CALL, -1, "gmpi is not initialized"));
+        };
+        // Finish what was detached, then make sure every peer is done with us.
+        e.wait_until(CALL, |d| d.pml.outstanding() == 0 && !d.has_pending())?;
+        self.world.barrier_in(e, CALL)?;
+        let rank = e.rank as i32;
+        if let Some(p) = e.pmi.as_mut() {
+            p.finalize()
+                .map_err(|err| Error::new(ErrorClass::Other, CALL, rank, format!("PMI finalize: {err}")))?;
+        }
+        *g = engine::State::Finalized;
+        Ok(())
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A panicking rank must not wait for its peers (they may be
+            // waiting for it): leave without finalizing, so the process exits
+            // non-zero and the launcher ends the job.
+            self.finalized = true;
+            return;
+        }
+        if let Err(e) = self.finalize_inner() {
+            eprintln!("gmpi: {e}");
+        }
+    }
+}
+
+/// End the whole job with exit status `code` (`MPI_Abort`). The launcher kills
+/// every rank and reports `msg`.
+pub fn abort(code: i32, msg: &str) -> ! {
+    let mut g = engine::lock();
+    if let engine::State::Running(e) = &mut *g {
+        if let Some(p) = e.pmi.as_mut() {
+            let _ = p.abort(code, msg);
+        }
+    }
+    eprintln!("gmpi: {msg}");
+    std::process::exit(if code == 0 { 1 } else { code & 0xff })
+}

@@ -1,0 +1,191 @@
+//! Requests of non-blocking operations, and [`Status`].
+
+use std::marker::PhantomData;
+
+use gmpi_pml::ReqId;
+
+use crate::engine;
+use crate::error::{Error, ErrorClass, Result};
+use crate::datatype::Equivalence;
+use crate::{ANY_TAG, PROC_NULL};
+
+/// What a completed receive or probe reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub(crate) source: i32,
+    pub(crate) tag: i32,
+    pub(crate) bytes: usize,
+    pub(crate) cancelled: bool,
+}
+
+impl Status {
+    pub(crate) fn from_pml(s: gmpi_pml::Status) -> Self {
+        Self {
+            source: s.source as i32,
+            tag: s.tag,
+            bytes: s.len as usize,
+            cancelled: s.cancelled,
+        }
+    }
+
+    pub(crate) fn empty() -> Self {
+        Self {
+            source: PROC_NULL,
+            tag: ANY_TAG,
+            bytes: 0,
+            cancelled: false,
+        }
+    }
+
+    /// Rank of the sender in the communicator (`PROC_NULL` for a receive from
+    /// `PROC_NULL`).
+    pub fn source(&self) -> i32 {
+        self.source
+    }
+
+    /// Tag of the message.
+    pub fn tag(&self) -> i32 {
+        self.tag
+    }
+
+    /// Number of whole `T` elements received.
+    pub fn count<T: Equivalence>(&self) -> usize {
+        match T::DATATYPE.size() {
+            0 => 0,
+            n => self.bytes / n,
+        }
+    }
+
+    /// Bytes received.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the operation was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+
+/// A non-blocking operation in flight. It borrows its buffer for `'a`, so the
+/// borrow checker forbids touching the buffer until the request completes.
+///
+/// Dropping an unfinished request waits for it to finish. Never
+/// `std::mem::forget` an unfinished request: the transfer would go on into
+/// memory you have taken back.
+#[must_use = "a request must be waited on (dropping it waits)"]
+#[derive(Debug)]
+pub struct Request<'a> {
+    id: Option<ReqId>,
+    call: &'static str,
+    done: Option<Status>,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(id: ReqId, call: &'static str) -> Self {
+        Self {
+            id: Some(id),
+            call,
+            done: None,
+            _buf: PhantomData,
+        }
+    }
+
+    /// An already complete request (e.g. to or from `PROC_NULL`).
+    pub(crate) fn completed(call: &'static str, st: Status) -> Self {
+        Self {
+            id: None,
+            call,
+            done: Some(st),
+            _buf: PhantomData,
+        }
+    }
+
+    /// Wait for completion.
+    pub fn wait(mut self) -> Result<Status> {
+        self.wait_inner()
+    }
+
+    fn wait_inner(&mut self) -> Result<Status> {
+        let Some(id) = self.id.take() else {
+            return self.done.ok_or_else(|| Error::new(ErrorClass::Request, self.call, -1, "request already waited on"));
+        };
+        let st = engine::with(self.call, |e| e.wait_req(self.call, id))?;
+        let st = Status::from_pml(st);
+        self.done = Some(st);
+        Ok(st)
+    }
+
+    /// Check for completion without blocking: `Some(status)` once complete.
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        let Some(id) = self.id else {
+            return Ok(self.done);
+        };
+        let call = self.call;
+        let r = engine::with(call, |e| {
+            e.poke(call)?;
+            let rank = e.rank as i32;
+            Ok(e.driver.test(id).map(|r| r.map_err(|err| Error::from_pml(err, call, rank))))
+        })?;
+        match r {
+            None => Ok(None),
+            Some(res) => {
+                self.id = None;
+                let st = Status::from_pml(res?);
+                self.done = Some(st);
+                Ok(Some(st))
+            }
+        }
+    }
+
+    /// Cancel a receive that has not matched a message yet. The request then
+    /// completes with [`Status::is_cancelled`] set; a receive that already
+    /// matched completes normally.
+    pub fn cancel(&self) -> Result<()> {
+        if let Some(id) = self.id {
+            engine::with(self.call, |e| {
+                e.driver.cancel(id);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if self.id.is_some() && std::thread::panicking() {
+            // Waiting could hang (the peer may wait for us), and returning
+            // would free a buffer still in flight: end the job instead.
+            if !matches!(self.test(), Ok(Some(_))) {
+                crate::abort(101, &format!("a thread panicked while an {} request was in flight", self.call));
+            }
+            return;
+        }
+        if self.id.is_some() {
+            if let Err(e) = self.wait_inner() {
+                tracing::warn!(target: "gmpi", "request dropped with an error: {e}");
+            }
+        }
+    }
+}
+
+/// Wait for every request; returns their statuses in order, or the first
+/// error (after waiting for all of them, since they borrow buffers).
+pub fn wait_all<'a>(reqs: impl IntoIterator<Item = Request<'a>>) -> Result<Vec<Status>> {
+    let mut out = Vec::new();
+    let mut first_err = None;
+    for r in reqs {
+        match r.wait() {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
