@@ -40,9 +40,9 @@ pub(crate) fn read_exact(pid: u64, addr: u64, dst: &mut [u8]) -> Result<(), Stri
         match segment::vm_read(pid, at, &mut dst[done..]) {
             Ok(0) => {
                 return Err(format!(
-                    "process_vm_readv from pid {pid} at {at:#x} read nothing ({done} of {} bytes done)",
-                    dst.len()
-                ))
+                "process_vm_readv from pid {pid} at {at:#x} read nothing ({done} of {} bytes done)",
+                dst.len()
+            ))
             }
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -107,6 +107,9 @@ mod tests {
         let e = read_exact(i32::MAX as u64, probe_addr(), &mut dst).unwrap_err();
         assert!(e.contains("pid"), "{e}");
         let me = u64::from(std::process::id());
-        assert!(read_exact(me, 8, &mut dst).is_err(), "page zero is unmapped");
+        assert!(
+            read_exact(me, 8, &mut dst).is_err(),
+            "page zero is unmapped"
+        );
     }
 }

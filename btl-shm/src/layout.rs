@@ -20,6 +20,8 @@
 //! it does not fit before the end of the ring, a [`Kind::Pad`] record fills the
 //! rest and the record starts at offset 0.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// Cache-line size used for separating writers.
@@ -192,7 +194,11 @@ impl Layout {
     /// (its data follows at `+ RING_CTRL_BYTES`).
     pub(crate) fn ring(&self, sender: usize, receiver: usize) -> usize {
         debug_assert!(sender != receiver && sender.max(receiver) < self.local_size);
-        let slot = if sender < receiver { sender } else { sender - 1 };
+        let slot = if sender < receiver {
+            sender
+        } else {
+            sender - 1
+        };
         let k = receiver * (self.local_size - 1) + slot;
         self.rings_off + k * (RING_CTRL_BYTES + self.ring_bytes)
     }
@@ -210,7 +216,12 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_rejects_garbage() {
-        for k in [Kind::Pad, Kind::Data(0), Kind::Data(32 << 10), Kind::Data(u32::MAX)] {
+        for k in [
+            Kind::Pad,
+            Kind::Data(0),
+            Kind::Data(32 << 10),
+            Kind::Data(u32::MAX),
+        ] {
             assert_eq!(decode(encode(k)), Some(k));
         }
         assert_eq!(decode(0), None);
@@ -236,6 +247,10 @@ mod tests {
         assert!(l.memory_per_rank() <= 16 << 20, "{}", l.memory_per_rank());
         let l = Layout::new(2, None, 32 << 10).unwrap();
         assert_eq!(l.total, 64 + 2 * 128 + 2 * (128 + (1 << 20)));
+        for n in 1..=256 {
+            let l = Layout::new(n, None, 32 << 10).unwrap();
+            assert!(l.memory_per_rank() <= 16 << 20, "{n} ranks: {l:?}");
+        }
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //! - `segment.rs`: the only `unsafe` code: the mapping, the ring ends
 //!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`.
 //! - `cma.rs`: the single-copy read and its start-up probes.
+//! - `tests/rings.rs`: several ranks on threads of one process;
+//!   `tests/process.rs`: two real processes (futex wake-up, CMA);
+//!   `examples/shm_pingpong.rs`: two-process latency/bandwidth benchmark.
 //!
 //! # Contract (beyond [`gmpi_btl`]'s)
 //! - [`ShmBtl::bootstrap`] is collective over the node's ranks and calls the
@@ -50,10 +53,13 @@
 //! `local_size * (local_size - 1)` rings (none to self), one 128-byte control
 //! block per rank and a 64-byte header. A rank's share — its `local_size - 1`
 //! incoming rings, its control block and `1/local_size` of the header — is
-//! [`ShmBtl::memory_per_rank`]: about 1 MiB per peer up to 16 ranks, and at
-//! most 16 MiB (16.5 MB minus change: 63 × (256 KiB + 128) + 129 bytes) at 64
-//! ranks. The file is sized with `ftruncate`, so pages are allocated only when
-//! a ring is first used.
+//! [`ShmBtl::memory_per_rank`]: 1 MiB + 128 B per peer up to 16 ranks
+//! (15 MiB at 16), 15.8 MiB at 64 ranks (63 × (256 KiB + 128 B) + 129 B),
+//! and at most 16 MiB for every `local_size` up to 256 with the default
+//! `max_frag`; beyond that the per-ring floor (64 KiB, or
+//! `2 * (max_frag + 8) + 64`) makes it grow linearly. The whole
+//! segment is `local_size ×` that (1 GiB at 64 ranks). The file is sized with
+//! `ftruncate`, so a page is allocated only when a ring first reaches it.
 
 #![deny(unsafe_code)]
 
@@ -171,12 +177,10 @@ impl ShmBtl {
         let mut created = false;
         let mut map: Result<Option<Arc<Mapping>>, BtlError> = match &checked {
             Err(e) => Err(e.clone()),
-            Ok(layout) if shared && local_rank == 0 => {
-                create(path, layout).map(|m| {
-                    created = true;
-                    Some(m)
-                })
-            }
+            Ok(layout) if shared && local_rank == 0 => create(path, layout).map(|m| {
+                created = true;
+                Some(m)
+            }),
             Ok(_) => Ok(None),
         };
         if let (Ok(Some(m)), Ok(layout)) = (&map, &checked) {
@@ -219,7 +223,10 @@ impl ShmBtl {
             }
             Some(map) => {
                 for r in 0..local_size {
-                    if map.u64_at(layout.rank_ctrl(r) + layout::CTRL_PID).load(Ordering::Acquire) == 0
+                    if map
+                        .u64_at(layout.rank_ctrl(r) + layout::CTRL_PID)
+                        .load(Ordering::Acquire)
+                        == 0
                     {
                         return Err(os(format!(
                             "shm segment {}: local rank {r} did not attach",
@@ -315,7 +322,9 @@ fn check_args(
 ) -> Result<Layout, BtlError> {
     let bad = |m: String| Err(os(format!("shm bootstrap: {m}")));
     if local_rank >= local_size {
-        return bad(format!("local rank {local_rank} not below local size {local_size}"));
+        return bad(format!(
+            "local rank {local_rank} not below local size {local_size}"
+        ));
     }
     if world_ranks.len() != local_size {
         return bad(format!(
@@ -404,7 +413,10 @@ fn attach(path: &Path, layout: &Layout) -> Result<Arc<Mapping>, BtlError> {
     }
     let version = m.u32_at(layout::HDR_VERSION).load(Ordering::Relaxed);
     if version != layout::VERSION {
-        return fail(format!("layout version {version}, expected {}", layout::VERSION));
+        return fail(format!(
+            "layout version {version}, expected {}",
+            layout::VERSION
+        ));
     }
     let found = (
         m.u32_at(layout::HDR_LOCAL_SIZE).load(Ordering::Relaxed) as usize,
@@ -445,8 +457,12 @@ fn probe_cma(m: &Mapping, layout: &Layout, local_rank: usize) -> Result<String, 
     let peer = (local_rank + 1) % layout.local_size;
     let c = layout.rank_ctrl(peer);
     let pid = m.u64_at(c + layout::CTRL_PID).load(Ordering::Acquire);
-    let addr = m.u64_at(c + layout::CTRL_PROBE_ADDR).load(Ordering::Relaxed);
-    let value = m.u64_at(c + layout::CTRL_PROBE_VALUE).load(Ordering::Relaxed);
+    let addr = m
+        .u64_at(c + layout::CTRL_PROBE_ADDR)
+        .load(Ordering::Relaxed);
+    let value = m
+        .u64_at(c + layout::CTRL_PROBE_VALUE)
+        .load(Ordering::Relaxed);
     cma::peer_test(pid, addr, value)
         .map(|()| format!("process_vm_readv from local rank {peer} (pid {pid}) works"))
         .map_err(|e| {
@@ -509,7 +525,11 @@ impl Node {
 /// SeqCst fence after publishing what `r` should see (see [`Btl::wait`]).
 fn ring_doorbell(map: &Mapping, layout: &Layout, r: usize) {
     let c = layout.rank_ctrl(r);
-    if map.u32_at(c + layout::CTRL_SLEEPING).load(Ordering::Relaxed) != 0 {
+    if map
+        .u32_at(c + layout::CTRL_SLEEPING)
+        .load(Ordering::Relaxed)
+        != 0
+    {
         let bell = map.u32_at(c + layout::CTRL_DOORBELL);
         bell.fetch_add(1, Ordering::Release);
         segment::futex_wake(bell);
@@ -608,9 +628,13 @@ impl Btl for ShmBtl {
         node.next_rx = if start + 1 == count { 0 } else { start + 1 };
         let mut budget = MAX_FRAGS_PER_PROGRESS;
         for i in 0..count {
-            let idx = if start + i >= count { start + i - count } else { start + i };
+            let idx = if start + i >= count {
+                start + i - count
+            } else {
+                start + i
+            };
             let p = &mut node.rx[idx];
-            if node.dead[p.local] || !p.ring.has_data() {
+            if node.dead[p.local] {
                 continue;
             }
             let world = p.world;
@@ -672,6 +696,9 @@ impl Btl for ShmBtl {
         let sleeping = map.u32_at(c + layout::CTRL_SLEEPING);
         let bell = map.u32_at(c + layout::CTRL_DOORBELL);
         sleeping.store(1, Ordering::Relaxed);
+        // A consumer may have used up our want-space request on a wake-up
+        // that freed too little; ask again before the fence.
+        node.tx.iter().flatten().for_each(TxRing::arm);
         fence(Ordering::SeqCst);
         let seen = bell.load(Ordering::Acquire);
         if !node.ready() {
@@ -734,10 +761,17 @@ mod tests {
             ),
         ] {
             let mut fences = 0;
-            let e = ShmBtl::bootstrap("/dev/shm/gmpi-unit-bad", rank, size, &world, &cfg, &mut || {
-                fences += 1;
-                Ok(())
-            })
+            let e = ShmBtl::bootstrap(
+                "/dev/shm/gmpi-unit-bad",
+                rank,
+                size,
+                &world,
+                &cfg,
+                &mut || {
+                    fences += 1;
+                    Ok(())
+                },
+            )
             .unwrap_err();
             assert_eq!(fences, 2, "{e}");
         }
@@ -758,31 +792,38 @@ mod tests {
     /// unlink and writes through the same pages as the mappings.
     fn pair_with_file(cfg: &ShmConfig) -> (ShmBtl, ShmBtl, std::fs::File) {
         use std::sync::{Barrier, Mutex};
-        let path = format!("/dev/shm/gmpi-unit-corrupt-{}", std::process::id());
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let path = format!(
+            "/dev/shm/gmpi-unit-corrupt-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let barrier = Arc::new(Barrier::new(2));
         let file = Arc::new(Mutex::new(None));
         let hs: Vec<_> = (0..2)
             .map(|r| {
-                let (barrier, file, path, cfg) =
-                    (Arc::clone(&barrier), Arc::clone(&file), path.clone(), cfg.clone());
+                let (barrier, file, path, cfg) = (
+                    Arc::clone(&barrier),
+                    Arc::clone(&file),
+                    path.clone(),
+                    cfg.clone(),
+                );
                 std::thread::spawn(move || {
                     ShmBtl::bootstrap(&path, r, 2, &[10, 11], &cfg, &mut || {
                         if r == 1 && file.lock().unwrap().is_none() {
-                            let f = std::fs::OpenOptions::new()
+                            *file.lock().unwrap() = std::fs::OpenOptions::new()
                                 .read(true)
                                 .write(true)
                                 .open(&path)
-                                .unwrap();
-                            *file.lock().unwrap() = Some(f);
+                                .ok();
                         }
                         barrier.wait();
                         Ok(())
                     })
-                    .unwrap()
                 })
             })
             .collect();
-        let mut it = hs.into_iter().map(|h| h.join().unwrap());
+        let mut it = hs.into_iter().map(|h| h.join().unwrap().unwrap());
         let (a, b) = (it.next().unwrap(), it.next().unwrap());
         let f = file.lock().unwrap().take().unwrap();
         (a, b, f)
@@ -808,8 +849,15 @@ mod tests {
         assert_eq!(ev.len(), 2, "{ev:?}");
         assert!(ev[0].contains("first".as_bytes().first().unwrap().to_string().as_str()));
         assert_eq!(ev[1], "PeerFailed { peer: 10 }");
-        assert!(b.fault().unwrap().contains("bad record header"), "{:?}", b.fault());
-        assert!(events(&mut b).is_empty(), "reported once, ring no longer read");
+        assert!(
+            b.fault().unwrap().contains("bad record header"),
+            "{:?}",
+            b.fault()
+        );
+        assert!(
+            events(&mut b).is_empty(),
+            "reported once, ring no longer read"
+        );
         assert_eq!(b.send(10, &[b"x"], 0), Err(BtlError::PeerFailed(10)));
         // The other direction is unaffected for the sender's side.
         b.wait(Duration::from_millis(1));
@@ -818,11 +866,14 @@ mod tests {
     #[test]
     fn corrupt_counters_are_caught() {
         use std::os::unix::fs::FileExt;
-        let (mut a, mut b, f) = pair_with_file(&ShmConfig::default());
+        let (a, mut b, f) = pair_with_file(&ShmConfig::default());
         // Tail of ring 0 -> 1 far beyond head: more than a ring published.
         let ctrl = a.layout.ring(0, 1);
-        f.write_at(&(1u64 << 40).to_le_bytes(), (ctrl + layout::RING_TAIL) as u64)
-            .unwrap();
+        f.write_at(
+            &(1u64 << 40).to_le_bytes(),
+            (ctrl + layout::RING_TAIL) as u64,
+        )
+        .unwrap();
         assert_eq!(events(&mut b), vec!["PeerFailed { peer: 10 }".to_string()]);
         assert!(b.fault().unwrap().contains("tail"));
         // Head of ring 0 -> 1 ahead of the producer's tail: the producer
@@ -832,8 +883,11 @@ mod tests {
             ..ShmConfig::default()
         });
         let ctrl = a2.layout.ring(0, 1);
-        f2.write_at(&(1u64 << 40).to_le_bytes(), (ctrl + layout::RING_HEAD) as u64)
-            .unwrap();
+        f2.write_at(
+            &(1u64 << 40).to_le_bytes(),
+            (ctrl + layout::RING_HEAD) as u64,
+        )
+        .unwrap();
         let msg = [0u8; 4000];
         let mut res = Ok(Submit::Done);
         for _ in 0..100 {

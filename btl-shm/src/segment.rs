@@ -64,8 +64,14 @@ impl Mapping {
             .create_new(true)
             .mode(0o600)
             .open(path)?;
-        file.set_len(len as u64)?;
-        Self::map(&file, len)
+        let mapped = file
+            .set_len(len as u64)
+            .and_then(|()| Self::map(&file, len));
+        if mapped.is_err() {
+            // We created it: do not leave a half-made segment behind.
+            let _ = std::fs::remove_file(path);
+        }
+        mapped
     }
 
     /// Open and map an existing segment file, whatever its size.
@@ -206,6 +212,8 @@ pub(crate) struct TxRing {
     mem: RingMem,
     /// Our own tail (we are the only writer).
     tail: u64,
+    /// `tail % cap`, maintained incrementally (no division on the hot path).
+    tail_off: u64,
     /// Last head we loaded; refreshed only when it looks full.
     head_cache: u64,
     /// Space we were refused last time (0: not blocked).
@@ -233,6 +241,7 @@ impl TxRing {
         let tail = mem.tail().load(Ordering::Relaxed);
         let head_cache = mem.head().load(Ordering::Acquire);
         Self {
+            tail_off: tail % mem.cap,
             mem,
             tail,
             head_cache,
@@ -243,7 +252,7 @@ impl TxRing {
     /// Bytes needed to append a record of `rec` bytes at our tail
     /// (including a pad record if it would cross the end).
     fn need(&self, rec: u64) -> u64 {
-        let to_end = self.mem.cap - self.tail % self.mem.cap;
+        let to_end = self.mem.cap - self.tail_off;
         if rec <= to_end {
             rec
         } else {
@@ -266,7 +275,10 @@ impl TxRing {
     /// into one record and publish it with Release.
     pub(crate) fn push(&mut self, parts: &[&[u8]], len: usize) -> Result<Push, Corrupt> {
         let rec = layout::record_size(len) as u64;
-        assert!(rec <= self.mem.cap / 2, "record larger than the ring allows");
+        assert!(
+            rec <= self.mem.cap / 2,
+            "record larger than the ring allows"
+        );
         let need = self.need(rec);
         if self.free(self.head_cache)? < need {
             self.head_cache = self.mem.head().load(Ordering::Acquire);
@@ -288,7 +300,7 @@ impl TxRing {
             self.mem.want().store(0, Ordering::Relaxed);
         }
         let cap = self.mem.cap;
-        let mut off = self.tail % cap;
+        let mut off = self.tail_off;
         if need != rec {
             self.mem
                 .word(off)
@@ -313,8 +325,18 @@ impl TxRing {
             dst += p.len();
         }
         self.tail += rec;
+        self.tail_off = if off + rec == cap { 0 } else { off + rec };
         self.mem.tail().store(self.tail, Ordering::Release);
         Ok(Push::Done)
+    }
+
+    /// After [`Push::Full`]: (re-)ask the consumer to ring our doorbell when
+    /// it frees space. The caller issues a SeqCst fence before its next look
+    /// at head ([`TxRing::unblocked`]), as in [`TxRing::push`].
+    pub(crate) fn arm(&self) {
+        if self.blocked_need != 0 {
+            self.mem.want().store(1, Ordering::Relaxed);
+        }
     }
 
     /// After [`Push::Full`]: whether the consumer has since freed enough
@@ -335,6 +357,8 @@ pub(crate) struct RxRing {
     mem: RingMem,
     /// Our own head (we are the only writer).
     head: u64,
+    /// `head % cap`, maintained incrementally.
+    head_off: u64,
     /// Largest payload a record may announce.
     max_len: u64,
 }
@@ -357,6 +381,7 @@ impl RxRing {
         let mem = RingMem::new(map, ctrl, ring_bytes);
         let head = mem.head().load(Ordering::Relaxed);
         Self {
+            head_off: head % mem.cap,
             mem,
             head,
             max_len: max_len as u64,
@@ -372,12 +397,18 @@ impl RxRing {
     /// Hand up to `budget` fragments to `f` (each slice points into the ring
     /// and is valid during the call only), then release their space with
     /// one Release store of head.
+    #[inline]
     pub(crate) fn drain(
         &mut self,
         budget: usize,
         f: &mut dyn FnMut(&[u8]),
     ) -> (Drained, Result<(), Corrupt>) {
         let tail = self.mem.tail().load(Ordering::Acquire);
+        // Load the header at head right away, before branching on tail: the
+        // two cache misses of an arriving message (tail line, record line)
+        // then overlap instead of following each other. It is ordered after
+        // the Acquire load, so it is valid whenever tail says it is published.
+        let mut first = Some(self.mem.word(self.head_off).load(Ordering::Relaxed));
         let cap = self.mem.cap;
         let mut avail = tail.wrapping_sub(self.head);
         let mut out = Drained::default();
@@ -394,10 +425,12 @@ impl RxRing {
             );
         }
         let mut pos = self.head;
+        let mut off = self.head_off;
         let mut res = Ok(());
         while avail > 0 && out.frags < budget {
-            let off = pos % cap;
-            let word = self.mem.word(off).load(Ordering::Relaxed);
+            let word = first
+                .take()
+                .unwrap_or_else(|| self.mem.word(off).load(Ordering::Relaxed));
             let step = match layout::decode(word) {
                 Some(Kind::Pad) if cap - off <= avail => cap - off,
                 Some(Kind::Data(len))
@@ -428,9 +461,11 @@ impl RxRing {
             };
             pos += step;
             avail -= step;
+            off = if off + step == cap { 0 } else { off + step };
         }
         if pos != self.head {
             self.head = pos;
+            self.head_off = off;
             self.mem.head().store(pos, Ordering::Release);
             // Pairs with the fence in `TxRing::push`: either the producer
             // sees our new head, or we see its want-space flag.
@@ -480,8 +515,7 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 /// One `process_vm_readv` of `dst.len()` bytes at `remote` in process `pid`.
 /// Returns the number of bytes read (possibly fewer than asked).
 pub(crate) fn vm_read(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<usize> {
-    let remote = usize::try_from(remote)
-        .map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
+    let remote = usize::try_from(remote).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
     let local = libc::iovec {
         iov_base: dst.as_mut_ptr().cast(),
         iov_len: dst.len(),

@@ -1,6 +1,8 @@
 //! Several ranks in one process (one thread each for bootstrap): ordering,
 //! sizes, back-pressure, wrap-around, all-to-all, bootstrap hygiene, get.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
@@ -97,7 +99,10 @@ fn sizes_around_boundaries_with_default_config() {
         got.extend(poll(rx));
     }
     for (i, (&len, (_, data))) in sizes.iter().zip(&got).enumerate() {
-        assert!(*data == payload(0, i as u64, len), "message {i} of {len} bytes");
+        assert!(
+            *data == payload(0, i as u64, len),
+            "message {i} of {len} bytes"
+        );
     }
 }
 
@@ -108,7 +113,10 @@ fn back_pressure_then_success_after_drain() {
         ..ShmConfig::default()
     };
     let mut b = boot(&[0, 1], &cfg);
-    assert_eq!(b[0].ring_bytes(), 2 * ((32 << 10) + 8) + 64);
+    assert_eq!(
+        b[0].ring_bytes(),
+        (2 * ((32 << 10) + 8) + 64usize).next_multiple_of(64)
+    );
     let msg = vec![7u8; 1000];
     let mut sent = 0u64;
     loop {
@@ -189,9 +197,7 @@ fn all_to_all_four_ranks_on_threads() {
                 let mut next_recv = std::collections::HashMap::new();
                 let mut received = 0u64;
                 let deadline = Instant::now() + Duration::from_secs(60);
-                while received < N * peers.len() as u64
-                    || next_send.iter().any(|&s| s < N)
-                {
+                while received < N * peers.len() as u64 || next_send.iter().any(|&s| s < N) {
                     assert!(Instant::now() < deadline, "rank {me} stuck");
                     let mut busy = false;
                     for (k, &p) in peers.iter().enumerate() {
@@ -296,8 +302,16 @@ fn stale_file_is_refused_by_every_rank() {
         .into_iter()
         .map(|r| r.expect_err("stale file must be refused").to_string())
         .collect();
-    assert!(errs[0].contains(&path) && errs[0].contains("already exists"), "{}", errs[0]);
-    assert!(errs[1].contains(&path) && errs[1].contains("stale"), "{}", errs[1]);
+    assert!(
+        errs[0].contains(&path) && errs[0].contains("already exists"),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        errs[1].contains(&path) && errs[1].contains("stale"),
+        "{}",
+        errs[1]
+    );
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -328,7 +342,10 @@ fn wait_returns_at_once_when_something_is_pending() {
     assert_eq!(poll(&mut b[1]).len(), 1);
     let t = Instant::now();
     b[1].wait(Duration::from_millis(30));
-    assert!(t.elapsed() >= Duration::from_millis(25), "nothing pending: sleeps");
+    assert!(
+        t.elapsed() >= Duration::from_millis(25),
+        "nothing pending: sleeps"
+    );
 }
 
 #[test]
@@ -385,14 +402,27 @@ fn get_reads_registered_memory() {
         .register(src.as_ptr() as u64, src.len() as u64)
         .expect("CMA enabled");
     assert_eq!(desc.key, u64::from(std::process::id()));
-    for (off, len) in [(0usize, 0usize), (0, 1), (1, 7), (4095, 4097), (12345, 1 << 20), (0, 3 << 20)] {
+    for (off, len) in [
+        (0usize, 0usize),
+        (0, 1),
+        (1, 7),
+        (4095, 4097),
+        (12345, 1 << 20),
+        (0, 3 << 20),
+    ] {
         let mut dst = vec![0u8; len];
-        assert_eq!(b[1].get(0, &desc, off as u64, &mut dst, 9), Ok(Submit::Done));
+        assert_eq!(
+            b[1].get(0, &desc, off as u64, &mut dst, 9),
+            Ok(Submit::Done)
+        );
         assert!(dst == src[off..off + len], "offset {off} len {len}");
     }
     let mut dst = vec![0u8; 16];
     let end = src.len() as u64 - 8;
-    assert!(matches!(b[1].get(0, &desc, end, &mut dst, 0), Err(BtlError::GetFailed(_))));
+    assert!(matches!(
+        b[1].get(0, &desc, end, &mut dst, 0),
+        Err(BtlError::GetFailed(_))
+    ));
     assert!(matches!(
         b[1].get(0, &desc, u64::MAX, &mut dst, 0),
         Err(BtlError::GetFailed(_))
@@ -402,7 +432,10 @@ fn get_reads_registered_memory() {
         ..desc
     };
     let e = b[1].get(0, &bad, 0, &mut dst, 0).unwrap_err();
-    assert!(matches!(e, BtlError::GetFailed(ref m) if m.contains("pid")), "{e}");
+    assert!(
+        matches!(e, BtlError::GetFailed(ref m) if m.contains("pid")),
+        "{e}"
+    );
     let unmapped = MemDesc {
         addr: 16,
         len: 64,
@@ -412,7 +445,10 @@ fn get_reads_registered_memory() {
         b[1].get(0, &unmapped, 0, &mut dst, 0),
         Err(BtlError::GetFailed(_))
     ));
-    assert_eq!(b[1].get(9, &desc, 0, &mut dst, 0), Err(BtlError::Unreachable(9)));
+    assert_eq!(
+        b[1].get(9, &desc, 0, &mut dst, 0),
+        Err(BtlError::Unreachable(9))
+    );
 }
 
 #[test]
@@ -423,7 +459,11 @@ fn cma_off_by_configuration() {
     };
     let mut b = boot(&[0, 1], &cfg);
     assert!(!b[0].caps().get && !b[0].cma_enabled());
-    assert!(b[0].cma_status().contains("configuration"), "{}", b[0].cma_status());
+    assert!(
+        b[0].cma_status().contains("configuration"),
+        "{}",
+        b[0].cma_status()
+    );
     assert_eq!(b[0].register(0x1000, 10), None);
     let desc = MemDesc {
         addr: 0x1000,
@@ -431,5 +471,8 @@ fn cma_off_by_configuration() {
         key: 1,
     };
     let mut dst = [0u8; 4];
-    assert!(matches!(b[1].get(0, &desc, 0, &mut dst, 0), Err(BtlError::GetFailed(_))));
+    assert!(matches!(
+        b[1].get(0, &desc, 0, &mut dst, 0),
+        Err(BtlError::GetFailed(_))
+    ));
 }

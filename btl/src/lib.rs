@@ -19,7 +19,9 @@
 //!   [`Submit::Queued`] (accepted; the caller keeps the memory valid until
 //!   [`Event::SendComplete`] with the same token) or [`Submit::NoResource`]
 //!   (nothing was taken; retry later, in order — back-pressure is a status, not
-//!   an error).
+//!   an error). Token 0 means the caller cannot wait for a completion (the
+//!   inline send path): the btl must then take the bytes now (`Done`) or
+//!   refuse (`NoResource`), never answer `Queued`.
 //! - Fragments between one pair of ranks on one btl arrive in the order they
 //!   were submitted. Nothing is promised across two btls.
 //! - [`Btl::get`] reads `dst.len()` bytes from a peer's registered memory

@@ -94,6 +94,9 @@ impl SimMemory {
     }
 }
 
+/// A pending completion: (is a send, token, failure).
+type Completion = (bool, u64, Option<BtlError>);
+
 #[derive(Debug)]
 struct State {
     n: u32,
@@ -109,7 +112,7 @@ struct State {
     /// Per (lane, rank): peers whose failure was already reported.
     reported: BTreeMap<(u32, Rank), Vec<Rank>>,
     /// Per (lane, rank): completions to report on the next progress.
-    completions: BTreeMap<(u32, Rank), Vec<(bool, u64, Option<BtlError>)>>,
+    completions: BTreeMap<(u32, Rank), Vec<Completion>>,
     memories: Vec<Arc<Mutex<SimMemory>>>,
     sends: u64,
 }
@@ -290,7 +293,7 @@ impl Btl for SimBtl {
         }
         q.push_back(v);
         st.sends += 1;
-        if st.queued {
+        if st.queued && token != 0 {
             st.completions
                 .entry((self.lane, self.me))
                 .or_default()

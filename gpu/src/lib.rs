@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn host_only_build_answers_host() {
         let c = Classifier::new();
-        let v = vec![1u8; 16];
+        let v = [1u8; 16];
         assert_eq!(c.classify(v.as_ptr() as u64, v.len()), MemKind::Host);
         assert!(!c.cuda_available());
         assert!(MemKind::Host.is_host_accessible());

@@ -258,16 +258,14 @@ impl Hdr {
                 )))
             }
         };
-        if matches!(h, Hdr::Match { .. } | Hdr::Frag { .. }) {
-            Ok((h, r.pos))
-        } else if r.pos == b.len() {
-            Ok((h, r.pos))
-        } else {
-            Err(PmlError::Malformed(format!(
+        let carries_payload = matches!(h, Hdr::Match { .. } | Hdr::Frag { .. });
+        if !carries_payload && r.pos != b.len() {
+            return Err(PmlError::Malformed(format!(
                 "{} trailing bytes after a control header",
                 b.len() - r.pos
-            )))
+            )));
         }
+        Ok((h, r.pos))
     }
 }
 

@@ -447,6 +447,69 @@ impl Pml {
         Ok(id)
     }
 
+    /// Fast path for a standard-mode eager send (ob1's `sendi`): if the
+    /// message goes eagerly and nothing is queued, assign its sequence number
+    /// and return the btl and the encoded header; the driver submits header
+    /// and payload at once and no request exists. `None`: use
+    /// [`Pml::post_send`]. If the btl refuses, the driver hands the send back
+    /// with [`Pml::inline_refused`], which turns it into a queued request.
+    pub fn try_inline(&mut self, a: &SendArgs) -> Option<Result<(BtlId, HdrBuf), PmlError>> {
+        if a.mode != SendMode::Standard || !self.actions.is_empty() {
+            return None;
+        }
+        let peer = a.dest;
+        if peer >= self.nprocs {
+            return Some(Err(PmlError::Unreachable(peer)));
+        }
+        if self.failed[peer as usize] {
+            return Some(Err(PmlError::PeerFailed(peer)));
+        }
+        let btl = match self.routes[peer as usize].as_slice() {
+            [] => return Some(Err(PmlError::Unreachable(peer))),
+            [b] => *b,
+            _ => return None,
+        };
+        let caps = &self.btls[btl].caps;
+        if protocol::choose(a.buf.len, a.buf.kind, a.mode, caps, &self.cfg) != Protocol::Eager {
+            return None;
+        }
+        tracing::debug!(target: LOG, "send {} B to rank {} tag {} ctx {} via {}: eager (inline)",
+            a.buf.len, peer, a.tag, a.ctx, caps.name);
+        let m = MatchHdr {
+            ctx: a.ctx,
+            src: a.src,
+            tag: a.tag,
+            seq: self.matching.next_send_seq(peer),
+            len: a.buf.len as u64,
+            sreq: 0,
+        };
+        Some(Ok((btl, Hdr::Match { flags: 0, m }.encode())))
+    }
+
+    /// The btl refused an inline send: queue it as an eager request (first in
+    /// line for its peer, so order holds) and return the request.
+    pub fn inline_refused(&mut self, a: &SendArgs, btl: BtlId, header: HdrBuf) -> ReqId {
+        let id = self.reqs.insert(Req::Send(SendReq {
+            peer: a.dest,
+            btl,
+            buf: a.buf,
+            state: SendState::Eager,
+            sends_in_flight: 1,
+        }));
+        self.actions.push_front(Action::Send {
+            btl,
+            peer: a.dest,
+            header,
+            payload: Payload::Mem {
+                addr: a.buf.addr,
+                len: a.buf.len,
+                kind: a.buf.kind,
+            },
+            token: id.0,
+        });
+        id
+    }
+
     /// Post a receive. If an unexpected message matches, it is delivered (or
     /// its rendezvous started) at once, writing through `mem`.
     pub fn post_recv(&mut self, a: RecvArgs, mem: &mut dyn Memory) -> Result<ReqId, PmlError> {

@@ -40,7 +40,10 @@ pub(crate) struct HostMem;
 
 impl MemAccess for HostMem {
     fn with_read<R>(&self, addr: u64, len: usize, kind: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
-        debug_assert!(kind.is_host_accessible(), "device memory in a host-only build");
+        debug_assert!(
+            kind.is_host_accessible(),
+            "device memory in a host-only build"
+        );
         if len == 0 {
             return f(&[]);
         }
@@ -51,8 +54,17 @@ impl MemAccess for HostMem {
         f(s)
     }
 
-    fn with_write<R>(&mut self, addr: u64, len: usize, kind: MemKind, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        debug_assert!(kind.is_host_accessible(), "device memory in a host-only build");
+    fn with_write<R>(
+        &mut self,
+        addr: u64,
+        len: usize,
+        kind: MemKind,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        debug_assert!(
+            kind.is_host_accessible(),
+            "device memory in a host-only build"
+        );
         if len == 0 {
             return f(&mut []);
         }

@@ -60,7 +60,10 @@ impl Communicator {
                 ErrorClass::Rank,
                 call,
                 self.rank(),
-                format!("invalid destination rank {dest} (communicator size {})", self.size()),
+                format!(
+                    "invalid destination rank {dest} (communicator size {})",
+                    self.size()
+                ),
             ))
         }
     }
@@ -73,7 +76,10 @@ impl Communicator {
                 ErrorClass::Rank,
                 call,
                 self.rank(),
-                format!("invalid source rank {src} (communicator size {})", self.size()),
+                format!(
+                    "invalid source rank {src} (communicator size {})",
+                    self.size()
+                ),
             ))
         }
     }
@@ -104,8 +110,23 @@ impl Communicator {
         }
     }
 
-    fn post_send<T: Equivalence>(&self, e: &mut Engine, call: &str, ctx: u32, buf: &[T], dest: i32, tag: i32, mode: SendMode) -> Result<gmpi_pml::ReqId> {
-        let b = send_buf(buf, e.classifier.classify(buf.as_ptr() as u64, std::mem::size_of_val(buf)));
+    // The argument list mirrors MPI_Isend's (plus the engine and the call name).
+    #[allow(clippy::too_many_arguments)]
+    fn post_send<T: Equivalence>(
+        &self,
+        e: &mut Engine,
+        call: &str,
+        ctx: u32,
+        buf: &[T],
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<gmpi_pml::ReqId> {
+        let b = send_buf(
+            buf,
+            e.classifier
+                .classify(buf.as_ptr() as u64, std::mem::size_of_val(buf)),
+        );
         let args = SendArgs {
             ctx,
             src: self.inner.rank as u32,
@@ -115,11 +136,23 @@ impl Communicator {
             mode,
         };
         let rank = self.rank();
-        e.driver.post_send(args).map_err(|err| Error::from_pml(err, call, rank))
+        e.driver
+            .post_send(args)
+            .map_err(|err| Error::from_pml(err, call, rank))
     }
 
-    fn post_recv<T: Equivalence>(&self, e: &mut Engine, call: &str, ctx: u32, buf: &mut [T], src: i32, tag: i32) -> Result<gmpi_pml::ReqId> {
-        let kind = e.classifier.classify(buf.as_ptr() as u64, std::mem::size_of_val(buf));
+    fn post_recv<T: Equivalence>(
+        &self,
+        e: &mut Engine,
+        call: &str,
+        ctx: u32,
+        buf: &mut [T],
+        src: i32,
+        tag: i32,
+    ) -> Result<gmpi_pml::ReqId> {
+        let kind = e
+            .classifier
+            .classify(buf.as_ptr() as u64, std::mem::size_of_val(buf));
         let b = recv_buf(buf, kind);
         let any = src == ANY_SOURCE;
         let args = RecvArgs {
@@ -130,18 +163,55 @@ impl Communicator {
             buf: b,
         };
         let rank = self.rank();
-        e.driver.post_recv(args).map_err(|err| Error::from_pml(err, call, rank))
+        e.driver
+            .post_recv(args)
+            .map_err(|err| Error::from_pml(err, call, rank))
     }
 
-    fn blocking_send<T: Equivalence>(&self, call: &'static str, buf: &[T], dest: i32, tag: i32, mode: SendMode) -> Result<()> {
+    fn send_args<T: Equivalence>(
+        &self,
+        e: &Engine,
+        ctx: u32,
+        buf: &[T],
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> SendArgs {
+        let len = std::mem::size_of_val(buf);
+        SendArgs {
+            ctx,
+            src: self.inner.rank as u32,
+            dest: self.inner.world[dest as usize],
+            tag,
+            buf: send_buf(buf, e.classifier.classify(buf.as_ptr() as u64, len)),
+            mode,
+        }
+    }
+
+    fn blocking_send<T: Equivalence>(
+        &self,
+        call: &'static str,
+        buf: &[T],
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<()> {
         self.check_dest(call, dest)?;
         self.check_send_tag(call, tag)?;
         if dest == PROC_NULL {
             return Ok(());
         }
         engine::with(call, |e| {
-            let id = self.post_send(e, call, self.inner.ctx, buf, dest, tag, mode)?;
-            e.wait_req(call, id).map(|_| ())
+            let args = self.send_args(e, self.inner.ctx, buf, dest, tag, mode);
+            let rank = self.rank();
+            match e
+                .driver
+                .send(args)
+                .map_err(|err| Error::from_pml(err, call, rank))?
+            {
+                None => Ok(()),
+                Some(id) => e.wait_req(call, id).map(|_| ()),
+            }
         })
     }
 
@@ -171,35 +241,68 @@ impl Communicator {
         })
     }
 
-    fn nonblocking_send<'a, T: Equivalence>(&self, call: &'static str, buf: &'a [T], dest: i32, tag: i32, mode: SendMode) -> Result<Request<'a>> {
+    fn nonblocking_send<'a, T: Equivalence>(
+        &self,
+        call: &'static str,
+        buf: &'a [T],
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Request<'a>> {
         self.check_dest(call, dest)?;
         self.check_send_tag(call, tag)?;
         if dest == PROC_NULL {
             return Ok(Request::completed(call, Status::empty()));
         }
-        let id = engine::with(call, |e| self.post_send(e, call, self.inner.ctx, buf, dest, tag, mode))?;
-        Ok(Request::new(id, call))
+        let id = engine::with(call, |e| {
+            let args = self.send_args(e, self.inner.ctx, buf, dest, tag, mode);
+            let rank = self.rank();
+            e.driver
+                .send(args)
+                .map_err(|err| Error::from_pml(err, call, rank))
+        })?;
+        Ok(match id {
+            Some(id) => Request::new(id, call),
+            None => Request::completed(call, Status::empty()),
+        })
     }
 
     /// Start a send (`MPI_Isend`).
-    pub fn isend<'a, T: Equivalence>(&self, buf: &'a [T], dest: i32, tag: i32) -> Result<Request<'a>> {
+    pub fn isend<'a, T: Equivalence>(
+        &self,
+        buf: &'a [T],
+        dest: i32,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         self.nonblocking_send("MPI_Isend", buf, dest, tag, SendMode::Standard)
     }
 
     /// Start a synchronous send (`MPI_Issend`).
-    pub fn issend<'a, T: Equivalence>(&self, buf: &'a [T], dest: i32, tag: i32) -> Result<Request<'a>> {
+    pub fn issend<'a, T: Equivalence>(
+        &self,
+        buf: &'a [T],
+        dest: i32,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         self.nonblocking_send("MPI_Issend", buf, dest, tag, SendMode::Synchronous)
     }
 
     /// Start a receive (`MPI_Irecv`).
-    pub fn irecv<'a, T: Equivalence>(&self, buf: &'a mut [T], src: i32, tag: i32) -> Result<Request<'a>> {
+    pub fn irecv<'a, T: Equivalence>(
+        &self,
+        buf: &'a mut [T],
+        src: i32,
+        tag: i32,
+    ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Irecv";
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, tag)?;
         if src == PROC_NULL {
             return Ok(Request::completed(CALL, Status::empty()));
         }
-        let id = engine::with(CALL, |e| self.post_recv(e, CALL, self.inner.ctx, buf, src, tag))?;
+        let id = engine::with(CALL, |e| {
+            self.post_recv(e, CALL, self.inner.ctx, buf, src, tag)
+        })?;
         Ok(Request::new(id, CALL))
     }
 
@@ -228,7 +331,15 @@ impl Communicator {
             let s = if dest == PROC_NULL {
                 None
             } else {
-                Some(self.post_send(e, CALL, self.inner.ctx, sbuf, dest, stag, SendMode::Standard)?)
+                Some(self.post_send(
+                    e,
+                    CALL,
+                    self.inner.ctx,
+                    sbuf,
+                    dest,
+                    stag,
+                    SendMode::Standard,
+                )?)
             };
             let sres = s.map(|id| e.wait_req(CALL, id)).transpose();
             let rres = r.map(|id| e.wait_req(CALL, id)).transpose();
@@ -245,7 +356,10 @@ impl Communicator {
         if src == PROC_NULL {
             return Ok(Status::empty());
         }
-        let (s, t) = ((src != ANY_SOURCE).then_some(src as u32), (tag != ANY_TAG).then_some(tag));
+        let (s, t) = (
+            (src != ANY_SOURCE).then_some(src as u32),
+            (tag != ANY_TAG).then_some(tag),
+        );
         let ctx = self.inner.ctx;
         engine::with(CALL, |e| {
             let mut found = None;
@@ -265,7 +379,10 @@ impl Communicator {
         if src == PROC_NULL {
             return Ok(Some(Status::empty()));
         }
-        let (s, t) = ((src != ANY_SOURCE).then_some(src as u32), (tag != ANY_TAG).then_some(tag));
+        let (s, t) = (
+            (src != ANY_SOURCE).then_some(src as u32),
+            (tag != ANY_TAG).then_some(tag),
+        );
         let ctx = self.inner.ctx;
         engine::with(CALL, |e| {
             e.poke(CALL)?;
@@ -308,6 +425,9 @@ impl Communicator {
 
     /// End the whole job with `code` (`MPI_Abort`). Every rank is killed.
     pub fn abort(&self, code: i32) -> ! {
-        crate::abort(code, &format!("MPI_Abort called on rank {} with code {code}", self.rank()))
+        crate::abort(
+            code,
+            &format!("MPI_Abort called on rank {} with code {code}", self.rank()),
+        )
     }
 }

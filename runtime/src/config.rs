@@ -116,7 +116,8 @@ impl Config {
     pub fn load() -> Result<Self, String> {
         let mut c = match Self::file() {
             Some(p) => {
-                let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let text =
+                    std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
                 Self::from_toml(&text).map_err(|e| format!("{}: {e}", p.display()))?
             }
             None => Self::default(),
@@ -128,11 +129,17 @@ impl Config {
     /// Apply `GMPI_*` overrides read through `get`.
     pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
         let size = |k: &str| -> Result<Option<usize>, String> {
-            get(k).map(|v| parse_size(&v).map_err(|e| format!("{k}: {e}"))).transpose()
+            get(k)
+                .map(|v| parse_size(&v).map_err(|e| format!("{k}: {e}")))
+                .transpose()
         };
         let num = |k: &str| -> Result<Option<u64>, String> {
             get(k)
-                .map(|v| v.trim().parse::<u64>().map_err(|_| format!("{k}: not a number: {v:?}")))
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| format!("{k}: not a number: {v:?}"))
+                })
                 .transpose()
         };
         if let Some(v) = size("GMPI_EAGER_LIMIT")? {
@@ -184,7 +191,8 @@ mod tests {
 
     #[test]
     fn file_then_env() {
-        let mut c = Config::from_toml("eager_limit = 1024\ncma = false\nlog = \"pml=debug\"\n").unwrap();
+        let mut c =
+            Config::from_toml("eager_limit = 1024\ncma = false\nlog = \"pml=debug\"\n").unwrap();
         assert_eq!(c.eager_limit, Some(1024));
         assert!(!c.cma);
         c.apply_env(|k| match k {
@@ -195,7 +203,12 @@ mod tests {
         .unwrap();
         assert_eq!(c.eager_limit, Some(8192));
         assert!(c.cma);
-        assert!(Config::from_toml("eager_limt = 3").is_err(), "typos are reported");
-        assert!(c.apply_env(|k| (k == "GMPI_SPIN").then(|| "lots".into())).is_err());
+        assert!(
+            Config::from_toml("eager_limt = 3").is_err(),
+            "typos are reported"
+        );
+        assert!(c
+            .apply_env(|k| (k == "GMPI_SPIN").then(|| "lots".into()))
+            .is_err());
     }
 }

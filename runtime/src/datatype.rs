@@ -27,6 +27,10 @@ pub enum Primitive {
     F64,
     /// `MPI_C_BOOL`
     Bool,
+    /// 128-bit integer (no MPI equivalent; moved as 16 bytes)
+    I128,
+    /// 128-bit unsigned integer (no MPI equivalent; moved as 16 bytes)
+    U128,
     /// `MPI_AINT`-sized integer (isize)
     ISize,
     /// `MPI_AINT`-sized unsigned integer (usize)
@@ -56,6 +60,7 @@ impl Datatype {
                 Primitive::I16 | Primitive::U16 => 2,
                 Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
                 Primitive::I64 | Primitive::U64 | Primitive::F64 => 8,
+                Primitive::I128 | Primitive::U128 => 16,
                 Primitive::ISize | Primitive::USize => std::mem::size_of::<usize>(),
             },
             Datatype::Opaque { size } => size,
@@ -97,7 +102,7 @@ macro_rules! prim {
 }
 
 prim!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
-      u64 => U64, f32 => F32, f64 => F64, isize => ISize, usize => USize, bool => Bool);
+      u64 => U64, i128 => I128, u128 => U128, f32 => F32, f64 => F64, isize => ISize, usize => USize, bool => Bool);
 
 // SAFETY: arrays of Equivalence types have no padding between elements and
 // inherit the element's validity.

@@ -86,8 +86,18 @@ pub(crate) fn with<R>(call: &str, f: impl FnOnce(&mut Engine) -> Result<R>) -> R
     let mut g = lock();
     match &mut *g {
         State::Running(e) => f(e),
-        State::Uninit => Err(Error::new(ErrorClass::Other, call, -1, "gmpi is not initialized (call gmpi::init first)")),
-        State::Finalized => Err(Error::new(ErrorClass::Other, call, -1, "gmpi has already been finalized")),
+        State::Uninit => Err(Error::new(
+            ErrorClass::Other,
+            call,
+            -1,
+            "gmpi is not initialized (call gmpi::init first)",
+        )),
+        State::Finalized => Err(Error::new(
+            ErrorClass::Other,
+            call,
+            -1,
+            "gmpi has already been finalized",
+        )),
     }
 }
 
@@ -107,7 +117,14 @@ pub(crate) fn hostname() -> String {
 }
 
 fn pmi_err(call: &str, rank: i32) -> impl Fn(gmpi_pmi::PmiError) -> Error + '_ {
-    move |e| Error::new(ErrorClass::Other, call, rank, format!("bootstrap (PMI): {e}"))
+    move |e| {
+        Error::new(
+            ErrorClass::Other,
+            call,
+            rank,
+            format!("bootstrap (PMI): {e}"),
+        )
+    }
 }
 
 impl Engine {
@@ -123,23 +140,38 @@ impl Engine {
         // Business cards: which node each rank is on.
         let mut node_of: Vec<String> = vec![hex(&host); size as usize];
         if let Some(p) = pmi.as_mut() {
-            p.put(&format!("gmpi-card-{rank}"), &format!("{}.{pid}", hex(&host)))
-                .map_err(pmi_err(CALL, r))?;
+            p.put(
+                &format!("gmpi-card-{rank}"),
+                &format!("{}.{pid}", hex(&host)),
+            )
+            .map_err(pmi_err(CALL, r))?;
             p.fence().map_err(pmi_err(CALL, r))?;
             for (peer, node) in node_of.iter_mut().enumerate() {
                 if peer as u32 == rank {
                     continue;
                 }
-                let card = p.get(&format!("gmpi-card-{peer}")).map_err(pmi_err(CALL, r))?;
+                let card = p
+                    .get(&format!("gmpi-card-{peer}"))
+                    .map_err(pmi_err(CALL, r))?;
                 let (n, _) = card.split_once('.').ok_or_else(|| {
-                    Error::new(ErrorClass::Intern, CALL, r, format!("malformed business card of rank {peer}: {card:?}"))
+                    Error::new(
+                        ErrorClass::Intern,
+                        CALL,
+                        r,
+                        format!("malformed business card of rank {peer}: {card:?}"),
+                    )
                 })?;
                 *node = n.to_string();
             }
         }
         let me_node = node_of[rank as usize].clone();
-        let local: Vec<u32> = (0..size).filter(|&q| node_of[q as usize] == me_node).collect();
-        let local_rank = local.iter().position(|&q| q == rank).expect("self is local") as u32;
+        let local: Vec<u32> = (0..size)
+            .filter(|&q| node_of[q as usize] == me_node)
+            .collect();
+        let local_rank = local
+            .iter()
+            .position(|&q| q == rank)
+            .expect("self is local") as u32;
         let local_size = local.len() as u32;
 
         let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
@@ -161,8 +193,22 @@ impl Engine {
                 scfg.max_frag = f;
             }
             let mut fence = || p.fence().map_err(|e| e.to_string());
-            let shm = ShmBtl::bootstrap(&path, local_rank as usize, local.len(), &local, &scfg, &mut fence)
-                .map_err(|e| Error::new(ErrorClass::Other, CALL, r, format!("shared-memory transport: {e}")))?;
+            let shm = ShmBtl::bootstrap(
+                &path,
+                local_rank as usize,
+                local.len(),
+                &local,
+                &scfg,
+                &mut fence,
+            )
+            .map_err(|e| {
+                Error::new(
+                    ErrorClass::Other,
+                    CALL,
+                    r,
+                    format!("shared-memory transport: {e}"),
+                )
+            })?;
             cma_status = shm.cma_status().to_string();
             tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}", local_size, shm.memory_per_rank(), cma_status);
             if local_size > 1 {
@@ -202,7 +248,11 @@ impl Engine {
     }
 
     /// Progress until `done` holds: spin, then yield, then block.
-    pub fn wait_until(&mut self, call: &str, mut done: impl FnMut(&mut Driver<HostMem>) -> bool) -> Result<()> {
+    pub fn wait_until(
+        &mut self,
+        call: &str,
+        mut done: impl FnMut(&mut Driver<HostMem>) -> bool,
+    ) -> Result<()> {
         let mut idle: u32 = 0;
         let b = self.backoff;
         loop {
@@ -234,7 +284,12 @@ impl Engine {
         let rank = self.rank as i32;
         match self.driver.test(id) {
             Some(r) => r.map_err(|e| Error::from_pml(e, call, rank)),
-            None => Err(Error::new(ErrorClass::Request, call, rank, "request vanished")),
+            None => Err(Error::new(
+                ErrorClass::Request,
+                call,
+                rank,
+                "request vanished",
+            )),
         }
     }
 

@@ -134,11 +134,26 @@ mod tests {
 
     #[test]
     fn message_names_call_argument_and_rank() {
-        let e = Error::new(ErrorClass::Rank, "MPI_Send", 3, "invalid destination rank 9 (size 4)");
+        let e = Error::new(
+            ErrorClass::Rank,
+            "MPI_Send",
+            3,
+            "invalid destination rank 9 (size 4)",
+        );
         assert_eq!(e.class().code(), 6);
         let s = e.to_string();
-        assert!(s.contains("MPI_Send") && s.contains("rank 9") && s.contains("on rank 3") && s.contains("MPI_ERR_RANK"), "{s}");
-        let t = Error::from_pml(gmpi_pml::PmlError::Truncated { len: 10, cap: 4 }, "MPI_Recv", 0);
+        assert!(
+            s.contains("MPI_Send")
+                && s.contains("rank 9")
+                && s.contains("on rank 3")
+                && s.contains("MPI_ERR_RANK"),
+            "{s}"
+        );
+        let t = Error::from_pml(
+            gmpi_pml::PmlError::Truncated { len: 10, cap: 4 },
+            "MPI_Recv",
+            0,
+        );
         assert_eq!(t.class(), ErrorClass::Truncate);
     }
 }

@@ -129,15 +129,26 @@ pub fn init() -> Result<Universe> {
     let mut g = engine::lock();
     match &*g {
         engine::State::Running(_) => {
-            return Err(Error::new(ErrorClass::Other, CALL, -1, "gmpi is already initialized"))
+            return Err(Error::new(
+                ErrorClass::Other,
+                CALL,
+                -1,
+                "gmpi is already initialized",
+            ))
         }
         engine::State::Finalized => {
-            return Err(Error::new(ErrorClass::Other, CALL, -1, "gmpi cannot be initialized again after finalize"))
+            return Err(Error::new(
+                ErrorClass::Other,
+                CALL,
+                -1,
+                "gmpi cannot be initialized again after finalize",
+            ))
         }
         engine::State::Uninit => {}
     }
     let _ = wtime();
-    let cfg = config::Config::load().map_err(|e| Error::new(ErrorClass::Arg, CALL, -1, format!("configuration: {e}")))?;
+    let cfg = config::Config::load()
+        .map_err(|e| Error::new(ErrorClass::Arg, CALL, -1, format!("configuration: {e}")))?;
     init_logging(&cfg);
     let e = engine::Engine::start(cfg)?;
     tracing::debug!(target: "btl", "single copy: {}", e.cma_status);
@@ -164,7 +175,10 @@ impl Universe {
 
     /// Ranks on this node and this rank's index among them.
     pub fn local_rank_and_size(&self) -> (i32, i32) {
-        engine::with("gmpi_local_rank", |e| Ok((e.local_rank as i32, e.local_size as i32))).unwrap_or((0, 1))
+        engine::with("gmpi_local_rank", |e| {
+            Ok((e.local_rank as i32, e.local_size as i32))
+        })
+        .unwrap_or((0, 1))
     }
 
     /// Name of this node (`MPI_Get_processor_name`).
@@ -186,15 +200,26 @@ impl Universe {
         self.finalized = true;
         let mut g = engine::lock();
         let engine::State::Running(e) = &mut *g else {
-            return Err(Error::new(ErrorClass::Other, CALL, -1, "gmpi is not initialized"));
+            return Err(Error::new(
+                ErrorClass::Other,
+                CALL,
+                -1,
+                "gmpi is not initialized",
+            ));
         };
         // Finish what was detached, then make sure every peer is done with us.
         e.wait_until(CALL, |d| d.pml.outstanding() == 0 && !d.has_pending())?;
         self.world.barrier_in(e, CALL)?;
         let rank = e.rank as i32;
         if let Some(p) = e.pmi.as_mut() {
-            p.finalize()
-                .map_err(|err| Error::new(ErrorClass::Other, CALL, rank, format!("PMI finalize: {err}")))?;
+            p.finalize().map_err(|err| {
+                Error::new(
+                    ErrorClass::Other,
+                    CALL,
+                    rank,
+                    format!("PMI finalize: {err}"),
+                )
+            })?;
         }
         *g = engine::State::Finalized;
         Ok(())

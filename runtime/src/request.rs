@@ -1,12 +1,13 @@
 //! Requests of non-blocking operations, and [`Status`].
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 
 use gmpi_pml::ReqId;
 
+use crate::datatype::Equivalence;
 use crate::engine;
 use crate::error::{Error, ErrorClass, Result};
-use crate::datatype::Equivalence;
 use crate::{ANY_TAG, PROC_NULL};
 
 /// What a completed receive or probe reports.
@@ -76,18 +77,20 @@ impl Status {
 #[must_use = "a request must be waited on (dropping it waits)"]
 #[derive(Debug)]
 pub struct Request<'a> {
-    id: Option<ReqId>,
+    // Cells: `test` takes `&self` (a request is polled through a shared
+    // reference, as in `let r = comm.irecv(..)?; r.test()?`).
+    id: Cell<Option<ReqId>>,
     call: &'static str,
-    done: Option<Status>,
+    done: Cell<Option<Status>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> Request<'a> {
     pub(crate) fn new(id: ReqId, call: &'static str) -> Self {
         Self {
-            id: Some(id),
+            id: Cell::new(Some(id)),
             call,
-            done: None,
+            done: Cell::new(None),
             _buf: PhantomData,
         }
     }
@@ -95,45 +98,55 @@ impl<'a> Request<'a> {
     /// An already complete request (e.g. to or from `PROC_NULL`).
     pub(crate) fn completed(call: &'static str, st: Status) -> Self {
         Self {
-            id: None,
+            id: Cell::new(None),
             call,
-            done: Some(st),
+            done: Cell::new(Some(st)),
             _buf: PhantomData,
         }
     }
 
     /// Wait for completion.
-    pub fn wait(mut self) -> Result<Status> {
+    pub fn wait(self) -> Result<Status> {
         self.wait_inner()
     }
 
-    fn wait_inner(&mut self) -> Result<Status> {
+    fn wait_inner(&self) -> Result<Status> {
         let Some(id) = self.id.take() else {
-            return self.done.ok_or_else(|| Error::new(ErrorClass::Request, self.call, -1, "request already waited on"));
+            return self.done.get().ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Request,
+                    self.call,
+                    -1,
+                    "request already waited on",
+                )
+            });
         };
         let st = engine::with(self.call, |e| e.wait_req(self.call, id))?;
         let st = Status::from_pml(st);
-        self.done = Some(st);
+        self.done.set(Some(st));
         Ok(st)
     }
 
-    /// Check for completion without blocking: `Some(status)` once complete.
-    pub fn test(&mut self) -> Result<Option<Status>> {
-        let Some(id) = self.id else {
-            return Ok(self.done);
+    /// Check for completion without blocking: `Some(status)` once complete
+    /// (and on every later call).
+    pub fn test(&self) -> Result<Option<Status>> {
+        let Some(id) = self.id.get() else {
+            return Ok(self.done.get());
         };
         let call = self.call;
         let r = engine::with(call, |e| {
             e.poke(call)?;
             let rank = e.rank as i32;
-            Ok(e.driver.test(id).map(|r| r.map_err(|err| Error::from_pml(err, call, rank))))
+            Ok(e.driver
+                .test(id)
+                .map(|r| r.map_err(|err| Error::from_pml(err, call, rank))))
         })?;
         match r {
             None => Ok(None),
             Some(res) => {
-                self.id = None;
+                self.id.set(None);
                 let st = Status::from_pml(res?);
-                self.done = Some(st);
+                self.done.set(Some(st));
                 Ok(Some(st))
             }
         }
@@ -143,7 +156,7 @@ impl<'a> Request<'a> {
     /// completes with [`Status::is_cancelled`] set; a receive that already
     /// matched completes normally.
     pub fn cancel(&self) -> Result<()> {
-        if let Some(id) = self.id {
+        if let Some(id) = self.id.get() {
             engine::with(self.call, |e| {
                 e.driver.cancel(id);
                 Ok(())
@@ -155,15 +168,21 @@ impl<'a> Request<'a> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if self.id.is_some() && std::thread::panicking() {
+        if self.id.get().is_some() && std::thread::panicking() {
             // Waiting could hang (the peer may wait for us), and returning
             // would free a buffer still in flight: end the job instead.
             if !matches!(self.test(), Ok(Some(_))) {
-                crate::abort(101, &format!("a thread panicked while an {} request was in flight", self.call));
+                crate::abort(
+                    101,
+                    &format!(
+                        "a thread panicked while an {} request was in flight",
+                        self.call
+                    ),
+                );
             }
             return;
         }
-        if self.id.is_some() {
+        if self.id.get().is_some() {
             if let Err(e) = self.wait_inner() {
                 tracing::warn!(target: "gmpi", "request dropped with an error: {e}");
             }

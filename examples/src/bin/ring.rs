@@ -5,7 +5,10 @@ fn main() -> Result<(), gmpi::Error> {
     let universe = gmpi::init()?;
     let world = universe.world();
     let (rank, size) = (world.rank(), world.size());
-    let laps: i64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10);
+    let laps: i64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10);
     let next = (rank + 1) % size;
     let prev = (rank + size - 1) % size;
     let mut token = [0i64; 1];
@@ -29,7 +32,10 @@ fn main() -> Result<(), gmpi::Error> {
             eprintln!("ring: token is {}, expected {want}", token[0]);
             std::process::exit(1);
         }
-        println!("ring of {size} ranks: {laps} laps, token = {} (correct)", token[0]);
+        println!(
+            "ring of {size} ranks: {laps} laps, token = {} (correct)",
+            token[0]
+        );
     }
     Ok(())
 }

@@ -23,8 +23,31 @@ fn check(cond: bool, what: impl FnOnce() -> String) -> R {
 }
 
 const SIZES: &[usize] = &[
-    0, 1, 7, 8, 63, 64, 255, 4095, 4096, 4097, 8191, 8192, 16383, 16384, 16385, 32767, 32768,
-    32769, 65536, 65537, 262_144, 1 << 20, (4 << 20) + 3, 16 << 20, 64 << 20,
+    0,
+    1,
+    7,
+    8,
+    63,
+    64,
+    255,
+    4095,
+    4096,
+    4097,
+    8191,
+    8192,
+    16383,
+    16384,
+    16385,
+    32767,
+    32768,
+    32769,
+    65536,
+    65537,
+    262_144,
+    1 << 20,
+    (4 << 20) + 3,
+    16 << 20,
+    64 << 20,
 ];
 
 /// Every rank sends to the next and receives from the previous, every size.
@@ -40,17 +63,27 @@ fn sweep(w: &Communicator, max: usize) -> R {
         let req = w.isend(&out[..], next, i as i32).map_err(e)?;
         let st = w.recv(&mut inp[..len], prev, i as i32).map_err(e)?;
         req.wait().map_err(e)?;
-        check(st.source() == prev && st.tag() == i as i32 && st.count::<u8>() == len, || {
-            format!("size {len}: status {st:?}")
+        check(
+            st.source() == prev && st.tag() == i as i32 && st.count::<u8>() == len,
+            || format!("size {len}: status {st:?}"),
+        )?;
+        check(inp[..len] == pattern(len, prev, i as u64)[..], || {
+            format!("size {len}: content differs")
         })?;
-        check(inp[..len] == pattern(len, prev, i as u64)[..], || format!("size {len}: content differs"))?;
-        check(inp[len..] == tail, || format!("size {len}: wrote past the buffer"))?;
+        check(inp[len..] == tail, || {
+            format!("size {len}: wrote past the buffer")
+        })?;
     }
     // Typed data too.
     let v: Vec<f64> = (0..1000).map(|x| x as f64 * 0.5 + r as f64).collect();
     let mut got = vec![0f64; 1000];
-    let st = w.sendrecv(&v[..], next, 99, &mut got[..], prev, 99).map_err(e)?;
-    check(st.count::<f64>() == 1000 && got[999] == 999.0 * 0.5 + prev as f64, || "f64 sendrecv".into())?;
+    let st = w
+        .sendrecv(&v[..], next, 99, &mut got[..], prev, 99)
+        .map_err(e)?;
+    check(
+        st.count::<f64>() == 1000 && got[999] == 999.0 * 0.5 + prev as f64,
+        || "f64 sendrecv".into(),
+    )?;
     Ok(())
 }
 
@@ -65,14 +98,22 @@ fn many(w: &Communicator, count: usize) -> R {
     let mut inp = vec![[0u32; 2]; count];
     let mut reqs = Vec::with_capacity(2 * count);
     for (i, slot) in inp.iter_mut().enumerate() {
-        reqs.push(w.irecv(std::slice::from_mut(slot), peer, (i % 1000) as i32).map_err(e)?);
+        reqs.push(
+            w.irecv(std::slice::from_mut(slot), peer, (i % 1000) as i32)
+                .map_err(e)?,
+        );
     }
     for (i, m) in out.iter().enumerate() {
-        reqs.push(w.isend(std::slice::from_ref(m), peer, (i % 1000) as i32).map_err(e)?);
+        reqs.push(
+            w.isend(std::slice::from_ref(m), peer, (i % 1000) as i32)
+                .map_err(e)?,
+        );
     }
     gmpi::wait_all(reqs).map_err(e)?;
     for (i, m) in inp.iter().enumerate() {
-        check(*m == [peer as u32, i as u32], || format!("message {i} is {m:?}"))?;
+        check(*m == [peer as u32, i as u32], || {
+            format!("message {i} is {m:?}")
+        })?;
     }
     Ok(())
 }
@@ -97,18 +138,31 @@ fn self_send(w: &Communicator) -> R {
 /// Messages of mixed protocols on one tag arrive in send order.
 fn order(w: &Communicator) -> R {
     let (r, n) = (w.rank(), w.size());
-    let lens: Vec<usize> = (0..60).map(|i| [3usize, 5000, 70_000, 0, 17_000][i % 5] + i).collect();
+    let lens: Vec<usize> = (0..60)
+        .map(|i| [3usize, 5000, 70_000, 0, 17_000][i % 5] + i)
+        .collect();
     if r == 0 {
-        let bufs: Vec<Vec<u8>> = lens.iter().enumerate().map(|(i, &l)| pattern(l, 0, i as u64)).collect();
+        let bufs: Vec<Vec<u8>> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| pattern(l, 0, i as u64))
+            .collect();
         for dest in 1..n {
-            let reqs: Vec<_> = bufs.iter().map(|b| w.isend(&b[..], dest, 5)).collect::<Result<_, _>>().map_err(e)?;
+            let reqs: Vec<_> = bufs
+                .iter()
+                .map(|b| w.isend(&b[..], dest, 5))
+                .collect::<Result<_, _>>()
+                .map_err(e)?;
             gmpi::wait_all(reqs).map_err(e)?;
         }
     } else {
         for (i, &l) in lens.iter().enumerate() {
             let mut b = vec![0u8; 80_000];
             let st = w.recv(&mut b[..], 0, ANY_TAG).map_err(e)?;
-            check(st.count::<u8>() == l && b[..l] == pattern(l, 0, i as u64)[..], || format!("message {i} out of order"))?;
+            check(
+                st.count::<u8>() == l && b[..l] == pattern(l, 0, i as u64)[..],
+                || format!("message {i} out of order"),
+            )?;
         }
     }
     Ok(())
@@ -120,14 +174,23 @@ fn wild(w: &Communicator) -> R {
         let mut seen = vec![false; n as usize];
         for _ in 1..n {
             let st = w.probe(ANY_SOURCE, ANY_TAG).map_err(e)?;
-            check(st.tag() == 100 + st.source() && st.count::<i32>() == 2, || format!("probe {st:?}"))?;
+            check(
+                st.tag() == 100 + st.source() && st.count::<i32>() == 2,
+                || format!("probe {st:?}"),
+            )?;
             let mut b = [0i32; 2];
             let st2 = w.recv(&mut b[..], st.source(), st.tag()).map_err(e)?;
-            check(st2.source() == st.source() && b == [st.source(), 7], || "probed message".into())?;
+            check(st2.source() == st.source() && b == [st.source(), 7], || {
+                "probed message".into()
+            })?;
             seen[st.source() as usize] = true;
         }
-        check(seen[1..].iter().all(|&s| s), || "not every rank was heard".into())?;
-        check(w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(), || "iprobe found a phantom message".into())?;
+        check(seen[1..].iter().all(|&s| s), || {
+            "not every rank was heard".into()
+        })?;
+        check(w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(), || {
+            "iprobe found a phantom message".into()
+        })?;
     } else {
         w.send(&[r, 7][..], 0, 100 + r).map_err(e)?;
     }
@@ -142,7 +205,9 @@ fn ssend(w: &Communicator) -> R {
         if w.rank() == 1 {
             let t = std::time::Instant::now();
             w.ssend(&vec![1u8; len][..], 0, 1).map_err(e)?;
-            check(t.elapsed().as_millis() >= 150, || format!("ssend of {len} B returned before the receive was posted"))?;
+            check(t.elapsed().as_millis() >= 150, || {
+                format!("ssend of {len} B returned before the receive was posted")
+            })?;
         } else {
             std::thread::sleep(std::time::Duration::from_millis(250));
             let mut b = vec![0u8; len];
@@ -155,14 +220,25 @@ fn ssend(w: &Communicator) -> R {
 fn errors(w: &Communicator) -> R {
     let (r, n) = (w.rank(), w.size());
     let err = w.send(&[1u8][..], n, 0).expect_err("send to rank == size");
-    check(err.class() == ErrorClass::Rank && err.to_string().contains("MPI_Send") && err.to_string().contains(&format!("on rank {r}")), || err.to_string())?;
+    check(
+        err.class() == ErrorClass::Rank
+            && err.to_string().contains("MPI_Send")
+            && err.to_string().contains(&format!("on rank {r}")),
+        || err.to_string(),
+    )?;
     let err = w.send(&[1u8][..], 0, -5).expect_err("negative tag");
-    check(err.class() == ErrorClass::Tag && err.to_string().contains("-5"), || err.to_string())?;
+    check(
+        err.class() == ErrorClass::Tag && err.to_string().contains("-5"),
+        || err.to_string(),
+    )?;
     let mut b = [0u8; 4];
     let err = w.recv(&mut b[..], -7, 0).expect_err("bad source");
     check(err.class() == ErrorClass::Rank, || err.to_string())?;
     let st = w.recv(&mut b[..], gmpi::PROC_NULL, 0).map_err(e)?;
-    check(st.source() == gmpi::PROC_NULL && st.count::<u8>() == 0, || "PROC_NULL".into())?;
+    check(
+        st.source() == gmpi::PROC_NULL && st.count::<u8>() == 0,
+        || "PROC_NULL".into(),
+    )?;
     w.send(&b[..], gmpi::PROC_NULL, 0).map_err(e)?;
     // Truncation, eager and rendezvous: an error, nothing written past the buffer.
     if n >= 2 && r < 2 {
@@ -170,10 +246,13 @@ fn errors(w: &Communicator) -> R {
             if r == 0 {
                 w.send(&vec![9u8; len][..], 1, 8).map_err(e)?;
             } else {
-                let mut buf = vec![0u8; 60];
+                let mut buf = [0u8; 60];
                 let err = w.recv(&mut buf[..50], 0, 8).expect_err("truncation");
                 check(err.class() == ErrorClass::Truncate, || err.to_string())?;
-                check(buf[..50].iter().all(|&x| x == 9) && buf[50..].iter().all(|&x| x == 0), || "truncation wrote past the buffer".into())?;
+                check(
+                    buf[..50].iter().all(|&x| x == 9) && buf[50..].iter().all(|&x| x == 0),
+                    || "truncation wrote past the buffer".into(),
+                )?;
             }
         }
     }
@@ -190,7 +269,9 @@ fn crash(w: &Communicator, how: &str) -> R {
             "exit3" => std::process::exit(3),
             // SAFETY-free: kill ourselves through the shell-free libc-less route.
             "kill" => {
-                let _ = std::process::Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &std::process::id().to_string()])
+                    .status();
                 std::thread::sleep(std::time::Duration::from_secs(10));
             }
             "abort" => w.abort(6),
@@ -205,7 +286,11 @@ fn crash(w: &Communicator, how: &str) -> R {
 
 fn pids(w: &Communicator, dir: &str) -> R {
     let jobid = std::env::var("GMPI_JOBID").unwrap_or_default();
-    std::fs::write(format!("{dir}/{}", w.rank()), format!("{} {jobid}", std::process::id())).map_err(|x| x.to_string())?;
+    std::fs::write(
+        format!("{dir}/{}", w.rank()),
+        format!("{} {jobid}", std::process::id()),
+    )
+    .map_err(|x| x.to_string())?;
     w.barrier().map_err(e)
 }
 
@@ -250,7 +335,12 @@ fn main() {
         other => Err(format!("unknown scenario {other:?}")),
     };
     match res.and_then(|()| universe.finalize().map_err(e)) {
-        Ok(()) => println!("gmpi-check {} OK on rank {} of {}", arg(0), w.rank(), w.size()),
+        Ok(()) => println!(
+            "gmpi-check {} OK on rank {} of {}",
+            arg(0),
+            w.rank(),
+            w.size()
+        ),
         Err(m) => {
             eprintln!("gmpi-check {} FAILED on rank {}: {m}", arg(0), w.rank());
             std::process::exit(1);
