@@ -326,22 +326,20 @@ impl PmiClient {
     }
 
     /// Asks the launcher to end the whole job with exit code `code`, reporting `msg`
-    /// (whitespace and `=` in it are sent as `_`). Does not wait: the caller should exit
+    /// (percent-encoded on the wire, see [`crate::wire::escape_text`]). Does not wait: the caller should exit
     /// right after.
     pub fn abort(&mut self, code: i32, msg: &str) -> Result<(), PmiError> {
         self.check_open()?;
         let mut cmd = Command::new("abort").arg("exitcode", code);
-        let msg: String = msg
-            .chars()
-            .map(|c| {
-                if c.is_whitespace() || c.is_control() || c == '=' {
-                    '_'
-                } else {
-                    c
-                }
-            })
-            .take(1024)
-            .collect();
+        let mut msg = msg.to_string();
+        if msg.len() > 1024 {
+            let mut cut = 1024;
+            while !msg.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            msg.truncate(cut);
+        }
+        let msg = crate::wire::escape_text(&msg);
         if !msg.is_empty() {
             cmd = cmd.arg("msg", msg);
         }
@@ -708,7 +706,7 @@ mod tests {
         assert!(results[1].is_ok());
         assert_eq!(
             events,
-            [ServerEvent::Abort(1, 7, "it_broke___badly".to_owned())]
+            [ServerEvent::Abort(1, 7, "it broke = badly".to_owned())]
         );
     }
 

@@ -289,11 +289,9 @@ impl PmiServer {
                     .get("exitcode")
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(1);
-                let mut msg = cmd
-                    .get("msg")
-                    .or_else(|| cmd.get("message"))
-                    .unwrap_or("")
-                    .to_owned();
+                let mut msg = crate::wire::unescape_text(
+                    cmd.get("msg").or_else(|| cmd.get("message")).unwrap_or(""),
+                );
                 truncate_at_char(&mut msg, ABORT_MSG_MAX);
                 out.push(ServerOutput::Abort { rank, code, msg });
             }

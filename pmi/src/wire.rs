@@ -173,9 +173,76 @@ pub fn is_valid_value(value: &str) -> bool {
     value.chars().all(is_token_char)
 }
 
+/// Percent-encode free text (an abort message) so it travels as one value:
+/// `%`, `=`, whitespace and control characters become `%XX` (UTF-8 bytes).
+pub fn escape_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '%' || c == '=' || !is_token_char(c) {
+            let mut b = [0u8; 4];
+            for byte in c.encode_utf8(&mut b).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Undo [`escape_text`]; malformed escapes are kept as they are.
+pub fn unescape_text(text: &str) -> String {
+    fn hex(d: u8) -> Option<u8> {
+        (d as char).to_digit(16).map(|v| v as u8)
+    }
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A character that may appear inside a key or value token.
 fn is_token_char(c: char) -> bool {
     !c.is_whitespace() && !c.is_control()
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn escapes_round_trip() {
+        let t = "rank 3: x = 5%\n\tdone é";
+        let e = escape_text(t);
+        assert!(is_valid_value(&e) && !e.contains('='), "{e}");
+        assert_eq!(unescape_text(&e), t);
+        assert_eq!(unescape_text("100%"), "100%");
+        assert_eq!(unescape_text("%zz%4"), "%zz%4");
+        assert_eq!(unescape_text("%é"), "%é");
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_round_trips(t in ".*") {
+            prop_assert_eq!(unescape_text(&escape_text(&t)), t);
+        }
+        #[test]
+        fn unescape_never_panics(t in ".*") {
+            let _ = unescape_text(&t);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -221,15 +221,18 @@ impl<M: MemAccess> Driver<M> {
     }
 
     /// Block until a btl may have an event, or `timeout`. Returns at once when
-    /// the driver has queued work.
+    /// the pml has actions not yet executed. Actions refused for lack of
+    /// resources do not prevent sleeping: a btl's `wait` also returns when a
+    /// refused peer has room again (the shm transport rings the refused
+    /// sender's doorbell), and the timeout bounds the sleep for any btl that
+    /// cannot tell.
     pub fn wait(&mut self, timeout: Duration) {
-        if self.has_pending() {
+        if self.pml.has_actions() {
             return;
         }
-        let blocking: Vec<usize> = (0..self.btls.len()).collect();
-        let per = timeout / blocking.len().max(1) as u32;
-        for i in blocking {
-            self.btls[i].wait(per);
+        let n = self.btls.len().max(1) as u32;
+        for b in &mut self.btls {
+            b.wait(timeout / n);
         }
     }
 

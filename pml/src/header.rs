@@ -114,144 +114,221 @@ impl std::fmt::Debug for HdrBuf {
 
 impl HdrBuf {
     /// The encoded bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
-
-    fn put(&mut self, b: &[u8]) {
-        let l = self.len as usize;
-        self.buf[l..l + b.len()].copy_from_slice(b);
-        self.len += b.len() as u8;
-    }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
+// Fixed offsets of the layout in the module table.
+const MATCH_LEN: usize = 36;
+const RNDV_DESC_LEN: usize = MATCH_LEN + MemDesc::WIRE_LEN;
+const ONE_U64_LEN: usize = 12;
+const CTS_LEN: usize = 28;
+const FRAG_LEN: usize = 20;
+
+#[inline]
+fn put32(b: &mut [u8; MAX_HDR], o: usize, v: [u8; 4]) {
+    b[o..o + 4].copy_from_slice(&v);
 }
 
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], PmlError> {
-        let end = self.pos + N;
-        let s = self
-            .b
-            .get(self.pos..end)
-            .ok_or_else(|| PmlError::Malformed(format!("header truncated at byte {}", self.pos)))?;
-        self.pos = end;
-        Ok(s.try_into().expect("length checked"))
+#[inline]
+fn put64(b: &mut [u8; MAX_HDR], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Four bytes at `o`; the caller checked the length, so the conversion
+/// cannot fail (an out-of-range `o` panics in the slice index, never UB).
+#[inline]
+fn get32(b: &[u8], o: usize) -> [u8; 4] {
+    b[o..o + 4].try_into().unwrap_or([0; 4])
+}
+
+#[inline]
+fn get64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
+}
+
+fn truncated(ty: &str, need: usize, got: usize) -> PmlError {
+    PmlError::Malformed(format!(
+        "{ty} header needs {need} bytes, fragment has {got}"
+    ))
+}
+
+impl MatchHdr {
+    #[inline]
+    fn write(&self, b: &mut [u8; MAX_HDR]) {
+        put32(b, 4, self.ctx.to_le_bytes());
+        put32(b, 8, self.src.to_le_bytes());
+        put32(b, 12, self.tag.to_le_bytes());
+        put32(b, 16, self.seq.to_le_bytes());
+        put64(b, 20, self.len);
+        put64(b, 28, self.sreq);
     }
-    fn u32(&mut self) -> Result<u32, PmlError> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    fn i32(&mut self) -> Result<i32, PmlError> {
-        Ok(i32::from_le_bytes(self.take()?))
-    }
-    fn u64(&mut self) -> Result<u64, PmlError> {
-        Ok(u64::from_le_bytes(self.take()?))
+
+    /// Read from a buffer known to hold at least `MATCH_LEN` bytes.
+    #[inline]
+    fn read(b: &[u8]) -> Self {
+        MatchHdr {
+            ctx: u32::from_le_bytes(get32(b, 4)),
+            src: u32::from_le_bytes(get32(b, 8)),
+            tag: i32::from_le_bytes(get32(b, 12)),
+            seq: u32::from_le_bytes(get32(b, 16)),
+            len: get64(b, 20),
+            sreq: get64(b, 28),
+        }
     }
 }
 
 impl Hdr {
     /// Encode into an inline buffer.
+    #[inline]
     pub fn encode(&self) -> HdrBuf {
-        let mut h = HdrBuf {
-            buf: [0; MAX_HDR],
-            len: 0,
-        };
-        let (ty, flags) = match self {
-            Hdr::Match { flags, .. } => (T_MATCH, *flags),
-            Hdr::Rndv { flags, desc, .. } => (
-                T_RNDV,
-                (*flags & !F_HAS_DESC) | if desc.is_some() { F_HAS_DESC } else { 0 },
-            ),
-            Hdr::Ack { .. } => (T_ACK, 0),
-            Hdr::Cts { .. } => (T_CTS, 0),
-            Hdr::Frag { .. } => (T_FRAG, 0),
-            Hdr::Fin { .. } => (T_FIN, 0),
-        };
-        h.put(&[ty, flags, VERSION, 0]);
-        let put_m = |h: &mut HdrBuf, m: &MatchHdr| {
-            h.put(&m.ctx.to_le_bytes());
-            h.put(&m.src.to_le_bytes());
-            h.put(&m.tag.to_le_bytes());
-            h.put(&m.seq.to_le_bytes());
-            h.put(&m.len.to_le_bytes());
-            h.put(&m.sreq.to_le_bytes());
-        };
-        match self {
-            Hdr::Match { m, .. } => put_m(&mut h, m),
-            Hdr::Rndv { m, desc, .. } => {
-                put_m(&mut h, m);
-                if let Some(d) = desc {
-                    let mut v = Vec::with_capacity(MemDesc::WIRE_LEN);
-                    d.encode(&mut v);
-                    h.put(&v);
+        let mut b = [0u8; MAX_HDR];
+        b[2] = VERSION;
+        let len = match self {
+            Hdr::Match { flags, m } => {
+                b[0] = T_MATCH;
+                b[1] = *flags;
+                m.write(&mut b);
+                MATCH_LEN
+            }
+            Hdr::Rndv { flags, m, desc } => {
+                b[0] = T_RNDV;
+                b[1] = (*flags & !F_HAS_DESC) | if desc.is_some() { F_HAS_DESC } else { 0 };
+                m.write(&mut b);
+                match desc {
+                    Some(d) => {
+                        put64(&mut b, MATCH_LEN, d.addr);
+                        put64(&mut b, MATCH_LEN + 8, d.len);
+                        put64(&mut b, MATCH_LEN + 16, d.key);
+                        RNDV_DESC_LEN
+                    }
+                    None => MATCH_LEN,
                 }
             }
-            Hdr::Ack { sreq } | Hdr::Fin { sreq } => h.put(&sreq.to_le_bytes()),
+            Hdr::Ack { sreq } | Hdr::Fin { sreq } => {
+                b[0] = if matches!(self, Hdr::Ack { .. }) {
+                    T_ACK
+                } else {
+                    T_FIN
+                };
+                put64(&mut b, 4, *sreq);
+                ONE_U64_LEN
+            }
             Hdr::Cts { sreq, rreq, want } => {
-                h.put(&sreq.to_le_bytes());
-                h.put(&rreq.to_le_bytes());
-                h.put(&want.to_le_bytes());
+                b[0] = T_CTS;
+                put64(&mut b, 4, *sreq);
+                put64(&mut b, 12, *rreq);
+                put64(&mut b, 20, *want);
+                CTS_LEN
             }
             Hdr::Frag { rreq, offset } => {
-                h.put(&rreq.to_le_bytes());
-                h.put(&offset.to_le_bytes());
+                b[0] = T_FRAG;
+                put64(&mut b, 4, *rreq);
+                put64(&mut b, 12, *offset);
+                FRAG_LEN
             }
+        };
+        HdrBuf {
+            buf: b,
+            len: len as u8,
         }
-        h
     }
 
     /// Decode a fragment's header; returns it and the payload offset.
     /// Malformed input is an error, never a panic.
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<(Hdr, usize), PmlError> {
-        let mut r = Reader { b, pos: 0 };
-        let [ty, flags, version, _] = r.take::<4>()?;
+        if b.len() < 4 {
+            return Err(truncated("fragment", 4, b.len()));
+        }
+        let (ty, flags, version) = (b[0], b[1], b[2]);
         if version != VERSION {
             return Err(PmlError::Malformed(format!(
                 "wire version {version}, this build speaks {VERSION}"
             )));
         }
-        let read_m = |r: &mut Reader<'_>| -> Result<MatchHdr, PmlError> {
-            Ok(MatchHdr {
-                ctx: r.u32()?,
-                src: r.u32()?,
-                tag: r.i32()?,
-                seq: r.u32()?,
-                len: r.u64()?,
-                sreq: r.u64()?,
-            })
+        let need = |n: usize, what: &str| {
+            if b.len() < n {
+                Err(truncated(what, n, b.len()))
+            } else {
+                Ok(())
+            }
         };
-        let h = match ty {
-            T_MATCH => Hdr::Match {
-                flags,
-                m: read_m(&mut r)?,
-            },
+        let (h, end) = match ty {
+            T_MATCH => {
+                need(MATCH_LEN, "MATCH")?;
+                (
+                    Hdr::Match {
+                        flags,
+                        m: MatchHdr::read(b),
+                    },
+                    MATCH_LEN,
+                )
+            }
             T_RNDV => {
-                let m = read_m(&mut r)?;
-                let desc = if flags & F_HAS_DESC != 0 {
-                    let raw = r.take::<{ MemDesc::WIRE_LEN }>()?;
-                    MemDesc::decode(&raw)
+                need(MATCH_LEN, "RNDV")?;
+                let m = MatchHdr::read(b);
+                if flags & F_HAS_DESC != 0 {
+                    need(RNDV_DESC_LEN, "RNDV")?;
+                    let desc = MemDesc {
+                        addr: get64(b, MATCH_LEN),
+                        len: get64(b, MATCH_LEN + 8),
+                        key: get64(b, MATCH_LEN + 16),
+                    };
+                    (
+                        Hdr::Rndv {
+                            flags: flags & !F_HAS_DESC,
+                            m,
+                            desc: Some(desc),
+                        },
+                        RNDV_DESC_LEN,
+                    )
                 } else {
-                    None
-                };
-                Hdr::Rndv {
-                    flags: flags & !F_HAS_DESC,
-                    m,
-                    desc,
+                    (
+                        Hdr::Rndv {
+                            flags,
+                            m,
+                            desc: None,
+                        },
+                        MATCH_LEN,
+                    )
                 }
             }
-            T_ACK => Hdr::Ack { sreq: r.u64()? },
-            T_FIN => Hdr::Fin { sreq: r.u64()? },
-            T_CTS => Hdr::Cts {
-                sreq: r.u64()?,
-                rreq: r.u64()?,
-                want: r.u64()?,
-            },
-            T_FRAG => Hdr::Frag {
-                rreq: r.u64()?,
-                offset: r.u64()?,
-            },
+            T_ACK | T_FIN => {
+                need(ONE_U64_LEN, "ACK/FIN")?;
+                let sreq = get64(b, 4);
+                (
+                    if ty == T_ACK {
+                        Hdr::Ack { sreq }
+                    } else {
+                        Hdr::Fin { sreq }
+                    },
+                    ONE_U64_LEN,
+                )
+            }
+            T_CTS => {
+                need(CTS_LEN, "CTS")?;
+                (
+                    Hdr::Cts {
+                        sreq: get64(b, 4),
+                        rreq: get64(b, 12),
+                        want: get64(b, 20),
+                    },
+                    CTS_LEN,
+                )
+            }
+            T_FRAG => {
+                need(FRAG_LEN, "FRAG")?;
+                (
+                    Hdr::Frag {
+                        rreq: get64(b, 4),
+                        offset: get64(b, 12),
+                    },
+                    FRAG_LEN,
+                )
+            }
             other => {
                 return Err(PmlError::Malformed(format!(
                     "unknown fragment type {other}"
@@ -259,13 +336,13 @@ impl Hdr {
             }
         };
         let carries_payload = matches!(h, Hdr::Match { .. } | Hdr::Frag { .. });
-        if !carries_payload && r.pos != b.len() {
+        if !carries_payload && end != b.len() {
             return Err(PmlError::Malformed(format!(
                 "{} trailing bytes after a control header",
-                b.len() - r.pos
+                b.len() - end
             )));
         }
-        Ok((h, r.pos))
+        Ok((h, end))
     }
 }
 

@@ -258,6 +258,9 @@ pub struct Pml {
     /// them in order.
     routes: Vec<Vec<BtlId>>,
     rr: Vec<u32>,
+    /// Per peer, when exactly one btl reaches it: that btl and the eager
+    /// limit in force (the inline send path's whole decision).
+    inline_route: Vec<Option<(BtlId, usize)>>,
     failed: Vec<bool>,
     reqs: Slab,
     matching: Matching,
@@ -274,6 +277,7 @@ impl Pml {
             btls: Vec::new(),
             routes: vec![Vec::new(); nprocs as usize],
             rr: vec![0; nprocs as usize],
+            inline_route: vec![None; nprocs as usize],
             failed: vec![false; nprocs as usize],
             reqs: Slab::default(),
             matching: Matching::new(nprocs),
@@ -308,6 +312,12 @@ impl Pml {
             }
         }
         self.btls.push(BtlInfo { caps });
+        for (p, r) in self.routes.iter().enumerate() {
+            self.inline_route[p] = match r.as_slice() {
+                [b] => Some((*b, protocol::eager_limit(&self.btls[*b].caps, &self.cfg))),
+                _ => None,
+            };
+        }
         id
     }
 
@@ -458,23 +468,17 @@ impl Pml {
             return None;
         }
         let peer = a.dest;
-        if peer >= self.nprocs {
-            return Some(Err(PmlError::Unreachable(peer)));
+        // Unreachable peers and multi-rail routes take the general path,
+        // which reports errors and stripes.
+        let (btl, limit) = (*self.inline_route.get(peer as usize)?)?;
+        if a.buf.len > limit || !a.buf.kind.is_host_accessible() {
+            return None;
         }
         if self.failed[peer as usize] {
             return Some(Err(PmlError::PeerFailed(peer)));
         }
-        let btl = match self.routes[peer as usize].as_slice() {
-            [] => return Some(Err(PmlError::Unreachable(peer))),
-            [b] => *b,
-            _ => return None,
-        };
-        let caps = &self.btls[btl].caps;
-        if protocol::choose(a.buf.len, a.buf.kind, a.mode, caps, &self.cfg) != Protocol::Eager {
-            return None;
-        }
         tracing::debug!(target: LOG, "send {} B to rank {} tag {} ctx {} via {}: eager (inline)",
-            a.buf.len, peer, a.tag, a.ctx, caps.name);
+            a.buf.len, peer, a.tag, a.ctx, self.btls[btl].caps.name);
         let m = MatchHdr {
             ctx: a.ctx,
             src: a.src,
@@ -826,23 +830,33 @@ impl Pml {
         mem: &mut dyn Memory,
     ) {
         let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
-        let n = payload.len().min(r.buf.len);
+        let cap = r.buf.len;
+        let n = payload.len().min(cap);
         if n > 0 {
             mem.write(r.buf.addr, r.buf.kind, &payload[..n]);
         }
-        r.status = Status {
+        let st = Status {
             source: m.src,
             tag: m.tag,
             len: n as u64,
             cancelled: false,
         };
+        r.status = st;
         r.peer = peer;
         r.want = m.len;
         r.state = RecvState::Done;
         if flags & F_SYNC != 0 {
             self.push_send(btl, peer, Hdr::Ack { sreq: m.sreq }, Payload::None, 0);
         }
-        self.finish_recv_with_len(id, m.len);
+        let res = if m.len > cap as u64 {
+            Err(PmlError::Truncated {
+                len: m.len,
+                cap: cap as u64,
+            })
+        } else {
+            Ok(st)
+        };
+        self.reqs.complete(id, res);
     }
 
     /// Deliver a matched message (eager or rendezvous) to receive `id`.
@@ -975,8 +989,7 @@ impl Pml {
         } else {
             Ok(r.status)
         };
-        let status = r.status;
-        self.reqs.complete_with_status(id, res, status);
+        self.reqs.complete(id, res);
     }
 
     /// A peer failed: every request that depends on it fails.

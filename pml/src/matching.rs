@@ -105,19 +105,16 @@ impl Matching {
     }
 
     /// The first posted receive accepting this envelope, removed.
+    #[inline]
     pub fn match_posted(&mut self, ctx: u32, src: u32, tag: i32) -> Option<ReqId> {
-        let m = MatchHdr {
-            ctx,
-            src,
-            tag,
-            seq: 0,
-            len: 0,
-            sreq: 0,
+        let ok = |p: &Posted| {
+            p.ctx == ctx && p.src.is_none_or(|s| s == src) && p.tag.is_none_or(|t| t == tag)
         };
-        let i = self
-            .posted
-            .iter()
-            .position(|p| accepts(p.ctx, p.src, p.tag, &m))?;
+        // Common case: the oldest posted receive is the one.
+        if ok(self.posted.front()?) {
+            return self.posted.pop_front().map(|p| p.id);
+        }
+        let i = self.posted.iter().position(ok)?;
         self.posted.remove(i).map(|p| p.id)
     }
 
@@ -131,6 +128,9 @@ impl Matching {
         src: Option<u32>,
         tag: Option<i32>,
     ) -> Option<Unexpected> {
+        if self.unexpected.is_empty() {
+            return None;
+        }
         let i = self
             .unexpected
             .iter()

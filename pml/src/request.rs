@@ -189,15 +189,6 @@ impl Slab {
         }
     }
 
-    pub fn complete_with_status(
-        &mut self,
-        id: ReqId,
-        res: Result<Status, PmlError>,
-        _status: Status,
-    ) {
-        self.complete(id, res);
-    }
-
     pub fn result(&self, id: ReqId) -> Option<&Result<Status, PmlError>> {
         self.slot(id).and_then(|s| s.result.as_ref())
     }
