@@ -215,6 +215,9 @@ struct Job<'a> {
     phase: Phase,
     /// Exit status fixed by the first failure.
     failure: Option<i32>,
+    /// The first rank that exited successfully without ever initializing
+    /// MPI: fatal as soon as any rank initializes.
+    exited_uninit: Option<u32>,
     started: Instant,
     /// No child process of gmpirun remains (waitpid said ECHILD).
     no_children: bool,
@@ -233,6 +236,7 @@ impl<'a> Job<'a> {
             stdin: StdinFwd::default(),
             phase: Phase::Running,
             failure: None,
+            exited_uninit: None,
             started: Instant::now(),
             no_children: false,
         }
@@ -483,6 +487,23 @@ impl<'a> Job<'a> {
             {
                 self.fail(1, format!("rank {rank} exited without calling finalize"));
             }
+            WaitStatus::Exited(_, 0) if !self.server.is_initialized(rank) => {
+                // A program that never uses MPI is fine, unless another rank
+                // did: MPI initialization is collective, so the others would
+                // wait for this one forever.
+                if let Some(other) =
+                    (0..self.server.size()).find(|&r| self.server.is_initialized(r))
+                {
+                    self.fail(
+                        1,
+                        format!(
+                            "rank {rank} (pid {pid}) exited without initializing MPI while rank {other} did"
+                        ),
+                    );
+                } else {
+                    self.exited_uninit.get_or_insert(rank);
+                }
+            }
             WaitStatus::Exited(_, 0) => {}
             WaitStatus::Exited(_, code) => self.fail(
                 code,
@@ -694,6 +715,16 @@ impl<'a> Job<'a> {
                     1,
                     format!("rank {rank} sent a malformed PMI message: {error}"),
                 ),
+                ServerOutput::Initialized { rank } => {
+                    if let Some(gone) = self.exited_uninit {
+                        self.fail(
+                            1,
+                            format!(
+                                "rank {gone} exited without initializing MPI while rank {rank} did"
+                            ),
+                        );
+                    }
+                }
                 // Kept in the server's state; judged when the rank exits.
                 _ => {}
             }

@@ -2,7 +2,8 @@
 //!
 //! Signals are taken through a `signalfd` (they are blocked in gmpirun and unblocked
 //! again in each child before `exec`), children are made leaders of their own process
-//! group, and each child keeps exactly one inherited descriptor: its PMI socket.
+//! group and are killed by the kernel if gmpirun dies (`PR_SET_PDEATHSIG`), and each
+//! child keeps exactly one inherited descriptor: its PMI socket.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -62,7 +63,28 @@ pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
 /// signal in it before `exec`.
 pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd) {
     cmd.process_group(0);
+    let parent = std::process::id() as libc::pid_t;
     let hook = move || -> io::Result<()> {
+        // If gmpirun itself is killed (SIGKILL leaves it no chance to clean up),
+        // the kernel kills its ranks: no orphan keeps running.
+        // SAFETY: prctl with integer arguments touches no memory.
+        if unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            )
+        } < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // gmpirun may have died between fork and the prctl above.
+        // SAFETY: getppid has no arguments and cannot fail.
+        if unsafe { libc::getppid() } != parent {
+            return Err(io::Error::other("gmpirun exited while starting the rank"));
+        }
         // SAFETY: fcntl on an integer descriptor touches no memory; `pmi_fd` is open in
         // the child because fork copied it from the parent, which holds it until spawn
         // returns.
@@ -78,7 +100,9 @@ pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd) {
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe system
-    // calls (fcntl, sigprocmask); it allocates nothing and takes no lock.
+    // calls (prctl, getppid, fcntl, sigprocmask); it allocates nothing and takes no lock
+    // (the `io::Error::other` of the parent-died path allocates, but then the child is
+    // about to report failure and exit).
     unsafe { cmd.pre_exec(hook) };
 }
 

@@ -18,23 +18,45 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+
+/// A size in `gmpi.toml`: an integer, or a string with a `K`/`M`/`G` suffix.
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Int(u64),
+        Text(String),
+    }
+    match Option::<Size>::deserialize(d)? {
+        None => Ok(None),
+        Some(Size::Int(n)) => usize::try_from(n)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
 
 /// The configuration in force.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Largest eager message.
+    #[serde(deserialize_with = "de_size")]
     pub eager_limit: Option<usize>,
     /// Smallest single-copy message.
+    #[serde(deserialize_with = "de_size")]
     pub get_threshold: Option<usize>,
     /// Pipelined fragment size.
+    #[serde(deserialize_with = "de_size")]
     pub pipeline_chunk: Option<usize>,
     /// Allow CMA single copy.
     pub cma: bool,
     /// Shared-memory ring size.
+    #[serde(deserialize_with = "de_size")]
     pub shm_ring_bytes: Option<usize>,
     /// Largest shared-memory fragment.
+    #[serde(deserialize_with = "de_size")]
     pub shm_max_frag: Option<usize>,
     /// Empty polls before yielding.
     pub spin: Option<u32>,

@@ -192,6 +192,12 @@ impl Engine {
             if let Some(f) = cfg.shm_max_frag {
                 scfg.max_frag = f;
             }
+            // The transport's own eager limit must fit in one fragment with its
+            // header; a smaller `max_frag` lowers it (the pml's eager limit is
+            // the configured one, capped the same way).
+            scfg.eager_limit = scfg
+                .eager_limit
+                .min(scfg.max_frag.saturating_sub(gmpi_pml::header::MAX_HDR));
             let mut fence = || p.fence().map_err(|e| e.to_string());
             let shm = ShmBtl::bootstrap(
                 &path,

@@ -95,8 +95,12 @@ fn init_logging(cfg: &config::Config) {
         prefix: prefix.clone(),
         out: std::io::stderr(),
     };
+    let env_filter = EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("gmpi: ignoring the log filter {filter:?} (GMPI_LOG or gmpi.toml `log`): {e}");
+        EnvFilter::new("warn")
+    });
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_env_filter(env_filter)
         .with_writer(writer)
         .with_ansi(false)
         .without_time()
@@ -147,8 +151,19 @@ pub fn init() -> Result<Universe> {
         engine::State::Uninit => {}
     }
     let _ = wtime();
-    let cfg = config::Config::load()
-        .map_err(|e| Error::new(ErrorClass::Arg, CALL, -1, format!("configuration: {e}")))?;
+    // Before PMI answers, the launcher's variable is the best name for this rank.
+    let env_rank = std::env::var("PMI_RANK")
+        .ok()
+        .and_then(|r| r.parse::<i32>().ok())
+        .unwrap_or(-1);
+    let cfg = config::Config::load().map_err(|e| {
+        Error::new(
+            ErrorClass::Arg,
+            CALL,
+            env_rank,
+            format!("configuration: {e}"),
+        )
+    })?;
     init_logging(&cfg);
     let e = engine::Engine::start(cfg)?;
     tracing::debug!(target: "btl", "single copy: {}", e.cma_status);

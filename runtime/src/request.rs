@@ -49,7 +49,9 @@ impl Status {
         self.tag
     }
 
-    /// Number of whole `T` elements received.
+    /// Number of whole `T` elements received. A trailing partial element is
+    /// not counted (where MPI's `MPI_Get_count` would say `MPI_UNDEFINED`);
+    /// [`Status::bytes`] gives the exact size.
     pub fn count<T: Equivalence>(&self) -> usize {
         match T::DATATYPE.size() {
             0 => 0,
@@ -154,7 +156,10 @@ impl<'a> Request<'a> {
 
     /// Cancel a receive that has not matched a message yet. The request then
     /// completes with [`Status::is_cancelled`] set; a receive that already
-    /// matched completes normally.
+    /// matched completes normally. Sends cannot be cancelled (MPI-4 deprecates
+    /// it): on a send this does nothing, and its `wait` returns once the
+    /// message is delivered (for a synchronous or rendezvous send, once the
+    /// receiver matched it).
     pub fn cancel(&self) -> Result<()> {
         if let Some(id) = self.id.get() {
             engine::with(self.call, |e| {

@@ -276,3 +276,85 @@ fn examples_run() {
         );
     }
 }
+
+#[test]
+fn a_rank_that_never_initializes_ends_the_job() {
+    let t = Instant::now();
+    let out = run(&["--timeout", "60", "-np", "3", CHECK, "noinit"], &[]);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "job succeeded:\n{se}");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "ended by the timeout, not by gmpirun:\n{se}"
+    );
+    assert!(
+        se.contains("rank 2") && se.contains("without initializing"),
+        "{se}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn ranks_die_with_a_killed_gmpirun() {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("gmpi-hang-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut job = Command::new(gmpi_tests::gmpirun())
+        .args([
+            "--timeout",
+            "60",
+            "-np",
+            "3",
+            CHECK,
+            "hang",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while (0..3).any(|r| !dir.join(r.to_string()).exists()) {
+        assert!(t.elapsed() < Duration::from_secs(30), "ranks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    job.kill().unwrap(); // SIGKILL: gmpirun gets no chance to clean up
+    job.wait().unwrap();
+    let pids: Vec<String> = (0..3)
+        .map(|r| {
+            std::fs::read_to_string(dir.join(r.to_string()))
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let t = Instant::now();
+    loop {
+        let alive: Vec<&String> = pids
+            .iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map(|s| !s.contains(") Z "))
+                    .unwrap_or(false)
+            })
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "ranks {alive:?} outlived a SIGKILLed gmpirun"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

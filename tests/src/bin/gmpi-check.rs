@@ -3,7 +3,8 @@
 //!
 //! Scenarios: `sweep [MAX]`, `many [N]`, `self`, `order`, `wild`, `ssend`,
 //! `errors`, `crash panic|exit3|kill|abort`, `pids DIR` (writes pid/jobid and
-//! waits in a barrier), `stdin`.
+//! waits in a barrier), `hang DIR` (as `pids`, then waits forever), `stdin`,
+//! `noinit` (the last rank exits 0 before initializing).
 
 use gmpi::{Communicator, ErrorClass, ANY_SOURCE, ANY_TAG};
 use gmpi_tests::pattern;
@@ -312,6 +313,18 @@ fn stdin(w: &Communicator) -> R {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `noinit`: the last rank leaves before initializing (as after a failed
+    // argument check); the others must not wait for it forever.
+    if args.first().map(String::as_str) == Some("noinit")
+        && std::env::var("GMPI_RANK").ok()
+            == std::env::var("GMPI_SIZE")
+                .ok()
+                .and_then(|s| s.parse::<i32>().ok())
+                .map(|n| (n - 1).to_string())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        return;
+    }
     let universe = match gmpi::init() {
         Ok(u) => u,
         Err(x) => {
@@ -332,6 +345,13 @@ fn main() {
         "crash" => crash(&w, &arg(1)),
         "pids" => pids(&w, &arg(1)),
         "stdin" => stdin(&w),
+        "noinit" => w.barrier().map_err(e),
+        "hang" => pids(&w, &arg(1)).and_then(|()| {
+            let mut b = [0u8; 1];
+            w.recv(&mut b[..], (w.rank() + 1) % w.size(), 77)
+                .map_err(e)?;
+            Err("hang: a message arrived".into())
+        }),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match res.and_then(|()| universe.finalize().map_err(e)) {
