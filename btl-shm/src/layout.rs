@@ -6,7 +6,7 @@
 //!                                 line 0: doorbell u32, sleeping u32   (futex word + flag)
 //!                                 line 1: pid u64, probe addr u64, probe value u64
 //! rings_off + k*(128+ring_bytes) ring k, for each ordered pair (s -> r), s != r:
-//!                                 line 0: tail u64, want-space u32     (producer writes)
+//!                                 line 0: want-space u32 at +8         (producer writes, only when refused)
 //!                                 line 1: head u64                     (consumer writes)
 //!                                 ring_bytes of records
 //! ```
@@ -18,7 +18,11 @@
 //! A record is an 8-byte header (`len: u32` little end, `kind: u32`) followed by
 //! `len` payload bytes, padded to a multiple of 8. A record never wraps: when
 //! it does not fit before the end of the ring, a [`Kind::Pad`] record fills the
-//! rest and the record starts at offset 0.
+//! rest and the record starts at offset 0. The header word is also the
+//! publication flag: 0 means "nothing here yet", and the producer zeroes the
+//! word after each record before publishing it (the terminator), so the
+//! consumer polls one cache line per message and never mistakes old bytes for
+//! a header. There is no shared tail counter.
 
 #![forbid(unsafe_code)]
 
@@ -56,7 +60,6 @@ pub(crate) const CTRL_PROBE_VALUE: usize = LINE + 16;
 pub(crate) const RANK_CTRL_BYTES: usize = 2 * LINE;
 
 /// Ring control, relative offsets.
-pub(crate) const RING_TAIL: usize = 0;
 pub(crate) const RING_WANT: usize = 8;
 pub(crate) const RING_HEAD: usize = LINE;
 pub(crate) const RING_CTRL_BYTES: usize = 2 * LINE;

@@ -666,13 +666,13 @@ impl Btl for ShmBtl {
     /// No lost wake-up. We store `sleeping = 1`, SeqCst fence, load the
     /// doorbell value `seen`, then re-check every ring, then
     /// `FUTEX_WAIT(doorbell, seen)`. A sender publishes its record (Release
-    /// store of tail), SeqCst fence, loads `sleeping`, and if set increments
+    /// store of its header word), SeqCst fence, loads `sleeping`, and if set increments
     /// the doorbell and calls `FUTEX_WAKE`. The two fences are totally
     /// ordered. If the sender's fence comes first, our re-check (after our
-    /// fence) sees its tail and we do not sleep. If ours comes first, the
+    /// fence) sees its record and we do not sleep. If ours comes first, the
     /// sender sees `sleeping = 1` and increments the doorbell: if that
     /// happened before our load of `seen`, the record is visible to our
-    /// re-check (the increment is ordered after the tail store); if after,
+    /// re-check (the increment is ordered after the header store); if after,
     /// the futex's value check fails (`doorbell != seen`, checked atomically
     /// by the kernel under its bucket lock) or the wake finds us queued. The
     /// same argument covers a consumer freeing space on a ring we were
@@ -867,15 +867,29 @@ mod tests {
     fn corrupt_counters_are_caught() {
         use std::os::unix::fs::FileExt;
         let (a, mut b, f) = pair_with_file(&ShmConfig::default());
-        // Tail of ring 0 -> 1 far beyond head: more than a ring published.
-        let ctrl = a.layout.ring(0, 1);
+        // A pad record at offset 0 (impossible: every record fits there).
+        let ring = a.layout.ring(0, 1) + layout::RING_CTRL_BYTES;
         f.write_at(
-            &(1u64 << 40).to_le_bytes(),
-            (ctrl + layout::RING_TAIL) as u64,
+            &layout::encode(layout::Kind::Pad).to_le_bytes(),
+            ring as u64,
         )
         .unwrap();
         assert_eq!(events(&mut b), vec!["PeerFailed { peer: 10 }".to_string()]);
-        assert!(b.fault().unwrap().contains("tail"));
+        assert!(
+            b.fault().unwrap().contains("bad record header"),
+            "{:?}",
+            b.fault()
+        );
+        // A record longer than max_frag.
+        let (a1, mut b1, f1) = pair_with_file(&ShmConfig::default());
+        let ring = a1.layout.ring(0, 1) + layout::RING_CTRL_BYTES;
+        f1.write_at(
+            &layout::encode(layout::Kind::Data(1 << 20)).to_le_bytes(),
+            ring as u64,
+        )
+        .unwrap();
+        assert_eq!(events(&mut b1), vec!["PeerFailed { peer: 10 }".to_string()]);
+        drop(a1);
         // Head of ring 0 -> 1 ahead of the producer's tail: the producer
         // notices when it reloads head (the ring looks full first).
         let (mut a2, _b2, f2) = pair_with_file(&ShmConfig {

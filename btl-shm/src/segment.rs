@@ -37,7 +37,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::layout::{self, Kind, RING_CTRL_BYTES, RING_HEAD, RING_TAIL, RING_WANT};
+use crate::layout::{self, Kind, RING_CTRL_BYTES, RING_HEAD, RING_WANT};
 
 /// A shared, writable mapping of the whole segment file.
 #[derive(Debug)]
@@ -187,9 +187,6 @@ impl RingMem {
             cap: ring_bytes as u64,
         }
     }
-    fn tail(&self) -> &AtomicU64 {
-        self.map.u64_at(self.ctrl + RING_TAIL)
-    }
     fn head(&self) -> &AtomicU64 {
         self.map.u64_at(self.ctrl + RING_HEAD)
     }
@@ -238,7 +235,8 @@ impl TxRing {
     /// Producer end of the ring whose control lines are at `ctrl`.
     pub(crate) fn new(map: &Arc<Mapping>, ctrl: usize, ring_bytes: usize) -> Self {
         let mem = RingMem::new(map, ctrl, ring_bytes);
-        let tail = mem.tail().load(Ordering::Relaxed);
+        // A fresh ring: the producer starts where the consumer's head is.
+        let tail = mem.head().load(Ordering::Acquire);
         let head_cache = mem.head().load(Ordering::Acquire);
         Self {
             tail_off: tail % mem.cap,
@@ -272,14 +270,22 @@ impl TxRing {
     }
 
     /// Gather `parts` (`len` bytes in all, `record_size(len) <= cap / 2`)
-    /// into one record and publish it with Release.
+    /// into one record and publish it.
+    ///
+    /// Publication is the Release store of the record's header word; the
+    /// consumer polls the header at its read position, so an arriving message
+    /// costs it one cache line, not two (no separate tail counter). Before
+    /// publishing, we zero the word right after the record (the
+    /// *terminator*): the consumer's next read position then holds either 0
+    /// or a header published later, never stale bytes of an older lap that
+    /// could pass for a header. The terminator needs 8 more free bytes.
     pub(crate) fn push(&mut self, parts: &[&[u8]], len: usize) -> Result<Push, Corrupt> {
         let rec = layout::record_size(len) as u64;
         assert!(
             rec <= self.mem.cap / 2,
             "record larger than the ring allows"
         );
-        let need = self.need(rec);
+        let need = self.need(rec) + layout::REC_HDR as u64;
         if self.free(self.head_cache)? < need {
             self.head_cache = self.mem.head().load(Ordering::Acquire);
             if self.free(self.head_cache)? < need {
@@ -301,16 +307,18 @@ impl TxRing {
         }
         let cap = self.mem.cap;
         let mut off = self.tail_off;
-        if need != rec {
+        if need != rec + layout::REC_HDR as u64 {
+            // Pad to the end: terminate offset 0 first, then publish the pad,
+            // so a consumer following the pad finds 0 at offset 0 until the
+            // record there is published.
+            self.mem.word(0).store(0, Ordering::Relaxed);
             self.mem
                 .word(off)
-                .store(layout::encode(Kind::Pad), Ordering::Relaxed);
+                .store(layout::encode(Kind::Pad), Ordering::Release);
             self.tail += cap - off;
             off = 0;
         }
-        self.mem
-            .word(off)
-            .store(layout::encode(Kind::Data(len as u32)), Ordering::Relaxed);
+        let next = if off + rec == cap { 0 } else { off + rec };
         let mut dst = off as usize + layout::REC_HDR;
         for p in parts {
             // SAFETY: `[off, off + rec)` lies inside the ring (`need` ensured
@@ -324,9 +332,14 @@ impl TxRing {
             }
             dst += p.len();
         }
+        // The terminator at `next` is in the free region too (`need`
+        // counted its 8 bytes).
+        self.mem.word(next).store(0, Ordering::Relaxed);
+        self.mem
+            .word(off)
+            .store(layout::encode(Kind::Data(len as u32)), Ordering::Release);
         self.tail += rec;
-        self.tail_off = if off + rec == cap { 0 } else { off + rec };
-        self.mem.tail().store(self.tail, Ordering::Release);
+        self.tail_off = next;
         Ok(Push::Done)
     }
 
@@ -388,59 +401,48 @@ impl RxRing {
         }
     }
 
-    /// Whether a record may be waiting (one Acquire load; the empty-poll path).
+    /// Whether a record may be waiting (one Acquire load of the header word
+    /// at our read position; the empty-poll path).
     #[inline]
     pub(crate) fn has_data(&self) -> bool {
-        self.mem.tail().load(Ordering::Acquire) != self.head
+        self.mem.word(self.head_off).load(Ordering::Acquire) != 0
     }
 
     /// Hand up to `budget` fragments to `f` (each slice points into the ring
     /// and is valid during the call only), then release their space with
     /// one Release store of head.
+    ///
+    /// A record is there when the header word at our read position is not 0
+    /// (loaded with Acquire, pairing with the producer's Release store); the
+    /// producer zeroed that word before publishing the record before it
+    /// (see [`TxRing::push`]), so what we see is 0 or a real header.
     #[inline]
     pub(crate) fn drain(
         &mut self,
         budget: usize,
         f: &mut dyn FnMut(&[u8]),
     ) -> (Drained, Result<(), Corrupt>) {
-        let tail = self.mem.tail().load(Ordering::Acquire);
-        // Load the header at head right away, before branching on tail: the
-        // two cache misses of an arriving message (tail line, record line)
-        // then overlap instead of following each other. It is ordered after
-        // the Acquire load, so it is valid whenever tail says it is published.
-        let mut first = Some(self.mem.word(self.head_off).load(Ordering::Relaxed));
         let cap = self.mem.cap;
-        let mut avail = tail.wrapping_sub(self.head);
         let mut out = Drained::default();
-        if avail == 0 {
-            return (out, Ok(()));
-        }
-        if avail > cap || !avail.is_multiple_of(8) {
-            return (
-                out,
-                Err(Corrupt(format!(
-                    "producer tail {tail} inconsistent with head {}",
-                    self.head
-                ))),
-            );
-        }
         let mut pos = self.head;
         let mut off = self.head_off;
         let mut res = Ok(());
-        while avail > 0 && out.frags < budget {
-            let word = first
-                .take()
-                .unwrap_or_else(|| self.mem.word(off).load(Ordering::Relaxed));
+        while out.frags < budget {
+            let word = self.mem.word(off).load(Ordering::Acquire);
+            if word == 0 {
+                break;
+            }
             let step = match layout::decode(word) {
-                Some(Kind::Pad) if cap - off <= avail => cap - off,
+                // A pad at offset 0 cannot happen: every record fits there.
+                Some(Kind::Pad) if off != 0 => cap - off,
                 Some(Kind::Data(len))
                     if u64::from(len) <= self.max_len
-                        && layout::record_size(len as usize) as u64 <= (cap - off).min(avail) =>
+                        && layout::record_size(len as usize) as u64 <= (cap - off).min(cap / 2) =>
                 {
                     // SAFETY: the record `[off, off + 8 + len)` was checked to
-                    // lie inside the ring and inside the published region
-                    // `[head, tail)` (tail loaded with Acquire, so its bytes
-                    // are visible); the producer does not write there until
+                    // lie inside the ring; its header was loaded with Acquire
+                    // after the producer's Release store, so its bytes are
+                    // visible; the producer does not write there again until
                     // we advance head, which happens after `f` returns.
                     let data = unsafe {
                         std::slice::from_raw_parts(
@@ -454,13 +456,12 @@ impl RxRing {
                 }
                 _ => {
                     res = Err(Corrupt(format!(
-                        "bad record header {word:#018x} at ring offset {off} ({avail} bytes published)"
+                        "bad record header {word:#018x} at ring offset {off}"
                     )));
                     break;
                 }
             };
             pos += step;
-            avail -= step;
             off = if off + step == cap { 0 } else { off + step };
         }
         if pos != self.head {
