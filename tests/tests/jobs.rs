@@ -53,7 +53,7 @@ fn size_sweep_with_moved_thresholds() {
 
 #[test]
 fn size_sweep_np1_to_np8() {
-    for np in [1, 3, 4, 5, 8] {
+    for np in [1, 3, 4, 5, 6, 7, 8] {
         scenario(np, &["sweep", "1100000"], &[]);
     }
 }
