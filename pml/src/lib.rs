@@ -889,17 +889,7 @@ impl Pml {
                     if use_get {
                         self.push_send(btl, peer, Hdr::Fin { sreq }, Payload::None, 0);
                     } else {
-                        self.push_send(
-                            btl,
-                            peer,
-                            Hdr::Cts {
-                                sreq,
-                                rreq: id.0,
-                                want: 0,
-                            },
-                            Payload::None,
-                            0,
-                        );
+                        self.push_cts(btl, peer, sreq, id, 0);
                     }
                     self.finish_recv(id);
                 } else if use_get {
@@ -929,17 +919,17 @@ impl Pml {
         r.got = 0;
         let (btl, peer, sreq, want) = (r.btl, r.peer, r.sreq, r.want);
         tracing::debug!(target: LOG, "recv {want} B from rank {peer}: rndv/pipelined (CTS)");
-        self.push_send(
-            btl,
-            peer,
-            Hdr::Cts {
-                sreq,
-                rreq: id.0,
-                want,
-            },
-            Payload::None,
-            0,
-        );
+        self.push_cts(btl, peer, sreq, id, want);
+    }
+
+    /// Clear-to-send: the sender may stream `want` bytes of `sreq` to `rreq`.
+    fn push_cts(&mut self, btl: BtlId, peer: Rank, sreq: u64, rreq: ReqId, want: u64) {
+        let hdr = Hdr::Cts {
+            sreq,
+            rreq: rreq.0,
+            want,
+        };
+        self.push_send(btl, peer, hdr, Payload::None, 0);
     }
 
     /// A get finished.
