@@ -22,10 +22,11 @@ fn caps_and_reachability() {
     let mut b = boot(&[10, 20], &cfg);
     let caps = b[0].caps().clone();
     assert_eq!(caps.name, "shm");
-    assert_eq!(caps.eager_limit, 4096);
+    assert_eq!(caps.eager_limit, cfg.eager_limit);
+    assert_eq!(cfg.eager_limit, 8 << 10);
     assert_eq!(caps.max_send_size, 32 << 10);
     assert_eq!(caps.exclusivity, 100);
-    assert_eq!(caps.get_threshold, 16 << 10);
+    assert_eq!(caps.get_threshold, 8 << 10);
     assert!(caps.get, "{}", b[0].cma_status());
     assert!(b[0].cma_enabled());
     assert!(b[0].reaches(20) && !b[0].reaches(10) && !b[0].reaches(0));

@@ -5,8 +5,8 @@
 //!
 //! | key (`gmpi.toml`) | environment | meaning | default |
 //! |---|---|---|---|
-//! | `eager_limit` | `GMPI_EAGER_LIMIT` | largest message sent eagerly | the transport's (shm: 4 KiB) |
-//! | `get_threshold` | `GMPI_GET_THRESHOLD` | smallest message sent by single-copy get | the transport's (shm: 16 KiB) |
+//! | `eager_limit` | `GMPI_EAGER_LIMIT` | largest message sent eagerly | the transport's (shm: 8 KiB) |
+//! | `get_threshold` | `GMPI_GET_THRESHOLD` | smallest message sent by single-copy get | the transport's (shm: 8 KiB) |
 //! | `pipeline_chunk` | `GMPI_PIPELINE_CHUNK` | fragment size of the pipelined rendezvous | the transport's largest fragment |
 //! | `cma` | `GMPI_CMA` | use `process_vm_readv` single copy (`true`/`false`) | `true` |
 //! | `shm_ring_bytes` | `GMPI_SHM_RING_BYTES` | bytes per shared-memory ring | automatic (memory bound) |
