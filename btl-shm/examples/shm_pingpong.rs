@@ -26,10 +26,29 @@ fn fence(s: &mut UnixStream) -> Result<(), String> {
     s.read_exact(&mut b).map_err(|e| e.to_string())
 }
 
+/// The second process's parent, once known: a child whose parent died (a
+/// killed benchmark) exits instead of polling forever.
+static PARENT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Exit if our parent is gone; cheap enough to call every few thousand polls.
+fn check_parent(spins: &mut u32) {
+    *spins = spins.wrapping_add(1);
+    if *spins % 4096 == 0 {
+        if let Some(&p) = PARENT.get() {
+            if std::os::unix::process::parent_id() != p {
+                eprintln!("shm_pingpong: parent exited; child leaving");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
 /// Poll (or sleep, if `block`) until one fragment arrives; copy it out.
 fn recv(btl: &mut ShmBtl, block: bool) -> Vec<u8> {
     let mut got = None;
+    let mut spins = 0;
     loop {
+        check_parent(&mut spins);
         btl.progress(&mut |e| {
             if let Event::Frag { data, .. } = e {
                 assert!(got.is_none(), "one message at a time");
@@ -48,7 +67,9 @@ fn recv(btl: &mut ShmBtl, block: bool) -> Vec<u8> {
 /// Poll until one fragment arrives; only count it (no copy).
 fn recv_len(btl: &mut ShmBtl) -> usize {
     let mut len = None;
+    let mut spins = 0;
     while len.is_none() {
+        check_parent(&mut spins);
         btl.progress(&mut |e| {
             if let Event::Frag { data, .. } = e {
                 len = Some(data.len());
@@ -59,13 +80,15 @@ fn recv_len(btl: &mut ShmBtl) -> usize {
 }
 
 fn send(btl: &mut ShmBtl, to: u32, data: &[u8]) {
+    let mut spins = 0;
     while btl.send(to, &[data], 0).expect("send") != Submit::Done {
+        check_parent(&mut spins);
         btl.progress(&mut |_| {});
     }
 }
 
 const STREAM_BYTES: usize = 512 << 20;
-const FRAG: usize = 32 << 10;
+const FRAG: usize = gmpi_btl_shm::DEFAULT_MAX_FRAG;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -145,6 +168,7 @@ fn main() {
 }
 
 fn child(path: &str, sock_path: &str) {
+    let _ = PARENT.set(std::os::unix::process::parent_id());
     let mut sock = UnixStream::connect(sock_path).expect("connect");
     let cfg = ShmConfig::default();
     let mut btl =
@@ -161,7 +185,9 @@ fn child(path: &str, sock_path: &str) {
         send(&mut btl, 0, &msg);
     }
     let mut got = 0;
+    let mut spins = 0;
     while got < STREAM_BYTES {
+        check_parent(&mut spins);
         btl.progress(&mut |e| {
             if let Event::Frag { data, .. } = e {
                 got += data.len();

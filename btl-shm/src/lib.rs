@@ -80,6 +80,10 @@ use crate::segment::{Corrupt, Mapping, Push, RxRing, TxRing};
 /// Most fragments one [`Btl::progress`] call delivers, so it returns regularly.
 pub const MAX_FRAGS_PER_PROGRESS: usize = 64;
 
+/// Default largest fragment: 32 KiB less the 8-byte record header, so that a
+/// full record fills exactly 32 KiB of ring (records are 64-byte aligned).
+pub const DEFAULT_MAX_FRAG: usize = (32 << 10) - 8;
+
 /// Configuration of the shared-memory transport. Every rank of a node must use
 /// the same values (checked at bootstrap).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +93,8 @@ pub struct ShmConfig {
     /// rendezvous; from 16 KiB the single-copy get wins).
     pub eager_limit: usize,
     /// Largest fragment (header and payload) [`Btl::send`] accepts
-    /// (default 32 KiB; at least 64, at most 1 GiB).
+    /// (default 32 KiB − 8, so that a full record is exactly 32 KiB; at least
+    /// 64, at most 1 GiB).
     pub max_frag: usize,
     /// Data bytes of one (sender → receiver) ring; `None` (default) sizes it
     /// automatically (see the crate documentation). An explicit value is
@@ -107,7 +112,7 @@ impl Default for ShmConfig {
     fn default() -> Self {
         Self {
             eager_limit: 8 << 10,
-            max_frag: 32 << 10,
+            max_frag: DEFAULT_MAX_FRAG,
             ring_bytes: None,
             cma: true,
             get_threshold: 8 << 10,
@@ -845,9 +850,13 @@ mod tests {
         let ring = a.layout.ring(0, 1) + layout::RING_CTRL_BYTES;
         a.send(11, &[b"first"], 0).unwrap();
         a.send(11, &[b"second"], 0).unwrap();
-        // Overwrite the second record's header (first is 8 + 8 bytes).
-        f.write_at(&0x1234_5678_9abc_def0u64.to_le_bytes(), (ring + 16) as u64)
-            .unwrap();
+        // Overwrite the second record's header.
+        let second = layout::record_size(b"first".len());
+        f.write_at(
+            &0x1234_5678_9abc_def0u64.to_le_bytes(),
+            (ring + second) as u64,
+        )
+        .unwrap();
         let ev = events(&mut b);
         assert_eq!(ev.len(), 2, "{ev:?}");
         assert!(ev[0].contains("first".as_bytes().first().unwrap().to_string().as_str()));

@@ -140,7 +140,7 @@ fn two_processes_wake_up_and_cma_get() {
         if d == b"done" {
             break;
         }
-        assert_eq!(d.len(), 32 << 10);
+        assert_eq!(d.len(), gmpi_btl_shm::DEFAULT_MAX_FRAG);
         frags += 1;
     }
     assert!(frags > 20, "{frags}");
@@ -237,7 +237,7 @@ fn child_wake_up_and_cma_get() {
     assert_eq!(btl.send(0, &[reply], 0), Ok(Submit::Done));
 
     // 3. Fill the ring to the parent, then sleep until it drains.
-    let frag = vec![9u8; 32 << 10];
+    let frag = vec![9u8; gmpi_btl_shm::DEFAULT_MAX_FRAG];
     let mut sent = 0;
     while btl.send(0, &[&frag], 0).unwrap() == Submit::Done {
         sent += 1;

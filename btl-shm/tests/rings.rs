@@ -24,7 +24,7 @@ fn caps_and_reachability() {
     assert_eq!(caps.name, "shm");
     assert_eq!(caps.eager_limit, cfg.eager_limit);
     assert_eq!(cfg.eager_limit, 8 << 10);
-    assert_eq!(caps.max_send_size, 32 << 10);
+    assert_eq!(caps.max_send_size, gmpi_btl_shm::DEFAULT_MAX_FRAG);
     assert_eq!(caps.exclusivity, 100);
     assert_eq!(caps.get_threshold, 8 << 10);
     assert!(caps.get, "{}", b[0].cma_status());
@@ -36,21 +36,21 @@ fn caps_and_reachability() {
     assert_eq!(b[0].memory_per_rank(), (1 << 20) + 128 + 128 + 32);
     assert_eq!(b[0].segment_bytes(), 2 * b[0].memory_per_rank());
     assert_eq!(b[0].send(30, &[b"x"], 0), Err(BtlError::Unreachable(30)));
-    let big = vec![0u8; (32 << 10) + 1];
+    let big = vec![0u8; gmpi_btl_shm::DEFAULT_MAX_FRAG + 1];
     assert_eq!(
         b[0].send(20, &[&big], 0),
         Err(BtlError::TooLarge {
-            len: (32 << 10) + 1,
-            max: 32 << 10
+            len: gmpi_btl_shm::DEFAULT_MAX_FRAG + 1,
+            max: gmpi_btl_shm::DEFAULT_MAX_FRAG
         })
     );
     // Exactly max_frag, split in parts, is fine.
-    let (a, c) = big[..32 << 10].split_at(1000);
+    let (a, c) = big[..gmpi_btl_shm::DEFAULT_MAX_FRAG].split_at(1000);
     assert_eq!(b[0].send(20, &[a, &[], c], 0), Ok(Submit::Done));
     let got = poll(&mut b[1]);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].0, 10);
-    assert_eq!(got[0].1.len(), 32 << 10);
+    assert_eq!(got[0].1.len(), gmpi_btl_shm::DEFAULT_MAX_FRAG);
 }
 
 #[test]
@@ -88,10 +88,10 @@ fn sizes_around_boundaries_with_default_config() {
     let (left, right) = b.split_at_mut(1);
     let (tx, rx) = (&mut left[0], &mut right[0]);
     let mut sizes: Vec<usize> = (0..=80).collect();
-    for base in [4096usize, 16 << 10, 32 << 10] {
+    for base in [4096usize, 16 << 10, gmpi_btl_shm::DEFAULT_MAX_FRAG] {
         sizes.extend(base - 9..=base + 9);
     }
-    sizes.retain(|&s| s <= 32 << 10);
+    sizes.retain(|&s| s <= gmpi_btl_shm::DEFAULT_MAX_FRAG);
     let mut got = Vec::new();
     for (i, &len) in sizes.iter().enumerate() {
         send_draining(tx, rx, 1, &[&payload(0, i as u64, len)], &mut got);
@@ -110,13 +110,13 @@ fn sizes_around_boundaries_with_default_config() {
 #[test]
 fn back_pressure_then_success_after_drain() {
     let cfg = ShmConfig {
-        ring_bytes: Some(0), // rounded up to the minimum: 2 * (32 KiB + 8) + 64
+        ring_bytes: Some(0), // rounded up to the minimum: 2 * (max_frag + 8) + 64
         ..ShmConfig::default()
     };
     let mut b = boot(&[0, 1], &cfg);
     assert_eq!(
         b[0].ring_bytes(),
-        (2 * ((32 << 10) + 8) + 64usize).next_multiple_of(64)
+        (2 * (gmpi_btl_shm::DEFAULT_MAX_FRAG + 8) + 64usize).next_multiple_of(64)
     );
     let msg = vec![7u8; 1000];
     let mut sent = 0u64;
@@ -128,7 +128,9 @@ fn back_pressure_then_success_after_drain() {
             Submit::Queued => unreachable!(),
         }
     }
-    assert_eq!(sent as usize, b[0].ring_bytes() / 1008);
+    // Records are 8 + 1000 bytes and the producer keeps 8 bytes for the
+    // terminator after the last one.
+    assert_eq!(sent as usize, (b[0].ring_bytes() - 8) / 1008);
     // Still full: refused again, nothing written.
     assert_eq!(b[0].send(1, &[&msg], 0), Ok(Submit::NoResource));
     let mut got = Vec::new();
