@@ -33,7 +33,7 @@ static PARENT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 /// Exit if our parent is gone; cheap enough to call every few thousand polls.
 fn check_parent(spins: &mut u32) {
     *spins = spins.wrapping_add(1);
-    if *spins % 4096 == 0 {
+    if spins.is_multiple_of(4096) {
         if let Some(&p) = PARENT.get() {
             if std::os::unix::process::parent_id() != p {
                 eprintln!("shm_pingpong: parent exited; child leaving");
