@@ -358,3 +358,48 @@ fn ranks_die_with_a_killed_gmpirun() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gmpi_toml_in_the_working_directory_configures_the_job() {
+    let dir = std::env::temp_dir().join(format!("gmpi-cfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = |dir: &Path| {
+        std::process::Command::new(gmpi_tests::gmpirun())
+            .args(["--timeout", "60", "-np", "2", CHECK, "self"])
+            .current_dir(dir)
+            .env_remove("GMPI_LOG")
+            .env_remove("GMPI_EAGER_LIMIT")
+            .env("XDG_CONFIG_HOME", dir.join("no-such-dir"))
+            .output()
+            .unwrap()
+    };
+    // Without a file: a 5000-byte self-send is eager and nothing is logged.
+    let out = job(&dir);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("pml"));
+    // With one: the eager limit drops to 16 bytes and every message logs its protocol.
+    std::fs::write(
+        dir.join("gmpi.toml"),
+        "eager_limit = 16\nlog = \"pml=debug\"\n",
+    )
+    .unwrap();
+    let out = job(&dir);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{se}");
+    assert!(
+        se.contains("send 5000 B") && se.contains("rndv/pipelined"),
+        "{se}"
+    );
+    assert!(se.contains("send 5 B") && se.contains("eager"), "{se}");
+    // A typo is an error naming the file, not a silent default.
+    std::fs::write(dir.join("gmpi.toml"), "eager_limt = 16\n").unwrap();
+    let out = job(&dir);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        se.contains("gmpi.toml") && se.contains("eager_limt"),
+        "{se}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
