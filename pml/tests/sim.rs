@@ -556,7 +556,11 @@ fn schedule() -> impl Strategy<Value = (u64, Vec<Msg>, Vec<Option<i32>>, Vec<u8>
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // 96 schedules by default; PROPTEST_CASES=N runs more.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96),
+        ..ProptestConfig::default()
+    })]
     #[test]
     fn matches_reference_model((seed, msgs, tags, steps) in schedule()) {
         let mut w = World::new(3, 2, seed % 2 == 0);
