@@ -81,7 +81,7 @@ use crate::segment::{Corrupt, Mapping, Push, RxRing, TxRing};
 pub const MAX_FRAGS_PER_PROGRESS: usize = 64;
 
 /// Default largest fragment: 32 KiB less the 8-byte record header, so that a
-/// full record fills exactly 32 KiB of ring (records are 64-byte aligned).
+/// full record fills exactly 32 KiB of ring.
 pub const DEFAULT_MAX_FRAG: usize = (32 << 10) - 8;
 
 /// Configuration of the shared-memory transport. Every rank of a node must use

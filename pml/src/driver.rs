@@ -130,7 +130,13 @@ impl<M: MemAccess> Driver<M> {
     /// `None` when the message is already on its way (nothing to wait for),
     /// else the request to wait on.
     pub fn send(&mut self, a: SendArgs) -> Result<Option<ReqId>, PmlError> {
-        if self.pending[a.dest as usize].is_empty() {
+        // An out-of-range destination falls through to `post_send`, which
+        // reports it.
+        if self
+            .pending
+            .get(a.dest as usize)
+            .is_some_and(VecDeque::is_empty)
+        {
             match self.pml.try_inline(&a) {
                 None => {}
                 Some(Err(e)) => return Err(e),

@@ -134,9 +134,6 @@ pub enum PmlError {
     /// A peer sent a fragment that does not parse or refers to nothing.
     #[error("malformed fragment: {0}")]
     Malformed(String),
-    /// The request id is unknown (never issued, or already completed and taken).
-    #[error("unknown request")]
-    UnknownRequest,
 }
 
 /// What a completed receive (or probe) reports.
@@ -290,11 +287,6 @@ impl Pml {
         self.me
     }
 
-    /// The configuration in force.
-    pub fn config(&self) -> &PmlConfig {
-        &self.cfg
-    }
-
     /// Register a btl and the peers it reaches. For each peer the btls with
     /// the highest exclusivity win; several of equal exclusivity share the
     /// traffic round-robin.
@@ -408,12 +400,17 @@ impl Pml {
         };
         let caps = &self.btls[btl].caps;
         let seq = self.matching.next_send_seq(peer);
+        let (state, sends_in_flight) = match proto {
+            Protocol::Eager => (SendState::Eager, 1),
+            Protocol::EagerSync => (SendState::EagerSync { acked: false }, 1),
+            Protocol::RndvGet | Protocol::RndvPipelined => (SendState::AwaitReply, 0),
+        };
         let id = self.reqs.insert(Req::Send(SendReq {
             peer,
             btl,
             buf: a.buf,
-            state: SendState::Start,
-            sends_in_flight: 0,
+            state,
+            sends_in_flight,
         }));
         let m = MatchHdr {
             ctx: a.ctx,
@@ -430,14 +427,10 @@ impl Pml {
             len: a.buf.len,
             kind: a.buf.kind,
         };
-        let state = match proto {
-            Protocol::Eager => {
-                self.push_send(btl, peer, Hdr::Match { flags: 0, m }, payload, id.0);
-                SendState::Eager
-            }
+        match proto {
+            Protocol::Eager => self.push_send(btl, peer, Hdr::Match { flags: 0, m }, payload, id.0),
             Protocol::EagerSync => {
-                self.push_send(btl, peer, Hdr::Match { flags: F_SYNC, m }, payload, id.0);
-                SendState::EagerSync { acked: false }
+                self.push_send(btl, peer, Hdr::Match { flags: F_SYNC, m }, payload, id.0)
             }
             Protocol::RndvGet | Protocol::RndvPipelined => {
                 let flags = if a.mode == SendMode::Synchronous {
@@ -446,13 +439,7 @@ impl Pml {
                     0
                 };
                 self.push_send(btl, peer, Hdr::Rndv { flags, m, desc }, Payload::None, 0);
-                SendState::AwaitReply
             }
-        };
-        let r = self.reqs.get_mut(id).expect("just inserted").as_send_mut();
-        r.state = state;
-        if matches!(state, SendState::Eager | SendState::EagerSync { .. }) {
-            r.sends_in_flight = 1;
         }
         Ok(id)
     }
@@ -532,7 +519,6 @@ impl Pml {
             peer: 0,
             sreq: 0,
             btl: 0,
-            desc: None,
             msg_len: 0,
         }));
         if let Some(u) = self.matching.take_unexpected(a.ctx, a.src, a.tag) {
@@ -586,11 +572,6 @@ impl Pml {
     /// Forget a request: its outcome is discarded when it completes.
     pub fn free(&mut self, id: ReqId) {
         self.reqs.detach(id);
-    }
-
-    /// Whether the request id is live (issued and not yet taken).
-    pub fn is_live(&self, id: ReqId) -> bool {
-        self.reqs.contains(id)
     }
 
     // ----- inputs from the driver -------------------------------------------------------
@@ -880,7 +861,6 @@ impl Pml {
                 r.btl = u.btl;
                 r.want = want;
                 r.got = 0;
-                r.desc = desc;
                 r.msg_len = u.m.len;
                 if want == 0 {
                     // Nothing to move: release the sender at once.
@@ -960,20 +940,14 @@ impl Pml {
         self.start_streaming(id);
     }
 
+    /// Complete a rendezvous receive; truncated if the message was longer
+    /// than the buffer (only `want` bytes were moved).
     fn finish_recv(&mut self, id: ReqId) {
-        let len = match self.reqs.get_mut(id) {
-            Some(Req::Recv(r)) => r.msg_len.max(r.want),
-            _ => return,
-        };
-        self.finish_recv_with_len(id, len);
-    }
-
-    fn finish_recv_with_len(&mut self, id: ReqId, msg_len: u64) {
         let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
             return;
         };
         r.state = RecvState::Done;
-        let cap = r.buf.len as u64;
+        let (msg_len, cap) = (r.msg_len, r.buf.len as u64);
         let res = if msg_len > cap {
             Err(PmlError::Truncated { len: msg_len, cap })
         } else {

@@ -44,8 +44,20 @@ struct Posted {
     tag: Option<i32>,
 }
 
-fn accepts(ctx: u32, src: Option<u32>, tag: Option<i32>, m: &MatchHdr) -> bool {
-    ctx == m.ctx && src.is_none_or(|s| s == m.src) && tag.is_none_or(|t| t == m.tag)
+/// Whether a receive for (`ctx`, `src`, `tag`) (`None` = wildcard) accepts a
+/// message with envelope (`mctx`, `msrc`, `mtag`).
+#[inline]
+fn accepts(
+    ctx: u32,
+    src: Option<u32>,
+    tag: Option<i32>,
+    (mctx, msrc, mtag): (u32, u32, i32),
+) -> bool {
+    ctx == mctx && src.is_none_or(|s| s == msrc) && tag.is_none_or(|t| t == mtag)
+}
+
+fn envelope(m: &MatchHdr) -> (u32, u32, i32) {
+    (m.ctx, m.src, m.tag)
 }
 
 #[derive(Debug)]
@@ -107,9 +119,7 @@ impl Matching {
     /// The first posted receive accepting this envelope, removed.
     #[inline]
     pub fn match_posted(&mut self, ctx: u32, src: u32, tag: i32) -> Option<ReqId> {
-        let ok = |p: &Posted| {
-            p.ctx == ctx && p.src.is_none_or(|s| s == src) && p.tag.is_none_or(|t| t == tag)
-        };
+        let ok = |p: &Posted| accepts(p.ctx, p.src, p.tag, (ctx, src, tag));
         // Common case: the oldest posted receive is the one.
         if ok(self.posted.front()?) {
             return self.posted.pop_front().map(|p| p.id);
@@ -134,7 +144,7 @@ impl Matching {
         let i = self
             .unexpected
             .iter()
-            .position(|u| accepts(ctx, src, tag, &u.m))?;
+            .position(|u| accepts(ctx, src, tag, envelope(&u.m)))?;
         self.unexpected.remove(i)
     }
 
@@ -146,7 +156,7 @@ impl Matching {
     ) -> Option<&Unexpected> {
         self.unexpected
             .iter()
-            .find(|u| accepts(ctx, src, tag, &u.m))
+            .find(|u| accepts(ctx, src, tag, envelope(&u.m)))
     }
 
     /// Forget what cannot complete any more from a failed peer: stashed

@@ -4,15 +4,13 @@
 //! (high 32 bits), so an id that outlived its request never aliases a new one,
 //! and an id echoed by a peer (in ACK, CTS, FIN, FRAG) is checked, not trusted.
 
-use gmpi_btl::{MemDesc, Rank};
+use gmpi_btl::Rank;
 
 use crate::{BtlId, Buf, PmlError, ReqId, Status};
 
 /// Where a send stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SendState {
-    /// Being set up.
-    Start,
     /// Eager fragment submitted; done when the btl has taken it.
     Eager,
     /// Eager-synchronous: done when submitted *and* acknowledged.
@@ -66,7 +64,6 @@ pub(crate) struct RecvReq {
     pub peer: Rank,
     pub sreq: u64,
     pub btl: BtlId,
-    pub desc: Option<MemDesc>,
 }
 
 /// A request of either kind.
@@ -142,10 +139,6 @@ impl Slab {
             detached: false,
         });
         ReqId((1u64 << 32) | u64::from(i))
-    }
-
-    pub fn contains(&self, id: ReqId) -> bool {
-        self.slot(id).is_some()
     }
 
     pub fn len(&self) -> usize {

@@ -122,19 +122,7 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
     ) -> Result<gmpi_pml::ReqId> {
-        let b = send_buf(
-            buf,
-            e.classifier
-                .classify(buf.as_ptr() as u64, std::mem::size_of_val(buf)),
-        );
-        let args = SendArgs {
-            ctx,
-            src: self.inner.rank as u32,
-            dest: self.inner.world[dest as usize],
-            tag,
-            buf: b,
-            mode,
-        };
+        let args = self.send_args(e, ctx, buf, dest, tag, mode);
         let rank = self.rank();
         e.driver
             .post_send(args)

@@ -135,16 +135,13 @@ impl Engine {
         let (rank, size) = pmi.as_ref().map_or((0, 1), |p| (p.rank(), p.size()));
         let r = rank as i32;
         let host = hostname();
-        let pid = std::process::id();
 
-        // Business cards: which node each rank is on.
+        // Business cards: which node each rank is on (its hostname, hex-encoded
+        // so it travels as one PMI value).
         let mut node_of: Vec<String> = vec![hex(&host); size as usize];
         if let Some(p) = pmi.as_mut() {
-            p.put(
-                &format!("gmpi-card-{rank}"),
-                &format!("{}.{pid}", hex(&host)),
-            )
-            .map_err(pmi_err(CALL, r))?;
+            p.put(&format!("gmpi-card-{rank}"), &node_of[rank as usize])
+                .map_err(pmi_err(CALL, r))?;
             p.fence().map_err(pmi_err(CALL, r))?;
             for (peer, node) in node_of.iter_mut().enumerate() {
                 if peer as u32 == rank {
@@ -153,15 +150,15 @@ impl Engine {
                 let card = p
                     .get(&format!("gmpi-card-{peer}"))
                     .map_err(pmi_err(CALL, r))?;
-                let (n, _) = card.split_once('.').ok_or_else(|| {
-                    Error::new(
+                if card.is_empty() || !card.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(Error::new(
                         ErrorClass::Intern,
                         CALL,
                         r,
                         format!("malformed business card of rank {peer}: {card:?}"),
-                    )
-                })?;
-                *node = n.to_string();
+                    ));
+                }
+                *node = card;
             }
         }
         let me_node = node_of[rank as usize].clone();

@@ -110,7 +110,6 @@ impl Error {
             P::PeerFailed(_) => ErrorClass::ProcFailed,
             P::Unreachable(_) => ErrorClass::Rank,
             P::Malformed(_) => ErrorClass::Intern,
-            P::UnknownRequest => ErrorClass::Request,
             _ => ErrorClass::Other,
         };
         Self::new(class, call, rank, e)

@@ -198,7 +198,8 @@ impl Universe {
 
     /// Name of this node (`MPI_Get_processor_name`).
     pub fn processor_name(&self) -> String {
-        engine::hostname()
+        engine::with("MPI_Get_processor_name", |e| Ok(e.hostname.clone()))
+            .unwrap_or_else(|_| engine::hostname())
     }
 
     /// Finalize explicitly and see errors (dropping the universe does the same

@@ -49,6 +49,14 @@ fn size_sweep_with_moved_thresholds() {
             ("GMPI_PIPELINE_CHUNK", "1000"),
         ],
     );
+    // A fragment far below the default eager limit lowers the eager limit
+    // with it (it used to fail init), and the smallest legal fragment works.
+    scenario(
+        2,
+        &["sweep", "300000"],
+        &[("GMPI_SHM_MAX_FRAG", "100"), ("GMPI_EAGER_LIMIT", "50")],
+    );
+    scenario(2, &["sweep", "70000"], &[("GMPI_SHM_MAX_FRAG", "64")]);
 }
 
 #[test]
