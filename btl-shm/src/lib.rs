@@ -17,7 +17,12 @@
 //! - `segment.rs`: the only `unsafe` code: the mapping, the ring ends
 //!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`.
 //! - `cma.rs`: the single-copy read and its start-up probes.
+//! - `coll.rs`: [`ShmColl`], a separate shared area for the barrier, small
+//!   exchanges (allreduce/allgather/gather) and small broadcasts of one
+//!   communicator whose ranks share a node (epoch counters and per-rank
+//!   slots; no `unsafe`: its raw byte access goes through `segment.rs`).
 //! - `tests/rings.rs`: several ranks on threads of one process;
+//!   `tests/coll.rs`: the collective area, participants on threads;
 //!   `tests/process.rs`: two real processes (futex wake-up, CMA);
 //!   `examples/shm_pingpong.rs`: two-process latency/bandwidth benchmark.
 //!
@@ -64,8 +69,11 @@
 #![deny(unsafe_code)]
 
 mod cma;
+mod coll;
 mod layout;
 mod segment;
+
+pub use coll::{CollConfig, ShmColl};
 
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};

@@ -19,6 +19,10 @@
 //! - [`futex_wait`] / [`futex_wake`]: shared (not `FUTEX_PRIVATE`) futexes,
 //!   since the waiter and the waker are different processes.
 //! - [`vm_read`]: one `process_vm_readv` call.
+//! - [`Mapping::write_bytes`] / [`Mapping::bytes`]: bounds-checked raw byte
+//!   access for the collective area's data slots (`coll.rs`), whose
+//!   writer/reader separation is the epoch protocol documented there;
+//!   `&mut self` for writes keeps this process's own slices out of the way.
 //!
 //! Caveat shared by every shared-memory transport: a peer process that
 //! scribbles over a ring *while* we hold a record slice would race with us;
@@ -139,6 +143,46 @@ impl Mapping {
         self.check(off, 4);
         // SAFETY: as for `u64_at`, with 4-byte size and alignment.
         unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+    }
+
+    fn check_range(&self, off: usize, len: usize) {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.len),
+            "segment bytes {off}..+{len} outside {} bytes",
+            self.len
+        );
+    }
+
+    /// Copy `src` to byte offset `off` (bounds checked).
+    ///
+    /// For bytes whose sharing is governed by a protocol outside this module
+    /// (the collective area's data slots, see `coll.rs`). `&mut self` rules
+    /// out any slice of this mapping still borrowed in this process; the
+    /// protocol (Release/Acquire epoch counters) guarantees that no peer
+    /// reads these bytes while we write them — the same caveat as for the
+    /// rings: a peer that broke the protocol would race with us.
+    pub(crate) fn write_bytes(&mut self, off: usize, src: &[u8]) {
+        self.check_range(off, src.len());
+        // SAFETY: `[off, off + len)` is inside the mapping (checked); no
+        // slice of it is borrowed in this process (`&mut self`) and, by the
+        // caller's protocol, no peer accesses it concurrently; `src` is
+        // caller memory, never the mapping (it cannot be borrowed from it
+        // while we hold `&mut self`), so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len());
+        }
+    }
+
+    /// The `len` bytes at byte offset `off` (bounds checked). The caller's
+    /// protocol guarantees that no peer writes them while the slice is used
+    /// (see [`Mapping::write_bytes`]); writes from this process need
+    /// `&mut self`, so they cannot happen while the slice lives.
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        self.check_range(off, len);
+        // SAFETY: in bounds (checked); the memory lives as long as `self`;
+        // u8 has no alignment or validity requirement; concurrent writes are
+        // excluded as documented above.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off), len) }
     }
 
     fn ptr_at(&self, off: usize) -> NonNull<u8> {

@@ -10,29 +10,12 @@
 //! `mem::forget` on an unfinished request is the one way to break this; the
 //! `Request` documentation forbids it.)
 
+use std::marker::PhantomData;
+
 use gmpi_gpu::MemKind;
 use gmpi_pml::driver::MemAccess;
-use gmpi_pml::Buf;
 
-use crate::datatype::Equivalence;
-
-/// A read-only user buffer as the pml sees it.
-pub(crate) fn send_buf<T: Equivalence>(s: &[T], kind: MemKind) -> Buf {
-    Buf {
-        addr: s.as_ptr() as u64,
-        len: std::mem::size_of_val(s),
-        kind,
-    }
-}
-
-/// A writable user buffer as the pml sees it.
-pub(crate) fn recv_buf<T: Equivalence>(s: &mut [T], kind: MemKind) -> Buf {
-    Buf {
-        addr: s.as_mut_ptr() as u64,
-        len: std::mem::size_of_val(s),
-        kind,
-    }
-}
+use crate::datatype::{Datatype, Equivalence, Primitive};
 
 /// Host memory reached through raw addresses.
 #[derive(Debug, Default)]
@@ -72,5 +55,512 @@ impl MemAccess for HostMem {
         // other reference to it exists while the request is in flight.
         let s = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
         f(s)
+    }
+}
+
+/// The datatype of a buffer's elements: a predefined type or a derived one.
+#[derive(Debug, Clone)]
+pub(crate) enum Ty {
+    Basic(crate::datatype::Datatype),
+    Derived(crate::typemap::UserDatatype),
+}
+
+impl Ty {
+    /// Bytes of data in one element.
+    pub fn size(&self) -> usize {
+        match self {
+            Ty::Basic(d) => d.size(),
+            Ty::Derived(u) => u.size(),
+        }
+    }
+
+    /// Whether `count` elements are one run of `count * size` bytes starting
+    /// at the origin.
+    pub fn is_contig(&self) -> bool {
+        match self {
+            Ty::Basic(_) => true,
+            Ty::Derived(u) => u.desc().is_contig,
+        }
+    }
+
+    /// The one primitive every basic element is made of, if there is one
+    /// (what a predefined reduction operates on).
+    pub fn prim(&self) -> Option<crate::datatype::Primitive> {
+        match self {
+            Ty::Basic(crate::datatype::Datatype::Primitive(p)) => Some(*p),
+            Ty::Basic(_) => None,
+            Ty::Derived(u) => u.desc().homogeneous(),
+        }
+    }
+}
+
+/// A user buffer described the MPI way: a memory region, the position of
+/// element 0 in it, a count and a datatype. Built only from borrowed slices
+/// (through the sealed [`Buffer`] traits), so the region is live memory for
+/// as long as the borrow the call or request holds.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct View {
+    pub(crate) base: u64,
+    pub(crate) len: usize,
+    pub(crate) origin: usize,
+    pub(crate) count: usize,
+    pub(crate) ty: Ty,
+    pub(crate) writable: bool,
+}
+
+impl View {
+    pub(crate) fn of_slice<T: Equivalence>(s: &[T]) -> Self {
+        Self {
+            base: s.as_ptr() as u64,
+            len: std::mem::size_of_val(s),
+            origin: 0,
+            count: s.len(),
+            ty: Ty::Basic(T::DATATYPE),
+            writable: false,
+        }
+    }
+
+    pub(crate) fn of_slice_mut<T: Equivalence>(s: &mut [T]) -> Self {
+        Self {
+            base: s.as_mut_ptr() as u64,
+            len: std::mem::size_of_val(s),
+            origin: 0,
+            count: s.len(),
+            ty: Ty::Basic(T::DATATYPE),
+            writable: true,
+        }
+    }
+
+    /// Bytes of data (`count × size`).
+    pub(crate) fn bytes(&self) -> usize {
+        self.count * self.ty.size()
+    }
+
+    /// The same region seen as `count` elements of `ty` (element 0 at the
+    /// same origin); bounds are checked by the caller through [`View::fits`].
+    pub(crate) fn retyped(&self, count: usize, ty: Ty) -> Self {
+        Self {
+            count,
+            ty,
+            ..self.clone()
+        }
+    }
+
+    /// The view of `count` elements starting `skip` elements (extents) into
+    /// this one, or `None` if that leaves the region.
+    pub(crate) fn sub(&self, skip: usize, count: usize) -> Option<Self> {
+        let ext = match &self.ty {
+            Ty::Basic(d) => d.size() as isize,
+            Ty::Derived(u) => u.extent(),
+        };
+        let origin = self.origin as isize + ext.checked_mul(skip as isize)?;
+        let v = Self {
+            origin: usize::try_from(origin).ok()?,
+            count,
+            ..self.clone()
+        };
+        v.fits().then_some(v)
+    }
+
+    /// The view starting `off` bytes past this one's origin (alltoallw's byte
+    /// displacements), with `count` elements of `ty`.
+    pub(crate) fn at_byte(&self, off: isize, count: usize, ty: Ty) -> Option<Self> {
+        let origin = usize::try_from(self.origin as isize + off).ok()?;
+        let v = Self {
+            origin,
+            count,
+            ty,
+            ..self.clone()
+        };
+        v.fits().then_some(v)
+    }
+
+    /// Whether every byte the view's elements touch lies in the region.
+    pub(crate) fn fits(&self) -> bool {
+        if self.count == 0 || self.ty.size() == 0 {
+            return true;
+        }
+        let (lo, hi) = match &self.ty {
+            Ty::Basic(d) => (0isize, (d.size() * self.count) as isize),
+            Ty::Derived(u) => u.desc().span(self.count),
+        };
+        let o = self.origin as isize;
+        o + lo >= 0 && (o + hi) as usize <= self.len
+    }
+
+    /// Address of the data if it is one contiguous run.
+    pub(crate) fn contig_addr(&self) -> Option<u64> {
+        self.ty
+            .is_contig()
+            .then_some(self.base + self.origin as u64)
+    }
+
+    /// The data, packed (a copy).
+    pub(crate) fn pack(&self) -> Vec<u8> {
+        let n = self.bytes();
+        let mut out = vec![0u8; n];
+        self.pack_into(&mut out);
+        out
+    }
+
+    /// Pack the data into `out` (`out.len() == self.bytes()`).
+    pub(crate) fn pack_into(&self, out: &mut [u8]) {
+        if out.is_empty() {
+            return;
+        }
+        HostMem.with_read(self.base, self.len, MemKind::Host, |region| {
+            match &self.ty {
+                Ty::Basic(_) => out.copy_from_slice(&region[self.origin..self.origin + out.len()]),
+                Ty::Derived(u) => u
+                    .desc()
+                    .pack(self.count, region, self.origin, out)
+                    .expect("view bounds were checked when it was made"),
+            }
+        })
+    }
+
+    /// Scatter `data` (a packed prefix of at most `bytes()` bytes) into the
+    /// view's memory.
+    pub(crate) fn unpack(&self, data: &[u8]) {
+        assert!(self.writable, "unpack into a read-only buffer");
+        if data.is_empty() {
+            return;
+        }
+        HostMem.with_write(self.base, self.len, MemKind::Host, |region| {
+            match &self.ty {
+                Ty::Basic(_) => region[self.origin..self.origin + data.len()].copy_from_slice(data),
+                Ty::Derived(u) => u
+                    .desc()
+                    .unpack(self.count, data, region, self.origin)
+                    .expect("view bounds were checked when it was made"),
+            }
+        })
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A buffer gmpi can send from: a slice or `Vec` of [`Equivalence`] values,
+/// or a [`TypedBuf`] (memory described by a derived datatype).
+pub trait Buffer: sealed::Sealed {
+    /// The buffer as gmpi sees it.
+    #[doc(hidden)]
+    fn view(&self) -> View;
+}
+
+/// A buffer gmpi can receive into.
+pub trait BufferMut: Buffer {
+    /// The buffer as gmpi sees it, writable.
+    #[doc(hidden)]
+    fn view_mut(&mut self) -> View;
+}
+
+impl<T: Equivalence> sealed::Sealed for [T] {}
+impl<T: Equivalence> Buffer for [T] {
+    fn view(&self) -> View {
+        View::of_slice(self)
+    }
+}
+impl<T: Equivalence> BufferMut for [T] {
+    fn view_mut(&mut self) -> View {
+        View::of_slice_mut(self)
+    }
+}
+impl<T: Equivalence> sealed::Sealed for Vec<T> {}
+impl<T: Equivalence> Buffer for Vec<T> {
+    fn view(&self) -> View {
+        View::of_slice(self)
+    }
+}
+impl<T: Equivalence> BufferMut for Vec<T> {
+    fn view_mut(&mut self) -> View {
+        View::of_slice_mut(self)
+    }
+}
+
+fn typed_view(
+    call: &str,
+    base: u64,
+    len: usize,
+    origin: usize,
+    count: usize,
+    dtype: &crate::typemap::UserDatatype,
+    writable: bool,
+) -> crate::Result<View> {
+    use crate::{Error, ErrorClass};
+    if !dtype.is_committed() {
+        return Err(Error::new(
+            ErrorClass::Type,
+            call,
+            -1,
+            "the datatype is not committed (call commit() first)",
+        ));
+    }
+    let v = View {
+        base,
+        len,
+        origin,
+        count,
+        ty: Ty::Derived(dtype.clone()),
+        writable,
+    };
+    if origin > len || !v.fits() {
+        return Err(Error::new(
+            ErrorClass::Buffer,
+            call,
+            -1,
+            format!(
+                "{count} elements of the datatype at byte {origin} reach outside the {len}-byte buffer"
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// Memory described by a derived datatype, for sending: `count` elements of
+/// `dtype` whose element 0 starts `origin` bytes into `buf` (MPI's
+/// `(buf, count, datatype)` triple). Every byte the elements touch must lie
+/// inside `buf`; that is checked when it is made.
+#[derive(Debug, Clone)]
+pub struct TypedBuf<'a> {
+    view: View,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl<'a> TypedBuf<'a> {
+    /// `count` elements of `dtype` starting at `buf[0]`.
+    pub fn new<T: Equivalence>(
+        buf: &'a [T],
+        count: usize,
+        dtype: &crate::typemap::UserDatatype,
+    ) -> crate::Result<Self> {
+        Self::with_origin(buf, 0, count, dtype)
+    }
+
+    /// `count` elements of `dtype` whose element 0 starts `origin` bytes into
+    /// `buf` (for types with a negative lower bound).
+    pub fn with_origin<T: Equivalence>(
+        buf: &'a [T],
+        origin: usize,
+        count: usize,
+        dtype: &crate::typemap::UserDatatype,
+    ) -> crate::Result<Self> {
+        let view = typed_view(
+            "gmpi::TypedBuf::new",
+            buf.as_ptr() as u64,
+            std::mem::size_of_val(buf),
+            origin,
+            count,
+            dtype,
+            false,
+        )?;
+        Ok(Self {
+            view,
+            _borrow: PhantomData,
+        })
+    }
+}
+
+/// Memory described by a derived datatype, for receiving (see [`TypedBuf`]).
+#[derive(Debug)]
+pub struct TypedBufMut<'a> {
+    view: View,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> TypedBufMut<'a> {
+    /// `count` elements of `dtype` starting at `buf[0]`.
+    pub fn new<T: Equivalence>(
+        buf: &'a mut [T],
+        count: usize,
+        dtype: &crate::typemap::UserDatatype,
+    ) -> crate::Result<Self> {
+        Self::with_origin(buf, 0, count, dtype)
+    }
+
+    /// `count` elements of `dtype` whose element 0 starts `origin` bytes into
+    /// `buf`.
+    pub fn with_origin<T: Equivalence>(
+        buf: &'a mut [T],
+        origin: usize,
+        count: usize,
+        dtype: &crate::typemap::UserDatatype,
+    ) -> crate::Result<Self> {
+        let view = typed_view(
+            "gmpi::TypedBufMut::new",
+            buf.as_mut_ptr() as u64,
+            std::mem::size_of_val(buf),
+            origin,
+            count,
+            dtype,
+            true,
+        )?;
+        Ok(Self {
+            view,
+            _borrow: PhantomData,
+        })
+    }
+}
+
+impl sealed::Sealed for TypedBuf<'_> {}
+impl Buffer for TypedBuf<'_> {
+    fn view(&self) -> View {
+        self.view.clone()
+    }
+}
+impl sealed::Sealed for TypedBufMut<'_> {}
+impl Buffer for TypedBufMut<'_> {
+    fn view(&self) -> View {
+        let mut v = self.view.clone();
+        v.writable = false;
+        v
+    }
+}
+impl BufferMut for TypedBufMut<'_> {
+    fn view_mut(&mut self) -> View {
+        self.view.clone()
+    }
+}
+
+/// Whether `T` is gmpi's `bool` (the one [`Equivalence`] type for which not
+/// every byte is a valid value).
+fn is_bool<T: Equivalence>() -> bool {
+    T::DATATYPE == Datatype::Primitive(Primitive::Bool)
+}
+
+/// Whether `b` can be viewed in place as `[T]`: aligned for `T`, a whole
+/// number of elements, and (for `bool`) only the bytes 0 and 1.
+fn viewable<T: Equivalence>(b: &[u8]) -> bool {
+    let size = std::mem::size_of::<T>();
+    size != 0
+        && b.len().is_multiple_of(size)
+        && b.as_ptr().cast::<T>().is_aligned()
+        && (!is_bool::<T>() || b.iter().all(|&x| x <= 1))
+}
+
+/// `b` viewed in place as a slice of `T`, or `None` when `b` is not aligned
+/// for `T`, its length is not a multiple of `size_of::<T>()`, `T` is a
+/// zero-sized type, or (for `bool`) a byte is neither 0 nor 1. Use
+/// [`from_bytes`] as the fallback.
+pub(crate) fn cast_slice<T: Equivalence>(b: &[u8]) -> Option<&[T]> {
+    if !viewable::<T>(b) {
+        return None;
+    }
+    let n = b.len() / std::mem::size_of::<T>();
+    // SAFETY: `viewable` checked that the pointer is aligned for `T` and that
+    // `b` holds exactly `n` whole values of `T`; `Equivalence` guarantees that
+    // every bit pattern is a valid `T` (for `bool`, the only exception, every
+    // byte was checked to be 0 or 1). The result borrows `b`, so the memory
+    // stays alive and unmodified for its lifetime.
+    Some(unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<T>(), n) })
+}
+
+/// `b` viewed in place as a mutable slice of `T`; `None` in the same cases
+/// as [`cast_slice`].
+pub(crate) fn cast_slice_mut<T: Equivalence>(b: &mut [u8]) -> Option<&mut [T]> {
+    if !viewable::<T>(b) {
+        return None;
+    }
+    let n = b.len() / std::mem::size_of::<T>();
+    // SAFETY: as in `cast_slice`; additionally `b` is borrowed mutably for the
+    // result's lifetime, so no other reference aliases it, and every `T` the
+    // caller writes (no padding, by `Equivalence`) leaves initialized bytes
+    // behind, which is all a `[u8]` requires.
+    Some(unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<T>(), n) })
+}
+
+/// Copy the values stored in `b` (native byte order, any alignment) into a
+/// new vector: `b.len() / size_of::<T>()` values; trailing bytes that do not
+/// make a whole value are ignored. For `bool`, a nonzero byte reads as
+/// `true`. A zero-sized `T` gives an empty vector.
+pub(crate) fn from_bytes<T: Equivalence>(b: &[u8]) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    if size == 0 {
+        return Vec::new();
+    }
+    let n = b.len() / size;
+    let normalized: Vec<u8>;
+    let src = if is_bool::<T>() {
+        normalized = b[..n].iter().map(|&x| u8::from(x != 0)).collect();
+        &normalized[..]
+    } else {
+        &b[..n * size]
+    };
+    let mut v = Vec::<T>::with_capacity(n);
+    // SAFETY: `v` has capacity for `n` values, i.e. `n * size` bytes, and
+    // `src` holds exactly that many bytes; the two allocations are distinct,
+    // and a byte copy has no alignment requirement. After the copy the first
+    // `n` values are initialized with valid bit patterns (`Equivalence`: any
+    // bits are valid; for `bool`, `src` holds only 0 and 1), so `set_len(n)`
+    // is sound.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), v.as_mut_ptr().cast::<u8>(), n * size);
+        v.set_len(n);
+    }
+    v
+}
+
+/// Store `v` as native-order bytes at the start of `out` (any alignment).
+///
+/// # Panics
+/// If `out` is shorter than `size_of_val(v)` bytes.
+pub(crate) fn write_bytes<T: Equivalence>(v: &[T], out: &mut [u8]) {
+    let len = std::mem::size_of_val(v);
+    assert!(
+        out.len() >= len,
+        "write_bytes: {len} bytes do not fit in {}",
+        out.len()
+    );
+    // SAFETY: `v` is `len` initialized bytes (`Equivalence` types have no
+    // padding), `out` has room for at least `len` bytes, a `&[T]` and a
+    // `&mut [u8]` cannot overlap, and a byte copy has no alignment
+    // requirement.
+    unsafe {
+        std::ptr::copy_nonoverlapping(v.as_ptr().cast::<u8>(), out.as_mut_ptr(), len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cast_checks_alignment_length_and_bool_bytes() {
+        let words = [1u64, 2, 3];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut buf = vec![0u64; 4];
+        let raw = recv_bytes(&mut buf);
+        raw[..24].copy_from_slice(&bytes);
+        assert_eq!(cast_slice::<u64>(&raw[..24]), Some(&words[..]));
+        assert_eq!(cast_slice::<u64>(&raw[..23]), None);
+        assert_eq!(cast_slice::<u64>(&raw[1..25]), None);
+        assert_eq!(cast_slice::<[u8; 0]>(&raw[..0]), None);
+        raw[1..25].copy_from_slice(&bytes);
+        assert_eq!(from_bytes::<u64>(&raw[1..26]), words);
+        let m = cast_slice_mut::<u64>(&mut raw[8..32]).expect("aligned");
+        m[0] = 9;
+        assert_eq!(raw[8..16], 9u64.to_ne_bytes());
+        let mut out = [0u8; 17];
+        write_bytes(&words[..2], &mut out[1..]);
+        assert_eq!(from_bytes::<u64>(&out[1..]), &words[..2]);
+
+        assert_eq!(
+            cast_slice::<bool>(&[0, 1, 1]),
+            Some(&[false, true, true][..])
+        );
+        assert_eq!(cast_slice::<bool>(&[0, 2]), None);
+        assert_eq!(from_bytes::<bool>(&[0, 2, 1]), [false, true, true]);
+        assert!(from_bytes::<[u8; 0]>(&[1, 2]).is_empty());
+    }
+
+    /// `v` as bytes: 8-aligned memory for the alignment cases.
+    fn recv_bytes(v: &mut [u64]) -> &mut [u8] {
+        let len = std::mem::size_of_val(v);
+        // SAFETY: test helper: `v` is `len` initialized bytes, borrowed
+        // mutably for the result's lifetime; u8 has no alignment requirement.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
     }
 }

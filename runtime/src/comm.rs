@@ -1,43 +1,91 @@
-//! Communicators and point-to-point operations.
+//! Communicators: point-to-point operations, and making, comparing and
+//! freeing communicators. (Collectives are in `coll/`.)
+//!
+//! Context ids: every communicator owns two (point-to-point and collective).
+//! A new communicator's ids are the maximum of the parent's ranks' next free
+//! id, agreed by a collective over the parent, and each rank's next free id
+//! moves past them; ids only grow, so no two live communicators sharing a
+//! process ever share an id, and a message can never match a receive on
+//! another communicator.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
-use gmpi_pml::{RecvArgs, SendArgs, SendMode};
+use gmpi_pml::{Buf, RecvArgs, SendArgs, SendMode};
 
-use crate::buffer::{recv_buf, send_buf};
-use crate::datatype::Equivalence;
+use crate::buffer::{Buffer, BufferMut, View};
+use crate::coll::sched::{Sched, Step};
 use crate::engine::{self, Engine};
 use crate::error::{Error, ErrorClass, Result};
+use crate::group::{Comparison, Group, UNDEFINED};
 use crate::request::{Request, Status};
 use crate::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 
+/// What a communicator is, shared by its clones (and by schedules running on
+/// it).
 #[derive(Debug)]
-struct CommInner {
+pub(crate) struct CommInner {
     /// Context id of point-to-point traffic.
-    ctx: u32,
+    pub ctx: u32,
     /// Context id of collective traffic (never matches user messages).
-    coll_ctx: u32,
-    rank: i32,
-    size: i32,
+    pub coll_ctx: u32,
+    pub rank: i32,
+    pub size: i32,
     /// World rank of each rank of this communicator.
-    world: Vec<u32>,
+    pub world: Vec<u32>,
+    /// Whether every member lives on this node.
+    pub single_node: bool,
+    /// Sequence number of the next collective (its tag).
+    pub coll_seq: AtomicU32,
+    /// Set by [`Communicator::free`]: every later call fails.
+    pub freed: AtomicBool,
+    /// The shared-memory collective area, made at the first collective that
+    /// wants it.
+    pub shm: Mutex<ShmState>,
 }
 
-/// A communicator. Cloning is cheap and refers to the same communicator.
+/// Whether a communicator has a shared-memory collective area.
+#[derive(Debug, Default)]
+pub(crate) enum ShmState {
+    #[default]
+    NotTried,
+    Unavailable,
+    Ready(Box<gmpi_btl_shm::ShmColl>),
+}
+
+/// A communicator. Cloning is cheap and refers to the same communicator;
+/// the communicator is freed when the last clone is dropped (or at once by
+/// [`Communicator::free`]).
 #[derive(Debug, Clone)]
 pub struct Communicator {
-    inner: Arc<CommInner>,
+    pub(crate) inner: Arc<CommInner>,
 }
 
 impl Communicator {
     pub(crate) fn world(e: &Engine) -> Self {
+        Self::from_parts(e, 0, (0..e.size).collect())
+    }
+
+    /// A communicator over `world` (world ranks in order) with contexts
+    /// `ctx` and `ctx + 1`; this process must be a member.
+    pub(crate) fn from_parts(e: &Engine, ctx: u32, world: Vec<u32>) -> Self {
+        let rank = world
+            .iter()
+            .position(|&w| w == e.rank)
+            .expect("a member of its own communicator") as i32;
+        let mine = e.node_of[e.rank as usize];
+        let single_node = world.iter().all(|&w| e.node_of[w as usize] == mine);
         Self {
             inner: Arc::new(CommInner {
-                ctx: 0,
-                coll_ctx: 1,
-                rank: e.rank as i32,
-                size: e.size as i32,
-                world: (0..e.size).collect(),
+                ctx,
+                coll_ctx: ctx + 1,
+                rank,
+                size: world.len() as i32,
+                world,
+                single_node,
+                coll_seq: AtomicU32::new(0),
+                freed: AtomicBool::new(false),
+                shm: Mutex::new(ShmState::NotTried),
             }),
         }
     }
@@ -110,155 +158,212 @@ impl Communicator {
         }
     }
 
-    // The argument list mirrors MPI_Isend's (plus the engine and the call name).
-    #[allow(clippy::too_many_arguments)]
-    fn post_send<T: Equivalence>(
-        &self,
-        e: &mut Engine,
-        call: &str,
-        ctx: u32,
-        buf: &[T],
-        dest: i32,
-        tag: i32,
-        mode: SendMode,
-    ) -> Result<gmpi_pml::ReqId> {
-        let args = self.send_args(e, ctx, buf, dest, tag, mode);
-        let rank = self.rank();
-        e.driver
-            .post_send(args)
-            .map_err(|err| Error::from_pml(err, call, rank))
+    /// Fail `call` if the communicator was freed.
+    pub(crate) fn check_live(&self, call: &str) -> Result<()> {
+        if self.inner.freed.load(Ordering::Relaxed) {
+            Err(Error::new(
+                ErrorClass::Comm,
+                call,
+                -1,
+                "the communicator has been freed",
+            ))
+        } else {
+            Ok(())
+        }
     }
 
-    fn post_recv<T: Equivalence>(
+    fn send_args(
         &self,
-        e: &mut Engine,
-        call: &str,
         ctx: u32,
-        buf: &mut [T],
-        src: i32,
-        tag: i32,
-    ) -> Result<gmpi_pml::ReqId> {
-        let kind = e
-            .classifier
-            .classify(buf.as_ptr() as u64, std::mem::size_of_val(buf));
-        let b = recv_buf(buf, kind);
-        let any = src == ANY_SOURCE;
-        let args = RecvArgs {
-            ctx,
-            src: (!any).then_some(src as u32),
-            src_world: (!any).then(|| self.inner.world[src as usize]),
-            tag: (tag != ANY_TAG).then_some(tag),
-            buf: b,
-        };
-        let rank = self.rank();
-        e.driver
-            .post_recv(args)
-            .map_err(|err| Error::from_pml(err, call, rank))
-    }
-
-    fn send_args<T: Equivalence>(
-        &self,
-        e: &Engine,
-        ctx: u32,
-        buf: &[T],
+        addr: u64,
+        len: usize,
         dest: i32,
         tag: i32,
         mode: SendMode,
     ) -> SendArgs {
-        let len = std::mem::size_of_val(buf);
         SendArgs {
             ctx,
             src: self.inner.rank as u32,
             dest: self.inner.world[dest as usize],
             tag,
-            buf: send_buf(buf, e.classifier.classify(buf.as_ptr() as u64, len)),
+            buf: Buf {
+                addr,
+                len,
+                kind: gmpi_gpu::MemKind::Host,
+            },
             mode,
         }
     }
 
-    fn blocking_send<T: Equivalence>(
+    fn recv_args(&self, ctx: u32, addr: u64, len: usize, src: i32, tag: i32) -> RecvArgs {
+        let any = src == ANY_SOURCE;
+        RecvArgs {
+            ctx,
+            src: (!any).then_some(src as u32),
+            src_world: (!any).then(|| self.inner.world[src as usize]),
+            tag: (tag != ANY_TAG).then_some(tag),
+            buf: Buf {
+                addr,
+                len,
+                kind: gmpi_gpu::MemKind::Host,
+            },
+        }
+    }
+
+    /// Start a send of `v`: `Ok(None)` if it already completed, else the
+    /// request (a pml request for contiguous data, a schedule owning the
+    /// packed copy otherwise).
+    fn start_send(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        v: &View,
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Option<Handle>> {
+        let rank = self.rank();
+        if let Some(addr) = v.contig_addr() {
+            let mut args = self.send_args(self.inner.ctx, addr, v.bytes(), dest, tag, mode);
+            args.buf.kind = e.classifier.classify(addr, v.bytes());
+            return e
+                .driver
+                .send(args)
+                .map(|o| o.map(Handle::Pml))
+                .map_err(|err| Error::from_pml(err, call, rank));
+        }
+        let mut s = Sched::p2p(call, &self.inner, tag, mode);
+        let r = s.temp_from(v.pack());
+        s.push(Step::Send(r, dest));
+        s.push(Step::Wait);
+        Ok(Some(e.park(s)))
+    }
+
+    /// Start a receive into `v`.
+    fn start_recv(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        v: &View,
+        src: i32,
+        tag: i32,
+    ) -> Result<Handle> {
+        let rank = self.rank();
+        if let Some(addr) = v.contig_addr() {
+            let mut args = self.recv_args(self.inner.ctx, addr, v.bytes(), src, tag);
+            args.buf.kind = e.classifier.classify(addr, v.bytes());
+            return e
+                .driver
+                .post_recv(args)
+                .map(Handle::Pml)
+                .map_err(|err| Error::from_pml(err, call, rank));
+        }
+        let mut s = Sched::p2p(call, &self.inner, tag, SendMode::Standard);
+        let r = s.temp(v.bytes());
+        s.push(Step::RecvAny(r, src, tag));
+        s.push(Step::Wait);
+        s.push(Step::Unpack {
+            src: r,
+            view: v.clone(),
+            received: true,
+        });
+        Ok(e.park(s))
+    }
+
+    fn check_p2p_buf(&self, call: &str, v: &View) -> Result<()> {
+        if let crate::buffer::Ty::Derived(u) = &v.ty {
+            if !u.is_committed() {
+                return Err(Error::new(
+                    ErrorClass::Type,
+                    call,
+                    self.rank(),
+                    "the datatype is not committed",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn blocking_send<B: Buffer + ?Sized>(
         &self,
         call: &'static str,
-        buf: &[T],
+        buf: &B,
         dest: i32,
         tag: i32,
         mode: SendMode,
     ) -> Result<()> {
+        self.check_live(call)?;
         self.check_dest(call, dest)?;
         self.check_send_tag(call, tag)?;
         if dest == PROC_NULL {
             return Ok(());
         }
+        let v = buf.view();
+        self.check_p2p_buf(call, &v)?;
         engine::with(call, |e| {
-            let args = self.send_args(e, self.inner.ctx, buf, dest, tag, mode);
-            let rank = self.rank();
-            match e
-                .driver
-                .send(args)
-                .map_err(|err| Error::from_pml(err, call, rank))?
-            {
+            match self.start_send(e, call, &v, dest, tag, mode)? {
                 None => Ok(()),
-                Some(id) => e.wait_req(call, id).map(|_| ()),
+                Some(h) => e.wait_handle(call, h).map(|_| ()),
             }
         })
     }
 
     /// Send `buf` to `dest` with `tag` (`MPI_Send`).
-    pub fn send<T: Equivalence>(&self, buf: &[T], dest: i32, tag: i32) -> Result<()> {
+    pub fn send<B: Buffer + ?Sized>(&self, buf: &B, dest: i32, tag: i32) -> Result<()> {
         self.blocking_send("MPI_Send", buf, dest, tag, SendMode::Standard)
     }
 
     /// Synchronous send: returns once the receiver has matched it (`MPI_Ssend`).
-    pub fn ssend<T: Equivalence>(&self, buf: &[T], dest: i32, tag: i32) -> Result<()> {
+    pub fn ssend<B: Buffer + ?Sized>(&self, buf: &B, dest: i32, tag: i32) -> Result<()> {
         self.blocking_send("MPI_Ssend", buf, dest, tag, SendMode::Synchronous)
     }
 
     /// Receive into `buf` from `src` (a rank or [`ANY_SOURCE`]) with `tag` (or
     /// [`ANY_TAG`]) (`MPI_Recv`). A message longer than `buf` fails with
     /// `MPI_ERR_TRUNCATE` and writes nothing past `buf`.
-    pub fn recv<T: Equivalence>(&self, buf: &mut [T], src: i32, tag: i32) -> Result<Status> {
+    pub fn recv<B: BufferMut + ?Sized>(&self, buf: &mut B, src: i32, tag: i32) -> Result<Status> {
         const CALL: &str = "MPI_Recv";
+        self.check_live(CALL)?;
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, tag)?;
         if src == PROC_NULL {
             return Ok(Status::empty());
         }
+        let v = buf.view_mut();
+        self.check_p2p_buf(CALL, &v)?;
         engine::with(CALL, |e| {
-            let id = self.post_recv(e, CALL, self.inner.ctx, buf, src, tag)?;
-            e.wait_req(CALL, id).map(Status::from_pml)
+            let h = self.start_recv(e, CALL, &v, src, tag)?;
+            e.wait_handle(CALL, h)
         })
     }
 
-    fn nonblocking_send<'a, T: Equivalence>(
+    fn nonblocking_send<'a, B: Buffer + ?Sized>(
         &self,
         call: &'static str,
-        buf: &'a [T],
+        buf: &'a B,
         dest: i32,
         tag: i32,
         mode: SendMode,
     ) -> Result<Request<'a>> {
+        self.check_live(call)?;
         self.check_dest(call, dest)?;
         self.check_send_tag(call, tag)?;
         if dest == PROC_NULL {
             return Ok(Request::completed(call, Status::empty()));
         }
-        let id = engine::with(call, |e| {
-            let args = self.send_args(e, self.inner.ctx, buf, dest, tag, mode);
-            let rank = self.rank();
-            e.driver
-                .send(args)
-                .map_err(|err| Error::from_pml(err, call, rank))
-        })?;
-        Ok(match id {
-            Some(id) => Request::new(id, call),
+        let v = buf.view();
+        self.check_p2p_buf(call, &v)?;
+        let h = engine::with(call, |e| self.start_send(e, call, &v, dest, tag, mode))?;
+        Ok(match h {
+            Some(h) => Request::new(h, call),
             None => Request::completed(call, Status::empty()),
         })
     }
 
     /// Start a send (`MPI_Isend`).
-    pub fn isend<'a, T: Equivalence>(
+    pub fn isend<'a, B: Buffer + ?Sized>(
         &self,
-        buf: &'a [T],
+        buf: &'a B,
         dest: i32,
         tag: i32,
     ) -> Result<Request<'a>> {
@@ -266,9 +371,9 @@ impl Communicator {
     }
 
     /// Start a synchronous send (`MPI_Issend`).
-    pub fn issend<'a, T: Equivalence>(
+    pub fn issend<'a, B: Buffer + ?Sized>(
         &self,
-        buf: &'a [T],
+        buf: &'a B,
         dest: i32,
         tag: i32,
     ) -> Result<Request<'a>> {
@@ -276,69 +381,67 @@ impl Communicator {
     }
 
     /// Start a receive (`MPI_Irecv`).
-    pub fn irecv<'a, T: Equivalence>(
+    pub fn irecv<'a, B: BufferMut + ?Sized>(
         &self,
-        buf: &'a mut [T],
+        buf: &'a mut B,
         src: i32,
         tag: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Irecv";
+        self.check_live(CALL)?;
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, tag)?;
         if src == PROC_NULL {
             return Ok(Request::completed(CALL, Status::empty()));
         }
-        let id = engine::with(CALL, |e| {
-            self.post_recv(e, CALL, self.inner.ctx, buf, src, tag)
-        })?;
-        Ok(Request::new(id, CALL))
+        let v = buf.view_mut();
+        self.check_p2p_buf(CALL, &v)?;
+        let h = engine::with(CALL, |e| self.start_recv(e, CALL, &v, src, tag))?;
+        Ok(Request::new(h, CALL))
     }
 
     /// Send and receive at once, deadlock-free (`MPI_Sendrecv`).
     #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv<S: Equivalence, R: Equivalence>(
+    pub fn sendrecv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
-        sbuf: &[S],
+        sbuf: &S,
         dest: i32,
         stag: i32,
-        rbuf: &mut [R],
+        rbuf: &mut R,
         src: i32,
         rtag: i32,
     ) -> Result<Status> {
         const CALL: &str = "MPI_Sendrecv";
+        self.check_live(CALL)?;
         self.check_dest(CALL, dest)?;
         self.check_send_tag(CALL, stag)?;
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, rtag)?;
+        let (sv, rv) = (sbuf.view(), rbuf.view_mut());
+        self.check_p2p_buf(CALL, &sv)?;
+        self.check_p2p_buf(CALL, &rv)?;
         engine::with(CALL, |e| {
             let r = if src == PROC_NULL {
                 None
             } else {
-                Some(self.post_recv(e, CALL, self.inner.ctx, rbuf, src, rtag)?)
+                Some(self.start_recv(e, CALL, &rv, src, rtag)?)
             };
             let s = if dest == PROC_NULL {
                 None
             } else {
-                Some(self.post_send(
-                    e,
-                    CALL,
-                    self.inner.ctx,
-                    sbuf,
-                    dest,
-                    stag,
-                    SendMode::Standard,
-                )?)
+                self.start_send(e, CALL, &sv, dest, stag, SendMode::Standard)?
             };
-            let sres = s.map(|id| e.wait_req(CALL, id)).transpose();
-            let rres = r.map(|id| e.wait_req(CALL, id)).transpose();
+            let sres = s.map(|h| e.wait_handle(CALL, h)).transpose();
+            let rres = r.map(|h| e.wait_handle(CALL, h)).transpose();
             sres?;
-            Ok(rres?.map_or_else(Status::empty, Status::from_pml))
+            Ok(rres?.unwrap_or_else(Status::empty))
         })
     }
 
     /// Wait for a matching message without receiving it (`MPI_Probe`).
     pub fn probe(&self, src: i32, tag: i32) -> Result<Status> {
         const CALL: &str = "MPI_Probe";
+        self.check_live(CALL)?;
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, tag)?;
         if src == PROC_NULL {
@@ -351,9 +454,9 @@ impl Communicator {
         let ctx = self.inner.ctx;
         engine::with(CALL, |e| {
             let mut found = None;
-            e.wait_until(CALL, |d| {
-                found = d.pml.iprobe(ctx, s, t);
-                found.is_some()
+            e.wait_until(CALL, |e| {
+                found = e.driver.pml.iprobe(ctx, s, t);
+                Ok(found.is_some())
             })?;
             Ok(Status::from_pml(found.expect("loop ended on a match")))
         })
@@ -362,6 +465,7 @@ impl Communicator {
     /// Check for a matching message without receiving it (`MPI_Iprobe`).
     pub fn iprobe(&self, src: i32, tag: i32) -> Result<Option<Status>> {
         const CALL: &str = "MPI_Iprobe";
+        self.check_live(CALL)?;
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, tag)?;
         if src == PROC_NULL {
@@ -378,39 +482,6 @@ impl Communicator {
         })
     }
 
-    /// Block until every rank of the communicator has entered the barrier
-    /// (`MPI_Barrier`): a dissemination barrier, ⌈log₂ n⌉ rounds of
-    /// zero-byte messages on the communicator's collective context.
-    pub fn barrier(&self) -> Result<()> {
-        const CALL: &str = "MPI_Barrier";
-        engine::with(CALL, |e| self.barrier_in(e, CALL))
-    }
-
-    pub(crate) fn barrier_in(&self, e: &mut Engine, call: &str) -> Result<()> {
-        let n = self.size();
-        if n <= 1 {
-            return Ok(());
-        }
-        let me = self.rank();
-        let ctx = self.inner.coll_ctx;
-        let mut dist = 1;
-        let mut round = 0;
-        let empty: [u8; 0] = [];
-        let mut sink: [u8; 0] = [];
-        while dist < n {
-            let to = (me + dist) % n;
-            let from = (me - dist).rem_euclid(n);
-            let r = self.post_recv(e, call, ctx, &mut sink, from, round)?;
-            let s = self.post_send(e, call, ctx, &empty, to, round, SendMode::Standard)?;
-            e.wait_req(call, s)?;
-            e.wait_req(call, r)?;
-            dist *= 2;
-            round += 1;
-        }
-        tracing::debug!(target: "coll", "barrier: dissemination, {round} rounds over {n} ranks");
-        Ok(())
-    }
-
     /// End the whole job with `code` (`MPI_Abort`). Every rank is killed.
     pub fn abort(&self, code: i32) -> ! {
         crate::abort(
@@ -418,4 +489,209 @@ impl Communicator {
             &format!("MPI_Abort called on rank {} with code {code}", self.rank()),
         )
     }
+
+    // ---- communicator management ----
+
+    /// The group of the communicator (`MPI_Comm_group`).
+    pub fn group(&self) -> Group {
+        Group::new(
+            self.inner.world.clone(),
+            self.inner.world[self.inner.rank as usize],
+        )
+    }
+
+    /// Compare with another communicator (`MPI_Comm_compare`).
+    pub fn compare(&self, other: &Communicator) -> Comparison {
+        if Arc::ptr_eq(&self.inner, &other.inner)
+            || self.inner.ctx == other.inner.ctx && self.inner.world == other.inner.world
+        {
+            return Comparison::Ident;
+        }
+        match self.group().compare(&other.group()) {
+            Comparison::Ident => Comparison::Congruent,
+            c => c,
+        }
+    }
+
+    /// Agree on a fresh context id with every rank of this communicator (a
+    /// max-allreduce of each rank's next free id), and move past it.
+    fn agree_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
+        let mine = [e.next_ctx];
+        let mut out = [0u32];
+        self.allreduce_in(e, call, &mine[..], &mut out[..], &crate::op::Op::Max)?;
+        let ctx = out[0];
+        if ctx > u32::MAX - 4 {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                call,
+                self.rank(),
+                "out of context ids",
+            ));
+        }
+        e.next_ctx = ctx + 2;
+        Ok(ctx)
+    }
+
+    /// A new communicator over the same group (`MPI_Comm_dup`). Collective.
+    pub fn dup(&self) -> Result<Communicator> {
+        const CALL: &str = "MPI_Comm_dup";
+        self.check_live(CALL)?;
+        engine::with(CALL, |e| {
+            let ctx = self.agree_ctx(e, CALL)?;
+            tracing::debug!(target: "coll", "{CALL}: context {ctx}, {} ranks", self.size());
+            Ok(Communicator::from_parts(e, ctx, self.inner.world.clone()))
+        })
+    }
+
+    /// Split into disjoint communicators, one per `color`, ranked by `key`
+    /// then by rank here (`MPI_Comm_split`). A rank passing
+    /// [`crate::UNDEFINED`] as its color gets `None`. Collective.
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
+        const CALL: &str = "MPI_Comm_split";
+        self.check_live(CALL)?;
+        if color < 0 && color != UNDEFINED {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                CALL,
+                self.rank(),
+                format!("invalid color {color} (must be ≥ 0 or UNDEFINED)"),
+            ));
+        }
+        engine::with(CALL, |e| self.split_in(e, CALL, color, key))
+    }
+
+    fn split_in(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        color: i32,
+        key: i32,
+    ) -> Result<Option<Communicator>> {
+        let n = self.size() as usize;
+        // One allgather of (color, key, next free context id).
+        let mine = [color, key, e.next_ctx as i32];
+        let mut all = vec![0i32; 3 * n];
+        self.allgather_in(e, call, &mine[..], &mut all[..])?;
+        let ctx = (0..n)
+            .map(|i| all[3 * i + 2] as u32)
+            .max()
+            .unwrap_or(e.next_ctx);
+        e.next_ctx = ctx + 2;
+        if color == UNDEFINED {
+            return Ok(None);
+        }
+        let mut members: Vec<(i32, usize)> = (0..n)
+            .filter(|&i| all[3 * i] == color)
+            .map(|i| (all[3 * i + 1], i))
+            .collect();
+        members.sort();
+        let world = members.iter().map(|&(_, i)| self.inner.world[i]).collect();
+        tracing::debug!(target: "coll", "{call}: color {color} → context {ctx}, {} ranks", members.len());
+        Ok(Some(Communicator::from_parts(e, ctx, world)))
+    }
+
+    /// Split into one communicator per node: the ranks that share memory with
+    /// this one, ranked by `key` (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`
+    /// with key = rank). Collective.
+    pub fn split_shared(&self) -> Result<Communicator> {
+        self.split_shared_key(self.rank())
+    }
+
+    /// [`Communicator::split_shared`] with an explicit ordering key.
+    pub fn split_shared_key(&self, key: i32) -> Result<Communicator> {
+        const CALL: &str = "MPI_Comm_split_type";
+        self.check_live(CALL)?;
+        engine::with(CALL, |e| {
+            let node = e.node_of[e.rank as usize] as i32;
+            Ok(self
+                .split_in(e, CALL, node, key)?
+                .expect("a node color is never UNDEFINED"))
+        })
+    }
+
+    /// The communicator of the members of `group` (a subgroup of this
+    /// communicator's group), ranked in group order; `None` on ranks outside
+    /// it (`MPI_Comm_create`). Collective over this communicator.
+    pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
+        const CALL: &str = "MPI_Comm_create";
+        self.check_live(CALL)?;
+        if let Some(w) = group.world.iter().find(|w| !self.inner.world.contains(w)) {
+            return Err(Error::new(
+                ErrorClass::Group,
+                CALL,
+                self.rank(),
+                format!("world rank {w} of the group is not in the communicator"),
+            ));
+        }
+        engine::with(CALL, |e| {
+            let ctx = self.agree_ctx(e, CALL)?;
+            if !group.world.contains(&e.rank) {
+                return Ok(None);
+            }
+            Ok(Some(Communicator::from_parts(e, ctx, group.world.to_vec())))
+        })
+    }
+
+    /// Free the communicator now (`MPI_Comm_free`): every later call on it
+    /// or any clone fails with `MPI_ERR_COMM`. Dropping the last clone frees
+    /// it too. The world communicator cannot be freed.
+    pub fn free(&self) -> Result<()> {
+        const CALL: &str = "MPI_Comm_free";
+        self.check_live(CALL)?;
+        if self.inner.ctx == 0 {
+            return Err(Error::new(
+                ErrorClass::Comm,
+                CALL,
+                self.rank(),
+                "MPI_COMM_WORLD cannot be freed",
+            ));
+        }
+        self.inner.freed.store(true, Ordering::Relaxed);
+        *self.inner.shm.lock().unwrap_or_else(|p| p.into_inner()) = ShmState::Unavailable;
+        Ok(())
+    }
+
+    /// Whether [`Communicator::free`] was called.
+    pub fn is_freed(&self) -> bool {
+        self.inner.freed.load(Ordering::Relaxed)
+    }
+
+    /// A predefined attribute (`MPI_Comm_get_attr`): `None` if the attribute
+    /// has no value.
+    pub fn get_attr(&self, attr: Attr) -> Option<i64> {
+        match attr {
+            Attr::TagUb => Some(TAG_UB as i64),
+            Attr::WtimeIsGlobal => Some(0),
+            Attr::UniverseSize => engine::with("MPI_Comm_get_attr", |e| Ok(e.size as i64)).ok(),
+            Attr::AppNum => Some(0),
+            Attr::Host => Some(PROC_NULL as i64),
+            Attr::IoRank => Some(crate::ANY_SOURCE as i64),
+        }
+    }
+}
+
+/// Predefined communicator attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Attr {
+    /// `MPI_TAG_UB`: the largest tag.
+    TagUb,
+    /// `MPI_WTIME_IS_GLOBAL`: whether clocks are synchronized (0: no).
+    WtimeIsGlobal,
+    /// `MPI_UNIVERSE_SIZE`: how many processes the job can hold.
+    UniverseSize,
+    /// `MPI_APPNUM`: which executable of the command line this is.
+    AppNum,
+    /// `MPI_HOST`: the host process (`PROC_NULL`: none).
+    Host,
+    /// `MPI_IO`: a rank that can do I/O (`ANY_SOURCE`: every rank).
+    IoRank,
+}
+
+/// What a request refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handle {
+    /// A point-to-point request of the pml.
+    Pml(gmpi_pml::ReqId),
+    /// A schedule parked in the engine.
+    Sched(u64),
 }

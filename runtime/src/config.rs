@@ -14,7 +14,14 @@
 //! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (20 when oversubscribed) |
 //! | `yields` | `GMPI_YIELDS` | yields before blocking | 100 (4 when oversubscribed) |
 //! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100 |
-//! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug` | off (warnings) |
+//! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |
+//! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
+//! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry | 16 KiB |
+//! | `bcast_large` | `GMPI_BCAST_LARGE` | bcast: binomial tree below, scatter + ring allgather from here | 128 KiB |
+//! | `allreduce_large` | `GMPI_ALLREDUCE_LARGE` | allreduce: recursive doubling below, ring reduce-scatter + allgather from here | 64 KiB |
+//! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |
+//! | `alltoall_large` | `GMPI_ALLTOALL_LARGE` | alltoall: all exchanges at once below (bytes per peer), pairwise from here | 8 KiB |
+//! | `coll_check` | `GMPI_COLL_CHECK` | check that every rank passed the same root, op and size to each collective (one extra exchange per call) | `false` |
 
 use std::path::{Path, PathBuf};
 
@@ -66,6 +73,25 @@ pub struct Config {
     pub block_ms: u64,
     /// Tracing filter.
     pub log: Option<String>,
+    /// Shared-memory collectives for single-node communicators.
+    pub coll_shm: bool,
+    /// Largest shared-memory collective message.
+    #[serde(deserialize_with = "de_size")]
+    pub coll_shm_max: Option<usize>,
+    /// Bcast: scatter + allgather from this size.
+    #[serde(deserialize_with = "de_size")]
+    pub bcast_large: Option<usize>,
+    /// Allreduce: ring from this size.
+    #[serde(deserialize_with = "de_size")]
+    pub allreduce_large: Option<usize>,
+    /// Allgather: ring from this total size.
+    #[serde(deserialize_with = "de_size")]
+    pub allgather_large: Option<usize>,
+    /// Alltoall: pairwise from this size per peer.
+    #[serde(deserialize_with = "de_size")]
+    pub alltoall_large: Option<usize>,
+    /// Check collective arguments across ranks.
+    pub coll_check: bool,
 }
 
 impl Default for Config {
@@ -81,6 +107,13 @@ impl Default for Config {
             yields: None,
             block_ms: 100,
             log: None,
+            coll_shm: true,
+            coll_shm_max: None,
+            bcast_large: None,
+            allreduce_large: None,
+            allgather_large: None,
+            alltoall_large: None,
+            coll_check: false,
         }
     }
 }
@@ -190,6 +223,23 @@ impl Config {
         }
         if let Some(v) = num("GMPI_BLOCK_MS")? {
             self.block_ms = v.max(1);
+        }
+        for (k, slot) in [
+            ("GMPI_COLL_SHM_MAX", &mut self.coll_shm_max),
+            ("GMPI_BCAST_LARGE", &mut self.bcast_large),
+            ("GMPI_ALLREDUCE_LARGE", &mut self.allreduce_large),
+            ("GMPI_ALLGATHER_LARGE", &mut self.allgather_large),
+            ("GMPI_ALLTOALL_LARGE", &mut self.alltoall_large),
+        ] {
+            if let Some(v) = size(k)? {
+                *slot = Some(v);
+            }
+        }
+        if let Some(v) = get("GMPI_COLL_SHM") {
+            self.coll_shm = parse_bool(&v).map_err(|e| format!("GMPI_COLL_SHM: {e}"))?;
+        }
+        if let Some(v) = get("GMPI_COLL_CHECK") {
+            self.coll_check = parse_bool(&v).map_err(|e| format!("GMPI_COLL_CHECK: {e}"))?;
         }
         if let Some(v) = get("GMPI_LOG") {
             self.log = Some(v);

@@ -35,6 +35,54 @@ pub enum Primitive {
     ISize,
     /// `MPI_AINT`-sized unsigned integer (usize)
     USize,
+    /// `MPI_BYTE`: one uninterpreted byte.
+    Byte,
+    /// `MPI_CHAR`: a C `char` (signed 8-bit).
+    Char,
+    /// `MPI_FLOAT_INT`: `{f32 value; i32 index}`, 8 bytes (see [`FloatInt`]).
+    FloatInt,
+    /// `MPI_DOUBLE_INT`: `{f64 value; i32 index}` plus 4 bytes of C padding,
+    /// 16 bytes (see [`DoubleInt`]). gmpi moves the padding too.
+    DoubleInt,
+    /// `MPI_LONG_INT`: `{i64 value; i32 index}` plus 4 bytes of C padding,
+    /// 16 bytes (see [`LongInt`]). gmpi moves the padding too.
+    LongInt,
+    /// `MPI_2INT`: `{i32 value; i32 index}`, 8 bytes (see [`TwoInt`]).
+    TwoInt,
+    /// `MPI_SHORT_INT`: `{i16 value; 2 bytes of C padding; i32 index}`,
+    /// 8 bytes (see [`ShortInt`]). gmpi moves the padding too.
+    ShortInt,
+}
+
+impl Primitive {
+    /// The MPI name of the datatype (`"MPI_DOUBLE"`); types without an MPI
+    /// equivalent get a `GMPI_` name.
+    pub const fn mpi_name(self) -> &'static str {
+        match self {
+            Primitive::I8 => "MPI_INT8_T",
+            Primitive::I16 => "MPI_INT16_T",
+            Primitive::I32 => "MPI_INT32_T",
+            Primitive::I64 => "MPI_INT64_T",
+            Primitive::U8 => "MPI_UINT8_T",
+            Primitive::U16 => "MPI_UINT16_T",
+            Primitive::U32 => "MPI_UINT32_T",
+            Primitive::U64 => "MPI_UINT64_T",
+            Primitive::F32 => "MPI_FLOAT",
+            Primitive::F64 => "MPI_DOUBLE",
+            Primitive::Bool => "MPI_C_BOOL",
+            Primitive::I128 => "GMPI_INT128",
+            Primitive::U128 => "GMPI_UINT128",
+            Primitive::ISize => "MPI_AINT",
+            Primitive::USize => "GMPI_USIZE",
+            Primitive::FloatInt => "MPI_FLOAT_INT",
+            Primitive::DoubleInt => "MPI_DOUBLE_INT",
+            Primitive::LongInt => "MPI_LONG_INT",
+            Primitive::TwoInt => "MPI_2INT",
+            Primitive::ShortInt => "MPI_SHORT_INT",
+            Primitive::Byte => "MPI_BYTE",
+            Primitive::Char => "MPI_CHAR",
+        }
+    }
 }
 
 /// The datatype of an [`Equivalence`] type.
@@ -56,12 +104,18 @@ impl Datatype {
     pub const fn size(self) -> usize {
         match self {
             Datatype::Primitive(p) => match p {
-                Primitive::I8 | Primitive::U8 | Primitive::Bool => 1,
+                Primitive::I8
+                | Primitive::U8
+                | Primitive::Bool
+                | Primitive::Byte
+                | Primitive::Char => 1,
                 Primitive::I16 | Primitive::U16 => 2,
                 Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
                 Primitive::I64 | Primitive::U64 | Primitive::F64 => 8,
                 Primitive::I128 | Primitive::U128 => 16,
                 Primitive::ISize | Primitive::USize => std::mem::size_of::<usize>(),
+                Primitive::FloatInt | Primitive::TwoInt | Primitive::ShortInt => 8,
+                Primitive::DoubleInt | Primitive::LongInt => 16,
             },
             Datatype::Opaque { size } => size,
         }
@@ -108,6 +162,120 @@ prim!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 =>
 // inherit the element's validity.
 unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {}
 
+macro_rules! pair {
+    ($($(#[$doc:meta])* $name:ident { $($(#[$fdoc:meta])* $field:ident : $t:ty,)* } => $p:ident;)*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Default, Clone, Copy, PartialEq)]
+        #[repr(C)]
+        pub struct $name {
+            $($(#[$fdoc])* pub $field: $t,)*
+        }
+
+        // SAFETY: repr(C) whose fields are primitive numbers laid out with
+        // the C padding spelled out as explicit fields, so there are no
+        // padding bytes and every bit pattern is valid.
+        unsafe impl Equivalence for $name {
+            const DATATYPE: Datatype = Datatype::Primitive(Primitive::$p);
+        }
+    )*};
+}
+
+pair! {
+    /// A value-index pair for `MPI_MINLOC`/`MPI_MAXLOC` on `f32`
+    /// (`MPI_FLOAT_INT`, 8 bytes).
+    FloatInt {
+        /// The value compared.
+        value: f32,
+        /// The index (usually a rank) carried along.
+        index: i32,
+    } => FloatInt;
+    /// A value-index pair for `MPI_MINLOC`/`MPI_MAXLOC` on `f64`
+    /// (`MPI_DOUBLE_INT`, 16 bytes with the C padding as `pad`).
+    DoubleInt {
+        /// The value compared.
+        value: f64,
+        /// The index (usually a rank) carried along.
+        index: i32,
+        /// The C struct's trailing padding; ignored by reductions.
+        pad: i32,
+    } => DoubleInt;
+    /// A value-index pair for `MPI_MINLOC`/`MPI_MAXLOC` on `i64`
+    /// (`MPI_LONG_INT`, 16 bytes with the C padding as `pad`).
+    LongInt {
+        /// The value compared.
+        value: i64,
+        /// The index (usually a rank) carried along.
+        index: i32,
+        /// The C struct's trailing padding; ignored by reductions.
+        pad: i32,
+    } => LongInt;
+    /// A value-index pair for `MPI_MINLOC`/`MPI_MAXLOC` on `i32`
+    /// (`MPI_2INT`, 8 bytes).
+    TwoInt {
+        /// The value compared.
+        value: i32,
+        /// The index (usually a rank) carried along.
+        index: i32,
+    } => TwoInt;
+    /// A value-index pair for `MPI_MINLOC`/`MPI_MAXLOC` on `i16`
+    /// (`MPI_SHORT_INT`, 8 bytes with the C padding as `pad`).
+    ShortInt {
+        /// The value compared.
+        value: i16,
+        /// The C struct's padding after `value`; ignored by reductions.
+        pad: i16,
+        /// The index (usually a rank) carried along.
+        index: i32,
+    } => ShortInt;
+}
+
+impl FloatInt {
+    /// The pair `(value, index)`.
+    pub const fn new(value: f32, index: i32) -> Self {
+        Self { value, index }
+    }
+}
+
+impl DoubleInt {
+    /// The pair `(value, index)` with zero padding.
+    pub const fn new(value: f64, index: i32) -> Self {
+        Self {
+            value,
+            index,
+            pad: 0,
+        }
+    }
+}
+
+impl LongInt {
+    /// The pair `(value, index)` with zero padding.
+    pub const fn new(value: i64, index: i32) -> Self {
+        Self {
+            value,
+            index,
+            pad: 0,
+        }
+    }
+}
+
+impl TwoInt {
+    /// The pair `(value, index)`.
+    pub const fn new(value: i32, index: i32) -> Self {
+        Self { value, index }
+    }
+}
+
+impl ShortInt {
+    /// The pair `(value, index)` with zero padding.
+    pub const fn new(value: i16, index: i32) -> Self {
+        Self {
+            value,
+            index,
+            pad: 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +295,22 @@ mod tests {
         unsafe impl Equivalence for P {}
         assert_eq!(P::DATATYPE, Datatype::Opaque { size: 16 });
         let _ = P { a: 0.0, b: 0 }.a + P { a: 0.0, b: 0 }.b as f64;
+    }
+
+    #[test]
+    fn pair_types_match_c_layout() {
+        fn check<T: Equivalence>(size: usize) {
+            assert_eq!(std::mem::size_of::<T>(), size);
+            assert_eq!(T::DATATYPE.size(), size);
+        }
+        check::<FloatInt>(8);
+        check::<DoubleInt>(16);
+        check::<LongInt>(16);
+        check::<TwoInt>(8);
+        check::<ShortInt>(8);
+        assert_eq!(std::mem::offset_of!(ShortInt, index), 4);
+        assert_eq!(std::mem::offset_of!(DoubleInt, index), 8);
+        assert_eq!(Datatype::Primitive(Primitive::Byte).size(), 1);
+        assert_eq!(Datatype::Primitive(Primitive::Char).size(), 1);
     }
 }

@@ -14,7 +14,7 @@ use gmpi_btl_shm::{ShmBtl, ShmConfig};
 use gmpi_gpu::Classifier;
 use gmpi_pmi::PmiClient;
 use gmpi_pml::driver::Driver;
-use gmpi_pml::{Pml, PmlConfig, ReqId};
+use gmpi_pml::{Pml, PmlConfig};
 
 use crate::buffer::HostMem;
 use crate::config::Config;
@@ -53,6 +53,19 @@ pub(crate) struct Engine {
     pub classifier: Classifier,
     pub backoff: Backoff,
     pub cma_status: String,
+    /// Node index of each world rank (ranks with equal indices share a node).
+    pub node_of: Vec<u32>,
+    /// Prefix of this job's shared-memory files on this node.
+    pub shm_prefix: Option<String>,
+    /// The next free context id: every new communicator takes two (its
+    /// point-to-point and collective contexts), agreed as the maximum over
+    /// the parent's ranks, so an id is never used twice in a job.
+    pub next_ctx: u32,
+    /// Non-blocking collectives (and derived-datatype receives) in flight,
+    /// advanced by every progress pass.
+    pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched>,
+    pub next_sched: u64,
+    pub cfg: Config,
 }
 
 impl std::fmt::Debug for Engine {
@@ -171,8 +184,21 @@ impl Engine {
             .expect("self is local") as u32;
         let local_size = local.len() as u32;
 
+        // Node index of each rank: order of first appearance.
+        let mut nodes: Vec<&String> = Vec::new();
+        let node_idx: Vec<u32> = node_of
+            .iter()
+            .map(|n| match nodes.iter().position(|m| *m == n) {
+                Some(i) => i as u32,
+                None => {
+                    nodes.push(n);
+                    (nodes.len() - 1) as u32
+                }
+            })
+            .collect();
         let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
         let mut cma_status = String::from("no shared-memory peers");
+        let mut shm_prefix = None;
         if let Some(p) = pmi.as_mut() {
             let job = std::env::var("GMPI_JOBID")
                 .unwrap_or_else(|_| p.kvsname().to_string())
@@ -181,6 +207,7 @@ impl Engine {
                 .collect::<String>();
             let node_tag: String = me_node.chars().take(32).collect();
             let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
+            shm_prefix = Some(path.clone());
             let mut scfg = ShmConfig {
                 cma: cfg.cma,
                 ring_bytes: cfg.shm_ring_bytes,
@@ -237,6 +264,12 @@ impl Engine {
         }
         let backoff = Backoff::new(&cfg, local_size as usize);
         Ok(Engine {
+            node_of: node_idx,
+            shm_prefix,
+            next_ctx: 2,
+            scheds: Default::default(),
+            next_sched: 1,
+            cfg,
             rank,
             size,
             local_rank,
@@ -250,27 +283,45 @@ impl Engine {
         })
     }
 
+    /// One progress pass: the transports, then every schedule in flight.
+    /// Returns how much happened.
+    pub fn progress_all(&mut self, call: &str) -> Result<usize> {
+        let mut n = self.driver.progress();
+        if let Some(e) = self.driver.fatal() {
+            return Err(Error::from_pml(e.clone(), call, self.rank as i32));
+        }
+        if !self.scheds.is_empty() {
+            for s in self.scheds.values_mut() {
+                n += s.advance(&mut self.driver);
+            }
+        }
+        Ok(n)
+    }
+
     /// Progress until `done` holds: spin, then yield, then block.
     pub fn wait_until(
         &mut self,
         call: &str,
-        mut done: impl FnMut(&mut Driver<HostMem>) -> bool,
+        mut done: impl FnMut(&mut Engine) -> Result<bool>,
     ) -> Result<()> {
         let mut idle: u32 = 0;
-        let b = self.backoff;
         loop {
-            if done(&mut self.driver) {
+            if done(self)? {
                 return Ok(());
             }
-            let n = self.driver.progress();
-            if let Some(e) = self.driver.fatal() {
-                return Err(Error::from_pml(e.clone(), call, self.rank as i32));
-            }
-            if n > 0 {
+            if self.progress_all(call)? > 0 {
                 idle = 0;
                 continue;
             }
             idle = idle.saturating_add(1);
+            self.back_off(idle);
+        }
+    }
+
+    /// Idle policy after `idle` empty polls: spin, then yield, then block.
+    pub fn back_off(&mut self, idle: u32) {
+        let b = self.backoff;
+        {
             if idle <= b.spin {
                 // A progress pass is itself a handful of loads; a PAUSE here
                 // (~140 cycles on recent x86) would only delay noticing an
@@ -286,27 +337,92 @@ impl Engine {
         }
     }
 
-    /// Wait for request `id` and take its outcome.
-    pub fn wait_req(&mut self, call: &str, id: ReqId) -> Result<gmpi_pml::Status> {
-        self.wait_until(call, |d| d.pml.is_complete(id))?;
-        let rank = self.rank as i32;
-        match self.driver.test(id) {
-            Some(r) => r.map_err(|e| Error::from_pml(e, call, rank)),
-            None => Err(Error::new(
-                ErrorClass::Request,
-                call,
-                rank,
-                "request vanished",
-            )),
+    /// What a wait on shared-memory flags does while nothing has arrived:
+    /// progress everything else, then back off (yielding rather than blocking,
+    /// since a flag write rings no doorbell).
+    pub fn idle_flags(&mut self, call: &str, k: u32) -> Result<()> {
+        if self.progress_all(call)? > 0 {
+            return Ok(());
         }
+        let b = self.backoff;
+        if k <= b.spin {
+            std::hint::spin_loop();
+        } else if k <= b.spin + 20_000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    /// Park a schedule to run in the background; advance it once now.
+    pub fn park(&mut self, mut s: crate::coll::sched::Sched) -> crate::comm::Handle {
+        s.advance(&mut self.driver);
+        let id = self.next_sched;
+        self.next_sched += 1;
+        self.scheds.insert(id, s);
+        crate::comm::Handle::Sched(id)
+    }
+
+    /// Drive a schedule to its end (a blocking collective).
+    pub fn drive(&mut self, call: &str, s: &mut crate::coll::sched::Sched) -> Result<()> {
+        s.advance(&mut self.driver);
+        self.wait_until(call, |e| {
+            s.advance(&mut e.driver);
+            Ok(s.is_done())
+        })?;
+        s.result().map(|_| ())
+    }
+
+    /// Whether the operation behind `h` has completed.
+    pub fn is_done(&self, h: crate::comm::Handle) -> bool {
+        match h {
+            crate::comm::Handle::Pml(id) => self.driver.pml.is_complete(id),
+            crate::comm::Handle::Sched(id) => self.scheds.get(&id).is_none_or(|s| s.is_done()),
+        }
+    }
+
+    /// Take the outcome of a completed operation.
+    pub fn take(&mut self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
+        let rank = self.rank as i32;
+        match h {
+            crate::comm::Handle::Pml(id) => match self.driver.test(id) {
+                Some(r) => r
+                    .map(crate::request::Status::from_pml)
+                    .map_err(|e| Error::from_pml(e, call, rank)),
+                None => Err(Error::new(
+                    ErrorClass::Request,
+                    call,
+                    rank,
+                    "request vanished",
+                )),
+            },
+            crate::comm::Handle::Sched(id) => match self.scheds.remove(&id) {
+                Some(mut s) => s
+                    .result()
+                    .map(|st| st.unwrap_or_else(crate::request::Status::empty)),
+                None => Err(Error::new(
+                    ErrorClass::Request,
+                    call,
+                    rank,
+                    "request vanished",
+                )),
+            },
+        }
+    }
+
+    /// Wait for `h` and take its outcome.
+    pub fn wait_handle(
+        &mut self,
+        call: &str,
+        h: crate::comm::Handle,
+    ) -> Result<crate::request::Status> {
+        self.wait_until(call, |e| Ok(e.is_done(h)))?;
+        self.take(call, h)
     }
 
     /// Progress once without blocking.
     pub fn poke(&mut self, call: &str) -> Result<()> {
-        self.driver.progress();
-        match self.driver.fatal() {
-            Some(e) => Err(Error::from_pml(e.clone(), call, self.rank as i32)),
-            None => Ok(()),
-        }
+        self.progress_all(call).map(|_| ())
     }
 }

@@ -24,6 +24,10 @@ pub enum ErrorClass {
     Rank = 6,
     /// `MPI_ERR_ROOT`: invalid root.
     Root = 7,
+    /// `MPI_ERR_GROUP`: invalid group.
+    Group = 8,
+    /// `MPI_ERR_OP`: invalid operation.
+    Op = 9,
     /// `MPI_ERR_TRUNCATE`: message truncated on receive.
     Truncate = 14,
     /// `MPI_ERR_OTHER`: known error not in this list.
@@ -55,6 +59,8 @@ impl ErrorClass {
             ErrorClass::Comm => "MPI_ERR_COMM",
             ErrorClass::Rank => "MPI_ERR_RANK",
             ErrorClass::Root => "MPI_ERR_ROOT",
+            ErrorClass::Group => "MPI_ERR_GROUP",
+            ErrorClass::Op => "MPI_ERR_OP",
             ErrorClass::Truncate => "MPI_ERR_TRUNCATE",
             ErrorClass::Other => "MPI_ERR_OTHER",
             ErrorClass::Intern => "MPI_ERR_INTERN",

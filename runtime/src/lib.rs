@@ -40,21 +40,31 @@
 //! that called [`init`].
 
 mod buffer;
+mod coll;
 mod comm;
 pub mod config;
 mod datatype;
 mod engine;
 mod error;
+mod group;
+mod op;
 mod request;
+mod typemap;
 
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-pub use comm::Communicator;
-pub use datatype::{Datatype, Equivalence, Primitive};
+pub use buffer::{Buffer, BufferMut, TypedBuf, TypedBufMut};
+pub use comm::{Attr, Communicator};
+pub use datatype::{
+    Datatype, DoubleInt, Equivalence, FloatInt, LongInt, Primitive, ShortInt, TwoInt,
+};
 pub use error::{Error, ErrorClass, Result};
+pub use group::{Comparison, Group, UNDEFINED};
+pub use op::{Op, UserOp};
 pub use request::{wait_all, Request, Status};
+pub use typemap::{AsDatatype, Order, UserDatatype};
 
 /// Receive from any source (MPICH's `MPI_ANY_SOURCE`).
 pub const ANY_SOURCE: i32 = -2;
@@ -224,7 +234,9 @@ impl Universe {
             ));
         };
         // Finish what was detached, then make sure every peer is done with us.
-        e.wait_until(CALL, |d| d.pml.outstanding() == 0 && !d.has_pending())?;
+        e.wait_until(CALL, |e| {
+            Ok(e.driver.pml.outstanding() == 0 && !e.driver.has_pending() && e.scheds.is_empty())
+        })?;
         self.world.barrier_in(e, CALL)?;
         let rank = e.rank as i32;
         if let Some(p) = e.pmi.as_mut() {

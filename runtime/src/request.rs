@@ -3,8 +3,7 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 
-use gmpi_pml::ReqId;
-
+use crate::comm::Handle;
 use crate::datatype::Equivalence;
 use crate::engine;
 use crate::error::{Error, ErrorClass, Result};
@@ -81,14 +80,14 @@ impl Status {
 pub struct Request<'a> {
     // Cells: `test` takes `&self` (a request is polled through a shared
     // reference, as in `let r = comm.irecv(..)?; r.test()?`).
-    id: Cell<Option<ReqId>>,
+    id: Cell<Option<Handle>>,
     call: &'static str,
     done: Cell<Option<Status>>,
     _buf: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> Request<'a> {
-    pub(crate) fn new(id: ReqId, call: &'static str) -> Self {
+    pub(crate) fn new(id: Handle, call: &'static str) -> Self {
         Self {
             id: Cell::new(Some(id)),
             call,
@@ -123,8 +122,7 @@ impl<'a> Request<'a> {
                 )
             });
         };
-        let st = engine::with(self.call, |e| e.wait_req(self.call, id))?;
-        let st = Status::from_pml(st);
+        let st = engine::with(self.call, |e| e.wait_handle(self.call, id))?;
         self.done.set(Some(st));
         Ok(st)
     }
@@ -138,30 +136,29 @@ impl<'a> Request<'a> {
         let call = self.call;
         let r = engine::with(call, |e| {
             e.poke(call)?;
-            let rank = e.rank as i32;
-            Ok(e.driver
-                .test(id)
-                .map(|r| r.map_err(|err| Error::from_pml(err, call, rank))))
+            Ok(e.is_done(id).then(|| e.take(call, id)))
         })?;
         match r {
             None => Ok(None),
             Some(res) => {
                 self.id.set(None);
-                let st = Status::from_pml(res?);
+                let st = res?;
                 self.done.set(Some(st));
                 Ok(Some(st))
             }
         }
     }
 
-    /// Cancel a receive that has not matched a message yet. The request then
+    /// Cancel a receive that has not matched a message yet (collectives and
+    /// receives into derived datatypes cannot be cancelled: this does nothing
+    /// on them). The request then
     /// completes with [`Status::is_cancelled`] set; a receive that already
     /// matched completes normally. Sends cannot be cancelled (MPI-4 deprecates
     /// it): on a send this does nothing, and its `wait` returns once the
     /// message is delivered (for a synchronous or rendezvous send, once the
     /// receiver matched it).
     pub fn cancel(&self) -> Result<()> {
-        if let Some(id) = self.id.get() {
+        if let Some(Handle::Pml(id)) = self.id.get() {
             engine::with(self.call, |e| {
                 e.driver.cancel(id);
                 Ok(())

@@ -1,0 +1,741 @@
+//! A shared-memory collective area: barrier, small exchanges (allreduce,
+//! allgather, gather) and small broadcasts among the ranks of *one*
+//! communicator whose members all live on one node, through a dedicated
+//! segment instead of point-to-point messages.
+//!
+//! # Layout
+//!
+//! ```text
+//! offset 0                         header (one 128-byte line): magic u64, version u32,
+//!                                  n u32, slot_bytes u64, depth u64, total u64, state u32
+//! 128 + 128*r                      control line of rank r (written by r only):
+//!                                    +0  arrived  u64   last epoch r entered (published)
+//!                                    +8  consumed u64   last epoch whose slots r has read
+//!                                    +16 present  u64   set once at bootstrap
+//! data + (r*depth + i)*stride      slot i of rank r (written by r only), i = epoch % depth:
+//!                                    +0  len u64, +8 epoch u64, +16 slot_bytes of data
+//! ```
+//!
+//! `stride` is `16 + slot_bytes` rounded up to 128 bytes; everything written by
+//! different ranks lives in different 128-byte (adjacent-line prefetch) pairs.
+//! An 8-byte contribution and its length share one line.
+//!
+//! # Protocol
+//!
+//! Every operation (barrier, exchange, bcast) increments each rank's private
+//! epoch `e` (the same sequence on every rank, since the operations are
+//! collective and issued in the same order). Epochs are `u64` and never wrap.
+//!
+//! - **barrier**: store `consumed = e`, `arrived = e` (Release), then wait
+//!   until every rank's `arrived >= e` (Acquire loads). Flat: each rank polls
+//!   `n - 1` lines, so the traffic is O(n²) lines per barrier; fine for the
+//!   node sizes this is meant for (measured up to 8), a tree would serve
+//!   larger `n` better.
+//! - **exchange**: *reserve* slot `e % depth`, write `len`, `epoch` and the data,
+//!   store `arrived = e` (Release), wait until every `arrived >= e`
+//!   (Acquire), run `f` over the `n` slots of epoch `e`, store `consumed = e`
+//!   (Release).
+//! - **bcast**: the root reserves and writes its slot, stores `consumed = e`
+//!   and `arrived = e`, and returns without waiting. The others wait for the
+//!   root's `arrived >= e`, copy its slot out, store `consumed = e` and
+//!   `arrived = e`.
+//! - **reserve** (before writing the slot of epoch `e`): every rank's
+//!   `consumed >= e - depth`, i.e. nobody still reads the slot's previous
+//!   epoch. The answer is cached: a completed wait for `arrived >= e` on all
+//!   ranks proves `consumed >= e - 1` everywhere (a rank enters epoch `e` only
+//!   after finishing `e - 1`), so back-to-back exchanges and barriers never
+//!   load the `consumed` words; only a bcast root that runs ahead does.
+//!
+//! Every operation publishes `consumed = e` without waiting for anything but
+//! what the operation itself needs, so a reserve never waits for a rank that
+//! is itself blocked in a later operation: no deadlock for any `depth >= 1`.
+//!
+//! # Memory ordering
+//!
+//! Each counter has a single writer and only grows, so an Acquire load that
+//! returns `v` synchronises with the writer's Release store of `v` (or of a
+//! later value, which follows it in the writer's program order).
+//! - *Data visibility*: the writer's slot writes (data, `len`, `epoch`)
+//!   are sequenced before its Release store `arrived = e`; a reader's
+//!   Acquire load seeing `arrived >= e` therefore happens after them, and so
+//!   do its reads of the slot.
+//! - *No overwrite while read*: a reader's reads of slot `e % depth` are
+//!   sequenced before its Release store `consumed = e` (and before any
+//!   later `arrived`); the writer overwrites that slot only for epoch
+//!   `e + depth`, after an Acquire load of `consumed >= e` (or of
+//!   `arrived >= e + 1`, see reserve) from every rank. So reads of epoch
+//!   `e` happen before writes of epoch `e + depth`: no data race.
+//! - A rank may run ahead by up to `depth - 1` operations (bcast roots) and
+//!   write a *different* slot meanwhile; readers of epoch `e` only ever look
+//!   at slot `e % depth`.
+//!
+//! Values read from shared memory are bounded before use (`len` is clamped to
+//! `slot_bytes`), so a corrupt or hostile peer can garble results, never make
+//! us access memory outside the area. Bootstrap mirrors
+//! [`crate::ShmBtl::bootstrap`]: see [`ShmColl::bootstrap`].
+
+#![forbid(unsafe_code)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gmpi_btl::BtlError;
+
+use crate::segment::Mapping;
+
+/// Control and slot alignment: two 64-byte lines (adjacent-line prefetch).
+const LINE: usize = 128;
+const MAGIC: u64 = u64::from_le_bytes(*b"gmpicol1");
+const VERSION: u32 = 1;
+
+const HDR_MAGIC: usize = 0;
+const HDR_VERSION: usize = 8;
+const HDR_N: usize = 12;
+const HDR_SLOT_BYTES: usize = 16;
+const HDR_DEPTH: usize = 24;
+const HDR_TOTAL: usize = 32;
+const HDR_STATE: usize = 40;
+const STATE_READY: u32 = 1;
+/// Written by a rank 0 that found a stale file of the same name.
+const STATE_POISONED: u32 = 0xdead;
+
+const CTRL_ARRIVED: usize = 0;
+const CTRL_CONSUMED: usize = 8;
+const CTRL_PRESENT: usize = 16;
+
+const SLOT_LEN: usize = 0;
+const SLOT_EPOCH: usize = 8;
+const SLOT_DATA: usize = 16;
+
+/// Largest accepted `slot_bytes`.
+const MAX_SLOT_BYTES: usize = 1 << 30;
+/// Largest accepted `depth`.
+const MAX_DEPTH: usize = 1024;
+/// Up to this many ranks, [`ShmColl::exchange`] lists the slots on the stack.
+const STACK_RANKS: usize = 16;
+
+/// Configuration of a [`ShmColl`] area. Every participant must use the same
+/// values (checked at bootstrap).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollConfig {
+    /// Largest contribution of one rank to an exchange, and largest
+    /// broadcast (default 16 KiB, at most 1 GiB).
+    pub slot_bytes: usize,
+    /// Epochs buffered per rank (default 2, at least 1, at most 1024): how
+    /// far a broadcast root may run ahead of the slowest reader.
+    pub depth: usize,
+}
+
+impl Default for CollConfig {
+    fn default() -> Self {
+        Self {
+            slot_bytes: 16 << 10,
+            depth: 2,
+        }
+    }
+}
+
+/// Where everything lives in the area (pure arithmetic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Layout {
+    n: usize,
+    slot_bytes: usize,
+    depth: usize,
+    stride: usize,
+    data_off: usize,
+    total: usize,
+}
+
+impl Layout {
+    fn new(n: usize, cfg: &CollConfig) -> Result<Self, String> {
+        if n == 0 || n > u32::MAX as usize {
+            return Err(format!("invalid number of ranks {n}"));
+        }
+        if !(1..=MAX_DEPTH).contains(&cfg.depth) {
+            return Err(format!("depth {} outside 1..={MAX_DEPTH}", cfg.depth));
+        }
+        if cfg.slot_bytes > MAX_SLOT_BYTES {
+            return Err(format!(
+                "slot_bytes {} above {MAX_SLOT_BYTES}",
+                cfg.slot_bytes
+            ));
+        }
+        let stride = (SLOT_DATA + cfg.slot_bytes).next_multiple_of(LINE);
+        let data_off = LINE + n * LINE;
+        let total = n
+            .checked_mul(cfg.depth)
+            .and_then(|s| s.checked_mul(stride))
+            .and_then(|s| s.checked_add(data_off))
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(|| "collective area size overflows".to_string())?;
+        Ok(Self {
+            n,
+            slot_bytes: cfg.slot_bytes,
+            depth: cfg.depth,
+            stride,
+            data_off,
+            total,
+        })
+    }
+
+    fn ctrl(&self, r: usize) -> usize {
+        debug_assert!(r < self.n);
+        LINE + r * LINE
+    }
+
+    /// Slot `i` (`< depth`) of rank `r`.
+    fn slot(&self, r: usize, i: usize) -> usize {
+        debug_assert!(r < self.n && i < self.depth);
+        self.data_off + (r * self.depth + i) * self.stride
+    }
+}
+
+/// One rank's handle on a shared-memory collective area (see the module
+/// documentation of `coll.rs` for layout and protocol).
+///
+/// All operations are collective: every participant must call the same
+/// sequence of [`barrier`](Self::barrier), [`exchange`](Self::exchange) and
+/// [`bcast`](Self::bcast). Each waiting loop calls the caller's `idle(k)`
+/// after its `k`-th unsuccessful poll (`k` = 1, 2, ...; never before the first
+/// check); `idle` progresses the caller's other traffic and spins, yields or
+/// sleeps; an `Err` from it aborts the wait and is returned. After an aborted
+/// (or panicked) operation the area is out of step with its peers and must
+/// not be used again: further operations panic (see
+/// [`is_broken`](Self::is_broken)).
+///
+/// The mapping is unmapped on drop; the file itself was unlinked during
+/// bootstrap.
+#[derive(Debug)]
+pub struct ShmColl {
+    map: Mapping,
+    layout: Layout,
+    rank: usize,
+    /// Last epoch started.
+    epoch: u64,
+    /// `epoch % depth`, maintained incrementally.
+    slot: usize,
+    /// Every rank has finished reading the slots of all epochs `<= done_all`.
+    done_all: u64,
+    /// An operation started and did not complete.
+    broken: bool,
+}
+
+fn os(msg: impl Into<String>) -> BtlError {
+    BtlError::Os(msg.into())
+}
+
+/// Poll `ready` until it holds, calling `idle(k)` after the `k`-th failure.
+#[inline]
+fn wait<E>(
+    idle: &mut dyn FnMut(u32) -> Result<(), E>,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), E> {
+    let mut polls: u32 = 0;
+    while !ready() {
+        polls = polls.saturating_add(1);
+        idle(polls)?;
+    }
+    Ok(())
+}
+
+impl ShmColl {
+    /// Collective over the `n` participants (this one is `rank`): rank 0
+    /// creates `path` (e.g. `/dev/shm/gmpi-<job>-comm<id>`; `O_CREAT|O_EXCL`,
+    /// mode 0600, sized for `n × depth` slots plus control lines) before the
+    /// first call of `fence`, the others attach after it (checking magic,
+    /// version and sizes) and mark themselves present, and rank 0 unlinks the
+    /// file after the second call.
+    ///
+    /// `fence` is a barrier among the `n` participants supplied by the caller
+    /// (e.g. over point-to-point messages). It is called exactly twice on
+    /// every rank, whatever fails, so no rank hangs in a fence another skips;
+    /// a fence error is passed through. On any failure before the second
+    /// fence — bad arguments, a configuration that differs between ranks, a
+    /// stale file at `path` (rank 0 then marks it so nobody attaches to it),
+    /// a rank that could not attach — every rank returns an error, because
+    /// after the second fence each rank checks that all `n` marked themselves
+    /// present. A failure to unlink the file afterwards is not reported (it
+    /// could not reach the other ranks any more; the area works regardless,
+    /// and a later job's `O_EXCL` create of the same name fails loudly).
+    pub fn bootstrap(
+        path: &str,
+        rank: usize,
+        n: usize,
+        cfg: &CollConfig,
+        fence: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<ShmColl, BtlError> {
+        let path = Path::new(path);
+        let checked = if rank >= n {
+            Err(os(format!(
+                "shm coll bootstrap: rank {rank} not below size {n}"
+            )))
+        } else {
+            Layout::new(n, cfg).map_err(|e| os(format!("shm coll bootstrap: {e}")))
+        };
+
+        // Phase 1: rank 0 creates and initialises the area.
+        let mut created = false;
+        let mut map: Result<Option<Mapping>, BtlError> = match &checked {
+            Err(e) => {
+                if rank == 0 {
+                    // Keep the others off whatever file may be at `path`.
+                    poison(path);
+                }
+                Err(e.clone())
+            }
+            Ok(layout) if rank == 0 => create(path, layout).map(|m| {
+                created = true;
+                Some(m)
+            }),
+            Ok(_) => Ok(None),
+        };
+        if let (Ok(Some(m)), Ok(layout)) = (&map, &checked) {
+            mark_present(m, layout, rank);
+        }
+        let first = fence().map_err(|e| os(format!("shm coll bootstrap: first fence failed: {e}")));
+
+        // Phase 2: the others attach.
+        if let (Ok(layout), Ok(None), Ok(())) = (&checked, &map, &first) {
+            map = attach(path, layout).map(|m| {
+                mark_present(&m, layout, rank);
+                Some(m)
+            });
+        }
+        let second =
+            fence().map_err(|e| os(format!("shm coll bootstrap: second fence failed: {e}")));
+        if created {
+            // Everyone who will attach has (or failed and will make every
+            // rank fail below); see the doc comment about errors here.
+            let _ = std::fs::remove_file(path);
+        }
+        let layout = checked?;
+        first?;
+        second?;
+        let map = map?.ok_or_else(|| os("shm coll bootstrap: area not attached"))?;
+
+        // Phase 3: everyone attached?
+        for r in 0..n {
+            if map
+                .u64_at(layout.ctrl(r) + CTRL_PRESENT)
+                .load(Ordering::Acquire)
+                == 0
+            {
+                return Err(os(format!(
+                    "shm coll area {}: rank {r} did not attach",
+                    path.display()
+                )));
+            }
+        }
+        Ok(ShmColl {
+            map,
+            layout,
+            rank,
+            epoch: 0,
+            slot: 0,
+            done_all: 0,
+            broken: false,
+        })
+    }
+
+    /// Largest contribution to [`exchange`](Self::exchange) and largest
+    /// [`bcast`](Self::bcast) buffer, in bytes.
+    pub fn slot_bytes(&self) -> usize {
+        self.layout.slot_bytes
+    }
+
+    /// Number of participants.
+    pub fn size(&self) -> usize {
+        self.layout.n
+    }
+
+    /// This participant's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Whether an operation was aborted (its `idle` returned an error) or
+    /// panicked; the area is then unusable and further operations panic.
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Wait until every participant has entered this barrier.
+    pub fn barrier<E>(&mut self, idle: &mut dyn FnMut(u32) -> Result<(), E>) -> Result<(), E> {
+        let e = self.begin();
+        // Nothing to read in a barrier: done with epoch `e` already.
+        self.ctrl(self.rank, CTRL_CONSUMED)
+            .store(e, Ordering::Release);
+        self.ctrl(self.rank, CTRL_ARRIVED)
+            .store(e, Ordering::Release);
+        self.wait_all_arrived(e, idle)?;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// Every participant contributes `data` (at most
+    /// [`slot_bytes`](Self::slot_bytes); normally the same length on every
+    /// rank); once all have, `f` sees the `n` contributions in rank order —
+    /// each with the length its rank gave, slices into the shared area valid
+    /// only during `f` — and its result is returned.
+    ///
+    /// Reducing in rank order inside `f` gives bit-identical results on every
+    /// rank (allreduce); copying the slices gives allgather or gather.
+    ///
+    /// # Panics
+    /// If `data` is longer than [`slot_bytes`](Self::slot_bytes), or the area
+    /// is [broken](Self::is_broken).
+    pub fn exchange<E, R>(
+        &mut self,
+        data: &[u8],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, E> {
+        self.check_len(data.len());
+        let e = self.begin();
+        self.reserve(e, idle)?;
+        self.publish(e, data);
+        self.ctrl(self.rank, CTRL_ARRIVED)
+            .store(e, Ordering::Release);
+        self.wait_all_arrived(e, idle)?;
+        let n = self.layout.n;
+        let out = if n <= STACK_RANKS {
+            let mut parts: [&[u8]; STACK_RANKS] = [&[]; STACK_RANKS];
+            for (r, p) in parts[..n].iter_mut().enumerate() {
+                *p = self.contribution(r, e);
+            }
+            f(&parts[..n])
+        } else {
+            let parts: Vec<&[u8]> = (0..n).map(|r| self.contribution(r, e)).collect();
+            f(&parts)
+        };
+        // All reads of epoch `e`'s slots (inside `f`) happen before this.
+        self.ctrl(self.rank, CTRL_CONSUMED)
+            .store(e, Ordering::Release);
+        self.broken = false;
+        Ok(out)
+    }
+
+    /// Copy the root's `buf` into every other participant's `buf` (all at most
+    /// [`slot_bytes`](Self::slot_bytes); normally the same length everywhere;
+    /// a receiver gets `min(root's len, its len)` bytes). The root does not
+    /// wait for the others.
+    ///
+    /// # Panics
+    /// If `root` is not a participant, `buf` is longer than
+    /// [`slot_bytes`](Self::slot_bytes), or the area is
+    /// [broken](Self::is_broken).
+    pub fn bcast<E>(
+        &mut self,
+        root: usize,
+        buf: &mut [u8],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+    ) -> Result<(), E> {
+        assert!(
+            root < self.layout.n,
+            "bcast root {root} is not below {}",
+            self.layout.n
+        );
+        self.check_len(buf.len());
+        let e = self.begin();
+        if self.rank == root {
+            self.reserve(e, idle)?;
+            self.publish(e, buf);
+        } else {
+            let map = &self.map;
+            let arrived = map.u64_at(self.layout.ctrl(root) + CTRL_ARRIVED);
+            wait(idle, || arrived.load(Ordering::Acquire) >= e)?;
+            let src = self.contribution(root, e);
+            let k = src.len().min(buf.len());
+            buf[..k].copy_from_slice(&src[..k]);
+        }
+        // Root: read nothing. Others: the copy above happens before this.
+        self.ctrl(self.rank, CTRL_CONSUMED)
+            .store(e, Ordering::Release);
+        self.ctrl(self.rank, CTRL_ARRIVED)
+            .store(e, Ordering::Release);
+        self.broken = false;
+        Ok(())
+    }
+
+    fn check_len(&self, len: usize) {
+        assert!(
+            len <= self.layout.slot_bytes,
+            "{len} bytes exceed the collective area's slot of {} bytes",
+            self.layout.slot_bytes
+        );
+    }
+
+    /// Start the next epoch; the area stays broken until the operation ends.
+    #[inline]
+    fn begin(&mut self) -> u64 {
+        assert!(
+            !self.broken,
+            "ShmColl used after an aborted or panicked operation"
+        );
+        self.broken = true;
+        self.epoch += 1;
+        self.slot = if self.slot + 1 == self.layout.depth {
+            0
+        } else {
+            self.slot + 1
+        };
+        self.epoch
+    }
+
+    #[inline]
+    fn ctrl(&self, r: usize, field: usize) -> &AtomicU64 {
+        self.map.u64_at(self.layout.ctrl(r) + field)
+    }
+
+    /// Wait until no rank still reads our slot for epoch `e` (its previous
+    /// epoch `e - depth`).
+    #[inline]
+    fn reserve<E>(&mut self, e: u64, idle: &mut dyn FnMut(u32) -> Result<(), E>) -> Result<(), E> {
+        let need = e.saturating_sub(self.layout.depth as u64);
+        if need <= self.done_all {
+            return Ok(());
+        }
+        let (map, layout, me) = (&self.map, &self.layout, self.rank);
+        // We ourselves finished everything before `e`.
+        let mut low = e - 1;
+        let mut next = 0;
+        wait(idle, || {
+            while next < layout.n {
+                if next != me {
+                    let done = map
+                        .u64_at(layout.ctrl(next) + CTRL_CONSUMED)
+                        .load(Ordering::Acquire);
+                    if done < need {
+                        return false;
+                    }
+                    low = low.min(done);
+                }
+                next += 1;
+            }
+            true
+        })?;
+        self.done_all = self.done_all.max(low);
+        Ok(())
+    }
+
+    /// Write our slot for epoch `e` (reserved).
+    #[inline]
+    fn publish(&mut self, e: u64, data: &[u8]) {
+        let s = self.layout.slot(self.rank, self.slot);
+        self.map.write_bytes(s + SLOT_DATA, data);
+        self.map
+            .u64_at(s + SLOT_LEN)
+            .store(data.len() as u64, Ordering::Relaxed);
+        self.map.u64_at(s + SLOT_EPOCH).store(e, Ordering::Relaxed);
+    }
+
+    /// Wait until every rank's `arrived >= e`.
+    #[inline]
+    fn wait_all_arrived<E>(
+        &mut self,
+        e: u64,
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (map, layout, me) = (&self.map, &self.layout, self.rank);
+        let mut next = 0;
+        wait(idle, || {
+            while next < layout.n {
+                if next != me
+                    && map
+                        .u64_at(layout.ctrl(next) + CTRL_ARRIVED)
+                        .load(Ordering::Acquire)
+                        < e
+                {
+                    return false;
+                }
+                next += 1;
+            }
+            true
+        })?;
+        // Everyone entered `e`, hence finished reading `e - 1`.
+        self.done_all = self.done_all.max(e - 1);
+        Ok(())
+    }
+
+    /// Rank `r`'s published contribution for epoch `e` (after an Acquire
+    /// load of its `arrived >= e`).
+    #[inline]
+    fn contribution(&self, r: usize, e: u64) -> &[u8] {
+        let s = self.layout.slot(r, self.slot);
+        let len = self.map.u64_at(s + SLOT_LEN).load(Ordering::Relaxed);
+        debug_assert_eq!(
+            self.map.u64_at(s + SLOT_EPOCH).load(Ordering::Relaxed),
+            e,
+            "rank {r}'s slot holds another epoch"
+        );
+        let len = len.min(self.layout.slot_bytes as u64) as usize;
+        self.map.bytes(s + SLOT_DATA, len)
+    }
+}
+
+/// Rank 0: create the file, initialise the header, publish it.
+fn create(path: &Path, layout: &Layout) -> Result<Mapping, BtlError> {
+    match Mapping::create(path, layout.total) {
+        Ok(m) => {
+            m.u32_at(HDR_VERSION).store(VERSION, Ordering::Relaxed);
+            m.u32_at(HDR_N).store(layout.n as u32, Ordering::Relaxed);
+            m.u64_at(HDR_SLOT_BYTES)
+                .store(layout.slot_bytes as u64, Ordering::Relaxed);
+            m.u64_at(HDR_DEPTH)
+                .store(layout.depth as u64, Ordering::Relaxed);
+            m.u64_at(HDR_TOTAL)
+                .store(layout.total as u64, Ordering::Relaxed);
+            m.u32_at(HDR_STATE).store(STATE_READY, Ordering::Release);
+            m.u64_at(HDR_MAGIC).store(MAGIC, Ordering::Release);
+            Ok(m)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            poison(path);
+            Err(os(format!(
+                "shm coll area {} already exists (left over by an earlier job?); refusing to reuse it",
+                path.display()
+            )))
+        }
+        Err(e) => Err(os(format!(
+            "cannot create shm coll area {} ({} bytes): {e}",
+            path.display(),
+            layout.total
+        ))),
+    }
+}
+
+/// Mark a file at `path` (if any) so that no rank attaches to it. Best
+/// effort: if we cannot open it, neither can the others, and a file too
+/// short for a header fails their size check anyway.
+fn poison(path: &Path) {
+    if let Ok(stale) = Mapping::open(path) {
+        stale
+            .u32_at(HDR_STATE)
+            .store(STATE_POISONED, Ordering::Release);
+    }
+}
+
+/// Ranks other than 0: open the file and check it is the area we expect.
+fn attach(path: &Path, layout: &Layout) -> Result<Mapping, BtlError> {
+    let m = Mapping::open(path).map_err(|e| {
+        os(format!(
+            "cannot open shm coll area {} (did rank 0 fail?): {e}",
+            path.display()
+        ))
+    })?;
+    let fail = |what: String| {
+        Err(os(format!(
+            "shm coll area {} is unusable: {what}",
+            path.display()
+        )))
+    };
+    let state = m.u32_at(HDR_STATE).load(Ordering::Acquire);
+    let magic = m.u64_at(HDR_MAGIC).load(Ordering::Acquire);
+    if state == STATE_POISONED {
+        return fail("it is a stale file of an earlier job".into());
+    }
+    if magic != MAGIC || state != STATE_READY {
+        return fail("not an initialised gmpi collective area".into());
+    }
+    let version = m.u32_at(HDR_VERSION).load(Ordering::Relaxed);
+    if version != VERSION {
+        return fail(format!("layout version {version}, expected {VERSION}"));
+    }
+    let found = (
+        m.u32_at(HDR_N).load(Ordering::Relaxed) as usize,
+        m.u64_at(HDR_SLOT_BYTES).load(Ordering::Relaxed),
+        m.u64_at(HDR_DEPTH).load(Ordering::Relaxed),
+        m.u64_at(HDR_TOTAL).load(Ordering::Relaxed),
+    );
+    let want = (
+        layout.n,
+        layout.slot_bytes as u64,
+        layout.depth as u64,
+        layout.total as u64,
+    );
+    if found != want || m.len() != layout.total {
+        return fail(format!(
+            "(n, slot_bytes, depth, total) is {found:?} but this rank computed {want:?} \
+             (do all ranks use the same size and CollConfig?); file is {} bytes",
+            m.len()
+        ));
+    }
+    Ok(m)
+}
+
+/// Mark `rank` present (bootstrap phase 3 checks every rank did).
+fn mark_present(m: &Mapping, layout: &Layout, rank: usize) {
+    m.u64_at(layout.ctrl(rank) + CTRL_PRESENT)
+        .store(1, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_line_separated() {
+        let l = Layout::new(3, &CollConfig::default()).unwrap();
+        assert_eq!(l.stride, (16 + (16 << 10)).next_multiple_of(128));
+        assert_eq!(l.data_off, 128 + 3 * 128);
+        assert_eq!(l.total, l.data_off + 3 * 2 * l.stride);
+        let mut offs = Vec::new();
+        for r in 0..3 {
+            assert_eq!(l.ctrl(r) % LINE, 0);
+            for i in 0..2 {
+                let s = l.slot(r, i);
+                assert_eq!(s % LINE, 0);
+                assert!(s + SLOT_DATA + l.slot_bytes <= l.total);
+                offs.push(s);
+            }
+        }
+        assert!(offs.windows(2).all(|w| w[1] - w[0] == l.stride));
+        let small = Layout::new(
+            2,
+            &CollConfig {
+                slot_bytes: 8,
+                depth: 1,
+            },
+        )
+        .unwrap();
+        assert_eq!(small.stride, 128);
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        let ok = CollConfig::default();
+        assert!(Layout::new(0, &ok).is_err());
+        assert!(Layout::new(
+            2,
+            &CollConfig {
+                depth: 0,
+                ..ok.clone()
+            }
+        )
+        .is_err());
+        assert!(Layout::new(
+            2,
+            &CollConfig {
+                depth: 1025,
+                ..ok.clone()
+            }
+        )
+        .is_err());
+        assert!(Layout::new(
+            2,
+            &CollConfig {
+                slot_bytes: (1 << 30) + 1,
+                ..ok.clone()
+            }
+        )
+        .is_err());
+        assert!(Layout::new(
+            1 << 31,
+            &CollConfig {
+                depth: 1024,
+                slot_bytes: 1 << 30
+            }
+        )
+        .is_err());
+    }
+}

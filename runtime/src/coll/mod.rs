@@ -1,0 +1,1962 @@
+//! Collective operations on any [`Communicator`].
+//!
+//! Every collective is built as a schedule of point-to-point steps
+//! ([`sched`]) by one of the algorithms of [`algo`], chosen by message size
+//! and communicator size (thresholds in `gmpi.toml`; `GMPI_LOG=coll=debug`
+//! names each choice). A blocking call drives its schedule to the end; the
+//! `i`-forms park it in the engine, where every progress pass advances it.
+//! Single-node communicators run barrier, bcast and small reductions and
+//! gathers through a shared-memory area instead (`gmpi_btl_shm::ShmColl`).
+//!
+//! Collective traffic uses the communicator's collective context with the
+//! collective's sequence number as tag, so it never matches user messages,
+//! and concurrent non-blocking collectives on one communicator never match
+//! each other's messages.
+//!
+//! Buffers: like MPI's `(buf, count, datatype)`, a buffer is a slice of
+//! [`crate::Equivalence`] values or a [`crate::TypedBuf`]. Counts of the `v`
+//! forms and displacements are in elements of the buffer's datatype
+//! (`alltoallw`'s displacements are in bytes). Each rank's block of a
+//! gathered or scattered buffer is `len / size` elements.
+
+pub(crate) mod algo;
+pub(crate) mod sched;
+
+use std::sync::atomic::Ordering;
+
+use gmpi_btl_shm::{CollConfig, ShmColl};
+
+use crate::buffer::{Buffer, BufferMut, Ty, View};
+use crate::comm::{Communicator, ShmState};
+use crate::engine::{self, Engine};
+use crate::error::{Error, ErrorClass, Result};
+use crate::op::Op;
+use crate::request::{Request, Status};
+use crate::typemap::UserDatatype;
+use sched::{Reduction, Region, Sched, Step};
+
+const KIB: usize = 1024;
+
+/// Output regions staged in temporaries, unpacked when the schedule ends.
+#[derive(Default)]
+struct Staged(Vec<(Region, View)>);
+
+impl Staged {
+    /// Where to write `v`'s data.
+    fn out(&mut self, s: &mut Sched, v: &View) -> Region {
+        let (r, staged) = s.output(v);
+        if staged {
+            self.0.push((r, v.clone()));
+        }
+        r
+    }
+
+    /// `v`'s data, to be read and overwritten (in-place operations).
+    fn inout(&mut self, s: &mut Sched, v: &View) -> Region {
+        match v.contig_addr() {
+            Some(a) => s.user(a, v.bytes(), true),
+            None => {
+                let r = s.temp_from(v.pack());
+                self.0.push((r, v.clone()));
+                r
+            }
+        }
+    }
+
+    fn finish(self, s: &mut Sched) {
+        if self.0.is_empty() {
+            return;
+        }
+        s.wait();
+        for (r, v) in self.0 {
+            s.push(Step::Unpack {
+                src: r,
+                view: v,
+                received: false,
+            });
+        }
+    }
+}
+
+/// A reduction on `ty`, checked.
+fn reduction(call: &str, rank: i32, op: &Op, ty: &Ty) -> Result<Reduction> {
+    if let Op::User(_) = op {
+        let dt = Datatype::Opaque { size: ty.size() };
+        crate::op::check_datatype(op, dt).map_err(|m| Error::new(ErrorClass::Op, call, rank, m))?;
+        return Ok(Reduction {
+            op: op.clone(),
+            dt,
+            unit: ty.size().max(1),
+        });
+    }
+    let Some(prim) = ty.prim() else {
+        return Err(Error::new(
+            ErrorClass::Op,
+            call,
+            rank,
+            format!(
+                "{} needs a datatype made of one predefined type; this one mixes several (use a user-defined op)",
+                op.name()
+            ),
+        ));
+    };
+    crate::op::check(op, prim).map_err(|m| Error::new(ErrorClass::Op, call, rank, m))?;
+    Ok(Reduction {
+        op: op.clone(),
+        dt: Datatype::Primitive(prim),
+        unit: Datatype::Primitive(prim).size().max(1),
+    })
+}
+
+use crate::datatype::Datatype;
+
+/// Copy `slots` reduced in rank order (`slots[0] ∘ slots[1] ∘ …`) into `out`.
+fn reduce_slots(red: &Reduction, slots: &[&[u8]], out: &mut Vec<u8>) {
+    let len = slots[0].len();
+    let cnt = len / red.unit;
+    out.clear();
+    out.extend_from_slice(slots[0]);
+    let mut b = vec![0u8; len];
+    for s in &slots[1..] {
+        b.copy_from_slice(s);
+        crate::op::apply_datatype(&red.op, red.dt, cnt, out, &mut b);
+        std::mem::swap(out, &mut b);
+    }
+}
+
+impl Communicator {
+    fn next_tag(&self) -> i32 {
+        (self.inner.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff) as i32
+    }
+
+    fn check_root(&self, call: &str, root: i32) -> Result<()> {
+        if (0..self.size()).contains(&root) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorClass::Root,
+                call,
+                self.rank(),
+                format!("invalid root {root} (communicator size {})", self.size()),
+            ))
+        }
+    }
+
+    fn check_view(&self, call: &str, what: &str, v: &View) -> Result<()> {
+        if let Ty::Derived(u) = &v.ty {
+            if !u.is_committed() {
+                return Err(Error::new(
+                    ErrorClass::Type,
+                    call,
+                    self.rank(),
+                    format!("the datatype of {what} is not committed"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn err(&self, class: ErrorClass, call: &str, msg: impl std::fmt::Display) -> Error {
+        Error::new(class, call, self.rank(), msg)
+    }
+
+    /// Equal byte counts of two buffers, or an error naming both.
+    fn same_bytes(&self, call: &str, a: (&str, usize), b: (&str, usize)) -> Result<()> {
+        if a.1 == b.1 {
+            Ok(())
+        } else {
+            Err(self.err(
+                ErrorClass::Count,
+                call,
+                format!(
+                    "{} holds {} bytes but {} holds {} bytes (they must match)",
+                    a.0, a.1, b.0, b.1
+                ),
+            ))
+        }
+    }
+
+    /// Per-rank blocks of a buffer of `n × k` elements.
+    fn blocks_of(&self, call: &str, what: &str, v: &View) -> Result<Vec<View>> {
+        let n = self.size() as usize;
+        if !v.count.is_multiple_of(n) {
+            return Err(self.err(
+                ErrorClass::Count,
+                call,
+                format!(
+                    "{what} has {} elements, not a multiple of the communicator size {n}",
+                    v.count
+                ),
+            ));
+        }
+        let k = v.count / n;
+        Ok((0..n)
+            .map(|i| v.sub(i * k, k).expect("inside the buffer"))
+            .collect())
+    }
+
+    /// Blocks given by counts and displacements (elements of `v`'s type).
+    fn vblocks(
+        &self,
+        call: &str,
+        what: &str,
+        v: &View,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<Vec<View>> {
+        let n = self.size() as usize;
+        if counts.len() != n || displs.len() != n {
+            return Err(self.err(
+                ErrorClass::Arg,
+                call,
+                format!(
+                    "{what}: {} counts and {} displacements for {n} ranks",
+                    counts.len(),
+                    displs.len()
+                ),
+            ));
+        }
+        (0..n)
+            .map(|i| {
+                let (c, d) = (counts[i], displs[i]);
+                if c < 0 {
+                    return Err(self.err(
+                        ErrorClass::Count,
+                        call,
+                        format!("{what}: count[{i}] = {c} is negative"),
+                    ));
+                }
+                if d < 0 {
+                    return Err(self.err(
+                        ErrorClass::Arg,
+                        call,
+                        format!("{what}: displacement[{i}] = {d} is negative"),
+                    ));
+                }
+                v.sub(d as usize, c as usize).ok_or_else(|| {
+                    self.err(
+                        ErrorClass::Buffer,
+                        call,
+                        format!(
+                            "{what}: block {i} ({c} elements at displacement {d}) reaches past the end of the buffer"
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Run a collective: `build` makes its schedule (or does it all itself
+    /// and returns `None`).
+    fn blocking(
+        &self,
+        call: &'static str,
+        build: impl FnOnce(&Self, &mut Engine, i32) -> Result<Option<Sched>>,
+    ) -> Result<()> {
+        self.check_live(call)?;
+        engine::with(call, |e| {
+            let tag = self.next_tag();
+            match build(self, e, tag)? {
+                None => Ok(()),
+                Some(mut s) => e.drive(call, &mut s),
+            }
+        })
+    }
+
+    /// Start a collective in the background.
+    fn nonblocking<'a>(
+        &self,
+        call: &'static str,
+        build: impl FnOnce(&Self, &mut Engine, i32) -> Result<Sched>,
+    ) -> Result<Request<'a>> {
+        self.check_live(call)?;
+        let h = engine::with(call, |e| {
+            let tag = self.next_tag();
+            let s = build(self, e, tag)?;
+            Ok(e.park(s))
+        })?;
+        Ok(Request::new(h, call))
+    }
+
+    /// The shared-memory area, made on first use, if this communicator can
+    /// have one and `bytes` fits.
+    fn shm<'g>(
+        &'g self,
+        e: &mut Engine,
+        call: &'static str,
+        tag: i32,
+        bytes: usize,
+    ) -> Option<std::sync::MutexGuard<'g, ShmState>> {
+        let max = e.cfg.coll_shm_max.unwrap_or(16 * KIB);
+        if !self.inner.single_node || self.size() < 2 || !e.cfg.coll_shm || bytes > max {
+            return None;
+        }
+        let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+        if let ShmState::NotTried = *g {
+            *g = ShmState::Unavailable;
+            if let Some(prefix) = e.shm_prefix.clone() {
+                let path = format!("{prefix}-c{}", self.inner.ctx);
+                let cfg = CollConfig {
+                    slot_bytes: max.max(64),
+                    ..CollConfig::default()
+                };
+                let (n, me) = (self.size(), self.rank());
+                let mut fence = || {
+                    let mut s = Sched::new(call, &self.inner, tag);
+                    algo::barrier(&mut s, n, me);
+                    e.drive(call, &mut s).map_err(|e| e.to_string())
+                };
+                match ShmColl::bootstrap(&path, me as usize, n as usize, &cfg, &mut fence) {
+                    Ok(c) => {
+                        tracing::debug!(target: "coll", "{call}: shared-memory collectives on context {} ({n} ranks, {} B slots)", self.inner.ctx, c.slot_bytes());
+                        *g = ShmState::Ready(Box::new(c));
+                    }
+                    Err(err) => {
+                        tracing::debug!(target: "coll", "{call}: no shared-memory collectives on context {}: {err}", self.inner.ctx);
+                    }
+                }
+            }
+        }
+        match &*g {
+            ShmState::Ready(c) if bytes <= c.slot_bytes() => Some(g),
+            _ => None,
+        }
+    }
+
+    /// With `coll_check`, make sure every rank passed the same root, op and
+    /// byte count (`bytes` is `None` for the `v` forms).
+    fn check_agree(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        root: i32,
+        op: Option<&Op>,
+        bytes: Option<usize>,
+    ) -> Result<()> {
+        if !e.cfg.coll_check || self.size() < 2 {
+            return Ok(());
+        }
+        let op_code = op.map_or(-1, |o| {
+            o.name().bytes().fold(0i64, |h, b| h * 31 + b as i64) & 0xffff_ffff
+        });
+        let mine = [root as i64, op_code, bytes.map_or(-1, |b| b as i64)];
+        let mut all = vec![0i64; 3 * self.size() as usize];
+        let tag = self.next_tag();
+        let mut s = Sched::new(call, &self.inner, tag);
+        let (n, me) = (self.size(), self.rank());
+        let mine_r = s.temp_from(mine.iter().flat_map(|x| x.to_ne_bytes()).collect());
+        let out = s.temp(all.len() * 8);
+        algo::allgather_bruck(&mut s, n, me, mine_r, out, 24);
+        e.drive(call, &mut s)?;
+        let bytes_all = sched::temp_bytes(&s, out);
+        for (i, v) in all.iter_mut().enumerate() {
+            *v = i64::from_ne_bytes(bytes_all[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        }
+        for r in 0..n as usize {
+            let (rt, oc, by) = (all[3 * r], all[3 * r + 1], all[3 * r + 2]);
+            if rt != mine[0] {
+                return Err(self.err(
+                    ErrorClass::Root,
+                    call,
+                    format!("rank {r} passed root {rt}, this rank root {root}"),
+                ));
+            }
+            if oc != mine[1] {
+                return Err(self.err(
+                    ErrorClass::Op,
+                    call,
+                    format!("rank {r} passed a different reduction op"),
+                ));
+            }
+            if by != mine[2] {
+                return Err(self.err(
+                    ErrorClass::Count,
+                    call,
+                    format!("rank {r} passed {by} bytes, this rank {}", mine[2]),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------- barrier ----------------
+
+    /// Block until every rank of the communicator has entered the barrier
+    /// (`MPI_Barrier`): a shared-memory barrier on single-node communicators,
+    /// else a dissemination barrier.
+    pub fn barrier(&self) -> Result<()> {
+        const CALL: &str = "MPI_Barrier";
+        self.blocking(CALL, |c, e, tag| {
+            if let Some(mut g) = c.shm(e, CALL, tag, 0) {
+                let ShmState::Ready(a) = &mut *g else {
+                    unreachable!()
+                };
+                tracing::trace!(target: "coll", "{CALL}: shared memory");
+                a.barrier(&mut |k| e.idle_flags(CALL, k))?;
+                return Ok(None);
+            }
+            Ok(Some(c.barrier_sched(CALL, tag)))
+        })
+    }
+
+    fn barrier_sched(&self, call: &'static str, tag: i32) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        tracing::debug!(target: "coll", "{call}: dissemination over {} ranks", self.size());
+        algo::barrier(&mut s, self.size(), self.rank());
+        s
+    }
+
+    /// The world barrier finalize runs (the engine is already locked).
+    pub(crate) fn barrier_in(&self, e: &mut Engine, call: &'static str) -> Result<()> {
+        let tag = self.next_tag();
+        let mut s = self.barrier_sched(call, tag);
+        e.drive(call, &mut s)
+    }
+
+    /// Start a barrier (`MPI_Ibarrier`).
+    pub fn ibarrier(&self) -> Result<Request<'static>> {
+        self.nonblocking("MPI_Ibarrier", |c, _, tag| {
+            Ok(c.barrier_sched("MPI_Ibarrier", tag))
+        })
+    }
+
+    // ---------------- bcast ----------------
+
+    fn bcast_sched(&self, e: &Engine, call: &'static str, tag: i32, v: &View, root: i32) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let mut st = Staged::default();
+        let me = self.rank();
+        let buf = if me == root {
+            s.input(v)
+        } else {
+            st.out(&mut s, v)
+        };
+        let (n, bytes) = (self.size(), v.bytes());
+        if n > 1 && bytes > 0 {
+            let large = e.cfg.bcast_large.unwrap_or(128 * KIB);
+            if bytes >= large && n > 2 {
+                tracing::debug!(target: "coll", "{call}: scatter + ring allgather, {bytes} B over {n} ranks");
+                algo::bcast_scatter_allgather(&mut s, n, me, root, buf);
+            } else {
+                tracing::debug!(target: "coll", "{call}: binomial tree, {bytes} B over {n} ranks");
+                algo::bcast_binomial(&mut s, n, me, root, buf);
+            }
+        }
+        st.finish(&mut s);
+        s
+    }
+
+    /// Broadcast `buf` from `root` to every rank (`MPI_Bcast`).
+    pub fn bcast<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
+        const CALL: &str = "MPI_Bcast";
+        self.check_root(CALL, root)?;
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
+            if let Some(mut g) = c.shm(e, CALL, tag, v.bytes()) {
+                let ShmState::Ready(a) = &mut *g else {
+                    unreachable!()
+                };
+                tracing::debug!(target: "coll", "{CALL}: shared memory, {} B", v.bytes());
+                let mut data = v.pack();
+                a.bcast(root as usize, &mut data, &mut |k| e.idle_flags(CALL, k))?;
+                if c.rank() != root {
+                    v.unpack(&data);
+                }
+                return Ok(None);
+            }
+            Ok(Some(c.bcast_sched(e, CALL, tag, &v, root)))
+        })
+    }
+
+    /// Start a broadcast (`MPI_Ibcast`).
+    pub fn ibcast<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ibcast";
+        self.check_root(CALL, root)?;
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        self.nonblocking(CALL, |c, e, tag| Ok(c.bcast_sched(e, CALL, tag, &v, root)))
+    }
+
+    // ---------------- reduce ----------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_sched(
+        &self,
+        call: &'static str,
+        tag: i32,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+        root: i32,
+        red: Reduction,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        s.red = Some(red);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let commutative = op.is_commutative();
+        // Input and the accumulator: at the root the receive buffer; a leaf
+        // sends straight from its input; others use a temporary.
+        let bytes = if me == root {
+            recv.bytes()
+        } else {
+            send.unwrap_or(recv).bytes()
+        };
+        let acc = if me == root {
+            match send {
+                Some(sv) => {
+                    let out = st.out(&mut s, recv);
+                    let i = s.input(sv);
+                    s.copy(i, out);
+                    out
+                }
+                None => st.inout(&mut s, recv),
+            }
+        } else {
+            let i = s.input(send.unwrap_or(recv));
+            let tree_root = if commutative { root } else { 0 };
+            let rel = (me - tree_root).rem_euclid(n);
+            if rel % 2 == 1 {
+                i
+            } else {
+                let t = s.temp(bytes);
+                s.copy(i, t);
+                t
+            }
+        };
+        if n > 1 {
+            tracing::debug!(target: "coll", "{call}: binomial tree{}, {bytes} B over {n} ranks", if commutative { "" } else { " in rank order" });
+            let tmp = s.temp(bytes);
+            let res = algo::reduce_binomial(&mut s, n, me, root, acc, tmp, commutative);
+            if me == root {
+                s.copy(res, acc);
+            }
+        }
+        st.finish(&mut s);
+        s
+    }
+
+    fn reduce_checked(
+        &self,
+        call: &'static str,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+        root: i32,
+    ) -> Result<Reduction> {
+        self.check_root(call, root)?;
+        if let Some(sv) = send {
+            self.check_view(call, "the send buffer", sv)?;
+        }
+        let me = self.rank();
+        let input = send.unwrap_or(recv);
+        if me == root {
+            self.check_view(call, "the receive buffer", recv)?;
+            if let Some(sv) = send {
+                self.same_bytes(
+                    call,
+                    ("the send buffer", sv.bytes()),
+                    ("the receive buffer", recv.bytes()),
+                )?;
+            }
+        }
+        reduction(call, me, op, &input.ty)
+    }
+
+    /// Reduce every rank's `send` with `op` into `recv` at `root`
+    /// (`MPI_Reduce`). `recv` is only written at the root (other ranks may
+    /// pass an empty slice).
+    pub fn reduce<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: Op,
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Reduce";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, root, Some(&op), Some(sv.bytes()))?;
+            if c.shm_reduce(e, CALL, tag, &sv, Some(&rv), &red, Some(root))? {
+                return Ok(None);
+            }
+            Ok(Some(c.reduce_sched(
+                CALL,
+                tag,
+                Some(&sv),
+                &rv,
+                &op,
+                root,
+                red,
+            )))
+        })
+    }
+
+    /// [`Communicator::reduce`] in place: at the root `buf` is both input and
+    /// result; elsewhere it is the input (`MPI_IN_PLACE`).
+    pub fn reduce_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: Op,
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Reduce";
+        let v = buf.view_mut();
+        let red = self.reduce_checked(CALL, None, &v, &op, root)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, root, Some(&op), Some(v.bytes()))?;
+            if c.shm_reduce(
+                e,
+                CALL,
+                tag,
+                &v,
+                (c.rank() == root).then_some(&v),
+                &red,
+                Some(root),
+            )? {
+                return Ok(None);
+            }
+            Ok(Some(c.reduce_sched(CALL, tag, None, &v, &op, root, red)))
+        })
+    }
+
+    /// Start a reduce (`MPI_Ireduce`).
+    pub fn ireduce<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: Op,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ireduce";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.reduce_sched(CALL, tag, Some(&sv), &rv, &op, root, red))
+        })
+    }
+
+    /// Small reductions through shared memory: every rank publishes its
+    /// input, then (every rank, or the root) reduces the inputs in rank
+    /// order. Returns whether it ran.
+    #[allow(clippy::too_many_arguments)]
+    fn shm_reduce(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        tag: i32,
+        input: &View,
+        out: Option<&View>,
+        red: &Reduction,
+        root: Option<i32>,
+    ) -> Result<bool> {
+        let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
+            return Ok(false);
+        };
+        let ShmState::Ready(a) = &mut *g else {
+            unreachable!()
+        };
+        tracing::debug!(target: "coll", "{call}: shared memory, {} B, reduced in rank order", input.bytes());
+        let data = input.pack();
+        let me = self.rank();
+        let mut result = Vec::new();
+        a.exchange(&data, &mut |k| e.idle_flags(call, k), |slots| {
+            if root.is_none_or(|r| r == me) && !slots[0].is_empty() {
+                reduce_slots(red, slots, &mut result);
+            }
+        })?;
+        if let Some(o) = out {
+            if root.is_none_or(|r| r == me) {
+                o.unpack(&result);
+            }
+        }
+        Ok(true)
+    }
+
+    // ---------------- allreduce ----------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn allreduce_sched(
+        &self,
+        e: &Engine,
+        call: &'static str,
+        tag: i32,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+        red: Reduction,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let unit = red.unit;
+        s.red = Some(red);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let acc = match send {
+            Some(sv) => {
+                let out = st.out(&mut s, recv);
+                let i = s.input(sv);
+                s.copy(i, out);
+                out
+            }
+            None => st.inout(&mut s, recv),
+        };
+        let bytes = recv.bytes();
+        if n > 1 && bytes > 0 {
+            let large = e.cfg.allreduce_large.unwrap_or(64 * KIB);
+            if bytes >= large && op.is_commutative() && bytes / unit >= n as usize {
+                tracing::debug!(target: "coll", "{call}: ring (reduce-scatter + allgather), {bytes} B over {n} ranks");
+                let (_, first) = algo::split(bytes, unit, n, 0);
+                let tmp = s.temp(first);
+                algo::allreduce_ring(&mut s, n, me, acc, tmp, unit);
+            } else {
+                tracing::debug!(target: "coll", "{call}: recursive doubling, {bytes} B over {n} ranks");
+                let tmp = s.temp(bytes);
+                let res = algo::allreduce_recursive_doubling(&mut s, n, me, acc, tmp);
+                s.copy(res, acc);
+            }
+        }
+        st.finish(&mut s);
+        s
+    }
+
+    fn allreduce_checked(
+        &self,
+        call: &'static str,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+    ) -> Result<Reduction> {
+        if let Some(sv) = send {
+            self.check_view(call, "the send buffer", sv)?;
+            self.same_bytes(
+                call,
+                ("the send buffer", sv.bytes()),
+                ("the receive buffer", recv.bytes()),
+            )?;
+        }
+        self.check_view(call, "the receive buffer", recv)?;
+        reduction(call, self.rank(), op, &send.unwrap_or(recv).ty)
+    }
+
+    pub(crate) fn allreduce_in<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        send: &S,
+        recv: &mut R,
+        op: &Op,
+    ) -> Result<()> {
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.allreduce_checked(call, Some(&sv), &rv, op)?;
+        let tag = self.next_tag();
+        let mut s = self.allreduce_sched(e, call, tag, Some(&sv), &rv, op, red);
+        e.drive(call, &mut s)
+    }
+
+    /// Reduce every rank's `send` with `op`; every rank gets the result in
+    /// `recv`, bit for bit the same everywhere (`MPI_Allreduce`).
+    pub fn allreduce<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Allreduce";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, -1, Some(&op), Some(sv.bytes()))?;
+            if c.shm_reduce(e, CALL, tag, &sv, Some(&rv), &red, None)? {
+                return Ok(None);
+            }
+            Ok(Some(c.allreduce_sched(
+                e,
+                CALL,
+                tag,
+                Some(&sv),
+                &rv,
+                &op,
+                red,
+            )))
+        })
+    }
+
+    /// [`Communicator::allreduce`] in place: `buf` is input and result.
+    pub fn allreduce_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: Op) -> Result<()> {
+        const CALL: &str = "MPI_Allreduce";
+        let v = buf.view_mut();
+        let red = self.allreduce_checked(CALL, None, &v, &op)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, -1, Some(&op), Some(v.bytes()))?;
+            if c.shm_reduce(e, CALL, tag, &v, Some(&v), &red, None)? {
+                return Ok(None);
+            }
+            Ok(Some(c.allreduce_sched(e, CALL, tag, None, &v, &op, red)))
+        })
+    }
+
+    /// Start an allreduce (`MPI_Iallreduce`).
+    pub fn iallreduce<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: Op,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iallreduce";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.allreduce_sched(e, CALL, tag, Some(&sv), &rv, &op, red))
+        })
+    }
+
+    /// Start an in-place allreduce (`MPI_Iallreduce` with `MPI_IN_PLACE`).
+    pub fn iallreduce_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        op: Op,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iallreduce";
+        let v = buf.view_mut();
+        let red = self.allreduce_checked(CALL, None, &v, &op)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.allreduce_sched(e, CALL, tag, None, &v, &op, red))
+        })
+    }
+
+    // ---------------- gather / scatter ----------------
+
+    fn gather_sched(
+        &self,
+        call: &'static str,
+        tag: i32,
+        send: Option<&View>,
+        blocks: &[View],
+        root: i32,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let mine = send.map(|v| s.input(v));
+        let regions: Vec<Region> = if me == root {
+            blocks
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i as i32 == me && send.is_none() {
+                        Region {
+                            mem: 0,
+                            off: 0,
+                            len: 0,
+                        }
+                    } else {
+                        st.out(&mut s, b)
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        tracing::debug!(target: "coll", "{call}: linear, {n} ranks");
+        algo::gather_linear(&mut s, n, me, root, mine, &regions);
+        st.finish(&mut s);
+        s
+    }
+
+    /// Gather every rank's `send` into `recv` at `root`, in rank order
+    /// (`MPI_Gather`); at the root `recv` holds `size` blocks of
+    /// `recv.len() / size` elements. Other ranks may pass an empty `recv`.
+    pub fn gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Gather";
+        let (sv, blocks) = self.gather_args(CALL, send.view(), recv.view_mut(), root)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, root, None, Some(sv.bytes()))?;
+            if c.shm_gather(e, CALL, tag, &sv, &blocks, Some(root))? {
+                return Ok(None);
+            }
+            Ok(Some(c.gather_sched(CALL, tag, Some(&sv), &blocks, root)))
+        })
+    }
+
+    fn gather_args(&self, call: &str, sv: View, rv: View, root: i32) -> Result<(View, Vec<View>)> {
+        self.check_root(call, root)?;
+        self.check_view(call, "the send buffer", &sv)?;
+        let blocks = if self.rank() == root {
+            self.check_view(call, "the receive buffer", &rv)?;
+            let b = self.blocks_of(call, "the receive buffer", &rv)?;
+            self.same_bytes(
+                call,
+                ("the send buffer", sv.bytes()),
+                ("each rank's block of the receive buffer", b[0].bytes()),
+            )?;
+            b
+        } else {
+            Vec::new()
+        };
+        Ok((sv, blocks))
+    }
+
+    /// [`Communicator::gather`] in place: at the root `buf` is the whole
+    /// receive buffer and the root's own block is already in place;
+    /// elsewhere `buf` is the send buffer.
+    pub fn gather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
+        const CALL: &str = "MPI_Gather";
+        self.check_root(CALL, root)?;
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        let me = self.rank();
+        let blocks = if me == root {
+            self.blocks_of(CALL, "the buffer", &v)?
+        } else {
+            Vec::new()
+        };
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.gather_sched(
+                CALL,
+                tag,
+                (me != root).then_some(&v),
+                &blocks,
+                root,
+            )))
+        })
+    }
+
+    /// Start a gather (`MPI_Igather`).
+    pub fn igather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Igather";
+        let (sv, blocks) = self.gather_args(CALL, send.view(), recv.view_mut(), root)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.gather_sched(CALL, tag, Some(&sv), &blocks, root))
+        })
+    }
+
+    /// Gather with per-rank counts and displacements (elements of `recv`'s
+    /// type) at the root (`MPI_Gatherv`). Non-roots may pass empty slices.
+    pub fn gatherv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Gatherv";
+        self.check_root(CALL, root)?;
+        let (sv, rv) = (send.view(), recv.view_mut());
+        self.check_view(CALL, "the send buffer", &sv)?;
+        let blocks = if self.rank() == root {
+            self.check_view(CALL, "the receive buffer", &rv)?;
+            let b = self.vblocks(CALL, "the receive buffer", &rv, counts, displs)?;
+            self.same_bytes(
+                CALL,
+                ("the send buffer", sv.bytes()),
+                (
+                    "the root's block of the receive buffer",
+                    b[root as usize].bytes(),
+                ),
+            )?;
+            b
+        } else {
+            Vec::new()
+        };
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.gather_sched(CALL, tag, Some(&sv), &blocks, root)))
+        })
+    }
+
+    /// [`Communicator::gatherv`] in place: at the root the root's block is
+    /// already in `buf`; elsewhere `buf` is the send buffer.
+    pub fn gatherv_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Gatherv";
+        self.check_root(CALL, root)?;
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        let me = self.rank();
+        let blocks = if me == root {
+            self.vblocks(CALL, "the buffer", &v, counts, displs)?
+        } else {
+            Vec::new()
+        };
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.gather_sched(
+                CALL,
+                tag,
+                (me != root).then_some(&v),
+                &blocks,
+                root,
+            )))
+        })
+    }
+
+    /// Gathers through shared memory (every rank the same size). Returns
+    /// whether it ran.
+    fn shm_gather(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        tag: i32,
+        input: &View,
+        blocks: &[View],
+        root: Option<i32>,
+    ) -> Result<bool> {
+        let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
+            return Ok(false);
+        };
+        let ShmState::Ready(a) = &mut *g else {
+            unreachable!()
+        };
+        tracing::debug!(target: "coll", "{call}: shared memory, {} B per rank", input.bytes());
+        let data = input.pack();
+        let me = self.rank();
+        a.exchange(&data, &mut |k| e.idle_flags(call, k), |slots| {
+            if root.is_none_or(|r| r == me) {
+                for (b, s) in blocks.iter().zip(slots) {
+                    b.unpack(s);
+                }
+            }
+        })?;
+        Ok(true)
+    }
+
+    fn scatter_sched(
+        &self,
+        call: &'static str,
+        tag: i32,
+        blocks: &[View],
+        recv: Option<&View>,
+        root: i32,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let regions: Vec<Region> = if me == root {
+            blocks.iter().map(|b| s.input(b)).collect()
+        } else {
+            Vec::new()
+        };
+        let mine = recv.map(|v| st.out(&mut s, v));
+        tracing::debug!(target: "coll", "{call}: linear, {n} ranks");
+        algo::scatter_linear(&mut s, n, me, root, &regions, mine);
+        st.finish(&mut s);
+        s
+    }
+
+    fn scatter_args(&self, call: &str, sv: View, rv: View, root: i32) -> Result<(Vec<View>, View)> {
+        self.check_root(call, root)?;
+        self.check_view(call, "the receive buffer", &rv)?;
+        let blocks = if self.rank() == root {
+            self.check_view(call, "the send buffer", &sv)?;
+            let b = self.blocks_of(call, "the send buffer", &sv)?;
+            self.same_bytes(
+                call,
+                ("each rank's block of the send buffer", b[0].bytes()),
+                ("the receive buffer", rv.bytes()),
+            )?;
+            b
+        } else {
+            Vec::new()
+        };
+        Ok((blocks, rv))
+    }
+
+    /// Scatter blocks of `send` at `root` to every rank's `recv`
+    /// (`MPI_Scatter`); `send` holds `size` blocks of `send.len() / size`
+    /// elements. Non-roots may pass an empty `send`.
+    pub fn scatter<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Scatter";
+        let (blocks, rv) = self.scatter_args(CALL, send.view(), recv.view_mut(), root)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, root, None, Some(rv.bytes()))?;
+            Ok(Some(c.scatter_sched(CALL, tag, &blocks, Some(&rv), root)))
+        })
+    }
+
+    /// [`Communicator::scatter`] in place: at the root `buf` is the whole
+    /// send buffer (its own block stays); elsewhere it is the receive buffer.
+    pub fn scatter_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
+        const CALL: &str = "MPI_Scatter";
+        self.check_root(CALL, root)?;
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        let me = self.rank();
+        let blocks = if me == root {
+            self.blocks_of(CALL, "the buffer", &v)?
+        } else {
+            Vec::new()
+        };
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scatter_sched(
+                CALL,
+                tag,
+                &blocks,
+                (me != root).then_some(&v),
+                root,
+            )))
+        })
+    }
+
+    /// Start a scatter (`MPI_Iscatter`).
+    pub fn iscatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iscatter";
+        let (blocks, rv) = self.scatter_args(CALL, send.view(), recv.view_mut(), root)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.scatter_sched(CALL, tag, &blocks, Some(&rv), root))
+        })
+    }
+
+    /// Scatter with per-rank counts and displacements (elements of `send`'s
+    /// type) (`MPI_Scatterv`). Non-roots may pass empty slices.
+    pub fn scatterv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        counts: &[i32],
+        displs: &[i32],
+        recv: &mut R,
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Scatterv";
+        self.check_root(CALL, root)?;
+        let (sv, rv) = (send.view(), recv.view_mut());
+        self.check_view(CALL, "the receive buffer", &rv)?;
+        let blocks = if self.rank() == root {
+            self.check_view(CALL, "the send buffer", &sv)?;
+            let b = self.vblocks(CALL, "the send buffer", &sv, counts, displs)?;
+            self.same_bytes(
+                CALL,
+                (
+                    "the root's block of the send buffer",
+                    b[root as usize].bytes(),
+                ),
+                ("the receive buffer", rv.bytes()),
+            )?;
+            b
+        } else {
+            Vec::new()
+        };
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scatter_sched(CALL, tag, &blocks, Some(&rv), root)))
+        })
+    }
+
+    /// [`Communicator::scatterv`] in place: at the root `buf` is the send
+    /// buffer (its own block stays); elsewhere it is the receive buffer.
+    pub fn scatterv_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Scatterv";
+        self.check_root(CALL, root)?;
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        let me = self.rank();
+        let blocks = if me == root {
+            self.vblocks(CALL, "the buffer", &v, counts, displs)?
+        } else {
+            Vec::new()
+        };
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scatter_sched(
+                CALL,
+                tag,
+                &blocks,
+                (me != root).then_some(&v),
+                root,
+            )))
+        })
+    }
+
+    // ---------------- allgather ----------------
+
+    fn allgather_sched(
+        &self,
+        e: &Engine,
+        call: &'static str,
+        tag: i32,
+        send: Option<&View>,
+        blocks: &[View],
+        equal: bool,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let total: usize = blocks.iter().map(View::bytes).sum();
+        let large = e.cfg.allgather_large.unwrap_or(64 * KIB);
+        let contiguous_out = equal && blocks.iter().all(|b| b.contig_addr().is_some());
+        if equal && total < large && n > 1 {
+            // Bruck into one contiguous output.
+            tracing::debug!(target: "coll", "{call}: Bruck, {total} B over {n} ranks");
+            let blk = blocks[0].bytes();
+            let mine = match send {
+                Some(v) => s.input(v),
+                None => s.input(&blocks[me as usize]),
+            };
+            let out = if contiguous_out {
+                let a = blocks[0].contig_addr().expect("contiguous");
+                s.user(a, total, true)
+            } else {
+                s.temp(total)
+            };
+            algo::allgather_bruck(&mut s, n, me, mine, out, blk);
+            if !contiguous_out {
+                s.wait();
+                for (i, b) in blocks.iter().enumerate() {
+                    s.push(Step::Unpack {
+                        src: out.sub(i * blk, blk),
+                        view: b.clone(),
+                        received: false,
+                    });
+                }
+            }
+        } else {
+            tracing::debug!(target: "coll", "{call}: ring, {total} B over {n} ranks");
+            let regions: Vec<Region> = blocks
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i as i32 == me && send.is_none() {
+                        st.inout(&mut s, b)
+                    } else {
+                        st.out(&mut s, b)
+                    }
+                })
+                .collect();
+            if let Some(v) = send {
+                let i = s.input(v);
+                s.copy(i, regions[me as usize]);
+            }
+            algo::allgather_ring(&mut s, n, me, &regions);
+        }
+        st.finish(&mut s);
+        s
+    }
+
+    fn allgather_args(&self, call: &str, sv: Option<&View>, rv: &View) -> Result<Vec<View>> {
+        if let Some(sv) = sv {
+            self.check_view(call, "the send buffer", sv)?;
+        }
+        self.check_view(call, "the receive buffer", rv)?;
+        let b = self.blocks_of(call, "the receive buffer", rv)?;
+        if let Some(sv) = sv {
+            self.same_bytes(
+                call,
+                ("the send buffer", sv.bytes()),
+                ("each rank's block of the receive buffer", b[0].bytes()),
+            )?;
+        }
+        Ok(b)
+    }
+
+    /// Gather every rank's `send` into every rank's `recv`, in rank order
+    /// (`MPI_Allgather`).
+    pub fn allgather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Allgather";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let blocks = self.allgather_args(CALL, Some(&sv), &rv)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;
+            if c.shm_gather(e, CALL, tag, &sv, &blocks, None)? {
+                return Ok(None);
+            }
+            Ok(Some(c.allgather_sched(
+                e,
+                CALL,
+                tag,
+                Some(&sv),
+                &blocks,
+                true,
+            )))
+        })
+    }
+
+    pub(crate) fn allgather_in<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()> {
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let blocks = self.allgather_args(call, Some(&sv), &rv)?;
+        let tag = self.next_tag();
+        let mut s = self.allgather_sched(e, call, tag, Some(&sv), &blocks, true);
+        e.drive(call, &mut s)
+    }
+
+    /// [`Communicator::allgather`] in place: this rank's block is already in
+    /// `buf`.
+    pub fn allgather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        const CALL: &str = "MPI_Allgather";
+        let v = buf.view_mut();
+        let blocks = self.allgather_args(CALL, None, &v)?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.allgather_sched(e, CALL, tag, None, &blocks, true)))
+        })
+    }
+
+    /// Start an allgather (`MPI_Iallgather`).
+    pub fn iallgather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iallgather";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let blocks = self.allgather_args(CALL, Some(&sv), &rv)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.allgather_sched(e, CALL, tag, Some(&sv), &blocks, true))
+        })
+    }
+
+    /// Allgather with per-rank counts and displacements (elements of `recv`'s
+    /// type) (`MPI_Allgatherv`).
+    pub fn allgatherv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Allgatherv";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        self.check_view(CALL, "the send buffer", &sv)?;
+        self.check_view(CALL, "the receive buffer", &rv)?;
+        let blocks = self.vblocks(CALL, "the receive buffer", &rv, counts, displs)?;
+        self.same_bytes(
+            CALL,
+            ("the send buffer", sv.bytes()),
+            (
+                "this rank's block of the receive buffer",
+                blocks[self.rank() as usize].bytes(),
+            ),
+        )?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.allgather_sched(
+                e,
+                CALL,
+                tag,
+                Some(&sv),
+                &blocks,
+                false,
+            )))
+        })
+    }
+
+    /// [`Communicator::allgatherv`] in place: this rank's block is already in
+    /// `buf`.
+    pub fn allgatherv_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Allgatherv";
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        let blocks = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.allgather_sched(e, CALL, tag, None, &blocks, false)))
+        })
+    }
+
+    // ---------------- alltoall ----------------
+
+    fn alltoall_sched(
+        &self,
+        e: &Engine,
+        call: &'static str,
+        tag: i32,
+        sblocks: &[View],
+        rblocks: &[View],
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let sr: Vec<Region> = sblocks.iter().map(|b| s.input(b)).collect();
+        let rr: Vec<Region> = rblocks.iter().map(|b| st.out(&mut s, b)).collect();
+        let per_peer = sr.iter().map(|r| r.len).max().unwrap_or(0);
+        let pairwise = per_peer >= e.cfg.alltoall_large.unwrap_or(8 * KIB);
+        tracing::debug!(target: "coll", "{call}: {}, up to {per_peer} B per peer over {n} ranks", if pairwise { "pairwise exchange" } else { "all exchanges at once" });
+        algo::alltoall(&mut s, n, me, &sr, &rr, pairwise);
+        st.finish(&mut s);
+        s
+    }
+
+    fn alltoall_args(&self, call: &str, sv: &View, rv: &View) -> Result<(Vec<View>, Vec<View>)> {
+        self.check_view(call, "the send buffer", sv)?;
+        self.check_view(call, "the receive buffer", rv)?;
+        let sb = self.blocks_of(call, "the send buffer", sv)?;
+        let rb = self.blocks_of(call, "the receive buffer", rv)?;
+        self.same_bytes(
+            call,
+            ("each block of the send buffer", sb[0].bytes()),
+            ("each block of the receive buffer", rb[0].bytes()),
+        )?;
+        Ok((sb, rb))
+    }
+
+    /// Block `i` of every rank's `send` goes to rank `i`, landing in block
+    /// `j` of its `recv` for sender `j` (`MPI_Alltoall`).
+    pub fn alltoall<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Alltoall";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;
+            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+        })
+    }
+
+    /// [`Communicator::alltoall`] in place: `buf` is sent and overwritten.
+    pub fn alltoall_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        const CALL: &str = "MPI_Alltoall";
+        let v = buf.view_mut();
+        let copy = v.pack();
+        let cv = View::of_slice(&copy[..]);
+        let (sb, rb) = self.alltoall_args(
+            CALL,
+            &cv.retyped(v.count, Ty::Basic(Datatype::Opaque { size: v.ty.size() })),
+            &v,
+        )?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+        })
+    }
+
+    /// Start an alltoall (`MPI_Ialltoall`).
+    pub fn ialltoall<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ialltoall";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.alltoall_sched(e, CALL, tag, &sb, &rb))
+        })
+    }
+
+    /// Alltoall with per-peer counts and displacements (elements of each
+    /// buffer's type) (`MPI_Alltoallv`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoallv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        scounts: &[i32],
+        sdispls: &[i32],
+        recv: &mut R,
+        rcounts: &[i32],
+        rdispls: &[i32],
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Alltoallv";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        self.check_view(CALL, "the send buffer", &sv)?;
+        self.check_view(CALL, "the receive buffer", &rv)?;
+        let sb = self.vblocks(CALL, "the send buffer", &sv, scounts, sdispls)?;
+        let rb = self.vblocks(CALL, "the receive buffer", &rv, rcounts, rdispls)?;
+        let me = self.rank() as usize;
+        self.same_bytes(
+            CALL,
+            (
+                "this rank's block to itself in the send buffer",
+                sb[me].bytes(),
+            ),
+            (
+                "its block from itself in the receive buffer",
+                rb[me].bytes(),
+            ),
+        )?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+        })
+    }
+
+    /// [`Communicator::alltoallv`] in place: `buf` is sent and overwritten,
+    /// with the same counts and displacements for both directions.
+    pub fn alltoallv_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Alltoallv";
+        let v = buf.view_mut();
+        self.check_view(CALL, "the buffer", &v)?;
+        let rb = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
+        let packed: Vec<Vec<u8>> = rb.iter().map(View::pack).collect();
+        let sb: Vec<View> = packed.iter().map(|p| View::of_slice(&p[..])).collect();
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+        })
+    }
+
+    /// The most general alltoall (`MPI_Alltoallw`): per-peer counts, byte
+    /// displacements and datatypes on both sides. `send` and `recv` are the
+    /// memory the displacements are relative to.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoallw<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        scounts: &[i32],
+        sdispls: &[isize],
+        stypes: &[UserDatatype],
+        recv: &mut R,
+        rcounts: &[i32],
+        rdispls: &[isize],
+        rtypes: &[UserDatatype],
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Alltoallw";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let sb = self.wblocks(CALL, "the send buffer", &sv, scounts, sdispls, stypes)?;
+        let rb = self.wblocks(CALL, "the receive buffer", &rv, rcounts, rdispls, rtypes)?;
+        let me = self.rank() as usize;
+        self.same_bytes(
+            CALL,
+            ("this rank's block to itself", sb[me].bytes()),
+            ("its block from itself", rb[me].bytes()),
+        )?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+        })
+    }
+
+    fn wblocks(
+        &self,
+        call: &str,
+        what: &str,
+        v: &View,
+        counts: &[i32],
+        displs: &[isize],
+        types: &[UserDatatype],
+    ) -> Result<Vec<View>> {
+        let n = self.size() as usize;
+        if counts.len() != n || displs.len() != n || types.len() != n {
+            return Err(self.err(
+                ErrorClass::Arg,
+                call,
+                format!(
+                    "{what}: {} counts, {} displacements and {} datatypes for {n} ranks",
+                    counts.len(),
+                    displs.len(),
+                    types.len()
+                ),
+            ));
+        }
+        (0..n)
+            .map(|i| {
+                if counts[i] < 0 {
+                    return Err(self.err(ErrorClass::Count, call, format!("{what}: count[{i}] = {} is negative", counts[i])));
+                }
+                if !types[i].is_committed() {
+                    return Err(self.err(ErrorClass::Type, call, format!("{what}: datatype[{i}] is not committed")));
+                }
+                // Displacements are relative to the buffer's start.
+                let base = View { origin: 0, ..v.clone() };
+                base.at_byte(displs[i], counts[i] as usize, Ty::Derived(types[i].clone())).ok_or_else(|| {
+                    self.err(ErrorClass::Buffer, call, format!("{what}: block {i} ({} elements at byte {}) reaches outside the buffer", counts[i], displs[i]))
+                })
+            })
+            .collect()
+    }
+
+    // ---------------- reduce_scatter ----------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter_sched(
+        &self,
+        call: &'static str,
+        tag: i32,
+        send: Option<&View>,
+        recv: &View,
+        counts: &[usize],
+        op: &Op,
+        red: Reduction,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        let unit = red.unit;
+        s.red = Some(red);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let total: usize = counts.iter().sum::<usize>() * unit;
+        // The whole contribution in a writable accumulator.
+        let (acc, out) = match send {
+            Some(sv) => {
+                let i = s.input(sv);
+                let t = s.temp(total);
+                s.copy(i, t);
+                (t, st.out(&mut s, recv))
+            }
+            None => {
+                // In place: `recv` holds the whole input; the result lands in
+                // its first block.
+                let io = st.inout(&mut s, recv);
+                (io, io.sub(0, counts[me as usize] * unit))
+            }
+        };
+        let mut off = 0;
+        let blocks: Vec<Region> = counts
+            .iter()
+            .map(|&c| {
+                let r = acc.sub(off, c * unit);
+                off += c * unit;
+                r
+            })
+            .collect();
+        if n > 1 && op.is_commutative() {
+            tracing::debug!(target: "coll", "{call}: ring reduce-scatter, {total} B over {n} ranks");
+            let tmp = s.temp(counts.iter().max().copied().unwrap_or(0) * unit);
+            algo::reduce_scatter_ring(&mut s, n, me, &blocks, tmp);
+            let tmp2 = s.temp(blocks[me as usize].len);
+            // `out` may overlap `acc` (in place): go through a temporary.
+            s.copy(blocks[me as usize], tmp2);
+            s.copy(tmp2, out);
+        } else if n > 1 {
+            tracing::debug!(target: "coll", "{call}: reduce in rank order to rank 0, then scatter, {total} B over {n} ranks");
+            let tmp = s.temp(total);
+            let res = algo::reduce_binomial(&mut s, n, me, 0, acc, tmp, false);
+            let rblocks: Vec<Region> = if me == 0 {
+                let mut off = 0;
+                counts
+                    .iter()
+                    .map(|&c| {
+                        let r = res.sub(off, c * unit);
+                        off += c * unit;
+                        r
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let mine = s.temp(counts[me as usize] * unit);
+            algo::scatter_linear(&mut s, n, me, 0, &rblocks, Some(mine));
+            s.copy(mine, out);
+        } else {
+            let t = s.temp(out.len);
+            s.copy(blocks[0], t);
+            s.copy(t, out);
+        }
+        st.finish(&mut s);
+        s
+    }
+
+    fn reduce_scatter_args(
+        &self,
+        call: &str,
+        send: Option<&View>,
+        recv: &View,
+        counts: &[i32],
+        op: &Op,
+    ) -> Result<(Vec<usize>, Reduction)> {
+        let n = self.size() as usize;
+        if counts.len() != n {
+            return Err(self.err(
+                ErrorClass::Arg,
+                call,
+                format!("{} counts for {n} ranks", counts.len()),
+            ));
+        }
+        if let Some((i, c)) = counts.iter().enumerate().find(|(_, &c)| c < 0) {
+            return Err(self.err(
+                ErrorClass::Count,
+                call,
+                format!("count[{i}] = {c} is negative"),
+            ));
+        }
+        let input = send.unwrap_or(recv);
+        self.check_view(call, "the send buffer", input)?;
+        self.check_view(call, "the receive buffer", recv)?;
+        let red = reduction(call, self.rank(), op, &input.ty)?;
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        // Counts are in elements of the input's type.
+        let elem = input.ty.size();
+        self.same_bytes(
+            call,
+            ("the input", input.bytes()),
+            ("the sum of the counts", total * elem),
+        )?;
+        let me = self.rank() as usize;
+        if send.is_some() {
+            self.same_bytes(
+                call,
+                ("the receive buffer", recv.bytes()),
+                ("this rank's count", counts[me] as usize * elem),
+            )?;
+        }
+        // Counts in reduction units.
+        let per = elem / red.unit.max(1);
+        Ok((counts.iter().map(|&c| c as usize * per).collect(), red))
+    }
+
+    /// Reduce every rank's `send` (`size` blocks of `recv.len()` elements)
+    /// with `op`; rank `i` gets block `i` of the result in `recv`
+    /// (`MPI_Reduce_scatter_block`).
+    pub fn reduce_scatter_block<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Reduce_scatter_block";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let counts = vec![
+            rv.count as i32 * (rv.ty.size() / sv.ty.size().max(1)).max(1) as i32;
+            self.size() as usize
+        ];
+        let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, &counts, &op)?;
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, -1, Some(&op), Some(sv.bytes()))?;
+            Ok(Some(c.reduce_scatter_sched(
+                CALL,
+                tag,
+                Some(&sv),
+                &rv,
+                &counts,
+                &op,
+                red,
+            )))
+        })
+    }
+
+    /// [`Communicator::reduce_scatter_block`] in place: `buf` holds the
+    /// `size` blocks of input; this rank's block of the result lands in its
+    /// first block.
+    pub fn reduce_scatter_block_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Reduce_scatter_block";
+        let v = buf.view_mut();
+        let n = self.size() as usize;
+        if !v.count.is_multiple_of(n) {
+            return Err(self.err(
+                ErrorClass::Count,
+                CALL,
+                format!(
+                    "the buffer has {} elements, not a multiple of the communicator size {n}",
+                    v.count
+                ),
+            ));
+        }
+        let counts = vec![(v.count / n) as i32; n];
+        let (counts, red) = self.reduce_scatter_args(CALL, None, &v, &counts, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.reduce_scatter_sched(
+                CALL, tag, None, &v, &counts, &op, red,
+            )))
+        })
+    }
+
+    /// Reduce, then scatter blocks of `counts[i]` elements to rank `i`
+    /// (`MPI_Reduce_scatter`).
+    pub fn reduce_scatter<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[i32],
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Reduce_scatter";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.reduce_scatter_sched(
+                CALL,
+                tag,
+                Some(&sv),
+                &rv,
+                &counts,
+                &op,
+                red,
+            )))
+        })
+    }
+
+    /// [`Communicator::reduce_scatter`] in place: `buf` holds the whole input;
+    /// this rank's block of the result lands at its start.
+    pub fn reduce_scatter_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        counts: &[i32],
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Reduce_scatter";
+        let v = buf.view_mut();
+        let (counts, red) = self.reduce_scatter_args(CALL, None, &v, counts, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.reduce_scatter_sched(
+                CALL, tag, None, &v, &counts, &op, red,
+            )))
+        })
+    }
+
+    // ---------------- scan ----------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn scan_sched(
+        &self,
+        call: &'static str,
+        tag: i32,
+        send: Option<&View>,
+        recv: &View,
+        red: Reduction,
+        exclusive: bool,
+    ) -> Sched {
+        let mut s = Sched::new(call, &self.inner, tag);
+        s.red = Some(red);
+        let mut st = Staged::default();
+        let (n, me) = (self.size(), self.rank());
+        let bytes = recv.bytes();
+        let (input, result) = match send {
+            Some(sv) => {
+                let i = s.input(sv);
+                (i, st.out(&mut s, recv))
+            }
+            None => {
+                let io = st.inout(&mut s, recv);
+                let t = s.temp(bytes);
+                s.copy(io, t);
+                (t, io)
+            }
+        };
+        let partial = s.temp(bytes);
+        s.copy(input, partial);
+        if !exclusive && send.is_some() {
+            s.copy(input, result);
+        }
+        if n > 1 {
+            tracing::debug!(target: "coll", "{call}: recursive doubling, {bytes} B over {n} ranks");
+            let tmp = s.temp(bytes);
+            algo::scan(&mut s, n, me, result, partial, tmp, exclusive);
+        }
+        st.finish(&mut s);
+        s
+    }
+
+    fn scan_args(
+        &self,
+        call: &'static str,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+    ) -> Result<Reduction> {
+        self.allreduce_checked(call, send, recv, op)
+    }
+
+    /// Inclusive prefix reduction: rank `i` gets `send₀ ∘ … ∘ sendᵢ`
+    /// (`MPI_Scan`).
+    pub fn scan<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Scan";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scan_sched(CALL, tag, Some(&sv), &rv, red, false)))
+        })
+    }
+
+    /// [`Communicator::scan`] in place.
+    pub fn scan_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: Op) -> Result<()> {
+        const CALL: &str = "MPI_Scan";
+        let v = buf.view_mut();
+        let red = self.scan_args(CALL, None, &v, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scan_sched(CALL, tag, None, &v, red, false)))
+        })
+    }
+
+    /// Start an inclusive scan (`MPI_Iscan`).
+    pub fn iscan<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: Op,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iscan";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.scan_sched(CALL, tag, Some(&sv), &rv, red, false))
+        })
+    }
+
+    /// Exclusive prefix reduction: rank `i > 0` gets `send₀ ∘ … ∘ sendᵢ₋₁`;
+    /// rank 0's `recv` is left untouched (`MPI_Exscan`).
+    pub fn exscan<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: Op,
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Exscan";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scan_sched(CALL, tag, Some(&sv), &rv, red, true)))
+        })
+    }
+
+    /// [`Communicator::exscan`] in place.
+    pub fn exscan_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: Op) -> Result<()> {
+        const CALL: &str = "MPI_Exscan";
+        let v = buf.view_mut();
+        let red = self.scan_args(CALL, None, &v, &op)?;
+        self.blocking(CALL, |c, _, tag| {
+            Ok(Some(c.scan_sched(CALL, tag, None, &v, red, true)))
+        })
+    }
+}
+
+/// Status of a completed collective request.
+#[allow(dead_code)]
+fn empty_status() -> Status {
+    Status::empty()
+}

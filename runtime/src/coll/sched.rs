@@ -1,0 +1,452 @@
+//! Schedules: a collective (or a derived-datatype receive) as a list of steps
+//! — post a send, post a receive, wait for what was posted, reduce, copy,
+//! unpack — that [`Sched::advance`] moves along as far as it can without
+//! blocking. A blocking collective builds a schedule and drives it to the
+//! end; a non-blocking one parks it in the engine, and every progress pass
+//! (any `wait`, `test` or other call that progresses) advances it.
+//!
+//! Memory a schedule touches is either user memory (addresses of buffers the
+//! call or the request borrows, see `buffer.rs`) or temporaries the schedule
+//! owns; a step names a byte range of one of them ([`Region`]).
+
+use std::sync::Arc;
+
+use gmpi_gpu::MemKind;
+use gmpi_pml::driver::{Driver, MemAccess};
+use gmpi_pml::{Buf, RecvArgs, ReqId, SendArgs, SendMode};
+
+use crate::buffer::{HostMem, View};
+use crate::comm::CommInner;
+use crate::datatype::Datatype;
+use crate::error::{Error, ErrorClass, Result};
+use crate::op::Op;
+use crate::request::Status;
+
+/// Memory a schedule reads or writes.
+#[derive(Debug)]
+pub(crate) enum Mem {
+    /// A user buffer (read-only unless `writable`).
+    User { addr: u64, writable: bool },
+    /// A temporary the schedule owns.
+    Temp(Vec<u8>),
+}
+
+/// A byte range of one of the schedule's memories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub mem: usize,
+    pub off: usize,
+    pub len: usize,
+}
+
+impl Region {
+    /// The sub-range `off..off+len` of this region.
+    pub fn sub(self, off: usize, len: usize) -> Region {
+        debug_assert!(off + len <= self.len, "sub-region out of range");
+        Region {
+            mem: self.mem,
+            off: self.off + off,
+            len,
+        }
+    }
+}
+
+/// The reduction a schedule's `Reduce` steps apply.
+#[derive(Debug, Clone)]
+pub(crate) struct Reduction {
+    pub op: Op,
+    /// The element type the op works on: a primitive for predefined ops, the
+    /// user's datatype as opaque bytes for user ops.
+    pub dt: Datatype,
+    /// Bytes per counted element (what a user function's `count` counts).
+    pub unit: usize,
+}
+
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Post a send of the region to a rank of the communicator.
+    Send(Region, i32),
+    /// Post a receive into the region from a rank; the message must fill it.
+    Recv(Region, i32),
+    /// Like `Recv`, but any length up to the region's is fine and the status
+    /// is kept (derived-datatype receives).
+    RecvAny(Region, i32, i32),
+    /// Wait until everything posted so far has completed.
+    Wait,
+    /// `hi = lo ∘ hi` (MPI's `inoutvec = invec ∘ inoutvec`, `invec` from the
+    /// lower ranks).
+    Reduce { lo: Region, hi: Region },
+    /// Copy bytes.
+    Copy { src: Region, dst: Region },
+    /// Unpack a region into a (non-contiguous) user view; with `received`,
+    /// only the bytes the last `RecvAny` delivered.
+    Unpack {
+        src: Region,
+        view: View,
+        received: bool,
+    },
+}
+
+/// A schedule in progress.
+#[derive(Debug)]
+pub(crate) struct Sched {
+    pub call: &'static str,
+    comm: Arc<CommInner>,
+    ctx: u32,
+    tag: i32,
+    mode: SendMode,
+    mems: Vec<Mem>,
+    steps: Vec<Step>,
+    pos: usize,
+    /// Posted and not yet completed: (request, receive whose length must
+    /// equal this, peer).
+    inflight: Vec<(ReqId, Option<usize>, i32)>,
+    pub red: Option<Reduction>,
+    /// Status of the last `RecvAny`.
+    pub status: Option<Status>,
+    error: Option<Error>,
+}
+
+impl Sched {
+    /// An empty schedule of `call` on the communicator's collective context
+    /// with `tag`.
+    pub fn new(call: &'static str, comm: &Arc<CommInner>, tag: i32) -> Self {
+        Self {
+            call,
+            ctx: comm.coll_ctx,
+            comm: comm.clone(),
+            tag,
+            mode: SendMode::Standard,
+            mems: Vec::new(),
+            steps: Vec::new(),
+            pos: 0,
+            inflight: Vec::new(),
+            red: None,
+            status: None,
+            error: None,
+        }
+    }
+
+    /// A schedule on the point-to-point context (derived-datatype sends and
+    /// receives).
+    pub fn p2p(call: &'static str, comm: &Arc<CommInner>, tag: i32, mode: SendMode) -> Self {
+        let mut s = Self::new(call, comm, tag);
+        s.ctx = comm.ctx;
+        s.mode = mode;
+        s
+    }
+
+    fn me(&self) -> i32 {
+        self.comm.rank
+    }
+
+    /// Register a user buffer range.
+    pub fn user(&mut self, addr: u64, len: usize, writable: bool) -> Region {
+        self.mems.push(Mem::User { addr, writable });
+        Region {
+            mem: self.mems.len() - 1,
+            off: 0,
+            len,
+        }
+    }
+
+    /// A zeroed temporary of `len` bytes.
+    pub fn temp(&mut self, len: usize) -> Region {
+        self.mems.push(Mem::Temp(vec![0u8; len]));
+        Region {
+            mem: self.mems.len() - 1,
+            off: 0,
+            len,
+        }
+    }
+
+    /// A temporary holding `data`.
+    pub fn temp_from(&mut self, data: Vec<u8>) -> Region {
+        let len = data.len();
+        self.mems.push(Mem::Temp(data));
+        Region {
+            mem: self.mems.len() - 1,
+            off: 0,
+            len,
+        }
+    }
+
+    /// A region holding the data of a view to read: the user memory itself
+    /// when contiguous, else a packed copy made now.
+    pub fn input(&mut self, v: &View) -> Region {
+        match v.contig_addr() {
+            Some(a) => self.user(a, v.bytes(), false),
+            None => self.temp_from(v.pack()),
+        }
+    }
+
+    /// A region to write a view's data into: the user memory itself when
+    /// contiguous, else a temporary the caller unpacks at the end.
+    pub fn output(&mut self, v: &View) -> (Region, bool) {
+        match v.contig_addr() {
+            Some(a) => (self.user(a, v.bytes(), true), false),
+            None => (self.temp(v.bytes()), true),
+        }
+    }
+
+    pub fn push(&mut self, s: Step) {
+        // Zero-length transfers and copies are no-ops; skip them, and skip a
+        // wait with nothing before it since the last one.
+        match &s {
+            Step::Copy { src, dst } if src.len == 0 || src == dst => return,
+            Step::Reduce { lo, .. } if lo.len == 0 => return,
+            Step::Wait if matches!(self.steps.last(), None | Some(Step::Wait)) => return,
+            _ => {}
+        }
+        self.steps.push(s);
+    }
+
+    pub fn send(&mut self, r: Region, peer: i32) {
+        self.push(Step::Send(r, peer));
+    }
+
+    pub fn recv(&mut self, r: Region, peer: i32) {
+        self.push(Step::Recv(r, peer));
+    }
+
+    pub fn wait(&mut self) {
+        self.push(Step::Wait);
+    }
+
+    pub fn copy(&mut self, src: Region, dst: Region) {
+        debug_assert_eq!(src.len, dst.len);
+        self.push(Step::Copy { src, dst });
+    }
+
+    pub fn reduce(&mut self, lo: Region, hi: Region) {
+        debug_assert_eq!(lo.len, hi.len);
+        self.push(Step::Reduce { lo, hi });
+    }
+
+    /// Whether every step has run.
+    pub fn is_done(&self) -> bool {
+        // After an error, still wait for what was posted: the transports may
+        // be writing into the schedule's memory.
+        self.inflight.is_empty() && (self.error.is_some() || self.pos == self.steps.len())
+    }
+
+    /// The outcome once done.
+    pub fn result(&mut self) -> Result<Option<Status>> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(self.status),
+        }
+    }
+
+    fn buf(&self, r: Region) -> Buf {
+        let addr = match &self.mems[r.mem] {
+            Mem::User { addr, .. } => addr + r.off as u64,
+            Mem::Temp(v) => v.as_ptr() as u64 + r.off as u64,
+        };
+        Buf {
+            addr,
+            len: r.len,
+            kind: MemKind::Host,
+        }
+    }
+
+    fn read<R>(&self, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
+        read_mem(&self.mems[r.mem], r, f)
+    }
+
+    /// Run `f` on the bytes of `src` (read) and `dst` (written).
+    fn read_write(&mut self, src: Region, dst: Region, f: impl FnOnce(&[u8], &mut [u8])) {
+        if src.mem == dst.mem {
+            // One memory: copy the source out to keep the borrows apart.
+            let tmp = self.read(src, |s| s.to_vec());
+            write_mem(&mut self.mems[dst.mem], dst, |d| f(&tmp, d));
+            return;
+        }
+        // Take the destination out of the table so the borrows are disjoint.
+        let mut d = std::mem::replace(&mut self.mems[dst.mem], Mem::Temp(Vec::new()));
+        read_mem(&self.mems[src.mem], src, |s| {
+            write_mem(&mut d, dst, |o| f(s, o))
+        });
+        self.mems[dst.mem] = d;
+    }
+
+    fn fail(&mut self, e: Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// Run as many steps as possible without blocking. Returns how many
+    /// steps ran (0 = stuck waiting for messages, or done).
+    pub fn advance(&mut self, d: &mut Driver<HostMem>) -> usize {
+        let mut ran = 0;
+        loop {
+            if self.error.is_some() || self.pos == self.steps.len() {
+                if !self.inflight.is_empty() && self.complete_inflight(d) {
+                    ran += 1;
+                }
+                break;
+            }
+            let step = std::mem::replace(&mut self.steps[self.pos], Step::Wait);
+            let keep = match &step {
+                Step::Send(r, peer) => {
+                    self.post_send(d, *r, *peer);
+                    true
+                }
+                Step::Recv(r, peer) => {
+                    self.post_recv(d, *r, *peer, self.tag, Some(r.len));
+                    true
+                }
+                Step::RecvAny(r, peer, tag) => {
+                    self.post_recv(d, *r, *peer, *tag, None);
+                    true
+                }
+                Step::Wait => {
+                    if !self.complete_inflight(d) {
+                        // Put it back and stop here.
+                        self.steps[self.pos] = step;
+                        break;
+                    }
+                    true
+                }
+                Step::Reduce { lo, hi } => {
+                    let red = self.red.clone().expect("a reducing schedule has an op");
+                    let (lo, hi) = (*lo, *hi);
+                    self.read_write(lo, hi, |a, b| {
+                        crate::op::apply_datatype(&red.op, red.dt, a.len() / red.unit.max(1), a, b)
+                    });
+                    true
+                }
+                Step::Copy { src, dst } => {
+                    self.read_write(*src, *dst, |a, b| b.copy_from_slice(a));
+                    true
+                }
+                Step::Unpack {
+                    src,
+                    view,
+                    received,
+                } => {
+                    let n = if *received {
+                        self.status.map_or(0, |s| s.bytes).min(src.len)
+                    } else {
+                        src.len
+                    };
+                    self.read(src.sub(0, n), |s| view.unpack(s));
+                    true
+                }
+            };
+            debug_assert!(keep);
+            self.pos += 1;
+            ran += 1;
+        }
+        ran
+    }
+
+    fn post_send(&mut self, d: &mut Driver<HostMem>, r: Region, peer: i32) {
+        let args = SendArgs {
+            ctx: self.ctx,
+            src: self.me() as u32,
+            dest: self.comm.world[peer as usize],
+            tag: self.tag,
+            buf: self.buf(r),
+            mode: self.mode,
+        };
+        match d.send(args) {
+            Ok(Some(id)) => self.inflight.push((id, None, peer)),
+            Ok(None) => {}
+            Err(e) => {
+                let e = Error::from_pml(e, self.call, self.me());
+                self.fail(e)
+            }
+        }
+    }
+
+    fn post_recv(
+        &mut self,
+        d: &mut Driver<HostMem>,
+        r: Region,
+        peer: i32,
+        tag: i32,
+        want: Option<usize>,
+    ) {
+        let any = peer == crate::ANY_SOURCE;
+        let args = RecvArgs {
+            ctx: self.ctx,
+            src: (!any).then_some(peer as u32),
+            src_world: (!any).then(|| self.comm.world[peer as usize]),
+            tag: (tag != crate::ANY_TAG).then_some(tag),
+            buf: self.buf(r),
+        };
+        match d.post_recv(args) {
+            Ok(id) => self.inflight.push((id, want, peer)),
+            Err(e) => {
+                let e = Error::from_pml(e, self.call, self.me());
+                self.fail(e)
+            }
+        }
+    }
+
+    /// Whether everything posted has completed (collecting outcomes).
+    fn complete_inflight(&mut self, d: &mut Driver<HostMem>) -> bool {
+        if self
+            .inflight
+            .iter()
+            .any(|(id, _, _)| !d.pml.is_complete(*id))
+        {
+            return false;
+        }
+        for (id, want, peer) in std::mem::take(&mut self.inflight) {
+            match d.test(id) {
+                Some(Ok(st)) => {
+                    let st = Status::from_pml(st);
+                    match want {
+                        Some(w) if st.bytes != w => {
+                            let msg = format!(
+                                "rank {peer} sent {} bytes where {w} were expected: the ranks passed different counts or datatypes",
+                                st.bytes
+                            );
+                            self.fail(Error::new(ErrorClass::Truncate, self.call, self.me(), msg));
+                        }
+                        Some(_) => {}
+                        None => self.status = Some(st),
+                    }
+                }
+                Some(Err(e)) => {
+                    let e = Error::from_pml(e, self.call, self.me());
+                    self.fail(e)
+                }
+                None => {
+                    self.fail(Error::new(
+                        ErrorClass::Intern,
+                        self.call,
+                        self.me(),
+                        "request vanished",
+                    ));
+                }
+            }
+        }
+        true
+    }
+}
+
+fn read_mem<R>(m: &Mem, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
+    match m {
+        Mem::User { addr, .. } => HostMem.with_read(addr + r.off as u64, r.len, MemKind::Host, f),
+        Mem::Temp(v) => f(&v[r.off..r.off + r.len]),
+    }
+}
+
+fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    match m {
+        Mem::User { addr, writable, .. } => {
+            assert!(*writable, "a schedule wrote a read-only buffer");
+            HostMem.with_write(*addr + r.off as u64, r.len, MemKind::Host, f)
+        }
+        Mem::Temp(v) => f(&mut v[r.off..r.off + r.len]),
+    }
+}
+
+/// A copy of the bytes of a region (results the caller reads afterwards).
+pub(crate) fn temp_bytes(s: &Sched, r: Region) -> Vec<u8> {
+    s.read(r, |b| b.to_vec())
+}

@@ -1,0 +1,1077 @@
+//! Reduction operations (`MPI_Op`): the predefined operations, user-defined
+//! ones, and the kernels that combine two buffers element by element.
+//!
+//! Every operation follows MPI's convention for user functions:
+//! `inout[i] = in[i] ∘ inout[i]`, where `in` holds the contribution of the
+//! **lower** ranks. The kernels are deterministic (the same inputs always give
+//! the same bits); callers fix the order in which contributions are combined.
+//!
+//! Buffers are byte slices holding values in native byte order, at any
+//! alignment: an aligned buffer is processed as a typed slice (a plain loop
+//! the compiler vectorizes), an unaligned one value by value through
+//! `from_ne_bytes`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::mem::size_of;
+use std::ops::{Add, BitAnd, BitOr, BitXor, Mul};
+use std::sync::Arc;
+
+use crate::buffer::{cast_slice, cast_slice_mut, from_bytes, write_bytes};
+use crate::datatype::{Datatype, Equivalence, Primitive};
+
+/// The callback of a user-defined operation: `(invec, inoutvec, count)`.
+type UserFn = dyn Fn(&[u8], &mut [u8], usize) + Send + Sync;
+
+/// A user-defined reduction operation (`MPI_Op_create`): a function that
+/// combines `count` elements of `invec` into `inoutvec`, and whether it is
+/// commutative. Build one with [`Op::user`] or [`Op::user_typed`].
+#[derive(Clone)]
+pub struct UserOp {
+    f: Arc<UserFn>,
+    commutative: bool,
+}
+
+impl UserOp {
+    /// Whether the operation was declared commutative. Non-commutative
+    /// operations are still assumed associative (as MPI requires).
+    pub fn is_commutative(&self) -> bool {
+        self.commutative
+    }
+
+    /// Run the function: `inout[i] = invec[i] ∘ inout[i]` for `count`
+    /// elements.
+    pub(crate) fn call(&self, invec: &[u8], inout: &mut [u8], count: usize) {
+        (self.f)(invec, inout, count)
+    }
+}
+
+impl fmt::Debug for UserOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserOp")
+            .field("commutative", &self.commutative)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A reduction operation (`MPI_Op`).
+///
+/// Which datatypes each predefined operation accepts follows the MPI
+/// standard's table (a reduction with an undefined pair is an
+/// `MPI_ERR_OP`-style error, never a panic):
+///
+/// | operation | datatypes |
+/// |---|---|
+/// | `Sum`, `Prod` | integers, floats |
+/// | `Min`, `Max` | integers, floats, `Char` |
+/// | `Land`, `Lor`, `Lxor` | integers, `Bool` |
+/// | `Band`, `Bor`, `Bxor` | integers, `Byte` |
+/// | `MinLoc`, `MaxLoc` | the pair types (`FloatInt`, `DoubleInt`, `LongInt`, `TwoInt`, `ShortInt`) |
+/// | `User` | any |
+/// | `Replace`, `NoOp` | none: one-sided (accumulate) operations only |
+///
+/// Integer arithmetic wraps. Float `Min` is `if in < inout { in } else { inout }`
+/// and `Max` is `if in > inout { in } else { inout }` (C's `<`), so when either
+/// value is NaN the result is the `inout` value. Logical operations treat
+/// nonzero as true and produce 0 or 1 of the type.
+#[derive(Clone)]
+pub enum Op {
+    /// `MPI_SUM`: sum (integers wrap).
+    Sum,
+    /// `MPI_PROD`: product (integers wrap).
+    Prod,
+    /// `MPI_MIN`: minimum.
+    Min,
+    /// `MPI_MAX`: maximum.
+    Max,
+    /// `MPI_LAND`: logical and.
+    Land,
+    /// `MPI_LOR`: logical or.
+    Lor,
+    /// `MPI_LXOR`: logical exclusive or.
+    Lxor,
+    /// `MPI_BAND`: bitwise and.
+    Band,
+    /// `MPI_BOR`: bitwise or.
+    Bor,
+    /// `MPI_BXOR`: bitwise exclusive or.
+    Bxor,
+    /// `MPI_MINLOC`: minimum value and its index; on equal values the
+    /// smaller index wins.
+    MinLoc,
+    /// `MPI_MAXLOC`: maximum value and its index; on equal values the
+    /// smaller index wins.
+    MaxLoc,
+    /// `MPI_REPLACE`: the target takes the origin's value (one-sided
+    /// operations only).
+    Replace,
+    /// `MPI_NO_OP`: the target keeps its value (one-sided operations only).
+    NoOp,
+    /// A user-defined operation (`MPI_Op_create`).
+    User(UserOp),
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::User(u) => u.fmt(f),
+            _ => f.write_str(self.name()),
+        }
+    }
+}
+
+impl Op {
+    /// A user-defined operation on raw elements (`MPI_Op_create`).
+    ///
+    /// `f(invec, inoutvec, count)` must set each of the `count` elements of
+    /// `inoutvec` to `invec[i] ∘ inoutvec[i]`, where `invec` comes from the
+    /// lower ranks. Both slices hold exactly `count` elements in native byte
+    /// order and may be unaligned. `∘` must be associative; declare it
+    /// `commutative` only if it is.
+    pub fn user<F>(f: F, commutative: bool) -> Op
+    where
+        F: Fn(&[u8], &mut [u8], usize) + Send + Sync + 'static,
+    {
+        Op::User(UserOp {
+            f: Arc::new(f),
+            commutative,
+        })
+    }
+
+    /// A user-defined operation on values of `T`: `f(invec, inoutvec)` must
+    /// set `inoutvec[i] = invec[i] ∘ inoutvec[i]` (`invec` from the lower
+    /// ranks). The slices are views of the buffers when those are aligned
+    /// for `T`, copies otherwise (written back after `f` returns). For a
+    /// zero-sized `T`, `f` receives empty slices.
+    pub fn user_typed<T, F>(f: F, commutative: bool) -> Op
+    where
+        T: Equivalence,
+        F: Fn(&[T], &mut [T]) + Send + Sync + 'static,
+    {
+        Op::user(
+            move |invec: &[u8], inout: &mut [u8], count: usize| {
+                let n = count * size_of::<T>();
+                let (a, b) = (&invec[..n], &mut inout[..n]);
+                let a: Cow<'_, [T]> = match cast_slice::<T>(a) {
+                    Some(s) => Cow::Borrowed(s),
+                    None => Cow::Owned(from_bytes(a)),
+                };
+                match cast_slice_mut::<T>(b) {
+                    Some(s) => f(&a, s),
+                    None => {
+                        let mut v = from_bytes::<T>(b);
+                        f(&a, &mut v);
+                        write_bytes(&v, b);
+                    }
+                }
+            },
+            commutative,
+        )
+    }
+
+    /// Whether the operation is commutative: every predefined operation is;
+    /// a user-defined one is as declared.
+    pub fn is_commutative(&self) -> bool {
+        match self {
+            Op::User(u) => u.commutative,
+            _ => true,
+        }
+    }
+
+    /// The MPI name of the operation (`"MPI_SUM"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Sum => "MPI_SUM",
+            Op::Prod => "MPI_PROD",
+            Op::Min => "MPI_MIN",
+            Op::Max => "MPI_MAX",
+            Op::Land => "MPI_LAND",
+            Op::Lor => "MPI_LOR",
+            Op::Lxor => "MPI_LXOR",
+            Op::Band => "MPI_BAND",
+            Op::Bor => "MPI_BOR",
+            Op::Bxor => "MPI_BXOR",
+            Op::MinLoc => "MPI_MINLOC",
+            Op::MaxLoc => "MPI_MAXLOC",
+            Op::Replace => "MPI_REPLACE",
+            Op::NoOp => "MPI_NO_OP",
+            Op::User(_) => "user-defined operation",
+        }
+    }
+}
+
+/// The groups of the MPI standard's table of valid (operation, datatype)
+/// pairs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Int,
+    Float,
+    Bool,
+    Byte,
+    Char,
+    Pair,
+}
+
+fn class(p: Primitive) -> Class {
+    use Primitive as P;
+    match p {
+        P::I8
+        | P::I16
+        | P::I32
+        | P::I64
+        | P::U8
+        | P::U16
+        | P::U32
+        | P::U64
+        | P::I128
+        | P::U128
+        | P::ISize
+        | P::USize => Class::Int,
+        P::F32 | P::F64 => Class::Float,
+        P::Bool => Class::Bool,
+        P::Byte => Class::Byte,
+        P::Char => Class::Char,
+        P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => Class::Pair,
+    }
+}
+
+/// Whether a reduction may apply `op` to `prim` (the MPI standard's table,
+/// see [`Op`]). The error says why not, e.g. "MPI_SUM is not defined for
+/// MPI_C_BOOL".
+pub(crate) fn check(op: &Op, prim: Primitive) -> Result<(), String> {
+    use Class as C;
+    let c = class(prim);
+    let ok = match op {
+        Op::Sum | Op::Prod => matches!(c, C::Int | C::Float),
+        Op::Min | Op::Max => matches!(c, C::Int | C::Float | C::Char),
+        Op::Land | Op::Lor | Op::Lxor => matches!(c, C::Int | C::Bool),
+        Op::Band | Op::Bor | Op::Bxor => matches!(c, C::Int | C::Byte),
+        Op::MinLoc | Op::MaxLoc => c == C::Pair,
+        Op::User(_) => true,
+        Op::Replace | Op::NoOp => {
+            return Err(format!(
+                "{} is only valid in one-sided operations, not in reductions",
+                op.name()
+            ))
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not defined for {}",
+            op.name(),
+            prim.mpi_name()
+        ))
+    }
+}
+
+/// [`check`] for any datatype: a datatype without a predefined meaning
+/// ([`Datatype::Opaque`]) takes only user-defined operations.
+pub(crate) fn check_datatype(op: &Op, dt: Datatype) -> Result<(), String> {
+    match dt {
+        Datatype::Primitive(p) => check(op, p),
+        Datatype::Opaque { size } => match op {
+            Op::User(_) => Ok(()),
+            // The one-sided message.
+            Op::Replace | Op::NoOp => check(op, Primitive::Byte),
+            _ => Err(format!(
+                "{} is not defined for a {size}-byte user datatype",
+                op.name()
+            )),
+        },
+    }
+}
+
+/// Bytes of `count` elements of `elem` bytes, checked against both buffers.
+fn span(count: usize, elem: usize, invec: &[u8], inout: &[u8]) -> usize {
+    let n = count.checked_mul(elem);
+    match n {
+        Some(n) if n <= invec.len() && n <= inout.len() => n,
+        _ => panic!(
+            "reduction of {count} elements of {elem} bytes: buffers of {} and {} bytes",
+            invec.len(),
+            inout.len()
+        ),
+    }
+}
+
+/// `inout = invec ∘ inout` element-wise on `count` elements of `prim`, stored
+/// in native byte order at any alignment (the bytes after `count` elements
+/// are left alone).
+///
+/// Call [`check`] first. `Replace` copies `invec`, `NoOp` leaves `inout` as
+/// it is (their one-sided meanings), on any datatype.
+///
+/// # Panics
+/// If either buffer is shorter than `count` elements, or `(op, prim)` is a
+/// pair [`check`] rejects (other than `Replace`/`NoOp`).
+pub(crate) fn apply(op: &Op, prim: Primitive, count: usize, invec: &[u8], inout: &mut [u8]) {
+    use Primitive as P;
+    let n = span(count, Datatype::Primitive(prim).size(), invec, inout);
+    let (a, b) = (&invec[..n], &mut inout[..n]);
+    match op {
+        Op::User(u) => return u.call(a, b, count),
+        Op::Replace => return b.copy_from_slice(a),
+        Op::NoOp => return,
+        _ => {}
+    }
+    if let Err(e) = check(op, prim) {
+        panic!("reduction kernel: {e}");
+    }
+    match prim {
+        P::I8 | P::Char => int::<i8>(op, a, b),
+        P::I16 => int::<i16>(op, a, b),
+        P::I32 => int::<i32>(op, a, b),
+        P::I64 => int::<i64>(op, a, b),
+        P::I128 => int::<i128>(op, a, b),
+        P::ISize => int::<isize>(op, a, b),
+        P::U8 | P::Bool | P::Byte => int::<u8>(op, a, b),
+        P::U16 => int::<u16>(op, a, b),
+        P::U32 => int::<u32>(op, a, b),
+        P::U64 => int::<u64>(op, a, b),
+        P::U128 => int::<u128>(op, a, b),
+        P::USize => int::<usize>(op, a, b),
+        P::F32 => arith::<f32>(op, a, b),
+        P::F64 => arith::<f64>(op, a, b),
+        P::FloatInt => loc::<f32>(op, 8, 4, a, b),
+        P::DoubleInt => loc::<f64>(op, 16, 8, a, b),
+        P::LongInt => loc::<i64>(op, 16, 8, a, b),
+        P::TwoInt => loc::<i32>(op, 8, 4, a, b),
+        P::ShortInt => loc::<i16>(op, 8, 4, a, b),
+    }
+}
+
+/// [`apply`] for any datatype: on a [`Datatype::Opaque`] type only
+/// user-defined operations (and `Replace`/`NoOp`) apply.
+///
+/// # Panics
+/// As [`apply`]; and for a predefined operation on an opaque type.
+pub(crate) fn apply_datatype(op: &Op, dt: Datatype, count: usize, invec: &[u8], inout: &mut [u8]) {
+    match dt {
+        Datatype::Primitive(p) => apply(op, p, count, invec, inout),
+        Datatype::Opaque { size } => {
+            let n = span(count, size, invec, inout);
+            let (a, b) = (&invec[..n], &mut inout[..n]);
+            match op {
+                Op::User(u) => u.call(a, b, count),
+                Op::Replace => b.copy_from_slice(a),
+                Op::NoOp => {}
+                _ => panic!(
+                    "reduction kernel: {} on a {size}-byte user datatype",
+                    op.name()
+                ),
+            }
+        }
+    }
+}
+
+/// A number the kernels combine: loads and stores itself in native byte
+/// order, and adds and multiplies (wrapping, for integers).
+trait Num: Equivalence + PartialOrd {
+    fn load(b: &[u8]) -> Self;
+    fn store(self, b: &mut [u8]);
+    fn sum(self, o: Self) -> Self;
+    fn prod(self, o: Self) -> Self;
+}
+
+/// An integer: bitwise and logical operations too.
+trait Int: Num + BitAnd<Output = Self> + BitOr<Output = Self> + BitXor<Output = Self> {
+    /// Nonzero.
+    fn truth(self) -> bool;
+    /// 1 or 0.
+    fn from_truth(t: bool) -> Self;
+}
+
+macro_rules! num {
+    ($add:ident, $mul:ident: $($t:ty),*) => {$(
+        impl Num for $t {
+            #[inline(always)]
+            fn load(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(b.try_into().expect("element-sized chunk"))
+            }
+            #[inline(always)]
+            fn store(self, b: &mut [u8]) {
+                b.copy_from_slice(&self.to_ne_bytes())
+            }
+            #[inline(always)]
+            fn sum(self, o: Self) -> Self {
+                self.$add(o)
+            }
+            #[inline(always)]
+            fn prod(self, o: Self) -> Self {
+                self.$mul(o)
+            }
+        }
+    )*};
+}
+
+num!(wrapping_add, wrapping_mul: i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+// Floats: IEEE addition and multiplication (`std::ops`).
+num!(add, mul: f32, f64);
+
+macro_rules! int {
+    ($($t:ty),*) => {$(
+        impl Int for $t {
+            #[inline(always)]
+            fn truth(self) -> bool {
+                self != 0
+            }
+            #[inline(always)]
+            fn from_truth(t: bool) -> Self {
+                <$t>::from(t)
+            }
+        }
+    )*};
+}
+
+int!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+
+/// `b[i] = f(a[i], b[i])` over whole slices of equal length: a typed loop
+/// when both are aligned for `T`, value by value otherwise.
+#[inline(always)]
+fn zip<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
+    if let (Some(x), Some(y)) = (cast_slice::<T>(a), cast_slice_mut::<T>(b)) {
+        for (x, y) in x.iter().zip(y.iter_mut()) {
+            *y = f(*x, *y);
+        }
+        return;
+    }
+    let s = size_of::<T>();
+    for (x, y) in a.chunks_exact(s).zip(b.chunks_exact_mut(s)) {
+        f(T::load(x), T::load(y)).store(y);
+    }
+}
+
+/// Sum, product, minimum and maximum.
+#[inline(always)]
+fn arith<T: Num>(op: &Op, a: &[u8], b: &mut [u8]) {
+    match op {
+        Op::Sum => zip::<T>(a, b, T::sum),
+        Op::Prod => zip::<T>(a, b, T::prod),
+        Op::Min => zip::<T>(a, b, |x, y| if x < y { x } else { y }),
+        Op::Max => zip::<T>(a, b, |x, y| if x > y { x } else { y }),
+        _ => unreachable!("{} is not arithmetic", op.name()),
+    }
+}
+
+/// Every operation on integers.
+#[inline(always)]
+fn int<T: Int>(op: &Op, a: &[u8], b: &mut [u8]) {
+    match op {
+        Op::Land => zip::<T>(a, b, |x, y| T::from_truth(x.truth() & y.truth())),
+        Op::Lor => zip::<T>(a, b, |x, y| T::from_truth(x.truth() | y.truth())),
+        Op::Lxor => zip::<T>(a, b, |x, y| T::from_truth(x.truth() ^ y.truth())),
+        Op::Band => zip::<T>(a, b, |x, y| x & y),
+        Op::Bor => zip::<T>(a, b, |x, y| x | y),
+        Op::Bxor => zip::<T>(a, b, |x, y| x ^ y),
+        _ => arith::<T>(op, a, b),
+    }
+}
+
+/// `MinLoc`/`MaxLoc` on pairs of a `V` value at offset 0 and an `i32` index
+/// at `idx`, `stride` bytes apart: the better value wins, and on equal
+/// values the smaller index. The winner's bytes (padding included) end up
+/// in `b`. A NaN value never compares better or equal, so a pair with a NaN
+/// on either side keeps `b`'s pair.
+fn loc<V: Num>(op: &Op, stride: usize, idx: usize, a: &[u8], b: &mut [u8]) {
+    let max = match op {
+        Op::MinLoc => false,
+        Op::MaxLoc => true,
+        _ => unreachable!("{} is not a location operation", op.name()),
+    };
+    let vs = size_of::<V>();
+    for (x, y) in a.chunks_exact(stride).zip(b.chunks_exact_mut(stride)) {
+        let (u, v) = (V::load(&x[..vs]), V::load(&y[..vs]));
+        let better = if max { u > v } else { u < v };
+        let take = better || (u == v && i32::load(&x[idx..idx + 4]) < i32::load(&y[idx..idx + 4]));
+        if take {
+            y.copy_from_slice(x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use Primitive as P;
+
+    const ALL_PRIMS: [Primitive; 22] = [
+        P::I8,
+        P::I16,
+        P::I32,
+        P::I64,
+        P::U8,
+        P::U16,
+        P::U32,
+        P::U64,
+        P::F32,
+        P::F64,
+        P::Bool,
+        P::I128,
+        P::U128,
+        P::ISize,
+        P::USize,
+        P::FloatInt,
+        P::DoubleInt,
+        P::LongInt,
+        P::TwoInt,
+        P::ShortInt,
+        P::Byte,
+        P::Char,
+    ];
+
+    /// Compile-time reminder: a new `Primitive` must join `ALL_PRIMS`.
+    #[allow(dead_code)]
+    fn all_prims_is_exhaustive(p: Primitive) {
+        match p {
+            P::I8 | P::I16 | P::I32 | P::I64 | P::U8 | P::U16 | P::U32 | P::U64 => {}
+            P::F32 | P::F64 | P::Bool | P::I128 | P::U128 | P::ISize | P::USize => {}
+            P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => {}
+            P::Byte | P::Char => {}
+        }
+    }
+
+    /// Valid (predefined op, datatype) pairs: 12 integer types × 10 ops,
+    /// 2 float types × 4, `Char` 2, `Bool` 3, `Byte` 3, 5 pair types × 2.
+    const PREDEFINED_VALID: usize = 120 + 8 + 2 + 3 + 3 + 10;
+
+    fn predefined() -> Vec<Op> {
+        use Op::*;
+        vec![
+            Sum, Prod, Min, Max, Land, Lor, Lxor, Band, Bor, Bxor, MinLoc, MaxLoc, Replace, NoOp,
+        ]
+    }
+
+    /// The standard's table, written out independently of `check`.
+    fn expected_valid(op: &Op, p: Primitive) -> bool {
+        let ints = [
+            P::I8,
+            P::I16,
+            P::I32,
+            P::I64,
+            P::U8,
+            P::U16,
+            P::U32,
+            P::U64,
+            P::I128,
+            P::U128,
+            P::ISize,
+            P::USize,
+        ];
+        let floats = [P::F32, P::F64];
+        let pairs = [
+            P::FloatInt,
+            P::DoubleInt,
+            P::LongInt,
+            P::TwoInt,
+            P::ShortInt,
+        ];
+        let is_int = ints.contains(&p);
+        match op {
+            Op::Sum | Op::Prod => is_int || floats.contains(&p),
+            Op::Min | Op::Max => is_int || floats.contains(&p) || p == P::Char,
+            Op::Land | Op::Lor | Op::Lxor => is_int || p == P::Bool,
+            Op::Band | Op::Bor | Op::Bxor => is_int || p == P::Byte,
+            Op::MinLoc | Op::MaxLoc => pairs.contains(&p),
+            Op::User(_) => true,
+            Op::Replace | Op::NoOp => false,
+        }
+    }
+
+    #[test]
+    fn check_follows_the_table() {
+        let mut ops = predefined();
+        ops.push(Op::user(|_, _, _| {}, true));
+        let mut valid = 0;
+        for op in &ops {
+            for &p in &ALL_PRIMS {
+                let got = check(op, p);
+                assert_eq!(
+                    got.is_ok(),
+                    expected_valid(op, p),
+                    "{op:?} on {p:?}: {got:?}"
+                );
+                if let Err(e) = got {
+                    assert!(e.contains(op.name()), "{e}");
+                    if !matches!(op, Op::Replace | Op::NoOp) {
+                        assert!(e.contains(p.mpi_name()), "{e}");
+                    } else {
+                        assert!(e.contains("one-sided"), "{e}");
+                    }
+                } else {
+                    valid += 1;
+                }
+            }
+        }
+        assert_eq!(valid, PREDEFINED_VALID + ALL_PRIMS.len());
+        assert_eq!(
+            check(&Op::Sum, P::Bool).unwrap_err(),
+            "MPI_SUM is not defined for MPI_C_BOOL"
+        );
+        assert_eq!(
+            check_datatype(&Op::Sum, Datatype::Opaque { size: 12 }).unwrap_err(),
+            "MPI_SUM is not defined for a 12-byte user datatype"
+        );
+        assert!(check_datatype(&Op::Replace, Datatype::Opaque { size: 12 })
+            .unwrap_err()
+            .contains("one-sided"));
+        assert!(check_datatype(
+            &Op::user(|_, _, _| {}, false),
+            Datatype::Opaque { size: 12 }
+        )
+        .is_ok());
+        assert!(check_datatype(&Op::Max, Datatype::Primitive(P::F32)).is_ok());
+    }
+
+    #[test]
+    fn names_debug_and_commutativity() {
+        assert_eq!(Op::Sum.name(), "MPI_SUM");
+        assert_eq!(Op::MaxLoc.name(), "MPI_MAXLOC");
+        assert_eq!(format!("{:?}", Op::Bxor), "MPI_BXOR");
+        let u = Op::user(|_, _, _| {}, false);
+        assert!(!u.is_commutative());
+        assert!(format!("{u:?}").contains("commutative: false"));
+        assert!(Op::user(|_, _, _| {}, true).is_commutative());
+        assert!(predefined().iter().all(Op::is_commutative));
+    }
+
+    // ---- scalar reference ----
+
+    macro_rules! ref_int {
+        ($t:ty, $op:expr, $a:expr, $b:expr) => {{
+            const S: usize = size_of::<$t>();
+            let mut out = Vec::new();
+            for (x, y) in $a.chunks_exact(S).zip($b.chunks_exact(S)) {
+                let x = <$t>::from_ne_bytes(x.try_into().unwrap());
+                let y = <$t>::from_ne_bytes(y.try_into().unwrap());
+                let z: $t = match $op {
+                    Op::Sum => x.wrapping_add(y),
+                    Op::Prod => x.wrapping_mul(y),
+                    Op::Min => std::cmp::min(x, y),
+                    Op::Max => std::cmp::max(x, y),
+                    Op::Land => (x != 0 && y != 0) as $t,
+                    Op::Lor => (x != 0 || y != 0) as $t,
+                    Op::Lxor => ((x != 0) != (y != 0)) as $t,
+                    Op::Band => x & y,
+                    Op::Bor => x | y,
+                    Op::Bxor => x ^ y,
+                    _ => unreachable!(),
+                };
+                out.extend_from_slice(&z.to_ne_bytes());
+            }
+            out
+        }};
+    }
+
+    macro_rules! ref_float {
+        ($t:ty, $op:expr, $a:expr, $b:expr) => {{
+            const S: usize = size_of::<$t>();
+            let mut out = Vec::new();
+            for (x, y) in $a.chunks_exact(S).zip($b.chunks_exact(S)) {
+                let x = <$t>::from_ne_bytes(x.try_into().unwrap());
+                let y = <$t>::from_ne_bytes(y.try_into().unwrap());
+                let z: $t = match $op {
+                    Op::Sum => x + y,
+                    Op::Prod => x * y,
+                    // NaN on either side: inout's value.
+                    Op::Min if x.is_nan() || y.is_nan() => y,
+                    Op::Max if x.is_nan() || y.is_nan() => y,
+                    Op::Min => {
+                        if x < y {
+                            x
+                        } else {
+                            y
+                        }
+                    }
+                    Op::Max => {
+                        if x > y {
+                            x
+                        } else {
+                            y
+                        }
+                    }
+                    _ => unreachable!(),
+                };
+                out.extend_from_slice(&z.to_ne_bytes());
+            }
+            out
+        }};
+    }
+
+    macro_rules! ref_loc {
+        ($v:ty, $stride:expr, $idx:expr, $op:expr, $a:expr, $b:expr) => {{
+            const S: usize = size_of::<$v>();
+            let mut out = Vec::new();
+            for (x, y) in $a.chunks_exact($stride).zip($b.chunks_exact($stride)) {
+                let u = <$v>::from_ne_bytes(x[..S].try_into().unwrap());
+                let v = <$v>::from_ne_bytes(y[..S].try_into().unwrap());
+                let i = i32::from_ne_bytes(x[$idx..$idx + 4].try_into().unwrap());
+                let j = i32::from_ne_bytes(y[$idx..$idx + 4].try_into().unwrap());
+                #[allow(clippy::float_cmp)]
+                let from_in = match $op {
+                    Op::MinLoc => u < v || (u == v && i < j),
+                    Op::MaxLoc => u > v || (u == v && i < j),
+                    _ => unreachable!(),
+                };
+                out.extend_from_slice(if from_in { x } else { y });
+            }
+            out
+        }};
+    }
+
+    fn reference(op: &Op, p: Primitive, a: &[u8], b: &[u8]) -> Vec<u8> {
+        match p {
+            P::I8 | P::Char => ref_int!(i8, op, a, b),
+            P::I16 => ref_int!(i16, op, a, b),
+            P::I32 => ref_int!(i32, op, a, b),
+            P::I64 => ref_int!(i64, op, a, b),
+            P::I128 => ref_int!(i128, op, a, b),
+            P::ISize => ref_int!(isize, op, a, b),
+            P::U8 | P::Bool | P::Byte => ref_int!(u8, op, a, b),
+            P::U16 => ref_int!(u16, op, a, b),
+            P::U32 => ref_int!(u32, op, a, b),
+            P::U64 => ref_int!(u64, op, a, b),
+            P::U128 => ref_int!(u128, op, a, b),
+            P::USize => ref_int!(usize, op, a, b),
+            P::F32 => ref_float!(f32, op, a, b),
+            P::F64 => ref_float!(f64, op, a, b),
+            P::FloatInt => ref_loc!(f32, 8, 4, op, a, b),
+            P::DoubleInt => ref_loc!(f64, 16, 8, op, a, b),
+            P::LongInt => ref_loc!(i64, 16, 8, op, a, b),
+            P::TwoInt => ref_loc!(i32, 8, 4, op, a, b),
+            P::ShortInt => ref_loc!(i16, 8, 4, op, a, b),
+        }
+    }
+
+    /// Equal bytes, except that two NaNs of a float type compare equal
+    /// (arithmetic may pick either operand's payload).
+    fn same(p: Primitive, got: &[u8], want: &[u8]) -> bool {
+        match p {
+            P::F32 => got.chunks_exact(4).zip(want.chunks_exact(4)).all(|(g, w)| {
+                let (g, w) = (
+                    f32::from_ne_bytes(g.try_into().unwrap()),
+                    f32::from_ne_bytes(w.try_into().unwrap()),
+                );
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())
+            }),
+            P::F64 => got.chunks_exact(8).zip(want.chunks_exact(8)).all(|(g, w)| {
+                let (g, w) = (
+                    f64::from_ne_bytes(g.try_into().unwrap()),
+                    f64::from_ne_bytes(w.try_into().unwrap()),
+                );
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())
+            }),
+            _ => got == want,
+        }
+    }
+
+    fn valid_pairs() -> Vec<(Op, Primitive)> {
+        let mut v = Vec::new();
+        for op in predefined() {
+            for &p in &ALL_PRIMS {
+                if check(&op, p).is_ok() {
+                    v.push((op.clone(), p));
+                }
+            }
+        }
+        v
+    }
+
+    /// Run `apply` with the inputs at byte offsets `oa`/`ob` past a 16-byte
+    /// boundary and compare with the reference; bytes past `count` elements
+    /// must be untouched.
+    fn run_case(op: &Op, p: Primitive, count: usize, oa: usize, ob: usize, ra: &[u8], rb: &[u8]) {
+        let size = Datatype::Primitive(p).size();
+        let n = count * size;
+        let mut bufa = vec![0u8; n + 64];
+        let mut bufb = vec![0u8; n + 64];
+        let ba = bufa.as_ptr().align_offset(16) + oa;
+        let bb = bufb.as_ptr().align_offset(16) + ob;
+        bufa[ba..ba + n].copy_from_slice(&ra[..n]);
+        bufb[bb..bb + n].copy_from_slice(&rb[..n]);
+        let want = reference(op, p, &ra[..n], &rb[..n]);
+        let before = bufb.clone();
+        apply(op, p, count, &bufa[ba..ba + n], &mut bufb[bb..bb + n + 5]);
+        assert!(
+            same(p, &bufb[bb..bb + n], &want),
+            "{op:?} on {p:?}, count {count}, offsets {oa}/{ob}"
+        );
+        assert_eq!(bufb[..bb], before[..bb]);
+        assert_eq!(bufb[bb + n..], before[bb + n..]);
+    }
+
+    /// Pseudo-random bytes (xorshift), with a sprinkling of small values so
+    /// that ties, zeros and ones occur.
+    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|k| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                if k % 7 == 3 {
+                    (s % 3) as u8
+                } else {
+                    s as u8
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_valid_pair_matches_the_reference_aligned_and_not() {
+        let pairs = valid_pairs();
+        assert_eq!(pairs.len(), PREDEFINED_VALID);
+        for (k, (op, p)) in pairs.iter().enumerate() {
+            for &(oa, ob) in &[(0, 0), (1, 0), (0, 3), (5, 5), (8, 8)] {
+                for count in [0, 1, 7, 33] {
+                    let n = count * 16;
+                    let ra = bytes(k as u64 * 1000 + count as u64, n);
+                    let rb = bytes(k as u64 * 7777 + count as u64 + 1, n);
+                    run_case(op, *p, count, oa, ob, &ra, &rb);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn random_cases_match_the_reference(
+            k in 0usize..PREDEFINED_VALID,
+            count in 0usize..48,
+            oa in 0usize..16,
+            ob in 0usize..16,
+            ra in proptest::collection::vec(any::<u8>(), 48 * 16),
+            rb in proptest::collection::vec(any::<u8>(), 48 * 16),
+        ) {
+            let pairs = valid_pairs();
+            let (op, p) = &pairs[k];
+            run_case(op, *p, count, oa, ob, &ra, &rb);
+        }
+    }
+
+    fn ne<T: Equivalence>(v: &[T]) -> Vec<u8> {
+        let mut out = vec![0u8; std::mem::size_of_val(v)];
+        write_bytes(v, &mut out);
+        out
+    }
+
+    #[test]
+    fn integers_wrap_and_logicals_give_zero_or_one() {
+        let mut b = ne(&[1i8, -128, 100]);
+        apply(&Op::Sum, P::I8, 3, &ne(&[127i8, -1, 100]), &mut b);
+        assert_eq!(from_bytes::<i8>(&b), [-128, 127, -56]);
+        let mut b = ne(&[u64::MAX, 3]);
+        apply(&Op::Prod, P::U64, 2, &ne(&[2u64, 3]), &mut b);
+        assert_eq!(from_bytes::<u64>(&b), [u64::MAX - 1, 9]);
+        let mut b = ne(&[i128::MAX]);
+        apply(&Op::Sum, P::I128, 1, &ne(&[1i128]), &mut b);
+        assert_eq!(from_bytes::<i128>(&b), [i128::MIN]);
+        let mut b = ne(&[5i32, 0, 7, 0]);
+        apply(&Op::Land, P::I32, 4, &ne(&[-3i32, 9, 0, 0]), &mut b);
+        assert_eq!(from_bytes::<i32>(&b), [1, 0, 0, 0]);
+        let mut b = vec![2u8, 0, 1, 0];
+        apply(&Op::Lxor, P::Bool, 4, &[1, 7, 1, 0], &mut b);
+        assert_eq!(b, [0, 1, 0, 0]);
+    }
+
+    #[test]
+    fn float_min_max_and_nan() {
+        let nan = f64::NAN;
+        let mut b = ne(&[1.0f64, nan, 2.0, 0.0]);
+        apply(&Op::Min, P::F64, 4, &ne(&[0.5f64, 1.0, nan, -0.0]), &mut b);
+        let r = from_bytes::<f64>(&b);
+        assert_eq!(r[0], 0.5);
+        assert!(r[1].is_nan(), "NaN in inout stays");
+        assert_eq!(r[2], 2.0, "NaN in invec loses");
+        assert!(r[3] == 0.0 && r[3].is_sign_positive(), "equal: inout stays");
+        let mut b = ne(&[1.0f32, 3.0]);
+        apply(&Op::Max, P::F32, 2, &ne(&[2.0f32, f32::NAN]), &mut b);
+        assert_eq!(from_bytes::<f32>(&b), [2.0, 3.0]);
+    }
+
+    fn two_int(v: &[(i32, i32)]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|&(a, i)| [a.to_ne_bytes(), i.to_ne_bytes()].concat())
+            .collect()
+    }
+
+    fn double_int(v: &[(f64, i32)]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|&(a, i)| [&a.to_ne_bytes()[..], &i.to_ne_bytes(), &[0xee; 4]].concat())
+            .collect()
+    }
+
+    #[test]
+    fn minloc_maxloc_tie_breaking() {
+        let a = two_int(&[(5, 3), (5, 0), (4, 9), (6, 1)]);
+        let mut b = two_int(&[(5, 1), (5, 2), (5, 0), (5, 0)]);
+        apply(&Op::MinLoc, P::TwoInt, 4, &a, &mut b);
+        assert_eq!(b, two_int(&[(5, 1), (5, 0), (4, 9), (5, 0)]));
+        let mut b = two_int(&[(5, 1), (5, 2), (5, 0), (5, 0)]);
+        apply(&Op::MaxLoc, P::TwoInt, 4, &a, &mut b);
+        assert_eq!(b, two_int(&[(5, 1), (5, 0), (5, 0), (6, 1)]));
+
+        let a = double_int(&[(1.5, 7), (2.0, 1), (f64::NAN, 0)]);
+        let mut b = double_int(&[(1.5, 8), (2.0, 4), (3.0, 5)]);
+        apply(&Op::MaxLoc, P::DoubleInt, 3, &a[..], &mut b[..]);
+        assert_eq!(b, double_int(&[(1.5, 7), (2.0, 1), (3.0, 5)]));
+
+        // Equal value and index: inout's pair stays, padding and all.
+        let mut a = double_int(&[(0.0, 2)]);
+        a[12..].fill(0x11);
+        let mut b = double_int(&[(-0.0, 2)]);
+        let keep = b.clone();
+        apply(&Op::MinLoc, P::DoubleInt, 1, &a, &mut b);
+        assert_eq!(b, keep);
+
+        // ShortInt: i16 value, 2 bytes of padding, i32 index at offset 4.
+        let short = |v: i16, i: i32| [&v.to_ne_bytes()[..], &[0, 0], &i.to_ne_bytes()].concat();
+        let a = [short(-2, 9), short(3, 0)].concat();
+        let mut b = [short(-2, 4), short(1, 0)].concat();
+        apply(&Op::MinLoc, P::ShortInt, 2, &a, &mut b);
+        assert_eq!(b, [short(-2, 4), short(1, 0)].concat());
+    }
+
+    #[test]
+    fn user_ops_see_invec_then_inout() {
+        // Non-commutative: concatenation of digits, inout = in * 10 + inout.
+        let op = Op::user_typed::<u32, _>(
+            |a, b| {
+                for (x, y) in a.iter().zip(b.iter_mut()) {
+                    *y += x * 10;
+                }
+            },
+            false,
+        );
+        assert!(!op.is_commutative());
+        // Misaligned invec and inout: the typed function still sees u32s.
+        let mut a = vec![0u8; 1];
+        a.extend(ne(&[1u32, 2, 3]));
+        let mut b = vec![0u8; 3];
+        b.extend(ne(&[4u32, 5, 6]));
+        b.push(0xab);
+        apply(&op, P::U32, 3, &a[1..], &mut b[3..]);
+        assert_eq!(from_bytes::<u32>(&b[3..15]), [14, 25, 36]);
+        assert_eq!(b[15], 0xab);
+        // Aligned: views in place.
+        let mut b2 = ne(&[7u32, 8, 9]);
+        apply(&op, P::U32, 2, &ne(&[1u32, 2, 3]), &mut b2);
+        assert_eq!(from_bytes::<u32>(&b2), [17, 28, 9]);
+
+        // Raw user op: receives exactly `count` elements.
+        let raw = Op::user(
+            |a, b, count| {
+                assert_eq!(a.len(), count * 8);
+                assert_eq!(b.len(), count * 8);
+                for (x, y) in a.iter().zip(b.iter_mut()) {
+                    *y = y.wrapping_sub(*x);
+                }
+            },
+            true,
+        );
+        let mut b = vec![10u8; 20];
+        apply(&raw, P::F64, 2, &[3u8; 20], &mut b);
+        assert_eq!(&b[..16], &[7u8; 16]);
+        assert_eq!(&b[16..], &[10u8; 4]);
+
+        // On an opaque type (a 12-byte struct): count elements of 12 bytes.
+        let op = Op::user_typed::<[u32; 3], _>(
+            |a, b| {
+                for (x, y) in a.iter().zip(b.iter_mut()) {
+                    y[2] += x[0];
+                }
+            },
+            true,
+        );
+        let mut b = ne(&[[1u32, 2, 3], [4, 5, 6]]);
+        apply_datatype(
+            &op,
+            Datatype::Opaque { size: 12 },
+            2,
+            &ne(&[[10u32, 0, 0], [20, 0, 0]]),
+            &mut b,
+        );
+        assert_eq!(from_bytes::<[u32; 3]>(&b), [[1, 2, 13], [4, 5, 26]]);
+
+        // bool: bytes other than 0/1 read as true, never as an invalid bool.
+        let op = Op::user_typed::<bool, _>(
+            |a, b| {
+                for (x, y) in a.iter().zip(b.iter_mut()) {
+                    *y = *x && !*y;
+                }
+            },
+            false,
+        );
+        let mut b = vec![0u8, 5, 0];
+        apply(&op, P::Bool, 3, &[3, 1, 0], &mut b);
+        assert_eq!(b, [1, 0, 0]);
+    }
+
+    #[test]
+    fn replace_and_no_op() {
+        let mut b = vec![1u8, 2, 3, 4, 5];
+        apply(&Op::NoOp, P::I16, 2, &[9; 4], &mut b);
+        assert_eq!(b, [1, 2, 3, 4, 5]);
+        apply(&Op::Replace, P::I16, 2, &[9; 4], &mut b);
+        assert_eq!(b, [9, 9, 9, 9, 5]);
+        apply_datatype(
+            &Op::Replace,
+            Datatype::Opaque { size: 3 },
+            1,
+            &[7; 3],
+            &mut b,
+        );
+        assert_eq!(b, [7, 7, 7, 9, 5]);
+    }
+
+    #[test]
+    #[should_panic(expected = "MPI_BAND is not defined for MPI_DOUBLE")]
+    fn apply_rejects_an_invalid_pair() {
+        apply(&Op::Band, P::F64, 1, &[0; 8], &mut [0; 8]);
+    }
+
+    #[test]
+    #[should_panic(expected = "buffers of")]
+    fn apply_rejects_short_buffers() {
+        apply(&Op::Sum, P::F64, 2, &[0; 16], &mut [0; 8]);
+    }
+
+    /// `cargo test -p gmpi --lib --release op::tests::sum_f64_speed -- --ignored --nocapture`
+    #[test]
+    #[ignore = "timing; run in release"]
+    fn sum_f64_speed() {
+        let n = 1 << 17; // 1 MiB of f64
+        let a = ne(&vec![1.0f64; n]);
+        let b = ne(&vec![2.0f64; n]);
+        for (label, off) in [("aligned", 0usize), ("unaligned", 1)] {
+            let (mut a2, mut b2) = (vec![0u8; a.len() + 64], vec![0u8; b.len() + 64]);
+            let (sa, sb) = (
+                a2.as_ptr().align_offset(16) + off,
+                b2.as_ptr().align_offset(16) + off,
+            );
+            a2[sa..sa + a.len()].copy_from_slice(&a);
+            b2[sb..sb + b.len()].copy_from_slice(&b);
+            let reps = 2000;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                apply(
+                    &Op::Sum,
+                    P::F64,
+                    n,
+                    &a2[sa..sa + a.len()],
+                    &mut b2[sb..sb + b.len()],
+                );
+            }
+            let s = t.elapsed().as_secs_f64();
+            // Read 2 MiB, write 1 MiB per call.
+            let gbs = (3 * n * 8 * reps) as f64 / s / 1e9;
+            println!(
+                "{label}: {:.1} µs per MiB, {gbs:.1} GB/s",
+                s / reps as f64 * 1e6
+            );
+        }
+    }
+}
