@@ -15,6 +15,12 @@
 //!         assert_eq!(status.count::<u64>(), 4);
 //!     }
 //!     world.barrier()?;
+//!     // Collectives: every rank gets the same bits.
+//!     let mut sum = [0.0f64; 2];
+//!     world.allreduce(&[rank as f64, 1.0][..], &mut sum[..], gmpi::Op::Sum)?;
+//!     // Communicators: one per parity of the rank.
+//!     let half = world.split(rank % 2, rank)?.expect("a color was given");
+//!     half.bcast(&mut buf[..], 0)?;
 //!     Ok(())
 //! }
 //! ```
@@ -23,12 +29,22 @@
 //!
 //! File map:
 //! - `lib.rs`: [`init`], [`Universe`], constants, [`abort`], [`wtime`].
-//! - `comm.rs`: [`Communicator`] and point-to-point calls, barrier.
+//! - `comm.rs`: [`Communicator`]: point-to-point calls; dup, split, create,
+//!   compare, free; context ids.
+//! - `coll/`: the collectives: `mod.rs` (argument checks, algorithm choice,
+//!   shared-memory paths), `algo.rs` (algorithms as schedule builders),
+//!   `sched.rs` (schedules: the steps a collective runs, blocking or not).
+//! - `group.rs`: [`Group`].
 //! - `request.rs`: [`Request`] (non-blocking operations), [`Status`], [`wait_all`].
-//! - `datatype.rs`: [`Equivalence`] (Rust types ↔ MPI datatypes).
+//! - `datatype.rs`: [`Equivalence`] (Rust types ↔ MPI datatypes), the pair
+//!   types of `MINLOC`/`MAXLOC`.
+//! - `typemap.rs`: [`UserDatatype`] (derived datatypes: flattened type maps,
+//!   pack/unpack).
+//! - `op.rs`: [`Op`] (reduction operations) and the kernels that apply them.
 //! - `engine.rs`: the per-process engine: PMI wire-up, transports, the
 //!   spin → yield → block wait loop.
-//! - `buffer.rs`: user buffers as raw memory (with `datatype.rs`, the only
+//! - `buffer.rs`: user buffers as raw memory: the [`Buffer`] traits, views
+//!   `(memory, count, datatype)`, [`TypedBuf`] (with `datatype.rs`, the only
 //!   `unsafe` code in this crate).
 //! - `config.rs`: `gmpi.toml` and `GMPI_*` settings.
 //! - `error.rs`: [`Error`] and [`ErrorClass`] (the one place that maps lower

@@ -58,6 +58,24 @@ impl Status {
         }
     }
 
+    /// Number of whole elements of `dtype` received (`MPI_Get_count`), or
+    /// `None` (`MPI_UNDEFINED`) if the bytes received are not a whole number
+    /// of elements.
+    pub fn get_count(&self, dtype: &impl crate::AsDatatype) -> Option<usize> {
+        let size = dtype.as_user().size();
+        match size {
+            0 => Some(0),
+            n if self.bytes.is_multiple_of(n) => Some(self.bytes / n),
+            _ => None,
+        }
+    }
+
+    /// Number of basic elements (of the primitives `dtype` is made of)
+    /// received (`MPI_Get_elements`), or `None` if the bytes end inside one.
+    pub fn get_elements(&self, dtype: &impl crate::AsDatatype) -> Option<usize> {
+        dtype.as_user().get_elements(self.bytes)
+    }
+
     /// Bytes received.
     pub fn bytes(&self) -> usize {
         self.bytes

@@ -318,7 +318,7 @@ impl Communicator {
             }
         }
         match &*g {
-            ShmState::Ready(c) if bytes <= c.slot_bytes() => Some(g),
+            ShmState::Ready(c) if bytes <= c.slot_bytes() && !c.is_broken() => Some(g),
             _ => None,
         }
     }
