@@ -9,16 +9,19 @@
 //! offset 0                         header (one 128-byte line): magic u64, version u32,
 //!                                  n u32, slot_bytes u64, depth u64, total u64, state u32
 //! 128 + 128*r                      control line of rank r (written by r only):
-//!                                    +0  arrived  u64   last epoch r entered (published)
+//!                                    +0  arrived  u64   last barrier epoch r entered
 //!                                    +8  consumed u64   last epoch whose slots r has read
 //!                                    +16 present  u64   set once at bootstrap
 //! data + (r*depth + i)*stride      slot i of rank r (written by r only), i = epoch % depth:
-//!                                    +0  len u64, +8 epoch u64, +16 slot_bytes of data
+//!                                    +0  len u64, +8 epoch tag u64, +16 slot_bytes of data
 //! ```
 //!
-//! `stride` is `16 + slot_bytes` rounded up to 128 bytes; everything written by
-//! different ranks lives in different 128-byte (adjacent-line prefetch) pairs.
-//! An 8-byte contribution and its length share one line.
+//! `stride` is `16 + slot_bytes` rounded up to 128 bytes; words written by
+//! different ranks never share a 128-byte (adjacent-line prefetch) pair. An
+//! exchange or bcast publishes through the slot's epoch tag rather than
+//! `arrived`, so a reader of a small contribution pulls exactly one line
+//! per peer (tag, length and data together), and the `consumed` stores land
+//! in a line nobody polls during a run of exchanges.
 //!
 //! # Protocol
 //!
@@ -26,48 +29,53 @@
 //! epoch `e` (the same sequence on every rank, since the operations are
 //! collective and issued in the same order). Epochs are `u64` and never wrap.
 //!
-//! - **barrier**: store `consumed = e`, `arrived = e` (Release), then wait
-//!   until every rank's `arrived >= e` (Acquire loads). Flat: each rank polls
-//!   `n - 1` lines, so the traffic is O(n²) lines per barrier; fine for the
-//!   node sizes this is meant for (measured up to 8), a tree would serve
-//!   larger `n` better.
-//! - **exchange**: *reserve* slot `e % depth`, write `len`, `epoch` and the data,
-//!   store `arrived = e` (Release), wait until every `arrived >= e`
-//!   (Acquire), run `f` over the `n` slots of epoch `e`, store `consumed = e`
-//!   (Release).
-//! - **bcast**: the root reserves and writes its slot, stores `consumed = e`
-//!   and `arrived = e`, and returns without waiting. The others wait for the
-//!   root's `arrived >= e`, copy its slot out, store `consumed = e` and
-//!   `arrived = e`.
+//! - **barrier**: store `consumed = e` (nothing to read), `arrived = e`
+//!   (Release), then wait until every rank's `arrived >= e` (Acquire loads).
+//!   Flat: each rank polls `n - 1` lines, O(n²) line transfers per barrier in
+//!   all; fine for the node-local sizes this is meant for (tested up to 7
+//!   threads); a tree or dissemination barrier would serve large `n` better.
+//! - **exchange**: *reserve* slot `e % depth`, write `len` and the data, store
+//!   the slot's tag `= e` (Release), wait until every rank's tag for that
+//!   slot is `>= e` (Acquire), run `f` over the `n` slots, store
+//!   `consumed = e` (Release).
+//! - **bcast**: the root reserves and writes its slot (tag `= e`, Release),
+//!   stores `consumed = e` and returns without waiting. The others wait for
+//!   the root's tag `>= e` (Acquire), copy its slot out and store
+//!   `consumed = e` (Release).
 //! - **reserve** (before writing the slot of epoch `e`): every rank's
 //!   `consumed >= e - depth`, i.e. nobody still reads the slot's previous
-//!   epoch. The answer is cached: a completed wait for `arrived >= e` on all
-//!   ranks proves `consumed >= e - 1` everywhere (a rank enters epoch `e` only
-//!   after finishing `e - 1`), so back-to-back exchanges and barriers never
-//!   load the `consumed` words; only a bcast root that runs ahead does.
+//!   epoch. The answer is cached: a completed wait in which every rank was
+//!   seen to have entered epoch `e` proves `consumed >= e - 1` everywhere (a
+//!   rank publishes epoch `e` only after finishing `e - 1`), so runs of
+//!   exchanges and barriers never load the `consumed` words; only a bcast
+//!   root that runs ahead does.
 //!
-//! Every operation publishes `consumed = e` without waiting for anything but
-//! what the operation itself needs, so a reserve never waits for a rank that
-//! is itself blocked in a later operation: no deadlock for any `depth >= 1`.
+//! Every operation stores `consumed = e` as soon as it has read what it
+//! needs, without waiting for anything else, so a reserve never waits for a
+//! rank that is itself blocked in a later operation: no deadlock for any
+//! `depth >= 1`.
 //!
 //! # Memory ordering
 //!
-//! Each counter has a single writer and only grows, so an Acquire load that
-//! returns `v` synchronises with the writer's Release store of `v` (or of a
-//! later value, which follows it in the writer's program order).
-//! - *Data visibility*: the writer's slot writes (data, `len`, `epoch`)
-//!   are sequenced before its Release store `arrived = e`; a reader's
-//!   Acquire load seeing `arrived >= e` therefore happens after them, and so
-//!   do its reads of the slot.
+//! Each word has a single writer and only grows (a slot's tag takes the
+//! epochs `i, i + depth, ...`), so an Acquire load that returns `v`
+//! synchronises with the writer's Release store of `v` (or of a later value,
+//! which follows it in the writer's program order).
+//! - *Data visibility*: the writer's slot writes (data, `len`) are sequenced
+//!   before its Release store of the tag `e`; a reader's Acquire load seeing
+//!   the tag `>= e` therefore happens after them, and so do its reads of the
+//!   slot.
 //! - *No overwrite while read*: a reader's reads of slot `e % depth` are
-//!   sequenced before its Release store `consumed = e` (and before any
-//!   later `arrived`); the writer overwrites that slot only for epoch
-//!   `e + depth`, after an Acquire load of `consumed >= e` (or of
-//!   `arrived >= e + 1`, see reserve) from every rank. So reads of epoch
-//!   `e` happen before writes of epoch `e + depth`: no data race.
+//!   sequenced before its Release store `consumed = e` (and before anything
+//!   it publishes for later epochs); the writer overwrites that slot only for
+//!   epoch `e + depth`, after an Acquire load of `consumed >= e` — or of an
+//!   `arrived`/tag `>= e + 1`, see reserve — from every rank. So the reads of
+//!   epoch `e` happen before the writes of epoch `e + depth`: no data race.
+//!   In particular a tag never exceeds `e` while a reader waits for `e`.
 //! - A rank may run ahead by up to `depth - 1` operations (bcast roots) and
 //!   write a *different* slot meanwhile; readers of epoch `e` only ever look
 //!   at slot `e % depth`.
+//! - The barrier is the same argument with `arrived` and no data.
 //!
 //! Values read from shared memory are bounded before use (`len` is clamped to
 //! `slot_bytes`), so a corrupt or hostile peer can garble results, never make
@@ -113,6 +121,15 @@ const MAX_SLOT_BYTES: usize = 1 << 30;
 const MAX_DEPTH: usize = 1024;
 /// Up to this many ranks, [`ShmColl::exchange`] lists the slots on the stack.
 const STACK_RANKS: usize = 16;
+
+/// Which word announces that a rank entered an epoch.
+#[derive(Clone, Copy)]
+enum SlotOrCtrl {
+    /// `arrived` in its control line (barrier).
+    Ctrl,
+    /// The epoch tag of its slot (exchange).
+    Slot,
+}
 
 /// Configuration of a [`ShmColl`] area. Every participant must use the same
 /// values (checked at bootstrap).
@@ -190,8 +207,17 @@ impl Layout {
     }
 }
 
-/// One rank's handle on a shared-memory collective area (see the module
-/// documentation of `coll.rs` for layout and protocol).
+/// One rank's handle on a shared-memory collective area.
+///
+/// The area (one file, mapped by every participant and unlinked once all
+/// attached) holds a control line per rank (epoch counters) and `depth` data
+/// slots of [`CollConfig::slot_bytes`] per rank. Each operation is an epoch:
+/// a rank publishes its slot or its arrival with a Release store of the
+/// epoch number and the others observe it with Acquire loads; a rank reuses
+/// a slot only after every rank has stored "consumed" for the slot's
+/// previous epoch. No locks, no system calls: a 2-rank barrier is one cache
+/// line each way. The layout and the full ordering argument are in the
+/// header of `btl-shm/src/coll.rs`.
 ///
 /// All operations are collective: every participant must call the same
 /// sequence of [`barrier`](Self::barrier), [`exchange`](Self::exchange) and
@@ -249,14 +275,17 @@ impl ShmColl {
     /// `fence` is a barrier among the `n` participants supplied by the caller
     /// (e.g. over point-to-point messages). It is called exactly twice on
     /// every rank, whatever fails, so no rank hangs in a fence another skips;
-    /// a fence error is passed through. On any failure before the second
+    /// a fence error is passed through. On any failure up to the second
     /// fence — bad arguments, a configuration that differs between ranks, a
     /// stale file at `path` (rank 0 then marks it so nobody attaches to it),
-    /// a rank that could not attach — every rank returns an error, because
-    /// after the second fence each rank checks that all `n` marked themselves
-    /// present. A failure to unlink the file afterwards is not reported (it
-    /// could not reach the other ranks any more; the area works regardless,
-    /// and a later job's `O_EXCL` create of the same name fails loudly).
+    /// a rank that could not attach, a first fence that failed on some
+    /// ranks only — every rank returns an error: a rank marks itself present
+    /// in the area only once it passed the first fence and attached, and
+    /// after the second fence each rank checks that all `n` did. What cannot
+    /// be made collective without a third fence: a second fence that fails
+    /// on some ranks only (the others succeed), and a failure to unlink the
+    /// file, which is therefore ignored (the area works regardless, and a
+    /// later `O_CREAT|O_EXCL` of the same name fails loudly).
     pub fn bootstrap(
         path: &str,
         rank: usize,
@@ -289,17 +318,16 @@ impl ShmColl {
             }),
             Ok(_) => Ok(None),
         };
-        if let (Ok(Some(m)), Ok(layout)) = (&map, &checked) {
-            mark_present(m, layout, rank);
-        }
         let first = fence().map_err(|e| os(format!("shm coll bootstrap: first fence failed: {e}")));
 
-        // Phase 2: the others attach.
+        // Phase 2: the others attach; every rank that got this far marks
+        // itself present (rank 0 only now: if its first fence failed, the
+        // others must see it absent).
         if let (Ok(layout), Ok(None), Ok(())) = (&checked, &map, &first) {
-            map = attach(path, layout).map(|m| {
-                mark_present(&m, layout, rank);
-                Some(m)
-            });
+            map = attach(path, layout).map(Some);
+        }
+        if let (Ok(layout), Ok(Some(m)), Ok(())) = (&checked, &map, &first) {
+            mark_present(m, layout, rank);
         }
         let second =
             fence().map_err(|e| os(format!("shm coll bootstrap: second fence failed: {e}")));
@@ -367,7 +395,7 @@ impl ShmColl {
             .store(e, Ordering::Release);
         self.ctrl(self.rank, CTRL_ARRIVED)
             .store(e, Ordering::Release);
-        self.wait_all_arrived(e, idle)?;
+        self.wait_all(e, idle, SlotOrCtrl::Ctrl)?;
         self.broken = false;
         Ok(())
     }
@@ -394,9 +422,7 @@ impl ShmColl {
         let e = self.begin();
         self.reserve(e, idle)?;
         self.publish(e, data);
-        self.ctrl(self.rank, CTRL_ARRIVED)
-            .store(e, Ordering::Release);
-        self.wait_all_arrived(e, idle)?;
+        self.wait_all(e, idle, SlotOrCtrl::Slot)?;
         let n = self.layout.n;
         let out = if n <= STACK_RANKS {
             let mut parts: [&[u8]; STACK_RANKS] = [&[]; STACK_RANKS];
@@ -418,7 +444,8 @@ impl ShmColl {
     /// Copy the root's `buf` into every other participant's `buf` (all at most
     /// [`slot_bytes`](Self::slot_bytes); normally the same length everywhere;
     /// a receiver gets `min(root's len, its len)` bytes). The root does not
-    /// wait for the others.
+    /// wait for the others, unless it runs `depth` operations ahead of a
+    /// reader (its slot is then still being read).
     ///
     /// # Panics
     /// If `root` is not a participant, `buf` is longer than
@@ -441,17 +468,16 @@ impl ShmColl {
             self.reserve(e, idle)?;
             self.publish(e, buf);
         } else {
-            let map = &self.map;
-            let arrived = map.u64_at(self.layout.ctrl(root) + CTRL_ARRIVED);
-            wait(idle, || arrived.load(Ordering::Acquire) >= e)?;
+            let tag = self
+                .map
+                .u64_at(self.layout.slot(root, self.slot) + SLOT_EPOCH);
+            wait(idle, || tag.load(Ordering::Acquire) >= e)?;
             let src = self.contribution(root, e);
             let k = src.len().min(buf.len());
             buf[..k].copy_from_slice(&src[..k]);
         }
         // Root: read nothing. Others: the copy above happens before this.
         self.ctrl(self.rank, CTRL_CONSUMED)
-            .store(e, Ordering::Release);
-        self.ctrl(self.rank, CTRL_ARRIVED)
             .store(e, Ordering::Release);
         self.broken = false;
         Ok(())
@@ -518,7 +544,8 @@ impl ShmColl {
         Ok(())
     }
 
-    /// Write our slot for epoch `e` (reserved).
+    /// Write our slot for epoch `e` (reserved), then publish it: the Release
+    /// store of its epoch tag.
     #[inline]
     fn publish(&mut self, e: u64, data: &[u8]) {
         let s = self.layout.slot(self.rank, self.slot);
@@ -526,26 +553,27 @@ impl ShmColl {
         self.map
             .u64_at(s + SLOT_LEN)
             .store(data.len() as u64, Ordering::Relaxed);
-        self.map.u64_at(s + SLOT_EPOCH).store(e, Ordering::Relaxed);
+        self.map.u64_at(s + SLOT_EPOCH).store(e, Ordering::Release);
     }
 
-    /// Wait until every rank's `arrived >= e`.
+    /// Wait until every rank has entered epoch `e`: its `arrived` (barrier)
+    /// or its slot's epoch tag (exchange) is at least `e`.
     #[inline]
-    fn wait_all_arrived<E>(
+    fn wait_all<E>(
         &mut self,
         e: u64,
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        word: SlotOrCtrl,
     ) -> Result<(), E> {
-        let (map, layout, me) = (&self.map, &self.layout, self.rank);
+        let (map, layout, me, slot) = (&self.map, &self.layout, self.rank, self.slot);
+        let at = |r: usize| match word {
+            SlotOrCtrl::Ctrl => layout.ctrl(r) + CTRL_ARRIVED,
+            SlotOrCtrl::Slot => layout.slot(r, slot) + SLOT_EPOCH,
+        };
         let mut next = 0;
         wait(idle, || {
             while next < layout.n {
-                if next != me
-                    && map
-                        .u64_at(layout.ctrl(next) + CTRL_ARRIVED)
-                        .load(Ordering::Acquire)
-                        < e
-                {
+                if next != me && map.u64_at(at(next)).load(Ordering::Acquire) < e {
                     return false;
                 }
                 next += 1;
@@ -558,7 +586,7 @@ impl ShmColl {
     }
 
     /// Rank `r`'s published contribution for epoch `e` (after an Acquire
-    /// load of its `arrived >= e`).
+    /// load of its slot's epoch tag `>= e`).
     #[inline]
     fn contribution(&self, r: usize, e: u64) -> &[u8] {
         let s = self.layout.slot(r, self.slot);
@@ -676,7 +704,7 @@ mod tests {
     #[test]
     fn layout_is_line_separated() {
         let l = Layout::new(3, &CollConfig::default()).unwrap();
-        assert_eq!(l.stride, (16 + (16 << 10)).next_multiple_of(128));
+        assert_eq!(l.stride, (16usize + (16 << 10)).next_multiple_of(128));
         assert_eq!(l.data_off, 128 + 3 * 128);
         assert_eq!(l.total, l.data_off + 3 * 2 * l.stride);
         let mut offs = Vec::new();

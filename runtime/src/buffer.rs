@@ -196,6 +196,19 @@ impl View {
             .then_some(self.base + self.origin as u64)
     }
 
+    /// Run `f` on the data in place if it is one contiguous run.
+    pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let a = self.contig_addr()?;
+        Some(HostMem.with_read(a, self.bytes(), MemKind::Host, f))
+    }
+
+    /// Run `f` on the data, writable, in place if it is one contiguous run.
+    pub(crate) fn write_contig<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        assert!(self.writable, "write into a read-only buffer");
+        let a = self.contig_addr()?;
+        Some(HostMem.with_write(a, self.bytes(), MemKind::Host, f))
+    }
+
     /// The data, packed (a copy).
     pub(crate) fn pack(&self) -> Vec<u8> {
         let n = self.bytes();

@@ -11,7 +11,7 @@
 //! | `cma` | `GMPI_CMA` | use `process_vm_readv` single copy (`true`/`false`) | `true` |
 //! | `shm_ring_bytes` | `GMPI_SHM_RING_BYTES` | bytes per shared-memory ring | automatic (memory bound) |
 //! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 32 KiB − 8 (a 32 KiB record) |
-//! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (20 when oversubscribed) |
+//! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (5 when oversubscribed) |
 //! | `yields` | `GMPI_YIELDS` | yields before blocking | 100 (4 when oversubscribed) |
 //! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100 |
 //! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |

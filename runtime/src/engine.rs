@@ -35,7 +35,7 @@ impl Backoff {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let over = local_size > cores;
         Self {
-            spin: cfg.spin.unwrap_or(if over { 20 } else { 2000 }),
+            spin: cfg.spin.unwrap_or(if over { 5 } else { 2000 }),
             yields: cfg.yields.unwrap_or(if over { 4 } else { 100 }),
             block: Duration::from_millis(cfg.block_ms),
         }
@@ -341,10 +341,15 @@ impl Engine {
     /// progress everything else, then back off (yielding rather than blocking,
     /// since a flag write rings no doorbell).
     pub fn idle_flags(&mut self, call: &str, k: u32) -> Result<()> {
+        let b = self.backoff;
+        // Poll the flag tightly at first; progress the rest every so often.
+        if k <= b.spin && !k.is_multiple_of(64) {
+            std::hint::spin_loop();
+            return Ok(());
+        }
         if self.progress_all(call)? > 0 {
             return Ok(());
         }
-        let b = self.backoff;
         if k <= b.spin {
             std::hint::spin_loop();
         } else if k <= b.spin + 20_000 {

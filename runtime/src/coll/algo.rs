@@ -226,22 +226,36 @@ pub fn split(len: usize, unit: usize, n: i32, j: i32) -> (usize, usize) {
 
 /// Ring allreduce for commutative ops: reduce-scatter then allgather around
 /// the ring; each chunk is reduced along one fixed path and then copied, so
-/// every rank gets the same bits. `acc` (writable) holds the contribution
-/// and receives the result; `tmp` is scratch of at least one chunk.
-pub fn allreduce_ring(s: &mut Sched, n: i32, me: i32, acc: Region, tmp: Region, unit: usize) {
+/// every rank gets the same bits. `input` holds the contribution (it may be
+/// `acc` itself, in place); `acc` (writable) receives the result, each chunk
+/// written once, so the input is never copied as a whole; `tmp` is scratch
+/// of at least one chunk.
+pub fn allreduce_ring(
+    s: &mut Sched,
+    n: i32,
+    me: i32,
+    input: Region,
+    acc: Region,
+    tmp: Region,
+    unit: usize,
+) {
     let right = (me + 1) % n;
     let left = (me - 1).rem_euclid(n);
-    let ch = |j: i32| {
-        let (o, l) = split(acc.len, unit, n, j.rem_euclid(n));
-        acc.sub(o, l)
+    let part = |r: Region, j: i32| {
+        let (o, l) = split(r.len, unit, n, j.rem_euclid(n));
+        r.sub(o, l)
     };
+    let ch = |j: i32| part(acc, j);
     for k in 0..n - 1 {
-        let out = ch(me - k);
+        // The first chunk sent is this rank's own contribution; later ones
+        // were reduced here in the step before.
+        let out = if k == 0 { part(input, me) } else { ch(me - k) };
         let inc = ch(me - k - 1);
         let t = tmp.sub(0, inc.len);
         s.recv(t, left);
         s.send(out, right);
         s.wait();
+        s.copy(part(input, me - k - 1), inc);
         s.reduce(t, inc);
     }
     for k in 0..n - 1 {

@@ -110,17 +110,21 @@ fn reduction(call: &str, rank: i32, op: &Op, ty: &Ty) -> Result<Reduction> {
 
 use crate::datatype::Datatype;
 
-/// Copy `slots` reduced in rank order (`slots[0] ∘ slots[1] ∘ …`) into `out`.
-fn reduce_slots(red: &Reduction, slots: &[&[u8]], out: &mut Vec<u8>) {
-    let len = slots[0].len();
-    let cnt = len / red.unit;
-    out.clear();
-    out.extend_from_slice(slots[0]);
-    let mut b = vec![0u8; len];
-    for s in &slots[1..] {
-        b.copy_from_slice(s);
-        crate::op::apply_datatype(&red.op, red.dt, cnt, out, &mut b);
-        std::mem::swap(out, &mut b);
+/// Write `slots` reduced in rank order (`slots[0] ∘ slots[1] ∘ …`) into
+/// `out`: every rank that does this gets the same bits.
+fn reduce_slots(red: &Reduction, slots: &[&[u8]], out: &mut [u8]) {
+    let cnt = out.len() / red.unit;
+    out.copy_from_slice(slots[slots.len().min(2) - 1]);
+    if slots.len() < 2 {
+        return;
+    }
+    crate::op::apply_datatype(&red.op, red.dt, cnt, slots[0], out);
+    let mut acc = Vec::new();
+    for s in &slots[2..] {
+        acc.clear();
+        acc.extend_from_slice(out);
+        out.copy_from_slice(s);
+        crate::op::apply_datatype(&red.op, red.dt, cnt, &acc, out);
     }
 }
 
@@ -664,18 +668,30 @@ impl Communicator {
             unreachable!()
         };
         tracing::debug!(target: "coll", "{call}: shared memory, {} B, reduced in rank order", input.bytes());
-        let data = input.pack();
         let me = self.rank();
-        let mut result = Vec::new();
-        a.exchange(&data, &mut |k| e.idle_flags(call, k), |slots| {
-            if root.is_none_or(|r| r == me) && !slots[0].is_empty() {
-                reduce_slots(red, slots, &mut result);
-            }
-        })?;
-        if let Some(o) = out {
-            if root.is_none_or(|r| r == me) {
-                o.unpack(&result);
-            }
+        let len = input.bytes();
+        let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
+        let mut staged: Option<Vec<u8>> = None;
+        let mut run = |data: &[u8]| {
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                if let Some(o) = out {
+                    if o.write_contig(|o| reduce_slots(red, slots, o)).is_none() {
+                        let mut r = vec![0u8; len];
+                        reduce_slots(red, slots, &mut r);
+                        staged = Some(r);
+                    }
+                }
+            })
+        };
+        // Publish straight from the user's buffer unless the result goes
+        // into that same buffer (in place).
+        let in_place = out.is_some_and(|o| o.base == input.base);
+        match (!in_place).then(|| input.read_contig(&mut run)).flatten() {
+            Some(r) => r?,
+            None => run(&input.pack())?,
+        }
+        if let (Some(o), Some(r)) = (out, staged) {
+            o.unpack(&r);
         }
         Ok(true)
     }
@@ -698,29 +714,33 @@ impl Communicator {
         s.red = Some(red);
         let mut st = Staged::default();
         let (n, me) = (self.size(), self.rank());
-        let acc = match send {
+        let bytes = recv.bytes();
+        let large = e.cfg.allreduce_large.unwrap_or(64 * KIB);
+        let ring = n > 1 && bytes >= large && op.is_commutative() && bytes / unit >= n as usize;
+        let (input, acc) = match send {
             Some(sv) => {
                 let out = st.out(&mut s, recv);
                 let i = s.input(sv);
-                s.copy(i, out);
-                out
+                if !ring {
+                    s.copy(i, out);
+                }
+                (i, out)
             }
-            None => st.inout(&mut s, recv),
+            None => {
+                let io = st.inout(&mut s, recv);
+                (io, io)
+            }
         };
-        let bytes = recv.bytes();
-        if n > 1 && bytes > 0 {
-            let large = e.cfg.allreduce_large.unwrap_or(64 * KIB);
-            if bytes >= large && op.is_commutative() && bytes / unit >= n as usize {
-                tracing::debug!(target: "coll", "{call}: ring (reduce-scatter + allgather), {bytes} B over {n} ranks");
-                let (_, first) = algo::split(bytes, unit, n, 0);
-                let tmp = s.temp(first);
-                algo::allreduce_ring(&mut s, n, me, acc, tmp, unit);
-            } else {
-                tracing::debug!(target: "coll", "{call}: recursive doubling, {bytes} B over {n} ranks");
-                let tmp = s.temp(bytes);
-                let res = algo::allreduce_recursive_doubling(&mut s, n, me, acc, tmp);
-                s.copy(res, acc);
-            }
+        if ring {
+            tracing::debug!(target: "coll", "{call}: ring (reduce-scatter + allgather), {bytes} B over {n} ranks");
+            let (_, first) = algo::split(bytes, unit, n, 0);
+            let tmp = s.temp(first);
+            algo::allreduce_ring(&mut s, n, me, input, acc, tmp, unit);
+        } else if n > 1 && bytes > 0 {
+            tracing::debug!(target: "coll", "{call}: recursive doubling, {bytes} B over {n} ranks");
+            let tmp = s.temp(bytes);
+            let res = algo::allreduce_recursive_doubling(&mut s, n, me, acc, tmp);
+            s.copy(res, acc);
         }
         st.finish(&mut s);
         s
@@ -1854,7 +1874,13 @@ impl Communicator {
         let (input, result) = match send {
             Some(sv) => {
                 let i = s.input(sv);
-                (i, st.out(&mut s, recv))
+                // Exscan leaves rank 0's receive buffer alone.
+                let r = if exclusive && me == 0 {
+                    s.temp(bytes)
+                } else {
+                    st.out(&mut s, recv)
+                };
+                (i, r)
             }
             None => {
                 let io = st.inout(&mut s, recv);

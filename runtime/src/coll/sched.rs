@@ -150,9 +150,12 @@ impl Sched {
         }
     }
 
-    /// A zeroed temporary of `len` bytes.
+    /// Scratch memory of `len` bytes whose contents are unspecified (every
+    /// caller writes before it reads). Large ones come from a per-thread pool,
+    /// so a collective called in a loop neither page-faults fresh memory in
+    /// nor zeroes it every time.
     pub fn temp(&mut self, len: usize) -> Region {
-        self.mems.push(Mem::Temp(vec![0u8; len]));
+        self.mems.push(Mem::Temp(pool_take(len)));
         Region {
             mem: self.mems.len() - 1,
             off: 0,
@@ -185,7 +188,7 @@ impl Sched {
     pub fn output(&mut self, v: &View) -> (Region, bool) {
         match v.contig_addr() {
             Some(a) => (self.user(a, v.bytes(), true), false),
-            None => (self.temp(v.bytes()), true),
+            None => (self.temp_from(vec![0u8; v.bytes()]), true),
         }
     }
 
@@ -426,6 +429,65 @@ impl Sched {
             }
         }
         true
+    }
+}
+
+/// Temporaries at least this large are recycled.
+const POOL_MIN: usize = 32 << 10;
+/// ... and at most this large.
+const POOL_MAX: usize = 64 << 20;
+/// How many the pool keeps.
+const POOL_ENTRIES: usize = 8;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer of at least `len` bytes, recycled if one is pooled.
+fn pool_take(len: usize) -> Vec<u8> {
+    if len >= POOL_MIN {
+        let hit = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            // The smallest pooled buffer that fits.
+            let i = p
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.len() >= len)
+                .min_by_key(|(_, v)| v.len())
+                .map(|(i, _)| i)?;
+            Some(p.swap_remove(i))
+        });
+        if let Some(v) = hit {
+            return v;
+        }
+    }
+    vec![0u8; len]
+}
+
+impl Drop for Sched {
+    fn drop(&mut self) {
+        // Only finished schedules are dropped (a request waits for its
+        // schedule), so nothing still writes into these buffers.
+        for m in self.mems.drain(..) {
+            if let Mem::Temp(v) = m {
+                if (POOL_MIN..=POOL_MAX).contains(&v.len()) {
+                    POOL.with(|p| {
+                        let mut p = p.borrow_mut();
+                        if p.len() == POOL_ENTRIES {
+                            // Keep the larger buffers.
+                            if let Some((i, _)) = p.iter().enumerate().min_by_key(|(_, b)| b.len())
+                            {
+                                if p[i].len() < v.len() {
+                                    p[i] = v;
+                                }
+                            }
+                        } else {
+                            p.push(v);
+                        }
+                    });
+                }
+            }
+        }
     }
 }
 

@@ -1,0 +1,574 @@
+//! The shared-memory collective area: participants are threads of this
+//! process, each attaching the same file under `/dev/shm`, with a
+//! `std::sync::Barrier` as the bootstrap fence.
+
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Instant;
+
+use gmpi_btl::BtlError;
+use gmpi_btl_shm::{CollConfig, ShmColl};
+
+/// A path no other test (or test process) uses; the file is removed on drop,
+/// also when the test fails.
+struct TmpPath(String);
+
+impl TmpPath {
+    fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        Self(format!(
+            "/dev/shm/gmpi-test-coll-{}-{}-{tag}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+}
+
+impl Drop for TmpPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+thread_local! {
+    /// Set by [`run`]: raised when any participant of the run panics.
+    static ABORT: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Raises the run's abort flag if its thread unwinds.
+struct PanicFlag(Arc<AtomicBool>);
+
+impl Drop for PanicFlag {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Spin a little, then yield (threads may outnumber cores); give up once
+/// another participant panicked, so that a failing test fails instead of
+/// hanging.
+fn idle(k: u32) -> Result<(), &'static str> {
+    if k < 32 {
+        std::hint::spin_loop();
+        return Ok(());
+    }
+    thread::yield_now();
+    let aborted = ABORT.with(|a| {
+        a.borrow()
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    });
+    if aborted {
+        Err("another participant panicked")
+    } else {
+        Ok(())
+    }
+}
+
+/// Bootstrap `n` participants on threads (participant `r` uses
+/// `cfgs[min(r, len-1)]`; `fence_result(r, call)` decides what its fence
+/// returns, after waiting at the barrier), then run `body` on each with its
+/// handle. Returns, in rank order, `body`'s result and the number of fence
+/// calls.
+fn run<T, B, F>(
+    path: &str,
+    n: usize,
+    cfgs: &[CollConfig],
+    fence_result: F,
+    body: B,
+) -> Vec<(T, usize)>
+where
+    T: Send + 'static,
+    B: Fn(usize, Result<ShmColl, BtlError>) -> T + Send + Sync + 'static,
+    F: Fn(usize, usize) -> Result<(), String> + Send + Sync + 'static,
+{
+    let barrier = Arc::new(Barrier::new(n));
+    let body = Arc::new(body);
+    let fence_result = Arc::new(fence_result);
+    let abort = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (barrier, body, fence_result, abort) = (
+                Arc::clone(&barrier),
+                Arc::clone(&body),
+                Arc::clone(&fence_result),
+                Arc::clone(&abort),
+            );
+            let path = path.to_string();
+            let cfg = cfgs[r.min(cfgs.len() - 1)].clone();
+            thread::spawn(move || {
+                ABORT.with(|a| *a.borrow_mut() = Some(Arc::clone(&abort)));
+                let _flag = PanicFlag(abort);
+                let mut calls = 0;
+                let coll = ShmColl::bootstrap(&path, r, n, &cfg, &mut || {
+                    barrier.wait();
+                    calls += 1;
+                    fence_result(r, calls)
+                });
+                (body(r, coll), calls)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn ok_fence(_: usize, _: usize) -> Result<(), String> {
+    Ok(())
+}
+
+/// Contribution of `rank` to operation `op`: rank and op, then a pattern.
+fn contribution(rank: usize, op: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| (i as u64 ^ op.wrapping_mul(31) ^ (rank as u64 * 7)) as u8)
+        .collect();
+    if len >= 16 {
+        v[..8].copy_from_slice(&(rank as u64).to_le_bytes());
+        v[8..16].copy_from_slice(&op.to_le_bytes());
+    }
+    v
+}
+
+/// Barriers, exchanges of varying length checked byte for byte, and
+/// broadcasts from rotating roots (two in a row, so a root runs ahead).
+fn hammer(n: usize, cfg: CollConfig, iters: u64) {
+    let path = TmpPath::new(&format!("hammer{n}"));
+    let slot = cfg.slot_bytes;
+    let out = run(&path.0, n, &[cfg], ok_fence, move |rank, coll| {
+        let mut coll = coll.unwrap();
+        assert_eq!(
+            (coll.rank(), coll.size(), coll.slot_bytes()),
+            (rank, n, slot)
+        );
+        let mut op = 0u64;
+        for i in 0..iters {
+            op += 1;
+            coll.barrier(&mut idle).unwrap();
+
+            op += 1;
+            let len = 16 + (i as usize * 7) % (slot - 15);
+            let mine = contribution(rank, op, len);
+            let sum = coll
+                .exchange(&mine, &mut idle, |parts| {
+                    assert_eq!(parts.len(), n);
+                    let mut sum = 0u64;
+                    for (r, p) in parts.iter().enumerate() {
+                        assert_eq!(*p, &contribution(r, op, len)[..], "op {op} rank {r}");
+                        sum += u64::from_le_bytes(p[..8].try_into().unwrap());
+                    }
+                    sum
+                })
+                .unwrap();
+            assert_eq!(sum, (n * (n - 1) / 2) as u64);
+
+            for root in [i as usize % n, (i as usize + 1) % n] {
+                op += 1;
+                let blen = 16 + (i as usize * 13) % (slot - 15);
+                let mut buf = if rank == root {
+                    contribution(root, op, blen)
+                } else {
+                    vec![0; blen]
+                };
+                coll.bcast(root, &mut buf, &mut idle).unwrap();
+                assert_eq!(buf, contribution(root, op, blen), "bcast op {op}");
+            }
+        }
+        assert!(!coll.is_broken());
+        op
+    });
+    assert!(out
+        .iter()
+        .all(|&(ops, fences)| ops == 4 * iters && fences == 2));
+    assert!(!Path::new(&path.0).exists(), "unlinked after bootstrap");
+}
+
+fn small(depth: usize) -> CollConfig {
+    CollConfig {
+        slot_bytes: 256,
+        depth,
+    }
+}
+
+#[test]
+fn hammer_1() {
+    hammer(1, small(2), 10_000);
+}
+
+#[test]
+fn hammer_2() {
+    hammer(2, small(2), 10_000);
+}
+
+#[test]
+fn hammer_3() {
+    hammer(3, small(2), 10_000);
+}
+
+#[test]
+fn hammer_4() {
+    hammer(4, small(2), 10_000);
+}
+
+#[test]
+fn hammer_7() {
+    hammer(7, small(2), 10_000);
+}
+
+#[test]
+fn hammer_other_depths() {
+    hammer(3, small(1), 3_000);
+    hammer(4, small(3), 3_000);
+    hammer(2, CollConfig::default(), 1_000);
+}
+
+/// A root broadcasting many times in a row runs up to `depth` epochs ahead
+/// of a slow reader and never overwrites a slot still being read.
+#[test]
+fn root_runs_ahead_of_slow_readers() {
+    let path = TmpPath::new("ahead");
+    run(&path.0, 3, &[small(3)], ok_fence, |rank, coll| {
+        let mut coll = coll.unwrap();
+        for op in 1..=2_000u64 {
+            let mut buf = if rank == 0 {
+                contribution(0, op, 64)
+            } else {
+                vec![0; 64]
+            };
+            if rank == 2 && op % 100 == 0 {
+                thread::sleep(std::time::Duration::from_millis(1));
+            }
+            coll.bcast(0, &mut buf, &mut idle).unwrap();
+            assert_eq!(buf, contribution(0, op, 64));
+        }
+        coll.barrier(&mut idle).unwrap();
+    });
+}
+
+/// Contributions of different lengths are handed over with their own length;
+/// an empty exchange works; a short receive buffer gets a prefix.
+#[test]
+fn lengths_are_per_rank() {
+    let path = TmpPath::new("lens");
+    run(&path.0, 3, &[small(2)], ok_fence, |rank, coll| {
+        let mut coll = coll.unwrap();
+        let mine = vec![rank as u8; rank * 10];
+        let lens = coll
+            .exchange(&mine, &mut idle, |parts| {
+                for (r, p) in parts.iter().enumerate() {
+                    assert!(p.iter().all(|&b| b == r as u8));
+                }
+                parts.iter().map(|p| p.len()).collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert_eq!(lens, [0, 10, 20]);
+        let none = coll.exchange(&[], &mut idle, |parts| parts.len()).unwrap();
+        assert_eq!(none, 3);
+        let mut buf = if rank == 1 {
+            vec![9u8; 256]
+        } else {
+            vec![0; 5]
+        };
+        coll.bcast(1, &mut buf, &mut idle).unwrap();
+        assert!(buf.iter().all(|&b| b == 9));
+    });
+}
+
+/// `idle` is never called before the first check, and then with 1, 2, ...
+#[test]
+fn idle_is_called_only_after_a_failed_poll() {
+    let path = TmpPath::new("idlecount");
+    let go = Arc::new(Barrier::new(2));
+    run(&path.0, 2, &[small(2)], ok_fence, move |rank, coll| {
+        let mut coll = coll.unwrap();
+        let mut never = |k: u32| -> Result<(), Infallible> { panic!("idle({k}) called") };
+        // Root 1 publishes without waiting; rank 0 looks only afterwards.
+        let mut buf = [rank as u8; 8];
+        if rank == 1 {
+            coll.bcast(1, &mut buf, &mut never).unwrap();
+            go.wait();
+        } else {
+            go.wait();
+            coll.bcast(1, &mut buf, &mut never).unwrap();
+            assert_eq!(buf, [1; 8]);
+        }
+        // Rank 1 arrives late: rank 0 sees idle(1), idle(2), ... in order.
+        if rank == 1 {
+            thread::sleep(std::time::Duration::from_millis(20));
+            coll.barrier(&mut idle).unwrap();
+        } else {
+            let mut expect = 1;
+            coll.barrier(&mut |k: u32| -> Result<(), Infallible> {
+                assert_eq!(k, expect);
+                expect += 1;
+                thread::yield_now();
+                Ok(())
+            })
+            .unwrap();
+            assert!(expect > 1);
+        }
+    });
+    // Alone: nothing to wait for.
+    let path = TmpPath::new("idlealone");
+    run(&path.0, 1, &[small(2)], ok_fence, |_, coll| {
+        let mut coll = coll.unwrap();
+        let mut never = |k: u32| -> Result<(), Infallible> { panic!("idle({k}) called") };
+        for _ in 0..10 {
+            coll.barrier(&mut never).unwrap();
+            let x = coll
+                .exchange(&[1, 2, 3], &mut never, |p| p.concat())
+                .unwrap();
+            assert_eq!(x, [1, 2, 3]);
+            coll.bcast(0, &mut [0u8; 4], &mut never).unwrap();
+        }
+    });
+}
+
+/// An `Err` from `idle` ends the wait with that error (whichever rank and
+/// operation waits); the area is then broken and refuses further use.
+#[test]
+fn idle_error_aborts_the_wait() {
+    for waiter in [0, 1] {
+        for op in ["barrier", "exchange", "bcast"] {
+            let path = TmpPath::new("abort");
+            run(&path.0, 2, &[small(2)], ok_fence, move |rank, coll| {
+                let mut coll = coll.unwrap();
+                if rank == waiter {
+                    // The peer never joins: give up after 1000 polls.
+                    let mut dead = |k: u32| if k >= 1000 { Err(k) } else { Ok(()) };
+                    let r = match op {
+                        "barrier" => coll.barrier(&mut dead),
+                        "exchange" => coll.exchange(&[1; 8], &mut dead, |_| {
+                            unreachable!("the peer never contributed")
+                        }),
+                        _ => coll.bcast(1 - waiter, &mut [0; 8], &mut dead),
+                    };
+                    assert_eq!(r, Err(1000), "{op}");
+                    assert!(coll.is_broken());
+                    let again = catch_unwind(AssertUnwindSafe(|| coll.barrier(&mut idle)));
+                    assert!(again.is_err(), "a broken area must refuse further use");
+                }
+                // The peer simply leaves: the waiter's mapping stays valid.
+            });
+        }
+    }
+}
+
+fn assert_all_fail(out: &[(Result<(), String>, usize)], what: &str) {
+    for (r, (res, fences)) in out.iter().enumerate() {
+        assert!(res.is_err(), "rank {r} succeeded despite {what}");
+        assert_eq!(*fences, 2, "rank {r}: fence must be called exactly twice");
+    }
+}
+
+fn boot_result(_: usize, coll: Result<ShmColl, BtlError>) -> Result<(), String> {
+    coll.map(drop).map_err(|e| e.to_string())
+}
+
+#[test]
+fn stale_garbage_file_fails_every_rank() {
+    for garbage_len in [4096usize, 10, 0] {
+        let path = TmpPath::new("garbage");
+        std::fs::write(&path.0, vec![0xa5u8; garbage_len]).unwrap();
+        let out = run(&path.0, 3, &[CollConfig::default()], ok_fence, boot_result);
+        assert_all_fail(&out, "a stale file");
+        let e = out[0].0.as_ref().unwrap_err();
+        assert!(e.contains("already exists") && e.contains(&path.0), "{e}");
+        assert!(Path::new(&path.0).exists(), "not ours to remove");
+    }
+}
+
+/// A stale file that looks like a valid area (same configuration, ranks
+/// marked present) is poisoned by rank 0 and refused by the others.
+#[test]
+fn stale_valid_area_fails_every_rank() {
+    let path = TmpPath::new("stalevalid");
+    let copy = TmpPath::new("stalecopy");
+    let (src, dst) = (path.0.clone(), copy.0.clone());
+    // Capture a fully attached area: copy the file at the second fence.
+    run(
+        &path.0,
+        2,
+        &[small(2)],
+        move |r, call| {
+            if r == 0 && call == 2 {
+                std::fs::copy(&src, &dst).unwrap();
+            }
+            Ok(())
+        },
+        boot_result,
+    );
+    std::fs::rename(&copy.0, &path.0).unwrap();
+    let out = run(&path.0, 2, &[small(2)], ok_fence, boot_result);
+    assert_all_fail(&out, "a stale valid area");
+    assert!(out[1].0.as_ref().unwrap_err().contains("stale"), "{out:?}");
+}
+
+#[test]
+fn configuration_mismatch_fails_every_rank() {
+    for cfgs in [
+        vec![
+            small(2),
+            CollConfig {
+                slot_bytes: 1024,
+                depth: 2,
+            },
+            small(2),
+        ],
+        vec![small(2), small(2), small(3)],
+    ] {
+        let path = TmpPath::new("mismatch");
+        let out = run(&path.0, 3, &cfgs, ok_fence, boot_result);
+        assert_all_fail(&out, "a configuration mismatch");
+        assert!(!Path::new(&path.0).exists());
+    }
+}
+
+#[test]
+fn bad_arguments_fail_every_rank() {
+    // Rank 0 rejects its configuration: the others must not attach to
+    // anything (there is no file, or a stale one is poisoned).
+    for cfgs in [
+        vec![
+            CollConfig {
+                slot_bytes: 64,
+                depth: 0,
+            },
+            small(2),
+        ],
+        vec![
+            small(2),
+            CollConfig {
+                slot_bytes: usize::MAX,
+                depth: 2,
+            },
+        ],
+    ] {
+        let path = TmpPath::new("badargs");
+        let out = run(&path.0, 2, &cfgs, ok_fence, boot_result);
+        assert_all_fail(&out, "bad arguments");
+        assert!(!Path::new(&path.0).exists());
+    }
+    // Rank not below size, alone.
+    for (rank, n) in [(0, 0), (1, 1)] {
+        let path = TmpPath::new("badrank");
+        let mut fences = 0;
+        let e = ShmColl::bootstrap(&path.0, rank, n, &CollConfig::default(), &mut || {
+            fences += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("not below"), "{e}");
+        assert_eq!(fences, 2);
+        assert!(!Path::new(&path.0).exists());
+    }
+}
+
+#[test]
+fn failing_fences_fail_every_rank() {
+    // Every fence fails.
+    let path = TmpPath::new("fenceall");
+    let out = run(
+        &path.0,
+        3,
+        &[small(2)],
+        |_, _| Err("pmi gone".into()),
+        boot_result,
+    );
+    assert_all_fail(&out, "failing fences");
+    assert!(out[0].0.as_ref().unwrap_err().contains("pmi gone"));
+    assert!(!Path::new(&path.0).exists());
+    // Only one rank's first fence fails (it still waits at the barrier).
+    for culprit in [0, 2] {
+        let path = TmpPath::new("fenceone");
+        let out = run(
+            &path.0,
+            3,
+            &[small(2)],
+            move |r, call| {
+                if r == culprit && call == 1 {
+                    Err("timeout".into())
+                } else {
+                    Ok(())
+                }
+            },
+            boot_result,
+        );
+        assert_all_fail(&out, "one failing fence");
+        assert!(!Path::new(&path.0).exists());
+    }
+}
+
+fn bench(n: usize, spin: u32, iters: u64) {
+    let path = TmpPath::new("bench");
+    let out = run(
+        &path.0,
+        n,
+        &[CollConfig::default()],
+        ok_fence,
+        move |rank, coll| {
+            let mut coll = coll.unwrap();
+            let mut idle = |k: u32| -> Result<(), Infallible> {
+                if k <= spin {
+                    std::hint::spin_loop();
+                } else {
+                    thread::yield_now();
+                }
+                Ok(())
+            };
+            for _ in 0..iters / 10 {
+                coll.barrier(&mut idle).unwrap();
+            }
+            let t = Instant::now();
+            for _ in 0..iters {
+                coll.barrier(&mut idle).unwrap();
+            }
+            let barrier = t.elapsed().as_nanos() as f64 / iters as f64;
+            let x = (rank as f64 + 0.5).to_le_bytes();
+            let t = Instant::now();
+            let mut acc = 0.0;
+            for _ in 0..iters {
+                acc += coll
+                    .exchange(&x, &mut idle, |parts| {
+                        parts
+                            .iter()
+                            .map(|p| f64::from_le_bytes((*p).try_into().unwrap()))
+                            .sum::<f64>()
+                    })
+                    .unwrap();
+            }
+            let allreduce = t.elapsed().as_nanos() as f64 / iters as f64;
+            assert!(acc > 0.0);
+            let mut buf = [rank as u8; 8];
+            let t = Instant::now();
+            for _ in 0..iters {
+                coll.bcast(0, &mut buf, &mut idle).unwrap();
+            }
+            coll.barrier(&mut idle).unwrap();
+            let bcast = t.elapsed().as_nanos() as f64 / iters as f64;
+            (barrier, allreduce, bcast)
+        },
+    );
+    let (b, a, c) = out[0].0;
+    println!(
+        "{n} threads (spin {spin} polls, then yield): barrier {b:.0} ns, \
+         8-byte allreduce {a:.0} ns, 8-byte bcast {c:.0} ns"
+    );
+}
+
+/// `cargo test -p gmpi-btl-shm --release --test coll -- --ignored --nocapture`
+#[test]
+#[ignore = "micro benchmark"]
+fn bench_ns_per_op() {
+    bench(2, 1000, 1_000_000);
+    bench(2, 16, 1_000_000);
+    bench(4, 16, 100_000);
+    bench(4, 2, 100_000);
+}
