@@ -78,7 +78,7 @@ pub use datatype::{
 };
 pub use error::{Error, ErrorClass, Result};
 pub use group::{Comparison, Group, UNDEFINED};
-pub use op::{Op, UserOp};
+pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
 pub use request::{wait_all, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
 

@@ -120,20 +120,71 @@ impl fmt::Debug for Op {
     }
 }
 
+/// The kernel of a user-defined operation, on raw bytes.
+type RawFn = Arc<dyn Fn(&[u8], &mut [u8], usize) + Send + Sync>;
+
+/// A function [`Op::user`] accepts: either typed, `Fn(&[T], &mut [T])`
+/// (`T: Equivalence`), or raw, `Fn(&[u8], &mut [u8], usize)` (bytes and the
+/// element count). `M` only tells the two apart.
+pub trait UserFunction<M>: Send + Sync + 'static {
+    /// The function as a raw kernel.
+    #[doc(hidden)]
+    fn into_raw(self) -> RawFn;
+}
+
+/// Marker of raw user functions.
+#[derive(Debug)]
+pub enum RawMarker {}
+
+/// Marker of typed user functions on `T`.
+#[derive(Debug)]
+pub struct TypedMarker<T>(std::marker::PhantomData<T>);
+
+impl<F> UserFunction<RawMarker> for F
+where
+    F: Fn(&[u8], &mut [u8], usize) + Send + Sync + 'static,
+{
+    fn into_raw(self) -> RawFn {
+        Arc::new(self)
+    }
+}
+
+impl<T, F> UserFunction<TypedMarker<T>> for F
+where
+    T: Equivalence,
+    F: Fn(&[T], &mut [T]) + Send + Sync + 'static,
+{
+    fn into_raw(self) -> RawFn {
+        typed_kernel(self)
+    }
+}
+
 impl Op {
-    /// A user-defined operation on raw elements (`MPI_Op_create`).
+    /// A user-defined operation (`MPI_Op_create`). `f` is either
     ///
-    /// `f(invec, inoutvec, count)` must set each of the `count` elements of
-    /// `inoutvec` to `invec[i] ∘ inoutvec[i]`, where `invec` comes from the
-    /// lower ranks. Both slices hold exactly `count` elements in native byte
-    /// order and may be unaligned. `∘` must be associative; declare it
-    /// `commutative` only if it is.
-    pub fn user<F>(f: F, commutative: bool) -> Op
-    where
-        F: Fn(&[u8], &mut [u8], usize) + Send + Sync + 'static,
-    {
+    /// - typed, `f(invec: &[T], inoutvec: &mut [T])` for a `T:`
+    ///   [`Equivalence`] — as [`Op::user_typed`] — or
+    /// - raw, `f(invec: &[u8], inoutvec: &mut [u8], count: usize)`: both
+    ///   slices hold exactly `count` elements in native byte order and may be
+    ///   unaligned.
+    ///
+    /// Either way `f` must set each element of `inoutvec` to
+    /// `invec[i] ∘ inoutvec[i]`, where `invec` comes from the lower ranks.
+    /// `∘` must be associative; declare it `commutative` only if it is.
+    /// Annotate the closure's argument types so the form is clear:
+    ///
+    /// ```
+    /// let max_abs = gmpi::Op::user(|a: &[f64], b: &mut [f64]| {
+    ///     for (x, y) in a.iter().zip(b) { *y = y.abs().max(x.abs()); }
+    /// }, true);
+    /// let xor = gmpi::Op::user(|a: &[u8], b: &mut [u8], _n: usize| {
+    ///     for (x, y) in a.iter().zip(b) { *y ^= x; }
+    /// }, true);
+    /// # let _ = (max_abs, xor);
+    /// ```
+    pub fn user<M, F: UserFunction<M>>(f: F, commutative: bool) -> Op {
         Op::User(UserOp {
-            f: Arc::new(f),
+            f: f.into_raw(),
             commutative,
         })
     }
@@ -148,27 +199,38 @@ impl Op {
         T: Equivalence,
         F: Fn(&[T], &mut [T]) + Send + Sync + 'static,
     {
-        Op::user(
-            move |invec: &[u8], inout: &mut [u8], count: usize| {
-                let n = count * size_of::<T>();
-                let (a, b) = (&invec[..n], &mut inout[..n]);
-                let a: Cow<'_, [T]> = match cast_slice::<T>(a) {
-                    Some(s) => Cow::Borrowed(s),
-                    None => Cow::Owned(from_bytes(a)),
-                };
-                match cast_slice_mut::<T>(b) {
-                    Some(s) => f(&a, s),
-                    None => {
-                        let mut v = from_bytes::<T>(b);
-                        f(&a, &mut v);
-                        write_bytes(&v, b);
-                    }
-                }
-            },
+        Op::User(UserOp {
+            f: typed_kernel(f),
             commutative,
-        )
+        })
     }
+}
 
+/// A raw kernel running a typed user function.
+fn typed_kernel<T, F>(f: F) -> RawFn
+where
+    T: Equivalence,
+    F: Fn(&[T], &mut [T]) + Send + Sync + 'static,
+{
+    Arc::new(move |invec: &[u8], inout: &mut [u8], count: usize| {
+        let n = count * size_of::<T>();
+        let (a, b) = (&invec[..n], &mut inout[..n]);
+        let a: Cow<'_, [T]> = match cast_slice::<T>(a) {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(from_bytes(a)),
+        };
+        match cast_slice_mut::<T>(b) {
+            Some(s) => f(&a, s),
+            None => {
+                let mut v = from_bytes::<T>(b);
+                f(&a, &mut v);
+                write_bytes(&v, b);
+            }
+        }
+    })
+}
+
+impl Op {
     /// Whether the operation is commutative: every predefined operation is;
     /// a user-defined one is as declared.
     pub fn is_commutative(&self) -> bool {
@@ -583,7 +645,7 @@ mod tests {
     #[test]
     fn check_follows_the_table() {
         let mut ops = predefined();
-        ops.push(Op::user(|_, _, _| {}, true));
+        ops.push(Op::user(|_: &[u8], _: &mut [u8], _: usize| {}, true));
         let mut valid = 0;
         for op in &ops {
             for &p in &ALL_PRIMS {
@@ -618,7 +680,7 @@ mod tests {
             .unwrap_err()
             .contains("one-sided"));
         assert!(check_datatype(
-            &Op::user(|_, _, _| {}, false),
+            &Op::user(|_: &[u8], _: &mut [u8], _: usize| {}, false),
             Datatype::Opaque { size: 12 }
         )
         .is_ok());
@@ -630,10 +692,10 @@ mod tests {
         assert_eq!(Op::Sum.name(), "MPI_SUM");
         assert_eq!(Op::MaxLoc.name(), "MPI_MAXLOC");
         assert_eq!(format!("{:?}", Op::Bxor), "MPI_BXOR");
-        let u = Op::user(|_, _, _| {}, false);
+        let u = Op::user(|_: &[u8], _: &mut [u8], _: usize| {}, false);
         assert!(!u.is_commutative());
         assert!(format!("{u:?}").contains("commutative: false"));
-        assert!(Op::user(|_, _, _| {}, true).is_commutative());
+        assert!(Op::user(|_: &[u8], _: &mut [u8], _: usize| {}, true).is_commutative());
         assert!(predefined().iter().all(Op::is_commutative));
     }
 
@@ -963,7 +1025,7 @@ mod tests {
 
         // Raw user op: receives exactly `count` elements.
         let raw = Op::user(
-            |a, b, count| {
+            |a: &[u8], b: &mut [u8], count: usize| {
                 assert_eq!(a.len(), count * 8);
                 assert_eq!(b.len(), count * 8);
                 for (x, y) in a.iter().zip(b.iter_mut()) {
