@@ -341,7 +341,10 @@ impl Communicator {
             return Ok(());
         }
         let op_code = op.map_or(-1, |o| {
-            o.name().bytes().fold(0i64, |h, b| h * 31 + b as i64) & 0xffff_ffff
+            o.name()
+                .bytes()
+                .fold(0i64, |h, b| h.wrapping_mul(31).wrapping_add(i64::from(b)))
+                & 0xffff_ffff
         });
         let mine = [root as i64, op_code, bytes.map_or(-1, |b| b as i64)];
         let mut all = vec![0i64; 3 * self.size() as usize];
