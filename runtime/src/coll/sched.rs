@@ -435,9 +435,9 @@ impl Sched {
 /// Temporaries at least this large are recycled.
 const POOL_MIN: usize = 32 << 10;
 /// ... and at most this large.
-const POOL_MAX: usize = 64 << 20;
-/// How many the pool keeps.
-const POOL_ENTRIES: usize = 8;
+const POOL_MAX: usize = 16 << 20;
+/// How many the pool keeps (so at most 64 MiB stay allocated).
+const POOL_ENTRIES: usize = 4;
 
 thread_local! {
     static POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
