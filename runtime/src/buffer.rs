@@ -256,8 +256,22 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A buffer gmpi can send from: a slice or `Vec` of [`Equivalence`] values,
-/// or a [`TypedBuf`] (memory described by a derived datatype).
+/// A buffer gmpi can send from: a slice, array or `Vec` of [`Equivalence`]
+/// values, a single value of a primitive type, or a [`TypedBuf`] (memory
+/// described by a derived datatype).
+///
+/// ```no_run
+/// # fn main() -> gmpi::Result<()> {
+/// # let u = gmpi::init()?; let w = u.world();
+/// let op = gmpi::Op::Sum;
+/// let mut total = 0.0f64;
+/// w.allreduce(&2.5f64, &mut total, &op)?;             // scalars; op by reference
+/// let mut v = [0i32; 4];
+/// w.allreduce(&[1, 2, 3, 4], &mut v, op)?;            // arrays; op by value
+/// let mut all = vec![0i32; w.size() as usize];
+/// w.allgather(&w.rank(), &mut all)?;                  // a Vec
+/// # Ok(()) }
+/// ```
 pub trait Buffer: sealed::Sealed {
     /// The buffer as gmpi sees it.
     #[doc(hidden)]
@@ -282,6 +296,36 @@ impl<T: Equivalence> BufferMut for [T] {
         View::of_slice_mut(self)
     }
 }
+impl<T: Equivalence, const N: usize> sealed::Sealed for [T; N] {}
+impl<T: Equivalence, const N: usize> Buffer for [T; N] {
+    fn view(&self) -> View {
+        View::of_slice(&self[..])
+    }
+}
+impl<T: Equivalence, const N: usize> BufferMut for [T; N] {
+    fn view_mut(&mut self) -> View {
+        View::of_slice_mut(&mut self[..])
+    }
+}
+
+/// A single value of a primitive type is a buffer of one element.
+macro_rules! scalar_buffer {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Buffer for $t {
+            fn view(&self) -> View {
+                View::of_slice(std::slice::from_ref(self))
+            }
+        }
+        impl BufferMut for $t {
+            fn view_mut(&mut self) -> View {
+                View::of_slice_mut(std::slice::from_mut(self))
+            }
+        }
+    )*};
+}
+scalar_buffer!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize, f32, f64, bool);
+
 impl<T: Equivalence> sealed::Sealed for Vec<T> {}
 impl<T: Equivalence> Buffer for Vec<T> {
     fn view(&self) -> View {

@@ -230,6 +230,12 @@ where
     })
 }
 
+impl From<&Op> for Op {
+    fn from(op: &Op) -> Op {
+        op.clone()
+    }
+}
+
 impl Op {
     /// Whether the operation is commutative: every predefined operation is;
     /// a user-defined one is as declared.

@@ -112,20 +112,95 @@ use crate::datatype::Datatype;
 
 /// Write `slots` reduced in rank order (`slots[0] ∘ slots[1] ∘ …`) into
 /// `out`: every rank that does this gets the same bits.
-fn reduce_slots(red: &Reduction, slots: &[&[u8]], out: &mut [u8]) {
+/// (Each slot's data starts at byte `off`.)
+fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
     let cnt = out.len() / red.unit;
-    out.copy_from_slice(slots[slots.len().min(2) - 1]);
+    out.copy_from_slice(&slots[slots.len().min(2) - 1][off..]);
     if slots.len() < 2 {
         return;
     }
-    crate::op::apply_datatype(&red.op, red.dt, cnt, slots[0], out);
+    crate::op::apply_datatype(&red.op, red.dt, cnt, &slots[0][off..], out);
     let mut acc = Vec::new();
     for s in &slots[2..] {
         acc.clear();
         acc.extend_from_slice(out);
-        out.copy_from_slice(s);
+        out.copy_from_slice(&s[off..]);
         crate::op::apply_datatype(&red.op, red.dt, cnt, &acc, out);
     }
+}
+
+/// Bytes of the header each rank puts before its data in a shared-memory
+/// exchange: which collective, root, op and length, so every rank sees a
+/// mismatch between ranks (the same way on every rank) instead of reading
+/// garbage or panicking.
+const SHM_HDR: usize = 16;
+
+/// The header of a shared-memory exchange.
+fn shm_header(kind: u32, root: i32, op: Option<&Op>, len: usize) -> [u8; SHM_HDR] {
+    let op: u32 = op.map_or(0, |o| match o {
+        Op::Sum => 1,
+        Op::Prod => 2,
+        Op::Min => 3,
+        Op::Max => 4,
+        Op::Land => 5,
+        Op::Lor => 6,
+        Op::Lxor => 7,
+        Op::Band => 8,
+        Op::Bor => 9,
+        Op::Bxor => 10,
+        Op::MinLoc => 11,
+        Op::MaxLoc => 12,
+        Op::Replace => 13,
+        Op::NoOp => 14,
+        Op::User(_) => 15,
+    });
+    let mut h = [0u8; SHM_HDR];
+    h[0..4].copy_from_slice(&kind.to_le_bytes());
+    h[4..8].copy_from_slice(&root.to_le_bytes());
+    h[8..12].copy_from_slice(&op.to_le_bytes());
+    h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+    h
+}
+
+/// Compare every rank's header with ours: the first difference as an error.
+fn shm_mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Option<Error> {
+    let field = |h: &[u8], i: usize| i32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    for (r, s) in slots.iter().enumerate() {
+        if s.len() >= SHM_HDR && s[..SHM_HDR] == mine[..SHM_HDR] && s.len() == mine.len() {
+            continue;
+        }
+        let (class, what) = if s.len() < SHM_HDR || field(s, 0) != field(mine, 0) {
+            (
+                ErrorClass::Other,
+                "called a different collective".to_string(),
+            )
+        } else if field(s, 4) != field(mine, 4) {
+            (
+                ErrorClass::Root,
+                format!(
+                    "passed root {}, this rank root {}",
+                    field(s, 4),
+                    field(mine, 4)
+                ),
+            )
+        } else if field(s, 8) != field(mine, 8) {
+            (
+                ErrorClass::Op,
+                "passed a different reduction op".to_string(),
+            )
+        } else {
+            (
+                ErrorClass::Count,
+                format!(
+                    "passed {} bytes, this rank {}",
+                    s.len() - SHM_HDR,
+                    mine.len() - SHM_HDR
+                ),
+            )
+        };
+        return Some(Error::new(class, call, me, format!("rank {r} {what}")));
+    }
+    None
 }
 
 impl Communicator {
@@ -301,7 +376,7 @@ impl Communicator {
             if let Some(prefix) = e.shm_prefix.clone() {
                 let path = format!("{prefix}-c{}", self.inner.ctx);
                 let cfg = CollConfig {
-                    slot_bytes: max.max(64),
+                    slot_bytes: max.max(64) + SHM_HDR,
                     ..CollConfig::default()
                 };
                 let (n, me) = (self.size(), self.rank());
@@ -322,7 +397,7 @@ impl Communicator {
             }
         }
         match &*g {
-            ShmState::Ready(c) if bytes <= c.slot_bytes() && !c.is_broken() => Some(g),
+            ShmState::Ready(c) if bytes + SHM_HDR <= c.slot_bytes() && !c.is_broken() => Some(g),
             _ => None,
         }
     }
@@ -583,9 +658,10 @@ impl Communicator {
         &self,
         send: &S,
         recv: &mut R,
-        op: Op,
+        op: impl Into<Op>,
         root: i32,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Reduce";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
@@ -611,9 +687,10 @@ impl Communicator {
     pub fn reduce_in_place<B: BufferMut + ?Sized>(
         &self,
         buf: &mut B,
-        op: Op,
+        op: impl Into<Op>,
         root: i32,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Reduce";
         let v = buf.view_mut();
         let red = self.reduce_checked(CALL, None, &v, &op, root)?;
@@ -639,9 +716,10 @@ impl Communicator {
         &self,
         send: &'a S,
         recv: &'a mut R,
-        op: Op,
+        op: impl Into<Op>,
         root: i32,
     ) -> Result<Request<'a>> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
@@ -674,24 +752,42 @@ impl Communicator {
         let me = self.rank();
         let len = input.bytes();
         let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
-        let mut staged: Option<Vec<u8>> = None;
-        let mut run = |data: &[u8]| {
-            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
-                if let Some(o) = out {
-                    if o.write_contig(|o| reduce_slots(red, slots, o)).is_none() {
-                        let mut r = vec![0u8; len];
-                        reduce_slots(red, slots, &mut r);
-                        staged = Some(r);
-                    }
-                }
-            })
+        // Small contributions are assembled on the stack.
+        let mut small = [0u8; 256];
+        let mut big = Vec::new();
+        let data: &mut [u8] = if SHM_HDR + len <= small.len() {
+            &mut small[..SHM_HDR + len]
+        } else {
+            big.resize(SHM_HDR + len, 0);
+            &mut big
         };
-        // Publish straight from the user's buffer unless the result goes
-        // into that same buffer (in place).
-        let in_place = out.is_some_and(|o| o.base == input.base);
-        match (!in_place).then(|| input.read_contig(&mut run)).flatten() {
-            Some(r) => r?,
-            None => run(&input.pack())?,
+        data[..SHM_HDR].copy_from_slice(&shm_header(1, root.unwrap_or(-1), Some(&red.op), len));
+        if input
+            .read_contig(|d| data[SHM_HDR..].copy_from_slice(d))
+            .is_none()
+        {
+            input.pack_into(&mut data[SHM_HDR..]);
+        }
+        let data: &[u8] = data;
+        let mut staged: Option<Vec<u8>> = None;
+        let mut bad = None;
+        a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+            bad = shm_mismatch(call, me, data, slots);
+            if bad.is_some() {
+                return;
+            }
+            if let Some(o) = out {
+                if o.write_contig(|o| reduce_slots(red, slots, SHM_HDR, o))
+                    .is_none()
+                {
+                    let mut r = vec![0u8; len];
+                    reduce_slots(red, slots, SHM_HDR, &mut r);
+                    staged = Some(r);
+                }
+            }
+        })?;
+        if let Some(err) = bad {
+            return Err(err);
         }
         if let (Some(o), Some(r)) = (out, staged) {
             o.unpack(&r);
@@ -789,8 +885,9 @@ impl Communicator {
         &self,
         send: &S,
         recv: &mut R,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Allreduce";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
@@ -812,7 +909,12 @@ impl Communicator {
     }
 
     /// [`Communicator::allreduce`] in place: `buf` is input and result.
-    pub fn allreduce_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: Op) -> Result<()> {
+    pub fn allreduce_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: impl Into<Op>,
+    ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Allreduce";
         let v = buf.view_mut();
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
@@ -830,8 +932,9 @@ impl Communicator {
         &self,
         send: &'a S,
         recv: &'a mut R,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<Request<'a>> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Iallreduce";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
@@ -844,8 +947,9 @@ impl Communicator {
     pub fn iallreduce_in_place<'a, B: BufferMut + ?Sized>(
         &self,
         buf: &'a mut B,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<Request<'a>> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Iallreduce";
         let v = buf.view_mut();
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
@@ -1052,16 +1156,22 @@ impl Communicator {
             unreachable!()
         };
         tracing::debug!(target: "coll", "{call}: shared memory, {} B per rank", input.bytes());
-        let data = input.pack();
         let me = self.rank();
+        let mut data = shm_header(2, root.unwrap_or(-1), None, input.bytes()).to_vec();
+        data.extend_from_slice(&input.pack());
+        let mut bad = None;
         a.exchange(&data, &mut |k| e.idle_flags(call, k), |slots| {
-            if root.is_none_or(|r| r == me) {
+            bad = shm_mismatch(call, me, &data, slots);
+            if bad.is_none() && root.is_none_or(|r| r == me) {
                 for (b, s) in blocks.iter().zip(slots) {
-                    b.unpack(s);
+                    b.unpack(&s[SHM_HDR..]);
                 }
             }
         })?;
-        Ok(true)
+        match bad {
+            Some(err) => Err(err),
+            None => Ok(true),
+        }
     }
 
     fn scatter_sched(
@@ -1761,8 +1871,9 @@ impl Communicator {
         &self,
         send: &S,
         recv: &mut R,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter_block";
         let (sv, rv) = (send.view(), recv.view_mut());
         let counts = vec![
@@ -1790,8 +1901,9 @@ impl Communicator {
     pub fn reduce_scatter_block_in_place<B: BufferMut + ?Sized>(
         &self,
         buf: &mut B,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter_block";
         let v = buf.view_mut();
         let n = self.size() as usize;
@@ -1821,8 +1933,9 @@ impl Communicator {
         send: &S,
         recv: &mut R,
         counts: &[i32],
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter";
         let (sv, rv) = (send.view(), recv.view_mut());
         let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
@@ -1845,8 +1958,9 @@ impl Communicator {
         &self,
         buf: &mut B,
         counts: &[i32],
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter";
         let v = buf.view_mut();
         let (counts, red) = self.reduce_scatter_args(CALL, None, &v, counts, &op)?;
@@ -1922,8 +2036,9 @@ impl Communicator {
         &self,
         send: &S,
         recv: &mut R,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Scan";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
@@ -1933,7 +2048,12 @@ impl Communicator {
     }
 
     /// [`Communicator::scan`] in place.
-    pub fn scan_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: Op) -> Result<()> {
+    pub fn scan_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: impl Into<Op>,
+    ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Scan";
         let v = buf.view_mut();
         let red = self.scan_args(CALL, None, &v, &op)?;
@@ -1947,8 +2067,9 @@ impl Communicator {
         &self,
         send: &'a S,
         recv: &'a mut R,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<Request<'a>> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Iscan";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
@@ -1963,8 +2084,9 @@ impl Communicator {
         &self,
         send: &S,
         recv: &mut R,
-        op: Op,
+        op: impl Into<Op>,
     ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Exscan";
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
@@ -1974,7 +2096,12 @@ impl Communicator {
     }
 
     /// [`Communicator::exscan`] in place.
-    pub fn exscan_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: Op) -> Result<()> {
+    pub fn exscan_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        op: impl Into<Op>,
+    ) -> Result<()> {
+        let op: Op = op.into();
         const CALL: &str = "MPI_Exscan";
         let v = buf.view_mut();
         let red = self.scan_args(CALL, None, &v, &op)?;

@@ -1899,6 +1899,33 @@ fn scenario_errors(w: &Communicator) -> R {
     )?;
     still_ok(w, "invalid roots")?;
 
+    // Different counts on different ranks: the shared-memory path (on by
+    // default for small messages) sees every rank's size and fails them all
+    // alike, instead of panicking or hanging.
+    if n > 1 && std::env::var("GMPI_COLL_SHM").map_or(true, |v| v != "0") {
+        let k = if r == 0 { 4 } else { 3 };
+        let src = vec![1u32; k];
+        let mut dst = vec![0u32; k];
+        expect_class(
+            "allreduce with rank 0 passing 4 elements, others 3",
+            w.allreduce(&src[..], &mut dst[..], Op::Sum),
+            ErrorClass::Count,
+        )?;
+        let mut g = vec![0u32; k * n as usize];
+        expect_class(
+            "allgather with rank 0 passing 4 elements, others 3",
+            w.allgather(&src[..], &mut g[..]),
+            ErrorClass::Count,
+        )?;
+        // Different roots in a small reduce: every rank sees it.
+        expect_class(
+            "reduce with rank 0 naming root 0, others root 1",
+            w.reduce(&[1u32][..], &mut [0u32][..], Op::Sum, i32::from(r != 0)),
+            ErrorClass::Root,
+        )?;
+        still_ok(w, "mismatched counts and roots across ranks")?;
+    }
+
     // mismatched buffer sizes (checked on every rank)
     expect_class(
         "allreduce 3 vs 4",
