@@ -162,45 +162,44 @@ fn shm_header(kind: u32, root: i32, op: Option<&Op>, len: usize) -> [u8; SHM_HDR
     h
 }
 
-/// Compare every rank's header with ours: the first difference as an error.
+/// Compare every rank's header with ours (the header carries the length,
+/// so sizes are compared too): the first difference as an error.
 fn shm_mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Option<Error> {
     let field = |h: &[u8], i: usize| i32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-    for (r, s) in slots.iter().enumerate() {
-        if s.len() >= SHM_HDR && s[..SHM_HDR] == mine[..SHM_HDR] && s.len() == mine.len() {
-            continue;
-        }
-        let (class, what) = if s.len() < SHM_HDR || field(s, 0) != field(mine, 0) {
-            (
-                ErrorClass::Other,
-                "called a different collective".to_string(),
-            )
-        } else if field(s, 4) != field(mine, 4) {
-            (
-                ErrorClass::Root,
-                format!(
-                    "passed root {}, this rank root {}",
-                    field(s, 4),
-                    field(mine, 4)
-                ),
-            )
-        } else if field(s, 8) != field(mine, 8) {
-            (
-                ErrorClass::Op,
-                "passed a different reduction op".to_string(),
-            )
-        } else {
-            (
-                ErrorClass::Count,
-                format!(
-                    "passed {} bytes, this rank {}",
-                    s.len() - SHM_HDR,
-                    mine.len() - SHM_HDR
-                ),
-            )
-        };
-        return Some(Error::new(class, call, me, format!("rank {r} {what}")));
-    }
-    None
+    let (r, s) = slots
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.len() < SHM_HDR || s[..SHM_HDR] != mine[..SHM_HDR])?;
+    let (class, what) = if s.len() < SHM_HDR || field(s, 0) != field(mine, 0) {
+        (
+            ErrorClass::Other,
+            "called a different collective".to_string(),
+        )
+    } else if field(s, 4) != field(mine, 4) {
+        (
+            ErrorClass::Root,
+            format!(
+                "passed root {}, this rank root {}",
+                field(s, 4),
+                field(mine, 4)
+            ),
+        )
+    } else if field(s, 8) != field(mine, 8) {
+        (
+            ErrorClass::Op,
+            "passed a different reduction op".to_string(),
+        )
+    } else {
+        (
+            ErrorClass::Count,
+            format!(
+                "passed {} bytes, this rank {}",
+                field(s, 12),
+                field(mine, 12)
+            ),
+        )
+    };
+    Some(Error::new(class, call, me, format!("rank {r} {what}")))
 }
 
 impl Communicator {
@@ -541,12 +540,25 @@ impl Communicator {
                     unreachable!()
                 };
                 tracing::debug!(target: "coll", "{CALL}: shared memory, {} B", v.bytes());
-                let mut data = v.pack();
-                a.bcast(root as usize, &mut data, &mut |k| e.idle_flags(CALL, k))?;
-                if c.rank() != root {
-                    v.unpack(&data);
+                // Every rank publishes a header (the root its data too) and
+                // checks everyone's, so ranks naming different roots or sizes
+                // all fail alike; then the others copy the root's data.
+                let (me, len) = (c.rank(), v.bytes());
+                let mut data = shm_header(3, root, None, len).to_vec();
+                if me == root {
+                    data.extend_from_slice(&v.pack());
                 }
-                return Ok(None);
+                let mut bad = None;
+                a.exchange(&data, &mut |k| e.idle_flags(CALL, k), |slots| {
+                    bad = shm_mismatch(CALL, me, &data, slots);
+                    if bad.is_none() && me != root {
+                        v.unpack(&slots[root as usize][SHM_HDR..]);
+                    }
+                })?;
+                return match bad {
+                    Some(err) => Err(err),
+                    None => Ok(None),
+                };
             }
             Ok(Some(c.bcast_sched(e, CALL, tag, &v, root)))
         })

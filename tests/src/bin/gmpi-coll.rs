@@ -1917,7 +1917,13 @@ fn scenario_errors(w: &Communicator) -> R {
             w.allgather(&src[..], &mut g[..]),
             ErrorClass::Count,
         )?;
-        // Different roots in a small reduce: every rank sees it.
+        // Different roots in a small bcast and reduce: every rank sees it.
+        let mut bb = [7u64; 2];
+        expect_class(
+            "bcast with rank 0 naming root 0, others root 1",
+            w.bcast(&mut bb[..], i32::from(r != 0)),
+            ErrorClass::Root,
+        )?;
         expect_class(
             "reduce with rank 0 naming root 0, others root 1",
             w.reduce(&[1u32][..], &mut [0u32][..], Op::Sum, i32::from(r != 0)),
