@@ -44,6 +44,33 @@ pub(crate) struct CommInner {
     pub shm: Mutex<ShmState>,
 }
 
+impl CommInner {
+    /// A send of `buf` on context `ctx` to rank `dest` of this communicator.
+    pub fn send_args(&self, ctx: u32, buf: Buf, dest: i32, tag: i32, mode: SendMode) -> SendArgs {
+        SendArgs {
+            ctx,
+            src: self.rank as u32,
+            dest: self.world[dest as usize],
+            tag,
+            buf,
+            mode,
+        }
+    }
+
+    /// A receive into `buf` on context `ctx` from rank `src` (or
+    /// `ANY_SOURCE`) with `tag` (or `ANY_TAG`).
+    pub fn recv_args(&self, ctx: u32, buf: Buf, src: i32, tag: i32) -> RecvArgs {
+        let any = src == ANY_SOURCE;
+        RecvArgs {
+            ctx,
+            src: (!any).then_some(src as u32),
+            src_world: (!any).then(|| self.world[src as usize]),
+            tag: (tag != ANY_TAG).then_some(tag),
+            buf,
+        }
+    }
+}
+
 /// Whether a communicator has a shared-memory collective area.
 #[derive(Debug, Default)]
 pub(crate) enum ShmState {
@@ -172,44 +199,6 @@ impl Communicator {
         }
     }
 
-    fn send_args(
-        &self,
-        ctx: u32,
-        addr: u64,
-        len: usize,
-        dest: i32,
-        tag: i32,
-        mode: SendMode,
-    ) -> SendArgs {
-        SendArgs {
-            ctx,
-            src: self.inner.rank as u32,
-            dest: self.inner.world[dest as usize],
-            tag,
-            buf: Buf {
-                addr,
-                len,
-                kind: gmpi_gpu::MemKind::Host,
-            },
-            mode,
-        }
-    }
-
-    fn recv_args(&self, ctx: u32, addr: u64, len: usize, src: i32, tag: i32) -> RecvArgs {
-        let any = src == ANY_SOURCE;
-        RecvArgs {
-            ctx,
-            src: (!any).then_some(src as u32),
-            src_world: (!any).then(|| self.inner.world[src as usize]),
-            tag: (tag != ANY_TAG).then_some(tag),
-            buf: Buf {
-                addr,
-                len,
-                kind: gmpi_gpu::MemKind::Host,
-            },
-        }
-    }
-
     /// Start a send of `v`: `Ok(None)` if it already completed, else the
     /// request (a pml request for contiguous data, a schedule owning the
     /// packed copy otherwise).
@@ -224,8 +213,12 @@ impl Communicator {
     ) -> Result<Option<Handle>> {
         let rank = self.rank();
         if let Some(addr) = v.contig_addr() {
-            let mut args = self.send_args(self.inner.ctx, addr, v.bytes(), dest, tag, mode);
-            args.buf.kind = e.classifier.classify(addr, v.bytes());
+            let buf = Buf {
+                addr,
+                len: v.bytes(),
+                kind: e.classifier.classify(addr, v.bytes()),
+            };
+            let args = self.inner.send_args(self.inner.ctx, buf, dest, tag, mode);
             return e
                 .driver
                 .send(args)
@@ -250,8 +243,12 @@ impl Communicator {
     ) -> Result<Handle> {
         let rank = self.rank();
         if let Some(addr) = v.contig_addr() {
-            let mut args = self.recv_args(self.inner.ctx, addr, v.bytes(), src, tag);
-            args.buf.kind = e.classifier.classify(addr, v.bytes());
+            let buf = Buf {
+                addr,
+                len: v.bytes(),
+                kind: e.classifier.classify(addr, v.bytes()),
+            };
+            let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
             return e
                 .driver
                 .post_recv(args)
@@ -270,20 +267,6 @@ impl Communicator {
         Ok(e.park(s))
     }
 
-    fn check_p2p_buf(&self, call: &str, v: &View) -> Result<()> {
-        if let crate::buffer::Ty::Derived(u) = &v.ty {
-            if !u.is_committed() {
-                return Err(Error::new(
-                    ErrorClass::Type,
-                    call,
-                    self.rank(),
-                    "the datatype is not committed",
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn blocking_send<B: Buffer + ?Sized>(
         &self,
         call: &'static str,
@@ -299,7 +282,6 @@ impl Communicator {
             return Ok(());
         }
         let v = buf.view();
-        self.check_p2p_buf(call, &v)?;
         engine::with(call, |e| {
             match self.start_send(e, call, &v, dest, tag, mode)? {
                 None => Ok(()),
@@ -330,7 +312,6 @@ impl Communicator {
             return Ok(Status::empty());
         }
         let v = buf.view_mut();
-        self.check_p2p_buf(CALL, &v)?;
         engine::with(CALL, |e| {
             let h = self.start_recv(e, CALL, &v, src, tag)?;
             e.wait_handle(CALL, h)
@@ -352,7 +333,6 @@ impl Communicator {
             return Ok(Request::completed(call, Status::empty()));
         }
         let v = buf.view();
-        self.check_p2p_buf(call, &v)?;
         let h = engine::with(call, |e| self.start_send(e, call, &v, dest, tag, mode))?;
         Ok(match h {
             Some(h) => Request::new(h, call),
@@ -395,7 +375,6 @@ impl Communicator {
             return Ok(Request::completed(CALL, Status::empty()));
         }
         let v = buf.view_mut();
-        self.check_p2p_buf(CALL, &v)?;
         let h = engine::with(CALL, |e| self.start_recv(e, CALL, &v, src, tag))?;
         Ok(Request::new(h, CALL))
     }
@@ -418,8 +397,6 @@ impl Communicator {
         self.check_src(CALL, src)?;
         self.check_recv_tag(CALL, rtag)?;
         let (sv, rv) = (sbuf.view(), rbuf.view_mut());
-        self.check_p2p_buf(CALL, &sv)?;
-        self.check_p2p_buf(CALL, &rv)?;
         engine::with(CALL, |e| {
             let r = if src == PROC_NULL {
                 None

@@ -39,34 +39,6 @@ fn prim_size(p: Primitive) -> usize {
     Datatype::Primitive(p).size()
 }
 
-/// The MPI name of a predefined datatype.
-fn prim_name(p: Primitive) -> &'static str {
-    match p {
-        Primitive::I8 => "MPI_INT8_T",
-        Primitive::I16 => "MPI_INT16_T",
-        Primitive::I32 => "MPI_INT32_T",
-        Primitive::I64 => "MPI_INT64_T",
-        Primitive::U8 => "MPI_UINT8_T",
-        Primitive::U16 => "MPI_UINT16_T",
-        Primitive::U32 => "MPI_UINT32_T",
-        Primitive::U64 => "MPI_UINT64_T",
-        Primitive::F32 => "MPI_FLOAT",
-        Primitive::F64 => "MPI_DOUBLE",
-        Primitive::Bool => "MPI_C_BOOL",
-        Primitive::I128 => "GMPI_INT128",
-        Primitive::U128 => "GMPI_UINT128",
-        Primitive::ISize => "MPI_AINT",
-        Primitive::USize => "GMPI_USIZE",
-        Primitive::Byte => "MPI_BYTE",
-        Primitive::Char => "MPI_CHAR",
-        Primitive::FloatInt => "MPI_FLOAT_INT",
-        Primitive::DoubleInt => "MPI_DOUBLE_INT",
-        Primitive::LongInt => "MPI_LONG_INT",
-        Primitive::TwoInt => "MPI_2INT",
-        Primitive::ShortInt => "MPI_SHORT_INT",
-    }
-}
-
 /// Cut a description to [`MAX_NAME`] characters.
 fn short_name(mut s: String) -> String {
     if s.len() > MAX_NAME {
@@ -304,7 +276,7 @@ impl TypeDesc {
     pub(crate) fn basic(dt: Datatype) -> TypeDesc {
         let size = dt.size();
         let (prim, n, name) = match dt {
-            Datatype::Primitive(p) => (p, 1, prim_name(p).to_string()),
+            Datatype::Primitive(p) => (p, 1, p.mpi_name().to_string()),
             Datatype::Opaque { size } => (Primitive::Byte, size as u64, format!("opaque{size}")),
         };
         let mut d = TypeDesc {

@@ -3,7 +3,7 @@
 //! `gmpirun` jobs and checks outcomes, exit statuses, leftover processes and
 //! shared-memory files. This library holds the helpers both share.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Deterministic content for a message of `len` bytes from `src` with `salt`.
@@ -53,4 +53,29 @@ pub fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     c.output().expect("spawn gmpirun")
+}
+
+/// Run the scenario program `bin ARGS...` at `np` ranks under `gmpirun
+/// --timeout SECS` and assert that the job succeeded and every rank printed
+/// its "OK on rank" line.
+pub fn run_scenario(bin: &str, timeout_s: u32, np: usize, args: &[&str], envs: &[(&str, &str)]) {
+    let (nps, ts) = (np.to_string(), timeout_s.to_string());
+    let mut a = vec!["--timeout", &ts, "-np", &nps, bin];
+    a.extend_from_slice(args);
+    let out = run(&a, envs);
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    let name = Path::new(bin)
+        .file_name()
+        .map_or(bin.into(), |f| f.to_string_lossy());
+    assert!(
+        out.status.success(),
+        "{name} {args:?} at np {np} with {envs:?} failed ({:?})\nstdout:\n{so}\nstderr:\n{se}",
+        out.status
+    );
+    let oks = so.lines().filter(|l| l.contains(" OK on rank ")).count();
+    assert_eq!(
+        oks, np,
+        "{name} {args:?} at np {np}: {oks} ranks reported OK\n{so}\n{se}"
+    );
 }

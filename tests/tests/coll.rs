@@ -3,7 +3,7 @@
 //! with every algorithm threshold lowered so each algorithm runs at small
 //! sizes.
 
-use gmpi_tests::run;
+use gmpi_tests::run_scenario;
 
 const COLL: &str = env!("CARGO_BIN_EXE_gmpi-coll");
 
@@ -17,22 +17,7 @@ const LOW: &[(&str, &str)] = &[
 
 /// Run a scenario at `np` ranks with a hang guard; assert every rank passed.
 fn scenario(np: usize, args: &[&str], envs: &[(&str, &str)]) {
-    let nps = np.to_string();
-    let mut a = vec!["--timeout", "90", "-np", &nps, COLL];
-    a.extend_from_slice(args);
-    let out = run(&a, envs);
-    let so = String::from_utf8_lossy(&out.stdout);
-    let se = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "gmpi-coll {args:?} at np {np} with {envs:?} failed ({:?})\nstdout:\n{so}\nstderr:\n{se}",
-        out.status
-    );
-    let oks = so.lines().filter(|l| l.contains(" OK on rank ")).count();
-    assert_eq!(
-        oks, np,
-        "gmpi-coll {args:?} at np {np}: {oks} ranks reported OK\n{so}\n{se}"
-    );
+    run_scenario(COLL, 90, np, args, envs);
 }
 
 #[test]

@@ -4,28 +4,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gmpi_tests::run;
+use gmpi_tests::{run, run_scenario};
 
 const CHECK: &str = env!("CARGO_BIN_EXE_gmpi-check");
 
-/// Run a scenario at `np` ranks with a hang guard; assert success.
+/// Run a scenario at `np` ranks with a hang guard; assert every rank passed.
 fn scenario(np: usize, args: &[&str], envs: &[(&str, &str)]) {
-    let nps = np.to_string();
-    let mut a = vec!["--timeout", "120", "-np", &nps, CHECK];
-    a.extend_from_slice(args);
-    let out = run(&a, envs);
-    let so = String::from_utf8_lossy(&out.stdout);
-    let se = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{args:?} at np {np} failed ({:?})\nstdout:\n{so}\nstderr:\n{se}",
-        out.status
-    );
-    let oks = so.lines().filter(|l| l.contains(" OK on rank ")).count();
-    assert_eq!(
-        oks, np,
-        "{args:?} at np {np}: {oks} ranks reported OK\n{so}\n{se}"
-    );
+    run_scenario(CHECK, 120, np, args, envs);
 }
 
 #[test]

@@ -86,20 +86,11 @@ pub fn bcast_scatter_allgather(s: &mut Sched, n: i32, me: i32, root: i32, buf: R
         mask >>= 1;
     }
     s.wait();
-    // Ring allgather: at step k, pass on chunk rel-k, take chunk rel-k-1.
-    let right = (me + 1) % n;
-    let left = (me - 1).rem_euclid(n);
-    for k in 0..n - 1 {
-        let out = chunk(buf, ss, (rel - k).rem_euclid(n), 1);
-        let inc = chunk(buf, ss, (rel - k - 1).rem_euclid(n), 1);
-        if inc.len > 0 {
-            s.recv(inc, left);
-        }
-        if out.len > 0 {
-            s.send(out, right);
-        }
-        s.wait();
-    }
+    // Ring allgather of the chunks: rank r holds chunk (r − root) mod n.
+    let blocks: Vec<Region> = (0..n)
+        .map(|r| chunk(buf, ss, (r - root).rem_euclid(n), 1))
+        .collect();
+    allgather_ring(s, n, me, &blocks);
 }
 
 /// Binomial reduce to `root`. `acc` holds this rank's contribution and must

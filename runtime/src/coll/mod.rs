@@ -31,7 +31,7 @@ use crate::comm::{Communicator, ShmState};
 use crate::engine::{self, Engine};
 use crate::error::{Error, ErrorClass, Result};
 use crate::op::Op;
-use crate::request::{Request, Status};
+use crate::request::Request;
 use crate::typemap::UserDatatype;
 use sched::{Reduction, Region, Sched, Step};
 
@@ -130,9 +130,9 @@ fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
 }
 
 /// Bytes of the header each rank puts before its data in a shared-memory
-/// exchange: which collective, root, op and length, so every rank sees a
-/// mismatch between ranks (the same way on every rank) instead of reading
-/// garbage or panicking.
+/// exchange (and gathers under `coll_check`): which collective, root, op and
+/// length, so every rank sees a mismatch between ranks (the same way on every
+/// rank) instead of reading garbage or panicking.
 const SHM_HDR: usize = 16;
 
 /// The header of a shared-memory exchange.
@@ -218,20 +218,6 @@ impl Communicator {
                 format!("invalid root {root} (communicator size {})", self.size()),
             ))
         }
-    }
-
-    fn check_view(&self, call: &str, what: &str, v: &View) -> Result<()> {
-        if let Ty::Derived(u) = &v.ty {
-            if !u.is_committed() {
-                return Err(Error::new(
-                    ErrorClass::Type,
-                    call,
-                    self.rank(),
-                    format!("the datatype of {what} is not committed"),
-                ));
-            }
-        }
-        Ok(())
     }
 
     fn err(&self, class: ErrorClass, call: &str, msg: impl std::fmt::Display) -> Error {
@@ -414,50 +400,17 @@ impl Communicator {
         if !e.cfg.coll_check || self.size() < 2 {
             return Ok(());
         }
-        let op_code = op.map_or(-1, |o| {
-            o.name()
-                .bytes()
-                .fold(0i64, |h, b| h.wrapping_mul(31).wrapping_add(i64::from(b)))
-                & 0xffff_ffff
-        });
-        let mine = [root as i64, op_code, bytes.map_or(-1, |b| b as i64)];
-        let mut all = vec![0i64; 3 * self.size() as usize];
-        let tag = self.next_tag();
-        let mut s = Sched::new(call, &self.inner, tag);
-        let (n, me) = (self.size(), self.rank());
-        let mine_r = s.temp_from(mine.iter().flat_map(|x| x.to_ne_bytes()).collect());
-        let out = s.temp(all.len() * 8);
-        algo::allgather_bruck(&mut s, n, me, mine_r, out, 24);
-        e.drive(call, &mut s)?;
-        let bytes_all = sched::temp_bytes(&s, out);
-        for (i, v) in all.iter_mut().enumerate() {
-            *v = i64::from_ne_bytes(bytes_all[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        // The same header the shared-memory path exchanges, gathered from
+        // every rank and compared the same way.
+        let len = bytes.unwrap_or(u32::MAX as usize);
+        let mine = shm_header(0, root, op, len);
+        let mut all = vec![0u8; SHM_HDR * self.size() as usize];
+        self.allgather_in(e, call, &mine[..], &mut all[..])?;
+        let slots: Vec<&[u8]> = all.chunks(SHM_HDR).collect();
+        match shm_mismatch(call, self.rank(), &mine, &slots) {
+            Some(err) => Err(err),
+            None => Ok(()),
         }
-        for r in 0..n as usize {
-            let (rt, oc, by) = (all[3 * r], all[3 * r + 1], all[3 * r + 2]);
-            if rt != mine[0] {
-                return Err(self.err(
-                    ErrorClass::Root,
-                    call,
-                    format!("rank {r} passed root {rt}, this rank root {root}"),
-                ));
-            }
-            if oc != mine[1] {
-                return Err(self.err(
-                    ErrorClass::Op,
-                    call,
-                    format!("rank {r} passed a different reduction op"),
-                ));
-            }
-            if by != mine[2] {
-                return Err(self.err(
-                    ErrorClass::Count,
-                    call,
-                    format!("rank {r} passed {by} bytes, this rank {}", mine[2]),
-                ));
-            }
-        }
-        Ok(())
     }
 
     // ---------------- barrier ----------------
@@ -532,7 +485,6 @@ impl Communicator {
         const CALL: &str = "MPI_Bcast";
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
             if let Some(mut g) = c.shm(e, CALL, tag, v.bytes()) {
@@ -573,7 +525,6 @@ impl Communicator {
         const CALL: &str = "MPI_Ibcast";
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         self.nonblocking(CALL, |c, e, tag| Ok(c.bcast_sched(e, CALL, tag, &v, root)))
     }
 
@@ -645,13 +596,9 @@ impl Communicator {
         root: i32,
     ) -> Result<Reduction> {
         self.check_root(call, root)?;
-        if let Some(sv) = send {
-            self.check_view(call, "the send buffer", sv)?;
-        }
         let me = self.rank();
         let input = send.unwrap_or(recv);
         if me == root {
-            self.check_view(call, "the receive buffer", recv)?;
             if let Some(sv) = send {
                 self.same_bytes(
                     call,
@@ -865,14 +812,12 @@ impl Communicator {
         op: &Op,
     ) -> Result<Reduction> {
         if let Some(sv) = send {
-            self.check_view(call, "the send buffer", sv)?;
             self.same_bytes(
                 call,
                 ("the send buffer", sv.bytes()),
                 ("the receive buffer", recv.bytes()),
             )?;
         }
-        self.check_view(call, "the receive buffer", recv)?;
         reduction(call, self.rank(), op, &send.unwrap_or(recv).ty)
     }
 
@@ -1031,9 +976,7 @@ impl Communicator {
 
     fn gather_args(&self, call: &str, sv: View, rv: View, root: i32) -> Result<(View, Vec<View>)> {
         self.check_root(call, root)?;
-        self.check_view(call, "the send buffer", &sv)?;
         let blocks = if self.rank() == root {
-            self.check_view(call, "the receive buffer", &rv)?;
             let b = self.blocks_of(call, "the receive buffer", &rv)?;
             self.same_bytes(
                 call,
@@ -1054,7 +997,6 @@ impl Communicator {
         const CALL: &str = "MPI_Gather";
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         let me = self.rank();
         let blocks = if me == root {
             self.blocks_of(CALL, "the buffer", &v)?
@@ -1099,9 +1041,7 @@ impl Communicator {
         const CALL: &str = "MPI_Gatherv";
         self.check_root(CALL, root)?;
         let (sv, rv) = (send.view(), recv.view_mut());
-        self.check_view(CALL, "the send buffer", &sv)?;
         let blocks = if self.rank() == root {
-            self.check_view(CALL, "the receive buffer", &rv)?;
             let b = self.vblocks(CALL, "the receive buffer", &rv, counts, displs)?;
             self.same_bytes(
                 CALL,
@@ -1132,7 +1072,6 @@ impl Communicator {
         const CALL: &str = "MPI_Gatherv";
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         let me = self.rank();
         let blocks = if me == root {
             self.vblocks(CALL, "the buffer", &v, counts, displs)?
@@ -1211,9 +1150,7 @@ impl Communicator {
 
     fn scatter_args(&self, call: &str, sv: View, rv: View, root: i32) -> Result<(Vec<View>, View)> {
         self.check_root(call, root)?;
-        self.check_view(call, "the receive buffer", &rv)?;
         let blocks = if self.rank() == root {
-            self.check_view(call, "the send buffer", &sv)?;
             let b = self.blocks_of(call, "the send buffer", &sv)?;
             self.same_bytes(
                 call,
@@ -1250,7 +1187,6 @@ impl Communicator {
         const CALL: &str = "MPI_Scatter";
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         let me = self.rank();
         let blocks = if me == root {
             self.blocks_of(CALL, "the buffer", &v)?
@@ -1295,9 +1231,7 @@ impl Communicator {
         const CALL: &str = "MPI_Scatterv";
         self.check_root(CALL, root)?;
         let (sv, rv) = (send.view(), recv.view_mut());
-        self.check_view(CALL, "the receive buffer", &rv)?;
         let blocks = if self.rank() == root {
-            self.check_view(CALL, "the send buffer", &sv)?;
             let b = self.vblocks(CALL, "the send buffer", &sv, counts, displs)?;
             self.same_bytes(
                 CALL,
@@ -1328,7 +1262,6 @@ impl Communicator {
         const CALL: &str = "MPI_Scatterv";
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         let me = self.rank();
         let blocks = if me == root {
             self.vblocks(CALL, "the buffer", &v, counts, displs)?
@@ -1412,10 +1345,6 @@ impl Communicator {
     }
 
     fn allgather_args(&self, call: &str, sv: Option<&View>, rv: &View) -> Result<Vec<View>> {
-        if let Some(sv) = sv {
-            self.check_view(call, "the send buffer", sv)?;
-        }
-        self.check_view(call, "the receive buffer", rv)?;
         let b = self.blocks_of(call, "the receive buffer", rv)?;
         if let Some(sv) = sv {
             self.same_bytes(
@@ -1503,8 +1432,6 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgatherv";
         let (sv, rv) = (send.view(), recv.view_mut());
-        self.check_view(CALL, "the send buffer", &sv)?;
-        self.check_view(CALL, "the receive buffer", &rv)?;
         let blocks = self.vblocks(CALL, "the receive buffer", &rv, counts, displs)?;
         self.same_bytes(
             CALL,
@@ -1536,7 +1463,6 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgatherv";
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         let blocks = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
             Ok(Some(c.allgather_sched(e, CALL, tag, None, &blocks, false)))
@@ -1567,8 +1493,6 @@ impl Communicator {
     }
 
     fn alltoall_args(&self, call: &str, sv: &View, rv: &View) -> Result<(Vec<View>, Vec<View>)> {
-        self.check_view(call, "the send buffer", sv)?;
-        self.check_view(call, "the receive buffer", rv)?;
         let sb = self.blocks_of(call, "the send buffer", sv)?;
         let rb = self.blocks_of(call, "the receive buffer", rv)?;
         self.same_bytes(
@@ -1639,8 +1563,6 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallv";
         let (sv, rv) = (send.view(), recv.view_mut());
-        self.check_view(CALL, "the send buffer", &sv)?;
-        self.check_view(CALL, "the receive buffer", &rv)?;
         let sb = self.vblocks(CALL, "the send buffer", &sv, scounts, sdispls)?;
         let rb = self.vblocks(CALL, "the receive buffer", &rv, rcounts, rdispls)?;
         let me = self.rank() as usize;
@@ -1670,7 +1592,6 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallv";
         let v = buf.view_mut();
-        self.check_view(CALL, "the buffer", &v)?;
         let rb = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
         let packed: Vec<Vec<u8>> = rb.iter().map(View::pack).collect();
         let sb: Vec<View> = packed.iter().map(|p| View::of_slice(&p[..])).collect();
@@ -1852,8 +1773,6 @@ impl Communicator {
             ));
         }
         let input = send.unwrap_or(recv);
-        self.check_view(call, "the send buffer", input)?;
-        self.check_view(call, "the receive buffer", recv)?;
         let red = reduction(call, self.rank(), op, &input.ty)?;
         let total: usize = counts.iter().map(|&c| c as usize).sum();
         // Counts are in elements of the input's type.
@@ -2032,14 +1951,19 @@ impl Communicator {
         s
     }
 
-    fn scan_args(
+    /// A blocking scan or exscan (`send` is `None` in place).
+    fn scan_blocking(
         &self,
         call: &'static str,
         send: Option<&View>,
         recv: &View,
-        op: &Op,
-    ) -> Result<Reduction> {
-        self.allreduce_checked(call, send, recv, op)
+        op: Op,
+        exclusive: bool,
+    ) -> Result<()> {
+        let red = self.allreduce_checked(call, send, recv, &op)?;
+        self.blocking(call, |c, _, tag| {
+            Ok(Some(c.scan_sched(call, tag, send, recv, red, exclusive)))
+        })
     }
 
     /// Inclusive prefix reduction: rank `i` gets `send₀ ∘ … ∘ sendᵢ`
@@ -2050,13 +1974,8 @@ impl Communicator {
         recv: &mut R,
         op: impl Into<Op>,
     ) -> Result<()> {
-        let op: Op = op.into();
-        const CALL: &str = "MPI_Scan";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
-        self.blocking(CALL, |c, _, tag| {
-            Ok(Some(c.scan_sched(CALL, tag, Some(&sv), &rv, red, false)))
-        })
+        self.scan_blocking("MPI_Scan", Some(&sv), &rv, op.into(), false)
     }
 
     /// [`Communicator::scan`] in place.
@@ -2065,13 +1984,7 @@ impl Communicator {
         buf: &mut B,
         op: impl Into<Op>,
     ) -> Result<()> {
-        let op: Op = op.into();
-        const CALL: &str = "MPI_Scan";
-        let v = buf.view_mut();
-        let red = self.scan_args(CALL, None, &v, &op)?;
-        self.blocking(CALL, |c, _, tag| {
-            Ok(Some(c.scan_sched(CALL, tag, None, &v, red, false)))
-        })
+        self.scan_blocking("MPI_Scan", None, &buf.view_mut(), op.into(), false)
     }
 
     /// Start an inclusive scan (`MPI_Iscan`).
@@ -2084,7 +1997,7 @@ impl Communicator {
         let op: Op = op.into();
         const CALL: &str = "MPI_Iscan";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
+        let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
         self.nonblocking(CALL, |c, _, tag| {
             Ok(c.scan_sched(CALL, tag, Some(&sv), &rv, red, false))
         })
@@ -2098,13 +2011,8 @@ impl Communicator {
         recv: &mut R,
         op: impl Into<Op>,
     ) -> Result<()> {
-        let op: Op = op.into();
-        const CALL: &str = "MPI_Exscan";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let red = self.scan_args(CALL, Some(&sv), &rv, &op)?;
-        self.blocking(CALL, |c, _, tag| {
-            Ok(Some(c.scan_sched(CALL, tag, Some(&sv), &rv, red, true)))
-        })
+        self.scan_blocking("MPI_Exscan", Some(&sv), &rv, op.into(), true)
     }
 
     /// [`Communicator::exscan`] in place.
@@ -2113,18 +2021,6 @@ impl Communicator {
         buf: &mut B,
         op: impl Into<Op>,
     ) -> Result<()> {
-        let op: Op = op.into();
-        const CALL: &str = "MPI_Exscan";
-        let v = buf.view_mut();
-        let red = self.scan_args(CALL, None, &v, &op)?;
-        self.blocking(CALL, |c, _, tag| {
-            Ok(Some(c.scan_sched(CALL, tag, None, &v, red, true)))
-        })
+        self.scan_blocking("MPI_Exscan", None, &buf.view_mut(), op.into(), true)
     }
-}
-
-/// Status of a completed collective request.
-#[allow(dead_code)]
-fn empty_status() -> Status {
-    Status::empty()
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use gmpi_gpu::MemKind;
 use gmpi_pml::driver::{Driver, MemAccess};
-use gmpi_pml::{Buf, RecvArgs, ReqId, SendArgs, SendMode};
+use gmpi_pml::{Buf, ReqId, SendMode};
 
 use crate::buffer::{HostMem, View};
 use crate::comm::CommInner;
@@ -346,14 +346,9 @@ impl Sched {
     }
 
     fn post_send(&mut self, d: &mut Driver<HostMem>, r: Region, peer: i32) {
-        let args = SendArgs {
-            ctx: self.ctx,
-            src: self.me() as u32,
-            dest: self.comm.world[peer as usize],
-            tag: self.tag,
-            buf: self.buf(r),
-            mode: self.mode,
-        };
+        let args = self
+            .comm
+            .send_args(self.ctx, self.buf(r), peer, self.tag, self.mode);
         match d.send(args) {
             Ok(Some(id)) => self.inflight.push((id, None, peer)),
             Ok(None) => {}
@@ -372,14 +367,7 @@ impl Sched {
         tag: i32,
         want: Option<usize>,
     ) {
-        let any = peer == crate::ANY_SOURCE;
-        let args = RecvArgs {
-            ctx: self.ctx,
-            src: (!any).then_some(peer as u32),
-            src_world: (!any).then(|| self.comm.world[peer as usize]),
-            tag: (tag != crate::ANY_TAG).then_some(tag),
-            buf: self.buf(r),
-        };
+        let args = self.comm.recv_args(self.ctx, self.buf(r), peer, tag);
         match d.post_recv(args) {
             Ok(id) => self.inflight.push((id, want, peer)),
             Err(e) => {
@@ -506,9 +494,4 @@ fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
         }
         Mem::Temp(v) => f(&mut v[r.off..r.off + r.len]),
     }
-}
-
-/// A copy of the bytes of a region (results the caller reads afterwards).
-pub(crate) fn temp_bytes(s: &Sched, r: Region) -> Vec<u8> {
-    s.read(r, |b| b.to_vec())
 }
