@@ -621,3 +621,106 @@ mod tests {
         unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
     }
 }
+
+/// Buffers reached through raw addresses: what the C ABI (`gmpi-capi`) hands
+/// to the runtime. A view made here is only as valid as its caller's promise,
+/// so making one is `unsafe`; once made, it is a [`Buffer`] like any other.
+impl View {
+    /// `count` elements of `dtype` whose element 0 is at address `addr`
+    /// (MPI's `(buf, count, datatype)`; `addr` may be 0 for `MPI_BOTTOM`
+    /// with absolute displacements). The region is the span the elements
+    /// touch. Fails with `MPI_ERR_TYPE` if `dtype` is not committed.
+    ///
+    /// # Safety
+    /// Every byte the `count` elements of `dtype` touch must be valid memory
+    /// (writable if `writable`) from this call until every operation that
+    /// uses the view — and every request made from it — has completed, and
+    /// nothing else may write it meanwhile (or read it, if written here).
+    pub unsafe fn from_raw(
+        call: &str,
+        addr: usize,
+        count: usize,
+        dtype: &crate::typemap::UserDatatype,
+        writable: bool,
+    ) -> crate::Result<View> {
+        use crate::{Error, ErrorClass};
+        if !dtype.is_committed() {
+            return Err(Error::new(
+                ErrorClass::Type,
+                call,
+                -1,
+                "the datatype is not committed (call MPI_Type_commit first)",
+            ));
+        }
+        let (lo, hi) = if count == 0 || dtype.size() == 0 {
+            (0, 0)
+        } else {
+            dtype.desc().span(count)
+        };
+        let lo = lo.min(0);
+        let hi = hi.max(0);
+        let base = (addr as i128 + lo as i128) as u64;
+        Ok(View {
+            base,
+            len: (hi - lo) as usize,
+            origin: (-lo) as usize,
+            count,
+            ty: match dtype.desc().basic_type() {
+                Some(d) => Ty::Basic(d),
+                None => Ty::Derived(dtype.clone()),
+            },
+            writable,
+        })
+    }
+}
+
+impl View {
+    /// Bytes of data the view holds (`count × size`).
+    #[doc(hidden)]
+    pub fn packed_size(&self) -> usize {
+        self.bytes()
+    }
+
+    /// Pack the data into `out` (`out.len() == packed_size()`).
+    #[doc(hidden)]
+    pub fn pack_to(&self, out: &mut [u8]) {
+        self.pack_into(out)
+    }
+
+    /// Scatter packed `data` (at most `packed_size()` bytes) into the view.
+    #[doc(hidden)]
+    pub fn unpack_from(&self, data: &[u8]) {
+        self.unpack(data)
+    }
+}
+
+impl sealed::Sealed for View {}
+impl Buffer for View {
+    fn view(&self) -> View {
+        let mut v = self.clone();
+        v.writable = false;
+        v
+    }
+}
+impl BufferMut for View {
+    fn view_mut(&mut self) -> View {
+        assert!(
+            self.writable,
+            "a read-only raw view used as a receive buffer"
+        );
+        self.clone()
+    }
+}
+
+impl crate::request::Request<'_> {
+    /// The same request, no longer tied to a borrow: for requests on views
+    /// made by [`View::from_raw`], whose memory the caller keeps valid.
+    ///
+    /// # Safety
+    /// Every buffer the request reads or writes must stay valid until it
+    /// completes (as [`View::from_raw`] requires).
+    #[doc(hidden)]
+    pub unsafe fn detach(self) -> crate::request::Request<'static> {
+        self.into_static()
+    }
+}

@@ -42,8 +42,28 @@ pub enum ErrorClass {
     Request = 19,
     /// `MPI_ERR_ARG`: invalid argument.
     Arg = 12,
+    /// `MPI_ERR_TOPOLOGY`: invalid topology.
+    Topology = 10,
+    /// `MPI_ERR_DIMS`: invalid dimensions.
+    Dims = 11,
+    /// `MPI_ERR_UNKNOWN`: unknown error.
+    Unknown = 13,
+    /// `MPI_ERR_INFO_KEY`: invalid info key.
+    InfoKey = 29,
+    /// `MPI_ERR_INFO_VALUE`: invalid info value.
+    InfoValue = 30,
+    /// `MPI_ERR_INFO_NOKEY`: the info key is not defined.
+    InfoNokey = 31,
+    /// `MPI_ERR_NO_MEM`: out of memory.
+    NoMem = 34,
+    /// `MPI_ERR_INFO`: invalid info object.
+    Info = 28,
     /// `MPI_ERR_UNSUPPORTED_OPERATION`.
-    Unsupported = 52,
+    Unsupported = 44,
+    /// `MPI_ERR_KEYVAL`: invalid attribute key.
+    Keyval = 48,
+    /// `MPI_ERR_WIN`: invalid window.
+    Win = 45,
     /// `MPI_ERR_PROC_FAILED` (ULFM): a peer process failed.
     ProcFailed = 101,
 }
@@ -69,6 +89,16 @@ impl ErrorClass {
             ErrorClass::Request => "MPI_ERR_REQUEST",
             ErrorClass::Arg => "MPI_ERR_ARG",
             ErrorClass::Unsupported => "MPI_ERR_UNSUPPORTED_OPERATION",
+            ErrorClass::Topology => "MPI_ERR_TOPOLOGY",
+            ErrorClass::Dims => "MPI_ERR_DIMS",
+            ErrorClass::Unknown => "MPI_ERR_UNKNOWN",
+            ErrorClass::InfoKey => "MPI_ERR_INFO_KEY",
+            ErrorClass::InfoValue => "MPI_ERR_INFO_VALUE",
+            ErrorClass::InfoNokey => "MPI_ERR_INFO_NOKEY",
+            ErrorClass::NoMem => "MPI_ERR_NO_MEM",
+            ErrorClass::Info => "MPI_ERR_INFO",
+            ErrorClass::Keyval => "MPI_ERR_KEYVAL",
+            ErrorClass::Win => "MPI_ERR_WIN",
             ErrorClass::ProcFailed => "MPI_ERR_PROC_FAILED",
         }
     }
@@ -76,6 +106,43 @@ impl ErrorClass {
     /// The integer code (MPICH ABI value).
     pub fn code(self) -> i32 {
         self as i32
+    }
+
+    /// Every class, for mapping codes back to classes.
+    pub const ALL: [ErrorClass; 28] = [
+        ErrorClass::Buffer,
+        ErrorClass::Count,
+        ErrorClass::Type,
+        ErrorClass::Tag,
+        ErrorClass::Comm,
+        ErrorClass::Rank,
+        ErrorClass::Root,
+        ErrorClass::Group,
+        ErrorClass::Op,
+        ErrorClass::Topology,
+        ErrorClass::Dims,
+        ErrorClass::Arg,
+        ErrorClass::Unknown,
+        ErrorClass::Truncate,
+        ErrorClass::Other,
+        ErrorClass::Intern,
+        ErrorClass::InStatus,
+        ErrorClass::Pending,
+        ErrorClass::Request,
+        ErrorClass::Info,
+        ErrorClass::InfoKey,
+        ErrorClass::InfoValue,
+        ErrorClass::InfoNokey,
+        ErrorClass::NoMem,
+        ErrorClass::Unsupported,
+        ErrorClass::Win,
+        ErrorClass::Keyval,
+        ErrorClass::ProcFailed,
+    ];
+
+    /// The class with MPI code `code`, if it is one of gmpi's.
+    pub fn from_code(code: i32) -> Option<ErrorClass> {
+        Self::ALL.into_iter().find(|c| c.code() == code)
     }
 }
 
@@ -106,6 +173,11 @@ impl Error {
     /// The message.
     pub fn message(&self) -> &str {
         &self.msg
+    }
+
+    /// An error with exactly this message (no call or rank added).
+    pub fn with_message(class: ErrorClass, msg: String) -> Self {
+        Self { class, msg }
     }
 
     /// Map a pml error raised under `call` on `rank`.

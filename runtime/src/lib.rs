@@ -71,6 +71,7 @@ use std::marker::PhantomData;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+pub use buffer::View;
 pub use buffer::{Buffer, BufferMut, TypedBuf, TypedBufMut};
 pub use comm::{Attr, Communicator};
 pub use datatype::{
@@ -79,7 +80,7 @@ pub use datatype::{
 pub use error::{Error, ErrorClass, Result};
 pub use group::{Comparison, Group, UNDEFINED};
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
-pub use request::{wait_all, Request, Status};
+pub use request::{wait_all, wait_any_ready, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
 
 /// Receive from any source (MPICH's `MPI_ANY_SOURCE`).
@@ -283,6 +284,13 @@ impl Drop for Universe {
             eprintln!("gmpi: {e}");
         }
     }
+}
+
+/// Name of this node (`MPI_Get_processor_name`), whether or not gmpi is
+/// initialized.
+pub fn processor_name() -> String {
+    engine::with("MPI_Get_processor_name", |e| Ok(e.hostname.clone()))
+        .unwrap_or_else(|_| engine::hostname())
 }
 
 /// End the whole job with exit status `code` (`MPI_Abort`). The launcher kills

@@ -124,6 +124,23 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// The same request with its borrow erased (see `Request::detach`).
+    pub(crate) fn into_static(self) -> Request<'static> {
+        let me = std::mem::ManuallyDrop::new(self);
+        Request {
+            id: Cell::new(me.id.get()),
+            call: me.call,
+            done: Cell::new(me.done.get()),
+            _buf: PhantomData,
+        }
+    }
+
+    /// Whether the request has completed (without progressing anything).
+    #[doc(hidden)]
+    pub fn is_complete(&self) -> bool {
+        self.id.get().is_none()
+    }
+
     /// Wait for completion.
     pub fn wait(self) -> Result<Status> {
         self.wait_inner()
@@ -208,6 +225,26 @@ impl Drop for Request<'_> {
             }
         }
     }
+}
+
+/// Block until at least one of `reqs` could complete (a `test` on it would
+/// succeed), progressing everything meanwhile. Returns at once if `reqs` is
+/// empty or one has already completed. (For `MPI_Waitany`/`MPI_Waitsome`.)
+#[doc(hidden)]
+pub fn wait_any_ready(call: &'static str, reqs: &[&Request<'_>]) -> Result<()> {
+    let mut ids = Vec::with_capacity(reqs.len());
+    for r in reqs {
+        match r.id.get() {
+            None => return Ok(()),
+            Some(h) => ids.push(h),
+        }
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    engine::with(call, |e| {
+        e.wait_until(call, |e| Ok(ids.iter().any(|&h| e.is_done(h))))
+    })
 }
 
 /// Wait for every request; returns their statuses in order, or the first

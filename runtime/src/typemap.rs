@@ -299,6 +299,18 @@ impl TypeDesc {
         d
     }
 
+    /// The predefined type this descriptor is exactly one element of, if any.
+    pub(crate) fn basic_type(&self) -> Option<Datatype> {
+        match self.sig[..] {
+            [(p, 1)]
+                if self.is_contig && self.lb == 0 && self.size == Datatype::Primitive(p).size() =>
+            {
+                Some(Datatype::Primitive(p))
+            }
+            _ => None,
+        }
+    }
+
     fn compute_contig(&self) -> bool {
         self.blocks[..] == [(0, self.size)] && self.extent() == self.size as isize
     }

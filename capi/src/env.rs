@@ -1,0 +1,332 @@
+//! The environment: init and finalize, versions, clocks, memory, addresses,
+//! error handlers and error codes, and the Fortran handle conversions.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_double, c_int, c_void};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+use gmpi::{ErrorClass, Universe};
+
+use crate::errors::{self, PHASE};
+use crate::handles::{self, *};
+use crate::ptr;
+
+thread_local! {
+    /// The runtime's universe, on the thread that called `MPI_Init` (never
+    /// dropped implicitly: a job that exits without `MPI_Finalize` must not
+    /// wait for its peers at exit).
+    static UNIVERSE: RefCell<Option<ManuallyDrop<Universe>>> = const { RefCell::new(None) };
+}
+
+static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
+static THREAD_LEVEL: OnceLock<c_int> = OnceLock::new();
+
+/// The library version string (`MPI_Get_library_version`).
+pub const LIBRARY_VERSION: &str = concat!(
+    "gmpi ",
+    env!("CARGO_PKG_VERSION"),
+    " (MPICH ABI, libmpi.so.12; MPI 4.0)"
+);
+
+fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
+    match PHASE.load(Ordering::Acquire) {
+        0 => {}
+        1 => {
+            return Err(handles::err(
+                ErrorClass::Other,
+                call,
+                "MPI is already initialized",
+            ))
+        }
+        _ => {
+            return Err(handles::err(
+                ErrorClass::Other,
+                call,
+                "MPI cannot be initialized again after MPI_Finalize",
+            ))
+        }
+    }
+    let u = gmpi::init()?;
+    let world = u.world();
+    let me = world
+        .split(world.rank(), 0)?
+        .expect("every rank gives a color");
+    {
+        let mut st = state();
+        let w = st
+            .comms
+            .insert(CommObj::new(world.clone(), "MPI_COMM_WORLD".into()));
+        let s = st
+            .comms
+            .insert(CommObj::new(me.clone(), "MPI_COMM_SELF".into()));
+        debug_assert_eq!((w, s), (0, 1));
+    }
+    let _ = WORLD.set(world);
+    let _ = SELF.set(me);
+    UNIVERSE.with(|u2| *u2.borrow_mut() = Some(ManuallyDrop::new(u)));
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+    // The runtime is funneled: calls come from the thread that initialized.
+    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED);
+    let _ = THREAD_LEVEL.set(provided);
+    PHASE.store(1, Ordering::Release);
+    Ok(provided)
+}
+
+mpi_fn! {
+    noinit fn Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) {
+        init(CALL, MPI_THREAD_SINGLE).map(|_| ())
+    }
+
+    noinit fn Init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) {
+        if !(MPI_THREAD_SINGLE..=MPI_THREAD_MULTIPLE).contains(&required) {
+            return Err(handles::err(ErrorClass::Arg, CALL, format!("required = {required} is not a thread level")));
+        }
+        let p = init(CALL, required)?;
+        ptr::write(CALL, "provided", provided, p)
+    }
+
+    fn Finalize() {
+        if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
+            return Err(handles::err(ErrorClass::Other, CALL, "MPI_Finalize must be called by the thread that called MPI_Init"));
+        }
+        // Attributes on MPI_COMM_SELF are deleted first (the standard's hook
+        // for actions at finalize), then requests the user freed while
+        // active are completed.
+        crate::comm::delete_all_attrs(MPI_COMM_SELF)?;
+        crate::p2p::finish_detached()?;
+        let u = UNIVERSE.with(|u| u.borrow_mut().take());
+        let Some(u) = u else {
+            return Err(handles::err(ErrorClass::Other, CALL, "MPI is not initialized"));
+        };
+        let r = ManuallyDrop::into_inner(u).finalize();
+        PHASE.store(2, Ordering::Release);
+        r
+    }
+
+    noinit fn Initialized(flag: *mut c_int) {
+        ptr::write(CALL, "flag", flag, errors::initialized() as c_int)
+    }
+
+    noinit fn Finalized(flag: *mut c_int) {
+        ptr::write(CALL, "flag", flag, errors::finalized() as c_int)
+    }
+
+    fn Abort(comm: MPI_Comm, errorcode: c_int) {
+        let rank = handles::world_rank();
+        let name = if comm == MPI_COMM_WORLD { "MPI_COMM_WORLD".to_string() } else { format!("communicator {comm:#x}") };
+        gmpi::abort(errorcode, &format!("MPI_Abort({name}, {errorcode}) called on rank {rank}"))
+    }
+
+    noinit fn Query_thread(provided: *mut c_int) {
+        ptr::write(CALL, "provided", provided, THREAD_LEVEL.get().copied().unwrap_or(MPI_THREAD_SINGLE))
+    }
+
+    noinit fn Is_thread_main(flag: *mut c_int) {
+        let main = MAIN_THREAD.get().is_none_or(|t| *t == std::thread::current().id());
+        ptr::write(CALL, "flag", flag, main as c_int)
+    }
+
+    noinit fn Get_version(version: *mut c_int, subversion: *mut c_int) {
+        ptr::write(CALL, "version", version, 4)?;
+        ptr::write(CALL, "subversion", subversion, 0)
+    }
+
+    noinit fn Get_library_version(version: *mut c_char, resultlen: *mut c_int) {
+        ptr::write_cstr(CALL, "version", version, MPI_MAX_LIBRARY_VERSION_STRING, LIBRARY_VERSION, resultlen)
+    }
+
+    fn Get_processor_name(name: *mut c_char, resultlen: *mut c_int) {
+        let host = gmpi::processor_name();
+        ptr::write_cstr(CALL, "name", name, MPI_MAX_PROCESSOR_NAME, &host, resultlen)
+    }
+
+    noinit fn Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) {
+        let Some(s) = errors::string_of(errorcode) else {
+            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
+        };
+        ptr::write_cstr(CALL, "string", string, MPI_MAX_ERROR_STRING, &s, resultlen)
+    }
+
+    noinit fn Error_class(errorcode: c_int, errorclass: *mut c_int) {
+        let Some(c) = errors::class_of(errorcode) else {
+            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
+        };
+        ptr::write(CALL, "errorclass", errorclass, c)
+    }
+
+    fn Add_error_class(errorclass: *mut c_int) {
+        ptr::write(CALL, "errorclass", errorclass, errors::add_class())
+    }
+
+    fn Add_error_code(errorclass: c_int, errorcode: *mut c_int) {
+        let Some(c) = errors::add_code(errorclass) else {
+            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorclass = {errorclass} is not an error class")));
+        };
+        ptr::write(CALL, "errorcode", errorcode, c)
+    }
+
+    fn Add_error_string(errorcode: c_int, string: *const c_char) {
+        let s = ptr::cstr(CALL, "string", string)?;
+        if s.len() >= MPI_MAX_ERROR_STRING {
+            return Err(handles::err(ErrorClass::Arg, CALL, format!("string is {} bytes (MPI_MAX_ERROR_STRING is {MPI_MAX_ERROR_STRING})", s.len())));
+        }
+        if errorcode <= 0 || !errors::set_string(errorcode, s) {
+            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not a user error code or class")));
+        }
+        Ok(())
+    }
+
+    fn Comm_create_errhandler(function: Option<CommErrFn>, errhandler: *mut MPI_Errhandler) {
+        let Some(f) = function else {
+            return Err(handles::err(ErrorClass::Arg, CALL, "function is NULL"));
+        };
+        let h = encode(Kind::Errhandler, state().errhs.insert(ErrhObj { f }));
+        ptr::write(CALL, "errhandler", errhandler, h)
+    }
+
+    fn Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) {
+        handles::comm(CALL, comm)?;
+        check_errhandler(CALL, errhandler)?;
+        with_comm(CALL, comm, |o| o.errh = errhandler)
+    }
+
+    fn Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) {
+        handles::comm(CALL, comm)?;
+        let e = with_comm(CALL, comm, |o| o.errh)?;
+        ptr::write(CALL, "errhandler", errhandler, e)
+    }
+
+    fn Errhandler_free(errhandler: *mut MPI_Errhandler) {
+        let h = ptr::read(CALL, "errhandler", errhandler)?;
+        check_errhandler(CALL, h)?;
+        if let Some(i) = decode(Kind::Errhandler, h) {
+            // Communicators that still use it keep calling it: free the slot
+            // only once none does.
+            let mut st = state();
+            let used = st.comms.iter().any(|(_, o)| o.errh == h);
+            if !used {
+                st.errhs.remove(i);
+            }
+        }
+        ptr::write(CALL, "errhandler", errhandler, MPI_ERRHANDLER_NULL)
+    }
+
+    fn Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) {
+        handles::comm(CALL, comm)?;
+        let msg = errors::string_of(errorcode).unwrap_or_else(|| format!("error code {errorcode}"));
+        errors::invoke(comm, errorcode, &format!("MPI_Comm_call_errhandler: {msg} (on rank {})", handles::world_rank()));
+        Ok(())
+    }
+
+    fn Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) {
+        let n = usize::try_from(size).map_err(|_| handles::err(ErrorClass::Arg, CALL, format!("size = {size} is negative")))?;
+        let p = ptr::alloc(n).ok_or_else(|| handles::err(ErrorClass::NoMem, CALL, format!("cannot allocate {n} bytes")))?;
+        ptr::write(CALL, "baseptr", baseptr.cast::<*mut c_void>(), p)
+    }
+
+    fn Free_mem(base: *mut c_void) {
+        ptr::free(base);
+        Ok(())
+    }
+
+    noinit fn Get_address(location: *const c_void, address: *mut MPI_Aint) {
+        ptr::write(CALL, "address", address, ptr::addr_of(location))
+    }
+
+    fn Pcontrol(_level: c_int) {
+        Ok(())
+    }
+}
+
+/// Check that `h` names an error handler.
+fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), gmpi::Error> {
+    let ok = matches!(
+        h,
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT
+    ) || decode(Kind::Errhandler, h).is_some_and(|i| state().errhs.get(i).is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(handles::err(
+            ErrorClass::Arg,
+            call,
+            format!("errhandler = {h:#x} is not a valid error handler"),
+        ))
+    }
+}
+
+/// `MPI_Wtime`.
+#[no_mangle]
+pub extern "C" fn PMPI_Wtime() -> c_double {
+    gmpi::wtime()
+}
+/// `MPI_Wtime`: forwards to `PMPI_Wtime`.
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> c_double {
+    PMPI_Wtime()
+}
+/// `MPI_Wtick`.
+#[no_mangle]
+pub extern "C" fn PMPI_Wtick() -> c_double {
+    gmpi::wtick()
+}
+/// `MPI_Wtick`: forwards to `PMPI_Wtick`.
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> c_double {
+    PMPI_Wtick()
+}
+/// `MPI_Aint_add`.
+#[no_mangle]
+pub extern "C" fn PMPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
+    base.wrapping_add(disp)
+}
+/// `MPI_Aint_add`: forwards to `PMPI_Aint_add`.
+#[no_mangle]
+pub extern "C" fn MPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
+    PMPI_Aint_add(base, disp)
+}
+/// `MPI_Aint_diff`.
+#[no_mangle]
+pub extern "C" fn PMPI_Aint_diff(a: MPI_Aint, b: MPI_Aint) -> MPI_Aint {
+    a.wrapping_sub(b)
+}
+/// `MPI_Aint_diff`: forwards to `PMPI_Aint_diff`.
+#[no_mangle]
+pub extern "C" fn MPI_Aint_diff(a: MPI_Aint, b: MPI_Aint) -> MPI_Aint {
+    PMPI_Aint_diff(a, b)
+}
+
+/// Handle conversions between C and Fortran: the MPICH ABI uses the same
+/// integers in both, so each is the identity.
+macro_rules! f2c_c2f {
+    ($($obj:ident: $cty:ty),*) => { paste::paste! { $(
+        #[doc = concat!("`MPI_", stringify!($obj), "_f2c` (the identity in the MPICH ABI).")]
+        #[no_mangle]
+        pub extern "C" fn [<PMPI_ $obj _f2c>](h: MPI_Fint) -> $cty { h as $cty }
+        #[doc = concat!("`MPI_", stringify!($obj), "_f2c`.")]
+        #[no_mangle]
+        pub extern "C" fn [<MPI_ $obj _f2c>](h: MPI_Fint) -> $cty { h as $cty }
+        #[doc = concat!("`MPI_", stringify!($obj), "_c2f` (the identity in the MPICH ABI).")]
+        #[no_mangle]
+        pub extern "C" fn [<PMPI_ $obj _c2f>](h: $cty) -> MPI_Fint { h as MPI_Fint }
+        #[doc = concat!("`MPI_", stringify!($obj), "_c2f`.")]
+        #[no_mangle]
+        pub extern "C" fn [<MPI_ $obj _c2f>](h: $cty) -> MPI_Fint { h as MPI_Fint }
+    )* } };
+}
+
+f2c_c2f!(Comm: MPI_Comm, Type: MPI_Datatype, Group: MPI_Group, Op: MPI_Op, Request: MPI_Request,
+    Errhandler: MPI_Errhandler, Info: MPI_Info, Win: MPI_Win, Message: MPI_Message);
+
+mpi_fn! {
+    noinit fn Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) {
+        let s = ptr::read(CALL, "f_status", f_status.cast::<MPI_Status>())?;
+        ptr::write(CALL, "c_status", c_status, s)
+    }
+    noinit fn Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fint) {
+        let s = ptr::read(CALL, "c_status", c_status)?;
+        ptr::write(CALL, "f_status", f_status.cast::<MPI_Status>(), s)
+    }
+}

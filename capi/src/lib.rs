@@ -1,0 +1,57 @@
+//! gmpi's MPI C ABI: `libmpi.so.12`, binary-compatible with the MPICH ABI
+//! (MPICH, Intel MPI, MVAPICH2, Cray MPICH), so binaries built against any of
+//! them run on gmpi unchanged, and `include/mpi.h` for new builds.
+//!
+//! A thin, defensive layer over the `gmpi` runtime. Every entry point
+//! (`MPI_X`, with `PMPI_X` as the profiling name) runs through [`entry`]:
+//! it catches panics, checks that MPI is initialized, translates handles,
+//! checks every argument, calls the runtime, and hands any error to the
+//! error handler of the communicator involved (`MPI_ERRORS_ARE_FATAL` by
+//! default: the message names the call, the argument and the rank, and the
+//! job ends; `MPI_ERRORS_RETURN` returns the class).
+//!
+//! File map:
+//! - `handles.rs`: the one module that knows handle values: MPICH's
+//!   predefined values, the tables of user objects, and translation both ways
+//!   (a later `libmpi_abi.so.1` adds its own translation beside it).
+//! - `ptr.rs`: every dereference of a pointer the C caller passed (the
+//!   caller vouches for each, as the MPI standard says).
+//! - `errors.rs`: [`entry`], error handlers, error codes and strings.
+//! - `env.rs`: init, finalize, versions, time, memory, addresses.
+//! - `p2p.rs`: point-to-point, requests, statuses, persistent and buffered
+//!   sends, matched probes.
+//! - `coll.rs`: collectives and reduction operations.
+//! - `comm.rs`: communicators, groups, attributes, names.
+//! - `types.rs`: derived datatypes, pack/unpack.
+//! - `topo.rs`: Cartesian topologies.
+//! - `info.rs`: info objects.
+//! - `unsupported.rs`: one-sided, MPI-IO, dynamic processes, sessions and
+//!   the other calls gmpi exports but does not implement yet: each fails with
+//!   `MPI_ERR_UNSUPPORTED_OPERATION` through the error handler, naming the
+//!   call.
+//!
+//! Threading: `MPI_THREAD_FUNNELED`, as the runtime. Object tables sit behind
+//! one lock that is never held while the runtime runs, so callbacks (user
+//! reduction functions, attribute copy functions, error handlers) may call
+//! MPI again.
+//!
+//! Unsafe code: this crate is an FFI boundary; DESIGN.md names `capi/src/*`
+//! as one of the places `unsafe` lives. Raw pointers are dereferenced only in
+//! `ptr.rs`, each after a null/special-value check.
+
+#![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
+
+pub mod handles;
+mod ptr;
+#[macro_use]
+mod errors;
+mod coll;
+mod comm;
+mod env;
+mod info;
+mod p2p;
+mod topo;
+mod types;
+mod unsupported;
+
+pub use errors::entry;

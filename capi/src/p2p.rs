@@ -1,0 +1,1313 @@
+//! Point-to-point: sends and receives in every mode, requests and their
+//! completion calls, statuses, persistent requests, buffered sends, probes
+//! and matched probes.
+//!
+//! A request handle names a slot of the request table. A request being
+//! waited on or tested is taken out of its slot (left `Busy`) while the
+//! runtime runs, so callbacks may use the tables meanwhile.
+
+use std::ffi::{c_int, c_void};
+use std::sync::{LazyLock, Mutex};
+
+use gmpi::{Communicator, Error, ErrorClass, Request, UserDatatype, View};
+
+use crate::errors;
+use crate::handles::{self, *};
+use crate::ptr;
+
+/// What a request slot holds.
+#[derive(Debug)]
+pub enum ReqObj {
+    /// An operation in flight.
+    Active(Active),
+    /// An operation that completed when it started (to or from
+    /// `MPI_PROC_NULL`, or a collective on one rank).
+    Done { comm: MPI_Comm, st: MPI_Status },
+    /// A persistent request and, while started, its operation.
+    Persistent { spec: Spec, active: Option<Active> },
+    /// A matched message (`MPI_Mprobe`): receive it with `MPI_Mrecv`.
+    Message {
+        comm: MPI_Comm,
+        src: c_int,
+        tag: c_int,
+    },
+    /// Taken out by a completion call in progress.
+    Busy,
+}
+
+/// An operation in flight and what it keeps alive.
+#[derive(Debug)]
+pub struct Active {
+    pub req: Request<'static>,
+    pub comm: MPI_Comm,
+    /// Memory the operation uses that the C ABI owns (a buffered send's
+    /// copy, a collective's argument arrays).
+    pub keep: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Active {
+    pub fn new(req: Request<'static>, comm: MPI_Comm) -> Self {
+        Self {
+            req,
+            comm,
+            keep: None,
+        }
+    }
+}
+
+/// The recipe of a persistent request.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    kind: SpecKind,
+    buf: usize,
+    count: c_int,
+    dt: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SpecKind {
+    Send(Mode),
+    Recv,
+}
+
+/// Send modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Standard,
+    Sync,
+    Ready,
+    Buffered,
+}
+
+/// Register an operation in flight; its handle.
+pub fn register(a: Active) -> MPI_Request {
+    encode(Kind::Request, state().reqs.insert(ReqObj::Active(a)))
+}
+
+/// Register a request that is already complete; its handle.
+pub fn register_done(comm: MPI_Comm, st: MPI_Status) -> MPI_Request {
+    encode(
+        Kind::Request,
+        state().reqs.insert(ReqObj::Done { comm, st }),
+    )
+}
+
+/// Requests freed by `MPI_Request_free` while active, and buffered sends in
+/// flight: they complete in the background and are reaped at every
+/// completion call (and at finalize).
+static DETACHED: LazyLock<Mutex<Vec<Active>>> = LazyLock::new(Default::default);
+
+fn detach(a: Active) {
+    DETACHED.lock().unwrap_or_else(|p| p.into_inner()).push(a);
+}
+
+/// Drop the detached operations that have completed.
+fn reap() {
+    let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|p| p.into_inner()));
+    if list.is_empty() {
+        return;
+    }
+    let mut left = Vec::new();
+    for a in list {
+        match a.req.test() {
+            Ok(Some(_)) => {}
+            Ok(None) => left.push(a),
+            Err(e) => tracing::warn!(target: "gmpi", "a freed request failed: {e}"),
+        }
+    }
+    DETACHED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(left);
+}
+
+/// Complete every detached operation (`MPI_Finalize`, `MPI_Buffer_detach`).
+pub fn finish_detached() -> Result<(), Error> {
+    let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut first = None;
+    for a in list {
+        if let Err(e) = a.req.wait() {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+// ---- buffered sends ----
+
+/// The buffer of `MPI_Buffer_attach` and the bytes its sends in flight use.
+#[derive(Debug, Default)]
+struct Attached {
+    addr: usize,
+    size: usize,
+    used: usize,
+}
+
+static BSEND: LazyLock<Mutex<(Attached, Vec<(usize, gmpi::Request<'static>)>)>> =
+    LazyLock::new(Default::default);
+
+/// Start a buffered send: copy the data (accounted against the attached
+/// buffer), send the copy in the background.
+fn bsend(
+    call: &'static str,
+    c: &Communicator,
+    comm: MPI_Comm,
+    v: &View,
+    dest: c_int,
+    tag: c_int,
+) -> Result<Active, Error> {
+    let data = {
+        let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
+        // Give back the space of buffered sends that have completed.
+        let (att, inflight) = &mut *b;
+        inflight.retain(|(n, r)| match r.test() {
+            Ok(Some(_)) | Err(_) => {
+                att.used -= n;
+                false
+            }
+            Ok(None) => true,
+        });
+        let bytes = gmpi_packed(v);
+        let need = bytes.len() + MPI_BSEND_OVERHEAD as usize;
+        if att.used + need > att.size {
+            return Err(handles::err(
+                ErrorClass::Buffer,
+                call,
+                format!(
+                    "the attached buffer ({} bytes, {} in use) cannot hold this {}-byte message plus MPI_BSEND_OVERHEAD",
+                    att.size,
+                    att.used,
+                    bytes.len()
+                ),
+            ));
+        }
+        att.used += need;
+        bytes
+    };
+    let data: Box<Vec<u8>> = Box::new(data);
+    // The boxed copy lives in `keep` until the send completes.
+    let req = c.isend(&data[..], dest, tag)?;
+    // SAFETY-free: `detach` is unsafe because the buffer must outlive the
+    // request; `data` moves into the same `Active` and is dropped only after
+    // the request completes (reap/finish wait first).
+    let req = detach_req(req);
+    let n = data.len() + MPI_BSEND_OVERHEAD as usize;
+    let _ = comm;
+    Ok(Active {
+        req,
+        comm,
+        keep: Some(Box::new((data, n))),
+    })
+}
+
+/// A view's data, packed.
+fn gmpi_packed(v: &View) -> Vec<u8> {
+    let n = v.packed_size();
+    let mut out = vec![0u8; n];
+    v.pack_to(&mut out);
+    out
+}
+
+/// Erase a request's borrow: its buffer is caller memory (a raw view) or a
+/// copy owned beside it.
+pub fn detach_req(r: Request<'_>) -> Request<'static> {
+    // SAFETY: every request of the C ABI is on raw views, whose memory the C
+    // caller keeps valid until completion (the MPI contract), or on a copy
+    // stored beside the request in the same `Active` (dropped after it
+    // completes).
+    unsafe { r.detach() }
+}
+
+// ---- sends and receives ----
+
+fn send_view(
+    call: &str,
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+) -> Result<View, Error> {
+    let t = handles::dtype(call, dt)?;
+    ptr::buf(call, "buf", buf, count, &t, false)
+}
+
+fn recv_view(call: &str, buf: *mut c_void, count: c_int, dt: MPI_Datatype) -> Result<View, Error> {
+    let t = handles::dtype(call, dt)?;
+    ptr::buf(call, "buf", buf, count, &t, true)
+}
+
+fn blocking_send(
+    call: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+) -> Result<(), Error> {
+    let c = handles::comm(call, comm)?;
+    let v = send_view(call, buf, count, dt)?;
+    match mode {
+        Mode::Standard | Mode::Ready => c.send(&v, dest, tag),
+        Mode::Sync => c.ssend(&v, dest, tag),
+        Mode::Buffered => {
+            if dest == MPI_PROC_NULL {
+                return c.send(&v, dest, tag);
+            }
+            let a = bsend(call, &c, comm, &v, dest, tag)?;
+            track_bsend(a);
+            Ok(())
+        }
+    }
+}
+
+/// Keep a buffered send's request so its space is returned on completion.
+fn track_bsend(a: Active) {
+    let Active { req, keep, comm: _ } = a;
+    // Move the copy into the detached list together with the request; the
+    // buffer accounting keeps its own handle on completion through `reap`.
+    let n = keep
+        .as_ref()
+        .and_then(|k| k.downcast_ref::<(Box<Vec<u8>>, usize)>())
+        .map(|(_, n)| *n)
+        .unwrap_or(0);
+    let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
+    // The accounting list holds the request; the copy rides along in a
+    // detached entry that completes with a zero-byte marker.
+    b.1.push((n, req));
+    drop(b);
+    if let Some(k) = keep {
+        KEEP.lock().unwrap_or_else(|p| p.into_inner()).push(k);
+    }
+}
+
+/// Copies of buffered sends in flight (freed at `MPI_Buffer_detach` and
+/// finalize, once every buffered send has completed).
+static KEEP: LazyLock<Mutex<Vec<Box<dyn std::any::Any + Send>>>> = LazyLock::new(Default::default);
+
+fn nonblocking_send(
+    call: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+) -> Result<Active, Error> {
+    let c = handles::comm(call, comm)?;
+    let v = send_view(call, buf, count, dt)?;
+    if mode == Mode::Buffered && dest != MPI_PROC_NULL {
+        return bsend(call, &c, comm, &v, dest, tag);
+    }
+    let r = match mode {
+        Mode::Sync => c.issend(&v, dest, tag)?,
+        _ => c.isend(&v, dest, tag)?,
+    };
+    Ok(Active::new(detach_req(r), comm))
+}
+
+fn nonblocking_recv(
+    call: &'static str,
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> Result<Active, Error> {
+    let c = handles::comm(call, comm)?;
+    let mut v = recv_view(call, buf, count, dt)?;
+    let r = c.irecv(&mut v, src, tag)?;
+    Ok(Active::new(detach_req(r), comm))
+}
+
+fn out_req(call: &str, request: *mut MPI_Request, a: Active) -> Result<(), Error> {
+    if request.is_null() {
+        // Complete it rather than leak an operation nobody can wait for.
+        a.req.wait()?;
+        return Err(handles::err(ErrorClass::Arg, call, "request is NULL"));
+    }
+    ptr::write(call, "request", request, register(a))
+}
+
+mpi_fn! {
+    fn Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
+    }
+    fn Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
+    }
+    fn Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
+    }
+    fn Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)
+    }
+    fn Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)?;
+        out_req(CALL, request, a)
+    }
+    fn Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)?;
+        out_req(CALL, request, a)
+    }
+    fn Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)?;
+        out_req(CALL, request, a)
+    }
+    fn Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)?;
+        out_req(CALL, request, a)
+    }
+    fn Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let st = c.recv(&mut v, source, tag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let a = nonblocking_recv(CALL, buf, count, datatype, source, tag, comm)?;
+        out_req(CALL, request, a)
+    }
+    fn Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+        comm: MPI_Comm, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
+        let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
+        let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        // Send a copy, receive in place.
+        let copy = gmpi_packed(&v);
+        let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        let st = c.probe(source, tag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        if flag.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+        }
+        match c.iprobe(source, tag)? {
+            Some(st) => {
+                let mut s = MPI_Status::empty();
+                s.set(&st);
+                ptr::status(status, &s);
+                ptr::write(CALL, "flag", flag, 1)
+            }
+            None => ptr::write(CALL, "flag", flag, 0),
+        }
+    }
+    fn Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        let st = c.probe(source, tag)?;
+        let m = message_handle(comm, source, &st);
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        ptr::write(CALL, "message", message, m)
+    }
+    fn Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) {
+        let c = handles::comm(CALL, comm)?;
+        if flag.is_null() || message.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "flag or message is NULL"));
+        }
+        match c.iprobe(source, tag)? {
+            Some(st) => {
+                let m = message_handle(comm, source, &st);
+                let mut s = MPI_Status::empty();
+                s.set(&st);
+                ptr::status(status, &s);
+                ptr::write(CALL, "message", message, m)?;
+                ptr::write(CALL, "flag", flag, 1)
+            }
+            None => ptr::write(CALL, "flag", flag, 0),
+        }
+    }
+    fn Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) {
+        let (comm, src, tag) = take_message(CALL, message)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        if src == MPI_PROC_NULL {
+            ptr::status(status, &MPI_Status::empty());
+            return Ok(());
+        }
+        let c = handles::comm(CALL, comm)?;
+        let st = c.recv(&mut v, src, tag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) {
+        let (comm, src, tag) = take_message(CALL, message)?;
+        if src == MPI_PROC_NULL {
+            recv_view(CALL, buf, count, datatype)?;
+            return ptr::write(CALL, "request", request, register_done(MPI_COMM_WORLD, MPI_Status::empty()));
+        }
+        let a = nonblocking_recv(CALL, buf, count, datatype, src, tag, comm)?;
+        out_req(CALL, request, a)
+    }
+    fn Buffer_attach(buffer: *mut c_void, size: c_int) {
+        let n = ptr::count(CALL, "size", size)?;
+        if buffer.is_null() && n > 0 {
+            return Err(handles::err(ErrorClass::Buffer, CALL, "buffer is NULL"));
+        }
+        let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
+        if b.0.size > 0 || b.0.addr != 0 {
+            return Err(handles::err(ErrorClass::Buffer, CALL, "a buffer is already attached (detach it first)"));
+        }
+        b.0 = Attached { addr: buffer as usize, size: n, used: 0 };
+        Ok(())
+    }
+    fn Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) {
+        // Wait for every buffered send to complete.
+        let inflight = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).1);
+        for (_, r) in inflight {
+            r.wait()?;
+        }
+        KEEP.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let att = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).0);
+        ptr::write(CALL, "buffer_addr", buffer_addr.cast::<usize>(), att.addr)?;
+        ptr::write(CALL, "size", size, att.size as c_int)
+    }
+    fn Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
+        let s = ptr::read_status(CALL, status)?;
+        let t = handles::dtype(CALL, datatype)?;
+        let n = match t.size() {
+            0 => 0,
+            sz if s.bytes() % sz as u64 == 0 => i32::try_from(s.bytes() / sz as u64).unwrap_or(MPI_UNDEFINED),
+            _ => MPI_UNDEFINED,
+        };
+        ptr::write(CALL, "count", count, n)
+    }
+    fn Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
+        let n = elements(CALL, status, datatype)?;
+        ptr::write(CALL, "count", count, i32::try_from(n).unwrap_or(MPI_UNDEFINED))
+    }
+    fn Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) {
+        let n = elements(CALL, status, datatype)?;
+        ptr::write(CALL, "count", count, n)
+    }
+    fn Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) {
+        set_elements(CALL, status, datatype, count as MPI_Count)
+    }
+    fn Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) {
+        set_elements(CALL, status, datatype, count)
+    }
+    fn Status_set_cancelled(status: *mut MPI_Status, flag: c_int) {
+        let mut s = ptr::read_status(CALL, status)?;
+        s.set_bytes(s.bytes(), flag != 0);
+        ptr::write(CALL, "status", status, s)
+    }
+    fn Test_cancelled(status: *const MPI_Status, flag: *mut c_int) {
+        let s = ptr::read_status(CALL, status)?;
+        ptr::write(CALL, "flag", flag, s.cancelled() as c_int)
+    }
+}
+
+fn elements(call: &str, status: *const MPI_Status, dt: MPI_Datatype) -> Result<MPI_Count, Error> {
+    let s = ptr::read_status(call, status)?;
+    let t = handles::dtype(call, dt)?;
+    Ok(t.get_elements(s.bytes() as usize)
+        .map_or(MPI_UNDEFINED as MPI_Count, |n| n as MPI_Count))
+}
+
+fn set_elements(
+    call: &str,
+    status: *mut MPI_Status,
+    dt: MPI_Datatype,
+    count: MPI_Count,
+) -> Result<(), Error> {
+    let t = handles::dtype(call, dt)?;
+    let n = usize::try_from(count).map_err(|_| {
+        handles::err(
+            ErrorClass::Count,
+            call,
+            format!("count = {count} is negative"),
+        )
+    })?;
+    // Bytes of `n` basic elements of the type: whole copies of the type,
+    // then the leading elements of one more.
+    let per = t.get_elements(t.size()).unwrap_or(1).max(1);
+    let bytes = (n / per) * t.size() + (n % per) * t.size() / per;
+    let mut s = ptr::read_status(call, status)?;
+    s.set_bytes(bytes as u64, s.cancelled());
+    ptr::write(call, "status", status, s)
+}
+
+/// A message handle for the message `st` describes.
+fn message_handle(comm: MPI_Comm, source: c_int, st: &gmpi::Status) -> MPI_Message {
+    if source == MPI_PROC_NULL {
+        return MPI_MESSAGE_NO_PROC;
+    }
+    encode(
+        Kind::Request,
+        state().reqs.insert(ReqObj::Message {
+            comm,
+            src: st.source(),
+            tag: st.tag(),
+        }),
+    )
+}
+
+/// Take the matched message `*message` (and set it to `MPI_MESSAGE_NULL`).
+fn take_message(call: &str, message: *mut MPI_Message) -> Result<(MPI_Comm, c_int, c_int), Error> {
+    let m = ptr::read(call, "message", message)?;
+    if m == MPI_MESSAGE_NO_PROC {
+        ptr::write(call, "message", message, MPI_MESSAGE_NULL)?;
+        return Ok((MPI_COMM_SELF, MPI_PROC_NULL, MPI_ANY_TAG));
+    }
+    let slot = handles::req_slot(call, m)?;
+    let mut st = state();
+    match st.reqs.get(slot) {
+        Some(ReqObj::Message { .. }) => {}
+        _ => {
+            return Err(handles::err(
+                ErrorClass::Request,
+                call,
+                format!("message = {m:#x} is not a matched message"),
+            ))
+        }
+    }
+    let Some(ReqObj::Message { comm, src, tag }) = st.reqs.remove(slot) else {
+        unreachable!("checked above")
+    };
+    drop(st);
+    handles::set_target(comm);
+    ptr::write(call, "message", message, MPI_MESSAGE_NULL)?;
+    Ok((comm, src, tag))
+}
+
+// ---- persistent requests ----
+
+fn persistent(
+    call: &str,
+    kind: SpecKind,
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    handles::comm(call, comm)?;
+    // Check the arguments now (the buffer is only read at each start).
+    let t = handles::dtype(call, dt)?;
+    ptr::buf(call, "buf", buf, count, &t, kind == SpecKind::Recv)?;
+    if request.is_null() {
+        return Err(handles::err(ErrorClass::Arg, call, "request is NULL"));
+    }
+    let spec = Spec {
+        kind,
+        buf: buf as usize,
+        count,
+        dt,
+        peer,
+        tag,
+        comm,
+    };
+    let h = encode(
+        Kind::Request,
+        state()
+            .reqs
+            .insert(ReqObj::Persistent { spec, active: None }),
+    );
+    ptr::write(call, "request", request, h)
+}
+
+fn start_spec(call: &'static str, s: &Spec) -> Result<Active, Error> {
+    match s.kind {
+        SpecKind::Send(mode) => nonblocking_send(
+            call,
+            s.buf as *const c_void,
+            s.count,
+            s.dt,
+            s.peer,
+            s.tag,
+            s.comm,
+            mode,
+        ),
+        SpecKind::Recv => nonblocking_recv(
+            call,
+            s.buf as *mut c_void,
+            s.count,
+            s.dt,
+            s.peer,
+            s.tag,
+            s.comm,
+        ),
+    }
+}
+
+fn start(call: &'static str, h: MPI_Request) -> Result<(), Error> {
+    let slot = handles::req_slot(call, h)?;
+    let spec = match state().reqs.get(slot) {
+        Some(ReqObj::Persistent { spec, active: None }) => *spec,
+        Some(ReqObj::Persistent { .. }) => {
+            return Err(handles::err(
+                ErrorClass::Request,
+                call,
+                format!("request {h:#x} is already active"),
+            ))
+        }
+        _ => {
+            return Err(handles::err(
+                ErrorClass::Request,
+                call,
+                format!("request {h:#x} is not a persistent request"),
+            ))
+        }
+    };
+    handles::set_target(spec.comm);
+    let a = start_spec(call, &spec)?;
+    if let Some(ReqObj::Persistent { active, .. }) = state().reqs.get_mut(slot) {
+        *active = Some(a);
+    }
+    Ok(())
+}
+
+mpi_fn! {
+    fn Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Standard), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Sync), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Ready), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Buffered), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Recv, buf, count, datatype, source, tag, comm, request)
+    }
+    fn Start(request: *mut MPI_Request) {
+        let h = ptr::read(CALL, "request", request)?;
+        start(CALL, h)
+    }
+    fn Startall(count: c_int, array_of_requests: *mut MPI_Request) {
+        let n = ptr::count(CALL, "count", count)?;
+        let reqs = ptr::slice(CALL, "array_of_requests", array_of_requests, n)?;
+        for &h in reqs {
+            start(CALL, h)?;
+        }
+        Ok(())
+    }
+}
+
+// ---- completion ----
+
+/// A request taken out of its slot for a completion call.
+enum Taken {
+    /// `MPI_REQUEST_NULL` or an inactive persistent request.
+    Inactive,
+    Active {
+        slot: usize,
+        a: Active,
+        persistent: bool,
+    },
+    Done {
+        slot: usize,
+        comm: MPI_Comm,
+        st: MPI_Status,
+    },
+}
+
+fn take(call: &str, h: MPI_Request) -> Result<Taken, Error> {
+    if h == MPI_REQUEST_NULL {
+        return Ok(Taken::Inactive);
+    }
+    let slot = handles::req_slot(call, h)?;
+    let mut st = state();
+    let Some(obj) = st.reqs.get_mut(slot) else {
+        return Err(handles::err(
+            ErrorClass::Request,
+            call,
+            format!("request = {h:#x} is not a valid request (freed or completed)"),
+        ));
+    };
+    Ok(match std::mem::replace(obj, ReqObj::Busy) {
+        ReqObj::Active(a) => Taken::Active {
+            slot,
+            a,
+            persistent: false,
+        },
+        ReqObj::Done { comm, st } => Taken::Done { slot, comm, st },
+        ReqObj::Persistent {
+            spec,
+            active: Some(a),
+        } => {
+            *obj = ReqObj::Persistent { spec, active: None };
+            Taken::Active {
+                slot,
+                a,
+                persistent: true,
+            }
+        }
+        p @ ReqObj::Persistent { active: None, .. } => {
+            *obj = p;
+            Taken::Inactive
+        }
+        other @ (ReqObj::Message { .. } | ReqObj::Busy) => {
+            *obj = other;
+            return Err(handles::err(
+                ErrorClass::Request,
+                call,
+                format!("request = {h:#x} is not a request that can be completed"),
+            ));
+        }
+    })
+}
+
+/// Put back a request that has not completed.
+fn put_back(slot: usize, a: Active, persistent: bool) {
+    let mut st = state();
+    match st.reqs.get_mut(slot) {
+        Some(ReqObj::Persistent { active, .. }) if persistent => *active = Some(a),
+        Some(o) => *o = ReqObj::Active(a),
+        None => {}
+    }
+}
+
+/// Release the slot of a completed non-persistent request.
+fn release(slot: usize) {
+    state().reqs.remove(slot);
+}
+
+/// The outcome of completing one request: its status and handle after.
+struct Completed {
+    st: MPI_Status,
+    handle: MPI_Request,
+    err: Option<(MPI_Comm, Error)>,
+}
+
+fn status_of(r: &Result<gmpi::Status, Error>) -> MPI_Status {
+    let mut s = MPI_Status::empty();
+    match r {
+        Ok(st) => s.set(st),
+        Err(e) => s.MPI_ERROR = e.class().code(),
+    }
+    s
+}
+
+/// Finish a request that completed with `r`.
+fn finish(
+    h: MPI_Request,
+    slot: usize,
+    comm: MPI_Comm,
+    persistent: bool,
+    r: Result<gmpi::Status, Error>,
+) -> Completed {
+    let st = status_of(&r);
+    let handle = if persistent {
+        h
+    } else {
+        release(slot);
+        MPI_REQUEST_NULL
+    };
+    Completed {
+        st,
+        handle,
+        err: r.err().map(|e| (comm, e)),
+    }
+}
+
+/// Wait for request `h`.
+fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
+    reap();
+    Ok(match take(call, h)? {
+        Taken::Inactive => Completed {
+            st: MPI_Status::empty(),
+            handle: h,
+            err: None,
+        },
+        Taken::Done { slot, comm, st } => {
+            release(slot);
+            Completed {
+                st,
+                handle: MPI_REQUEST_NULL,
+                err: (st.MPI_ERROR != 0).then(|| {
+                    (
+                        comm,
+                        handles::err(
+                            ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other),
+                            call,
+                            "the operation failed",
+                        ),
+                    )
+                }),
+            }
+        }
+        Taken::Active {
+            slot,
+            a,
+            persistent,
+        } => {
+            let comm = a.comm;
+            let r = a.req.wait();
+            drop(a.keep);
+            finish(h, slot, comm, persistent, r)
+        }
+    })
+}
+
+/// Test request `h`: `None` if it has not completed.
+fn test_one(call: &str, h: MPI_Request) -> Result<Option<Completed>, Error> {
+    Ok(match take(call, h)? {
+        Taken::Inactive => Some(Completed {
+            st: MPI_Status::empty(),
+            handle: h,
+            err: None,
+        }),
+        Taken::Done { slot, comm, st } => {
+            release(slot);
+            Some(Completed {
+                st,
+                handle: MPI_REQUEST_NULL,
+                err: (st.MPI_ERROR != 0).then(|| {
+                    (
+                        comm,
+                        handles::err(
+                            ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other),
+                            call,
+                            "the operation failed",
+                        ),
+                    )
+                }),
+            })
+        }
+        Taken::Active {
+            slot,
+            a,
+            persistent,
+        } => {
+            let comm = a.comm;
+            match a.req.test() {
+                Ok(None) => {
+                    put_back(slot, a, persistent);
+                    None
+                }
+                Ok(Some(s)) => Some(finish(h, slot, comm, persistent, Ok(s))),
+                Err(e) => Some(finish(h, slot, comm, persistent, Err(e))),
+            }
+        }
+    })
+}
+
+/// Raise the error of a single completion through its communicator.
+fn single(
+    c: Completed,
+    request: *mut MPI_Request,
+    status: *mut MPI_Status,
+    call: &str,
+) -> Result<(), Error> {
+    ptr::write(call, "request", request, c.handle)?;
+    ptr::status(status, &c.st);
+    match c.err {
+        None => Ok(()),
+        Some((comm, e)) => {
+            handles::set_target(comm);
+            Err(e)
+        }
+    }
+}
+
+/// For multiple completions: record per-request errors in the statuses and
+/// fail with `MPI_ERR_IN_STATUS` if any failed.
+fn multiple(call: &str, errs: Vec<(MPI_Comm, Error)>, statuses_ignored: bool) -> Result<(), Error> {
+    let Some((comm, first)) = errs.into_iter().next() else {
+        return Ok(());
+    };
+    handles::set_target(comm);
+    if statuses_ignored {
+        return Err(first);
+    }
+    errors::code_of(&first);
+    Err(handles::err(
+        ErrorClass::InStatus,
+        call,
+        format!("a request failed (see its status): {}", first.message()),
+    ))
+}
+
+fn ignored(p: *mut MPI_Status) -> bool {
+    p.is_null() || p as usize == MPI_STATUSES_IGNORE
+}
+
+/// Index of the first active request among `reqs` that completes, waiting
+/// (`block`) or not.
+fn any(
+    call: &'static str,
+    reqs: &mut [MPI_Request],
+    block: bool,
+) -> Result<Option<(usize, Completed)>, Error> {
+    reap();
+    loop {
+        let mut active = false;
+        for (i, &h) in reqs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL || is_inactive(h) {
+                continue;
+            }
+            active = true;
+            if let Some(c) = test_one(call, h)? {
+                return Ok(Some((i, c)));
+            }
+        }
+        if !active || !block {
+            return Ok(if active {
+                None
+            } else {
+                Some((
+                    usize::MAX,
+                    Completed {
+                        st: MPI_Status::empty(),
+                        handle: MPI_REQUEST_NULL,
+                        err: None,
+                    },
+                ))
+            });
+        }
+        wait_any(call, reqs)?;
+    }
+}
+
+/// Whether `h` is an inactive persistent request.
+fn is_inactive(h: MPI_Request) -> bool {
+    decode(Kind::Request, h).is_some_and(|i| {
+        matches!(
+            state().reqs.get(i),
+            Some(ReqObj::Persistent { active: None, .. })
+        )
+    })
+}
+
+/// Block until one of `reqs` can complete.
+fn wait_any(call: &'static str, reqs: &[MPI_Request]) -> Result<(), Error> {
+    // Take the active ones out, wait on them together, put them back.
+    let mut out = Vec::new();
+    for &h in reqs {
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        match take(call, h)? {
+            Taken::Active {
+                slot,
+                a,
+                persistent,
+            } => out.push((slot, a, persistent)),
+            Taken::Done { slot, comm, st } => {
+                if let Some(o) = state().reqs.get_mut(slot) {
+                    *o = ReqObj::Done { comm, st };
+                }
+                out.clear();
+                break;
+            }
+            Taken::Inactive => {}
+        }
+    }
+    let r = {
+        let refs: Vec<&Request<'static>> = out.iter().map(|(_, a, _)| &a.req).collect();
+        if refs.is_empty() {
+            Ok(())
+        } else {
+            gmpi::wait_any_ready(call, &refs)
+        }
+    };
+    for (slot, a, p) in out {
+        put_back(slot, a, p);
+    }
+    r
+}
+
+mpi_fn! {
+    fn Wait(request: *mut MPI_Request, status: *mut MPI_Status) {
+        let h = ptr::read(CALL, "request", request)?;
+        let c = wait_one(CALL, h)?;
+        single(c, request, status, CALL)
+    }
+    fn Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) {
+        let h = ptr::read(CALL, "request", request)?;
+        if flag.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+        }
+        reap();
+        match test_one(CALL, h)? {
+            None => ptr::write(CALL, "flag", flag, 0),
+            Some(c) => {
+                ptr::write(CALL, "flag", flag, 1)?;
+                single(c, request, status, CALL)
+            }
+        }
+    }
+    fn Waitall(count: c_int, array_of_requests: *mut MPI_Request, array_of_statuses: *mut MPI_Status) {
+        let n = ptr::count(CALL, "count", count)?;
+        let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
+        let mut errs = Vec::new();
+        for (i, h) in reqs.iter_mut().enumerate() {
+            let c = wait_one(CALL, *h)?;
+            *h = c.handle;
+            let mut st = c.st;
+            if let Some(e) = c.err {
+                st.MPI_ERROR = e.1.class().code();
+                errs.push(e);
+            } else {
+                st.MPI_ERROR = MPI_SUCCESS;
+            }
+            ptr::status_at(array_of_statuses, i, &st);
+        }
+        multiple(CALL, errs, ignored(array_of_statuses))
+    }
+    fn Testall(count: c_int, array_of_requests: *mut MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) {
+        let n = ptr::count(CALL, "count", count)?;
+        let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
+        if flag.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+        }
+        reap();
+        // Complete all or none: first see whether every one is ready.
+        let mut all = true;
+        for &h in reqs.iter() {
+            if h == MPI_REQUEST_NULL {
+                continue;
+            }
+            if !ready(CALL, h)? {
+                all = false;
+            }
+        }
+        if !all {
+            return ptr::write(CALL, "flag", flag, 0);
+        }
+        let mut errs = Vec::new();
+        for (i, h) in reqs.iter_mut().enumerate() {
+            let c = wait_one(CALL, *h)?;
+            *h = c.handle;
+            let mut st = c.st;
+            st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());
+            if let Some(e) = c.err {
+                errs.push(e);
+            }
+            ptr::status_at(array_of_statuses, i, &st);
+        }
+        ptr::write(CALL, "flag", flag, 1)?;
+        multiple(CALL, errs, ignored(array_of_statuses))
+    }
+    fn Waitany(count: c_int, array_of_requests: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) {
+        let n = ptr::count(CALL, "count", count)?;
+        let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
+        if index.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "index is NULL"));
+        }
+        let (i, c) = any(CALL, reqs, true)?.expect("a blocking wait returns a completion");
+        if i == usize::MAX {
+            ptr::status(status, &MPI_Status::empty());
+            return ptr::write(CALL, "index", index, MPI_UNDEFINED);
+        }
+        reqs[i] = c.handle;
+        ptr::write(CALL, "index", index, i as c_int)?;
+        ptr::status(status, &c.st);
+        match c.err { None => Ok(()), Some((comm, e)) => { handles::set_target(comm); Err(e) } }
+    }
+    fn Testany(count: c_int, array_of_requests: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) {
+        let n = ptr::count(CALL, "count", count)?;
+        let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
+        if index.is_null() || flag.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "index or flag is NULL"));
+        }
+        match any(CALL, reqs, false)? {
+            None => {
+                ptr::write(CALL, "flag", flag, 0)?;
+                ptr::write(CALL, "index", index, MPI_UNDEFINED)
+            }
+            Some((usize::MAX, _)) => {
+                ptr::status(status, &MPI_Status::empty());
+                ptr::write(CALL, "flag", flag, 1)?;
+                ptr::write(CALL, "index", index, MPI_UNDEFINED)
+            }
+            Some((i, c)) => {
+                reqs[i] = c.handle;
+                ptr::write(CALL, "flag", flag, 1)?;
+                ptr::write(CALL, "index", index, i as c_int)?;
+                ptr::status(status, &c.st);
+                match c.err { None => Ok(()), Some((comm, e)) => { handles::set_target(comm); Err(e) } }
+            }
+        }
+    }
+    fn Waitsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) {
+        some(CALL, incount, array_of_requests, outcount, array_of_indices, array_of_statuses, true)
+    }
+    fn Testsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) {
+        some(CALL, incount, array_of_requests, outcount, array_of_indices, array_of_statuses, false)
+    }
+    fn Request_free(request: *mut MPI_Request) {
+        let h = ptr::read(CALL, "request", request)?;
+        if h == MPI_REQUEST_NULL {
+            return Err(handles::err(ErrorClass::Request, CALL, "request is MPI_REQUEST_NULL"));
+        }
+        let slot = handles::req_slot(CALL, h)?;
+        let obj = state().reqs.remove(slot);
+        match obj {
+            None | Some(ReqObj::Busy) | Some(ReqObj::Message { .. }) => {
+                return Err(handles::err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")));
+            }
+            Some(ReqObj::Active(a)) | Some(ReqObj::Persistent { active: Some(a), .. }) => detach(a),
+            Some(_) => {}
+        }
+        ptr::write(CALL, "request", request, MPI_REQUEST_NULL)
+    }
+    fn Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) {
+        if flag.is_null() {
+            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+        }
+        if request == MPI_REQUEST_NULL {
+            ptr::status(status, &MPI_Status::empty());
+            return ptr::write(CALL, "flag", flag, 1);
+        }
+        let slot = handles::req_slot(CALL, request)?;
+        let taken = std::mem::replace(
+            state().reqs.get_mut(slot).ok_or_else(|| handles::err(ErrorClass::Request, CALL, format!("request = {request:#x} is not a valid request")))?,
+            ReqObj::Busy,
+        );
+        let res: Result<Option<MPI_Status>, Error> = match &taken {
+            ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => {
+                handles::set_target(a.comm);
+                a.req.test().map(|o| {
+                    o.map(|st| {
+                        let mut s = MPI_Status::empty();
+                        s.set(&st);
+                        s
+                    })
+                })
+            }
+            ReqObj::Done { st, .. } => Ok(Some(*st)),
+            _ => Ok(Some(MPI_Status::empty())),
+        };
+        if let Some(o) = state().reqs.get_mut(slot) {
+            *o = taken;
+        }
+        match res? {
+            None => ptr::write(CALL, "flag", flag, 0),
+            Some(s) => {
+                ptr::status(status, &s);
+                ptr::write(CALL, "flag", flag, 1)
+            }
+        }
+    }
+    fn Cancel(request: *mut MPI_Request) {
+        let h = ptr::read(CALL, "request", request)?;
+        let slot = handles::req_slot(CALL, h)?;
+        let taken = std::mem::replace(state().reqs.get_mut(slot).ok_or_else(|| handles::err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")))?, ReqObj::Busy);
+        let r = match &taken {
+            ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => a.req.cancel(),
+            _ => Ok(()),
+        };
+        if let Some(o) = state().reqs.get_mut(slot) {
+            *o = taken;
+        }
+        r
+    }
+}
+
+/// Whether request `h` would complete now (progressing first).
+fn ready(call: &str, h: MPI_Request) -> Result<bool, Error> {
+    match take(call, h)? {
+        Taken::Inactive => Ok(true),
+        Taken::Done { slot, comm, st } => {
+            if let Some(o) = state().reqs.get_mut(slot) {
+                *o = ReqObj::Done { comm, st };
+            }
+            Ok(true)
+        }
+        Taken::Active {
+            slot,
+            a,
+            persistent,
+        } => {
+            let r = a.req.test();
+            put_back(slot, a, persistent);
+            Ok(!matches!(r, Ok(None)))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn some(
+    call: &'static str,
+    incount: c_int,
+    array_of_requests: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+    block: bool,
+) -> Result<(), Error> {
+    let n = ptr::count(call, "incount", incount)?;
+    let reqs = ptr::slice_mut(call, "array_of_requests", array_of_requests, n)?;
+    if outcount.is_null() {
+        return Err(handles::err(ErrorClass::Arg, call, "outcount is NULL"));
+    }
+    reap();
+    loop {
+        let mut done = Vec::new();
+        let mut active = false;
+        for (i, h) in reqs.iter_mut().enumerate() {
+            if *h == MPI_REQUEST_NULL || is_inactive(*h) {
+                continue;
+            }
+            active = true;
+            if let Some(c) = test_one(call, *h)? {
+                *h = c.handle;
+                done.push((i, c));
+            }
+        }
+        if !active {
+            return ptr::write(call, "outcount", outcount, MPI_UNDEFINED);
+        }
+        if !done.is_empty() || !block {
+            let idx = ptr::slice_mut(call, "array_of_indices", indices, done.len())?;
+            let mut errs = Vec::new();
+            for (k, (i, c)) in done.into_iter().enumerate() {
+                idx[k] = i as c_int;
+                let mut st = c.st;
+                st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());
+                if let Some(e) = c.err {
+                    errs.push(e);
+                }
+                ptr::status_at(statuses, k, &st);
+            }
+            ptr::write(call, "outcount", outcount, idx.len() as c_int)?;
+            return multiple(call, errs, ignored(statuses));
+        }
+        wait_any(call, reqs)?;
+    }
+}
+
+/// For collectives: keep `UserDatatype`s alive beside a request.
+pub fn keep_types(a: &mut Active, types: Vec<UserDatatype>) {
+    a.keep = Some(Box::new(types));
+}

@@ -1,0 +1,261 @@
+//! Every access to memory the C caller passed by pointer, and every call of a
+//! C function pointer the caller registered.
+//!
+//! The MPI standard makes the caller responsible for its pointers: each
+//! points to what the call's prototype says (an `int`, an array of the
+//! stated length, a buffer holding `count` elements of the datatype) for the
+//! duration of the call, and a non-blocking call's buffer stays valid until
+//! the request completes. The helpers here check what can be checked — null,
+//! the special values (`MPI_STATUS_IGNORE`, `MPI_IN_PLACE`), negative counts —
+//! and then trust the rest; the functions are safe to call because the C
+//! caller, not Rust code, is the party that vouches for the pointer.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use gmpi::{Error, ErrorClass, UserDatatype, View};
+
+use crate::handles::{err, MPI_Datatype, MPI_Status, MPI_IN_PLACE, MPI_STATUS_IGNORE};
+
+/// Store `v` through the out-parameter `p` (named `what`).
+pub fn write<T>(call: &str, what: &str, p: *mut T, v: T) -> Result<(), Error> {
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, call, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null, and the caller passed it as a `T *` out-parameter.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Read the value `p` points to.
+pub fn read<T: Copy>(call: &str, what: &str, p: *const T) -> Result<T, Error> {
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, call, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null, and the caller passed it as a `const T *`.
+    Ok(unsafe { p.read_unaligned() })
+}
+
+/// The array of `n` elements at `p` (which may be NULL only if `n` is 0).
+pub fn slice<'a, T>(call: &str, what: &str, p: *const T, n: usize) -> Result<&'a [T], Error> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, call, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null; the caller promises `n` elements (the length the
+    // standard ties this array to, e.g. the group size or `count`).
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// The writable array of `n` elements at `p`.
+pub fn slice_mut<'a, T>(call: &str, what: &str, p: *mut T, n: usize) -> Result<&'a mut [T], Error> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, call, format!("{what} is NULL")));
+    }
+    // SAFETY: as `slice`, and the caller lends the array for writing.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// A C count argument as `usize` (`MPI_ERR_COUNT` if negative).
+pub fn count(call: &str, what: &str, n: c_int) -> Result<usize, Error> {
+    usize::try_from(n)
+        .map_err(|_| err(ErrorClass::Count, call, format!("{what} = {n} is negative")))
+}
+
+/// An array length argument (`MPI_ERR_ARG` if negative).
+pub fn len(call: &str, what: &str, n: c_int) -> Result<usize, Error> {
+    usize::try_from(n).map_err(|_| err(ErrorClass::Arg, call, format!("{what} = {n} is negative")))
+}
+
+/// The NUL-terminated string at `p`.
+pub fn cstr(call: &str, what: &str, p: *const c_char) -> Result<String, Error> {
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, call, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null; the caller passes a NUL-terminated string.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Copy `s` (cut to `max - 1` bytes) with a NUL into the caller's `max`-byte
+/// array at `p`, and its length into `len` if `len` is not NULL.
+pub fn write_cstr(
+    call: &str,
+    what: &str,
+    p: *mut c_char,
+    max: usize,
+    s: &str,
+    len: *mut c_int,
+) -> Result<(), Error> {
+    let mut n = s.len().min(max - 1);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    let out = slice_mut(call, what, p.cast::<u8>(), n + 1)?;
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out[n] = 0;
+    if !len.is_null() {
+        write(call, "resultlen", len, n as c_int)?;
+    }
+    Ok(())
+}
+
+/// Whether a buffer argument is `MPI_IN_PLACE`.
+pub fn in_place(p: *const c_void) -> bool {
+    p as usize == MPI_IN_PLACE
+}
+
+/// The user buffer `(p, count, dt)` named `what`. A NULL pointer is allowed
+/// when no byte is touched, and for `MPI_BOTTOM` with a datatype whose
+/// displacements are absolute addresses.
+pub fn buf(
+    call: &str,
+    what: &str,
+    p: *const c_void,
+    count: c_int,
+    dt: &UserDatatype,
+    writable: bool,
+) -> Result<View, Error> {
+    let n = self::count(call, "count", count)?;
+    if in_place(p) {
+        return Err(err(
+            ErrorClass::Buffer,
+            call,
+            format!("{what} is MPI_IN_PLACE, which this call does not accept there"),
+        ));
+    }
+    if p.is_null() && n > 0 && dt.size() > 0 && dt.true_lb() == 0 {
+        return Err(err(
+            ErrorClass::Buffer,
+            call,
+            format!("{what} is NULL but count is {count}"),
+        ));
+    }
+    // SAFETY: the caller lends `count` elements of `dt` at `p` for the call
+    // (and, for a non-blocking call, until its request completes), as the
+    // MPI standard requires.
+    unsafe { View::from_raw(call, p as usize, n, dt, writable) }
+}
+
+/// Store `st` in the caller's status unless it passed `MPI_STATUS_IGNORE`
+/// (or NULL).
+pub fn status(p: *mut MPI_Status, st: &MPI_Status) {
+    if p.is_null() || p as usize == MPI_STATUS_IGNORE {
+        return;
+    }
+    // SAFETY: not NULL and not MPI_STATUS_IGNORE: the caller passed a status.
+    unsafe { p.write_unaligned(*st) };
+}
+
+/// Store `st` as element `i` of the caller's status array unless it passed
+/// `MPI_STATUSES_IGNORE`.
+pub fn status_at(p: *mut MPI_Status, i: usize, st: &MPI_Status) {
+    if p.is_null() || p as usize == MPI_STATUS_IGNORE {
+        return;
+    }
+    // SAFETY: the caller passed an array with one status per request, and
+    // `i` indexes a request of the call.
+    unsafe { p.add(i).write_unaligned(*st) };
+}
+
+/// Read the caller's status (for calls that take one as input).
+pub fn read_status(call: &str, p: *const MPI_Status) -> Result<MPI_Status, Error> {
+    if p as usize == MPI_STATUS_IGNORE {
+        return Err(err(ErrorClass::Arg, call, "status is MPI_STATUS_IGNORE"));
+    }
+    read(call, "status", p)
+}
+
+/// Read-only bytes at `addr` (memory the runtime handed to a reduction
+/// callback).
+pub fn bytes_mut<'a>(addr: *mut u8, n: usize) -> &'a mut [u8] {
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: callers pass a pointer to `n` bytes they own.
+    unsafe { std::slice::from_raw_parts_mut(addr, n) }
+}
+
+/// Call a C reduction function.
+pub fn call_user_op(
+    f: crate::handles::UserFn,
+    inv: *mut u8,
+    inout: *mut u8,
+    mut len: c_int,
+    mut dt: MPI_Datatype,
+) {
+    // SAFETY: `f` is the function the user registered with MPI_Op_create;
+    // the buffers hold `len` elements of `dt` in its own layout.
+    unsafe { f(inv.cast(), inout.cast(), &mut len, &mut dt) }
+}
+
+/// Call a C communicator error handler.
+pub fn call_errhandler(f: crate::handles::CommErrFn, mut comm: c_int, mut code: c_int) {
+    // SAFETY: `f` is the function the user registered with
+    // MPI_Comm_create_errhandler; it takes the communicator and the code by
+    // pointer (further variadic arguments are implementation-specific and
+    // gmpi passes none).
+    unsafe { f(&mut comm, &mut code) }
+}
+
+/// Call an attribute copy callback; `(flag, value out)` or its error code.
+pub fn call_copy(
+    f: crate::handles::CopyFn,
+    old: c_int,
+    key: c_int,
+    extra: usize,
+    val: usize,
+) -> Result<(bool, usize), c_int> {
+    let mut out: usize = 0;
+    let mut flag: c_int = 0;
+    // SAFETY: `f` is the copy function the user registered with the keyval;
+    // `out` and `flag` are valid locals.
+    let rc = unsafe {
+        f(
+            old,
+            key,
+            extra as *mut c_void,
+            val as *mut c_void,
+            (&mut out as *mut usize).cast(),
+            &mut flag,
+        )
+    };
+    if rc != 0 {
+        return Err(rc);
+    }
+    Ok((flag != 0, out))
+}
+
+/// Call an attribute delete callback; its return code.
+pub fn call_delete(
+    f: crate::handles::DeleteFn,
+    obj: c_int,
+    key: c_int,
+    val: usize,
+    extra: usize,
+) -> c_int {
+    // SAFETY: `f` is the delete function the user registered with the keyval.
+    unsafe { f(obj, key, val as *mut c_void, extra as *mut c_void) }
+}
+
+/// Copy `n` bytes between caller memory regions (`MPI_Sendrecv_replace`
+/// staging, `MPI_Get_address`).
+pub fn addr_of(p: *const c_void) -> isize {
+    p as isize
+}
+
+/// `MPI_Alloc_mem`: `n` bytes from the C heap (never NULL for `n = 0`).
+pub fn alloc(n: usize) -> Option<*mut c_void> {
+    // SAFETY: malloc with a non-zero size; NULL is checked below.
+    let p = unsafe { libc::malloc(n.max(1)) };
+    (!p.is_null()).then_some(p)
+}
+
+/// `MPI_Free_mem`.
+pub fn free(p: *mut c_void) {
+    // SAFETY: the caller passes memory from MPI_Alloc_mem (or NULL).
+    unsafe { libc::free(p) }
+}
