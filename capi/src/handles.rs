@@ -69,8 +69,16 @@ impl MPI_Status {
         self.count_hi_and_cancelled & 1 != 0
     }
 
-    /// The status of an empty receive (from `MPI_PROC_NULL`, or of a request
-    /// that is not active).
+    /// The status of an inactive or null request ("empty" in the
+    /// standard): any source, any tag, no data.
+    pub fn inactive() -> Self {
+        Self {
+            MPI_SOURCE: MPI_ANY_SOURCE,
+            ..Self::empty()
+        }
+    }
+
+    /// The status of a receive from `MPI_PROC_NULL`.
     pub fn empty() -> Self {
         Self {
             count_lo: 0,
@@ -256,12 +264,28 @@ impl<T> Table<T> {
 /// An attribute value: what `MPI_Comm_set_attr` stored (a `void *`).
 pub type AttrVal = usize;
 
-/// A topology attached to a communicator.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A topology attached to a communicator, and the private duplicate of the
+/// communicator its neighbourhood collectives run on (see `topo.rs`).
+#[derive(Debug, Clone)]
 pub enum Topo {
     Cart {
         dims: Vec<c_int>,
         periods: Vec<bool>,
+        nbr: Communicator,
+    },
+    Graph {
+        /// `MPI_Graph_create`'s `index` (cumulative degrees) and `edges`.
+        index: Vec<c_int>,
+        edges: Vec<c_int>,
+        nbr: Communicator,
+    },
+    DistGraph {
+        sources: Vec<c_int>,
+        sourceweights: Vec<c_int>,
+        destinations: Vec<c_int>,
+        destweights: Vec<c_int>,
+        weighted: bool,
+        nbr: Communicator,
     },
 }
 

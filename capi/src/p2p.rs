@@ -9,7 +9,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::{LazyLock, Mutex};
 
-use gmpi::{Communicator, Error, ErrorClass, Request, UserDatatype, View};
+use gmpi::{Communicator, Error, ErrorClass, Request, View};
 
 use crate::errors;
 use crate::handles::{self, *};
@@ -26,11 +26,7 @@ pub enum ReqObj {
     /// A persistent request and, while started, its operation.
     Persistent { spec: Spec, active: Option<Active> },
     /// A matched message (`MPI_Mprobe`): receive it with `MPI_Mrecv`.
-    Message {
-        comm: MPI_Comm,
-        src: c_int,
-        tag: c_int,
-    },
+    Message { comm: MPI_Comm, msg: gmpi::Message },
     /// Taken out by a completion call in progress.
     Busy,
 }
@@ -40,8 +36,13 @@ pub enum ReqObj {
 pub struct Active {
     pub req: Request<'static>,
     pub comm: MPI_Comm,
-    /// Memory the operation uses that the C ABI owns (a buffered send's
-    /// copy, a collective's argument arrays).
+    /// Further operations of the same MPI request (a neighbourhood
+    /// collective's sends and receives): it completes once `req` and every
+    /// one of these have.
+    pub more: Vec<Request<'static>>,
+    /// Memory the operations use that the C ABI owns (a buffered send's
+    /// copy). Declared last: fields drop in order, and dropping a request
+    /// waits for it, so this outlives every operation that uses it.
     pub keep: Option<Box<dyn std::any::Any + Send>>,
 }
 
@@ -51,6 +52,60 @@ impl Active {
             req,
             comm,
             keep: None,
+            more: Vec::new(),
+        }
+    }
+
+    /// One MPI request over several operations: complete when all are;
+    /// its status is `req`'s.
+    pub fn group(req: Request<'static>, more: Vec<Request<'static>>, comm: MPI_Comm) -> Self {
+        Self {
+            more,
+            ..Self::new(req, comm)
+        }
+    }
+
+    /// Test every operation: `Some(status of req)` once all have completed.
+    pub fn test(&self) -> Result<Option<gmpi::Status>, Error> {
+        let mut all = true;
+        for r in &self.more {
+            all &= r.test()?.is_some();
+        }
+        let st = self.req.test()?;
+        Ok(st.filter(|_| all))
+    }
+
+    /// Wait for every operation (the first error after all have finished),
+    /// then drop what the operation kept alive.
+    pub fn wait(self) -> Result<gmpi::Status, Error> {
+        let Active {
+            req, keep, more, ..
+        } = self;
+        let mut first = None;
+        for r in more {
+            if let Err(e) = r.wait() {
+                first.get_or_insert(e);
+            }
+        }
+        let r = req.wait();
+        drop(keep);
+        match first {
+            Some(e) => Err(e),
+            None => r,
+        }
+    }
+
+    /// The operations a wait for "any progress" should watch: those not yet
+    /// complete (or `req` if all are).
+    fn waitables(&self) -> Vec<&Request<'static>> {
+        let v: Vec<_> = std::iter::once(&self.req)
+            .chain(&self.more)
+            .filter(|r| !r.is_complete())
+            .collect();
+        if v.is_empty() {
+            vec![&self.req]
+        } else {
+            v
         }
     }
 }
@@ -112,7 +167,7 @@ fn reap() {
     }
     let mut left = Vec::new();
     for a in list {
-        match a.req.test() {
+        match a.test() {
             Ok(Some(_)) => {}
             Ok(None) => left.push(a),
             Err(e) => tracing::warn!(target: "gmpi", "a freed request failed: {e}"),
@@ -129,7 +184,7 @@ pub fn finish_detached() -> Result<(), Error> {
     let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|p| p.into_inner()));
     let mut first = None;
     for a in list {
-        if let Err(e) = a.req.wait() {
+        if let Err(e) = a.wait() {
             first.get_or_insert(e);
         }
     }
@@ -197,9 +252,8 @@ fn bsend(
     let n = data.len() + MPI_BSEND_OVERHEAD as usize;
     let _ = comm;
     Ok(Active {
-        req,
-        comm,
         keep: Some(Box::new((data, n))),
+        ..Active::new(req, comm)
     })
 }
 
@@ -266,7 +320,7 @@ fn blocking_send(
 
 /// Keep a buffered send's request so its space is returned on completion.
 fn track_bsend(a: Active) {
-    let Active { req, keep, comm: _ } = a;
+    let Active { req, keep, .. } = a;
     // Move the copy into the detached list together with the request; the
     // buffer accounting keeps its own handle on completion through `reap`.
     let n = keep
@@ -328,7 +382,7 @@ fn nonblocking_recv(
 fn out_req(call: &str, request: *mut MPI_Request, a: Active) -> Result<(), Error> {
     if request.is_null() {
         // Complete it rather than leak an operation nobody can wait for.
-        a.req.wait()?;
+        a.wait()?;
         return Err(handles::err(ErrorClass::Arg, call, "request is NULL"));
     }
     ptr::write(call, "request", request, register(a))
@@ -425,8 +479,8 @@ mpi_fn! {
     }
     fn Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) {
         let c = handles::comm(CALL, comm)?;
-        let st = c.probe(source, tag)?;
-        let m = message_handle(comm, source, &st);
+        let (st, msg) = c.mprobe(source, tag)?;
+        let m = message_handle(comm, msg);
         let mut s = MPI_Status::empty();
         s.set(&st);
         ptr::status(status, &s);
@@ -437,9 +491,9 @@ mpi_fn! {
         if flag.is_null() || message.is_null() {
             return Err(handles::err(ErrorClass::Arg, CALL, "flag or message is NULL"));
         }
-        match c.iprobe(source, tag)? {
-            Some(st) => {
-                let m = message_handle(comm, source, &st);
+        match c.improbe(source, tag)? {
+            Some((st, msg)) => {
+                let m = message_handle(comm, msg);
                 let mut s = MPI_Status::empty();
                 s.set(&st);
                 ptr::status(status, &s);
@@ -450,27 +504,21 @@ mpi_fn! {
         }
     }
     fn Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) {
-        let (comm, src, tag) = take_message(CALL, message)?;
+        let (comm, msg) = take_message(CALL, message)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
-        if src == MPI_PROC_NULL {
-            ptr::status(status, &MPI_Status::empty());
-            return Ok(());
-        }
         let c = handles::comm(CALL, comm)?;
-        let st = c.recv(&mut v, src, tag)?;
+        let st = c.mrecv(msg, &mut v)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
         ptr::status(status, &s);
         Ok(())
     }
     fn Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) {
-        let (comm, src, tag) = take_message(CALL, message)?;
-        if src == MPI_PROC_NULL {
-            recv_view(CALL, buf, count, datatype)?;
-            return ptr::write(CALL, "request", request, register_done(MPI_COMM_WORLD, MPI_Status::empty()));
-        }
-        let a = nonblocking_recv(CALL, buf, count, datatype, src, tag, comm)?;
-        out_req(CALL, request, a)
+        let (comm, msg) = take_message(CALL, message)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let c = handles::comm(CALL, comm)?;
+        let r = c.imrecv(msg, &mut v)?;
+        out_req(CALL, request, Active::new(detach_req(r), comm))
     }
     fn Buffer_attach(buffer: *mut c_void, size: c_int) {
         let n = ptr::count(CALL, "size", size)?;
@@ -560,47 +608,40 @@ fn set_elements(
     ptr::write(call, "status", status, s)
 }
 
-/// A message handle for the message `st` describes.
-fn message_handle(comm: MPI_Comm, source: c_int, st: &gmpi::Status) -> MPI_Message {
-    if source == MPI_PROC_NULL {
+/// The handle of a matched message.
+fn message_handle(comm: MPI_Comm, msg: gmpi::Message) -> MPI_Message {
+    if msg.is_no_proc() {
         return MPI_MESSAGE_NO_PROC;
     }
     encode(
         Kind::Request,
-        state().reqs.insert(ReqObj::Message {
-            comm,
-            src: st.source(),
-            tag: st.tag(),
-        }),
+        state().reqs.insert(ReqObj::Message { comm, msg }),
     )
 }
 
 /// Take the matched message `*message` (and set it to `MPI_MESSAGE_NULL`).
-fn take_message(call: &str, message: *mut MPI_Message) -> Result<(MPI_Comm, c_int, c_int), Error> {
+fn take_message(call: &str, message: *mut MPI_Message) -> Result<(MPI_Comm, gmpi::Message), Error> {
     let m = ptr::read(call, "message", message)?;
     if m == MPI_MESSAGE_NO_PROC {
         ptr::write(call, "message", message, MPI_MESSAGE_NULL)?;
-        return Ok((MPI_COMM_SELF, MPI_PROC_NULL, MPI_ANY_TAG));
+        return Ok((MPI_COMM_SELF, gmpi::Message::no_proc()));
     }
     let slot = handles::req_slot(call, m)?;
     let mut st = state();
-    match st.reqs.get(slot) {
-        Some(ReqObj::Message { .. }) => {}
-        _ => {
-            return Err(handles::err(
-                ErrorClass::Request,
-                call,
-                format!("message = {m:#x} is not a matched message"),
-            ))
-        }
+    if !matches!(st.reqs.get(slot), Some(ReqObj::Message { .. })) {
+        return Err(handles::err(
+            ErrorClass::Request,
+            call,
+            format!("message = {m:#x} is not a matched message"),
+        ));
     }
-    let Some(ReqObj::Message { comm, src, tag }) = st.reqs.remove(slot) else {
+    let Some(ReqObj::Message { comm, msg }) = st.reqs.remove(slot) else {
         unreachable!("checked above")
     };
     drop(st);
     handles::set_target(comm);
     ptr::write(call, "message", message, MPI_MESSAGE_NULL)?;
-    Ok((comm, src, tag))
+    Ok((comm, msg))
 }
 
 // ---- persistent requests ----
@@ -844,7 +885,7 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
     reap();
     Ok(match take(call, h)? {
         Taken::Inactive => Completed {
-            st: MPI_Status::empty(),
+            st: MPI_Status::inactive(),
             handle: h,
             err: None,
         },
@@ -871,8 +912,7 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
             persistent,
         } => {
             let comm = a.comm;
-            let r = a.req.wait();
-            drop(a.keep);
+            let r = a.wait();
             finish(h, slot, comm, persistent, r)
         }
     })
@@ -882,7 +922,7 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
 fn test_one(call: &str, h: MPI_Request) -> Result<Option<Completed>, Error> {
     Ok(match take(call, h)? {
         Taken::Inactive => Some(Completed {
-            st: MPI_Status::empty(),
+            st: MPI_Status::inactive(),
             handle: h,
             err: None,
         }),
@@ -909,7 +949,7 @@ fn test_one(call: &str, h: MPI_Request) -> Result<Option<Completed>, Error> {
             persistent,
         } => {
             let comm = a.comm;
-            match a.req.test() {
+            match a.test() {
                 Ok(None) => {
                     put_back(slot, a, persistent);
                     None
@@ -987,7 +1027,7 @@ fn any(
                 Some((
                     usize::MAX,
                     Completed {
-                        st: MPI_Status::empty(),
+                        st: MPI_Status::inactive(),
                         handle: MPI_REQUEST_NULL,
                         err: None,
                     },
@@ -1033,7 +1073,7 @@ fn wait_any(call: &'static str, reqs: &[MPI_Request]) -> Result<(), Error> {
         }
     }
     let r = {
-        let refs: Vec<&Request<'static>> = out.iter().map(|(_, a, _)| &a.req).collect();
+        let refs: Vec<&Request<'static>> = out.iter().flat_map(|(_, a, _)| a.waitables()).collect();
         if refs.is_empty() {
             Ok(())
         } else {
@@ -1126,7 +1166,7 @@ mpi_fn! {
         }
         let (i, c) = any(CALL, reqs, true)?.expect("a blocking wait returns a completion");
         if i == usize::MAX {
-            ptr::status(status, &MPI_Status::empty());
+            ptr::status(status, &MPI_Status::inactive());
             return ptr::write(CALL, "index", index, MPI_UNDEFINED);
         }
         reqs[i] = c.handle;
@@ -1146,7 +1186,7 @@ mpi_fn! {
                 ptr::write(CALL, "index", index, MPI_UNDEFINED)
             }
             Some((usize::MAX, _)) => {
-                ptr::status(status, &MPI_Status::empty());
+                ptr::status(status, &MPI_Status::inactive());
                 ptr::write(CALL, "flag", flag, 1)?;
                 ptr::write(CALL, "index", index, MPI_UNDEFINED)
             }
@@ -1186,7 +1226,7 @@ mpi_fn! {
             return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         if request == MPI_REQUEST_NULL {
-            ptr::status(status, &MPI_Status::empty());
+            ptr::status(status, &MPI_Status::inactive());
             return ptr::write(CALL, "flag", flag, 1);
         }
         let slot = handles::req_slot(CALL, request)?;
@@ -1197,7 +1237,7 @@ mpi_fn! {
         let res: Result<Option<MPI_Status>, Error> = match &taken {
             ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => {
                 handles::set_target(a.comm);
-                a.req.test().map(|o| {
+                a.test().map(|o| {
                     o.map(|st| {
                         let mut s = MPI_Status::empty();
                         s.set(&st);
@@ -1206,7 +1246,7 @@ mpi_fn! {
                 })
             }
             ReqObj::Done { st, .. } => Ok(Some(*st)),
-            _ => Ok(Some(MPI_Status::empty())),
+            _ => Ok(Some(MPI_Status::inactive())),
         };
         if let Some(o) = state().reqs.get_mut(slot) {
             *o = taken;
@@ -1249,7 +1289,7 @@ fn ready(call: &str, h: MPI_Request) -> Result<bool, Error> {
             a,
             persistent,
         } => {
-            let r = a.req.test();
+            let r = a.test();
             put_back(slot, a, persistent);
             Ok(!matches!(r, Ok(None)))
         }
@@ -1307,7 +1347,28 @@ fn some(
     }
 }
 
-/// For collectives: keep `UserDatatype`s alive beside a request.
-pub fn keep_types(a: &mut Active, types: Vec<UserDatatype>) {
-    a.keep = Some(Box::new(types));
+mpi_fn! {
+    fn Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+        comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
+        let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
+        // The receive is the request's status; the send completes with it.
+        let r = detach_req(c.irecv(&mut rv, source, recvtag)?);
+        let s = detach_req(c.isend(&sv, dest, sendtag)?);
+        out_req(CALL, request, Active::group(r, vec![s], comm))
+    }
+    fn Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        // Send a copy (kept beside the request), receive in place.
+        let copy: Box<Vec<u8>> = Box::new(gmpi_packed(&v));
+        let s = detach_req(c.isend(&copy[..], dest, sendtag)?);
+        let r = detach_req(c.irecv(&mut v, source, recvtag)?);
+        let mut a = Active::group(r, vec![s], comm);
+        a.keep = Some(copy);
+        out_req(CALL, request, a)
+    }
 }

@@ -134,6 +134,20 @@ pub fn buf(
             format!("{what} is NULL but count is {count}"),
         ));
     }
+    if p.is_null() && n > 0 && dt.size() > 0 && dt.is_committed() {
+        // MPI_BOTTOM: the data lies at absolute addresses from `lo` up. The
+        // runtime's view spans the origin too, so view the same bytes as one
+        // element of the type shifted down by `lo`, placed at address `lo`.
+        let spread = (n as i128 - 1) * dt.extent() as i128;
+        let lo = dt.true_lb() as i128 + spread.min(0);
+        if lo > 0 {
+            let lo = lo as isize;
+            let whole = UserDatatype::contiguous(count, dt)?;
+            let shifted = UserDatatype::structured(&[1], &[-lo], &[whole])?.committed();
+            // SAFETY: as below; these are the same bytes the caller lends.
+            return unsafe { View::from_raw(call, lo as usize, 1, &shifted, writable) };
+        }
+    }
     // SAFETY: the caller lends `count` elements of `dt` at `p` for the call
     // (and, for a non-blocking call, until its request completes), as the
     // MPI standard requires.
@@ -167,16 +181,6 @@ pub fn read_status(call: &str, p: *const MPI_Status) -> Result<MPI_Status, Error
         return Err(err(ErrorClass::Arg, call, "status is MPI_STATUS_IGNORE"));
     }
     read(call, "status", p)
-}
-
-/// Read-only bytes at `addr` (memory the runtime handed to a reduction
-/// callback).
-pub fn bytes_mut<'a>(addr: *mut u8, n: usize) -> &'a mut [u8] {
-    if n == 0 {
-        return &mut [];
-    }
-    // SAFETY: callers pass a pointer to `n` bytes they own.
-    unsafe { std::slice::from_raw_parts_mut(addr, n) }
 }
 
 /// Call a C reduction function.

@@ -1,1 +1,837 @@
-//! unsupported
+//! The calls gmpi exports but does not implement yet: one-sided
+//! communication (`MPI_Win_*`, `MPI_Put`, `MPI_Get`, the accumulates and
+//! their request-based forms), MPI-IO (`MPI_File_*`,
+//! `MPI_Register_datarep`), dynamic processes (spawn, ports, names,
+//! `MPI_Comm_join`, `MPI_Comm_disconnect`), the sessions model
+//! (`MPI_Session_*`, `MPI_Group_from_session_pset`,
+//! `MPI_Comm_create_from_group`), intercommunicator construction and
+//! generalized requests.
+//!
+//! Each has its exact C signature, so binaries that reference it load and
+//! run until they call it; the call then fails with
+//! `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it. Where the errors
+//! go follows the standard:
+//! - most calls raise it on the error handler of the communicator they name
+//!   (`MPI_COMM_WORLD`'s when they name none), `MPI_ERRORS_ARE_FATAL` unless
+//!   the program changed it;
+//! - `MPI_File_*` raise it on the error handler of `MPI_FILE_NULL` (as no
+//!   file can be opened), which is `MPI_ERRORS_RETURN` by default: the call
+//!   returns the code. `MPI_File_set_errhandler`, `_get_errhandler` and
+//!   `_call_errhandler` on `MPI_FILE_NULL` work (with the predefined
+//!   handlers);
+//! - `MPI_Session_init`, `MPI_Comm_create_from_group` and
+//!   `MPI_Intercomm_create_from_groups` raise it on the error handler they
+//!   are given.
+//!
+//! Also here: `MPI_File_c2f`/`MPI_File_f2c` (`MPI_FILE_NULL` is Fortran 0;
+//! there are no other files), and the data symbols `MPI_F_STATUS_IGNORE` and
+//! `MPI_F_STATUSES_IGNORE`.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use gmpi::{Error, ErrorClass};
+
+use crate::errors;
+use crate::handles::{self, *};
+use crate::ptr;
+
+/// `MPI_File`: a pointer in the MPICH ABI (`struct ADIOI_FileD *`).
+pub type MPI_File = *mut c_void;
+/// `MPI_Session`.
+pub type MPI_Session = c_int;
+/// A C callback argument the call never invokes.
+pub type Callback = Option<unsafe extern "C" fn()>;
+
+const MPI_FILE_NULL: MPI_File = std::ptr::null_mut();
+
+const ONE_SIDED: &str = "one-sided communication";
+const IO: &str = "MPI-IO";
+const DYNAMIC: &str = "dynamic process management";
+const SESSIONS: &str = "the sessions model";
+const INTERCOMM: &str = "intercommunicators";
+const GREQUEST: &str = "generalized requests";
+
+/// The error of an unsupported call of `family`.
+fn unsupported(call: &str, family: &str) -> Error {
+    handles::err(
+        ErrorClass::Unsupported,
+        call,
+        format!("{family} is not supported by gmpi yet"),
+    )
+}
+
+/// Errors of the current call go to `comm`'s error handler if `comm` names
+/// a communicator (else to `MPI_COMM_WORLD`'s).
+fn target(comm: MPI_Comm) {
+    let known = comm_slot(comm).is_some_and(|i| state().comms.get(i).is_some());
+    if known {
+        handles::set_target(comm);
+    }
+}
+
+/// [`target`] for a communicator passed by pointer.
+fn target_at(comm: *mut MPI_Comm) {
+    if let Ok(c) = ptr::read("", "comm", comm.cast_const()) {
+        target(c);
+    }
+}
+
+/// Define `PMPI_X` (the body, returning the C code itself) and `MPI_X`
+/// forwarding to it, for the calls whose errors do not go to a
+/// communicator's handler.
+macro_rules! direct_fn {
+    () => {};
+    (fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
+        paste::paste! {
+            #[no_mangle]
+            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> c_int {
+                const CALL: &str = concat!("MPI_", stringify!($name));
+                $body
+            }
+            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
+            #[no_mangle]
+            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> c_int {
+                [<PMPI_ $name>]($($a),*)
+            }
+        }
+        direct_fn!($($rest)*);
+    };
+}
+
+/// Run `f` (after checking that MPI is initialized, if `need_init`); hand an
+/// error to the error handler `errh`. Only the predefined handlers apply
+/// here: `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT` end the job, any
+/// other returns the code.
+fn run(
+    call: &str,
+    need_init: bool,
+    errh: MPI_Errhandler,
+    f: impl FnOnce() -> Result<(), Error>,
+) -> c_int {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        if need_init && !errors::initialized() {
+            return Err(handles::err(
+                ErrorClass::Other,
+                call,
+                "MPI is not initialized (call MPI_Init first)",
+            ));
+        }
+        if need_init && errors::finalized() {
+            return Err(handles::err(
+                ErrorClass::Other,
+                call,
+                "MPI has been finalized",
+            ));
+        }
+        f()
+    }));
+    let e = match r {
+        Ok(Ok(())) => return MPI_SUCCESS,
+        Ok(Err(e)) => e,
+        Err(_) => handles::err(ErrorClass::Intern, call, "internal error: a panic"),
+    };
+    let code = errors::code_of(&e);
+    match errh {
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => gmpi::abort(code, &e.to_string()),
+        _ => code,
+    }
+}
+
+/// The error handler of `MPI_FILE_NULL` (`MPI_ERRORS_RETURN` unless the
+/// program set another).
+static FILE_ERRH: AtomicI32 = AtomicI32::new(MPI_ERRORS_RETURN);
+
+/// Run the body of a file call; errors go to `MPI_FILE_NULL`'s handler.
+fn file_call(call: &str, f: impl FnOnce() -> Result<(), Error>) -> c_int {
+    run(call, true, FILE_ERRH.load(Ordering::Relaxed), f)
+}
+
+/// Run the body of a call that is given its error handler.
+fn errh_call(call: &str, errh: MPI_Errhandler, f: impl FnOnce() -> Result<(), Error>) -> c_int {
+    run(call, false, errh, f)
+}
+
+/// Check the file argument of the error-handler calls: only `MPI_FILE_NULL`
+/// can be named, as gmpi opens no files.
+fn file_null(call: &str, fh: MPI_File) -> Result<(), Error> {
+    if fh == MPI_FILE_NULL {
+        Ok(())
+    } else {
+        Err(handles::err(
+            ErrorClass::Arg,
+            call,
+            format!("file = {fh:p} is not a valid file (gmpi opens no files: MPI-IO is not supported yet)"),
+        ))
+    }
+}
+
+direct_fn! {
+    fn File_set_errhandler(file: MPI_File, errhandler: MPI_Errhandler) {
+        file_call(CALL, || {
+            file_null(CALL, file)?;
+            if !matches!(errhandler, MPI_ERRORS_RETURN | MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT) {
+                return Err(handles::err(ErrorClass::Arg, CALL, format!("errhandler = {errhandler:#x} is not a file error handler (gmpi has only the predefined ones for files)")));
+            }
+            FILE_ERRH.store(errhandler, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn File_get_errhandler(file: MPI_File, errhandler: *mut MPI_Errhandler) {
+        file_call(CALL, || {
+            file_null(CALL, file)?;
+            ptr::write(CALL, "errhandler", errhandler, FILE_ERRH.load(Ordering::Relaxed))
+        })
+    }
+
+    fn File_call_errhandler(fh: MPI_File, errorcode: c_int) {
+        file_call(CALL, || {
+            file_null(CALL, fh)?;
+            if errors::class_of(errorcode).is_none() {
+                return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
+            }
+            let h = FILE_ERRH.load(Ordering::Relaxed);
+            if matches!(h, MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT) {
+                let msg = errors::string_of(errorcode).unwrap_or_else(|| format!("error code {errorcode}"));
+                gmpi::abort(errorcode, &format!("MPI_File_call_errhandler: {msg} (on rank {})", handles::world_rank()));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// `MPI_File_c2f`: the Fortran handle of a file (0 for `MPI_FILE_NULL`,
+/// the only file handle there is).
+#[no_mangle]
+pub extern "C" fn PMPI_File_c2f(_file: MPI_File) -> MPI_Fint {
+    0
+}
+/// `MPI_File_c2f`: forwards to `PMPI_File_c2f`.
+#[no_mangle]
+pub extern "C" fn MPI_File_c2f(file: MPI_File) -> MPI_Fint {
+    PMPI_File_c2f(file)
+}
+/// `MPI_File_f2c`: the C handle of a Fortran file handle (`MPI_FILE_NULL`:
+/// gmpi opens no files).
+#[no_mangle]
+pub extern "C" fn PMPI_File_f2c(_file: MPI_Fint) -> MPI_File {
+    MPI_FILE_NULL
+}
+/// `MPI_File_f2c`: forwards to `PMPI_File_f2c`.
+#[no_mangle]
+pub extern "C" fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
+    PMPI_File_f2c(file)
+}
+
+/// An exported `MPI_Fint *` variable (`extern MPI_Fint *X;` in `mpi.h`):
+/// the pointer itself, writable by C code as the declaration allows.
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct FintPtr(UnsafeCell<*mut MPI_Fint>);
+
+// SAFETY: gmpi never reads or writes the cell: the C program compares
+// status arguments against its value, and any change to it is the
+// program's own (C) business; the arrays it points to are never accessed
+// by gmpi either.
+unsafe impl Sync for FintPtr {}
+
+/// The objects `MPI_F_STATUS_IGNORE` and `MPI_F_STATUSES_IGNORE` point to
+/// (distinct addresses, each the size of a Fortran status).
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct FStatus(UnsafeCell<[MPI_Fint; 5]>);
+
+// SAFETY: as for `FintPtr`: gmpi never accesses the contents.
+unsafe impl Sync for FStatus {}
+
+static F_STATUS_IGNORE_OBJ: FStatus = FStatus(UnsafeCell::new([0; 5]));
+static F_STATUSES_IGNORE_OBJ: FStatus = FStatus(UnsafeCell::new([0; 5]));
+
+/// `MPI_F_STATUS_IGNORE`.
+#[no_mangle]
+pub static MPI_F_STATUS_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
+    F_STATUS_IGNORE_OBJ.0.get().cast::<MPI_Fint>(),
+));
+/// `MPI_F_STATUSES_IGNORE`.
+#[no_mangle]
+pub static MPI_F_STATUSES_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
+    F_STATUSES_IGNORE_OBJ.0.get().cast::<MPI_Fint>(),
+));
+
+// ---- One-sided communication ----
+
+mpi_fn! {
+    fn Accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Compare_and_swap(_origin_addr: *const c_void, _compare_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Fetch_and_op(_origin_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _op: MPI_Op, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Get(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Get_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Put(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Raccumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win, _request: *mut MPI_Request) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Rget(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win, _request: *mut MPI_Request) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Rget_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win, _request: *mut MPI_Request) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Rput(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win, _request: *mut MPI_Request) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_allocate(_size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _baseptr: *mut c_void, _win: *mut MPI_Win) {
+        target(comm);
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_allocate_shared(_size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _baseptr: *mut c_void, _win: *mut MPI_Win) {
+        target(comm);
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_attach(_win: MPI_Win, _base: *mut c_void, _size: MPI_Aint) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_call_errhandler(_win: MPI_Win, _errorcode: c_int) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_complete(_win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_create(_base: *mut c_void, _size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _win: *mut MPI_Win) {
+        target(comm);
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_create_dynamic(_info: MPI_Info, comm: MPI_Comm, _win: *mut MPI_Win) {
+        target(comm);
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_create_errhandler(_win_errhandler_fn: Callback, _errhandler: *mut MPI_Errhandler) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_create_keyval(_win_copy_attr_fn: Callback, _win_delete_attr_fn: Callback, _win_keyval: *mut c_int, _extra_state: *mut c_void) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_delete_attr(_win: MPI_Win, _win_keyval: c_int) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_detach(_win: MPI_Win, _base: *const c_void) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_fence(_assert: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_flush(_rank: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_flush_all(_win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_flush_local(_rank: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_flush_local_all(_win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_free(_win: *mut MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_free_keyval(_win_keyval: *mut c_int) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_get_attr(_win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void, _flag: *mut c_int) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_get_errhandler(_win: MPI_Win, _errhandler: *mut MPI_Errhandler) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_get_group(_win: MPI_Win, _group: *mut MPI_Group) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_get_info(_win: MPI_Win, _info_used: *mut MPI_Info) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_get_name(_win: MPI_Win, _win_name: *mut c_char, _resultlen: *mut c_int) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_lock_all(_assert: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_post(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_set_attr(_win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_set_errhandler(_win: MPI_Win, _errhandler: MPI_Errhandler) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_set_info(_win: MPI_Win, _info: MPI_Info) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_set_name(_win: MPI_Win, _win_name: *const c_char) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_shared_query(_win: MPI_Win, _rank: c_int, _size: *mut MPI_Aint, _disp_unit: *mut c_int, _baseptr: *mut c_void) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_start(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_sync(_win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_test(_win: MPI_Win, _flag: *mut c_int) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_unlock(_rank: c_int, _win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_unlock_all(_win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+    fn Win_wait(_win: MPI_Win) {
+        Err(unsupported(CALL, ONE_SIDED))
+    }
+
+}
+
+// ---- Generalized requests ----
+
+mpi_fn! {
+    fn Grequest_complete(_request: MPI_Request) {
+        Err(unsupported(CALL, GREQUEST))
+    }
+
+    fn Grequest_start(_query_fn: Callback, _free_fn: Callback, _cancel_fn: Callback, _extra_state: *mut c_void, _request: *mut MPI_Request) {
+        Err(unsupported(CALL, GREQUEST))
+    }
+
+}
+
+// ---- Dynamic processes ----
+
+mpi_fn! {
+    fn Close_port(_port_name: *const c_char) {
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Comm_accept(_port_name: *const c_char, _info: MPI_Info, _root: c_int, comm: MPI_Comm, _newcomm: *mut MPI_Comm) {
+        target(comm);
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Comm_connect(_port_name: *const c_char, _info: MPI_Info, _root: c_int, comm: MPI_Comm, _newcomm: *mut MPI_Comm) {
+        target(comm);
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Comm_disconnect(comm: *mut MPI_Comm) {
+        target_at(comm);
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Comm_join(_fd: c_int, _intercomm: *mut MPI_Comm) {
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Comm_spawn(_command: *const c_char, _argv: *mut *mut c_char, _maxprocs: c_int, _info: MPI_Info, _root: c_int, comm: MPI_Comm, _intercomm: *mut MPI_Comm, _array_of_errcodes: *mut c_int) {
+        target(comm);
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Comm_spawn_multiple(_count: c_int, _array_of_commands: *mut *mut c_char, _array_of_argv: *mut *mut *mut c_char, _array_of_maxprocs: *const c_int, _array_of_info: *const MPI_Info, _root: c_int, comm: MPI_Comm, _intercomm: *mut MPI_Comm, _array_of_errcodes: *mut c_int) {
+        target(comm);
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Lookup_name(_service_name: *const c_char, _info: MPI_Info, _port_name: *mut c_char) {
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Open_port(_info: MPI_Info, _port_name: *mut c_char) {
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Publish_name(_service_name: *const c_char, _info: MPI_Info, _port_name: *const c_char) {
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+    fn Unpublish_name(_service_name: *const c_char, _info: MPI_Info, _port_name: *const c_char) {
+        Err(unsupported(CALL, DYNAMIC))
+    }
+
+}
+
+// ---- Intercommunicator construction ----
+
+mpi_fn! {
+    fn Intercomm_create(local_comm: MPI_Comm, _local_leader: c_int, _peer_comm: MPI_Comm, _remote_leader: c_int, _tag: c_int, _newintercomm: *mut MPI_Comm) {
+        target(local_comm);
+        Err(unsupported(CALL, INTERCOMM))
+    }
+
+    fn Intercomm_merge(intercomm: MPI_Comm, _high: c_int, _newintracomm: *mut MPI_Comm) {
+        target(intercomm);
+        Err(unsupported(CALL, INTERCOMM))
+    }
+
+}
+
+direct_fn! {
+    fn Intercomm_create_from_groups(_local_group: MPI_Group, _local_leader: c_int, _remote_group: MPI_Group, _remote_leader: c_int, _stringtag: *const c_char, _info: MPI_Info, errhandler: MPI_Errhandler, _newintercomm: *mut MPI_Comm) {
+        errh_call(CALL, errhandler, || Err(unsupported(CALL, INTERCOMM)))
+    }
+
+}
+
+// ---- Sessions ----
+
+mpi_fn! {
+    noinit fn Group_from_session_pset(_session: MPI_Session, _pset_name: *const c_char, _newgroup: *mut MPI_Group) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_call_errhandler(_session: MPI_Session, _errorcode: c_int) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_create_errhandler(_session_errhandler_fn: Callback, _errhandler: *mut MPI_Errhandler) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_finalize(_session: *mut MPI_Session) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_get_errhandler(_session: MPI_Session, _errhandler: *mut MPI_Errhandler) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_get_info(_session: MPI_Session, _info_used: *mut MPI_Info) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_get_nth_pset(_session: MPI_Session, _info: MPI_Info, _n: c_int, _pset_len: *mut c_int, _pset_name: *mut c_char) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_get_num_psets(_session: MPI_Session, _info: MPI_Info, _npset_names: *mut c_int) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_get_pset_info(_session: MPI_Session, _pset_name: *const c_char, _info: *mut MPI_Info) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+    noinit fn Session_set_errhandler(_session: MPI_Session, _errhandler: MPI_Errhandler) {
+        Err(unsupported(CALL, SESSIONS))
+    }
+
+}
+
+direct_fn! {
+    fn Comm_create_from_group(_group: MPI_Group, _stringtag: *const c_char, _info: MPI_Info, errhandler: MPI_Errhandler, _newcomm: *mut MPI_Comm) {
+        errh_call(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
+    }
+
+    fn Session_init(_info: MPI_Info, errhandler: MPI_Errhandler, _session: *mut MPI_Session) {
+        errh_call(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
+    }
+
+}
+
+// ---- MPI-IO ----
+
+direct_fn! {
+    fn File_close(_fh: *mut MPI_File) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_create_errhandler(_file_errhandler_fn: Callback, _errhandler: *mut MPI_Errhandler) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_delete(_filename: *const c_char, _info: MPI_Info) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_amode(_fh: MPI_File, _amode: *mut c_int) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_atomicity(_fh: MPI_File, _flag: *mut c_int) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_byte_offset(_fh: MPI_File, _offset: MPI_Offset, _disp: *mut MPI_Offset) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_group(_fh: MPI_File, _group: *mut MPI_Group) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_info(_fh: MPI_File, _info_used: *mut MPI_Info) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_position(_fh: MPI_File, _offset: *mut MPI_Offset) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_position_shared(_fh: MPI_File, _offset: *mut MPI_Offset) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_size(_fh: MPI_File, _size: *mut MPI_Offset) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_type_extent(_fh: MPI_File, _datatype: MPI_Datatype, _extent: *mut MPI_Aint) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_get_view(_fh: MPI_File, _disp: *mut MPI_Offset, _etype: *mut MPI_Datatype, _filetype: *mut MPI_Datatype, _datarep: *mut c_char) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iread(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iread_all(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iread_at(_fh: MPI_File, _offset: MPI_Offset, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iread_at_all(_fh: MPI_File, _offset: MPI_Offset, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iread_shared(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iwrite(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iwrite_all(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iwrite_at(_fh: MPI_File, _offset: MPI_Offset, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iwrite_at_all(_fh: MPI_File, _offset: MPI_Offset, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_iwrite_shared(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _request: *mut MPI_Request) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_open(_comm: MPI_Comm, _filename: *const c_char, _amode: c_int, _info: MPI_Info, _fh: *mut MPI_File) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_preallocate(_fh: MPI_File, _size: MPI_Offset) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_all(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_all_begin(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_all_end(_fh: MPI_File, _buf: *mut c_void, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_at(_fh: MPI_File, _offset: MPI_Offset, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_at_all(_fh: MPI_File, _offset: MPI_Offset, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_at_all_begin(_fh: MPI_File, _offset: MPI_Offset, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_at_all_end(_fh: MPI_File, _buf: *mut c_void, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_ordered(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_ordered_begin(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_ordered_end(_fh: MPI_File, _buf: *mut c_void, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_read_shared(_fh: MPI_File, _buf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_seek(_fh: MPI_File, _offset: MPI_Offset, _whence: c_int) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_seek_shared(_fh: MPI_File, _offset: MPI_Offset, _whence: c_int) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_set_atomicity(_fh: MPI_File, _flag: c_int) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_set_info(_fh: MPI_File, _info: MPI_Info) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_set_size(_fh: MPI_File, _size: MPI_Offset) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_set_view(_fh: MPI_File, _disp: MPI_Offset, _etype: MPI_Datatype, _filetype: MPI_Datatype, _datarep: *const c_char, _info: MPI_Info) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_sync(_fh: MPI_File) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_all(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_all_begin(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_all_end(_fh: MPI_File, _buf: *const c_void, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_at(_fh: MPI_File, _offset: MPI_Offset, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_at_all(_fh: MPI_File, _offset: MPI_Offset, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_at_all_begin(_fh: MPI_File, _offset: MPI_Offset, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_at_all_end(_fh: MPI_File, _buf: *const c_void, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_ordered(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_ordered_begin(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_ordered_end(_fh: MPI_File, _buf: *const c_void, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn File_write_shared(_fh: MPI_File, _buf: *const c_void, _count: c_int, _datatype: MPI_Datatype, _status: *mut MPI_Status) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+    fn Register_datarep(_datarep: *const c_char, _read_conversion_fn: Callback, _write_conversion_fn: Callback, _dtype_file_extent_fn: Callback, _extra_state: *mut c_void) {
+        file_call(CALL, || Err(unsupported(CALL, IO)))
+    }
+
+}

@@ -175,6 +175,17 @@ impl<M: MemAccess> Driver<M> {
         Ok(id)
     }
 
+    /// Receive a message matched by [`crate::Pml::improbe`].
+    pub fn mrecv(&mut self, msg: u64, buf: crate::Buf) -> Option<ReqId> {
+        let mut pm = PmlMem {
+            mem: &mut self.mem,
+            btls: None,
+        };
+        let id = self.pml.mrecv(msg, buf, &mut pm)?;
+        self.flush();
+        Some(id)
+    }
+
     /// Cancel an unmatched receive.
     pub fn cancel(&mut self, id: ReqId) -> bool {
         self.pml.cancel(id)

@@ -261,6 +261,9 @@ pub struct Pml {
     failed: Vec<bool>,
     reqs: Slab,
     matching: Matching,
+    /// Messages matched by [`Pml::improbe`], waiting for [`Pml::mrecv`].
+    claimed: std::collections::HashMap<u64, Unexpected>,
+    next_claim: u64,
     actions: std::collections::VecDeque<Action>,
 }
 
@@ -278,6 +281,8 @@ impl Pml {
             failed: vec![false; nprocs as usize],
             reqs: Slab::default(),
             matching: Matching::new(nprocs),
+            claimed: std::collections::HashMap::new(),
+            next_claim: 0,
             actions: Default::default(),
         }
     }
@@ -539,6 +544,48 @@ impl Pml {
                 len: u.m.len,
                 cancelled: false,
             })
+    }
+
+    /// Match a message and take it out of matching without receiving it
+    /// (`MPI_Improbe`): its status, and the handle under which only
+    /// [`Pml::mrecv`] can receive it. Later receives and probes never see it.
+    pub fn improbe(
+        &mut self,
+        ctx: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Option<(Status, u64)> {
+        let u = self.matching.take_unexpected(ctx, src, tag)?;
+        let st = Status {
+            source: u.m.src,
+            tag: u.m.tag,
+            len: u.m.len,
+            cancelled: false,
+        };
+        let id = self.next_claim;
+        self.next_claim += 1;
+        self.claimed.insert(id, u);
+        Some((st, id))
+    }
+
+    /// Receive into `buf` the message [`Pml::improbe`] matched as `msg`
+    /// (`MPI_Mrecv`). `None` if `msg` names no matched message.
+    pub fn mrecv(&mut self, msg: u64, buf: Buf, mem: &mut dyn Memory) -> Option<ReqId> {
+        let u = self.claimed.remove(&msg)?;
+        let id = self.reqs.insert(Req::Recv(RecvReq {
+            src_world: None,
+            buf,
+            state: RecvState::Posted,
+            status: Status::default(),
+            want: 0,
+            got: 0,
+            peer: 0,
+            sreq: 0,
+            btl: 0,
+            msg_len: 0,
+        }));
+        self.deliver(id, u, mem);
+        Some(id)
     }
 
     /// Cancel a receive that has not been matched yet. Returns whether it was

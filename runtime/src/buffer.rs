@@ -580,48 +580,6 @@ pub(crate) fn write_bytes<T: Equivalence>(v: &[T], out: &mut [u8]) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cast_checks_alignment_length_and_bool_bytes() {
-        let words = [1u64, 2, 3];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let mut buf = vec![0u64; 4];
-        let raw = recv_bytes(&mut buf);
-        raw[..24].copy_from_slice(&bytes);
-        assert_eq!(cast_slice::<u64>(&raw[..24]), Some(&words[..]));
-        assert_eq!(cast_slice::<u64>(&raw[..23]), None);
-        assert_eq!(cast_slice::<u64>(&raw[1..25]), None);
-        assert_eq!(cast_slice::<[u8; 0]>(&raw[..0]), None);
-        raw[1..25].copy_from_slice(&bytes);
-        assert_eq!(from_bytes::<u64>(&raw[1..26]), words);
-        let m = cast_slice_mut::<u64>(&mut raw[8..32]).expect("aligned");
-        m[0] = 9;
-        assert_eq!(raw[8..16], 9u64.to_ne_bytes());
-        let mut out = [0u8; 17];
-        write_bytes(&words[..2], &mut out[1..]);
-        assert_eq!(from_bytes::<u64>(&out[1..]), &words[..2]);
-
-        assert_eq!(
-            cast_slice::<bool>(&[0, 1, 1]),
-            Some(&[false, true, true][..])
-        );
-        assert_eq!(cast_slice::<bool>(&[0, 2]), None);
-        assert_eq!(from_bytes::<bool>(&[0, 2, 1]), [false, true, true]);
-        assert!(from_bytes::<[u8; 0]>(&[1, 2]).is_empty());
-    }
-
-    /// `v` as bytes: 8-aligned memory for the alignment cases.
-    fn recv_bytes(v: &mut [u64]) -> &mut [u8] {
-        let len = std::mem::size_of_val(v);
-        // SAFETY: test helper: `v` is `len` initialized bytes, borrowed
-        // mutably for the result's lifetime; u8 has no alignment requirement.
-        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
-    }
-}
-
 /// Buffers reached through raw addresses: what the C ABI (`gmpi-capi`) hands
 /// to the runtime. A view made here is only as valid as its caller's promise,
 /// so making one is `unsafe`; once made, it is a [`Buffer`] like any other.
@@ -722,5 +680,47 @@ impl crate::request::Request<'_> {
     #[doc(hidden)]
     pub unsafe fn detach(self) -> crate::request::Request<'static> {
         self.into_static()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cast_checks_alignment_length_and_bool_bytes() {
+        let words = [1u64, 2, 3];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut buf = vec![0u64; 4];
+        let raw = recv_bytes(&mut buf);
+        raw[..24].copy_from_slice(&bytes);
+        assert_eq!(cast_slice::<u64>(&raw[..24]), Some(&words[..]));
+        assert_eq!(cast_slice::<u64>(&raw[..23]), None);
+        assert_eq!(cast_slice::<u64>(&raw[1..25]), None);
+        assert_eq!(cast_slice::<[u8; 0]>(&raw[..0]), None);
+        raw[1..25].copy_from_slice(&bytes);
+        assert_eq!(from_bytes::<u64>(&raw[1..26]), words);
+        let m = cast_slice_mut::<u64>(&mut raw[8..32]).expect("aligned");
+        m[0] = 9;
+        assert_eq!(raw[8..16], 9u64.to_ne_bytes());
+        let mut out = [0u8; 17];
+        write_bytes(&words[..2], &mut out[1..]);
+        assert_eq!(from_bytes::<u64>(&out[1..]), &words[..2]);
+
+        assert_eq!(
+            cast_slice::<bool>(&[0, 1, 1]),
+            Some(&[false, true, true][..])
+        );
+        assert_eq!(cast_slice::<bool>(&[0, 2]), None);
+        assert_eq!(from_bytes::<bool>(&[0, 2, 1]), [false, true, true]);
+        assert!(from_bytes::<[u8; 0]>(&[1, 2]).is_empty());
+    }
+
+    /// `v` as bytes: 8-aligned memory for the alignment cases.
+    fn recv_bytes(v: &mut [u64]) -> &mut [u8] {
+        let len = std::mem::size_of_val(v);
+        // SAFETY: test helper: `v` is `len` initialized bytes, borrowed
+        // mutably for the result's lifetime; u8 has no alignment requirement.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
     }
 }

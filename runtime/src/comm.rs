@@ -459,6 +459,130 @@ impl Communicator {
         })
     }
 
+    /// Wait for a matching message and take it out of matching (`MPI_Mprobe`):
+    /// only [`Communicator::mrecv`] with the returned [`Message`] receives
+    /// it. From `PROC_NULL`: `Message::no_proc()`.
+    pub fn mprobe(&self, src: i32, tag: i32) -> Result<(Status, Message)> {
+        const CALL: &str = "MPI_Mprobe";
+        self.check_live(CALL)?;
+        self.check_src(CALL, src)?;
+        self.check_recv_tag(CALL, tag)?;
+        if src == PROC_NULL {
+            return Ok((Status::empty(), Message::no_proc()));
+        }
+        let (s, t) = (
+            (src != ANY_SOURCE).then_some(src as u32),
+            (tag != ANY_TAG).then_some(tag),
+        );
+        let ctx = self.inner.ctx;
+        engine::with(CALL, |e| {
+            let mut found = None;
+            e.wait_until(CALL, |e| {
+                found = e.driver.pml.improbe(ctx, s, t);
+                Ok(found.is_some())
+            })?;
+            let (st, id) = found.expect("loop ended on a match");
+            Ok((Status::from_pml(st), Message { id: Some(id) }))
+        })
+    }
+
+    /// [`Communicator::mprobe`] without waiting (`MPI_Improbe`).
+    pub fn improbe(&self, src: i32, tag: i32) -> Result<Option<(Status, Message)>> {
+        const CALL: &str = "MPI_Improbe";
+        self.check_live(CALL)?;
+        self.check_src(CALL, src)?;
+        self.check_recv_tag(CALL, tag)?;
+        if src == PROC_NULL {
+            return Ok(Some((Status::empty(), Message::no_proc())));
+        }
+        let (s, t) = (
+            (src != ANY_SOURCE).then_some(src as u32),
+            (tag != ANY_TAG).then_some(tag),
+        );
+        let ctx = self.inner.ctx;
+        engine::with(CALL, |e| {
+            e.poke(CALL)?;
+            Ok(e.driver
+                .pml
+                .improbe(ctx, s, t)
+                .map(|(st, id)| (Status::from_pml(st), Message { id: Some(id) })))
+        })
+    }
+
+    /// Receive the message `msg` that [`Communicator::mprobe`] matched
+    /// (`MPI_Mrecv`).
+    pub fn mrecv<B: BufferMut + ?Sized>(&self, msg: Message, buf: &mut B) -> Result<Status> {
+        const CALL: &str = "MPI_Mrecv";
+        let v = buf.view_mut();
+        match self.start_mrecv(CALL, msg, &v)? {
+            Err(st) => Ok(st),
+            Ok(h) => engine::with(CALL, |e| e.wait_handle(CALL, h)),
+        }
+    }
+
+    /// Start receiving the matched message `msg` (`MPI_Imrecv`).
+    pub fn imrecv<'a, B: BufferMut + ?Sized>(
+        &self,
+        msg: Message,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Imrecv";
+        let v = buf.view_mut();
+        Ok(match self.start_mrecv(CALL, msg, &v)? {
+            Err(st) => Request::completed(CALL, st),
+            Ok(h) => Request::new(h, CALL),
+        })
+    }
+
+    /// Start receiving a matched message: the request, or (as `Err`) the
+    /// status of a receive already complete.
+    fn start_mrecv(
+        &self,
+        call: &'static str,
+        msg: Message,
+        v: &View,
+    ) -> Result<Result<Handle, Status>> {
+        self.check_live(call)?;
+        let Some(id) = msg.id else {
+            return Ok(Err(Status::empty()));
+        };
+        let rank = self.rank();
+        let bad = || {
+            Error::new(
+                ErrorClass::Request,
+                call,
+                rank,
+                "the message was already received or is not a matched message",
+            )
+        };
+        if let Some(addr) = v.contig_addr() {
+            let buf = Buf {
+                addr,
+                len: v.bytes(),
+                kind: engine::with(call, |e| Ok(e.classifier.classify(addr, v.bytes())))?,
+            };
+            return engine::with(call, |e| {
+                e.driver
+                    .mrecv(id, buf)
+                    .map(|r| Ok(Handle::Pml(r)))
+                    .ok_or_else(bad)
+            });
+        }
+        // A derived datatype: receive into a packed temporary, then unpack.
+        let mut tmp = vec![0u8; v.bytes()];
+        let buf = Buf {
+            addr: tmp.as_mut_ptr() as u64,
+            len: tmp.len(),
+            kind: gmpi_gpu::MemKind::Host,
+        };
+        let st = engine::with(call, |e| {
+            let h = e.driver.mrecv(id, buf).map(Handle::Pml).ok_or_else(bad)?;
+            e.wait_handle(call, h)
+        })?;
+        v.unpack(&tmp[..st.bytes.min(tmp.len())]);
+        Ok(Err(st))
+    }
+
     /// End the whole job with `code` (`MPI_Abort`). Every rank is killed.
     pub fn abort(&self, code: i32) -> ! {
         crate::abort(
@@ -586,6 +710,22 @@ impl Communicator {
         })
     }
 
+    /// [`Communicator::split_shared_key`] where a rank may stay out
+    /// (`join = false`: `MPI_Comm_split_type` with `MPI_UNDEFINED`), getting
+    /// `None`. Collective: every rank calls it, joining or not.
+    pub fn split_shared_opt(&self, key: i32, join: bool) -> Result<Option<Communicator>> {
+        const CALL: &str = "MPI_Comm_split_type";
+        self.check_live(CALL)?;
+        engine::with(CALL, |e| {
+            let color = if join {
+                e.node_of[e.rank as usize] as i32
+            } else {
+                UNDEFINED
+            };
+            self.split_in(e, CALL, color, key)
+        })
+    }
+
     /// The communicator of the members of `group` (a subgroup of this
     /// communicator's group), ranked in group order; `None` on ranks outside
     /// it (`MPI_Comm_create`). Collective over this communicator.
@@ -605,6 +745,93 @@ impl Communicator {
             if !group.world.contains(&e.rank) {
                 return Ok(None);
             }
+            Ok(Some(Communicator::from_parts(e, ctx, group.world.to_vec())))
+        })
+    }
+
+    /// The communicator of the members of `group` (a subgroup of this
+    /// communicator's group), ranked in group order (`MPI_Comm_create_group`).
+    /// Collective over the members of `group` only: they agree on a context
+    /// id with point-to-point messages among themselves, on this
+    /// communicator's collective context with a negative tag derived from
+    /// `tag` (collectives use non-negative tags there, so the two never
+    /// match; calls with different tags never match each other). A process
+    /// outside `group` gets `None` at once.
+    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Option<Communicator>> {
+        const CALL: &str = "MPI_Comm_create_group";
+        self.check_live(CALL)?;
+        if !(0..=TAG_UB).contains(&tag) {
+            return Err(Error::new(
+                ErrorClass::Tag,
+                CALL,
+                self.rank(),
+                format!("invalid tag {tag} (must be 0..={TAG_UB})"),
+            ));
+        }
+        // The rank in this communicator of each member, in group order.
+        let mut members = Vec::with_capacity(group.world.len());
+        for w in group.world.iter() {
+            match self.inner.world.iter().position(|x| x == w) {
+                Some(r) => members.push(r as i32),
+                None => {
+                    return Err(Error::new(
+                        ErrorClass::Group,
+                        CALL,
+                        self.rank(),
+                        format!("world rank {w} of the group is not in the communicator"),
+                    ))
+                }
+            }
+        }
+        let me = self.rank();
+        if !members.contains(&me) {
+            return Ok(None);
+        }
+        let wire_tag = -1 - tag;
+        engine::with(CALL, |e| {
+            let leader = members[0];
+            let mut ctx = [e.next_ctx];
+            if me == leader {
+                // Gather every member's next free id, take the maximum, and
+                // send it back.
+                let others: Vec<i32> = members[1..].to_vec();
+                let mut ids = vec![0u32; others.len()];
+                let mut s = Sched::new(CALL, &self.inner, wire_tag);
+                for (i, &r) in others.iter().enumerate() {
+                    let reg = s.user(ids[i..].as_mut_ptr() as u64, 4, true);
+                    s.push(Step::Recv(reg, r));
+                }
+                s.push(Step::Wait);
+                e.drive(CALL, &mut s)?;
+                ctx[0] = ids.iter().copied().fold(ctx[0], u32::max);
+                let mut s = Sched::new(CALL, &self.inner, wire_tag);
+                let reg = s.user(ctx.as_ptr() as u64, 4, false);
+                for &r in &others {
+                    s.push(Step::Send(reg, r));
+                }
+                s.push(Step::Wait);
+                e.drive(CALL, &mut s)?;
+            } else {
+                let mine = [e.next_ctx];
+                let mut s = Sched::new(CALL, &self.inner, wire_tag);
+                let out = s.user(mine.as_ptr() as u64, 4, false);
+                let back = s.user(ctx.as_mut_ptr() as u64, 4, true);
+                s.push(Step::Send(out, leader));
+                s.push(Step::Recv(back, leader));
+                s.push(Step::Wait);
+                e.drive(CALL, &mut s)?;
+            }
+            let ctx = ctx[0];
+            if ctx > u32::MAX - 4 {
+                return Err(Error::new(
+                    ErrorClass::Intern,
+                    CALL,
+                    me,
+                    "out of context ids",
+                ));
+            }
+            e.next_ctx = ctx + 2;
+            tracing::debug!(target: "coll", "{CALL}: tag {tag} → context {ctx}, {} ranks", members.len());
             Ok(Some(Communicator::from_parts(e, ctx, group.world.to_vec())))
         })
     }
@@ -644,6 +871,28 @@ impl Communicator {
             Attr::Host => Some(PROC_NULL as i64),
             Attr::IoRank => Some(crate::ANY_SOURCE as i64),
         }
+    }
+}
+
+/// A message matched by [`Communicator::mprobe`] or
+/// [`Communicator::improbe`], to be received with [`Communicator::mrecv`] or
+/// [`Communicator::imrecv`] (`MPI_Message`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The pml's handle; `None` for a message from `PROC_NULL`.
+    id: Option<u64>,
+}
+
+impl Message {
+    /// The message of a probe of `PROC_NULL` (`MPI_MESSAGE_NO_PROC`):
+    /// receiving it completes at once with an empty status.
+    pub fn no_proc() -> Self {
+        Self { id: None }
+    }
+
+    /// Whether this is `MPI_MESSAGE_NO_PROC`.
+    pub fn is_no_proc(&self) -> bool {
+        self.id.is_none()
     }
 }
 

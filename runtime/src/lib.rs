@@ -73,7 +73,8 @@ use std::time::Instant;
 
 pub use buffer::View;
 pub use buffer::{Buffer, BufferMut, TypedBuf, TypedBufMut};
-pub use comm::{Attr, Communicator};
+pub use coll::reduce_local;
+pub use comm::{Attr, Communicator, Message};
 pub use datatype::{
     Datatype, DoubleInt, Equivalence, FloatInt, LongInt, Primitive, ShortInt, TwoInt,
 };

@@ -359,7 +359,9 @@ impl Communicator {
         if let ShmState::NotTried = *g {
             *g = ShmState::Unavailable;
             if let Some(prefix) = e.shm_prefix.clone() {
-                let path = format!("{prefix}-c{}", self.inner.ctx);
+                // Communicators of one split share a context id but not members:
+                // the first member names the area apart.
+                let path = format!("{prefix}-c{}-{}", self.inner.ctx, self.inner.world[0]);
                 let cfg = CollConfig {
                     slot_bytes: max.max(64) + SHM_HDR,
                     ..CollConfig::default()
@@ -1003,7 +1005,18 @@ impl Communicator {
         } else {
             Vec::new()
         };
-        self.blocking(CALL, |c, _, tag| {
+        // The root's input is its own block (the other ranks may not be in
+        // place: they must take the same path as a root that is).
+        let input = if me == root {
+            blocks[root as usize].clone()
+        } else {
+            v.clone()
+        };
+        self.blocking(CALL, |c, e, tag| {
+            c.check_agree(e, CALL, root, None, Some(input.bytes()))?;
+            if c.shm_gather(e, CALL, tag, &input, &blocks, Some(root))? {
+                return Ok(None);
+            }
             Ok(Some(c.gather_sched(
                 CALL,
                 tag,
@@ -2023,4 +2036,35 @@ impl Communicator {
     ) -> Result<()> {
         self.scan_blocking("MPI_Exscan", None, &buf.view_mut(), op.into(), true)
     }
+}
+
+/// Combine `inbuf` into `inout` element by element, `inout = inbuf ∘ inout`
+/// (`MPI_Reduce_local`): no communication.
+pub fn reduce_local<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    inbuf: &S,
+    inout: &mut R,
+    op: impl Into<Op>,
+) -> Result<()> {
+    const CALL: &str = "MPI_Reduce_local";
+    let op: Op = op.into();
+    let (iv, ov) = (inbuf.view(), inout.view_mut());
+    if iv.bytes() != ov.bytes() {
+        return Err(Error::new(
+            ErrorClass::Count,
+            CALL,
+            -1,
+            format!(
+                "inbuf holds {} bytes but inoutbuf {}",
+                iv.bytes(),
+                ov.bytes()
+            ),
+        ));
+    }
+    let red = reduction(CALL, -1, &op, &ov.ty)?;
+    let a = iv.pack();
+    let mut b = ov.pack();
+    let cnt = b.len() / red.unit;
+    crate::op::apply_datatype(&red.op, red.dt, cnt, &a, &mut b);
+    ov.unpack(&b);
+    Ok(())
 }

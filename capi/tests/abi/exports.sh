@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+#
+# exports.sh -- check that a built libmpi.so exports every symbol programs
+# built against the MPICH ABI link to.
+#
+# Checks that `nm -D --defined-only LIB` has:
+#   - MPI_X and PMPI_X for every name X in capi/include/functions.txt;
+#   - MPIR_Dup_fn (what MPI_COMM_DUP_FN and friends expand to);
+#   - the data symbols MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY,
+#     MPI_F_STATUS_IGNORE, MPI_F_STATUSES_IGNORE;
+#   - every MPI_ name in the extra list (--syms FILE, else
+#     /tmp/mpi4py_strong.txt if it exists, else the strong undefined MPI_
+#     symbols of mpi4py's MPICH-flavour extension if it is installed).
+# Prints each missing name and exits 1 if any is missing.
+#
+# Usage: exports.sh [--syms FILE] LIB
+# Environment:
+#   MPI4PY_SO  the mpi4py extension to read the extra list from (default
+#              /opt/gmpi-py/lib/python3.11/site-packages/mpi4py/MPI.mpich.cpython-311-x86_64-linux-gnu.so)
+#
+set -euo pipefail
+export LC_ALL=C
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+functions="$here/../../include/functions.txt"
+syms=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --syms) syms="$2"; shift 2 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
+if [ $# -ne 1 ]; then
+    echo "usage: $0 [--syms FILE] LIB" >&2
+    exit 2
+fi
+lib="$1"
+[ -r "$lib" ] || { echo "exports.sh: cannot read $lib" >&2; exit 2; }
+[ -r "$functions" ] || { echo "exports.sh: cannot read $functions" >&2; exit 2; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# What the library defines (functions and data).
+nm -D --defined-only "$lib" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort -u > "$tmp/have"
+
+# What it must define.
+{
+    grep -v '^[[:space:]]*\(#\|$\)' "$functions" | while read -r f; do
+        echo "$f"
+        echo "P$f"
+    done
+    echo MPIR_Dup_fn
+    echo MPI_UNWEIGHTED
+    echo MPI_WEIGHTS_EMPTY
+    echo MPI_F_STATUS_IGNORE
+    echo MPI_F_STATUSES_IGNORE
+} > "$tmp/need"
+
+so="${MPI4PY_SO:-/opt/gmpi-py/lib/python3.11/site-packages/mpi4py/MPI.mpich.cpython-311-x86_64-linux-gnu.so}"
+extra=""
+if [ -n "$syms" ]; then
+    [ -r "$syms" ] || { echo "exports.sh: cannot read $syms" >&2; exit 2; }
+    extra="$syms"
+elif [ -r /tmp/mpi4py_strong.txt ]; then
+    extra=/tmp/mpi4py_strong.txt
+elif [ -r "$so" ]; then
+    # Strong references only: the weak ones (MPI-4 large-count calls, …)
+    # mpi4py tests for at run time.
+    nm -D --undefined-only "$so" | awk '$1 == "U" && $2 ~ /^MPI_/ { print $2 }' \
+        | sed 's/@.*//' > "$tmp/mpi4py"
+    extra="$tmp/mpi4py"
+fi
+if [ -n "$extra" ]; then
+    grep '^MPI_' "$extra" | sed 's/[[:space:]]//g' >> "$tmp/need" || true
+fi
+sort -u "$tmp/need" | grep -v '^$' > "$tmp/need.sorted"
+
+comm -23 "$tmp/need.sorted" "$tmp/have" > "$tmp/missing"
+n_need=$(wc -l < "$tmp/need.sorted")
+n_missing=$(wc -l < "$tmp/missing")
+if [ "$n_missing" -gt 0 ]; then
+    echo "exports.sh: $lib lacks $n_missing of $n_need required symbols:"
+    cat "$tmp/missing"
+    exit 1
+fi
+echo "exports.sh: $lib exports all $n_need required symbols${extra:+ (extra list: $extra)}"
