@@ -15,11 +15,12 @@
 //! copies of its old types; bounds set by `MPI_Type_create_resized` (and by
 //! subarray, which MPI defines through a resize) are *markers* that are
 //! sticky: once any component carries markers, only markers decide `lb`
-//! and `ub`, and data outside them is ignored for the extent. gmpi does
-//! **not** add the implementation-defined alignment padding ("epsilon") to
-//! the upper bound of a struct type: the extent of
-//! `struct {f64 at 0, i8 at 8}` is 9, not 16. Use
-//! [`UserDatatype::resized`] to get the C `sizeof` stride.
+//! and `ub`, and data outside them is ignored for the extent. Like MPICH and
+//! Open MPI (and as the standard's "epsilon" describes), the extent of a
+//! struct type without markers is rounded up to the largest alignment of its
+//! basic types (a C type's alignment on x86-64, at most 16), so
+//! `struct {f64 at 0, i8 at 8}` has extent 16, the C `sizeof` stride:
+//! binaries built for MPICH send arrays of such structs unchanged.
 
 use std::fmt;
 use std::sync::Arc;
@@ -108,6 +109,9 @@ struct Builder {
     data: Option<(i128, i128)>,
     /// Bounds of the markers of explicit components.
     marks: Option<(i128, i128)>,
+    /// Bounds of the other components: their data, widened by a struct's
+    /// alignment padding.
+    soft: Option<(i128, i128)>,
 }
 
 fn widen(b: &mut Option<(i128, i128)>, lo: i128, hi: i128) {
@@ -149,6 +153,7 @@ impl Builder {
             sig: Vec::new(),
             data: None,
             marks: None,
+            soft: None,
         }
     }
 
@@ -202,6 +207,13 @@ impl Builder {
             ));
         }
         widen(&mut self.data, lo, hi);
+        if !child.explicit {
+            widen(
+                &mut self.soft,
+                disp + child.lb as i128 + lo_k,
+                disp + child.ub as i128 + hi_k,
+            );
+        }
 
         // The type map: copies of a dense child form one run.
         match child.blocks[..] {
@@ -246,7 +258,7 @@ impl Builder {
     fn finish(self, name: String) -> Result<TypeDesc> {
         let (true_lb, true_ub) = self.data.unwrap_or((0, 0));
         let explicit = self.marks.is_some();
-        let (lb, ub) = self.marks.or(self.data).unwrap_or((0, 0));
+        let (lb, ub) = self.marks.or(self.soft).unwrap_or((0, 0));
         let fit = |v: i128| {
             isize::try_from(v)
                 .map_err(|_| self.err(ErrorClass::Arg, "a bound of the type does not fit in isize"))
@@ -613,6 +625,20 @@ impl From<Datatype> for UserDatatype {
     }
 }
 
+/// The C alignment of a basic type on x86-64 (of the value part for the
+/// pair types).
+fn align_of(p: Primitive) -> usize {
+    match p {
+        Primitive::I8 | Primitive::U8 | Primitive::Bool | Primitive::Byte | Primitive::Char => 1,
+        Primitive::I16 | Primitive::U16 => 2,
+        Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
+        Primitive::FloatInt | Primitive::TwoInt | Primitive::ShortInt => 4,
+        Primitive::I64 | Primitive::U64 | Primitive::F64 | Primitive::ISize | Primitive::USize => 8,
+        Primitive::DoubleInt | Primitive::LongInt => 8,
+        Primitive::I128 | Primitive::U128 => 16,
+    }
+}
+
 /// Check that a count argument is not negative.
 fn count_arg(call: &'static str, what: &str, v: i32) -> Result<usize> {
     usize::try_from(v).map_err(|_| {
@@ -848,9 +874,9 @@ impl UserDatatype {
     }
 
     /// Blocks of `blocklengths[i]` copies of `types[i]` at
-    /// `displacements[i]` bytes (`MPI_Type_create_struct`). No alignment
-    /// padding is added to the upper bound (see the module docs); resize
-    /// the result to the Rust/C `size_of` to get the array stride.
+    /// `displacements[i]` bytes (`MPI_Type_create_struct`). Without
+    /// markers, the extent is rounded up to the largest alignment of the
+    /// basic types (see the module docs).
     pub fn structured(
         blocklengths: &[i32],
         displacements: &[isize],
@@ -879,7 +905,23 @@ impl UserDatatype {
             .zip(displacements)
             .zip(types)
             .map(|((&b, &disp), t)| (disp as i128, b, &*t.desc));
-        Ok(Self::new(Self::build(CALL, name, parts)?))
+        let mut d = Self::build(CALL, name, parts)?;
+        if !d.explicit {
+            let align = types
+                .iter()
+                .zip(&bls)
+                .filter(|(_, &b)| b > 0)
+                .flat_map(|(t, _)| t.desc.sig.iter().map(|&(p, _)| align_of(p)))
+                .max()
+                .unwrap_or(1) as isize;
+            let ext = d.extent();
+            let pad = (align - ext.rem_euclid(align)) % align;
+            if pad > 0 {
+                d.ub += pad;
+                d.is_contig = d.compute_contig();
+            }
+        }
+        Ok(Self::new(d))
     }
 
     /// `old` with its lower bound set to `lb` and its extent to `extent`
@@ -1214,18 +1256,22 @@ mod tests {
     }
 
     #[test]
-    fn struct_bounds_without_alignment_padding() {
+    fn struct_extent_padded_to_alignment() {
         let (d, i) = (F64.as_user(), I32.as_user());
         let s = UserDatatype::structured(&[1, 1], &[-8, 4], &[d.clone(), i.clone()]).unwrap();
         assert_eq!(bounds(&s), (12, -8, 16, -8, 16));
         assert_eq!(s.desc().homogeneous(), None);
         assert_eq!(s.desc().sig, vec![(Primitive::F64, 1), (Primitive::I32, 1)]);
-        // MPI implementations would pad the extent to 16; gmpi does not.
+        // Padded to the f64's alignment, as C's sizeof (and MPICH) say.
         let p = UserDatatype::structured(&[1, 1], &[0, 8], &[d, I8.as_user()]).unwrap();
-        assert_eq!(bounds(&p), (9, 0, 9, 0, 9));
+        assert_eq!(bounds(&p), (9, 0, 16, 0, 9));
         assert_eq!(blocks(&p), vec![(0, 9)]);
-        let r = UserDatatype::resized(&p, 0, 16).unwrap();
-        assert_eq!(bounds(&r), (9, 0, 16, 0, 9));
+        assert!(!p.desc().is_contig);
+        let r = UserDatatype::resized(&p, 0, 9).unwrap();
+        assert_eq!(bounds(&r), (9, 0, 9, 0, 9));
+        // Markers are explicit: no padding on top of them.
+        let m = UserDatatype::structured(&[1], &[0], &[r]).unwrap();
+        assert_eq!(m.extent(), 9);
     }
 
     #[test]
@@ -1400,6 +1446,8 @@ mod tests {
         D(isize, Primitive),
         Lb(isize),
         Ub(isize),
+        /// A struct's alignment padding: an upper bound where no marker is.
+        S(isize),
     }
 
     fn shifted(m: &[E], by: isize, markers: bool, out: &mut Vec<E>) {
@@ -1408,6 +1456,7 @@ mod tests {
                 E::D(o, p) => out.push(E::D(o + by, p)),
                 E::Lb(o) if markers => out.push(E::Lb(o + by)),
                 E::Ub(o) if markers => out.push(E::Ub(o + by)),
+                E::S(o) if markers => out.push(E::S(o + by)),
                 _ => {}
             }
         }
@@ -1424,6 +1473,11 @@ mod tests {
             _ => None,
         });
         let (dlo, dhi) = rdata(m).unwrap_or((0, 0));
+        let pad = m.iter().filter_map(|e| match e {
+            E::S(o) => Some(*o),
+            _ => None,
+        });
+        let dhi = pad.fold(dhi, isize::max);
         (lbm.min().unwrap_or(dlo), ubm.max().unwrap_or(dhi))
     }
 
@@ -1499,6 +1553,19 @@ mod tests {
                     for k in 0..*bl as isize {
                         shifted(&m, d + k * ext, true, &mut out);
                     }
+                }
+                let marked = out.iter().any(|e| matches!(e, E::Lb(_) | E::Ub(_)));
+                let align = out
+                    .iter()
+                    .filter_map(|e| match e {
+                        E::D(_, p) => Some(align_of(*p) as isize),
+                        _ => None,
+                    })
+                    .max();
+                if let (false, Some(a)) = (marked, align) {
+                    let (lb, ub) = rbounds(&out);
+                    let pad = (a - (ub - lb).rem_euclid(a)) % a;
+                    out.push(E::S(ub + pad));
                 }
             }
             Tree::Resized(lb, ext, c) => {

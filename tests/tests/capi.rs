@@ -168,6 +168,34 @@ fn c_programs_built_by_gmpicc() {
 }
 
 #[test]
+fn c_unit_programs_of_each_area() {
+    let dir = scratch("unit");
+    let cc = prefix().join("bin/gmpicc");
+    let src = repo().join("capi/tests/c");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(src.join("unit"))
+        .expect("capi/tests/c/unit")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "unit programs: {files:?}");
+    let inc = format!("-I{}", src.display());
+    for f in files {
+        let name = f.file_stem().unwrap().to_string_lossy().into_owned();
+        let exe = dir.join(&name);
+        compile(cc.to_str().unwrap(), &f, &exe, &["-std=c99", "-O1", &inc]);
+        for np in [1, 3] {
+            let o = run(&exe, np, &[]);
+            assert!(
+                o.status.success() && String::from_utf8_lossy(&o.stdout).contains("OK"),
+                "{name} at np {np}:\n{}",
+                text(&o)
+            );
+        }
+    }
+}
+
+#[test]
 fn fatal_error_ends_the_job_with_a_message() {
     let dir = scratch("fatal");
     let exe = dir.join("fatal");
