@@ -687,6 +687,11 @@ pub fn op(call: &str, h: MPI_Op, dt_h: MPI_Datatype, dt: &UserDatatype) -> Resul
         _ => None,
     };
     if let Some(o) = pre {
+        // Complex, long double and the Fortran pair types have no runtime
+        // primitive: extops.rs reduces them.
+        if let Some(r) = crate::extops::predefined_op(call, h, dt_h) {
+            return r;
+        }
         return Ok(o);
     }
     let Some(obj) = user_op(h) else {

@@ -21,6 +21,8 @@
 //! - `p2p.rs`: point-to-point, requests, statuses, persistent and buffered
 //!   sends, matched probes.
 //! - `coll.rs`: collectives and reduction operations.
+//! - `extops.rs`: predefined reductions on complex, `long double` and the
+//!   Fortran pair types, which the runtime moves as opaque bytes.
 //! - `comm.rs`: communicators, groups, attributes, names.
 //! - `types.rs`: derived datatypes, pack/unpack.
 //! - `topo.rs`: Cartesian topologies.
@@ -57,6 +59,7 @@ mod attrs;
 mod coll;
 mod comm;
 mod env;
+mod extops;
 mod info;
 mod p2p;
 mod topo;

@@ -1115,6 +1115,29 @@ mpi_fn! {
         }
     }
 
+    fn Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) {
+        // The smallest IEEE real with at least `p` decimal digits and
+        // decimal exponent range `r` (MPI_UNDEFINED: no requirement).
+        let h = f90_pick(CALL, &[(6, 37, 0x4c000427), (15, 307, 0x4c000829)], p, r, "real")?;
+        ptr::write(CALL, "newtype", newtype, h)
+    }
+
+    fn Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) {
+        let h = f90_pick(CALL, &[(6, 37, 0x4c000828), (15, 307, 0x4c00102a)], p, r, "complex")?;
+        ptr::write(CALL, "newtype", newtype, h)
+    }
+
+    fn Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) {
+        let h = f90_pick(
+            CALL,
+            &[(0, 2, 0x4c00012d), (0, 4, 0x4c00022f), (0, 9, 0x4c000430), (0, 18, 0x4c000831)],
+            MPI_UNDEFINED,
+            r,
+            "integer",
+        )?;
+        ptr::write(CALL, "newtype", newtype, h)
+    }
+
     fn Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int,
         position: *mut c_int, comm: MPI_Comm) {
         handles::comm(CALL, comm)?;
@@ -1301,4 +1324,35 @@ mod tests {
         let mut big = (1i64 << 40).to_ne_bytes();
         assert!(narrow("t", &mut big, &mut ext, true, true).is_err());
     }
+}
+
+/// The first of `(digits, range, handle)` (smallest first) that meets
+/// precision `p` and range `r` (`MPI_UNDEFINED`: any), as Fortran's
+/// `SELECTED_*_KIND` would pick. gmpi returns the predefined type itself
+/// (its envelope says `MPI_COMBINER_NAMED`).
+fn f90_pick(
+    call: &str,
+    kinds: &[(c_int, c_int, u32)],
+    p: c_int,
+    r: c_int,
+    what: &str,
+) -> Result<MPI_Datatype, Error> {
+    if (p < 0 && p != MPI_UNDEFINED) || (r < 0 && r != MPI_UNDEFINED) {
+        return Err(err(
+            ErrorClass::Arg,
+            call,
+            format!("p = {p} and r = {r} must be non-negative or MPI_UNDEFINED"),
+        ));
+    }
+    kinds
+        .iter()
+        .find(|&&(kp, kr, _)| (p == MPI_UNDEFINED || p <= kp) && (r == MPI_UNDEFINED || r <= kr))
+        .map(|&(_, _, h)| h as MPI_Datatype)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                call,
+                format!("gmpi has no Fortran {what} type with precision {p} and range {r}"),
+            )
+        })
 }
