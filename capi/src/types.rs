@@ -1265,6 +1265,37 @@ fn user_env(h: MPI_Datatype) -> Option<Envelope> {
     decode(Kind::Datatype, h).and_then(|i| state().types.get(i).map(|o| o.env.clone()))
 }
 
+/// The first of `(digits, range, handle)` (smallest first) that meets
+/// precision `p` and range `r` (`MPI_UNDEFINED`: any), as Fortran's
+/// `SELECTED_*_KIND` would pick. gmpi returns the predefined type itself
+/// (its envelope says `MPI_COMBINER_NAMED`).
+fn f90_pick(
+    call: &str,
+    kinds: &[(c_int, c_int, u32)],
+    p: c_int,
+    r: c_int,
+    what: &str,
+) -> Result<MPI_Datatype, Error> {
+    if (p < 0 && p != MPI_UNDEFINED) || (r < 0 && r != MPI_UNDEFINED) {
+        return Err(err(
+            ErrorClass::Arg,
+            call,
+            format!("p = {p} and r = {r} must be non-negative or MPI_UNDEFINED"),
+        ));
+    }
+    kinds
+        .iter()
+        .find(|&&(kp, kr, _)| (p == MPI_UNDEFINED || p <= kp) && (r == MPI_UNDEFINED || r <= kr))
+        .map(|&(_, _, h)| h as MPI_Datatype)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                call,
+                format!("gmpi has no Fortran {what} type with precision {p} and range {r}"),
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1324,35 +1355,4 @@ mod tests {
         let mut big = (1i64 << 40).to_ne_bytes();
         assert!(narrow("t", &mut big, &mut ext, true, true).is_err());
     }
-}
-
-/// The first of `(digits, range, handle)` (smallest first) that meets
-/// precision `p` and range `r` (`MPI_UNDEFINED`: any), as Fortran's
-/// `SELECTED_*_KIND` would pick. gmpi returns the predefined type itself
-/// (its envelope says `MPI_COMBINER_NAMED`).
-fn f90_pick(
-    call: &str,
-    kinds: &[(c_int, c_int, u32)],
-    p: c_int,
-    r: c_int,
-    what: &str,
-) -> Result<MPI_Datatype, Error> {
-    if (p < 0 && p != MPI_UNDEFINED) || (r < 0 && r != MPI_UNDEFINED) {
-        return Err(err(
-            ErrorClass::Arg,
-            call,
-            format!("p = {p} and r = {r} must be non-negative or MPI_UNDEFINED"),
-        ));
-    }
-    kinds
-        .iter()
-        .find(|&&(kp, kr, _)| (p == MPI_UNDEFINED || p <= kp) && (r == MPI_UNDEFINED || r <= kr))
-        .map(|&(_, _, h)| h as MPI_Datatype)
-        .ok_or_else(|| {
-            err(
-                ErrorClass::Arg,
-                call,
-                format!("gmpi has no Fortran {what} type with precision {p} and range {r}"),
-            )
-        })
 }
