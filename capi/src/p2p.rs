@@ -880,32 +880,35 @@ fn finish(
     }
 }
 
+/// The completion of an inactive (persistent) or null request.
+fn inactive(h: MPI_Request) -> Completed {
+    Completed {
+        st: MPI_Status::inactive(),
+        handle: h,
+        err: None,
+    }
+}
+
+/// The completion of a request that completed when it started.
+fn done(call: &str, slot: usize, comm: MPI_Comm, st: MPI_Status) -> Completed {
+    release(slot);
+    let err = (st.MPI_ERROR != 0).then(|| {
+        let class = ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other);
+        (comm, handles::err(class, call, "the operation failed"))
+    });
+    Completed {
+        st,
+        handle: MPI_REQUEST_NULL,
+        err,
+    }
+}
+
 /// Wait for request `h`.
 fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
     reap();
     Ok(match take(call, h)? {
-        Taken::Inactive => Completed {
-            st: MPI_Status::inactive(),
-            handle: h,
-            err: None,
-        },
-        Taken::Done { slot, comm, st } => {
-            release(slot);
-            Completed {
-                st,
-                handle: MPI_REQUEST_NULL,
-                err: (st.MPI_ERROR != 0).then(|| {
-                    (
-                        comm,
-                        handles::err(
-                            ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other),
-                            call,
-                            "the operation failed",
-                        ),
-                    )
-                }),
-            }
-        }
+        Taken::Inactive => inactive(h),
+        Taken::Done { slot, comm, st } => done(call, slot, comm, st),
         Taken::Active {
             slot,
             a,
@@ -921,28 +924,8 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
 /// Test request `h`: `None` if it has not completed.
 fn test_one(call: &str, h: MPI_Request) -> Result<Option<Completed>, Error> {
     Ok(match take(call, h)? {
-        Taken::Inactive => Some(Completed {
-            st: MPI_Status::inactive(),
-            handle: h,
-            err: None,
-        }),
-        Taken::Done { slot, comm, st } => {
-            release(slot);
-            Some(Completed {
-                st,
-                handle: MPI_REQUEST_NULL,
-                err: (st.MPI_ERROR != 0).then(|| {
-                    (
-                        comm,
-                        handles::err(
-                            ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other),
-                            call,
-                            "the operation failed",
-                        ),
-                    )
-                }),
-            })
-        }
+        Taken::Inactive => Some(inactive(h)),
+        Taken::Done { slot, comm, st } => Some(done(call, slot, comm, st)),
         Taken::Active {
             slot,
             a,
