@@ -454,7 +454,7 @@ mpi_fn! {
                     lo = lo.min(a);
                     hi = hi.max(b);
                 }
-                tys.push(t);
+                tys.push(t.into_owned());
             }
             Ok((cs.to_vec(), ds.iter().map(|&d| d as isize).collect(), tys, lo, hi))
         };
@@ -586,7 +586,7 @@ mpi_fn! {
             Some(o) => o.commutative,
             None => {
                 // Predefined: every one is commutative.
-                handles::op(CALL, op, MPI_BYTE, &handles::dtype(CALL, MPI_BYTE)?)?;
+                handles::op(CALL, op, MPI_BYTE, &*handles::dtype(CALL, MPI_BYTE)?)?;
                 true
             }
         };

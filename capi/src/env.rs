@@ -27,7 +27,7 @@ static THREAD_LEVEL: OnceLock<c_int> = OnceLock::new();
 pub const LIBRARY_VERSION: &str = concat!(
     "gmpi ",
     env!("CARGO_PKG_VERSION"),
-    " (MPICH ABI, libmpi.so.12; MPI 4.0)"
+    " (MPICH ABI, libmpi.so.12; MPI 3.1)"
 );
 
 fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
@@ -129,8 +129,10 @@ mpi_fn! {
     }
 
     noinit fn Get_version(version: *mut c_int, subversion: *mut c_int) {
-        ptr::write(CALL, "version", version, 4)?;
-        ptr::write(CALL, "subversion", subversion, 0)
+        // MPI 3.1: gmpi has some MPI-4 calls but not MPI-4's large-count
+        // and session interfaces, so it does not claim 4.0.
+        ptr::write(CALL, "version", version, 3)?;
+        ptr::write(CALL, "subversion", subversion, 1)
     }
 
     noinit fn Get_library_version(version: *mut c_char, resultlen: *mut c_int) {

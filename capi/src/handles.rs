@@ -13,7 +13,6 @@
 //! Every table lives in one [`State`] behind one lock, taken only for
 //! look-ups and updates, never while the runtime runs.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
@@ -392,18 +391,21 @@ pub fn state() -> MutexGuard<'static, State> {
 
 // ---- the error handler target of the current call ----
 
-thread_local! {
-    static TARGET: Cell<MPI_Comm> = const { Cell::new(MPI_COMM_WORLD) };
-}
+/// The communicator whose error handler the current call uses. A plain
+/// global, not a thread-local (a thread-local in a shared library costs a
+/// `__tls_get_addr` call on every MPI call): gmpi is `MPI_THREAD_FUNNELED`,
+/// so one thread makes MPI calls at a time.
+static TARGET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(MPI_COMM_WORLD);
 
 /// Errors of the current call go to `comm`'s error handler.
+#[inline]
 pub fn set_target(comm: MPI_Comm) {
-    TARGET.with(|t| t.set(comm));
+    TARGET.store(comm, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The communicator whose error handler the current call uses.
 pub fn target() -> MPI_Comm {
-    TARGET.with(|t| t.get())
+    TARGET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// This process's rank in `MPI_COMM_WORLD`, or -1 before init.
@@ -416,6 +418,35 @@ pub fn err(class: ErrorClass, call: &str, what: impl std::fmt::Display) -> Error
     Error::new(class, call, world_rank(), what)
 }
 
+/// An object found by handle: a predefined one (borrowed, no reference
+/// count touched: the hot path of every call on `MPI_COMM_WORLD` with a
+/// predefined datatype) or a clone of a user one.
+#[derive(Debug)]
+pub enum Shared<T: 'static> {
+    Static(&'static T),
+    Owned(T),
+}
+
+impl<T: Clone> Shared<T> {
+    /// The object itself.
+    pub fn into_owned(self) -> T {
+        match self {
+            Shared::Static(t) => t.clone(),
+            Shared::Owned(t) => t,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            Shared::Static(t) => t,
+            Shared::Owned(t) => t,
+        }
+    }
+}
+
 // ---- communicators ----
 
 /// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, set at init (lock-free look-up).
@@ -424,11 +455,12 @@ pub static SELF: OnceLock<Communicator> = OnceLock::new();
 
 /// The communicator `h`; errors of the current call then go to its error
 /// handler.
-pub fn comm(call: &str, h: MPI_Comm) -> Result<Communicator, Error> {
+pub fn comm(call: &str, h: MPI_Comm) -> Result<Shared<Communicator>, Error> {
     let c = match h {
-        MPI_COMM_WORLD => WORLD.get().cloned(),
-        MPI_COMM_SELF => SELF.get().cloned(),
-        _ => decode(Kind::Comm, h).and_then(|i| state().comms.get(i).map(|o| o.comm.clone())),
+        MPI_COMM_WORLD => WORLD.get().map(Shared::Static),
+        MPI_COMM_SELF => SELF.get().map(Shared::Static),
+        _ => decode(Kind::Comm, h)
+            .and_then(|i| state().comms.get(i).map(|o| Shared::Owned(o.comm.clone()))),
     };
     match c {
         Some(c) => {
@@ -627,14 +659,14 @@ pub fn predefined(h: MPI_Datatype) -> Option<(&'static UserDatatype, &'static st
 }
 
 /// The datatype `h` (predefined or user).
-pub fn dtype(call: &str, h: MPI_Datatype) -> Result<UserDatatype, Error> {
+pub fn dtype(call: &str, h: MPI_Datatype) -> Result<Shared<UserDatatype>, Error> {
     if let Some((dt, _)) = predefined(h) {
-        return Ok(dt.clone());
+        return Ok(Shared::Static(dt));
     }
     if let Some(t) =
         decode(Kind::Datatype, h).and_then(|i| state().types.get(i).map(|o| o.dt.clone()))
     {
-        return Ok(t);
+        return Ok(Shared::Owned(t));
     }
     Err(err(
         ErrorClass::Type,

@@ -73,7 +73,7 @@ fn e(class: ErrorClass, call: &str, what: impl std::fmt::Display) -> Error {
 fn topo_of(call: &str, h: MPI_Comm) -> Result<(Communicator, Option<Topo>), Error> {
     let c = handles::comm(call, h)?;
     let t = with_comm(call, h, |o| o.topo.clone())?;
-    Ok((c, t))
+    Ok((c.into_owned(), t))
 }
 
 /// The topology of `h`, which must have one.

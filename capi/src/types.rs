@@ -119,7 +119,7 @@ fn type_arg(call: &str, what: &str, h: MPI_Datatype) -> Result<(UserDatatype, Pa
             },
         )
     })?;
-    Ok((dt, part_of(h)))
+    Ok((dt.into_owned(), part_of(h)))
 }
 
 fn part_of(h: MPI_Datatype) -> Part {

@@ -610,6 +610,17 @@ impl View {
                 "the datatype is not committed (call MPI_Type_commit first)",
             ));
         }
+        if let Some(d) = dtype.desc().basic_type() {
+            // A predefined type: `count` contiguous elements at `addr`.
+            return Ok(View {
+                base: addr as u64,
+                len: count * d.size(),
+                origin: 0,
+                count,
+                ty: Ty::Basic(d),
+                writable,
+            });
+        }
         let (lo, hi) = if count == 0 || dtype.size() == 0 {
             (0, 0)
         } else {
