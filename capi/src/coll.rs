@@ -2,11 +2,14 @@
 //! runtime's collectives (one implementation each; the runtime picks the
 //! algorithm), `MPI_IN_PLACE`, the non-blocking forms, user operations.
 //!
-//! Not yet in the runtime, so failing with `MPI_ERR_UNSUPPORTED_OPERATION`:
-//! the non-blocking vector forms (`MPI_Igatherv`, `MPI_Iscatterv`,
-//! `MPI_Iallgatherv`, `MPI_Ialltoallv`, `MPI_Ialltoallw`,
-//! `MPI_Ireduce_scatter`, `MPI_Ireduce_scatter_block`, `MPI_Iexscan`) and
-//! `MPI_IN_PLACE` in the non-blocking forms other than `MPI_Iallreduce`.
+//! Each blocking entry point and its non-blocking twin turn their C
+//! arguments into buffers through one shared helper (`*_io`), which also
+//! handles `MPI_IN_PLACE` the same way for both; the non-blocking forms
+//! hand the runtime's request out as an `MPI_Request`. The runtime copies
+//! the count, displacement and datatype arrays when a collective starts, so
+//! only the data buffers must outlive the call. `MPI_Alltoallw` views each
+//! side as the byte range its blocks cover (which may exceed a C `int`), so
+//! datatypes holding absolute addresses (`MPI_BOTTOM`) work too.
 
 use std::ffi::{c_int, c_void};
 
@@ -117,22 +120,6 @@ fn out(
     ptr::write(call, "request", request, p2p::register(a))
 }
 
-fn in_place_unsupported(call: &str) -> Error {
-    handles::err(
-        ErrorClass::Unsupported,
-        call,
-        "MPI_IN_PLACE is not supported by gmpi in this non-blocking collective yet",
-    )
-}
-
-fn unsupported(call: &str) -> Error {
-    handles::err(
-        ErrorClass::Unsupported,
-        call,
-        "this non-blocking collective is not supported by gmpi yet (use the blocking form)",
-    )
-}
-
 /// Count and displacement arrays of a vector collective, one entry per rank.
 fn arrays<'a>(
     call: &str,
@@ -188,6 +175,497 @@ fn vview(
     ptr::buf(call, what, p, n, &t, writable)
 }
 
+/// `MPI_IN_PLACE` where only the root may pass it.
+fn not_root(call: &str, what: &str) -> Error {
+    handles::err(
+        ErrorClass::Buffer,
+        call,
+        format!("{what} is MPI_IN_PLACE on a rank that is not the root"),
+    )
+}
+
+/// The buffers of one collective call, shared by its blocking and
+/// non-blocking entry points: `send` is `None` for `MPI_IN_PLACE`, and then
+/// `buf` is the one buffer the runtime's `_in_place` form takes.
+struct Io {
+    send: Option<View>,
+    buf: View,
+}
+
+/// `MPI_Reduce`/`MPI_Ireduce`: the receive buffer only at the root, which
+/// alone may pass `MPI_IN_PLACE`.
+fn reduce_io(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    root: c_int,
+) -> Result<Io, Error> {
+    if ptr::in_place(sendbuf) {
+        if !is_root(c, root) {
+            return Err(not_root(call, "sendbuf"));
+        }
+        let buf = rview(call, "recvbuf", recvbuf, count, dt)?;
+        return Ok(Io { send: None, buf });
+    }
+    let send = Some(sview(call, "sendbuf", sendbuf, count, dt)?);
+    let buf = if is_root(c, root) {
+        rview(call, "recvbuf", recvbuf, count, dt)?
+    } else {
+        rview(call, "recvbuf", std::ptr::null_mut(), 0, dt)?
+    };
+    Ok(Io { send, buf })
+}
+
+/// Send and receive buffers of the same size (allreduce, scan, exscan).
+fn same_io(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+) -> Result<Io, Error> {
+    let buf = rview(call, "recvbuf", recvbuf, count, dt)?;
+    let send = if ptr::in_place(sendbuf) {
+        None
+    } else {
+        Some(sview(call, "sendbuf", sendbuf, count, dt)?)
+    };
+    Ok(Io { send, buf })
+}
+
+/// `MPI_Gather`/`MPI_Igather`.
+#[allow(clippy::too_many_arguments)]
+fn gather_io(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+) -> Result<Io, Error> {
+    let root_here = is_root(c, root);
+    let rv = |p| {
+        rview(
+            call,
+            "recvbuf",
+            p,
+            times(call, "recvcount", recvcount, c.size())?,
+            recvtype,
+        )
+    };
+    if ptr::in_place(sendbuf) {
+        if !root_here {
+            return Err(not_root(call, "sendbuf"));
+        }
+        return Ok(Io {
+            send: None,
+            buf: rv(recvbuf)?,
+        });
+    }
+    let send = Some(sview(call, "sendbuf", sendbuf, sendcount, sendtype)?);
+    let buf = if root_here {
+        rv(recvbuf)?
+    } else {
+        rview(call, "recvbuf", std::ptr::null_mut(), 0, MPI_BYTE)?
+    };
+    Ok(Io { send, buf })
+}
+
+/// `MPI_Gatherv`/`MPI_Igatherv`, with the root's counts and displacements.
+#[allow(clippy::too_many_arguments)]
+fn gatherv_io<'a>(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+    let root_here = is_root(c, root);
+    let (counts, ds) = if root_here {
+        arrays(
+            call,
+            c.size() as usize,
+            ("recvcounts", recvcounts),
+            ("displs", displs),
+        )?
+    } else {
+        (&[][..], &[][..])
+    };
+    if ptr::in_place(sendbuf) {
+        if !root_here {
+            return Err(not_root(call, "sendbuf"));
+        }
+        let buf = vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
+        return Ok((Io { send: None, buf }, counts, ds));
+    }
+    let send = Some(sview(call, "sendbuf", sendbuf, sendcount, sendtype)?);
+    let buf = if root_here {
+        vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?
+    } else {
+        rview(call, "recvbuf", std::ptr::null_mut(), 0, MPI_BYTE)?
+    };
+    Ok((Io { send, buf }, counts, ds))
+}
+
+/// `MPI_Scatter`/`MPI_Iscatter`: in place (`recvbuf` is `MPI_IN_PLACE` at
+/// the root), `buf` is the send buffer.
+#[allow(clippy::too_many_arguments)]
+fn scatter_io(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+) -> Result<Io, Error> {
+    let root_here = is_root(c, root);
+    let total = |c: &Communicator| times(call, "sendcount", sendcount, c.size());
+    if ptr::in_place(recvbuf) {
+        if !root_here {
+            return Err(not_root(call, "recvbuf"));
+        }
+        let buf = rview(call, "sendbuf", sendbuf as *mut c_void, total(c)?, sendtype)?;
+        return Ok(Io { send: None, buf });
+    }
+    let send = Some(if root_here {
+        sview(call, "sendbuf", sendbuf, total(c)?, sendtype)?
+    } else {
+        sview(call, "sendbuf", std::ptr::null(), 0, MPI_BYTE)?
+    });
+    let buf = rview(call, "recvbuf", recvbuf, recvcount, recvtype)?;
+    Ok(Io { send, buf })
+}
+
+/// `MPI_Scatterv`/`MPI_Iscatterv`, with the root's counts and
+/// displacements; in place, `buf` is the send buffer.
+#[allow(clippy::too_many_arguments)]
+fn scatterv_io<'a>(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+    let root_here = is_root(c, root);
+    let (counts, ds) = if root_here {
+        arrays(
+            call,
+            c.size() as usize,
+            ("sendcounts", sendcounts),
+            ("displs", displs),
+        )?
+    } else {
+        (&[][..], &[][..])
+    };
+    if ptr::in_place(recvbuf) {
+        if !root_here {
+            return Err(not_root(call, "recvbuf"));
+        }
+        let buf = vview(call, "sendbuf", sendbuf, counts, ds, sendtype, true)?;
+        return Ok((Io { send: None, buf }, counts, ds));
+    }
+    let send = Some(if root_here {
+        vview(call, "sendbuf", sendbuf, counts, ds, sendtype, false)?
+    } else {
+        sview(call, "sendbuf", std::ptr::null(), 0, MPI_BYTE)?
+    });
+    let buf = rview(call, "recvbuf", recvbuf, recvcount, recvtype)?;
+    Ok((Io { send, buf }, counts, ds))
+}
+
+/// `MPI_Allgather` and `MPI_Alltoall` (and their `I` forms): the send
+/// buffer holds `sendcount × blocks` elements (1 block for allgather, the
+/// communicator size for alltoall), the receive buffer
+/// `recvcount × size`.
+#[allow(clippy::too_many_arguments)]
+fn all_io(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    send_blocks: c_int,
+) -> Result<Io, Error> {
+    let buf = rview(
+        call,
+        "recvbuf",
+        recvbuf,
+        times(call, "recvcount", recvcount, c.size())?,
+        recvtype,
+    )?;
+    if ptr::in_place(sendbuf) {
+        return Ok(Io { send: None, buf });
+    }
+    let total = times(call, "sendcount", sendcount, send_blocks)?;
+    let send = Some(sview(call, "sendbuf", sendbuf, total, sendtype)?);
+    Ok(Io { send, buf })
+}
+
+/// `MPI_Allgatherv`/`MPI_Iallgatherv`.
+#[allow(clippy::too_many_arguments)]
+fn allgatherv_io<'a>(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: MPI_Datatype,
+) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+    let (counts, ds) = arrays(
+        call,
+        c.size() as usize,
+        ("recvcounts", recvcounts),
+        ("displs", displs),
+    )?;
+    let buf = vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
+    let send = if ptr::in_place(sendbuf) {
+        None
+    } else {
+        Some(sview(call, "sendbuf", sendbuf, sendcount, sendtype)?)
+    };
+    Ok((Io { send, buf }, counts, ds))
+}
+
+/// Counts and displacements of both sides of an alltoallv (the send side's
+/// are empty in place).
+struct VArgs<'a> {
+    sc: &'a [c_int],
+    sd: &'a [c_int],
+    rc: &'a [c_int],
+    rd: &'a [c_int],
+}
+
+/// `MPI_Alltoallv`/`MPI_Ialltoallv`.
+#[allow(clippy::too_many_arguments)]
+fn alltoallv_io<'a>(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: MPI_Datatype,
+) -> Result<(Io, VArgs<'a>), Error> {
+    let n = c.size() as usize;
+    let (rc, rd) = arrays(call, n, ("recvcounts", recvcounts), ("rdispls", rdispls))?;
+    let buf = vview(call, "recvbuf", recvbuf, rc, rd, recvtype, true)?;
+    if ptr::in_place(sendbuf) {
+        return Ok((
+            Io { send: None, buf },
+            VArgs {
+                sc: &[],
+                sd: &[],
+                rc,
+                rd,
+            },
+        ));
+    }
+    let (sc, sd) = arrays(call, n, ("sendcounts", sendcounts), ("sdispls", sdispls))?;
+    let send = Some(vview(call, "sendbuf", sendbuf, sc, sd, sendtype, false)?);
+    Ok((Io { send, buf }, VArgs { sc, sd, rc, rd }))
+}
+
+/// One side of an alltoallw: counts, byte displacements (relative to the
+/// side's view) and datatypes.
+#[derive(Default)]
+struct WSide {
+    counts: Vec<c_int>,
+    displs: Vec<isize>,
+    types: Vec<UserDatatype>,
+}
+
+/// One side of an alltoallw as a byte view that covers exactly its blocks
+/// (from the lowest byte any block touches to the highest), so absolute
+/// displacements from `MPI_BOTTOM` work as well as small ones from a buffer.
+#[allow(clippy::too_many_arguments)]
+fn wside(
+    call: &str,
+    n: usize,
+    side: &str,
+    p: *const c_void,
+    counts: *const c_int,
+    displs: *const c_int,
+    types: *const MPI_Datatype,
+    writable: bool,
+) -> Result<(View, WSide), Error> {
+    let cs = ptr::slice(call, &format!("{side}counts"), counts, n)?;
+    let ds = ptr::slice(call, &format!("{side}displs"), displs, n)?;
+    let ts = ptr::slice(call, &format!("{side}types"), types, n)?;
+    // Each non-empty block's type and the byte range it touches, relative
+    // to `p`.
+    let mut blocks = Vec::with_capacity(n);
+    let mut span: Option<(i128, i128)> = None;
+    for i in 0..n {
+        let t = handles::dtype(call, ts[i])?.into_owned();
+        let cnt = ptr::count(call, &format!("{side}counts[{i}]"), cs[i])? as i128;
+        let mut range = None;
+        if cnt > 0 && t.size() > 0 {
+            let (d, lb, ext) = (ds[i] as i128, t.true_lb() as i128, t.extent() as i128);
+            let lo = d + lb + ext.min(0) * (cnt - 1);
+            let hi = d + lb + t.true_extent() as i128 + ext.max(0) * (cnt - 1);
+            span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+            range = Some(lo);
+        }
+        blocks.push((t, range));
+    }
+    let (lo, hi) = span.unwrap_or((0, 0));
+    let len = usize::try_from(hi - lo).map_err(|_| {
+        handles::err(
+            ErrorClass::Arg,
+            call,
+            format!("the {side} blocks span an impossible byte range"),
+        )
+    })?;
+    let base = (p as isize as i128 + lo) as isize as *const c_void;
+    let view = ptr::buf_bytes(call, &format!("{side}buf"), base, len, writable)?;
+    // Displacements relative to the view's start. An empty block's does not
+    // matter; a block whose displacement lies below the view (a datatype
+    // holding absolute addresses, from `MPI_BOTTOM`) is re-expressed as one
+    // element of a type shifted to start at its data.
+    let mut counts = cs.to_vec();
+    let mut displs = Vec::with_capacity(n);
+    let mut types = Vec::with_capacity(n);
+    for (i, (t, range)) in blocks.into_iter().enumerate() {
+        let d = ds[i] as i128;
+        match range {
+            None => {
+                displs.push(0);
+                types.push(t);
+            }
+            // (An uncommitted type is passed on for the runtime to reject.)
+            Some(a) if d < lo && t.is_committed() => {
+                let whole = UserDatatype::contiguous(cs[i], &t)?;
+                let shifted =
+                    UserDatatype::structured(&[1], &[(d - a) as isize], &[whole])?.committed();
+                counts[i] = 1;
+                displs.push((a - lo) as isize);
+                types.push(shifted);
+            }
+            Some(_) => {
+                displs.push((d - lo) as isize);
+                types.push(t);
+            }
+        }
+    }
+    Ok((
+        view,
+        WSide {
+            counts,
+            displs,
+            types,
+        },
+    ))
+}
+
+/// `MPI_Alltoallw`/`MPI_Ialltoallw`: in place, the receive side alone.
+#[allow(clippy::too_many_arguments)]
+fn alltoallw_io(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const MPI_Datatype,
+) -> Result<(Io, WSide, WSide), Error> {
+    let n = c.size() as usize;
+    let (buf, r) = wside(
+        call, n, "recv", recvbuf, recvcounts, rdispls, recvtypes, true,
+    )?;
+    if ptr::in_place(sendbuf) {
+        return Ok((Io { send: None, buf }, WSide::default(), r));
+    }
+    let (sv, s) = wside(
+        call, n, "send", sendbuf, sendcounts, sdispls, sendtypes, false,
+    )?;
+    Ok((
+        Io {
+            send: Some(sv),
+            buf,
+        },
+        s,
+        r,
+    ))
+}
+
+/// `MPI_Reduce_scatter_block`/`MPI_Ireduce_scatter_block`: in place, `buf`
+/// holds all `size` blocks.
+fn reduce_scatter_block_io(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    dt: MPI_Datatype,
+) -> Result<Io, Error> {
+    let total = times(call, "recvcount", recvcount, c.size())?;
+    if ptr::in_place(sendbuf) {
+        let buf = rview(call, "recvbuf", recvbuf, total, dt)?;
+        return Ok(Io { send: None, buf });
+    }
+    let send = Some(sview(call, "sendbuf", sendbuf, total, dt)?);
+    let buf = rview(call, "recvbuf", recvbuf, recvcount, dt)?;
+    Ok(Io { send, buf })
+}
+
+/// `MPI_Reduce_scatter`/`MPI_Ireduce_scatter`, with the counts: in place,
+/// `buf` holds the whole input.
+fn reduce_scatter_io<'a>(
+    call: &str,
+    c: &Communicator,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    dt: MPI_Datatype,
+) -> Result<(Io, &'a [c_int]), Error> {
+    let counts = ptr::slice(call, "recvcounts", recvcounts, c.size() as usize)?;
+    let mut total: c_int = 0;
+    for (i, &k) in counts.iter().enumerate() {
+        ptr::count(call, &format!("recvcounts[{i}]"), k)?;
+        total = total.checked_add(k).ok_or_else(|| {
+            handles::err(ErrorClass::Count, call, "the sum of recvcounts overflows")
+        })?;
+    }
+    if ptr::in_place(sendbuf) {
+        let buf = rview(call, "recvbuf", recvbuf, total, dt)?;
+        return Ok((Io { send: None, buf }, counts));
+    }
+    let send = Some(sview(call, "sendbuf", sendbuf, total, dt)?);
+    let buf = rview(call, "recvbuf", recvbuf, counts[c.rank() as usize], dt)?;
+    Ok((Io { send, buf }, counts))
+}
+
 mpi_fn! {
     fn Barrier(comm: MPI_Comm) {
         handles::comm(CALL, comm)?.barrier()
@@ -211,56 +689,39 @@ mpi_fn! {
     fn Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        if ptr::in_place(sendbuf) {
-            if !is_root(&c, root) {
-                return Err(handles::err(ErrorClass::Buffer, CALL, "sendbuf is MPI_IN_PLACE on a rank that is not the root"));
-            }
-            let mut v = rview(CALL, "recvbuf", recvbuf, count, datatype)?;
-            return c.reduce_in_place(&mut v, o, root);
+        let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
+        match &io.send {
+            None => c.reduce_in_place(&mut io.buf, o, root),
+            Some(sv) => c.reduce(sv, &mut io.buf, o, root),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        let mut rv = if is_root(&c, root) {
-            rview(CALL, "recvbuf", recvbuf, count, datatype)?
-        } else {
-            rview(CALL, "recvbuf", std::ptr::null_mut(), 0, datatype)?
-        };
-        c.reduce(&sv, &mut rv, o, root)
     }
     fn Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        if ptr::in_place(sendbuf) {
-            return Err(in_place_unsupported(CALL));
-        }
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        let mut rv = if is_root(&c, root) {
-            rview(CALL, "recvbuf", recvbuf, count, datatype)?
-        } else {
-            rview(CALL, "recvbuf", std::ptr::null_mut(), 0, datatype)?
+        let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
+        let r = match &io.send {
+            None => c.ireduce_in_place(&mut io.buf, o, root)?,
+            Some(sv) => c.ireduce(sv, &mut io.buf, o, root)?,
         };
-        let r = c.ireduce(&sv, &mut rv, o, root)?;
         out(CALL, comm, r, request)
     }
     fn Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, count, datatype)?;
-        if ptr::in_place(sendbuf) {
-            return c.allreduce_in_place(&mut rv, o);
+        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
+        match &io.send {
+            None => c.allreduce_in_place(&mut io.buf, o),
+            Some(sv) => c.allreduce(sv, &mut io.buf, o),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        c.allreduce(&sv, &mut rv, o)
     }
     fn Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, count, datatype)?;
-        if ptr::in_place(sendbuf) {
-            let r = c.iallreduce_in_place(&mut rv, o)?;
-            return out(CALL, comm, r, request);
-        }
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        let r = c.iallreduce(&sv, &mut rv, o)?;
+        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
+        let r = match &io.send {
+            None => c.iallreduce_in_place(&mut io.buf, o)?,
+            Some(sv) => c.iallreduce(sv, &mut io.buf, o)?,
+        };
         out(CALL, comm, r, request)
     }
     fn Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) {
@@ -271,295 +732,232 @@ mpi_fn! {
     }
     fn Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let root_here = is_root(&c, root);
-        if ptr::in_place(sendbuf) {
-            if !root_here {
-                return Err(handles::err(ErrorClass::Buffer, CALL, "sendbuf is MPI_IN_PLACE on a rank that is not the root"));
-            }
-            let mut v = rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?;
-            return c.gather_in_place(&mut v, root);
+        let mut io = gather_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
+        match &io.send {
+            None => c.gather_in_place(&mut io.buf, root),
+            Some(sv) => c.gather(sv, &mut io.buf, root),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, sendcount, sendtype)?;
-        let mut rv = if root_here {
-            rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?
-        } else {
-            rview(CALL, "recvbuf", std::ptr::null_mut(), 0, MPI_BYTE)?
-        };
-        c.gather(&sv, &mut rv, root)
     }
     fn Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        if ptr::in_place(sendbuf) {
-            return Err(in_place_unsupported(CALL));
-        }
-        let sv = sview(CALL, "sendbuf", sendbuf, sendcount, sendtype)?;
-        let mut rv = if is_root(&c, root) {
-            rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?
-        } else {
-            rview(CALL, "recvbuf", std::ptr::null_mut(), 0, MPI_BYTE)?
+        let mut io = gather_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
+        let r = match &io.send {
+            None => c.igather_in_place(&mut io.buf, root)?,
+            Some(sv) => c.igather(sv, &mut io.buf, root)?,
         };
-        let r = c.igather(&sv, &mut rv, root)?;
         out(CALL, comm, r, request)
     }
     fn Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let root_here = is_root(&c, root);
-        let n = c.size() as usize;
-        let (counts, ds) = if root_here { arrays(CALL, n, ("recvcounts", recvcounts), ("displs", displs))? } else { (&[][..], &[][..]) };
-        if ptr::in_place(sendbuf) {
-            if !root_here {
-                return Err(handles::err(ErrorClass::Buffer, CALL, "sendbuf is MPI_IN_PLACE on a rank that is not the root"));
-            }
-            let mut v = vview(CALL, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
-            return c.gatherv_in_place(&mut v, counts, ds, root);
+        let (mut io, counts, ds) = gatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root)?;
+        match &io.send {
+            None => c.gatherv_in_place(&mut io.buf, counts, ds, root),
+            Some(sv) => c.gatherv(sv, &mut io.buf, counts, ds, root),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, sendcount, sendtype)?;
-        let mut rv = if root_here {
-            vview(CALL, "recvbuf", recvbuf, counts, ds, recvtype, true)?
-        } else {
-            rview(CALL, "recvbuf", std::ptr::null_mut(), 0, MPI_BYTE)?
+    }
+    fn Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let (mut io, counts, ds) = gatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root)?;
+        let r = match &io.send {
+            None => c.igatherv_in_place(&mut io.buf, counts, ds, root)?,
+            Some(sv) => c.igatherv(sv, &mut io.buf, counts, ds, root)?,
         };
-        c.gatherv(&sv, &mut rv, counts, ds, root)
+        out(CALL, comm, r, request)
     }
     fn Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let root_here = is_root(&c, root);
-        if ptr::in_place(recvbuf) {
-            if !root_here {
-                return Err(handles::err(ErrorClass::Buffer, CALL, "recvbuf is MPI_IN_PLACE on a rank that is not the root"));
-            }
-            let mut v = rview(CALL, "sendbuf", sendbuf as *mut c_void, times(CALL, "sendcount", sendcount, c.size())?, sendtype)?;
-            return c.scatter_in_place(&mut v, root);
+        let mut io = scatter_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
+        match &io.send {
+            None => c.scatter_in_place(&mut io.buf, root),
+            Some(sv) => c.scatter(sv, &mut io.buf, root),
         }
-        let sv = if root_here {
-            sview(CALL, "sendbuf", sendbuf, times(CALL, "sendcount", sendcount, c.size())?, sendtype)?
-        } else {
-            sview(CALL, "sendbuf", std::ptr::null(), 0, MPI_BYTE)?
-        };
-        let mut rv = rview(CALL, "recvbuf", recvbuf, recvcount, recvtype)?;
-        c.scatter(&sv, &mut rv, root)
     }
     fn Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        if ptr::in_place(recvbuf) {
-            return Err(in_place_unsupported(CALL));
-        }
-        let sv = if is_root(&c, root) {
-            sview(CALL, "sendbuf", sendbuf, times(CALL, "sendcount", sendcount, c.size())?, sendtype)?
-        } else {
-            sview(CALL, "sendbuf", std::ptr::null(), 0, MPI_BYTE)?
+        let mut io = scatter_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
+        let r = match &io.send {
+            None => c.iscatter_in_place(&mut io.buf, root)?,
+            Some(sv) => c.iscatter(sv, &mut io.buf, root)?,
         };
-        let mut rv = rview(CALL, "recvbuf", recvbuf, recvcount, recvtype)?;
-        let r = c.iscatter(&sv, &mut rv, root)?;
         out(CALL, comm, r, request)
     }
     fn Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let root_here = is_root(&c, root);
-        let n = c.size() as usize;
-        let (counts, ds) = if root_here { arrays(CALL, n, ("sendcounts", sendcounts), ("displs", displs))? } else { (&[][..], &[][..]) };
-        if ptr::in_place(recvbuf) {
-            if !root_here {
-                return Err(handles::err(ErrorClass::Buffer, CALL, "recvbuf is MPI_IN_PLACE on a rank that is not the root"));
-            }
-            let mut v = vview(CALL, "sendbuf", sendbuf, counts, ds, sendtype, true)?;
-            return c.scatterv_in_place(&mut v, counts, ds, root);
+        let (mut io, counts, ds) = scatterv_io(CALL, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root)?;
+        match &io.send {
+            None => c.scatterv_in_place(&mut io.buf, counts, ds, root),
+            Some(sv) => c.scatterv(sv, counts, ds, &mut io.buf, root),
         }
-        let sv = if root_here {
-            vview(CALL, "sendbuf", sendbuf, counts, ds, sendtype, false)?
-        } else {
-            sview(CALL, "sendbuf", std::ptr::null(), 0, MPI_BYTE)?
+    }
+    fn Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let (mut io, counts, ds) = scatterv_io(CALL, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root)?;
+        let r = match &io.send {
+            None => c.iscatterv_in_place(&mut io.buf, counts, ds, root)?,
+            Some(sv) => c.iscatterv(sv, counts, ds, &mut io.buf, root)?,
         };
-        let mut rv = rview(CALL, "recvbuf", recvbuf, recvcount, recvtype)?;
-        c.scatterv(&sv, counts, ds, &mut rv, root)
+        out(CALL, comm, r, request)
     }
     fn Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?;
-        if ptr::in_place(sendbuf) {
-            return c.allgather_in_place(&mut rv);
+        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
+        match &io.send {
+            None => c.allgather_in_place(&mut io.buf),
+            Some(sv) => c.allgather(sv, &mut io.buf),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, sendcount, sendtype)?;
-        c.allgather(&sv, &mut rv)
     }
     fn Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        if ptr::in_place(sendbuf) {
-            return Err(in_place_unsupported(CALL));
-        }
-        let mut rv = rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?;
-        let sv = sview(CALL, "sendbuf", sendbuf, sendcount, sendtype)?;
-        let r = c.iallgather(&sv, &mut rv)?;
+        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
+        let r = match &io.send {
+            None => c.iallgather_in_place(&mut io.buf)?,
+            Some(sv) => c.iallgather(sv, &mut io.buf)?,
+        };
         out(CALL, comm, r, request)
     }
     fn Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let (counts, ds) = arrays(CALL, c.size() as usize, ("recvcounts", recvcounts), ("displs", displs))?;
-        let mut rv = vview(CALL, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
-        if ptr::in_place(sendbuf) {
-            return c.allgatherv_in_place(&mut rv, counts, ds);
+        let (mut io, counts, ds) = allgatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype)?;
+        match &io.send {
+            None => c.allgatherv_in_place(&mut io.buf, counts, ds),
+            Some(sv) => c.allgatherv(sv, &mut io.buf, counts, ds),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, sendcount, sendtype)?;
-        c.allgatherv(&sv, &mut rv, counts, ds)
+    }
+    fn Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let (mut io, counts, ds) = allgatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype)?;
+        let r = match &io.send {
+            None => c.iallgatherv_in_place(&mut io.buf, counts, ds)?,
+            Some(sv) => c.iallgatherv(sv, &mut io.buf, counts, ds)?,
+        };
+        out(CALL, comm, r, request)
     }
     fn Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?;
-        if ptr::in_place(sendbuf) {
-            return c.alltoall_in_place(&mut rv);
+        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c.size())?;
+        match &io.send {
+            None => c.alltoall_in_place(&mut io.buf),
+            Some(sv) => c.alltoall(sv, &mut io.buf),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, times(CALL, "sendcount", sendcount, c.size())?, sendtype)?;
-        c.alltoall(&sv, &mut rv)
     }
     fn Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        if ptr::in_place(sendbuf) {
-            return Err(in_place_unsupported(CALL));
-        }
-        let mut rv = rview(CALL, "recvbuf", recvbuf, times(CALL, "recvcount", recvcount, c.size())?, recvtype)?;
-        let sv = sview(CALL, "sendbuf", sendbuf, times(CALL, "sendcount", sendcount, c.size())?, sendtype)?;
-        let r = c.ialltoall(&sv, &mut rv)?;
+        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c.size())?;
+        let r = match &io.send {
+            None => c.ialltoall_in_place(&mut io.buf)?,
+            Some(sv) => c.ialltoall(sv, &mut io.buf)?,
+        };
         out(CALL, comm, r, request)
     }
     fn Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let n = c.size() as usize;
-        let (rc, rd) = arrays(CALL, n, ("recvcounts", recvcounts), ("rdispls", rdispls))?;
-        let mut rv = vview(CALL, "recvbuf", recvbuf, rc, rd, recvtype, true)?;
-        if ptr::in_place(sendbuf) {
-            return c.alltoallv_in_place(&mut rv, rc, rd);
+        let (mut io, a) = alltoallv_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype)?;
+        match &io.send {
+            None => c.alltoallv_in_place(&mut io.buf, a.rc, a.rd),
+            Some(sv) => c.alltoallv(sv, a.sc, a.sd, &mut io.buf, a.rc, a.rd),
         }
-        let (sc, sd) = arrays(CALL, n, ("sendcounts", sendcounts), ("sdispls", sdispls))?;
-        let sv = vview(CALL, "sendbuf", sendbuf, sc, sd, sendtype, false)?;
-        c.alltoallv(&sv, sc, sd, &mut rv, rc, rd)
+    }
+    fn Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let (mut io, a) = alltoallv_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype)?;
+        let r = match &io.send {
+            None => c.ialltoallv_in_place(&mut io.buf, a.rc, a.rd)?,
+            Some(sv) => c.ialltoallv(sv, a.sc, a.sd, &mut io.buf, a.rc, a.rd)?,
+        };
+        out(CALL, comm, r, request)
     }
     fn Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let n = c.size() as usize;
-        if ptr::in_place(sendbuf) {
-            return Err(handles::err(ErrorClass::Unsupported, CALL, "MPI_IN_PLACE is not supported by gmpi in MPI_Alltoallw yet"));
+        let (mut io, s, r) = alltoallw_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes)?;
+        match &io.send {
+            None => c.alltoallw_in_place(&mut io.buf, &r.counts, &r.displs, &r.types),
+            Some(sv) => c.alltoallw(sv, &s.counts, &s.displs, &s.types, &mut io.buf, &r.counts, &r.displs, &r.types),
         }
-        let w = |counts: *const c_int, displs: *const c_int, types: *const MPI_Datatype, side: &str| -> Result<(Vec<c_int>, Vec<isize>, Vec<UserDatatype>, isize, isize), Error> {
-            let cs = ptr::slice(CALL, &format!("{side}counts"), counts, n)?;
-            let ds = ptr::slice(CALL, &format!("{side}displs"), displs, n)?;
-            let ts = ptr::slice(CALL, &format!("{side}types"), types, n)?;
-            let mut tys = Vec::with_capacity(n);
-            let (mut lo, mut hi) = (0isize, 0isize);
-            for i in 0..n {
-                let t = handles::dtype(CALL, ts[i])?;
-                let cnt = ptr::count(CALL, &format!("{side}counts[{i}]"), cs[i])?;
-                if cnt > 0 && t.size() > 0 {
-                    let d = ds[i] as isize;
-                    let (a, b) = (d + t.true_lb() + t.extent().min(0) * (cnt as isize - 1), d + t.true_lb() + t.true_extent() + t.extent().max(0) * (cnt as isize - 1));
-                    lo = lo.min(a);
-                    hi = hi.max(b);
-                }
-                tys.push(t.into_owned());
-            }
-            Ok((cs.to_vec(), ds.iter().map(|&d| d as isize).collect(), tys, lo, hi))
+    }
+    fn Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let (mut io, s, rw) = alltoallw_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes)?;
+        let r = match &io.send {
+            None => c.ialltoallw_in_place(&mut io.buf, &rw.counts, &rw.displs, &rw.types)?,
+            Some(sv) => c.ialltoallw(sv, &s.counts, &s.displs, &s.types, &mut io.buf, &rw.counts, &rw.displs, &rw.types)?,
         };
-        let (sc, sd, st, slo, shi) = w(sendcounts, sdispls, sendtypes, "send")?;
-        let (rc, rd, rt, rlo, rhi) = w(recvcounts, rdispls, recvtypes, "recv")?;
-        // The buffers as bytes covering every block; displacements are bytes.
-        let byte = handles::dtype(CALL, MPI_BYTE)?;
-        let sv = ptr::buf(CALL, "sendbuf", (sendbuf as isize + slo) as *const c_void, (shi - slo) as c_int, &byte, false)?;
-        let mut rv = ptr::buf(CALL, "recvbuf", (recvbuf as isize + rlo) as *const c_void, (rhi - rlo) as c_int, &byte, true)?;
-        let sd: Vec<isize> = sd.iter().map(|d| d - slo).collect();
-        let rd: Vec<isize> = rd.iter().map(|d| d - rlo).collect();
-        c.alltoallw(&sv, &sc, &sd, &st, &mut rv, &rc, &rd, &rt)
+        out(CALL, comm, r, request)
     }
     fn Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        let total = times(CALL, "recvcount", recvcount, c.size())?;
-        if ptr::in_place(sendbuf) {
-            let mut v = rview(CALL, "recvbuf", recvbuf, total, datatype)?;
-            return c.reduce_scatter_block_in_place(&mut v, o);
+        let mut io = reduce_scatter_block_io(CALL, &c, sendbuf, recvbuf, recvcount, datatype)?;
+        match &io.send {
+            None => c.reduce_scatter_block_in_place(&mut io.buf, o),
+            Some(sv) => c.reduce_scatter_block(sv, &mut io.buf, o),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, total, datatype)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, recvcount, datatype)?;
-        c.reduce_scatter_block(&sv, &mut rv, o)
+    }
+    fn Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let o = op_for(CALL, op, datatype)?;
+        let mut io = reduce_scatter_block_io(CALL, &c, sendbuf, recvbuf, recvcount, datatype)?;
+        let r = match &io.send {
+            None => c.ireduce_scatter_block_in_place(&mut io.buf, o)?,
+            Some(sv) => c.ireduce_scatter_block(sv, &mut io.buf, o)?,
+        };
+        out(CALL, comm, r, request)
     }
     fn Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        let counts = ptr::slice(CALL, "recvcounts", recvcounts, c.size() as usize)?;
-        let mut total: c_int = 0;
-        for (i, &k) in counts.iter().enumerate() {
-            ptr::count(CALL, &format!("recvcounts[{i}]"), k)?;
-            total = total.checked_add(k).ok_or_else(|| handles::err(ErrorClass::Count, CALL, "the sum of recvcounts overflows"))?;
+        let (mut io, counts) = reduce_scatter_io(CALL, &c, sendbuf, recvbuf, recvcounts, datatype)?;
+        match &io.send {
+            None => c.reduce_scatter_in_place(&mut io.buf, counts, o),
+            Some(sv) => c.reduce_scatter(sv, &mut io.buf, counts, o),
         }
-        if ptr::in_place(sendbuf) {
-            let mut v = rview(CALL, "recvbuf", recvbuf, total, datatype)?;
-            return c.reduce_scatter_in_place(&mut v, counts, o);
-        }
-        let sv = sview(CALL, "sendbuf", sendbuf, total, datatype)?;
-        let me = counts[c.rank() as usize];
-        let mut rv = rview(CALL, "recvbuf", recvbuf, me, datatype)?;
-        c.reduce_scatter(&sv, &mut rv, counts, o)
+    }
+    fn Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let o = op_for(CALL, op, datatype)?;
+        let (mut io, counts) = reduce_scatter_io(CALL, &c, sendbuf, recvbuf, recvcounts, datatype)?;
+        let r = match &io.send {
+            None => c.ireduce_scatter_in_place(&mut io.buf, counts, o)?,
+            Some(sv) => c.ireduce_scatter(sv, &mut io.buf, counts, o)?,
+        };
+        out(CALL, comm, r, request)
     }
     fn Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, count, datatype)?;
-        if ptr::in_place(sendbuf) {
-            return c.scan_in_place(&mut rv, o);
+        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
+        match &io.send {
+            None => c.scan_in_place(&mut io.buf, o),
+            Some(sv) => c.scan(sv, &mut io.buf, o),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        c.scan(&sv, &mut rv, o)
     }
     fn Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        if ptr::in_place(sendbuf) {
-            return Err(in_place_unsupported(CALL));
-        }
-        let mut rv = rview(CALL, "recvbuf", recvbuf, count, datatype)?;
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        let r = c.iscan(&sv, &mut rv, o)?;
+        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
+        let r = match &io.send {
+            None => c.iscan_in_place(&mut io.buf, o)?,
+            Some(sv) => c.iscan(sv, &mut io.buf, o)?,
+        };
         out(CALL, comm, r, request)
     }
     fn Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
-        let mut rv = rview(CALL, "recvbuf", recvbuf, count, datatype)?;
-        if ptr::in_place(sendbuf) {
-            return c.exscan_in_place(&mut rv, o);
+        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
+        match &io.send {
+            None => c.exscan_in_place(&mut io.buf, o),
+            Some(sv) => c.exscan(sv, &mut io.buf, o),
         }
-        let sv = sview(CALL, "sendbuf", sendbuf, count, datatype)?;
-        c.exscan(&sv, &mut rv, o)
     }
-    fn Igatherv(_sendbuf: *const c_void, _sendcount: c_int, _sendtype: MPI_Datatype, _recvbuf: *mut c_void, _recvcounts: *const c_int, _displs: *const c_int, _recvtype: MPI_Datatype, _root: c_int, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Iscatterv(_sendbuf: *const c_void, _sendcounts: *const c_int, _displs: *const c_int, _sendtype: MPI_Datatype, _recvbuf: *mut c_void, _recvcount: c_int, _recvtype: MPI_Datatype, _root: c_int, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Iallgatherv(_sendbuf: *const c_void, _sendcount: c_int, _sendtype: MPI_Datatype, _recvbuf: *mut c_void, _recvcounts: *const c_int, _displs: *const c_int, _recvtype: MPI_Datatype, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Ialltoallv(_sendbuf: *const c_void, _sendcounts: *const c_int, _sdispls: *const c_int, _sendtype: MPI_Datatype, _recvbuf: *mut c_void, _recvcounts: *const c_int, _rdispls: *const c_int, _recvtype: MPI_Datatype, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Ialltoallw(_sendbuf: *const c_void, _sendcounts: *const c_int, _sdispls: *const c_int, _sendtypes: *const MPI_Datatype, _recvbuf: *mut c_void, _recvcounts: *const c_int, _rdispls: *const c_int, _recvtypes: *const MPI_Datatype, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Ireduce_scatter(_sendbuf: *const c_void, _recvbuf: *mut c_void, _recvcounts: *const c_int, _datatype: MPI_Datatype, _op: MPI_Op, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Ireduce_scatter_block(_sendbuf: *const c_void, _recvbuf: *mut c_void, _recvcount: c_int, _datatype: MPI_Datatype, _op: MPI_Op, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
-    }
-    fn Iexscan(_sendbuf: *const c_void, _recvbuf: *mut c_void, _count: c_int, _datatype: MPI_Datatype, _op: MPI_Op, comm: MPI_Comm, _request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
-        Err(unsupported(CALL))
+    fn Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = handles::comm(CALL, comm)?;
+        let o = op_for(CALL, op, datatype)?;
+        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
+        let r = match &io.send {
+            None => c.iexscan_in_place(&mut io.buf, o)?,
+            Some(sv) => c.iexscan(sv, &mut io.buf, o)?,
+        };
+        out(CALL, comm, r, request)
     }
     fn Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut MPI_Op) {
         let Some(f) = user_fn else {

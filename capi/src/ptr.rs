@@ -154,6 +154,37 @@ pub fn buf(
     unsafe { View::from_raw(call, p as usize, n, dt, writable) }
 }
 
+/// The `len` bytes at `p` named `what`: a byte range computed from
+/// displacements (`MPI_Alltoallw`), which may be longer than a C `int`
+/// counts. NULL is allowed only when `len` is 0.
+pub fn buf_bytes(
+    call: &str,
+    what: &str,
+    p: *const c_void,
+    len: usize,
+    writable: bool,
+) -> Result<View, Error> {
+    if in_place(p) {
+        return Err(err(
+            ErrorClass::Buffer,
+            call,
+            format!("{what} is MPI_IN_PLACE, which this call does not accept there"),
+        ));
+    }
+    if p.is_null() && len > 0 {
+        return Err(err(
+            ErrorClass::Buffer,
+            call,
+            format!("{what} is NULL but spans {len} bytes"),
+        ));
+    }
+    let byte = crate::handles::dtype(call, crate::handles::MPI_BYTE)?;
+    // SAFETY: the caller lends the bytes `p..p+len` for the call (and, for a
+    // non-blocking call, until its request completes): the range covers
+    // exactly the blocks its counts, displacements and datatypes name.
+    unsafe { View::from_raw(call, p as usize, len, &byte, writable) }
+}
+
 /// Store `st` in the caller's status unless it passed `MPI_STATUS_IGNORE`
 /// (or NULL).
 pub fn status(p: *mut MPI_Status, st: &MPI_Status) {

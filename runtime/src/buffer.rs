@@ -137,16 +137,6 @@ impl View {
         self.count * self.ty.size()
     }
 
-    /// The same region seen as `count` elements of `ty` (element 0 at the
-    /// same origin); bounds are checked by the caller through [`View::fits`].
-    pub(crate) fn retyped(&self, count: usize, ty: Ty) -> Self {
-        Self {
-            count,
-            ty,
-            ..self.clone()
-        }
-    }
-
     /// The view of `count` elements starting `skip` elements (extents) into
     /// this one, or `None` if that leaves the region.
     pub(crate) fn sub(&self, skip: usize, count: usize) -> Option<Self> {

@@ -93,7 +93,9 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn compile(cc: &str, src: &Path, out: &Path, extra: &[&str]) {
+    // In the output's directory: gfortran writes module files to the cwd.
     let o = Command::new(cc)
+        .current_dir(out.parent().expect("output directory"))
         .args(extra)
         .arg("-o")
         .arg(out)

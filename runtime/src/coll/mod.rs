@@ -689,6 +689,24 @@ impl Communicator {
         })
     }
 
+    /// Start an in-place reduce (`MPI_Ireduce` with `MPI_IN_PLACE` at the
+    /// root): as [`Communicator::reduce_in_place`], `buf` is the input and
+    /// (at the root) the result.
+    pub fn ireduce_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        op: impl Into<Op>,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        let op: Op = op.into();
+        const CALL: &str = "MPI_Ireduce";
+        let v = buf.view_mut();
+        let red = self.reduce_checked(CALL, None, &v, &op, root)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.reduce_sched(CALL, tag, None, &v, &op, root, red))
+        })
+    }
+
     /// Small reductions through shared memory: every rank publishes its
     /// input, then (every rank, or the root) reduces the inputs in rank
     /// order. Returns whether it ran.
@@ -997,14 +1015,9 @@ impl Communicator {
     /// elsewhere `buf` is the send buffer.
     pub fn gather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
         const CALL: &str = "MPI_Gather";
-        self.check_root(CALL, root)?;
         let v = buf.view_mut();
         let me = self.rank();
-        let blocks = if me == root {
-            self.blocks_of(CALL, "the buffer", &v)?
-        } else {
-            Vec::new()
-        };
+        let blocks = self.rooted_blocks(CALL, &v, root)?;
         // The root's input is its own block (the other ranks may not be in
         // place: they must take the same path as a root that is).
         let input = if me == root {
@@ -1041,6 +1054,59 @@ impl Communicator {
         })
     }
 
+    /// Start an in-place gather (`MPI_Igather` with `MPI_IN_PLACE` at the
+    /// root): as [`Communicator::gather_in_place`].
+    pub fn igather_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Igather";
+        let v = buf.view_mut();
+        let me = self.rank();
+        let blocks = self.rooted_blocks(CALL, &v, root)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.gather_sched(CALL, tag, (me != root).then_some(&v), &blocks, root))
+        })
+    }
+
+    /// The root's `size` equal blocks of an in-place rooted buffer (none
+    /// elsewhere), after checking the root.
+    fn rooted_blocks(&self, call: &str, v: &View, root: i32) -> Result<Vec<View>> {
+        self.check_root(call, root)?;
+        if self.rank() == root {
+            self.blocks_of(call, "the buffer", v)
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
+    /// The root's blocks of a `v` rooted collective (none elsewhere), after
+    /// checking the root; `other` is the buffer on the other side (`None` in
+    /// place), whose size must match the root's own block.
+    #[allow(clippy::too_many_arguments)]
+    fn rooted_vblocks(
+        &self,
+        call: &str,
+        what: &str,
+        v: &View,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+        other: Option<(&str, &View)>,
+    ) -> Result<Vec<View>> {
+        self.check_root(call, root)?;
+        if self.rank() != root {
+            return Ok(Vec::new());
+        }
+        let b = self.vblocks(call, what, v, counts, displs)?;
+        if let Some((name, o)) = other {
+            let mine = format!("the root's block of {what}");
+            self.same_bytes(call, (&mine, b[root as usize].bytes()), (name, o.bytes()))?;
+        }
+        Ok(b)
+    }
+
     /// Gather with per-rank counts and displacements (elements of `recv`'s
     /// type) at the root (`MPI_Gatherv`). Non-roots may pass empty slices.
     pub fn gatherv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
@@ -1052,24 +1118,43 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Gatherv";
-        self.check_root(CALL, root)?;
         let (sv, rv) = (send.view(), recv.view_mut());
-        let blocks = if self.rank() == root {
-            let b = self.vblocks(CALL, "the receive buffer", &rv, counts, displs)?;
-            self.same_bytes(
-                CALL,
-                ("the send buffer", sv.bytes()),
-                (
-                    "the root's block of the receive buffer",
-                    b[root as usize].bytes(),
-                ),
-            )?;
-            b
-        } else {
-            Vec::new()
-        };
+        let blocks = self.rooted_vblocks(
+            CALL,
+            "the receive buffer",
+            &rv,
+            counts,
+            displs,
+            root,
+            Some(("the send buffer", &sv)),
+        )?;
         self.blocking(CALL, |c, _, tag| {
             Ok(Some(c.gather_sched(CALL, tag, Some(&sv), &blocks, root)))
+        })
+    }
+
+    /// Start a gatherv (`MPI_Igatherv`).
+    pub fn igatherv<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Igatherv";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let blocks = self.rooted_vblocks(
+            CALL,
+            "the receive buffer",
+            &rv,
+            counts,
+            displs,
+            root,
+            Some(("the send buffer", &sv)),
+        )?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.gather_sched(CALL, tag, Some(&sv), &blocks, root))
         })
     }
 
@@ -1083,14 +1168,9 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Gatherv";
-        self.check_root(CALL, root)?;
         let v = buf.view_mut();
         let me = self.rank();
-        let blocks = if me == root {
-            self.vblocks(CALL, "the buffer", &v, counts, displs)?
-        } else {
-            Vec::new()
-        };
+        let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
         self.blocking(CALL, |c, _, tag| {
             Ok(Some(c.gather_sched(
                 CALL,
@@ -1099,6 +1179,24 @@ impl Communicator {
                 &blocks,
                 root,
             )))
+        })
+    }
+
+    /// Start an in-place gatherv (`MPI_Igatherv` with `MPI_IN_PLACE` at the
+    /// root): as [`Communicator::gatherv_in_place`].
+    pub fn igatherv_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Igatherv";
+        let v = buf.view_mut();
+        let me = self.rank();
+        let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.gather_sched(CALL, tag, (me != root).then_some(&v), &blocks, root))
         })
     }
 
@@ -1198,14 +1296,9 @@ impl Communicator {
     /// send buffer (its own block stays); elsewhere it is the receive buffer.
     pub fn scatter_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
         const CALL: &str = "MPI_Scatter";
-        self.check_root(CALL, root)?;
         let v = buf.view_mut();
         let me = self.rank();
-        let blocks = if me == root {
-            self.blocks_of(CALL, "the buffer", &v)?
-        } else {
-            Vec::new()
-        };
+        let blocks = self.rooted_blocks(CALL, &v, root)?;
         self.blocking(CALL, |c, _, tag| {
             Ok(Some(c.scatter_sched(
                 CALL,
@@ -1214,6 +1307,22 @@ impl Communicator {
                 (me != root).then_some(&v),
                 root,
             )))
+        })
+    }
+
+    /// Start an in-place scatter (`MPI_Iscatter` with `MPI_IN_PLACE` at the
+    /// root): as [`Communicator::scatter_in_place`].
+    pub fn iscatter_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iscatter";
+        let v = buf.view_mut();
+        let me = self.rank();
+        let blocks = self.rooted_blocks(CALL, &v, root)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.scatter_sched(CALL, tag, &blocks, (me != root).then_some(&v), root))
         })
     }
 
@@ -1242,24 +1351,43 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Scatterv";
-        self.check_root(CALL, root)?;
         let (sv, rv) = (send.view(), recv.view_mut());
-        let blocks = if self.rank() == root {
-            let b = self.vblocks(CALL, "the send buffer", &sv, counts, displs)?;
-            self.same_bytes(
-                CALL,
-                (
-                    "the root's block of the send buffer",
-                    b[root as usize].bytes(),
-                ),
-                ("the receive buffer", rv.bytes()),
-            )?;
-            b
-        } else {
-            Vec::new()
-        };
+        let blocks = self.rooted_vblocks(
+            CALL,
+            "the send buffer",
+            &sv,
+            counts,
+            displs,
+            root,
+            Some(("the receive buffer", &rv)),
+        )?;
         self.blocking(CALL, |c, _, tag| {
             Ok(Some(c.scatter_sched(CALL, tag, &blocks, Some(&rv), root)))
+        })
+    }
+
+    /// Start a scatterv (`MPI_Iscatterv`).
+    pub fn iscatterv<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        counts: &[i32],
+        displs: &[i32],
+        recv: &'a mut R,
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iscatterv";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let blocks = self.rooted_vblocks(
+            CALL,
+            "the send buffer",
+            &sv,
+            counts,
+            displs,
+            root,
+            Some(("the receive buffer", &rv)),
+        )?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.scatter_sched(CALL, tag, &blocks, Some(&rv), root))
         })
     }
 
@@ -1273,14 +1401,9 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Scatterv";
-        self.check_root(CALL, root)?;
         let v = buf.view_mut();
         let me = self.rank();
-        let blocks = if me == root {
-            self.vblocks(CALL, "the buffer", &v, counts, displs)?
-        } else {
-            Vec::new()
-        };
+        let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
         self.blocking(CALL, |c, _, tag| {
             Ok(Some(c.scatter_sched(
                 CALL,
@@ -1289,6 +1412,24 @@ impl Communicator {
                 (me != root).then_some(&v),
                 root,
             )))
+        })
+    }
+
+    /// Start an in-place scatterv (`MPI_Iscatterv` with `MPI_IN_PLACE` at the
+    /// root): as [`Communicator::scatterv_in_place`].
+    pub fn iscatterv_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iscatterv";
+        let v = buf.view_mut();
+        let me = self.rank();
+        let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.scatter_sched(CALL, tag, &blocks, (me != root).then_some(&v), root))
         })
     }
 
@@ -1420,6 +1561,20 @@ impl Communicator {
         })
     }
 
+    /// Start an in-place allgather (`MPI_Iallgather` with `MPI_IN_PLACE`):
+    /// as [`Communicator::allgather_in_place`].
+    pub fn iallgather_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iallgather";
+        let v = buf.view_mut();
+        let blocks = self.allgather_args(CALL, None, &v)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.allgather_sched(e, CALL, tag, None, &blocks, true))
+        })
+    }
+
     /// Start an allgather (`MPI_Iallgather`).
     pub fn iallgather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
@@ -1445,15 +1600,7 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgatherv";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let blocks = self.vblocks(CALL, "the receive buffer", &rv, counts, displs)?;
-        self.same_bytes(
-            CALL,
-            ("the send buffer", sv.bytes()),
-            (
-                "this rank's block of the receive buffer",
-                blocks[self.rank() as usize].bytes(),
-            ),
-        )?;
+        let blocks = self.allgatherv_args(CALL, Some(&sv), &rv, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
             Ok(Some(c.allgather_sched(
                 e,
@@ -1466,6 +1613,47 @@ impl Communicator {
         })
     }
 
+    /// Start an allgatherv (`MPI_Iallgatherv`).
+    pub fn iallgatherv<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iallgatherv";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let blocks = self.allgatherv_args(CALL, Some(&sv), &rv, counts, displs)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.allgather_sched(e, CALL, tag, Some(&sv), &blocks, false))
+        })
+    }
+
+    /// The receive blocks of an allgatherv; with a send buffer (not in
+    /// place), its size must match this rank's block.
+    fn allgatherv_args(
+        &self,
+        call: &str,
+        sv: Option<&View>,
+        rv: &View,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<Vec<View>> {
+        let Some(sv) = sv else {
+            return self.vblocks(call, "the buffer", rv, counts, displs);
+        };
+        let blocks = self.vblocks(call, "the receive buffer", rv, counts, displs)?;
+        self.same_bytes(
+            call,
+            ("the send buffer", sv.bytes()),
+            (
+                "this rank's block of the receive buffer",
+                blocks[self.rank() as usize].bytes(),
+            ),
+        )?;
+        Ok(blocks)
+    }
+
     /// [`Communicator::allgatherv`] in place: this rank's block is already in
     /// `buf`.
     pub fn allgatherv_in_place<B: BufferMut + ?Sized>(
@@ -1476,26 +1664,48 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgatherv";
         let v = buf.view_mut();
-        let blocks = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
+        let blocks = self.allgatherv_args(CALL, None, &v, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
             Ok(Some(c.allgather_sched(e, CALL, tag, None, &blocks, false)))
         })
     }
 
+    /// Start an in-place allgatherv (`MPI_Iallgatherv` with `MPI_IN_PLACE`):
+    /// as [`Communicator::allgatherv_in_place`].
+    pub fn iallgatherv_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Iallgatherv";
+        let v = buf.view_mut();
+        let blocks = self.allgatherv_args(CALL, None, &v, counts, displs)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.allgather_sched(e, CALL, tag, None, &blocks, false))
+        })
+    }
+
     // ---------------- alltoall ----------------
 
+    /// An alltoall of `sblocks` into `rblocks`; `sblocks` is `None` in place:
+    /// then each receive block is sent, packed into a temporary the
+    /// schedule owns (so a request may outlive the call).
     fn alltoall_sched(
         &self,
         e: &Engine,
         call: &'static str,
         tag: i32,
-        sblocks: &[View],
+        sblocks: Option<&[View]>,
         rblocks: &[View],
     ) -> Sched {
         let mut s = Sched::new(call, &self.inner, tag);
         let mut st = Staged::default();
         let (n, me) = (self.size(), self.rank());
-        let sr: Vec<Region> = sblocks.iter().map(|b| s.input(b)).collect();
+        let sr: Vec<Region> = match sblocks {
+            Some(sb) => sb.iter().map(|b| s.input(b)).collect(),
+            None => rblocks.iter().map(|b| s.temp_from(b.pack())).collect(),
+        };
         let rr: Vec<Region> = rblocks.iter().map(|b| st.out(&mut s, b)).collect();
         let per_peer = sr.iter().map(|r| r.len).max().unwrap_or(0);
         let pairwise = per_peer >= e.cfg.alltoall_large.unwrap_or(8 * KIB);
@@ -1528,7 +1738,7 @@ impl Communicator {
         let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;
-            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+            Ok(Some(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb)))
         })
     }
 
@@ -1536,15 +1746,9 @@ impl Communicator {
     pub fn alltoall_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
         const CALL: &str = "MPI_Alltoall";
         let v = buf.view_mut();
-        let copy = v.pack();
-        let cv = View::of_slice(&copy[..]);
-        let (sb, rb) = self.alltoall_args(
-            CALL,
-            &cv.retyped(v.count, Ty::Basic(Datatype::Opaque { size: v.ty.size() })),
-            &v,
-        )?;
+        let rb = self.blocks_of(CALL, "the buffer", &v)?;
         self.blocking(CALL, |c, e, tag| {
-            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+            Ok(Some(c.alltoall_sched(e, CALL, tag, None, &rb)))
         })
     }
 
@@ -1558,8 +1762,52 @@ impl Communicator {
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
         self.nonblocking(CALL, |c, e, tag| {
-            Ok(c.alltoall_sched(e, CALL, tag, &sb, &rb))
+            Ok(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb))
         })
+    }
+
+    /// Start an in-place alltoall (`MPI_Ialltoall` with `MPI_IN_PLACE`): as
+    /// [`Communicator::alltoall_in_place`]; the data to send is copied when
+    /// the call starts.
+    pub fn ialltoall_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ialltoall";
+        let v = buf.view_mut();
+        let rb = self.blocks_of(CALL, "the buffer", &v)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.alltoall_sched(e, CALL, tag, None, &rb))
+        })
+    }
+
+    /// The blocks of an alltoallv, checked.
+    #[allow(clippy::too_many_arguments)]
+    fn alltoallv_args(
+        &self,
+        call: &str,
+        sv: &View,
+        scounts: &[i32],
+        sdispls: &[i32],
+        rv: &View,
+        rcounts: &[i32],
+        rdispls: &[i32],
+    ) -> Result<(Vec<View>, Vec<View>)> {
+        let sb = self.vblocks(call, "the send buffer", sv, scounts, sdispls)?;
+        let rb = self.vblocks(call, "the receive buffer", rv, rcounts, rdispls)?;
+        let me = self.rank() as usize;
+        self.same_bytes(
+            call,
+            (
+                "this rank's block to itself in the send buffer",
+                sb[me].bytes(),
+            ),
+            (
+                "its block from itself in the receive buffer",
+                rb[me].bytes(),
+            ),
+        )?;
+        Ok((sb, rb))
     }
 
     /// Alltoall with per-peer counts and displacements (elements of each
@@ -1576,22 +1824,28 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallv";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let sb = self.vblocks(CALL, "the send buffer", &sv, scounts, sdispls)?;
-        let rb = self.vblocks(CALL, "the receive buffer", &rv, rcounts, rdispls)?;
-        let me = self.rank() as usize;
-        self.same_bytes(
-            CALL,
-            (
-                "this rank's block to itself in the send buffer",
-                sb[me].bytes(),
-            ),
-            (
-                "its block from itself in the receive buffer",
-                rb[me].bytes(),
-            ),
-        )?;
+        let (sb, rb) = self.alltoallv_args(CALL, &sv, scounts, sdispls, &rv, rcounts, rdispls)?;
         self.blocking(CALL, |c, e, tag| {
-            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+            Ok(Some(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb)))
+        })
+    }
+
+    /// Start an alltoallv (`MPI_Ialltoallv`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ialltoallv<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        scounts: &[i32],
+        sdispls: &[i32],
+        recv: &'a mut R,
+        rcounts: &[i32],
+        rdispls: &[i32],
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ialltoallv";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (sb, rb) = self.alltoallv_args(CALL, &sv, scounts, sdispls, &rv, rcounts, rdispls)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb))
         })
     }
 
@@ -1606,11 +1860,51 @@ impl Communicator {
         const CALL: &str = "MPI_Alltoallv";
         let v = buf.view_mut();
         let rb = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
-        let packed: Vec<Vec<u8>> = rb.iter().map(View::pack).collect();
-        let sb: Vec<View> = packed.iter().map(|p| View::of_slice(&p[..])).collect();
         self.blocking(CALL, |c, e, tag| {
-            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+            Ok(Some(c.alltoall_sched(e, CALL, tag, None, &rb)))
         })
+    }
+
+    /// Start an in-place alltoallv (`MPI_Ialltoallv` with `MPI_IN_PLACE`): as
+    /// [`Communicator::alltoallv_in_place`]; the data to send is copied when
+    /// the call starts.
+    pub fn ialltoallv_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ialltoallv";
+        let v = buf.view_mut();
+        let rb = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.alltoall_sched(e, CALL, tag, None, &rb))
+        })
+    }
+
+    /// The blocks of an alltoallw, checked.
+    #[allow(clippy::too_many_arguments)]
+    fn alltoallw_args(
+        &self,
+        call: &str,
+        sv: &View,
+        scounts: &[i32],
+        sdispls: &[isize],
+        stypes: &[UserDatatype],
+        rv: &View,
+        rcounts: &[i32],
+        rdispls: &[isize],
+        rtypes: &[UserDatatype],
+    ) -> Result<(Vec<View>, Vec<View>)> {
+        let sb = self.wblocks(call, "the send buffer", sv, scounts, sdispls, stypes)?;
+        let rb = self.wblocks(call, "the receive buffer", rv, rcounts, rdispls, rtypes)?;
+        let me = self.rank() as usize;
+        self.same_bytes(
+            call,
+            ("this rank's block to itself", sb[me].bytes()),
+            ("its block from itself", rb[me].bytes()),
+        )?;
+        Ok((sb, rb))
     }
 
     /// The most general alltoall (`MPI_Alltoallw`): per-peer counts, byte
@@ -1630,16 +1924,70 @@ impl Communicator {
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallw";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let sb = self.wblocks(CALL, "the send buffer", &sv, scounts, sdispls, stypes)?;
-        let rb = self.wblocks(CALL, "the receive buffer", &rv, rcounts, rdispls, rtypes)?;
-        let me = self.rank() as usize;
-        self.same_bytes(
-            CALL,
-            ("this rank's block to itself", sb[me].bytes()),
-            ("its block from itself", rb[me].bytes()),
+        let (sb, rb) = self.alltoallw_args(
+            CALL, &sv, scounts, sdispls, stypes, &rv, rcounts, rdispls, rtypes,
         )?;
         self.blocking(CALL, |c, e, tag| {
-            Ok(Some(c.alltoall_sched(e, CALL, tag, &sb, &rb)))
+            Ok(Some(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb)))
+        })
+    }
+
+    /// Start an alltoallw (`MPI_Ialltoallw`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ialltoallw<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        scounts: &[i32],
+        sdispls: &[isize],
+        stypes: &[UserDatatype],
+        recv: &'a mut R,
+        rcounts: &[i32],
+        rdispls: &[isize],
+        rtypes: &[UserDatatype],
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ialltoallw";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (sb, rb) = self.alltoallw_args(
+            CALL, &sv, scounts, sdispls, stypes, &rv, rcounts, rdispls, rtypes,
+        )?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb))
+        })
+    }
+
+    /// [`Communicator::alltoallw`] in place: `buf` is sent and overwritten,
+    /// with the same counts, byte displacements and datatypes for both
+    /// directions.
+    pub fn alltoallw_in_place<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        counts: &[i32],
+        displs: &[isize],
+        types: &[UserDatatype],
+    ) -> Result<()> {
+        const CALL: &str = "MPI_Alltoallw";
+        let v = buf.view_mut();
+        let rb = self.wblocks(CALL, "the buffer", &v, counts, displs, types)?;
+        self.blocking(CALL, |c, e, tag| {
+            Ok(Some(c.alltoall_sched(e, CALL, tag, None, &rb)))
+        })
+    }
+
+    /// Start an in-place alltoallw (`MPI_Ialltoallw` with `MPI_IN_PLACE`): as
+    /// [`Communicator::alltoallw_in_place`]; the data to send is copied when
+    /// the call starts.
+    pub fn ialltoallw_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        counts: &[i32],
+        displs: &[isize],
+        types: &[UserDatatype],
+    ) -> Result<Request<'a>> {
+        const CALL: &str = "MPI_Ialltoallw";
+        let v = buf.view_mut();
+        let rb = self.wblocks(CALL, "the buffer", &v, counts, displs, types)?;
+        self.nonblocking(CALL, |c, e, tag| {
+            Ok(c.alltoall_sched(e, CALL, tag, None, &rb))
         })
     }
 
@@ -1820,11 +2168,7 @@ impl Communicator {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter_block";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let counts = vec![
-            rv.count as i32 * (rv.ty.size() / sv.ty.size().max(1)).max(1) as i32;
-            self.size() as usize
-        ];
-        let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, &counts, &op)?;
+        let (counts, red) = self.reduce_scatter_block_args(CALL, Some(&sv), &rv, &op)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, Some(&op), Some(sv.bytes()))?;
             Ok(Some(c.reduce_scatter_sched(
@@ -1850,23 +2194,76 @@ impl Communicator {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter_block";
         let v = buf.view_mut();
-        let n = self.size() as usize;
-        if !v.count.is_multiple_of(n) {
-            return Err(self.err(
-                ErrorClass::Count,
-                CALL,
-                format!(
-                    "the buffer has {} elements, not a multiple of the communicator size {n}",
-                    v.count
-                ),
-            ));
-        }
-        let counts = vec![(v.count / n) as i32; n];
-        let (counts, red) = self.reduce_scatter_args(CALL, None, &v, &counts, &op)?;
+        let (counts, red) = self.reduce_scatter_block_args(CALL, None, &v, &op)?;
         self.blocking(CALL, |c, _, tag| {
             Ok(Some(c.reduce_scatter_sched(
                 CALL, tag, None, &v, &counts, &op, red,
             )))
+        })
+    }
+
+    /// The counts (in reduction units) and reduction of a reduce-scatter
+    /// with equal blocks; `send` is `None` in place (then `recv` holds all
+    /// `size` blocks).
+    fn reduce_scatter_block_args(
+        &self,
+        call: &str,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+    ) -> Result<(Vec<usize>, Reduction)> {
+        let n = self.size() as usize;
+        let counts = match send {
+            Some(sv) => {
+                vec![recv.count as i32 * (recv.ty.size() / sv.ty.size().max(1)).max(1) as i32; n]
+            }
+            None => {
+                if !recv.count.is_multiple_of(n) {
+                    return Err(self.err(
+                        ErrorClass::Count,
+                        call,
+                        format!(
+                            "the buffer has {} elements, not a multiple of the communicator size {n}",
+                            recv.count
+                        ),
+                    ));
+                }
+                vec![(recv.count / n) as i32; n]
+            }
+        };
+        self.reduce_scatter_args(call, send, recv, &counts, op)
+    }
+
+    /// Start a reduce-scatter with equal blocks (`MPI_Ireduce_scatter_block`).
+    pub fn ireduce_scatter_block<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        let op: Op = op.into();
+        const CALL: &str = "MPI_Ireduce_scatter_block";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (counts, red) = self.reduce_scatter_block_args(CALL, Some(&sv), &rv, &op)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.reduce_scatter_sched(CALL, tag, Some(&sv), &rv, &counts, &op, red))
+        })
+    }
+
+    /// Start an in-place reduce-scatter with equal blocks
+    /// (`MPI_Ireduce_scatter_block` with `MPI_IN_PLACE`): as
+    /// [`Communicator::reduce_scatter_block_in_place`].
+    pub fn ireduce_scatter_block_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        let op: Op = op.into();
+        const CALL: &str = "MPI_Ireduce_scatter_block";
+        let v = buf.view_mut();
+        let (counts, red) = self.reduce_scatter_block_args(CALL, None, &v, &op)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.reduce_scatter_sched(CALL, tag, None, &v, &counts, &op, red))
         })
     }
 
@@ -1912,6 +2309,40 @@ impl Communicator {
             Ok(Some(c.reduce_scatter_sched(
                 CALL, tag, None, &v, &counts, &op, red,
             )))
+        })
+    }
+
+    /// Start a reduce-scatter (`MPI_Ireduce_scatter`).
+    pub fn ireduce_scatter<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        counts: &[i32],
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        let op: Op = op.into();
+        const CALL: &str = "MPI_Ireduce_scatter";
+        let (sv, rv) = (send.view(), recv.view_mut());
+        let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.reduce_scatter_sched(CALL, tag, Some(&sv), &rv, &counts, &op, red))
+        })
+    }
+
+    /// Start an in-place reduce-scatter (`MPI_Ireduce_scatter` with
+    /// `MPI_IN_PLACE`): as [`Communicator::reduce_scatter_in_place`].
+    pub fn ireduce_scatter_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        counts: &[i32],
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        let op: Op = op.into();
+        const CALL: &str = "MPI_Ireduce_scatter";
+        let v = buf.view_mut();
+        let (counts, red) = self.reduce_scatter_args(CALL, None, &v, counts, &op)?;
+        self.nonblocking(CALL, |c, _, tag| {
+            Ok(c.reduce_scatter_sched(CALL, tag, None, &v, &counts, &op, red))
         })
     }
 
@@ -1979,6 +2410,21 @@ impl Communicator {
         })
     }
 
+    /// Start a scan or exscan (`send` is `None` in place).
+    fn scan_nonblocking<'a>(
+        &self,
+        call: &'static str,
+        send: Option<&View>,
+        recv: &View,
+        op: Op,
+        exclusive: bool,
+    ) -> Result<Request<'a>> {
+        let red = self.allreduce_checked(call, send, recv, &op)?;
+        self.nonblocking(call, |c, _, tag| {
+            Ok(c.scan_sched(call, tag, send, recv, red, exclusive))
+        })
+    }
+
     /// Inclusive prefix reduction: rank `i` gets `send₀ ∘ … ∘ sendᵢ`
     /// (`MPI_Scan`).
     pub fn scan<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
@@ -2007,13 +2453,17 @@ impl Communicator {
         recv: &'a mut R,
         op: impl Into<Op>,
     ) -> Result<Request<'a>> {
-        let op: Op = op.into();
-        const CALL: &str = "MPI_Iscan";
         let (sv, rv) = (send.view(), recv.view_mut());
-        let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
-        self.nonblocking(CALL, |c, _, tag| {
-            Ok(c.scan_sched(CALL, tag, Some(&sv), &rv, red, false))
-        })
+        self.scan_nonblocking("MPI_Iscan", Some(&sv), &rv, op.into(), false)
+    }
+
+    /// Start an in-place inclusive scan (`MPI_Iscan` with `MPI_IN_PLACE`).
+    pub fn iscan_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        self.scan_nonblocking("MPI_Iscan", None, &buf.view_mut(), op.into(), false)
     }
 
     /// Exclusive prefix reduction: rank `i > 0` gets `send₀ ∘ … ∘ sendᵢ₋₁`;
@@ -2035,6 +2485,26 @@ impl Communicator {
         op: impl Into<Op>,
     ) -> Result<()> {
         self.scan_blocking("MPI_Exscan", None, &buf.view_mut(), op.into(), true)
+    }
+
+    /// Start an exclusive scan (`MPI_Iexscan`).
+    pub fn iexscan<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        send: &'a S,
+        recv: &'a mut R,
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        let (sv, rv) = (send.view(), recv.view_mut());
+        self.scan_nonblocking("MPI_Iexscan", Some(&sv), &rv, op.into(), true)
+    }
+
+    /// Start an in-place exclusive scan (`MPI_Iexscan` with `MPI_IN_PLACE`).
+    pub fn iexscan_in_place<'a, B: BufferMut + ?Sized>(
+        &self,
+        buf: &'a mut B,
+        op: impl Into<Op>,
+    ) -> Result<Request<'a>> {
+        self.scan_nonblocking("MPI_Iexscan", None, &buf.view_mut(), op.into(), true)
     }
 }
 

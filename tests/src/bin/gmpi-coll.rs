@@ -1843,6 +1843,266 @@ fn scenario_nonblocking(w: &Communicator) -> R {
             o[0]
         );
     }
+    nonblocking_vector_and_in_place(w, &d)
+}
+
+/// Every non-blocking `v` collective and every in-place non-blocking form,
+/// all outstanding at once on two communicators, each checked against the
+/// closed form its blocking counterpart is checked against.
+fn nonblocking_vector_and_in_place(w: &Communicator, d: &Communicator) -> R {
+    let (n, r) = (w.size(), w.rank());
+    let nu = n as usize;
+    // Displacements with gaps of 2 (and 1 before the first block).
+    let vd = |counts: &[i32]| -> (Vec<i32>, usize) {
+        let mut ds = Vec::new();
+        let mut off = 1usize;
+        for &c in counts {
+            ds.push(off as i32);
+            off += c as usize + 2;
+        }
+        (ds, off)
+    };
+    for (round, len) in [1usize, 600, 9000].into_iter().enumerate() {
+        let what = |call: &str| format!("{call} round {round} len {len} np {n} rank {r}");
+        let root = (round as i32 + 1) % n;
+        let cnt = |q: i32| (len + q as usize) as i32;
+        let counts: Vec<i32> = (0..n).map(cnt).collect();
+        let (displs, tot) = vd(&counts);
+        // Rank q's block (tagged `salt`) at its displacement, SENT in gaps.
+        let laid = |salt: i32, only: Option<i32>| -> Vec<u64> {
+            let mut x = vec![SENT; tot];
+            for q in (0..n).filter(|&q| only.is_none_or(|o| o == q)) {
+                for i in 0..cnt(q) as usize {
+                    x[displs[q as usize] as usize + i] = enc(q, salt, i);
+                }
+            }
+            x
+        };
+        let mine =
+            |salt: i32| -> Vec<u64> { (0..cnt(r) as usize).map(|i| enc(r, salt, i)).collect() };
+        // n equal blocks of len: block q tagged (q, salt), or only ours.
+        let flat = |salt: i32, only: Option<i32>| -> Vec<u64> {
+            (0..n)
+                .flat_map(|q| {
+                    (0..len).map(move |i| {
+                        if only.is_none_or(|o| o == q) {
+                            enc(q, salt, i)
+                        } else {
+                            0
+                        }
+                    })
+                })
+                .collect()
+        };
+        let at_root = |v: Vec<u64>| if r == root { v } else { Vec::new() };
+
+        // gatherv / scatterv / allgatherv, plain and in place
+        let gv_send = mine(20);
+        let mut gv = at_root(vec![SENT; tot]);
+        let mut gvi = if r == root {
+            laid(21, Some(root))
+        } else {
+            mine(21)
+        };
+        let sv_send = at_root(laid(22, None));
+        let mut sv = vec![0u64; cnt(r) as usize];
+        let mut svi = if r == root {
+            laid(23, None)
+        } else {
+            vec![0u64; cnt(r) as usize]
+        };
+        let agv_send = mine(24);
+        let mut agv = vec![SENT; tot];
+        let mut agvi = laid(25, Some(r));
+        // gather / scatter / allgather / alltoall in place
+        let mut gi = if r == root {
+            flat(26, Some(root))
+        } else {
+            (0..len).map(|i| enc(r, 26, i)).collect()
+        };
+        let mut si = if r == root {
+            flat(27, None)
+        } else {
+            vec![0u64; len]
+        };
+        let mut agi = flat(28, Some(r));
+        let mut ati: Vec<u64> = (0..n)
+            .flat_map(|q| (0..len).map(move |i| enc(r, q, i)))
+            .collect();
+        // alltoallv / alltoallw: count from a to b, some 0
+        let c2 = |a: i32, b: i32| -> usize {
+            if (a + b) % 3 == 2 {
+                0
+            } else {
+                len + ((a + 2 * b) % 3) as usize
+            }
+        };
+        let sc: Vec<i32> = (0..n).map(|q| c2(r, q) as i32).collect();
+        let rc: Vec<i32> = (0..n).map(|q| c2(q, r) as i32).collect();
+        let (sd, stot) = vd(&sc);
+        let (rd, rtot) = vd(&rc);
+        let mut a2a_send = vec![SENT; stot];
+        for q in 0..n {
+            for i in 0..sc[q as usize] as usize {
+                a2a_send[sd[q as usize] as usize + i] = enc(r, q, i);
+            }
+        }
+        let mut a2a_exp = vec![SENT; rtot];
+        for q in 0..n {
+            for i in 0..rc[q as usize] as usize {
+                a2a_exp[rd[q as usize] as usize + i] = enc(q, r, i);
+            }
+        }
+        let mut atv = vec![SENT; rtot];
+        let mut atw = vec![SENT; rtot];
+        let t: Vec<UserDatatype> = (0..n).map(|_| UserDatatype::from(u64::DATATYPE)).collect();
+        let bytes = |ds: &[i32]| -> Vec<isize> { ds.iter().map(|&x| x as isize * 8).collect() };
+        let (sdb, rdb) = (bytes(&sd), bytes(&rd));
+        // in place needs symmetric counts
+        let sym: Vec<i32> = (0..n)
+            .map(|q| {
+                if (r + q) % 3 == 2 {
+                    0
+                } else {
+                    (len + ((r * q) % 3) as usize) as i32
+                }
+            })
+            .collect();
+        let (yd, ytot) = vd(&sym);
+        let ydb = bytes(&yd);
+        let sym_in = |from: i32, to: i32| -> Vec<u64> {
+            let mut x = vec![SENT; ytot];
+            for q in 0..n {
+                for i in 0..sym[q as usize] as usize {
+                    let (a, b) = if from < 0 { (q, to) } else { (from, q) };
+                    x[yd[q as usize] as usize + i] = enc(a, b, i);
+                }
+            }
+            x
+        };
+        let mut atvi = sym_in(r, 0);
+        let mut atwi = sym_in(r, 0);
+        // reductions
+        let a: Vec<u64> = (0..len).map(|i| h(r, i, 30)).collect();
+        let sum_to = |hi: i32, salt: u64, i: usize| {
+            (0..hi).fold(0u64, |acc, q| acc.wrapping_add(h(q, i, salt)))
+        };
+        let mut rdi = a.clone();
+        let a2: Vec<i32> = (0..len).map(|i| (h(r, i, 32) % 1000) as i32).collect();
+        let mut sci = a2.clone();
+        let mut exs = vec![-1i32; len];
+        let mut exsi = a2.clone();
+        let rsc: Vec<i32> = (0..n).map(|q| (len / 2 + q as usize) as i32).collect();
+        let rtot2: usize = rsc.iter().map(|&c| c as usize).sum();
+        let rs_in: Vec<u64> = (0..rtot2).map(|i| h(r, i, 31)).collect();
+        let mut rs = vec![0u64; rsc[r as usize] as usize];
+        let mut rsi = rs_in.clone();
+        let rsb_in: Vec<u64> = (0..len * nu).map(|i| h(r, i, 33)).collect();
+        let mut rsb = vec![0u64; len];
+        let mut rsbi = rsb_in.clone();
+        {
+            let mut reqs: Vec<Request<'_>> = vec![
+                w.igatherv(&gv_send[..], &mut gv[..], &counts, &displs, root)
+                    .map_err(e)?,
+                d.igatherv_in_place(&mut gvi[..], &counts, &displs, root)
+                    .map_err(e)?,
+                w.iscatterv(&sv_send[..], &counts, &displs, &mut sv[..], root)
+                    .map_err(e)?,
+                d.iscatterv_in_place(&mut svi[..], &counts, &displs, root)
+                    .map_err(e)?,
+                w.iallgatherv(&agv_send[..], &mut agv[..], &counts, &displs)
+                    .map_err(e)?,
+                d.iallgatherv_in_place(&mut agvi[..], &counts, &displs)
+                    .map_err(e)?,
+                w.igather_in_place(&mut gi[..], root).map_err(e)?,
+                d.iscatter_in_place(&mut si[..], root).map_err(e)?,
+                w.iallgather_in_place(&mut agi[..]).map_err(e)?,
+                d.ialltoall_in_place(&mut ati[..]).map_err(e)?,
+                w.ialltoallv(&a2a_send[..], &sc, &sd, &mut atv[..], &rc, &rd)
+                    .map_err(e)?,
+                d.ialltoallw(&a2a_send[..], &sc, &sdb, &t, &mut atw[..], &rc, &rdb, &t)
+                    .map_err(e)?,
+                w.ialltoallv_in_place(&mut atvi[..], &sym, &yd).map_err(e)?,
+                d.ialltoallw_in_place(&mut atwi[..], &sym, &ydb, &t)
+                    .map_err(e)?,
+                w.ireduce_in_place(&mut rdi[..], Op::Sum, root).map_err(e)?,
+                d.iscan_in_place(&mut sci[..], Op::Sum).map_err(e)?,
+                w.iexscan(&a2[..], &mut exs[..], Op::Sum).map_err(e)?,
+                d.iexscan_in_place(&mut exsi[..], Op::Sum).map_err(e)?,
+                w.ireduce_scatter(&rs_in[..], &mut rs[..], &rsc, Op::Sum)
+                    .map_err(e)?,
+                d.ireduce_scatter_in_place(&mut rsi[..], &rsc, Op::Sum)
+                    .map_err(e)?,
+                w.ireduce_scatter_block(&rsb_in[..], &mut rsb[..], Op::Sum)
+                    .map_err(e)?,
+                d.ireduce_scatter_block_in_place(&mut rsbi[..], Op::Sum)
+                    .map_err(e)?,
+            ];
+            // newest first on even rounds, oldest first on odd ones
+            if round % 2 == 1 {
+                reqs.reverse();
+            }
+            while let Some(q) = reqs.pop() {
+                q.wait().map_err(e)?;
+            }
+        }
+        if r == root {
+            same(&what("igatherv"), &gv, &laid(20, None))?;
+            same(&what("igatherv_in_place"), &gvi, &laid(21, None))?;
+            same(
+                &what("iscatterv_in_place (root untouched)"),
+                &svi,
+                &laid(23, None),
+            )?;
+            same(&what("igather_in_place"), &gi, &flat(26, None))?;
+            same(
+                &what("iscatter_in_place (root untouched)"),
+                &si,
+                &flat(27, None),
+            )?;
+            let exp: Vec<u64> = (0..len).map(|i| sum_to(n, 30, i)).collect();
+            same(&what("ireduce_in_place"), &rdi, &exp)?;
+        } else {
+            same(&what("iscatterv_in_place"), &svi, &mine(23))?;
+            let exp: Vec<u64> = (0..len).map(|i| enc(r, 27, i)).collect();
+            same(&what("iscatter_in_place"), &si, &exp)?;
+        }
+        same(&what("iscatterv"), &sv, &mine(22))?;
+        same(&what("iallgatherv"), &agv, &laid(24, None))?;
+        same(&what("iallgatherv_in_place"), &agvi, &laid(25, None))?;
+        same(&what("iallgather_in_place"), &agi, &flat(28, None))?;
+        let exp: Vec<u64> = (0..n)
+            .flat_map(|q| (0..len).map(move |i| enc(q, r, i)))
+            .collect();
+        same(&what("ialltoall_in_place"), &ati, &exp)?;
+        same(&what("ialltoallv"), &atv, &a2a_exp)?;
+        same(&what("ialltoallw"), &atw, &a2a_exp)?;
+        same(&what("ialltoallv_in_place"), &atvi, &sym_in(-1, r))?;
+        same(&what("ialltoallw_in_place"), &atwi, &sym_in(-1, r))?;
+        let pre = |hi: i32| -> Vec<i32> {
+            (0..len)
+                .map(|i| (0..hi).map(|q| (h(q, i, 32) % 1000) as i32).sum())
+                .collect()
+        };
+        same(&what("iscan_in_place"), &sci, &pre(r + 1))?;
+        if r == 0 {
+            same(&what("iexscan (rank 0 untouched)"), &exs, &vec![-1i32; len])?;
+        } else {
+            same(&what("iexscan"), &exs, &pre(r))?;
+            same(&what("iexscan_in_place"), &exsi, &pre(r))?;
+        }
+        let off: usize = rsc[..r as usize].iter().map(|&c| c as usize).sum();
+        let exp: Vec<u64> = (0..rsc[r as usize] as usize)
+            .map(|i| sum_to(n, 31, off + i))
+            .collect();
+        same(&what("ireduce_scatter"), &rs, &exp)?;
+        same(&what("ireduce_scatter_in_place"), &rsi[..exp.len()], &exp)?;
+        let exp: Vec<u64> = (0..len)
+            .map(|i| sum_to(n, 33, r as usize * len + i))
+            .collect();
+        same(&what("ireduce_scatter_block"), &rsb, &exp)?;
+        same(&what("ireduce_scatter_block_in_place"), &rsbi[..len], &exp)?;
+    }
     Ok(())
 }
 
