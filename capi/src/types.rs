@@ -1119,12 +1119,12 @@ mpi_fn! {
         // The smallest IEEE real with at least `p` decimal digits and
         // decimal exponent range `r` (MPI_UNDEFINED: no requirement).
         let h = f90_pick(CALL, &[(6, 37, 0x4c000427), (15, 307, 0x4c000829)], p, r, "real")?;
-        ptr::write(CALL, "newtype", newtype, h)
+        ptr::write(CALL, "newtype", newtype, f90_type(15, &[p, r], h))
     }
 
     fn Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) {
         let h = f90_pick(CALL, &[(6, 37, 0x4c000828), (15, 307, 0x4c00102a)], p, r, "complex")?;
-        ptr::write(CALL, "newtype", newtype, h)
+        ptr::write(CALL, "newtype", newtype, f90_type(16, &[p, r], h))
     }
 
     fn Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) {
@@ -1135,7 +1135,7 @@ mpi_fn! {
             r,
             "integer",
         )?;
-        ptr::write(CALL, "newtype", newtype, h)
+        ptr::write(CALL, "newtype", newtype, f90_type(17, &[r], h))
     }
 
     fn Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int,
@@ -1263,6 +1263,30 @@ fn user_env(h: MPI_Datatype) -> Option<Envelope> {
         return None;
     }
     decode(Kind::Datatype, h).and_then(|i| state().types.get(i).map(|o| o.env.clone()))
+}
+
+/// The parameterized type of `MPI_Type_create_f90_*` (`combiner`
+/// `MPI_COMBINER_F90_REAL`/`COMPLEX`/`INTEGER` with `params`) over the
+/// predefined type `base`: one committed handle per distinct request, as the
+/// standard wants (the same arguments give the same handle; never freed).
+fn f90_type(combiner: c_int, params: &[c_int], base: MPI_Datatype) -> MPI_Datatype {
+    static CACHE: std::sync::LazyLock<Mutex<HashMap<(c_int, Vec<c_int>), MPI_Datatype>>> =
+        std::sync::LazyLock::new(Default::default);
+    let key = (combiner, params.to_vec());
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&h) = cache.get(&key) {
+        return h;
+    }
+    let (dt, _) = handles::predefined(base).expect("a predefined Fortran type");
+    let env = Envelope {
+        combiner,
+        ints: params.to_vec(),
+        aints: Vec::new(),
+        types: Vec::new(),
+    };
+    let h = handles::new_type(dt.clone(), env);
+    cache.insert(key, h);
+    h
 }
 
 /// The first of `(digits, range, handle)` (smallest first) that meets
