@@ -2059,9 +2059,12 @@ impl Communicator {
             }
             None => {
                 // In place: `recv` holds the whole input; the result lands in
-                // its first block.
+                // its first block and the rest stays as it was (as MPICH
+                // leaves it), so accumulate in a copy.
                 let io = st.inout(&mut s, recv);
-                (io, io.sub(0, counts[me as usize] * unit))
+                let t = s.temp(total);
+                s.copy(io, t);
+                (t, io.sub(0, counts[me as usize] * unit))
             }
         };
         let mut off = 0;
