@@ -562,9 +562,7 @@ fn wside(
             }
             // (An uncommitted type is passed on for the runtime to reject.)
             Some(a) if d < lo && t.is_committed() => {
-                let whole = UserDatatype::contiguous(cs[i], &t)?;
-                let shifted =
-                    UserDatatype::structured(&[1], &[(d - a) as isize], &[whole])?.committed();
+                let shifted = ptr::shifted_type(cs[i], &t, (d - a) as isize)?;
                 counts[i] = 1;
                 displs.push((a - lo) as isize);
                 types.push(shifted);

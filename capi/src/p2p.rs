@@ -40,7 +40,7 @@ pub struct Active {
     /// collective's sends and receives): it completes once `req` and every
     /// one of these have.
     pub more: Vec<Request<'static>>,
-    /// Memory the operations use that the C ABI owns (a buffered send's
+    /// Memory the operations use that the C ABI owns (`Isendrecv_replace`'s
     /// copy). Declared last: fields drop in order, and dropping a request
     /// waits for it, so this outlives every operation that uses it.
     pub keep: Option<Box<dyn std::any::Any + Send>>,
@@ -201,60 +201,64 @@ struct Attached {
     used: usize,
 }
 
-static BSEND: LazyLock<Mutex<(Attached, Vec<(usize, gmpi::Request<'static>)>)>> =
-    LazyLock::new(Default::default);
+/// A buffered send in flight: the request, the copy it sends from, and the
+/// bytes of the attached buffer it holds. Fields drop in order: dropping the
+/// request waits for it before the copy is freed.
+#[derive(Debug)]
+struct Buffered {
+    req: Request<'static>,
+    _data: Box<[u8]>,
+    charge: usize,
+}
 
-/// Start a buffered send: copy the data (accounted against the attached
-/// buffer), send the copy in the background.
+/// The attached buffer and every buffered send in flight (blocking,
+/// non-blocking and persistent alike: a buffered send completes, for the
+/// caller, once its data is copied).
+static BSEND: LazyLock<Mutex<(Attached, Vec<Buffered>)>> = LazyLock::new(Default::default);
+
+/// A buffered send: copy the data (accounted against the attached buffer)
+/// and send the copy in the background.
 fn bsend(
     call: &'static str,
     c: &Communicator,
-    comm: MPI_Comm,
     v: &View,
     dest: c_int,
     tag: c_int,
-) -> Result<Active, Error> {
-    let data = {
-        let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
-        // Give back the space of buffered sends that have completed.
-        let (att, inflight) = &mut *b;
-        inflight.retain(|(n, r)| match r.test() {
-            Ok(Some(_)) | Err(_) => {
-                att.used -= n;
-                false
-            }
-            Ok(None) => true,
-        });
-        let bytes = gmpi_packed(v);
-        let need = bytes.len() + MPI_BSEND_OVERHEAD as usize;
-        if att.used + need > att.size {
-            return Err(handles::err(
-                ErrorClass::Buffer,
-                call,
-                format!(
-                    "the attached buffer ({} bytes, {} in use) cannot hold this {}-byte message plus MPI_BSEND_OVERHEAD",
-                    att.size,
-                    att.used,
-                    bytes.len()
-                ),
-            ));
+) -> Result<(), Error> {
+    let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
+    let (att, inflight) = &mut *b;
+    // Give back the space of buffered sends that have completed.
+    inflight.retain(|s| match s.req.test() {
+        Ok(Some(_)) | Err(_) => {
+            att.used -= s.charge;
+            false
         }
-        att.used += need;
-        bytes
-    };
-    let data: Box<Vec<u8>> = Box::new(data);
-    // The boxed copy lives in `keep` until the send completes.
-    let req = c.isend(&data[..], dest, tag)?;
-    // SAFETY-free: `detach` is unsafe because the buffer must outlive the
-    // request; `data` moves into the same `Active` and is dropped only after
-    // the request completes (reap/finish wait first).
-    let req = detach_req(req);
-    let n = data.len() + MPI_BSEND_OVERHEAD as usize;
-    let _ = comm;
-    Ok(Active {
-        keep: Some(Box::new((data, n))),
-        ..Active::new(req, comm)
-    })
+        Ok(None) => true,
+    });
+    let data: Box<[u8]> = gmpi_packed(v).into_boxed_slice();
+    let charge = data.len() + MPI_BSEND_OVERHEAD as usize;
+    if att.used + charge > att.size {
+        return Err(handles::err(
+            ErrorClass::Buffer,
+            call,
+            format!(
+                "the attached buffer ({} bytes, {} in use) cannot hold this {}-byte message plus MPI_BSEND_OVERHEAD",
+                att.size,
+                att.used,
+                data.len()
+            ),
+        ));
+    }
+    // The boxed copy moves into `inflight` beside its request and is freed
+    // only after the request completes.
+    let req = detach_req(c.isend(&data[..], dest, tag)?);
+    att.used += charge;
+    inflight.push(Buffered {
+        req,
+        _data: data,
+        charge,
+    });
+    Ok(())
 }
 
 /// A view's data, packed.
@@ -307,40 +311,10 @@ fn blocking_send(
     match mode {
         Mode::Standard | Mode::Ready => c.send(&v, dest, tag),
         Mode::Sync => c.ssend(&v, dest, tag),
-        Mode::Buffered => {
-            if dest == MPI_PROC_NULL {
-                return c.send(&v, dest, tag);
-            }
-            let a = bsend(call, &c, comm, &v, dest, tag)?;
-            track_bsend(a);
-            Ok(())
-        }
+        Mode::Buffered if dest != MPI_PROC_NULL => bsend(call, &c, &v, dest, tag),
+        Mode::Buffered => c.send(&v, dest, tag),
     }
 }
-
-/// Keep a buffered send's request so its space is returned on completion.
-fn track_bsend(a: Active) {
-    let Active { req, keep, .. } = a;
-    // Move the copy into the detached list together with the request; the
-    // buffer accounting keeps its own handle on completion through `reap`.
-    let n = keep
-        .as_ref()
-        .and_then(|k| k.downcast_ref::<(Box<Vec<u8>>, usize)>())
-        .map(|(_, n)| *n)
-        .unwrap_or(0);
-    let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
-    // The accounting list holds the request; the copy rides along in a
-    // detached entry that completes with a zero-byte marker.
-    b.1.push((n, req));
-    drop(b);
-    if let Some(k) = keep {
-        KEEP.lock().unwrap_or_else(|p| p.into_inner()).push(k);
-    }
-}
-
-/// Copies of buffered sends in flight (freed at `MPI_Buffer_detach` and
-/// finalize, once every buffered send has completed).
-static KEEP: LazyLock<Mutex<Vec<Box<dyn std::any::Any + Send>>>> = LazyLock::new(Default::default);
 
 fn nonblocking_send(
     call: &'static str,
@@ -355,7 +329,11 @@ fn nonblocking_send(
     let c = handles::comm(call, comm)?;
     let v = send_view(call, buf, count, dt)?;
     if mode == Mode::Buffered && dest != MPI_PROC_NULL {
-        return bsend(call, &c, comm, &v, dest, tag);
+        // Complete as soon as the data is copied: the request is that of a
+        // send to MPI_PROC_NULL, which completes at once.
+        bsend(call, &c, &v, dest, tag)?;
+        let done = c.isend(&[0u8; 0][..], MPI_PROC_NULL, tag)?;
+        return Ok(Active::new(done, comm));
     }
     let r = match mode {
         Mode::Sync => c.issend(&v, dest, tag)?,
@@ -535,10 +513,9 @@ mpi_fn! {
     fn Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) {
         // Wait for every buffered send to complete.
         let inflight = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).1);
-        for (_, r) in inflight {
-            r.wait()?;
+        for s in inflight {
+            s.req.wait()?;
         }
-        KEEP.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let att = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).0);
         ptr::write(CALL, "buffer_addr", buffer_addr.cast::<usize>(), att.addr)?;
         ptr::write(CALL, "size", size, att.size as c_int)

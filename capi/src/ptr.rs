@@ -142,8 +142,7 @@ pub fn buf(
         let lo = dt.true_lb() as i128 + spread.min(0);
         if lo > 0 {
             let lo = lo as isize;
-            let whole = UserDatatype::contiguous(count, dt)?;
-            let shifted = UserDatatype::structured(&[1], &[-lo], &[whole])?.committed();
+            let shifted = shifted_type(count, dt, -lo)?;
             // SAFETY: as below; these are the same bytes the caller lends.
             return unsafe { View::from_raw(call, lo as usize, 1, &shifted, writable) };
         }
@@ -183,6 +182,15 @@ pub fn buf_bytes(
     // non-blocking call, until its request completes): the range covers
     // exactly the blocks its counts, displacements and datatypes name.
     unsafe { View::from_raw(call, p as usize, len, &byte, writable) }
+}
+
+/// `count` elements of `dt` as one element of a committed type whose data
+/// starts `disp` bytes from its origin. The runtime's views cannot start
+/// their region after element 0's address, so data at absolute addresses
+/// (`MPI_BOTTOM`) is re-expressed this way, placed at its lowest address.
+pub fn shifted_type(count: c_int, dt: &UserDatatype, disp: isize) -> Result<UserDatatype, Error> {
+    let whole = UserDatatype::contiguous(count, dt)?;
+    Ok(UserDatatype::structured(&[1], &[disp], &[whole])?.committed())
 }
 
 /// Store `st` in the caller's status unless it passed `MPI_STATUS_IGNORE`

@@ -328,6 +328,19 @@ impl<T: Equivalence> BufferMut for Vec<T> {
     }
 }
 
+/// Fail `call` with `MPI_ERR_TYPE` unless `dtype` is committed.
+fn check_committed(call: &str, dtype: &crate::typemap::UserDatatype) -> crate::Result<()> {
+    if dtype.is_committed() {
+        return Ok(());
+    }
+    Err(crate::Error::new(
+        crate::ErrorClass::Type,
+        call,
+        -1,
+        "the datatype is not committed (MPI_Type_commit, or UserDatatype::commit)",
+    ))
+}
+
 fn typed_view(
     call: &str,
     base: u64,
@@ -338,14 +351,7 @@ fn typed_view(
     writable: bool,
 ) -> crate::Result<View> {
     use crate::{Error, ErrorClass};
-    if !dtype.is_committed() {
-        return Err(Error::new(
-            ErrorClass::Type,
-            call,
-            -1,
-            "the datatype is not committed (call commit() first)",
-        ));
-    }
+    check_committed(call, dtype)?;
     let v = View {
         base,
         len,
@@ -591,15 +597,7 @@ impl View {
         dtype: &crate::typemap::UserDatatype,
         writable: bool,
     ) -> crate::Result<View> {
-        use crate::{Error, ErrorClass};
-        if !dtype.is_committed() {
-            return Err(Error::new(
-                ErrorClass::Type,
-                call,
-                -1,
-                "the datatype is not committed (call MPI_Type_commit first)",
-            ));
-        }
+        check_committed(call, dtype)?;
         if let Some(d) = dtype.desc().basic_type() {
             // A predefined type: `count` contiguous elements at `addr`.
             return Ok(View {
@@ -616,20 +614,18 @@ impl View {
         } else {
             dtype.desc().span(count)
         };
-        let lo = lo.min(0);
-        let hi = hi.max(0);
+        // The region spans the data and the origin (element 0's address).
+        let (lo, hi) = (lo.min(0), hi.max(0));
         let base = (addr as i128 + lo as i128) as u64;
-        Ok(View {
+        typed_view(
+            call,
             base,
-            len: (hi - lo) as usize,
-            origin: (-lo) as usize,
+            (hi - lo) as usize,
+            (-lo) as usize,
             count,
-            ty: match dtype.desc().basic_type() {
-                Some(d) => Ty::Basic(d),
-                None => Ty::Derived(dtype.clone()),
-            },
+            dtype,
             writable,
-        })
+        )
     }
 }
 
