@@ -95,8 +95,40 @@ fn times(call: &str, what: &str, count: c_int, n: c_int) -> Result<c_int, Error>
     })
 }
 
+/// Whether this rank is the root: on an intercommunicator, the one that
+/// passed `MPI_ROOT`.
 fn is_root(c: &Communicator, root: c_int) -> bool {
-    c.rank() == root
+    if c.is_inter() {
+        root == MPI_ROOT
+    } else {
+        c.rank() == root
+    }
+}
+
+/// How many blocks the per-rank buffers of a collective hold: the
+/// communicator size, or the remote group's on an intercommunicator.
+fn peers(c: &Communicator) -> c_int {
+    c.remote_size().unwrap_or_else(|| c.size())
+}
+
+/// Whether this rank takes no part in a rooted intercommunicator
+/// collective (it passed `MPI_PROC_NULL`): its buffer arguments are not
+/// significant.
+fn idle(c: &Communicator, root: c_int) -> bool {
+    c.is_inter() && root == MPI_PROC_NULL
+}
+
+/// A buffer argument that is not significant here.
+fn none(call: &str) -> Result<View, Error> {
+    rview(call, "buf", std::ptr::null_mut(), 0, MPI_BYTE)
+}
+
+/// The buffers of a rank that takes no part.
+fn idle_io(call: &str) -> Result<Io, Error> {
+    Ok(Io {
+        send: Some(none(call)?),
+        buf: none(call)?,
+    })
 }
 
 /// The op for `dt`.
@@ -203,12 +235,23 @@ fn reduce_io(
     dt: MPI_Datatype,
     root: c_int,
 ) -> Result<Io, Error> {
+    if idle(c, root) {
+        return idle_io(call);
+    }
     if ptr::in_place(sendbuf) {
         if !is_root(c, root) {
             return Err(not_root(call, "sendbuf"));
         }
         let buf = rview(call, "recvbuf", recvbuf, count, dt)?;
         return Ok(Io { send: None, buf });
+    }
+    if c.is_inter() && is_root(c, root) {
+        // The intercommunicator root sends nothing.
+        let buf = rview(call, "recvbuf", recvbuf, count, dt)?;
+        return Ok(Io {
+            send: Some(none(call)?),
+            buf,
+        });
     }
     let send = Some(sview(call, "sendbuf", sendbuf, count, dt)?);
     let buf = if is_root(c, root) {
@@ -249,16 +292,25 @@ fn gather_io(
     recvtype: MPI_Datatype,
     root: c_int,
 ) -> Result<Io, Error> {
+    if idle(c, root) {
+        return idle_io(call);
+    }
     let root_here = is_root(c, root);
     let rv = |p| {
         rview(
             call,
             "recvbuf",
             p,
-            times(call, "recvcount", recvcount, c.size())?,
+            times(call, "recvcount", recvcount, peers(c))?,
             recvtype,
         )
     };
+    if c.is_inter() && root_here && !ptr::in_place(sendbuf) {
+        return Ok(Io {
+            send: Some(none(call)?),
+            buf: rv(recvbuf)?,
+        });
+    }
     if ptr::in_place(sendbuf) {
         if !root_here {
             return Err(not_root(call, "sendbuf"));
@@ -291,17 +343,31 @@ fn gatherv_io<'a>(
     recvtype: MPI_Datatype,
     root: c_int,
 ) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+    if idle(c, root) {
+        return Ok((idle_io(call)?, &[], &[]));
+    }
     let root_here = is_root(c, root);
     let (counts, ds) = if root_here {
         arrays(
             call,
-            c.size() as usize,
+            peers(c) as usize,
             ("recvcounts", recvcounts),
             ("displs", displs),
         )?
     } else {
         (&[][..], &[][..])
     };
+    if c.is_inter() && root_here && !ptr::in_place(sendbuf) {
+        let buf = vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
+        return Ok((
+            Io {
+                send: Some(none(call)?),
+                buf,
+            },
+            counts,
+            ds,
+        ));
+    }
     if ptr::in_place(sendbuf) {
         if !root_here {
             return Err(not_root(call, "sendbuf"));
@@ -332,8 +398,19 @@ fn scatter_io(
     recvtype: MPI_Datatype,
     root: c_int,
 ) -> Result<Io, Error> {
+    if idle(c, root) {
+        return idle_io(call);
+    }
     let root_here = is_root(c, root);
-    let total = |c: &Communicator| times(call, "sendcount", sendcount, c.size());
+    let total = |c: &Communicator| times(call, "sendcount", sendcount, peers(c));
+    if c.is_inter() && root_here && !ptr::in_place(recvbuf) {
+        // The intercommunicator root receives nothing.
+        let send = Some(sview(call, "sendbuf", sendbuf, total(c)?, sendtype)?);
+        return Ok(Io {
+            send,
+            buf: none(call)?,
+        });
+    }
     if ptr::in_place(recvbuf) {
         if !root_here {
             return Err(not_root(call, "recvbuf"));
@@ -365,17 +442,33 @@ fn scatterv_io<'a>(
     recvtype: MPI_Datatype,
     root: c_int,
 ) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+    if idle(c, root) {
+        return Ok((idle_io(call)?, &[], &[]));
+    }
     let root_here = is_root(c, root);
     let (counts, ds) = if root_here {
         arrays(
             call,
-            c.size() as usize,
+            peers(c) as usize,
             ("sendcounts", sendcounts),
             ("displs", displs),
         )?
     } else {
         (&[][..], &[][..])
     };
+    if c.is_inter() && root_here && !ptr::in_place(recvbuf) {
+        let send = Some(vview(
+            call, "sendbuf", sendbuf, counts, ds, sendtype, false,
+        )?);
+        return Ok((
+            Io {
+                send,
+                buf: none(call)?,
+            },
+            counts,
+            ds,
+        ));
+    }
     if ptr::in_place(recvbuf) {
         if !root_here {
             return Err(not_root(call, "recvbuf"));
@@ -412,7 +505,7 @@ fn all_io(
         call,
         "recvbuf",
         recvbuf,
-        times(call, "recvcount", recvcount, c.size())?,
+        times(call, "recvcount", recvcount, peers(c))?,
         recvtype,
     )?;
     if ptr::in_place(sendbuf) {
@@ -438,7 +531,7 @@ fn allgatherv_io<'a>(
 ) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
     let (counts, ds) = arrays(
         call,
-        c.size() as usize,
+        peers(c) as usize,
         ("recvcounts", recvcounts),
         ("displs", displs),
     )?;
@@ -474,7 +567,7 @@ fn alltoallv_io<'a>(
     rdispls: *const c_int,
     recvtype: MPI_Datatype,
 ) -> Result<(Io, VArgs<'a>), Error> {
-    let n = c.size() as usize;
+    let n = peers(c) as usize;
     let (rc, rd) = arrays(call, n, ("recvcounts", recvcounts), ("rdispls", rdispls))?;
     let buf = vview(call, "recvbuf", recvbuf, rc, rd, recvtype, true)?;
     if ptr::in_place(sendbuf) {
@@ -597,7 +690,7 @@ fn alltoallw_io(
     rdispls: *const c_int,
     recvtypes: *const MPI_Datatype,
 ) -> Result<(Io, WSide, WSide), Error> {
-    let n = c.size() as usize;
+    let n = peers(c) as usize;
     let (buf, r) = wside(
         call, n, "recv", recvbuf, recvcounts, rdispls, recvtypes, true,
     )?;
@@ -675,18 +768,19 @@ mpi_fn! {
     }
     fn Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let mut v = rview(CALL, "buffer", buffer, count, datatype)?;
+        let mut v = if idle(&c, root) { none(CALL)? } else { rview(CALL, "buffer", buffer, count, datatype)? };
         c.bcast(&mut v, root)
     }
     fn Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        let mut v = rview(CALL, "buffer", buffer, count, datatype)?;
+        let mut v = if idle(&c, root) { none(CALL)? } else { rview(CALL, "buffer", buffer, count, datatype)? };
         let r = c.ibcast(&mut v, root)?;
         out(CALL, comm, r, request)
     }
     fn Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
+        // (Nothing is significant at a rank that takes no part.)
+        let o = if idle(&c, root) { Op::Sum } else { op_for(CALL, op, datatype)? };
         let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
         match &io.send {
             None => c.reduce_in_place(&mut io.buf, o, root),
@@ -695,7 +789,8 @@ mpi_fn! {
     }
     fn Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
+        // (Nothing is significant at a rank that takes no part.)
+        let o = if idle(&c, root) { Op::Sum } else { op_for(CALL, op, datatype)? };
         let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
         let r = match &io.send {
             None => c.ireduce_in_place(&mut io.buf, o, root)?,
@@ -832,7 +927,7 @@ mpi_fn! {
     }
     fn Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
         let c = handles::comm(CALL, comm)?;
-        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c.size())?;
+        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
         match &io.send {
             None => c.alltoall_in_place(&mut io.buf),
             Some(sv) => c.alltoall(sv, &mut io.buf),
@@ -840,7 +935,7 @@ mpi_fn! {
     }
     fn Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = handles::comm(CALL, comm)?;
-        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, c.size())?;
+        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
         let r = match &io.send {
             None => c.ialltoall_in_place(&mut io.buf)?,
             Some(sv) => c.ialltoall(sv, &mut io.buf)?,

@@ -47,6 +47,51 @@ fn register_opt(parent: MPI_Comm, c: Option<Communicator>) -> MPI_Comm {
     c.map_or(MPI_COMM_NULL, |c| register_child(parent, c))
 }
 
+/// `MPI_Intercomm_create_from_groups`: over the world communicator (every
+/// process of a gmpi job is in it); `stringtag` is hashed into the tag that
+/// tells concurrent calls apart. The new communicator gets `errhandler`.
+#[allow(clippy::too_many_arguments)]
+pub fn intercomm_from_groups(
+    call: &str,
+    local_group: MPI_Group,
+    local_leader: c_int,
+    remote_group: MPI_Group,
+    remote_leader: c_int,
+    stringtag: *const std::ffi::c_char,
+    info: MPI_Info,
+    errhandler: MPI_Errhandler,
+    newintercomm: *mut MPI_Comm,
+) -> Result<(), Error> {
+    let lg = grp(call, "local_group", local_group)?;
+    let rg = grp(call, "remote_group", remote_group)?;
+    let tag = ptr::cstr(call, "stringtag", stringtag)?;
+    if info != MPI_INFO_NULL {
+        info_entries(call, info)?;
+    }
+    crate::env::check_errhandler(call, errhandler)?;
+    need(call, "newintercomm", newintercomm)?;
+    // FNV-1a of the string tag, as a non-negative MPI tag.
+    let h = tag.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    let world = handles::comm(call, MPI_COMM_WORLD)?;
+    let n = world.intercomm_from_groups(
+        &lg,
+        local_leader,
+        &rg,
+        remote_leader,
+        (h & 0x3fff_ffff) as i32,
+    )?;
+    let mut o = CommObj::new(n, String::new());
+    o.errh = errhandler;
+    ptr::write(call, "newintercomm", newintercomm, new_comm(o))
+}
+
+/// `MPI_ERR_COMM` for a call that needs an intercommunicator.
+fn not_inter(call: &str) -> Error {
+    handles::err(ErrorClass::Comm, call, "comm is not an intercommunicator")
+}
+
 /// Fail if an out-parameter is NULL (checked before a collective starts).
 fn need<T>(call: &str, what: &str, p: *mut T) -> Result<(), Error> {
     if p.is_null() {
@@ -347,20 +392,47 @@ mpi_fn! {
     }
 
     fn Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) {
-        handles::comm(CALL, comm)?;
-        ptr::write(CALL, "flag", flag, 0)
+        let c = handles::comm(CALL, comm)?;
+        ptr::write(CALL, "flag", flag, c_int::from(c.is_inter()))
     }
 
     fn Comm_remote_size(comm: MPI_Comm, size: *mut c_int) {
-        handles::comm(CALL, comm)?;
-        let _ = size;
-        Err(handles::err(ErrorClass::Comm, CALL, "comm is not an intercommunicator (gmpi has only intracommunicators)"))
+        let c = handles::comm(CALL, comm)?;
+        match c.remote_size() {
+            Some(n) => ptr::write(CALL, "size", size, n),
+            None => Err(not_inter(CALL)),
+        }
     }
 
     fn Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) {
-        handles::comm(CALL, comm)?;
-        let _ = group;
-        Err(handles::err(ErrorClass::Comm, CALL, "comm is not an intercommunicator (gmpi has only intracommunicators)"))
+        let c = handles::comm(CALL, comm)?;
+        need(CALL, "group", group)?;
+        match c.remote_group() {
+            Some(g) => ptr::write(CALL, "group", group, new_group(g)),
+            None => Err(not_inter(CALL)),
+        }
+    }
+
+    fn Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) {
+        let c = handles::comm(CALL, local_comm)?;
+        need(CALL, "newintercomm", newintercomm)?;
+        // peer_comm matters at the local leader only.
+        let peer = if c.rank() == local_leader {
+            let p = handles::comm(CALL, peer_comm)?;
+            handles::comm(CALL, local_comm)?;
+            Some(p)
+        } else {
+            None
+        };
+        let n = c.intercomm_create(local_leader, peer.as_deref(), remote_leader, tag)?;
+        ptr::write(CALL, "newintercomm", newintercomm, register_child(local_comm, n))
+    }
+
+    fn Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) {
+        let c = handles::comm(CALL, intercomm)?;
+        need(CALL, "newintracomm", newintracomm)?;
+        let n = c.merge(high != 0)?;
+        ptr::write(CALL, "newintracomm", newintracomm, register_child(intercomm, n))
     }
 
     fn Comm_get_parent(parent: *mut MPI_Comm) {

@@ -243,7 +243,7 @@ mpi_fn! {
 }
 
 /// Check that `h` names an error handler.
-fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), gmpi::Error> {
+pub(crate) fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), gmpi::Error> {
     let ok = matches!(
         h,
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT

@@ -472,6 +472,19 @@ fn balanced(m: u64, k: usize, cap: u64) -> Option<Vec<u64>> {
 
 // ---- topology calls ----
 
+/// Topologies live on intracommunicators only.
+fn intra(call: &str, c: &gmpi::Communicator) -> Result<(), Error> {
+    if c.is_inter() {
+        Err(handles::err(
+            ErrorClass::Comm,
+            call,
+            "comm is an intercommunicator (topologies need an intracommunicator)",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 mpi_fn! {
     fn Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) {
         if ndims < 0 {
@@ -490,6 +503,7 @@ mpi_fn! {
     fn Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) {
         let _ = reorder;
         let c = handles::comm(CALL, comm_old)?;
+        intra(CALL, &c)?;
         let (d, n) = check_dims(CALL, ndims, dims, c.size(), ErrorClass::Arg)?;
         let p: Vec<bool> = ptr::slice(CALL, "periods", periods, d.len())?.iter().map(|&x| x != 0).collect();
         out_comm(CALL, comm_cart)?;
@@ -503,6 +517,7 @@ mpi_fn! {
 
     fn Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) {
         let c = handles::comm(CALL, comm)?;
+        intra(CALL, &c)?;
         let (d, n) = check_dims(CALL, ndims, dims, c.size(), ErrorClass::Dims)?;
         ptr::slice(CALL, "periods", periods, d.len())?;
         let r = if c.rank() < n { c.rank() } else { MPI_UNDEFINED };
@@ -607,6 +622,7 @@ mpi_fn! {
     fn Graph_create(comm_old: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) {
         let _ = reorder;
         let c = handles::comm(CALL, comm_old)?;
+        intra(CALL, &c)?;
         let (idx, ed) = check_graph(CALL, nnodes, index, edges, c.size())?;
         out_comm(CALL, comm_graph)?;
         let color = if c.rank() < nnodes { 0 } else { gmpi::UNDEFINED };
@@ -619,6 +635,7 @@ mpi_fn! {
 
     fn Graph_map(comm: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, newrank: *mut c_int) {
         let c = handles::comm(CALL, comm)?;
+        intra(CALL, &c)?;
         check_graph(CALL, nnodes, index, edges, c.size())?;
         let r = if c.rank() < nnodes { c.rank() } else { MPI_UNDEFINED };
         ptr::write(CALL, "newrank", newrank, r)
@@ -675,6 +692,7 @@ mpi_fn! {
         comm_dist_graph: *mut MPI_Comm) {
         let _ = reorder;
         let c = handles::comm(CALL, comm_old)?;
+        intra(CALL, &c)?;
         let nin = ptr::len(CALL, "indegree", indegree)?;
         let nout = ptr::len(CALL, "outdegree", outdegree)?;
         let src = check_ranks(CALL, "sources", sources, nin, c.size())?;
@@ -708,6 +726,7 @@ mpi_fn! {
         comm_dist_graph: *mut MPI_Comm) {
         let _ = reorder;
         let c = handles::comm(CALL, comm_old)?;
+        intra(CALL, &c)?;
         let size = c.size();
         let n = ptr::len(CALL, "n", n)?;
         let src = check_ranks(CALL, "sources", sources, n, size)?;

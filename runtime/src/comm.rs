@@ -42,15 +42,41 @@ pub(crate) struct CommInner {
     /// The shared-memory collective area, made at the first collective that
     /// wants it.
     pub shm: Mutex<ShmState>,
+    /// The remote group of an intercommunicator (`None`: an intracommunicator).
+    pub remote: Option<Remote>,
+}
+
+/// What makes a communicator an intercommunicator: the group on the other
+/// side, which its point-to-point ranks name, and a private
+/// intracommunicator over the local group for the local phases of its
+/// collectives and constructors.
+#[derive(Debug)]
+pub(crate) struct Remote {
+    /// World rank of each rank of the remote group.
+    pub world: Vec<u32>,
+    /// The local group, on contexts `ctx + 2` and `ctx + 3` of the
+    /// intercommunicator (both groups use the same pair; they share no
+    /// process).
+    pub local: Communicator,
 }
 
 impl CommInner {
+    /// World ranks of the ranks point-to-point calls name: the group's own,
+    /// or the remote group's on an intercommunicator.
+    #[inline]
+    pub fn peers(&self) -> &[u32] {
+        match &self.remote {
+            Some(r) => &r.world,
+            None => &self.world,
+        }
+    }
+
     /// A send of `buf` on context `ctx` to rank `dest` of this communicator.
     pub fn send_args(&self, ctx: u32, buf: Buf, dest: i32, tag: i32, mode: SendMode) -> SendArgs {
         SendArgs {
             ctx,
             src: self.rank as u32,
-            dest: self.world[dest as usize],
+            dest: self.peers()[dest as usize],
             tag,
             buf,
             mode,
@@ -64,7 +90,7 @@ impl CommInner {
         RecvArgs {
             ctx,
             src: (!any).then_some(src as u32),
-            src_world: (!any).then(|| self.world[src as usize]),
+            src_world: (!any).then(|| self.peers()[src as usize]),
             tag: (tag != ANY_TAG).then_some(tag),
             buf,
         }
@@ -113,6 +139,37 @@ impl Communicator {
                 coll_seq: AtomicU32::new(0),
                 freed: AtomicBool::new(false),
                 shm: Mutex::new(ShmState::NotTried),
+                remote: None,
+            }),
+        }
+    }
+
+    /// An intercommunicator from the local group `local` (this process a
+    /// member) to the disjoint group `remote`, on contexts `ctx`, `ctx + 1`
+    /// (and `ctx + 2`, `ctx + 3` for its local group).
+    pub(crate) fn inter_from_parts(
+        e: &Engine,
+        ctx: u32,
+        local: Vec<u32>,
+        remote: Vec<u32>,
+    ) -> Self {
+        let local = Self::from_parts(e, ctx + 2, local);
+        Self {
+            inner: Arc::new(CommInner {
+                ctx,
+                coll_ctx: ctx + 1,
+                rank: local.inner.rank,
+                size: local.inner.size,
+                world: local.inner.world.clone(),
+                // Never a shared-memory area: collectives cross groups.
+                single_node: false,
+                coll_seq: AtomicU32::new(0),
+                freed: AtomicBool::new(false),
+                shm: Mutex::new(ShmState::Unavailable),
+                remote: Some(Remote {
+                    world: remote,
+                    local,
+                }),
             }),
         }
     }
@@ -127,34 +184,43 @@ impl Communicator {
         self.inner.size
     }
 
+    /// Number of ranks point-to-point calls can name (the remote group's on
+    /// an intercommunicator).
+    #[inline]
+    fn peer_count(&self) -> i32 {
+        self.inner.peers().len() as i32
+    }
+
+    /// "communicator size N" or "remote group size N", for messages.
+    pub(crate) fn peers_desc(&self) -> String {
+        match &self.inner.remote {
+            Some(r) => format!("remote group size {}", r.world.len()),
+            None => format!("communicator size {}", self.size()),
+        }
+    }
+
     fn check_dest(&self, call: &str, dest: i32) -> Result<()> {
-        if dest == PROC_NULL || (0..self.size()).contains(&dest) {
+        if dest == PROC_NULL || (0..self.peer_count()).contains(&dest) {
             Ok(())
         } else {
             Err(Error::new(
                 ErrorClass::Rank,
                 call,
                 self.rank(),
-                format!(
-                    "invalid destination rank {dest} (communicator size {})",
-                    self.size()
-                ),
+                format!("invalid destination rank {dest} ({})", self.peers_desc()),
             ))
         }
     }
 
     fn check_src(&self, call: &str, src: i32) -> Result<()> {
-        if src == PROC_NULL || src == ANY_SOURCE || (0..self.size()).contains(&src) {
+        if src == PROC_NULL || src == ANY_SOURCE || (0..self.peer_count()).contains(&src) {
             Ok(())
         } else {
             Err(Error::new(
                 ErrorClass::Rank,
                 call,
                 self.rank(),
-                format!(
-                    "invalid source rank {src} (communicator size {})",
-                    self.size()
-                ),
+                format!("invalid source rank {src} ({})", self.peers_desc()),
             ))
         }
     }
@@ -604,9 +670,14 @@ impl Communicator {
     /// Compare with another communicator (`MPI_Comm_compare`).
     pub fn compare(&self, other: &Communicator) -> Comparison {
         if Arc::ptr_eq(&self.inner, &other.inner)
-            || self.inner.ctx == other.inner.ctx && self.inner.world == other.inner.world
+            || self.inner.ctx == other.inner.ctx
+                && self.inner.world == other.inner.world
+                && self.inner.peers() == other.inner.peers()
         {
             return Comparison::Ident;
+        }
+        if self.is_inter() || other.is_inter() {
+            return self.inter_compare(other);
         }
         match self.group().compare(&other.group()) {
             Comparison::Ident => Comparison::Congruent,
@@ -637,6 +708,9 @@ impl Communicator {
     pub fn dup(&self) -> Result<Communicator> {
         const CALL: &str = "MPI_Comm_dup";
         self.check_live(CALL)?;
+        if self.is_inter() {
+            return self.inter_dup(CALL);
+        }
         engine::with(CALL, |e| {
             let ctx = self.agree_ctx(e, CALL)?;
             tracing::debug!(target: "coll", "{CALL}: context {ctx}, {} ranks", self.size());
@@ -657,6 +731,9 @@ impl Communicator {
                 self.rank(),
                 format!("invalid color {color} (must be ≥ 0 or UNDEFINED)"),
             ));
+        }
+        if self.is_inter() {
+            return self.inter_split(CALL, color, key);
         }
         engine::with(CALL, |e| self.split_in(e, CALL, color, key))
     }
@@ -702,6 +779,7 @@ impl Communicator {
     pub fn split_shared_key(&self, key: i32) -> Result<Communicator> {
         const CALL: &str = "MPI_Comm_split_type";
         self.check_live(CALL)?;
+        self.check_intra(CALL, "split_shared_key (use split_shared_opt)")?;
         engine::with(CALL, |e| {
             let node = e.node_of[e.rank as usize] as i32;
             Ok(self
@@ -716,6 +794,16 @@ impl Communicator {
     pub fn split_shared_opt(&self, key: i32, join: bool) -> Result<Option<Communicator>> {
         const CALL: &str = "MPI_Comm_split_type";
         self.check_live(CALL)?;
+        if self.is_inter() {
+            // The ranks of each node in this group, joined to the remote
+            // group's ranks on the same node.
+            let color = if join {
+                engine::with(CALL, |e| Ok(e.node_of[e.rank as usize] as i32))?
+            } else {
+                UNDEFINED
+            };
+            return self.inter_split(CALL, color, key);
+        }
         engine::with(CALL, |e| {
             let color = if join {
                 e.node_of[e.rank as usize] as i32
@@ -732,6 +820,9 @@ impl Communicator {
     pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
         const CALL: &str = "MPI_Comm_create";
         self.check_live(CALL)?;
+        if self.is_inter() {
+            return self.inter_create(CALL, group);
+        }
         if let Some(w) = group.world.iter().find(|w| !self.inner.world.contains(w)) {
             return Err(Error::new(
                 ErrorClass::Group,
@@ -760,6 +851,7 @@ impl Communicator {
     pub fn create_group(&self, group: &Group, tag: i32) -> Result<Option<Communicator>> {
         const CALL: &str = "MPI_Comm_create_group";
         self.check_live(CALL)?;
+        self.check_intra(CALL, "MPI_Comm_create_group")?;
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::new(
                 ErrorClass::Tag,

@@ -31,9 +31,12 @@
 //! - `lib.rs`: [`init`], [`Universe`], constants, [`abort`], [`wtime`].
 //! - `comm.rs`: [`Communicator`]: point-to-point calls; dup, split, create,
 //!   compare, free; context ids.
+//! - `intercomm.rs`: intercommunicators (two groups; ranks name the other
+//!   one): create, create from groups, merge, and dup/split/create on them.
 //! - `coll/`: the collectives: `mod.rs` (argument checks, algorithm choice,
 //!   shared-memory paths), `algo.rs` (algorithms as schedule builders),
-//!   `sched.rs` (schedules: the steps a collective runs, blocking or not).
+//!   `sched.rs` (schedules: the steps a collective runs, blocking or not),
+//!   `inter.rs` (the collectives of intercommunicators).
 //! - `group.rs`: [`Group`].
 //! - `request.rs`: [`Request`] (non-blocking operations), [`Status`], [`wait_all`].
 //! - `datatype.rs`: [`Equivalence`] (Rust types ↔ MPI datatypes), the pair
@@ -63,6 +66,7 @@ mod datatype;
 mod engine;
 mod error;
 mod group;
+mod intercomm;
 mod op;
 mod request;
 mod typemap;
@@ -90,6 +94,9 @@ pub const ANY_SOURCE: i32 = -2;
 pub const ANY_TAG: i32 = -1;
 /// The null process: sends to it and receives from it complete at once.
 pub const PROC_NULL: i32 = -1;
+/// `MPI_ROOT`: the root's own `root` argument in a rooted collective on an
+/// intercommunicator (the other ranks of its group pass [`PROC_NULL`]).
+pub const ROOT: i32 = -3;
 /// Largest valid tag (`MPI_TAG_UB`).
 pub const TAG_UB: i32 = i32::MAX;
 

@@ -90,3 +90,10 @@ fn errors_have_the_right_class() {
     }
     scenario(3, &["all", "nobig"], &[("GMPI_COLL_CHECK", "1")]);
 }
+
+#[test]
+fn intercommunicators() {
+    for np in [2, 3, 4, 5] {
+        scenario(np, &["inter"], &[]);
+    }
+}

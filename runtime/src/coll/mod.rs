@@ -20,6 +20,7 @@
 //! gathered or scattered buffer is `len / size` elements.
 
 pub(crate) mod algo;
+pub(crate) mod inter;
 pub(crate) mod sched;
 
 use std::sync::atomic::Ordering;
@@ -203,7 +204,7 @@ fn shm_mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Option<Err
 }
 
 impl Communicator {
-    fn next_tag(&self) -> i32 {
+    pub(crate) fn next_tag(&self) -> i32 {
         (self.inner.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff) as i32
     }
 
@@ -242,14 +243,17 @@ impl Communicator {
 
     /// Per-rank blocks of a buffer of `n × k` elements.
     fn blocks_of(&self, call: &str, what: &str, v: &View) -> Result<Vec<View>> {
-        let n = self.size() as usize;
+        // One block per rank of the other side: the remote group's on an
+        // intercommunicator.
+        let n = self.inner.peers().len();
         if !v.count.is_multiple_of(n) {
             return Err(self.err(
                 ErrorClass::Count,
                 call,
                 format!(
-                    "{what} has {} elements, not a multiple of the communicator size {n}",
-                    v.count
+                    "{what} has {} elements, not a multiple of the {}",
+                    v.count,
+                    self.peers_desc()
                 ),
             ));
         }
@@ -268,7 +272,7 @@ impl Communicator {
         counts: &[i32],
         displs: &[i32],
     ) -> Result<Vec<View>> {
-        let n = self.size() as usize;
+        let n = self.inner.peers().len();
         if counts.len() != n || displs.len() != n {
             return Err(self.err(
                 ErrorClass::Arg,
@@ -422,6 +426,9 @@ impl Communicator {
     /// else a dissemination barrier.
     pub fn barrier(&self) -> Result<()> {
         const CALL: &str = "MPI_Barrier";
+        if self.is_inter() {
+            return self.inter_blocking(CALL, |c, tag| Ok(c.inter_barrier(CALL, tag)));
+        }
         self.blocking(CALL, |c, e, tag| {
             if let Some(mut g) = c.shm(e, CALL, tag, 0) {
                 let ShmState::Ready(a) = &mut *g else {
@@ -451,6 +458,11 @@ impl Communicator {
 
     /// Start a barrier (`MPI_Ibarrier`).
     pub fn ibarrier(&self) -> Result<Request<'static>> {
+        if self.is_inter() {
+            return self.inter_nonblocking("MPI_Ibarrier", |c, tag| {
+                Ok(c.inter_barrier("MPI_Ibarrier", tag))
+            });
+        }
         self.nonblocking("MPI_Ibarrier", |c, _, tag| {
             Ok(c.barrier_sched("MPI_Ibarrier", tag))
         })
@@ -485,6 +497,10 @@ impl Communicator {
     /// Broadcast `buf` from `root` to every rank (`MPI_Bcast`).
     pub fn bcast<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
         const CALL: &str = "MPI_Bcast";
+        if self.is_inter() {
+            let v = buf.view_mut();
+            return self.inter_blocking(CALL, |c, tag| c.inter_bcast(CALL, tag, &v, root));
+        }
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
         self.blocking(CALL, |c, e, tag| {
@@ -525,6 +541,10 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ibcast";
+        if self.is_inter() {
+            let v = buf.view_mut();
+            return self.inter_nonblocking(CALL, |c, tag| c.inter_bcast(CALL, tag, &v, root));
+        }
         self.check_root(CALL, root)?;
         let v = buf.view_mut();
         self.nonblocking(CALL, |c, e, tag| Ok(c.bcast_sched(e, CALL, tag, &v, root)))
@@ -624,6 +644,12 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_reduce(CALL, tag, &sv, &rv, &op, root)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
         self.blocking(CALL, |c, e, tag| {
@@ -653,6 +679,7 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let red = self.reduce_checked(CALL, None, &v, &op, root)?;
         self.blocking(CALL, |c, e, tag| {
@@ -682,6 +709,12 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_reduce(CALL, tag, &sv, &rv, &op, root)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
         self.nonblocking(CALL, |c, _, tag| {
@@ -700,6 +733,7 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let red = self.reduce_checked(CALL, None, &v, &op, root)?;
         self.nonblocking(CALL, |c, _, tag| {
@@ -866,6 +900,10 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Allreduce";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| c.inter_allreduce(CALL, tag, &sv, &rv, &op));
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
         self.blocking(CALL, |c, e, tag| {
@@ -893,6 +931,7 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Allreduce";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
         self.blocking(CALL, |c, e, tag| {
@@ -913,6 +952,11 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Iallreduce";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self
+                .inter_nonblocking(CALL, |c, tag| c.inter_allreduce(CALL, tag, &sv, &rv, &op));
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -928,6 +972,7 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Iallreduce";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -984,6 +1029,12 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Gather";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_gather(CALL, tag, &sv, &rv, None, root)
+            });
+        }
         let (sv, blocks) = self.gather_args(CALL, send.view(), recv.view_mut(), root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(sv.bytes()))?;
@@ -1015,6 +1066,7 @@ impl Communicator {
     /// elsewhere `buf` is the send buffer.
     pub fn gather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
         const CALL: &str = "MPI_Gather";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_blocks(CALL, &v, root)?;
@@ -1048,6 +1100,12 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Igather";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_gather(CALL, tag, &sv, &rv, None, root)
+            });
+        }
         let (sv, blocks) = self.gather_args(CALL, send.view(), recv.view_mut(), root)?;
         self.nonblocking(CALL, |c, _, tag| {
             Ok(c.gather_sched(CALL, tag, Some(&sv), &blocks, root))
@@ -1062,6 +1120,7 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Igather";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_blocks(CALL, &v, root)?;
@@ -1118,6 +1177,12 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Gatherv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_gather(CALL, tag, &sv, &rv, Some((counts, displs)), root)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.rooted_vblocks(
             CALL,
@@ -1143,6 +1208,12 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Igatherv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_gather(CALL, tag, &sv, &rv, Some((counts, displs)), root)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.rooted_vblocks(
             CALL,
@@ -1168,6 +1239,7 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Gatherv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
@@ -1192,6 +1264,7 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Igatherv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
@@ -1285,6 +1358,12 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Scatter";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_scatter(CALL, tag, &sv, None, &rv, root)
+            });
+        }
         let (blocks, rv) = self.scatter_args(CALL, send.view(), recv.view_mut(), root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(rv.bytes()))?;
@@ -1296,6 +1375,7 @@ impl Communicator {
     /// send buffer (its own block stays); elsewhere it is the receive buffer.
     pub fn scatter_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, root: i32) -> Result<()> {
         const CALL: &str = "MPI_Scatter";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_blocks(CALL, &v, root)?;
@@ -1318,6 +1398,7 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iscatter";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_blocks(CALL, &v, root)?;
@@ -1334,6 +1415,12 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iscatter";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_scatter(CALL, tag, &sv, None, &rv, root)
+            });
+        }
         let (blocks, rv) = self.scatter_args(CALL, send.view(), recv.view_mut(), root)?;
         self.nonblocking(CALL, |c, _, tag| {
             Ok(c.scatter_sched(CALL, tag, &blocks, Some(&rv), root))
@@ -1351,6 +1438,12 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Scatterv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_scatter(CALL, tag, &sv, Some((counts, displs)), &rv, root)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.rooted_vblocks(
             CALL,
@@ -1376,6 +1469,12 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iscatterv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_scatter(CALL, tag, &sv, Some((counts, displs)), &rv, root)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.rooted_vblocks(
             CALL,
@@ -1401,6 +1500,7 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         const CALL: &str = "MPI_Scatterv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
@@ -1425,6 +1525,7 @@ impl Communicator {
         root: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iscatterv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let me = self.rank();
         let blocks = self.rooted_vblocks(CALL, "the buffer", &v, counts, displs, root, None)?;
@@ -1518,6 +1619,11 @@ impl Communicator {
         recv: &mut R,
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgather";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self
+                .inter_blocking(CALL, |c, tag| c.inter_allgather(CALL, tag, &sv, &rv, None));
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.allgather_args(CALL, Some(&sv), &rv)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1554,6 +1660,7 @@ impl Communicator {
     /// `buf`.
     pub fn allgather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
         const CALL: &str = "MPI_Allgather";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let blocks = self.allgather_args(CALL, None, &v)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1568,6 +1675,7 @@ impl Communicator {
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iallgather";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let blocks = self.allgather_args(CALL, None, &v)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1582,6 +1690,11 @@ impl Communicator {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iallgather";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self
+                .inter_nonblocking(CALL, |c, tag| c.inter_allgather(CALL, tag, &sv, &rv, None));
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.allgather_args(CALL, Some(&sv), &rv)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1599,6 +1712,12 @@ impl Communicator {
         displs: &[i32],
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgatherv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_allgather(CALL, tag, &sv, &rv, Some((counts, displs)))
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.allgatherv_args(CALL, Some(&sv), &rv, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1622,6 +1741,12 @@ impl Communicator {
         displs: &[i32],
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iallgatherv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_allgather(CALL, tag, &sv, &rv, Some((counts, displs)))
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let blocks = self.allgatherv_args(CALL, Some(&sv), &rv, counts, displs)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1663,6 +1788,7 @@ impl Communicator {
         displs: &[i32],
     ) -> Result<()> {
         const CALL: &str = "MPI_Allgatherv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let blocks = self.allgatherv_args(CALL, None, &v, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1679,6 +1805,7 @@ impl Communicator {
         displs: &[i32],
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Iallgatherv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let blocks = self.allgatherv_args(CALL, None, &v, counts, displs)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1734,6 +1861,10 @@ impl Communicator {
         recv: &mut R,
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoall";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| c.inter_alltoall(CALL, tag, &sv, &rv));
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1745,6 +1876,7 @@ impl Communicator {
     /// [`Communicator::alltoall`] in place: `buf` is sent and overwritten.
     pub fn alltoall_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
         const CALL: &str = "MPI_Alltoall";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let rb = self.blocks_of(CALL, "the buffer", &v)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1759,6 +1891,10 @@ impl Communicator {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ialltoall";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| c.inter_alltoall(CALL, tag, &sv, &rv));
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1774,6 +1910,7 @@ impl Communicator {
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ialltoall";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let rb = self.blocks_of(CALL, "the buffer", &v)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1823,6 +1960,12 @@ impl Communicator {
         rdispls: &[i32],
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_alltoallv(CALL, tag, &sv, scounts, sdispls, &rv, rcounts, rdispls)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoallv_args(CALL, &sv, scounts, sdispls, &rv, rcounts, rdispls)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1842,6 +1985,12 @@ impl Communicator {
         rdispls: &[i32],
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ialltoallv";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_alltoallv(CALL, tag, &sv, scounts, sdispls, &rv, rcounts, rdispls)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoallv_args(CALL, &sv, scounts, sdispls, &rv, rcounts, rdispls)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1858,6 +2007,7 @@ impl Communicator {
         displs: &[i32],
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let rb = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1875,6 +2025,7 @@ impl Communicator {
         displs: &[i32],
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ialltoallv";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let rb = self.vblocks(CALL, "the buffer", &v, counts, displs)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -1923,6 +2074,19 @@ impl Communicator {
         rtypes: &[UserDatatype],
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallw";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_alltoallw(
+                    CALL,
+                    tag,
+                    &sv,
+                    (scounts, sdispls, stypes),
+                    &rv,
+                    (rcounts, rdispls, rtypes),
+                )
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoallw_args(
             CALL, &sv, scounts, sdispls, stypes, &rv, rcounts, rdispls, rtypes,
@@ -1946,6 +2110,19 @@ impl Communicator {
         rtypes: &[UserDatatype],
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ialltoallw";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_alltoallw(
+                    CALL,
+                    tag,
+                    &sv,
+                    (scounts, sdispls, stypes),
+                    &rv,
+                    (rcounts, rdispls, rtypes),
+                )
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (sb, rb) = self.alltoallw_args(
             CALL, &sv, scounts, sdispls, stypes, &rv, rcounts, rdispls, rtypes,
@@ -1966,6 +2143,7 @@ impl Communicator {
         types: &[UserDatatype],
     ) -> Result<()> {
         const CALL: &str = "MPI_Alltoallw";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let rb = self.wblocks(CALL, "the buffer", &v, counts, displs, types)?;
         self.blocking(CALL, |c, e, tag| {
@@ -1984,6 +2162,7 @@ impl Communicator {
         types: &[UserDatatype],
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Ialltoallw";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let rb = self.wblocks(CALL, "the buffer", &v, counts, displs, types)?;
         self.nonblocking(CALL, |c, e, tag| {
@@ -2000,7 +2179,7 @@ impl Communicator {
         displs: &[isize],
         types: &[UserDatatype],
     ) -> Result<Vec<View>> {
-        let n = self.size() as usize;
+        let n = self.inner.peers().len();
         if counts.len() != n || displs.len() != n || types.len() != n {
             return Err(self.err(
                 ErrorClass::Arg,
@@ -2170,6 +2349,12 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter_block";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_reduce_scatter_block(CALL, tag, &sv, &rv, &op)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (counts, red) = self.reduce_scatter_block_args(CALL, Some(&sv), &rv, &op)?;
         self.blocking(CALL, |c, e, tag| {
@@ -2196,6 +2381,7 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter_block";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let (counts, red) = self.reduce_scatter_block_args(CALL, None, &v, &op)?;
         self.blocking(CALL, |c, _, tag| {
@@ -2246,6 +2432,12 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce_scatter_block";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_reduce_scatter_block(CALL, tag, &sv, &rv, &op)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (counts, red) = self.reduce_scatter_block_args(CALL, Some(&sv), &rv, &op)?;
         self.nonblocking(CALL, |c, _, tag| {
@@ -2263,6 +2455,7 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce_scatter_block";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let (counts, red) = self.reduce_scatter_block_args(CALL, None, &v, &op)?;
         self.nonblocking(CALL, |c, _, tag| {
@@ -2281,6 +2474,12 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_blocking(CALL, |c, tag| {
+                c.inter_reduce_scatter(CALL, tag, &sv, &rv, counts, &op)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
         self.blocking(CALL, |c, _, tag| {
@@ -2306,6 +2505,7 @@ impl Communicator {
     ) -> Result<()> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Reduce_scatter";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let (counts, red) = self.reduce_scatter_args(CALL, None, &v, counts, &op)?;
         self.blocking(CALL, |c, _, tag| {
@@ -2325,6 +2525,12 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce_scatter";
+        if self.is_inter() {
+            let (sv, rv) = (send.view(), recv.view_mut());
+            return self.inter_nonblocking(CALL, |c, tag| {
+                c.inter_reduce_scatter(CALL, tag, &sv, &rv, counts, &op)
+            });
+        }
         let (sv, rv) = (send.view(), recv.view_mut());
         let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
         self.nonblocking(CALL, |c, _, tag| {
@@ -2342,6 +2548,7 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         let op: Op = op.into();
         const CALL: &str = "MPI_Ireduce_scatter";
+        self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let (counts, red) = self.reduce_scatter_args(CALL, None, &v, counts, &op)?;
         self.nonblocking(CALL, |c, _, tag| {
@@ -2407,6 +2614,7 @@ impl Communicator {
         op: Op,
         exclusive: bool,
     ) -> Result<()> {
+        self.check_intra(call, "a scan")?;
         let red = self.allreduce_checked(call, send, recv, &op)?;
         self.blocking(call, |c, _, tag| {
             Ok(Some(c.scan_sched(call, tag, send, recv, red, exclusive)))
@@ -2422,6 +2630,7 @@ impl Communicator {
         op: Op,
         exclusive: bool,
     ) -> Result<Request<'a>> {
+        self.check_intra(call, "a scan")?;
         let red = self.allreduce_checked(call, send, recv, &op)?;
         self.nonblocking(call, |c, _, tag| {
             Ok(c.scan_sched(call, tag, send, recv, red, exclusive))

@@ -85,6 +85,10 @@ pub(crate) enum Step {
         view: View,
         received: bool,
     },
+    /// On an intercommunicator: sends and receives posted after this name
+    /// ranks of the local group (`true`, on its private intracommunicator)
+    /// or of the remote group (`false`, the default).
+    Local(bool),
 }
 
 /// A schedule in progress.
@@ -105,6 +109,10 @@ pub(crate) struct Sched {
     /// Status of the last `RecvAny`.
     pub status: Option<Status>,
     error: Option<Error>,
+    /// An intercommunicator's local group and the tag its local phases use
+    /// (see [`Step::Local`]), and whether they are on now.
+    local: Option<(Arc<CommInner>, i32)>,
+    in_local: bool,
 }
 
 impl Sched {
@@ -124,6 +132,37 @@ impl Sched {
             red: None,
             status: None,
             error: None,
+            local: None,
+            in_local: false,
+        }
+    }
+
+    /// A schedule on an intercommunicator whose [`Step::Local`] phases run
+    /// on `local` (its local group's intracommunicator) with `local_tag`.
+    pub fn inter(
+        call: &'static str,
+        comm: &Arc<CommInner>,
+        tag: i32,
+        local: &Arc<CommInner>,
+        local_tag: i32,
+    ) -> Self {
+        let mut s = Self::new(call, comm, tag);
+        s.local = Some((local.clone(), local_tag));
+        s
+    }
+
+    /// Switch later sends and receives to the local group (`true`) or the
+    /// remote group (`false`) of an intercommunicator schedule.
+    pub fn local(&mut self, on: bool) {
+        debug_assert!(self.local.is_some(), "local phases need Sched::inter");
+        self.push(Step::Local(on));
+    }
+
+    /// The communicator, context and tag sends and receives post on now.
+    fn target(&self) -> (&CommInner, u32, i32) {
+        match &self.local {
+            Some((l, tag)) if self.in_local => (l, l.coll_ctx, *tag),
+            _ => (&self.comm, self.ctx, self.tag),
         }
     }
 
@@ -297,11 +336,15 @@ impl Sched {
                     true
                 }
                 Step::Recv(r, peer) => {
-                    self.post_recv(d, *r, *peer, self.tag, Some(r.len));
+                    self.post_recv(d, *r, *peer, None, Some(r.len));
                     true
                 }
                 Step::RecvAny(r, peer, tag) => {
-                    self.post_recv(d, *r, *peer, *tag, None);
+                    self.post_recv(d, *r, *peer, Some(*tag), None);
+                    true
+                }
+                Step::Local(on) => {
+                    self.in_local = *on;
                     true
                 }
                 Step::Wait => {
@@ -346,9 +389,9 @@ impl Sched {
     }
 
     fn post_send(&mut self, d: &mut Driver<HostMem>, r: Region, peer: i32) {
-        let args = self
-            .comm
-            .send_args(self.ctx, self.buf(r), peer, self.tag, self.mode);
+        let buf = self.buf(r);
+        let (comm, ctx, tag) = self.target();
+        let args = comm.send_args(ctx, buf, peer, tag, self.mode);
         match d.send(args) {
             Ok(Some(id)) => self.inflight.push((id, None, peer)),
             Ok(None) => {}
@@ -364,10 +407,12 @@ impl Sched {
         d: &mut Driver<HostMem>,
         r: Region,
         peer: i32,
-        tag: i32,
+        tag: Option<i32>,
         want: Option<usize>,
     ) {
-        let args = self.comm.recv_args(self.ctx, self.buf(r), peer, tag);
+        let buf = self.buf(r);
+        let (comm, ctx, own) = self.target();
+        let args = comm.recv_args(ctx, buf, peer, tag.unwrap_or(own));
         match d.post_recv(args) {
             Ok(id) => self.inflight.push((id, want, peer)),
             Err(e) => {

@@ -6,7 +6,7 @@
 //! Scenarios: `all` (every collective, every variant, sizes around each
 //! algorithm threshold read from the same `GMPI_*` variables the runtime
 //! reads; `nobig` skips the 4 MiB cases), `comms`, `types`, `nonblocking`,
-//! `errors`.
+//! `errors`, `inter` (intercommunicators).
 
 use std::fmt::Debug;
 
@@ -2410,6 +2410,7 @@ fn main() {
         "types" => scenario_types(&w),
         "nonblocking" => scenario_nonblocking(&w),
         "errors" => scenario_errors(&w),
+        "inter" => scenario_inter(&w),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match res {
@@ -2426,4 +2427,376 @@ fn main() {
             gmpi::abort(1, &format!("gmpi-coll {which} failed on rank {r}"));
         }
     }
+}
+
+/// Intercommunicators: the world split into a low half A (`n / 2` ranks)
+/// and a high half B, joined by `intercomm_create`; point-to-point across
+/// the groups, every collective in both directions (blocking and not),
+/// dup/split/create/merge, and the calls intercommunicators refuse.
+fn scenario_inter(w: &Communicator) -> R {
+    let (n, wr) = (w.size(), w.rank());
+    if n < 2 {
+        return Ok(());
+    }
+    let a = n / 2;
+    let low = wr < a;
+    let (my_size, their_size) = if low { (a, n - a) } else { (n - a, a) };
+    // World rank of rank q of the remote group.
+    let their_world = |q: i32| if low { a + q } else { q };
+    let local = w.split(i32::from(!low), wr).map_err(e)?.expect("a color");
+    let inter = local
+        .intercomm_create(0, Some(w), if low { a } else { 0 }, 17)
+        .map_err(e)?;
+    let me = inter.rank();
+    ensure!(inter.is_inter() && !w.is_inter(), "is_inter");
+    ensure!(
+        inter.size() == my_size
+            && inter.remote_size() == Some(their_size)
+            && w.remote_size().is_none(),
+        "sizes: {} / {:?}",
+        inter.size(),
+        inter.remote_size()
+    );
+    ensure!(me == local.rank(), "rank {me} vs local {}", local.rank());
+    let rg = inter.remote_group().expect("remote group");
+    ensure!(
+        rg.world_ranks()
+            == (0..their_size)
+                .map(|q| their_world(q) as u32)
+                .collect::<Vec<_>>(),
+        "remote group {:?}",
+        rg.world_ranks()
+    );
+
+    // Point-to-point: ranks name the remote group.
+    let mine = [wr];
+    let mut reqs = Vec::new();
+    for q in 0..their_size {
+        reqs.push(inter.isend(&mine[..], q, 3).map_err(e)?);
+    }
+    for q in 0..their_size {
+        let mut got = [0i32];
+        let st = inter.recv(&mut got[..], q, 3).map_err(e)?;
+        ensure!(
+            got[0] == their_world(q) && st.source() == q,
+            "p2p from remote {q}: {} (source {})",
+            got[0],
+            st.source()
+        );
+    }
+    for r in reqs {
+        r.wait().map_err(e)?;
+    }
+    let bad = inter.send(&mine[..], their_size, 3);
+    ensure!(
+        matches!(&bad, Err(x) if x.class() == ErrorClass::Rank),
+        "send to remote size: {bad:?}"
+    );
+
+    inter.barrier().map_err(e)?;
+    inter.ibarrier().map_err(e)?.wait().map_err(e)?;
+
+    // bcast from A's rank 0, then from B's last rank (non-blocking).
+    let roots = [(true, 0), (false, n - a - 1)];
+    for (k, &(root_low, root)) in roots.iter().enumerate() {
+        let mut v = [0i64; 5];
+        let arg = if low == root_low {
+            if me == root {
+                v = [11, 22, 33, 44, 55 + k as i64];
+                gmpi::ROOT
+            } else {
+                gmpi::PROC_NULL
+            }
+        } else {
+            root
+        };
+        if k == 0 {
+            inter.bcast(&mut v[..], arg).map_err(e)?;
+        } else {
+            inter
+                .ibcast(&mut v[..], arg)
+                .map_err(e)?
+                .wait()
+                .map_err(e)?;
+        }
+        if low != root_low || me == root {
+            ensure!(v == [11, 22, 33, 44, 55 + k as i64], "bcast {k}: {v:?}");
+        }
+    }
+
+    // allreduce: each group gets the other group's sum (and max).
+    let x: Vec<i64> = (0..4).map(|i| (wr as i64 + 1) * 10 + i).collect();
+    let theirs: Vec<i32> = (0..their_size).map(their_world).collect();
+    let exp: Vec<i64> = (0..4)
+        .map(|i| theirs.iter().map(|&q| (q as i64 + 1) * 10 + i).sum())
+        .collect();
+    let mut out = vec![0i64; 4];
+    inter.allreduce(&x[..], &mut out[..], Op::Sum).map_err(e)?;
+    same("inter allreduce", &out, &exp)?;
+    let mut out2 = vec![0i64; 4];
+    inter
+        .iallreduce(&x[..], &mut out2[..], Op::Max)
+        .map_err(e)?
+        .wait()
+        .map_err(e)?;
+    let expmax: Vec<i64> = (0..4)
+        .map(|i| (*theirs.iter().max().unwrap() as i64 + 1) * 10 + i)
+        .collect();
+    same("inter iallreduce max", &out2, &expmax)?;
+
+    // reduce to B's rank 0 from A, then to A's last rank from B.
+    for (root_low, root) in [(false, 0), (true, a - 1)] {
+        let mut out = vec![0i64; 4];
+        let arg = if low == root_low {
+            if me == root {
+                gmpi::ROOT
+            } else {
+                gmpi::PROC_NULL
+            }
+        } else {
+            root
+        };
+        inter
+            .reduce(&x[..], &mut out[..], Op::Sum, arg)
+            .map_err(e)?;
+        if low == root_low && me == root {
+            same("inter reduce", &out, &exp)?;
+        }
+    }
+
+    // gather / scatter / their v forms, rooted at A's rank 0.
+    let root_arg = if low {
+        if me == 0 {
+            gmpi::ROOT
+        } else {
+            gmpi::PROC_NULL
+        }
+    } else {
+        0
+    };
+    let is_root = low && me == 0;
+    let send = [wr, wr * 2];
+    let mut g = vec![-1i32; if is_root { 2 * their_size as usize } else { 0 }];
+    inter.gather(&send[..], &mut g[..], root_arg).map_err(e)?;
+    if is_root {
+        let exp: Vec<i32> = theirs.iter().flat_map(|&q| [q, q * 2]).collect();
+        same("inter gather", &g, &exp)?;
+    }
+    // gatherv: remote rank q sends q + 1 values, placed in reverse order.
+    let cnts: Vec<i32> = (0..their_size).map(|q| q + 1).collect();
+    let mut displs = vec![0i32; their_size as usize];
+    let mut off = 0;
+    for q in (0..their_size as usize).rev() {
+        displs[q] = off;
+        off += cnts[q];
+    }
+    let mine_v: Vec<i32> = (0..=me).map(|i| wr * 100 + i).collect();
+    let mut gv = vec![-1i32; if is_root { off as usize } else { 0 }];
+    let (c_arg, d_arg): (&[i32], &[i32]) = if is_root {
+        (&cnts, &displs)
+    } else {
+        (&[], &[])
+    };
+    inter
+        .igatherv(&mine_v[..], &mut gv[..], c_arg, d_arg, root_arg)
+        .map_err(e)?
+        .wait()
+        .map_err(e)?;
+    if is_root {
+        for q in 0..their_size as usize {
+            for i in 0..cnts[q] as usize {
+                let got = gv[displs[q] as usize + i];
+                ensure!(
+                    got == theirs[q] * 100 + i as i32,
+                    "inter gatherv [{q}][{i}] = {got}"
+                );
+            }
+        }
+    }
+    let sc: Vec<i32> = (0..3 * their_size).map(|i| 1000 + i).collect();
+    let mut sr = [0i32; 3];
+    inter
+        .scatter(
+            if is_root { &sc[..] } else { &[][..] },
+            &mut sr[..],
+            root_arg,
+        )
+        .map_err(e)?;
+    if !low {
+        let b = 3 * me;
+        same("inter scatter", &sr, &[1000 + b, 1001 + b, 1002 + b])?;
+    }
+
+    // allgather / alltoall / alltoallv across the groups.
+    let mut ag = vec![0i32; 2 * their_size as usize];
+    inter.allgather(&send[..], &mut ag[..]).map_err(e)?;
+    let exp: Vec<i32> = theirs.iter().flat_map(|&q| [q, q * 2]).collect();
+    same("inter allgather", &ag, &exp)?;
+    let a2a: Vec<i32> = (0..their_size).map(|q| wr * 1000 + q).collect();
+    let mut a2r = vec![0i32; their_size as usize];
+    inter
+        .ialltoall(&a2a[..], &mut a2r[..])
+        .map_err(e)?
+        .wait()
+        .map_err(e)?;
+    let exp: Vec<i32> = theirs.iter().map(|&q| q * 1000 + me).collect();
+    same("inter alltoall", &a2r, &exp)?;
+    // alltoallv: me sends (q + 1) values to remote q; gets (me + 1) from each.
+    let scounts: Vec<i32> = (0..their_size).map(|q| q + 1).collect();
+    let sdispls: Vec<i32> = scounts
+        .iter()
+        .scan(0, |s, &c| {
+            let d = *s;
+            *s += c;
+            Some(d)
+        })
+        .collect();
+    let sbuf: Vec<i32> = (0..their_size)
+        .flat_map(|q| (0..=q).map(move |i| wr * 1000 + q * 10 + i))
+        .collect();
+    let rcounts = vec![me + 1; their_size as usize];
+    let rdispls: Vec<i32> = (0..their_size).map(|q| q * (me + 1)).collect();
+    let mut rbuf = vec![0i32; ((me + 1) * their_size) as usize];
+    inter
+        .alltoallv(
+            &sbuf[..],
+            &scounts,
+            &sdispls,
+            &mut rbuf[..],
+            &rcounts,
+            &rdispls,
+        )
+        .map_err(e)?;
+    for (q, &tw) in theirs.iter().enumerate() {
+        for i in 0..=me {
+            let got = rbuf[(q as i32 * (me + 1) + i) as usize];
+            ensure!(
+                got == tw * 1000 + me * 10 + i,
+                "inter alltoallv from {q}[{i}] = {got}"
+            );
+        }
+    }
+
+    // reduce_scatter_block: both sides reduce vectors of a × b elements;
+    // A ranks get blocks of b, B ranks blocks of a.
+    let total = (a * (n - a)) as usize;
+    let v: Vec<i64> = (0..total).map(|i| wr as i64 * 7 + i as i64).collect();
+    let per = total / my_size as usize;
+    let mut rb = vec![0i64; per];
+    inter
+        .reduce_scatter_block(&v[..], &mut rb[..], Op::Sum)
+        .map_err(e)?;
+    let exp: Vec<i64> = (0..per)
+        .map(|j| {
+            let i = me as usize * per + j;
+            theirs.iter().map(|&q| q as i64 * 7 + i as i64).sum()
+        })
+        .collect();
+    same("inter reduce_scatter_block", &rb, &exp)?;
+    // reduce_scatter: local rank 0 gets everything.
+    let mut counts = vec![0i32; my_size as usize];
+    counts[0] = total as i32;
+    let mut rs = vec![0i64; if me == 0 { total } else { 0 }];
+    inter
+        .ireduce_scatter(&v[..], &mut rs[..], &counts, Op::Sum)
+        .map_err(e)?
+        .wait()
+        .map_err(e)?;
+    if me == 0 {
+        let exp: Vec<i64> = (0..total)
+            .map(|i| theirs.iter().map(|&q| q as i64 * 7 + i as i64).sum())
+            .collect();
+        same("inter reduce_scatter", &rs, &exp)?;
+    }
+
+    // What an intercommunicator refuses.
+    let mut sbuf = [0i64; 4];
+    let r = inter.scan(&x[..], &mut sbuf[..], Op::Sum);
+    ensure!(
+        matches!(&r, Err(x) if x.class() == ErrorClass::Comm),
+        "scan on an intercommunicator: {r:?}"
+    );
+    let r = inter.allreduce_in_place(&mut sbuf[..], Op::Sum);
+    ensure!(
+        matches!(&r, Err(x) if x.class() == ErrorClass::Arg),
+        "in place on an intercommunicator: {r:?}"
+    );
+    let r = inter.bcast(&mut sbuf[..], their_size);
+    ensure!(
+        matches!(&r, Err(x) if x.class() == ErrorClass::Root),
+        "bad root: {r:?}"
+    );
+
+    // dup, split, create, split_shared_opt, compare.
+    let d = inter.dup().map_err(e)?;
+    ensure!(
+        inter.compare(&d) == Comparison::Congruent,
+        "dup compare {:?}",
+        inter.compare(&d)
+    );
+    ensure!(w.compare(&inter) == Comparison::Unequal, "world vs inter");
+    let mut dv = [0i64; 4];
+    d.allreduce(&x[..], &mut dv[..], Op::Sum).map_err(e)?;
+    same(
+        "dup allreduce",
+        &dv,
+        &(0..4)
+            .map(|i| theirs.iter().map(|&q| (q as i64 + 1) * 10 + i).sum())
+            .collect::<Vec<i64>>(),
+    )?;
+    // Split by local parity: the remote side of the same parity.
+    let s = inter.split(me % 2, -me).map_err(e)?;
+    let my_par = (0..my_size).filter(|q| q % 2 == me % 2).count() as i32;
+    let their_par = (0..their_size).filter(|q| q % 2 == me % 2).count() as i32;
+    match &s {
+        None => ensure!(
+            their_par == 0,
+            "split: no communicator though the remote side has {their_par}"
+        ),
+        Some(s) => {
+            ensure!(
+                s.size() == my_par && s.remote_size() == Some(their_par),
+                "split sizes {} {:?}",
+                s.size(),
+                s.remote_size()
+            );
+            // key -me reverses the order
+            ensure!(s.rank() == my_par - 1 - me / 2, "split rank {}", s.rank());
+            s.barrier().map_err(e)?;
+        }
+    }
+    let first = inter.group().incl(&[0]).map_err(e)?;
+    let c = inter.create(&first).map_err(e)?;
+    ensure!(c.is_some() == (me == 0), "create: member {}", c.is_some());
+    if let Some(c) = &c {
+        ensure!(c.size() == 1 && c.remote_size() == Some(1), "create sizes");
+        let mut t = [0i32];
+        c.sendrecv(&[wr][..], 0, 5, &mut t[..], 0, 5).map_err(e)?;
+        ensure!(t[0] == their_world(0), "create sendrecv {}", t[0]);
+    }
+    let sh = inter
+        .split_shared_opt(me, true)
+        .map_err(e)?
+        .expect("one node");
+    ensure!(
+        sh.size() == my_size && sh.remote_size() == Some(their_size),
+        "split_shared"
+    );
+
+    // merge: A low, so merged ranks are world ranks.
+    let m = inter.merge(!low).map_err(e)?;
+    ensure!(
+        m.size() == n && m.rank() == wr,
+        "merge: rank {} size {}",
+        m.rank(),
+        m.size()
+    );
+    let mut tot = [0i32];
+    m.allreduce(&[wr][..], &mut tot[..], Op::Sum).map_err(e)?;
+    ensure!(tot[0] == n * (n - 1) / 2, "merged allreduce {}", tot[0]);
+    // Both passing the same `high`: the group with world rank 0 first.
+    let m2 = inter.merge(true).map_err(e)?;
+    ensure!(m2.rank() == wr, "merge(true, true): rank {}", m2.rank());
+    inter.free().map_err(e)?;
+    w.barrier().map_err(e)
 }
