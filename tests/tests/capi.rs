@@ -304,6 +304,34 @@ fn mpi4py_wheel_runs_on_gmpi() {
     }
 }
 
+/// mpi4py's own test files for intercommunicators (collectives over both
+/// groups with `MPI_ROOT`, create/merge/split/dup), from its sdist, at np 2
+/// and 3 (`capi/tests/mpi4py/run_suite.sh`; the whole core suite takes
+/// minutes and is run by hand, see the README).
+#[test]
+fn mpi4py_suite_intercommunicator_files() {
+    let Some(py) = python() else { return };
+    for np in [2, 3] {
+        let o = Command::new("bash")
+            .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
+            .arg(prefix())
+            .arg(np.to_string())
+            .args(["-i", "test_comm_inter", "-i", "test_cco_buf_inter"])
+            .args(["-i", "test_cco_obj_inter", "-i", "test_cco_vec_inter"])
+            .env("GMPI_PYTHON", &py)
+            .env("SUITE_TIMEOUT", "300")
+            .env("LOG_DIR", scratch(&format!("mpi4py-inter-np{np}")))
+            .output()
+            .expect("run_suite.sh");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains("0 failed, 0 errors"),
+            "mpi4py intercommunicator files at np {np}:\n{}",
+            text(&o)
+        );
+    }
+}
+
 #[test]
 fn rsmpi_program_builds_and_runs() {
     if !have("clang", "clang libclang-dev") {
