@@ -691,6 +691,28 @@ FAPI void mpi_comm_test_inter_(fint *comm, fint *flag, fint *ierr)
     RET(rc);
 }
 
+FAPI void mpi_comm_remote_size_(fint *comm, fint *size, fint *ierr)
+{
+    RET(MPI_Comm_remote_size(*comm, size));
+}
+
+FAPI void mpi_comm_remote_group_(fint *comm, fint *group, fint *ierr)
+{
+    RET(MPI_Comm_remote_group(*comm, H(group)));
+}
+
+FAPI void mpi_intercomm_create_(fint *local_comm, fint *local_leader, fint *peer_comm,
+                                fint *remote_leader, fint *tag, fint *newintercomm, fint *ierr)
+{
+    RET(MPI_Intercomm_create(*local_comm, *local_leader, *peer_comm, *remote_leader, *tag,
+                             H(newintercomm)));
+}
+
+FAPI void mpi_intercomm_merge_(fint *intercomm, fint *high, fint *newintracomm, fint *ierr)
+{
+    RET(MPI_Intercomm_merge(*intercomm, *high != 0, H(newintracomm)));
+}
+
 /* ---- attributes --------------------------------------------------------- */
 
 /* Fortran predefined communicator keys are the C ones plus one. */

@@ -75,6 +75,7 @@ program use_mpi_test
   integer :: subrank, subsize, expect, result, dupcomm, keyval, myop
   integer :: ndims, dims(1), cartcomm, src, dst, coords(1), cls, vtype, tsize
   integer :: bval(2), gval(64), sval, xval
+  integer :: lcomm, icomm, mcomm, rsize, half
   logical :: flag, periods(1), commute
   double precision :: dsum, dv(2), t1, t2
   integer(kind=MPI_ADDRESS_KIND) :: attr, lb, extent
@@ -325,6 +326,35 @@ program use_mpi_test
   call MPI_Cart_get(cartcomm, 1, dims, periods, coords, ierr)
   call check(periods(1) .and. coords(1) == rank .and. dims(1) == nprocs, 'MPI_Cart_get')
   call MPI_Comm_free(cartcomm, ierr)
+
+  ! intercommunicator between the low and the high half of the world
+  if (nprocs >= 2) then
+    half = nprocs / 2
+    call MPI_Comm_split(MPI_COMM_WORLD, min(rank / half, 1), rank, lcomm, ierr)
+    call ok(ierr, 'MPI_Comm_split (halves)')
+    if (rank < half) then
+      call MPI_Intercomm_create(lcomm, 0, MPI_COMM_WORLD, half, 9, icomm, ierr)
+    else
+      call MPI_Intercomm_create(lcomm, 0, MPI_COMM_WORLD, 0, 9, icomm, ierr)
+    end if
+    call ok(ierr, 'MPI_Intercomm_create')
+    call MPI_Comm_test_inter(icomm, flag, ierr)
+    call MPI_Comm_remote_size(icomm, rsize, ierr)
+    if (rank < half) then
+      call check(flag .and. rsize == nprocs - half, 'MPI_Comm_remote_size')
+    else
+      call check(flag .and. rsize == half, 'MPI_Comm_remote_size')
+    end if
+    call MPI_Allreduce(1, isum, 1, MPI_INTEGER, MPI_SUM, icomm, ierr)
+    call check(ierr == MPI_SUCCESS .and. isum == rsize, 'MPI_Allreduce on an intercommunicator')
+    call MPI_Intercomm_merge(icomm, rank >= half, mcomm, ierr)
+    call ok(ierr, 'MPI_Intercomm_merge')
+    call MPI_Comm_rank(mcomm, c, ierr)
+    call check(c == rank, 'MPI_Intercomm_merge: rank')
+    call MPI_Comm_free(mcomm, ierr)
+    call MPI_Comm_free(icomm, ierr)
+    call MPI_Comm_free(lcomm, ierr)
+  end if
 
   t2 = MPI_Wtime()
   call check(t2 >= t1, 'MPI_Wtime is monotonic')
