@@ -267,12 +267,18 @@ fn expand_ranges(
 }
 
 mpi_fn! {
-    fn Comm_rank(comm: MPI_Comm, rank: *mut c_int) {
+    fn Comm_rank(comm: MPI_Comm, rank: *mut c_int) fast {
+        let c = handles::fast_comm(comm);
+        c.map(|c| crate::errors::fast(CALL, comm, || ptr::write(CALL, "rank", rank, c.rank())))
+    } {
         let c = handles::comm(CALL, comm)?;
         ptr::write(CALL, "rank", rank, c.rank())
     }
 
-    fn Comm_size(comm: MPI_Comm, size: *mut c_int) {
+    fn Comm_size(comm: MPI_Comm, size: *mut c_int) fast {
+        let c = handles::fast_comm(comm);
+        c.map(|c| crate::errors::fast(CALL, comm, || ptr::write(CALL, "size", size, c.size())))
+    } {
         let c = handles::comm(CALL, comm)?;
         ptr::write(CALL, "size", size, c.size())
     }

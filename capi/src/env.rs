@@ -70,6 +70,7 @@ fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
     // The runtime is funneled: calls come from the thread that initialized.
     let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED);
     let _ = THREAD_LEVEL.set(provided);
+    handles::init_fast_types();
     PHASE.store(1, Ordering::Release);
     Ok(provided)
 }

@@ -27,11 +27,18 @@ use crate::handles::{
 
 /// Define C entry points: `PMPI_X` runs the body in [`entry`]; `MPI_X`
 /// forwards to it. `noinit fn` marks the calls valid before `MPI_Init` or
-/// after `MPI_Finalize`.
+/// after `MPI_Finalize`. `fn X(args) fast { hot } { body }` first evaluates
+/// `hot`, an `Option<c_int>`: `Some(code)` when it handled the call (through
+/// [`fast`]), `None`, having done nothing, to run `body` as usual — so every
+/// argument the hot path does not recognise as valid gets the full checks.
 macro_rules! mpi_fn {
     () => {};
     ($(#[$m:meta])* noinit fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
         mpi_fn!(@def false, $(#[$m])* $name($($a: $t),*) $body);
+        mpi_fn!($($rest)*);
+    };
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) fast $fast:block $body:block $($rest:tt)*) => {
+        mpi_fn!(@fast $(#[$m])* $name($($a: $t),*) $fast $body);
         mpi_fn!($($rest)*);
     };
     ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
@@ -54,6 +61,31 @@ macro_rules! mpi_fn {
             }
         }
     };
+    (@fast $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $fast:block $body:block) => {
+        paste::paste! {
+            $(#[$m])*
+            #[no_mangle]
+            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                #[allow(dead_code)]
+                const CALL: &str = concat!("MPI_", stringify!($name));
+                #[cold]
+                #[inline(never)]
+                fn slow($($a: $t),*) -> std::ffi::c_int {
+                    $crate::errors::entry(CALL, true, #[allow(unused_mut)] || -> Result<(), gmpi::Error> { $body })
+                }
+                let fast: Option<std::ffi::c_int> = $fast;
+                match fast {
+                    Some(rc) => rc,
+                    None => slow($($a),*),
+                }
+            }
+            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
+            #[no_mangle]
+            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                [<PMPI_ $name>]($($a),*)
+            }
+        }
+    };
 }
 
 /// 0: not initialized, 1: running, 2: finalized.
@@ -65,6 +97,38 @@ pub fn initialized() -> bool {
 
 pub fn finalized() -> bool {
     PHASE.load(Ordering::Acquire) == 2
+}
+
+/// Whether MPI is initialized and not finalized (the state every call but
+/// the `noinit` ones needs).
+#[inline]
+pub fn running() -> bool {
+    PHASE.load(Ordering::Acquire) == 1
+}
+
+/// Run the hot path `f` of entry point `call`, whose arguments the caller
+/// has found to be what the hot path handles (MPI running, the predefined
+/// communicator `comm`, a predefined datatype, …): as [`entry`], with
+/// errors raised on `comm` directly.
+#[inline(always)]
+pub fn fast(call: &'static str, comm: MPI_Comm, f: impl FnOnce() -> Result<(), Error>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => MPI_SUCCESS,
+        Ok(Err(e)) => raise(comm, e),
+        Err(p) => raise(comm, panic_error(call, p)),
+    }
+}
+
+/// The error of a panic caught in `call`.
+#[cold]
+#[inline(never)]
+fn panic_error(call: &str, p: Box<dyn std::any::Any + Send>) -> Error {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    handles::err(ErrorClass::Intern, call, format!("internal error: {what}"))
 }
 
 /// Run the body of entry point `call`; its MPI return code.
@@ -95,14 +159,7 @@ pub fn entry(call: &'static str, need_init: bool, f: impl FnOnce() -> Result<(),
     let e = match r {
         Ok(Ok(())) => return MPI_SUCCESS,
         Ok(Err(e)) => e,
-        Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            handles::err(ErrorClass::Intern, call, format!("internal error: {what}"))
-        }
+        Err(p) => panic_error(call, p),
     };
     raise(handles::target(), e)
 }
@@ -144,6 +201,8 @@ pub fn code_of(e: &Error) -> c_int {
 }
 
 /// Hand `e` to the error handler of `comm`; the code to return.
+#[cold]
+#[inline(never)]
 pub fn raise(comm: MPI_Comm, e: Error) -> c_int {
     let code = code_of(&e);
     invoke(comm, code, &e.to_string())

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
 use gmpi::{Communicator, Datatype, Error, ErrorClass, Group, Op, Primitive, UserDatatype};
@@ -476,6 +477,24 @@ pub fn comm(call: &str, h: MPI_Comm) -> Result<Shared<Communicator>, Error> {
     }
 }
 
+/// The predefined communicator `h` (`MPI_COMM_WORLD` or `MPI_COMM_SELF`)
+/// while MPI is running: the look-up of the hot path (no lock, no
+/// reference count, no error target recorded: the caller raises errors on
+/// `h` itself). `None` for anything else (the caller falls back to
+/// [`comm`], which also checks initialisation).
+#[inline]
+pub fn fast_comm(h: MPI_Comm) -> Option<&'static Communicator> {
+    let c = match h {
+        MPI_COMM_WORLD => &WORLD,
+        MPI_COMM_SELF => &SELF,
+        _ => return None,
+    };
+    if !crate::errors::running() {
+        return None;
+    }
+    c.get()
+}
+
 /// The slot of communicator `h` in the table.
 pub fn comm_slot(h: MPI_Comm) -> Option<usize> {
     match h {
@@ -623,8 +642,13 @@ const PREDEFINED: &[(u32, &str, Pre)] = &[
 /// 0xf0 + their index).
 struct Predefined {
     by_slot: Vec<Option<(MPI_Datatype, &'static str, UserDatatype)>>,
+    /// Per slot: the handle and, for a type the runtime views as a basic
+    /// type ([`gmpi::View::raw_basic`]), that type (the hot path of
+    /// [`crate::ptr::fast_buf`]).
+    basic: Box<[(MPI_Datatype, Option<Datatype>); 256]>,
 }
 
+#[inline]
 fn predef_slot(h: u32) -> Option<usize> {
     if h & 0xffff_0000 == 0x4c00_0000 {
         Some((h & 0xff) as usize)
@@ -637,6 +661,7 @@ fn predef_slot(h: u32) -> Option<usize> {
 
 static PREDEF: LazyLock<Predefined> = LazyLock::new(|| {
     let mut by_slot = vec![None; 256];
+    let mut basic = Box::new([(MPI_DATATYPE_NULL, None); 256]);
     for &(h, name, pre) in PREDEFINED {
         let dt = match pre {
             Pre::P(p) => Datatype::Primitive(p),
@@ -644,10 +669,54 @@ static PREDEF: LazyLock<Predefined> = LazyLock::new(|| {
         };
         let slot = predef_slot(h).expect("a predefined handle");
         debug_assert!(by_slot[slot].is_none(), "{name} collides");
-        by_slot[slot] = Some((h as c_int, name, UserDatatype::from(dt)));
+        let udt = UserDatatype::from(dt);
+        basic[slot] = (h as c_int, gmpi::View::raw_basic(&udt));
+        by_slot[slot] = Some((h as c_int, name, udt));
     }
-    Predefined { by_slot }
+    Predefined { by_slot, basic }
 });
+
+/// Per slot of a predefined datatype the runtime views as a basic type:
+/// `handle << 32 | (size + 1)` (0: none), the hot path's one-load look-up
+/// (filled by [`init_fast_types`] before `MPI_Init` publishes the running
+/// phase, which the hot path checks first).
+static FAST_TYPES: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
+
+/// Fill [`FAST_TYPES`] (at `MPI_Init`).
+pub fn init_fast_types() {
+    for (slot, &(h, d)) in PREDEF.basic.iter().enumerate() {
+        if let Some(d) = d {
+            let v = ((h as u32 as u64) << 32) | (d.size() as u64 + 1);
+            FAST_TYPES[slot].store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The size of one element of the predefined datatype `h`, if the hot path
+/// handles it (see [`fast_dtype`]); `None` otherwise.
+#[inline(always)]
+pub fn fast_size(h: MPI_Datatype) -> Option<usize> {
+    if h as u32 & 0xffff_0000 != 0x4c00_0000 {
+        return None;
+    }
+    let v = FAST_TYPES[(h & 0xff) as usize].load(Ordering::Relaxed);
+    if (v >> 32) as u32 != h as u32 || v as u32 == 0 {
+        return None;
+    }
+    Some(v as u32 as usize - 1)
+}
+
+/// The basic type the predefined datatype `h` is, if `h` is one the runtime
+/// views as a basic type: the look-up of the hot path (no lock, no
+/// reference count), with no error (the caller falls back to [`dtype`]).
+#[inline]
+pub fn fast_dtype(h: MPI_Datatype) -> Option<Datatype> {
+    let slot = predef_slot(h as u32)?;
+    match PREDEF.basic[slot & 0xff] {
+        (hh, d) if hh == h => d,
+        _ => None,
+    }
+}
 
 /// The predefined datatype `h` and its name, if `h` is one.
 pub fn predefined(h: MPI_Datatype) -> Option<(&'static UserDatatype, &'static str)> {

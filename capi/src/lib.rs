@@ -8,7 +8,13 @@
 //! checks every argument, calls the runtime, and hands any error to the
 //! error handler of the communicator involved (`MPI_ERRORS_ARE_FATAL` by
 //! default: the message names the call, the argument and the rank, and the
-//! job ends; `MPI_ERRORS_RETURN` returns the class).
+//! job ends; `MPI_ERRORS_RETURN` returns the class). The hottest calls
+//! (`MPI_Send`/`Ssend`/`Rsend`/`Recv`/`Isend`/`Issend`/`Irsend`/`Irecv`,
+//! `MPI_Comm_rank`/`size`) first try a hot path for `MPI_COMM_WORLD` or
+//! `MPI_COMM_SELF` with a predefined datatype (no lock, no reference count;
+//! see `mpi_fn!`'s `fast` form): it takes only arguments that pass the
+//! C-side checks outright, leaves rank and tag checks to the runtime as the
+//! full path does, and anything else takes the full path.
 //!
 //! File map:
 //! - `handles.rs`: the one module that knows handle values: MPICH's

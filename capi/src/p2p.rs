@@ -7,6 +7,7 @@
 //! runtime runs, so callbacks may use the tables meanwhile.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Communicator, Error, ErrorClass, Request, View};
@@ -23,8 +24,13 @@ pub enum ReqObj {
     /// An operation that completed when it started (to or from
     /// `MPI_PROC_NULL`, or a collective on one rank).
     Done { comm: MPI_Comm, st: MPI_Status },
-    /// A persistent request and, while started, its operation.
-    Persistent { spec: Spec, active: Option<Active> },
+    /// A persistent request and, while started, its operation. (The recipe
+    /// is boxed to keep every request small: requests move in and out of
+    /// their slots at each completion call.)
+    Persistent {
+        spec: Box<Spec>,
+        active: Option<Active>,
+    },
     /// A matched message (`MPI_Mprobe`): receive it with `MPI_Mrecv`.
     Message { comm: MPI_Comm, msg: gmpi::Message },
     /// Taken out by a completion call in progress.
@@ -155,13 +161,30 @@ pub fn register_done(comm: MPI_Comm, st: MPI_Status) -> MPI_Request {
 /// completion call (and at finalize).
 static DETACHED: LazyLock<Mutex<Vec<Active>>> = LazyLock::new(Default::default);
 
+/// Whether `DETACHED` may hold operations (set with each one detached,
+/// cleared when a reap leaves none): completion calls skip the lock when
+/// nothing was detached.
+static ANY_DETACHED: AtomicBool = AtomicBool::new(false);
+
 fn detach(a: Active) {
-    DETACHED.lock().unwrap_or_else(|p| p.into_inner()).push(a);
+    let mut list = DETACHED.lock().unwrap_or_else(|p| p.into_inner());
+    list.push(a);
+    ANY_DETACHED.store(true, Ordering::Relaxed);
+}
+
+/// Every detached operation, taken out of the list.
+fn take_detached() -> Vec<Active> {
+    let mut list = DETACHED.lock().unwrap_or_else(|p| p.into_inner());
+    ANY_DETACHED.store(false, Ordering::Relaxed);
+    std::mem::take(&mut *list)
 }
 
 /// Drop the detached operations that have completed.
 fn reap() {
-    let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|p| p.into_inner()));
+    if !ANY_DETACHED.load(Ordering::Relaxed) {
+        return;
+    }
+    let list = take_detached();
     if list.is_empty() {
         return;
     }
@@ -173,15 +196,14 @@ fn reap() {
             Err(e) => tracing::warn!(target: "gmpi", "a freed request failed: {e}"),
         }
     }
-    DETACHED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend(left);
+    let mut list = DETACHED.lock().unwrap_or_else(|p| p.into_inner());
+    list.extend(left);
+    ANY_DETACHED.store(!list.is_empty(), Ordering::Relaxed);
 }
 
 /// Complete every detached operation (`MPI_Finalize`, `MPI_Buffer_detach`).
 pub fn finish_detached() -> Result<(), Error> {
-    let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|p| p.into_inner()));
+    let list = take_detached();
     let mut first = None;
     for a in list {
         if let Err(e) = a.wait() {
@@ -366,28 +388,130 @@ fn out_req(call: &str, request: *mut MPI_Request, a: Active) -> Result<(), Error
     ptr::write(call, "request", request, register(a))
 }
 
+// ---- the hot paths ----
+//
+// Sends and receives on `MPI_COMM_WORLD` or `MPI_COMM_SELF` of predefined
+// datatypes, with buffers that pass `ptr::buf`'s checks outright, skip the
+// look-ups (no lock, no reference count) and go straight to the runtime,
+// which checks ranks and tags as on the full path; anything else (`None`
+// from `fast_comm`/`fast_buf`, before any effect) takes the full path.
+
+#[inline(always)]
+fn send_fast(
+    call: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+) -> Option<c_int> {
+    let c = handles::fast_comm(comm)?;
+    let len = ptr::fast_bytes(buf, count, dt)?;
+    Some(errors::fast(call, comm, || {
+        ptr::send_bytes(c, call, buf, len, dest, tag, mode == Mode::Sync)
+    }))
+}
+
+#[inline(always)]
+fn recv_fast(
+    call: &'static str,
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Option<c_int> {
+    let c = handles::fast_comm(comm)?;
+    let len = ptr::fast_bytes(buf, count, dt)?;
+    Some(errors::fast(call, comm, || {
+        let st = ptr::recv_bytes(c, call, buf, len, src, tag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }))
+}
+
+#[inline(always)]
+fn isend_fast(
+    call: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    mode: Mode,
+    request: *mut MPI_Request,
+) -> Option<c_int> {
+    let c = handles::fast_comm(comm)?;
+    let v = ptr::fast_buf(buf, count, dt, false)?;
+    Some(errors::fast(call, comm, || {
+        let r = match mode {
+            Mode::Sync => c.issend(&v, dest, tag)?,
+            _ => c.isend(&v, dest, tag)?,
+        };
+        out_req(call, request, Active::new(detach_req(r), comm))
+    }))
+}
+
+#[inline(always)]
+fn irecv_fast(
+    call: &'static str,
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Option<c_int> {
+    let c = handles::fast_comm(comm)?;
+    let mut v = ptr::fast_buf(buf, count, dt, true)?;
+    Some(errors::fast(call, comm, || {
+        let r = c.irecv(&mut v, src, tag)?;
+        out_req(call, request, Active::new(detach_req(r), comm))
+    }))
+}
+
 mpi_fn! {
-    fn Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+    fn Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
+        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
+    } {
         blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
     }
-    fn Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+    fn Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
+        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
+    } {
         blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
     }
-    fn Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+    fn Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
+        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
+    } {
         blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
     }
     fn Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
         blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)
     }
-    fn Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    fn Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard, request)
+    } {
         let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)?;
         out_req(CALL, request, a)
     }
-    fn Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    fn Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync, request)
+    } {
         let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)?;
         out_req(CALL, request, a)
     }
-    fn Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    fn Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready, request)
+    } {
         let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)?;
         out_req(CALL, request, a)
     }
@@ -395,7 +519,9 @@ mpi_fn! {
         let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)?;
         out_req(CALL, request, a)
     }
-    fn Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+    fn Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) fast {
+        recv_fast(CALL, buf, count, datatype, source, tag, comm, status)
+    } {
         let c = handles::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
         let st = c.recv(&mut v, source, tag)?;
@@ -404,7 +530,9 @@ mpi_fn! {
         ptr::status(status, &s);
         Ok(())
     }
-    fn Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+    fn Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        irecv_fast(CALL, buf, count, datatype, source, tag, comm, request)
+    } {
         let a = nonblocking_recv(CALL, buf, count, datatype, source, tag, comm)?;
         out_req(CALL, request, a)
     }
@@ -652,9 +780,10 @@ fn persistent(
     };
     let h = encode(
         Kind::Request,
-        state()
-            .reqs
-            .insert(ReqObj::Persistent { spec, active: None }),
+        state().reqs.insert(ReqObj::Persistent {
+            spec: Box::new(spec),
+            active: None,
+        }),
     );
     ptr::write(call, "request", request, h)
 }
@@ -686,7 +815,7 @@ fn start_spec(call: &'static str, s: &Spec) -> Result<Active, Error> {
 fn start(call: &'static str, h: MPI_Request) -> Result<(), Error> {
     let slot = handles::req_slot(call, h)?;
     let spec = match state().reqs.get(slot) {
-        Some(ReqObj::Persistent { spec, active: None }) => *spec,
+        Some(ReqObj::Persistent { spec, active: None }) => **spec,
         Some(ReqObj::Persistent { .. }) => {
             return Err(handles::err(
                 ErrorClass::Request,

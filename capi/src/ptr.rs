@@ -12,7 +12,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use gmpi::{Error, ErrorClass, UserDatatype, View};
+use gmpi::{Communicator, Error, ErrorClass, UserDatatype, View};
 
 use crate::handles::{err, MPI_Datatype, MPI_Status, MPI_IN_PLACE, MPI_STATUS_IGNORE};
 
@@ -104,6 +104,7 @@ pub fn write_cstr(
 }
 
 /// Whether a buffer argument is `MPI_IN_PLACE`.
+#[inline]
 pub fn in_place(p: *const c_void) -> bool {
     p as usize == MPI_IN_PLACE
 }
@@ -151,6 +152,67 @@ pub fn buf(
     // (and, for a non-blocking call, until its request completes), as the
     // MPI standard requires.
     unsafe { View::from_raw(call, p as usize, n, dt, writable) }
+}
+
+/// The user buffer `(p, count, dt)` when `dt` is a predefined datatype the
+/// runtime views as a basic type and the buffer passes [`buf`]'s checks
+/// outright (`count >= 0`, not `MPI_IN_PLACE`, not NULL unless `count` is
+/// 0): the view [`buf`] would make, with no look-up. `None` for anything
+/// else: the caller falls back to [`buf`], which checks it in full.
+#[inline]
+pub fn fast_buf(p: *const c_void, count: c_int, dt: MPI_Datatype, writable: bool) -> Option<View> {
+    let d = crate::handles::fast_dtype(dt)?;
+    if count < 0 || in_place(p) || (p.is_null() && count != 0) {
+        return None;
+    }
+    // SAFETY: as in `buf`: the caller lends `count` elements of `dt` at `p`
+    // for the call (and until a non-blocking call's request completes).
+    Some(unsafe { View::from_raw_basic(p as usize, count as usize, d, writable) })
+}
+
+/// The byte length of the user buffer `(p, count, dt)` under the same
+/// conditions as [`fast_buf`] (a predefined datatype the runtime views as a
+/// basic type, a buffer that passes [`buf`]'s checks outright); `None`
+/// otherwise.
+#[inline(always)]
+pub fn fast_bytes(p: *const c_void, count: c_int, dt: MPI_Datatype) -> Option<usize> {
+    let size = crate::handles::fast_size(dt)?;
+    if count < 0 || in_place(p) || (p.is_null() && count != 0) {
+        return None;
+    }
+    Some(count as usize * size)
+}
+
+/// `MPI_Send`/`MPI_Ssend` of the `len` bytes at `p` (from [`fast_bytes`]).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn send_bytes(
+    c: &Communicator,
+    call: &'static str,
+    p: *const c_void,
+    len: usize,
+    dest: c_int,
+    tag: c_int,
+    sync: bool,
+) -> Result<(), Error> {
+    // SAFETY: the caller lends the `len` bytes at `p` (`count` elements of a
+    // contiguous predefined type) for the call.
+    unsafe { c.send_bytes(call, p as usize, len, dest, tag, sync) }
+}
+
+/// `MPI_Recv` into the `len` bytes at `p` (from [`fast_bytes`]).
+#[inline]
+pub fn recv_bytes(
+    c: &Communicator,
+    call: &'static str,
+    p: *mut c_void,
+    len: usize,
+    src: c_int,
+    tag: c_int,
+) -> Result<gmpi::Status, Error> {
+    // SAFETY: the caller lends the `len` writable bytes at `p` for the call
+    // and does not touch them meanwhile (the MPI contract of MPI_Recv).
+    unsafe { c.recv_bytes(call, p as usize, len, src, tag) }
 }
 
 /// The `len` bytes at `p` named `what`: a byte range computed from

@@ -600,14 +600,8 @@ impl View {
         check_committed(call, dtype)?;
         if let Some(d) = dtype.desc().basic_type() {
             // A predefined type: `count` contiguous elements at `addr`.
-            return Ok(View {
-                base: addr as u64,
-                len: count * d.size(),
-                origin: 0,
-                count,
-                ty: Ty::Basic(d),
-                writable,
-            });
+            // SAFETY: this function's own contract.
+            return Ok(unsafe { View::from_raw_basic(addr, count, d, writable) });
         }
         let (lo, hi) = if count == 0 || dtype.size() == 0 {
             (0, 0)
@@ -626,6 +620,101 @@ impl View {
             dtype,
             writable,
         )
+    }
+
+    /// The predefined type `dtype` is one element of, if it is committed
+    /// and one: then [`View::from_raw_basic`] with it makes the view
+    /// [`View::from_raw`] makes, without looking at `dtype` again (the C
+    /// ABI finds it once per predefined handle).
+    #[doc(hidden)]
+    pub fn raw_basic(dtype: &crate::typemap::UserDatatype) -> Option<Datatype> {
+        dtype
+            .is_committed()
+            .then(|| dtype.desc().basic_type())
+            .flatten()
+    }
+
+    /// `count` elements of the predefined type `d` at `addr`, where `d` came
+    /// from [`View::raw_basic`]: the view [`View::from_raw`] makes.
+    ///
+    /// # Safety
+    /// As [`View::from_raw`].
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn from_raw_basic(addr: usize, count: usize, d: Datatype, writable: bool) -> View {
+        View {
+            base: addr as u64,
+            len: count * d.size(),
+            origin: 0,
+            count,
+            ty: Ty::Basic(d),
+            writable,
+        }
+    }
+}
+
+/// The C ABI's hot path: blocking sends and receives of contiguous bytes
+/// at a raw address, with no view (the checks and the path of
+/// [`Communicator::send`] / [`Communicator::recv`] on contiguous data).
+impl crate::comm::Communicator {
+    /// `MPI_Send` (or `MPI_Ssend`, with `sync`) of the `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be readable for the whole call.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send_bytes(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        dest: i32,
+        tag: i32,
+        sync: bool,
+    ) -> crate::Result<()> {
+        self.check_live(call)?;
+        self.check_dest(call, dest)?;
+        self.check_send_tag(call, tag)?;
+        if dest == crate::PROC_NULL {
+            return Ok(());
+        }
+        let mode = if sync {
+            gmpi_pml::SendMode::Synchronous
+        } else {
+            gmpi_pml::SendMode::Standard
+        };
+        crate::engine::with(call, |e| {
+            match self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)? {
+                None => Ok(()),
+                Some(h) => e.wait_handle(call, h).map(|_| ()),
+            }
+        })
+    }
+
+    /// `MPI_Recv` into the `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be writable, and not otherwise accessed, for
+    /// the whole call.
+    #[doc(hidden)]
+    pub unsafe fn recv_bytes(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> crate::Result<crate::Status> {
+        self.check_live(call)?;
+        self.check_src(call, src)?;
+        self.check_recv_tag(call, tag)?;
+        if src == crate::PROC_NULL {
+            return Ok(crate::Status::empty());
+        }
+        crate::engine::with(call, |e| {
+            let h = self.start_recv_bytes(e, call, addr as u64, len, src, tag)?;
+            e.wait_handle(call, h)
+        })
     }
 }
 

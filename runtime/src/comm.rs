@@ -97,6 +97,17 @@ impl CommInner {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn freed(call: &str) -> Error {
+    Error::new(
+        ErrorClass::Comm,
+        call,
+        -1,
+        "the communicator has been freed",
+    )
+}
+
 /// Whether a communicator has a shared-memory collective area.
 #[derive(Debug, Default)]
 pub(crate) enum ShmState {
@@ -199,70 +210,125 @@ impl Communicator {
         }
     }
 
-    fn check_dest(&self, call: &str, dest: i32) -> Result<()> {
+    // The argument checks of every point-to-point call: the test inlined,
+    // the error (formatting) out of line, so a valid call pays a compare or
+    // two.
+
+    #[inline]
+    pub(crate) fn check_dest(&self, call: &str, dest: i32) -> Result<()> {
         if dest == PROC_NULL || (0..self.peer_count()).contains(&dest) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorClass::Rank,
-                call,
-                self.rank(),
-                format!("invalid destination rank {dest} ({})", self.peers_desc()),
-            ))
+            Err(self.bad_rank(call, "destination", dest))
         }
     }
 
-    fn check_src(&self, call: &str, src: i32) -> Result<()> {
+    #[inline]
+    pub(crate) fn check_src(&self, call: &str, src: i32) -> Result<()> {
         if src == PROC_NULL || src == ANY_SOURCE || (0..self.peer_count()).contains(&src) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorClass::Rank,
-                call,
-                self.rank(),
-                format!("invalid source rank {src} ({})", self.peers_desc()),
-            ))
+            Err(self.bad_rank(call, "source", src))
         }
     }
 
-    fn check_send_tag(&self, call: &str, tag: i32) -> Result<()> {
+    #[cold]
+    #[inline(never)]
+    fn bad_rank(&self, call: &str, what: &str, r: i32) -> Error {
+        Error::new(
+            ErrorClass::Rank,
+            call,
+            self.rank(),
+            format!("invalid {what} rank {r} ({})", self.peers_desc()),
+        )
+    }
+
+    #[inline]
+    pub(crate) fn check_send_tag(&self, call: &str, tag: i32) -> Result<()> {
         if (0..=TAG_UB).contains(&tag) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorClass::Tag,
-                call,
-                self.rank(),
-                format!("invalid tag {tag} (must be 0..={TAG_UB})"),
-            ))
+            Err(self.bad_tag(call, tag, ""))
         }
     }
 
-    fn check_recv_tag(&self, call: &str, tag: i32) -> Result<()> {
+    #[inline]
+    pub(crate) fn check_recv_tag(&self, call: &str, tag: i32) -> Result<()> {
         if tag == ANY_TAG || (0..=TAG_UB).contains(&tag) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorClass::Tag,
-                call,
-                self.rank(),
-                format!("invalid tag {tag} (must be 0..={TAG_UB} or ANY_TAG)"),
-            ))
+            Err(self.bad_tag(call, tag, " or ANY_TAG"))
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn bad_tag(&self, call: &str, tag: i32, or: &str) -> Error {
+        Error::new(
+            ErrorClass::Tag,
+            call,
+            self.rank(),
+            format!("invalid tag {tag} (must be 0..={TAG_UB}{or})"),
+        )
+    }
+
     /// Fail `call` if the communicator was freed.
+    #[inline]
     pub(crate) fn check_live(&self, call: &str) -> Result<()> {
         if self.inner.freed.load(Ordering::Relaxed) {
-            Err(Error::new(
-                ErrorClass::Comm,
-                call,
-                -1,
-                "the communicator has been freed",
-            ))
+            Err(freed(call))
         } else {
             Ok(())
         }
+    }
+
+    /// Start a send of the `len` contiguous bytes at `addr`: `Ok(None)` if
+    /// it already completed.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn start_send_bytes(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        addr: u64,
+        len: usize,
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Option<Handle>> {
+        let buf = Buf {
+            addr,
+            len,
+            kind: e.classifier.classify(addr, len),
+        };
+        let args = self.inner.send_args(self.inner.ctx, buf, dest, tag, mode);
+        e.driver
+            .send(args)
+            .map(|o| o.map(Handle::Pml))
+            .map_err(|err| Error::from_pml(err, call, self.rank()))
+    }
+
+    /// Start a receive into the `len` contiguous bytes at `addr`.
+    #[inline]
+    pub(crate) fn start_recv_bytes(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        addr: u64,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> Result<Handle> {
+        let buf = Buf {
+            addr,
+            len,
+            kind: e.classifier.classify(addr, len),
+        };
+        let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
+        e.driver
+            .post_recv(args)
+            .map(Handle::Pml)
+            .map_err(|err| Error::from_pml(err, call, self.rank()))
     }
 
     /// Start a send of `v`: `Ok(None)` if it already completed, else the
@@ -277,19 +343,8 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
     ) -> Result<Option<Handle>> {
-        let rank = self.rank();
         if let Some(addr) = v.contig_addr() {
-            let buf = Buf {
-                addr,
-                len: v.bytes(),
-                kind: e.classifier.classify(addr, v.bytes()),
-            };
-            let args = self.inner.send_args(self.inner.ctx, buf, dest, tag, mode);
-            return e
-                .driver
-                .send(args)
-                .map(|o| o.map(Handle::Pml))
-                .map_err(|err| Error::from_pml(err, call, rank));
+            return self.start_send_bytes(e, call, addr, v.bytes(), dest, tag, mode);
         }
         let mut s = Sched::p2p(call, &self.inner, tag, mode);
         let r = s.temp_from(v.pack());
@@ -307,19 +362,8 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Handle> {
-        let rank = self.rank();
         if let Some(addr) = v.contig_addr() {
-            let buf = Buf {
-                addr,
-                len: v.bytes(),
-                kind: e.classifier.classify(addr, v.bytes()),
-            };
-            let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
-            return e
-                .driver
-                .post_recv(args)
-                .map(Handle::Pml)
-                .map_err(|err| Error::from_pml(err, call, rank));
+            return self.start_recv_bytes(e, call, addr, v.bytes(), src, tag);
         }
         let mut s = Sched::p2p(call, &self.inner, tag, SendMode::Standard);
         let r = s.temp(v.bytes());
