@@ -196,6 +196,21 @@ impl Communicator {
         Ok(s)
     }
 
+    /// One block of `buf` per remote rank: equal blocks, or by counts and
+    /// displacements (the `v` forms).
+    fn peer_blocks(
+        &self,
+        call: &str,
+        what: &str,
+        buf: &View,
+        v: Option<(&[i32], &[i32])>,
+    ) -> Result<Vec<View>> {
+        match v {
+            None => self.blocks_of(call, what, buf),
+            Some((c, d)) => self.vblocks(call, what, buf, c, d),
+        }
+    }
+
     /// Gather (or gatherv, with counts and displacements) from the remote
     /// group into `recv` at the root.
     pub(crate) fn inter_gather(
@@ -212,10 +227,7 @@ impl Communicator {
         match role {
             Role::Idle => {}
             Role::Root => {
-                let blocks = match v {
-                    None => self.blocks_of(call, "the receive buffer", recv)?,
-                    Some((c, d)) => self.vblocks(call, "the receive buffer", recv, c, d)?,
-                };
+                let blocks = self.peer_blocks(call, "the receive buffer", recv, v)?;
                 let mut st = Staged::default();
                 for (i, b) in blocks.iter().enumerate() {
                     let r = st.out(&mut s, b);
@@ -252,10 +264,7 @@ impl Communicator {
         match role {
             Role::Idle => {}
             Role::Root => {
-                let blocks = match v {
-                    None => self.blocks_of(call, "the send buffer", send)?,
-                    Some((c, d)) => self.vblocks(call, "the send buffer", send, c, d)?,
-                };
+                let blocks = self.peer_blocks(call, "the send buffer", send, v)?;
                 for (i, b) in blocks.iter().enumerate() {
                     let r = s.input(b);
                     if r.len > 0 {
@@ -313,10 +322,7 @@ impl Communicator {
         recv: &View,
         v: Option<(&[i32], &[i32])>,
     ) -> Result<Sched> {
-        let rb = match v {
-            None => self.blocks_of(call, "the receive buffer", recv)?,
-            Some((c, d)) => self.vblocks(call, "the receive buffer", recv, c, d)?,
-        };
+        let rb = self.peer_blocks(call, "the receive buffer", recv, v)?;
         let sb = vec![send.clone(); rb.len()];
         Ok(self.inter_exchange(call, tag, &sb, &rb))
     }
