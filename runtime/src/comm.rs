@@ -729,13 +729,19 @@ impl Communicator {
         }
     }
 
-    /// Agree on a fresh context id with every rank of this communicator (a
-    /// max-allreduce of each rank's next free id), and move past it.
-    fn agree_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
+    /// The largest next free context id over the ranks of this
+    /// intracommunicator (a max-allreduce). Collective.
+    pub(crate) fn max_next_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
         let mine = [e.next_ctx];
         let mut out = [0u32];
         self.allreduce_in(e, call, &mine[..], &mut out[..], &crate::op::Op::Max)?;
-        let ctx = out[0];
+        Ok(out[0])
+    }
+
+    /// Agree on a fresh context id with every rank of this communicator (a
+    /// max-allreduce of each rank's next free id), and move past it.
+    fn agree_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
+        let ctx = self.max_next_ctx(e, call)?;
         if ctx > u32::MAX - 4 {
             return Err(Error::new(
                 ErrorClass::Intern,

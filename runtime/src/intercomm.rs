@@ -25,7 +25,6 @@ use crate::comm::Communicator;
 use crate::engine::{self, Engine};
 use crate::error::{Error, ErrorClass, Result};
 use crate::group::{Comparison, Group, UNDEFINED};
-use crate::op::Op;
 use crate::TAG_UB;
 
 impl Communicator {
@@ -180,7 +179,7 @@ impl Communicator {
             }
         }
         engine::with(call, |e| {
-            let x = local_max_ctx(e, call, self)?;
+            let x = self.max_next_ctx(e, call)?;
             let mut mine = vec![x];
             mine.extend_from_slice(&self.inner.world);
             let theirs = swap_in(
@@ -239,7 +238,7 @@ impl Communicator {
     ) -> Result<(u32, Vec<u32>)> {
         let r = self.remote().expect("an intercommunicator");
         let tag = self.next_tag();
-        let x = local_max_ctx(e, call, &r.local)?;
+        let x = r.local.max_next_ctx(e, call)?;
         let mut mine = vec![x];
         mine.extend_from_slice(extra);
         let theirs = swap_in(
@@ -399,13 +398,4 @@ impl Communicator {
             _ => Comparison::Similar,
         }
     }
-}
-
-/// The largest next free context id over the ranks of intracommunicator
-/// `local`.
-fn local_max_ctx(e: &mut Engine, call: &'static str, local: &Communicator) -> Result<u32> {
-    let mine = [e.next_ctx];
-    let mut out = [0u32];
-    local.allreduce_in(e, call, &mine[..], &mut out[..], &Op::Max)?;
-    Ok(out[0])
 }

@@ -82,13 +82,9 @@ impl Communicator {
         }
     }
 
-    fn remote_size_or_0(&self) -> i32 {
-        self.remote().map_or(0, |r| r.world.len() as i32)
-    }
-
     /// This rank's role for `root` on an intercommunicator.
     pub(crate) fn inter_role(&self, call: &str, root: i32) -> Result<Role> {
-        let m = self.remote_size_or_0();
+        let m = self.remote_size().unwrap_or(0);
         match root {
             ROOT => Ok(Role::Root),
             PROC_NULL => Ok(Role::Idle),
