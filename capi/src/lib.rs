@@ -73,3 +73,13 @@ mod types;
 mod unsupported;
 
 pub use errors::entry;
+
+/// A few entry points by Rust path, for Rust programs that link this crate
+/// as an rlib and call the C ABI exactly as a C program does
+/// (`bench/`'s `gmpi-capi-overhead`). Every entry point is also exported
+/// under its C name.
+pub mod entry_points {
+    pub use crate::comm::{PMPI_Comm_rank, PMPI_Comm_size};
+    pub use crate::env::{PMPI_Finalize, PMPI_Init};
+    pub use crate::p2p::{PMPI_Recv, PMPI_Send};
+}
