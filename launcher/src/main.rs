@@ -7,6 +7,8 @@
 //!   and the single-threaded `poll` event loop: PMI serving, output forwarding, stdin to
 //!   rank 0, reaping, failure handling, teardown and cleanup.
 //! - `output.rs`: per-rank line forwarding (`[rank] ` tags, partial lines).
+//! - `slurm.rs`: Slurm allocations (`SLURM_JOB_NODELIST`, `SLURM_TASKS_PER_NODE`)
+//!   expanded into `(host, slots)`.
 //! - `sys.rs`: signals, descriptors, process groups, `/proc` and `/dev/shm`: the only
 //!   `unsafe` (the `pre_exec` hook).
 //!
@@ -21,6 +23,7 @@
 mod cli;
 mod job;
 mod output;
+mod slurm;
 mod sys;
 
 use clap::Parser;
@@ -45,5 +48,17 @@ fn main() {
         timeout: cli.timeout,
     };
     let _ = cli.oversubscribe; // Accepted for compatibility; always allowed.
+    match slurm::allocation_from_env() {
+        Ok(Some(alloc)) => {
+            let here = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if let Some(note) = slurm::other_hosts_note(&alloc, &here) {
+                eprintln!("gmpirun: note: {note}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("gmpirun: warning: ignoring the Slurm allocation: {e}"),
+    }
     std::process::exit(job::run(&spec));
 }

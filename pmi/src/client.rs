@@ -10,6 +10,14 @@
 //! `KEY#0` .. `KEY#N-1` and `KEY` holds the marker `gmpi-split:N`; [`PmiClient::get`]
 //! reassembles them. So keys may not contain `#`, and a value that itself begins with the
 //! marker is always stored split (so it reads back unchanged).
+//!
+//! The same client serves under every launcher, so it keeps to what the strictest PMI-1
+//! server accepts: no request line over 1024 bytes (Slurm's `pmi2` plugin reads each
+//! request with one 1024-byte `read`), no stored value of `vallen_max` bytes or more
+//! (Hydra keeps `vallen_max - 1`), `init` spelled exactly `cmd=init pmi_version=1
+//! pmi_subversion=1` (Slurm matches it with `sscanf`); and it accepts what they answer:
+//! `appnum=-1` (Slurm), a `JOBID.STEPID` kvsname, `get_result rc=1` with no value for a
+//! missing key, and a failed `barrier_out rc=N` (an error, not a silent success).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -26,6 +34,13 @@ const SPLIT_MARKER: &str = "gmpi-split:";
 const PART_SEPARATOR: char = '#';
 /// Smallest `vallen_max` the client works with (the split marker must fit).
 const MIN_VALLEN: usize = 32;
+/// Longest request line the client sends, newline included. MPICH's simple PMI reads
+/// lines into buffers of this size (`PMIU_MAXLINE`), and Slurm's `pmi2` plugin reads each
+/// PMI-1 request with one `read` of this many bytes: a longer line arrives cut in two and
+/// its tail is taken for a malformed request (`src/plugins/mpi/pmi2/pmi1.c`).
+pub(crate) const REQUEST_LINE_MAX: usize = 1024;
+/// Room left in a `put` line for the part suffix of a split value (`#65535`) and slack.
+const PART_SUFFIX_ROOM: usize = 8;
 /// Most parts one value may be split into (bounds what a `get` will fetch).
 const MAX_PARTS: usize = 1 << 16;
 
@@ -172,7 +187,7 @@ impl PmiClient {
             vallen: reply.require_num("vallen_max")?,
         };
         let kvsname_max: usize = reply.require_num("kvsname_max")?;
-        if maxes.vallen < MIN_VALLEN || maxes.keylen < 2 {
+        if maxes.vallen <= MIN_VALLEN || maxes.keylen < 2 {
             return Err(PmiError::Protocol(format!(
                 "server limits too small to work with (keylen_max={}, vallen_max={})",
                 maxes.keylen, maxes.vallen
@@ -186,6 +201,12 @@ impl PmiClient {
         if kvsname.is_empty() || kvsname.len() > kvsname_max {
             return Err(PmiError::Protocol(format!(
                 "kvsname {kvsname:?} is empty or longer than kvsname_max={kvsname_max}"
+            )));
+        }
+        // Every put must leave room for a useful piece of value on one request line.
+        if put_overhead(kvsname.len(), maxes.keylen.min(KEY_ROOM)) + MIN_VALLEN > REQUEST_LINE_MAX {
+            return Err(PmiError::Protocol(format!(
+                "kvsname {kvsname:?} is too long to leave room for values on a {REQUEST_LINE_MAX}-byte request line"
             )));
         }
 
@@ -256,6 +277,14 @@ impl PmiClient {
             });
         }
         let limit = self.value_limit(key);
+        if limit < MIN_VALLEN {
+            return Err(PmiError::InvalidKey {
+                key: key.to_owned(),
+                reason: format!(
+                    "too long to leave room for a value on a {REQUEST_LINE_MAX}-byte request line"
+                ),
+            });
+        }
         if value.len() <= limit && !value.starts_with(SPLIT_MARKER) {
             return self.put_raw(key, value);
         }
@@ -321,8 +350,9 @@ impl PmiClient {
     pub fn fence(&mut self) -> Result<(), PmiError> {
         self.check_open()?;
         send(&mut self.conn, &Command::new("barrier_in"))?;
-        expect(&mut self.conn, "barrier_out")?;
-        Ok(())
+        let reply = expect(&mut self.conn, "barrier_out")?;
+        // Slurm reports a failed exchange between its daemons here (rc and msg).
+        check_rc(&reply, "barrier_in")
     }
 
     /// Asks the launcher to end the whole job with exit code `code`, reporting `msg`
@@ -331,17 +361,19 @@ impl PmiClient {
     pub fn abort(&mut self, code: i32, msg: &str) -> Result<(), PmiError> {
         self.check_open()?;
         let mut cmd = Command::new("abort").arg("exitcode", code);
-        let mut msg = msg.to_string();
-        if msg.len() > 1024 {
-            let mut cut = 1024;
-            while !msg.is_char_boundary(cut) {
-                cut -= 1;
+        // The whole line must fit one request read (Slurm acts on no abort it cannot
+        // parse): cut the escaped message at a character, never inside an escape.
+        let room = REQUEST_LINE_MAX - cmd.encode().len() - " msg=".len();
+        let mut escaped = String::new();
+        for c in msg.chars() {
+            let e = crate::wire::escape_text(c.encode_utf8(&mut [0u8; 4]));
+            if escaped.len() + e.len() > room {
+                break;
             }
-            msg.truncate(cut);
+            escaped.push_str(&e);
         }
-        let msg = crate::wire::escape_text(&msg);
-        if !msg.is_empty() {
-            cmd = cmd.arg("msg", msg);
+        if !escaped.is_empty() {
+            cmd = cmd.arg("msg", escaped);
         }
         send(&mut self.conn, &cmd)
     }
@@ -383,12 +415,13 @@ impl PmiClient {
         })
     }
 
-    /// Largest value (bytes) one `put` of `key` may carry: the server's `vallen_max`, and
-    /// never so long that the line would exceed [`MAX_LINE_LEN`].
+    /// Largest value (bytes) one `put` of `key` may carry: below the server's
+    /// `vallen_max` (MPICH's Hydra keeps `vallen_max - 1` bytes: the limit counts C's
+    /// terminating NUL), and never so long that the request line would exceed
+    /// [`REQUEST_LINE_MAX`].
     fn value_limit(&self, key: &str) -> usize {
-        // "cmd=put kvsname=K key=KEY#NNNNN value=V" with room for a part suffix.
-        let overhead = "cmd=put kvsname= key= value=".len() + self.kvsname.len() + key.len() + 8;
-        self.maxes.vallen.min(MAX_LINE_LEN.saturating_sub(overhead))
+        (self.maxes.vallen - 1)
+            .min(REQUEST_LINE_MAX.saturating_sub(put_overhead(self.kvsname.len(), key.len())))
     }
 
     fn put_raw(&mut self, key: &str, value: &str) -> Result<(), PmiError> {
@@ -416,6 +449,16 @@ impl PmiClient {
         }
         Ok(reply.require("value")?.to_owned())
     }
+}
+
+/// Longest key [`put_overhead`] is checked with at handshake: keys are at most
+/// `keylen_max` bytes, and gmpi's own keys are far shorter than this.
+const KEY_ROOM: usize = 64;
+
+/// Bytes of a `put` request line other than the value:
+/// `cmd=put kvsname=K key=KEY#NNNNN value=` and the newline.
+fn put_overhead(kvsname_len: usize, key_len: usize) -> usize {
+    "cmd=put kvsname= key= value=\n".len() + kvsname_len + key_len + PART_SUFFIX_ROOM
 }
 
 /// Writes one command.
@@ -774,6 +817,154 @@ mod tests {
         c.finalize().unwrap();
         drop(c);
         server.join().unwrap();
+    }
+
+    /// A stand-in for Slurm's `mpi/pmi2` plugin serving PMI-1 (`agent.c`, `pmi1.c`,
+    /// `client.c` of Slurm 22.05), down to how it reads: `init` with one 64-byte `read`
+    /// matched by `sscanf`, every later request with one 1024-byte `read` that must hold
+    /// the whole line. Its replies are Slurm's, byte for byte: `appnum=-1`, a
+    /// `JOBID.STEPID` kvsname, `get_result rc=1` without a value for a missing key,
+    /// `barrier_out rc=N`, `finalize_ack` then close, and no reply to `abort`.
+    /// Returns the requests seen (`Err` for one Slurm would have rejected).
+    fn slurm_pmi1_stub(mut conn: UnixStream, barrier_rc: i32) -> Vec<Result<String, String>> {
+        let mut seen = Vec::new();
+        let mut kvs: HashMap<String, String> = HashMap::new();
+        let mut buf = [0u8; 64];
+        let n = conn.read(&mut buf).unwrap();
+        let init = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if init != "cmd=init pmi_version=1 pmi_subversion=1\n" {
+            seen.push(Err(init));
+            return seen;
+        }
+        conn.write_all(b"cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n")
+            .unwrap();
+        loop {
+            let mut buf = vec![0u8; REQUEST_LINE_MAX];
+            let n = match conn.read(&mut buf) {
+                Ok(0) | Err(_) => return seen,
+                Ok(n) => n,
+            };
+            let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+            // Slurm parses what one read gave; a line cut short or two lines glued
+            // together are malformed requests there.
+            if !line.ends_with('\n') || line.matches('\n').count() != 1 {
+                seen.push(Err(line));
+                return seen;
+            }
+            seen.push(Ok(line.clone()));
+            let args: HashMap<&str, &str> = line
+                .trim_end()
+                .split(' ')
+                .filter_map(|t| t.split_once('='))
+                .collect();
+            let reply = match args["cmd"] {
+                "get_maxes" => {
+                    "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n".to_owned()
+                }
+                "get_universe_size" => "cmd=universe_size rc=0 size=2\n".to_owned(),
+                "get_appnum" => "cmd=appnum rc=0 appnum=-1\n".to_owned(),
+                "get_my_kvsname" => "cmd=my_kvsname rc=0 kvsname=4242.7\n".to_owned(),
+                "put" => {
+                    kvs.insert(args["key"].to_owned(), args["value"].to_owned());
+                    "cmd=put_result rc=0\n".to_owned()
+                }
+                "get" => match kvs.get(args["key"]) {
+                    Some(v) => format!("cmd=get_result rc=0 value={v}\n"),
+                    None => "cmd=get_result rc=1\n".to_owned(),
+                },
+                "barrier_in" if barrier_rc != 0 => {
+                    format!(
+                        "cmd=barrier_out rc={barrier_rc} msg=mpi/pmi2:_failed_to_send_temp_kvs\n"
+                    )
+                }
+                "barrier_in" => "cmd=barrier_out rc=0\n".to_owned(),
+                "finalize" => {
+                    conn.write_all(b"cmd=finalize_ack rc=0\n").unwrap();
+                    return seen;
+                }
+                "abort" => return seen,
+                _ => {
+                    seen.push(Err(format!("unknown command in {line:?}")));
+                    return seen;
+                }
+            };
+            conn.write_all(reply.as_bytes()).unwrap();
+        }
+    }
+
+    #[test]
+    fn speaks_slurms_pmi1_within_its_line_limit() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let slurm = thread::spawn(move || slurm_pmi1_stub(server, 0));
+        let mut c = PmiClient::from_fd(client.into(), 1, 2).unwrap();
+        assert_eq!(
+            (c.kvsname(), c.appnum(), c.universe_size()),
+            ("4242.7", -1, 2)
+        );
+        let long = big_value(3);
+        c.put("gmpi-card-1", &long).unwrap();
+        c.put("exact", &"v".repeat(1023)).unwrap();
+        c.put("over", &"w".repeat(1024)).unwrap();
+        c.fence().unwrap();
+        assert_eq!(c.get("gmpi-card-1").unwrap(), long);
+        assert_eq!(c.get("exact").unwrap(), "v".repeat(1023));
+        assert_eq!(c.get("over").unwrap(), "w".repeat(1024));
+        assert!(matches!(c.get("gmpi-secret"), Err(PmiError::NotFound(_))));
+        c.finalize().unwrap();
+        drop(c);
+        let seen = slurm.join().unwrap();
+        for req in &seen {
+            let line = req
+                .as_ref()
+                .unwrap_or_else(|bad| panic!("Slurm rejects {bad:?}"));
+            assert!(line.len() <= REQUEST_LINE_MAX, "{} bytes", line.len());
+        }
+        // Hydra keeps vallen_max - 1 bytes, so no stored part is longer than that.
+        for req in seen.iter().flatten() {
+            if let Some(v) = req
+                .trim_end()
+                .split(' ')
+                .find_map(|t| t.strip_prefix("value="))
+            {
+                assert!(v.len() < 1024, "a {}-byte value", v.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_slurm_fence_is_an_error() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let slurm = thread::spawn(move || slurm_pmi1_stub(server, 5));
+        let mut c = PmiClient::from_fd(client.into(), 0, 2).unwrap();
+        match c.fence() {
+            Err(PmiError::Refused { cmd, rc: 5, msg }) => {
+                assert_eq!(cmd, "barrier_in");
+                assert!(msg.contains("temp_kvs"), "{msg}");
+            }
+            other => panic!("expected a refused fence, got {other:?}"),
+        }
+        drop(c);
+        slurm.join().unwrap();
+    }
+
+    #[test]
+    fn a_long_abort_message_still_fits_one_request() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let slurm = thread::spawn(move || slurm_pmi1_stub(server, 0));
+        let mut c = PmiClient::from_fd(client.into(), 0, 2).unwrap();
+        let msg = "rank 0: é = 100% wrong\n".repeat(200);
+        c.abort(9, &msg).unwrap();
+        drop(c);
+        let seen = slurm.join().unwrap();
+        let last = seen
+            .last()
+            .unwrap()
+            .as_ref()
+            .expect("Slurm would not parse the abort");
+        let cmd = Command::parse(last).unwrap();
+        assert_eq!((cmd.name(), cmd.get("exitcode")), ("abort", Some("9")));
+        let sent = crate::wire::unescape_text(cmd.get("msg").unwrap());
+        assert!(sent.len() > 500 && msg.starts_with(&sent), "{sent:?}");
     }
 
     #[test]

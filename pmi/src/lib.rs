@@ -1,7 +1,9 @@
 //! gmpi-pmi: the PMI-1 "simple" wire protocol (MPICH's PMI v1.1), both ends.
 //!
 //! The same protocol is served by MPICH's Hydra and accepted by Slurm's `pmi2` plugin,
-//! so a gmpi rank bootstraps the same way under `gmpirun`, `mpiexec.hydra` or `srun`.
+//! so a gmpi rank bootstraps the same way under `gmpirun`, `mpiexec.hydra` or
+//! `srun --mpi=pmi2` (the client keeps to the strictest server's limits; see `client.rs`;
+//! `tests/tests/launchers.rs` runs real jobs under both).
 //!
 //! File map:
 //! - `wire.rs`: [`Command`], the line codec (`cmd=NAME key=value ...\n`); a total

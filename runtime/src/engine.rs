@@ -57,6 +57,17 @@ pub(crate) struct Engine {
     pub node_of: Vec<u32>,
     /// Prefix of this job's shared-memory files on this node.
     pub shm_prefix: Option<String>,
+    /// Whether the launcher itself ends the job when a rank exits early:
+    /// `gmpirun` does (it sets `GMPI_JOBID`); Hydra does for a rank killed or
+    /// exiting non-zero, Slurm only with `--kill-on-bad-exit`. Where it is
+    /// not known to, a panicking rank asks for the job's end through PMI, and
+    /// the ranks of a node watch each other (`watch.rs`).
+    pub launcher_watches_exits: bool,
+    /// The ranks of this node, watched while waits block when the launcher
+    /// does not watch exits (empty otherwise).
+    pub watch: crate::watch::PeerWatch,
+    /// `MPI_Finalize` has begun: peers may now exit before this rank.
+    pub finalizing: bool,
     /// The next free context id: every new communicator takes two (its
     /// point-to-point and collective contexts), agreed as the maximum over
     /// the parent's ranks, so an id is never used twice in a job.
@@ -94,6 +105,21 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A rank is unwinding from a panic without finalizing: unless the launcher
+/// watches for that itself, ask it (PMI `abort`) to end the job, so that the
+/// peers waiting for this rank do not wait forever.
+pub(crate) fn abort_after_panic() {
+    let mut g = lock();
+    if let State::Running(e) = &mut *g {
+        if !e.launcher_watches_exits {
+            let msg = format!("rank {} panicked", e.rank);
+            if let Some(p) = e.pmi.as_mut() {
+                let _ = p.abort(101, &msg);
+            }
+        }
+    }
+}
+
 /// Run `f` on the engine, or fail `call` if MPI is not running.
 pub(crate) fn with<R>(call: &str, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
     let mut g = lock();
@@ -129,6 +155,32 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// The job's part of its shared-memory file names, `/dev/shm/gmpi-{tag}-...`.
+///
+/// Under `gmpirun` it is `GMPI_JOBID` (gmpirun removes `gmpi-{GMPI_JOBID}*` when the job
+/// ends, whatever happened). Under other launchers it comes from the PMI kvsname, which
+/// names the job uniquely: Slurm's `pmi2` plugin serves `JOBID.STEPID`, Hydra
+/// `kvs_PID_N_RANDOM_HOST`. Characters other than ASCII letters, digits and `_` become
+/// `_` (dropping them would make job 1 step 10 and job 11 step 0 both `110`); a name
+/// longer than 48 bytes keeps its first 32 and a hash of the whole, so the file name
+/// stays far below the 255-byte limit.
+pub(crate) fn job_tag(gmpi_jobid: Option<&str>, kvsname: &str) -> String {
+    let name = gmpi_jobid.filter(|j| !j.is_empty()).unwrap_or(kvsname);
+    let mut tag: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if tag.len() > 48 {
+        // FNV-1a: stable across processes and builds (std's hasher is not promised to be).
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        tag.truncate(32);
+        tag.push_str(&format!("_{hash:016x}"));
+    }
+    tag
+}
+
 fn pmi_err(call: &str, rank: i32) -> impl Fn(gmpi_pmi::PmiError) -> Error + '_ {
     move |e| {
         Error::new(
@@ -148,6 +200,7 @@ impl Engine {
         let (rank, size) = pmi.as_ref().map_or((0, 1), |p| (p.rank(), p.size()));
         let r = rank as i32;
         let host = hostname();
+        let launcher_watches_exits = std::env::var_os("GMPI_JOBID").is_some();
 
         // Business cards: which node each rank is on (its hostname, hex-encoded
         // so it travels as one PMI value).
@@ -155,6 +208,10 @@ impl Engine {
         if let Some(p) = pmi.as_mut() {
             p.put(&format!("gmpi-card-{rank}"), &node_of[rank as usize])
                 .map_err(pmi_err(CALL, r))?;
+            if !launcher_watches_exits {
+                p.put(&format!("gmpi-pid-{rank}"), &std::process::id().to_string())
+                    .map_err(pmi_err(CALL, r))?;
+            }
             p.fence().map_err(pmi_err(CALL, r))?;
             for (peer, node) in node_of.iter_mut().enumerate() {
                 if peer as u32 == rank {
@@ -184,6 +241,25 @@ impl Engine {
             .expect("self is local") as u32;
         let local_size = local.len() as u32;
 
+        // The pids of this node's other ranks, for the peer watch.
+        let mut local_pids = Vec::new();
+        if let (Some(p), false) = (pmi.as_mut(), launcher_watches_exits) {
+            for &peer in local.iter().filter(|&&q| q != rank) {
+                let pid = p
+                    .get(&format!("gmpi-pid-{peer}"))
+                    .map_err(pmi_err(CALL, r))?;
+                let pid = pid.parse::<u32>().map_err(|_| {
+                    Error::new(
+                        ErrorClass::Intern,
+                        CALL,
+                        r,
+                        format!("malformed pid of rank {peer}: {pid:?}"),
+                    )
+                })?;
+                local_pids.push((peer, pid));
+            }
+        }
+
         // Node index of each rank: order of first appearance.
         let mut nodes: Vec<&String> = Vec::new();
         let node_idx: Vec<u32> = node_of
@@ -200,11 +276,7 @@ impl Engine {
         let mut cma_status = String::from("no shared-memory peers");
         let mut shm_prefix = None;
         if let Some(p) = pmi.as_mut() {
-            let job = std::env::var("GMPI_JOBID")
-                .unwrap_or_else(|_| p.kvsname().to_string())
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect::<String>();
+            let job = job_tag(std::env::var("GMPI_JOBID").ok().as_deref(), p.kvsname());
             let node_tag: String = me_node.chars().take(32).collect();
             let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
             shm_prefix = Some(path.clone());
@@ -263,9 +335,16 @@ impl Engine {
             }
         }
         let backoff = Backoff::new(&cfg, local_size as usize);
+        let watch = crate::watch::PeerWatch::new(&local_pids);
+        if !launcher_watches_exits {
+            tracing::debug!(target: "gmpi", "not started by gmpirun: watching {} of {} other local ranks", watch.len(), local_pids.len());
+        }
         Ok(Engine {
             node_of: node_idx,
             shm_prefix,
+            launcher_watches_exits,
+            watch,
+            finalizing: false,
             next_ctx: 2,
             scheds: Default::default(),
             next_sched: 1,
@@ -332,6 +411,7 @@ impl Engine {
             } else if idle <= b.spin + b.yields {
                 std::thread::yield_now();
             } else {
+                self.check_peers();
                 self.driver.wait(b.block);
             }
         }
@@ -355,9 +435,31 @@ impl Engine {
         } else if k <= b.spin + 20_000 {
             std::thread::yield_now();
         } else {
+            self.check_peers();
             std::thread::sleep(Duration::from_micros(50));
         }
         Ok(())
+    }
+
+    /// From a wait about to block: if a rank of this node is gone without
+    /// finalizing (see `watch.rs`), end the whole job through PMI `abort`, as
+    /// gmpirun would have, instead of waiting for it forever.
+    fn check_peers(&mut self) {
+        if self.finalizing {
+            return;
+        }
+        let Some(gone) = self.watch.poll(std::time::Instant::now()) else {
+            return;
+        };
+        let msg = format!(
+            "rank {} (pid {}) on {} is gone without calling MPI_Finalize; rank {} ends the job",
+            gone.rank, gone.pid, self.hostname, self.rank
+        );
+        if let Some(p) = self.pmi.as_mut() {
+            let _ = p.abort(1, &msg);
+        }
+        eprintln!("gmpi: {msg}");
+        std::process::exit(1);
     }
 
     /// Park a schedule to run in the background; advance it once now.
@@ -429,5 +531,25 @@ impl Engine {
     /// Progress once without blocking.
     pub fn poke(&mut self, call: &str) -> Result<()> {
         self.progress_all(call).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_tag;
+
+    #[test]
+    fn job_tags_from_every_launcher_are_distinct_file_name_parts() {
+        assert_eq!(job_tag(Some("00ff12"), "gmpi_00ff12"), "00ff12");
+        assert_eq!(job_tag(None, "1.10"), "1_10");
+        assert_ne!(job_tag(None, "1.10"), job_tag(None, "11.0"));
+        assert_eq!(job_tag(Some(""), "kvs_20399_0_42_vm"), "kvs_20399_0_42_vm");
+        assert_eq!(job_tag(None, "kvs_1_0_7_node-a.b"), "kvs_1_0_7_node_a_b");
+        let long_a = format!("kvs_1_0_7_{}", "h".repeat(200));
+        let long_b = format!("kvs_1_0_7_{}x", "h".repeat(199));
+        let (a, b) = (job_tag(None, &long_a), job_tag(None, &long_b));
+        assert!(a.len() <= 49 && b.len() <= 49, "{a} {b}");
+        assert_ne!(a, b);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
     }
 }

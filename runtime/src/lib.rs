@@ -46,6 +46,8 @@
 //! - `op.rs`: [`Op`] (reduction operations) and the kernels that apply them.
 //! - `engine.rs`: the per-process engine: PMI wire-up, transports, the
 //!   spin → yield → block wait loop.
+//! - `watch.rs`: the local-peer watch that ends the job when a rank of this
+//!   node is gone without finalizing, under launchers that would not.
 //! - `buffer.rs`: user buffers as raw memory: the [`Buffer`] traits, views
 //!   `(memory, count, datatype)`, [`TypedBuf`] (with `datatype.rs`, the only
 //!   `unsafe` code in this crate).
@@ -70,6 +72,7 @@ mod intercomm;
 mod op;
 mod request;
 mod typemap;
+mod watch;
 
 use std::marker::PhantomData;
 use std::sync::OnceLock;
@@ -258,6 +261,8 @@ impl Universe {
                 "gmpi is not initialized",
             ));
         };
+        // From here on, peers may finish and exit before this rank does.
+        e.finalizing = true;
         // Finish what was detached, then make sure every peer is done with us.
         e.wait_until(CALL, |e| {
             Ok(e.driver.pml.outstanding() == 0 && !e.driver.has_pending() && e.scheds.is_empty())
@@ -286,6 +291,7 @@ impl Drop for Universe {
             // waiting for it): leave without finalizing, so the process exits
             // non-zero and the launcher ends the job.
             self.finalized = true;
+            engine::abort_after_panic();
             return;
         }
         if let Err(e) = self.finalize_inner() {

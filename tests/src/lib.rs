@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 /// Deterministic content for a message of `len` bytes from `src` with `salt`.
 pub fn pattern(len: usize, src: i32, salt: u64) -> Vec<u8> {
@@ -43,6 +44,48 @@ pub fn gmpirun() -> PathBuf {
         assert!(st.success(), "building gmpirun failed");
     }
     p
+}
+
+/// The MPI prefix laid out (once per test binary) from this build with
+/// `install.sh --no-build` at `target/<profile>/capi-prefix`: `bin/gmpicc`,
+/// `bin/gmpirun`, `lib/libmpi.so.12`, `include/mpi.h`. Builds `gmpi-capi` and
+/// `gmpi-launcher` first when this test run did not.
+pub fn capi_prefix() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repo root");
+        let target = target_dir();
+        let release = target.ends_with("release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut b = Command::new(cargo);
+        b.args(["build", "-p", "gmpi-capi", "-p", "gmpi-launcher"]);
+        if release {
+            b.arg("--release");
+        }
+        assert!(
+            b.status().expect("cargo build").success(),
+            "building libmpi failed"
+        );
+        let dir = target.join("capi-prefix");
+        let mut i = Command::new("bash");
+        i.arg(repo.join("install.sh"))
+            .args(["--no-build", "--prefix"])
+            .arg(&dir)
+            .env("CARGO_TARGET_DIR", target.parent().expect("target dir"));
+        if !release {
+            i.arg("--debug");
+        }
+        let out = i.output().expect("run install.sh");
+        assert!(
+            out.status.success(),
+            "install.sh failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
 }
 
 /// Run `gmpirun ARGS...`, capturing output.

@@ -13,7 +13,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,38 +23,7 @@ fn repo() -> PathBuf {
 
 /// The prefix laid out from this build (`target/<profile>/capi-prefix`).
 fn prefix() -> &'static Path {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let target = gmpi_tests::target_dir();
-        let release = target.ends_with("release");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut b = Command::new(cargo);
-        b.args(["build", "-p", "gmpi-capi", "-p", "gmpi-launcher"]);
-        if release {
-            b.arg("--release");
-        }
-        assert!(
-            b.status().expect("cargo build").success(),
-            "building libmpi failed"
-        );
-        let dir = target.join("capi-prefix");
-        let mut i = Command::new("bash");
-        i.arg(repo().join("install.sh"))
-            .args(["--no-build", "--prefix"])
-            .arg(&dir)
-            .env("CARGO_TARGET_DIR", target.parent().expect("target dir"));
-        if !release {
-            i.arg("--debug");
-        }
-        let out = i.output().expect("run install.sh");
-        assert!(
-            out.status.success(),
-            "install.sh failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
+    gmpi_tests::capi_prefix()
 }
 
 /// Whether `tool` is on PATH; if not, fail (or skip loudly when allowed).
