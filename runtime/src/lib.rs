@@ -310,12 +310,14 @@ pub fn processor_name() -> String {
 /// End the whole job with exit status `code` (`MPI_Abort`). The launcher kills
 /// every rank and reports `msg`.
 pub fn abort(code: i32, msg: &str) -> ! {
+    // The message first: a launcher may kill this process as soon as it
+    // reads the abort (Hydra does), and then nothing after it is printed.
+    eprintln!("gmpi: {msg}");
     let mut g = engine::lock();
     if let engine::State::Running(e) = &mut *g {
         if let Some(p) = e.pmi.as_mut() {
             let _ = p.abort(code, msg);
         }
     }
-    eprintln!("gmpi: {msg}");
     std::process::exit(if code == 0 { 1 } else { code & 0xff })
 }
