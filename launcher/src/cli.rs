@@ -1,30 +1,71 @@
 //! Command line: the clap definition and the `-np` / program-boundary preprocessing.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 
-/// Start the ranks of a gmpi (MPI) job on this node.
+use crate::hosts::MapBy;
+
+/// Start the ranks of a gmpi (MPI) job on this node or across hosts.
 ///
 /// gmpirun starts N copies of PROGRAM, serves them the PMI-1 bootstrap protocol
 /// (PMI_FD), forwards their output line by line and gmpirun's stdin to rank 0, and ends
 /// the whole job as soon as one rank fails (non-zero exit, signal, PMI abort, exit
 /// without PMI finalize). Its exit status is the first failing rank's status (128+N for
-/// signal N), 124 after --timeout, 127 when PROGRAM cannot be started.
+/// signal N), 124 after --timeout, 127 when PROGRAM cannot be started, 1 when a host
+/// cannot be reached or is lost.
+///
+/// With -H or --hostfile the ranks run on those hosts: gmpirun starts a proxy on each
+/// (itself, at the same path: a shared filesystem is assumed) through SSH, or directly
+/// for this host (`localhost` or its own name). Ranks start in gmpirun's working
+/// directory with the remote login environment plus gmpirun's PATH, LD_LIBRARY_PATH and
+/// GMPI_* variables and the -x ones. Without -n the job has one rank per slot.
 #[derive(Debug, Parser)]
 #[command(
     name = "gmpirun",
     version,
     about,
     long_about,
-    override_usage = "gmpirun [OPTIONS] -n|-np N PROGRAM [ARGS...]"
+    override_usage = "gmpirun [OPTIONS] -n|-np N PROGRAM [ARGS...]\n       \
+                      gmpirun [OPTIONS] [-n N] -H HOST[:SLOTS],... | --hostfile FILE PROGRAM [ARGS...]"
 )]
 pub struct Cli {
-    /// Number of ranks to start (also spelled -np).
+    /// Number of ranks to start (also spelled -np). With hosts: one per slot if omitted.
     #[arg(short = 'n', long = "np", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..),
+          required_unless_present_any = ["hosts", "hostfile", "npernode"])]
+    pub np: Option<u32>,
+
+    /// Hosts to run on, with their slots (1 if not given): `-H n1:4,n2:4`. Repeatable;
+    /// a host named again gets more slots.
+    #[arg(short = 'H', long = "host", value_name = "HOST[:SLOTS],...")]
+    pub hosts: Vec<String>,
+
+    /// File of hosts, one per line: `host`, `host:4` or `host slots=4`; `#` comments.
+    #[arg(long, value_name = "FILE", conflicts_with = "hosts")]
+    pub hostfile: Option<PathBuf>,
+
+    /// How ranks are dealt to the hosts: `slot` fills each host's slots in order,
+    /// `node` goes round-robin over the hosts.
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = MapBy::Slot)]
+    pub map_by: MapBy,
+
+    /// Exactly N ranks on each host (slots are ignored); without -n, N per host.
+    #[arg(short = 'N', long = "npernode", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub np: u32,
+    pub npernode: Option<u32>,
+
+    /// The command that runs the proxies on other hosts, split on whitespace (default:
+    /// $GMPI_SSH, else `ssh`). For ssh, `-o BatchMode=yes -o ConnectTimeout=5` are added.
+    #[arg(long, value_name = "COMMAND")]
+    pub launch_agent: Option<String>,
+
+    /// Most hosts one process starts; beyond, proxies start further proxies (a tree).
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub fanout: u32,
 
     /// Export NAME=VALUE to every rank, or NAME with its current value. Repeatable.
     #[arg(short = 'x', value_name = "NAME[=VALUE]")]
@@ -50,7 +91,20 @@ pub struct Cli {
 
 /// Options that take a separate value (`-n 4`), so the walk in [`preprocess_args`] knows
 /// that the next word is not the program. Keep in sync with [`Cli`].
-const OPTIONS_WITH_VALUE: &[&str] = &["-n", "--np", "-x", "--timeout"];
+const OPTIONS_WITH_VALUE: &[&str] = &[
+    "-n",
+    "--np",
+    "-x",
+    "--timeout",
+    "-H",
+    "--host",
+    "--hostfile",
+    "--map-by",
+    "-N",
+    "--npernode",
+    "--launch-agent",
+    "--fanout",
+];
 
 /// Rewrites gmpirun's argv for clap: `-np` (single dash, as every MPI spells it) becomes
 /// `-n`, and a `--` is inserted before PROGRAM so nothing after it is read as a gmpirun
@@ -176,7 +230,7 @@ mod tests {
             ["gmpirun", "-np", "2", "prog", "-n", "5", "--foo"].map(OsString::from),
         ))
         .unwrap();
-        assert_eq!(cli.np, 2);
+        assert_eq!(cli.np, Some(2));
         assert_eq!(
             cli.command,
             ["prog", "-n", "5", "--foo"].map(OsString::from)
@@ -190,6 +244,44 @@ mod tests {
     }
 
     #[test]
+    fn host_options() {
+        let cli = Cli::try_parse_from(preprocess_args(
+            [
+                "gmpirun",
+                "-H",
+                "a:2,b",
+                "--host",
+                "c",
+                "--map-by",
+                "node",
+                "-N",
+                "2",
+                "--launch-agent",
+                "ssh -p 22",
+                "--fanout",
+                "4",
+                "prog",
+                "-H",
+            ]
+            .map(OsString::from),
+        ))
+        .unwrap();
+        assert_eq!(cli.np, None);
+        assert_eq!(cli.hosts, ["a:2,b", "c"]);
+        assert_eq!(cli.map_by, MapBy::Node);
+        assert_eq!(cli.npernode, Some(2));
+        assert_eq!(cli.launch_agent.as_deref(), Some("ssh -p 22"));
+        assert_eq!(cli.fanout, 4);
+        assert_eq!(cli.command, ["prog", "-H"].map(OsString::from));
+        let cli = Cli::try_parse_from(preprocess_args(
+            ["gmpirun", "--hostfile", "hf", "-np", "3", "prog"].map(OsString::from),
+        ))
+        .unwrap();
+        assert_eq!(cli.hostfile, Some(PathBuf::from("hf")));
+        assert_eq!((cli.np, cli.map_by, cli.fanout), (Some(3), MapBy::Slot, 32));
+    }
+
+    #[test]
     fn bad_command_lines_are_refused() {
         for args in [
             &["gmpirun", "prog"][..],
@@ -197,6 +289,10 @@ mod tests {
             &["gmpirun", "-n", "2"],
             &["gmpirun", "--bogus", "-n", "2", "prog"],
             &["gmpirun", "--timeout", "-1", "-n", "2", "prog"],
+            &["gmpirun", "-H", "a", "--hostfile", "f", "prog"],
+            &["gmpirun", "-H", "a", "--map-by", "core", "prog"],
+            &["gmpirun", "-H", "a", "--fanout", "0", "prog"],
+            &["gmpirun", "-N", "0", "prog"],
         ] {
             let argv = preprocess_args(args.iter().map(OsString::from));
             assert!(Cli::try_parse_from(argv).is_err(), "{args:?}");

@@ -13,14 +13,11 @@
 //! and the job's `/dev/shm/gmpi-<jobid>*` files removed.
 
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
-use std::io::{self, Read, Write};
+use std::ffi::OsString;
+use std::io::{self, Write};
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
+use std::path::Path;
+use std::process::{ChildStderr, ChildStdin, ChildStdout};
 use std::time::{Duration, Instant};
 
 use gmpi_pmi::wire::MAX_LINE_LEN;
@@ -30,9 +27,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{access, AccessFlags, Pid};
+use nix::unistd::Pid;
 
+use crate::control::{ExitKind, Secret};
 use crate::output::LineForwarder;
+use crate::rank::{self, forward, judge_exit, PmiConn, Verdict};
 use crate::sys;
 
 /// Time between SIGTERM and SIGKILL when ending a job.
@@ -75,7 +74,7 @@ pub fn run(spec: &JobSpec) -> i32 {
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone())
         .or_else(|| std::env::var_os("PATH"));
-    let program = match resolve_program(&spec.program, path_env.as_deref()) {
+    let program = match rank::resolve_program(&spec.program, path_env.as_deref()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
@@ -92,6 +91,13 @@ pub fn run(spec: &JobSpec) -> i32 {
             return 1;
         }
     };
+    let secret = match Secret::random() {
+        Ok(s) => s.to_hex(),
+        Err(e) => {
+            eprintln!("gmpirun: cannot get random bytes for the job secret: {e}");
+            return 1;
+        }
+    };
     let signals = match sys::signal_fd() {
         Ok(s) => s,
         Err(e) => {
@@ -101,53 +107,10 @@ pub fn run(spec: &JobSpec) -> i32 {
     };
     sys::become_subreaper();
 
-    let mut job = Job::new(spec, job_id, signals);
+    let mut job = Job::new(spec, job_id, secret, signals);
     job.spawn_all(&program);
     job.event_loop();
     job.finish()
-}
-
-/// Finds the file `execvp` would run, or the error it would give.
-fn resolve_program(program: &OsStr, path_env: Option<&OsStr>) -> io::Result<PathBuf> {
-    let check = |p: &Path| -> io::Result<()> {
-        let meta = std::fs::metadata(p)?;
-        if meta.is_dir() {
-            return Err(Errno::EACCES.into());
-        }
-        access(p, AccessFlags::X_OK).map_err(io::Error::from)
-    };
-    if program.is_empty() {
-        return Err(Errno::ENOENT.into());
-    }
-    if program.as_bytes().contains(&b'/') {
-        let p = PathBuf::from(program);
-        check(&p)?;
-        return Ok(p);
-    }
-    let path = path_env.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
-    let mut denied = None;
-    for dir in std::env::split_paths(path) {
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
-        let candidate = dir.join(program);
-        match check(&candidate) {
-            Ok(()) => return Ok(candidate),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => denied = Some(e),
-            Err(_) => {}
-        }
-    }
-    Err(denied.unwrap_or_else(|| Errno::ENOENT.into()))
-}
-
-/// Launcher end of one rank's PMI connection.
-#[derive(Debug)]
-struct PmiConn {
-    sock: UnixStream,
-    inbuf: Vec<u8>,
-    outbuf: Vec<u8>,
 }
 
 /// One forwarded output pipe.
@@ -207,6 +170,8 @@ enum Token {
 struct Job<'a> {
     spec: &'a JobSpec,
     job_id: String,
+    /// The job secret in hex (`GMPI_JOB_SECRET`).
+    secret: String,
     signals: SignalFd,
     server: PmiServer,
     ranks: Vec<RankProc>,
@@ -224,12 +189,13 @@ struct Job<'a> {
 }
 
 impl<'a> Job<'a> {
-    fn new(spec: &'a JobSpec, job_id: String, signals: SignalFd) -> Self {
+    fn new(spec: &'a JobSpec, job_id: String, secret: String, signals: SignalFd) -> Self {
         let kvsname = format!("gmpi_{job_id}");
         Self {
             spec,
             server: PmiServer::new(spec.np, kvsname, 0, spec.np),
             job_id,
+            secret,
             signals,
             ranks: Vec::new(),
             by_pid: HashMap::new(),
@@ -258,65 +224,45 @@ impl<'a> Job<'a> {
     }
 
     fn spawn_rank(&mut self, r: u32, program: &Path) -> io::Result<()> {
-        let (ours, theirs) = sys::pmi_socketpair()?;
         let n = self.spec.np;
-        let mut cmd = Command::new(program);
-        cmd.arg0(&self.spec.program).args(&self.spec.args);
-        // A launcher that started gmpirun itself must not confuse the ranks.
-        for var in ["PMI_PORT", "PMI_ID", "PMI_SPAWNED"] {
-            cmd.env_remove(var);
-        }
-        for (k, v) in &self.spec.exports {
-            cmd.env(k, v);
-        }
-        for (k, v) in rank_env(r, n, sys::raw(&theirs), &self.job_id) {
-            cmd.env(k, v);
-        }
-        cmd.stdin(if r == 0 {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        sys::prepare_child(&mut cmd, sys::raw(&theirs));
-        let mut child = cmd.spawn()?;
-        drop(theirs);
-        let pid = Pid::from_raw(child.id() as i32);
-        let stdout = child.stdout.take().expect("stdout was piped");
-        let stderr = child.stderr.take().expect("stderr was piped");
-        sys::set_nonblocking(&stdout)?;
-        sys::set_nonblocking(&stderr)?;
-        if let Some(pipe) = child.stdin.take() {
-            sys::set_nonblocking(&pipe)?;
+        let prog = rank::Program {
+            path: program,
+            argv0: &self.spec.program,
+            args: &self.spec.args,
+            env: &self.spec.exports,
+        };
+        let place = rank::Placement {
+            rank: r,
+            size: n,
+            local_rank: r,
+            local_size: n,
+            node_id: 0,
+            job_id: &self.job_id,
+            secret_hex: &self.secret,
+        };
+        let child = rank::spawn(&prog, &place, r == 0)?;
+        if let Some(pipe) = child.stdin {
             self.stdin = StdinFwd {
                 open: true,
                 pipe: Some(pipe),
                 buf: Vec::new(),
             };
         }
-        let sock = UnixStream::from(ours);
-        sock.set_nonblocking(true)?;
         let tag = self.spec.tag_output;
-        self.by_pid.insert(pid, self.ranks.len());
+        self.by_pid.insert(child.pid, self.ranks.len());
         self.ranks.push(RankProc {
-            pid,
+            pid: child.pid,
             exited: false,
-            pmi: Some(PmiConn {
-                sock,
-                inbuf: Vec::new(),
-                outbuf: Vec::new(),
-            }),
+            pmi: Some(child.pmi),
             stdout: Some(OutPipe {
-                pipe: stdout,
+                pipe: child.stdout,
                 fwd: LineForwarder::new(r, tag),
             }),
             stderr: Some(OutPipe {
-                pipe: stderr,
+                pipe: child.stderr,
                 fwd: LineForwarder::new(r, tag),
             }),
         });
-        // `child` is dropped without waiting: we reap by pid with waitpid.
         Ok(())
     }
 
@@ -359,7 +305,7 @@ impl<'a> Job<'a> {
         for (i, rank) in self.ranks.iter().enumerate() {
             if let Some(pmi) = &rank.pmi {
                 let mut flags = input;
-                if !pmi.outbuf.is_empty() {
+                if pmi.wants_write() {
                     flags |= PollFlags::POLLOUT;
                 }
                 tokens.push(Token::Pmi(i));
@@ -480,44 +426,26 @@ impl<'a> Job<'a> {
         if self.failure.is_some() || self.phase != Phase::Running {
             return;
         }
-        let (rank, pid) = (i as u32, self.ranks[i].pid);
-        match status {
-            WaitStatus::Exited(_, 0)
-                if self.server.is_initialized(rank) && !self.server.is_finalized(rank) =>
-            {
-                self.fail(1, format!("rank {rank} exited without calling finalize"));
+        let Some(status) = ExitKind::from_wait(&status) else {
+            return;
+        };
+        let rank = i as u32;
+        let pid = self.ranks[i].pid.as_raw() as u32;
+        let other = (0..self.server.size()).find(|&r| r != rank && self.server.is_initialized(r));
+        match judge_exit(
+            rank,
+            Some(pid),
+            None,
+            status,
+            self.server.is_initialized(rank),
+            self.server.is_finalized(rank),
+            other,
+        ) {
+            Verdict::Fine => {}
+            Verdict::Uninitialized => {
+                self.exited_uninit.get_or_insert(rank);
             }
-            WaitStatus::Exited(_, 0) if !self.server.is_initialized(rank) => {
-                // A program that never uses MPI is fine, unless another rank
-                // did: MPI initialization is collective, so the others would
-                // wait for this one forever.
-                if let Some(other) =
-                    (0..self.server.size()).find(|&r| self.server.is_initialized(r))
-                {
-                    self.fail(
-                        1,
-                        format!(
-                            "rank {rank} (pid {pid}) exited without initializing MPI while rank {other} did"
-                        ),
-                    );
-                } else {
-                    self.exited_uninit.get_or_insert(rank);
-                }
-            }
-            WaitStatus::Exited(_, 0) => {}
-            WaitStatus::Exited(_, code) => self.fail(
-                code,
-                format!("rank {rank} (pid {pid}) exited with status {code}"),
-            ),
-            WaitStatus::Signaled(_, sig, _) => self.fail(
-                128 + sig as i32,
-                format!(
-                    "rank {rank} (pid {pid}) was killed by signal {} ({})",
-                    sig as i32,
-                    sig.as_str()
-                ),
-            ),
-            _ => {}
+            Verdict::Fail(code, msg) => self.fail(code, msg),
         }
     }
 
@@ -646,35 +574,14 @@ impl<'a> Job<'a> {
         let Some(pmi) = &mut self.ranks[i].pmi else {
             return;
         };
-        let mut chunk = [0u8; 8192];
-        let mut eof = false;
-        loop {
-            match pmi.sock.read(&mut chunk) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => pmi.inbuf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    eof = true;
-                    break;
-                }
-            }
-        }
-        let mut lines = Vec::new();
-        while let Some(end) = pmi.inbuf.iter().position(|&b| b == b'\n') {
-            lines.push(pmi.inbuf.drain(..=end).collect::<Vec<u8>>());
-        }
-        let too_long = pmi.inbuf.len() > MAX_LINE_LEN;
-        if eof || too_long {
+        let input = pmi.read_lines();
+        if input.closed || input.too_long {
             self.ranks[i].pmi = None;
         }
-        for line in lines {
+        for line in input.lines {
             self.handle_pmi_line(i, &line);
         }
-        if too_long {
+        if input.too_long {
             self.fail(
                 1,
                 format!(
@@ -692,8 +599,7 @@ impl<'a> Job<'a> {
             match out {
                 ServerOutput::Reply { rank, line } => {
                     if let Some(pmi) = &mut self.ranks[rank as usize].pmi {
-                        pmi.outbuf.extend_from_slice(line.as_bytes());
-                        self.flush_pmi(rank as usize);
+                        pmi.send(&line);
                     }
                 }
                 ServerOutput::Abort { rank, code, msg } => {
@@ -732,22 +638,8 @@ impl<'a> Job<'a> {
     }
 
     fn flush_pmi(&mut self, i: usize) {
-        let Some(pmi) = &mut self.ranks[i].pmi else {
-            return;
-        };
-        while !pmi.outbuf.is_empty() {
-            match pmi.sock.write(&pmi.outbuf) {
-                Ok(n) => {
-                    pmi.outbuf.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    // The rank closed its end; its exit status will tell why.
-                    pmi.outbuf.clear();
-                    return;
-                }
-            }
+        if let Some(pmi) = &mut self.ranks[i].pmi {
+            pmi.flush();
         }
     }
 
@@ -807,79 +699,5 @@ impl<'a> Job<'a> {
         if !self.stdin.open {
             self.stdin.pipe = None;
         }
-    }
-}
-
-/// Reads what `pipe` has and forwards it; `true` at end of file (after flushing).
-fn forward(pipe: &mut impl Read, fwd: &mut LineForwarder, out: &mut dyn Write) -> bool {
-    let mut chunk = [0u8; 16384];
-    loop {
-        match pipe.read(&mut chunk) {
-            Ok(0) => {
-                fwd.finish(out);
-                return true;
-            }
-            Ok(n) => fwd.push(&chunk[..n], out),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => {
-                fwd.finish(out);
-                return true;
-            }
-        }
-    }
-}
-
-/// The environment gmpirun gives rank `r` of `n`, besides its own and `-x`.
-pub fn rank_env(r: u32, n: u32, pmi_fd: i32, job_id: &str) -> Vec<(&'static str, String)> {
-    let (r, n) = (r.to_string(), n.to_string());
-    vec![
-        ("PMI_RANK", r.clone()),
-        ("PMI_SIZE", n.clone()),
-        ("PMI_FD", pmi_fd.to_string()),
-        ("GMPI_RANK", r.clone()),
-        ("GMPI_SIZE", n.clone()),
-        ("GMPI_LOCAL_RANK", r.clone()),
-        ("GMPI_LOCAL_SIZE", n.clone()),
-        ("GMPI_JOBID", job_id.to_owned()),
-        ("GMPI_NODE_ID", "0".to_owned()),
-        ("OMPI_COMM_WORLD_RANK", r.clone()),
-        ("OMPI_COMM_WORLD_SIZE", n.clone()),
-        ("OMPI_COMM_WORLD_LOCAL_RANK", r.clone()),
-        ("OMPI_COMM_WORLD_LOCAL_SIZE", n.clone()),
-        ("MPI_LOCALRANKID", r.clone()),
-        ("MPI_LOCALNRANKS", n.clone()),
-        ("LOCAL_RANK", r.clone()),
-        ("LOCAL_SIZE", n.clone()),
-        ("MV2_COMM_WORLD_RANK", r.clone()),
-        ("MV2_COMM_WORLD_SIZE", n),
-        ("MV2_COMM_WORLD_LOCAL_RANK", r),
-    ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn program_resolution() {
-        assert!(resolve_program(OsStr::new("sh"), None).is_ok());
-        let e = resolve_program(OsStr::new("no-such-program-gmpi"), None).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
-        let e = resolve_program(OsStr::new("/etc/passwd"), None).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EACCES));
-        let e = resolve_program(OsStr::new("/tmp"), None).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EACCES));
-    }
-
-    #[test]
-    fn rank_env_is_complete() {
-        let env = rank_env(2, 4, 7, "00ff");
-        let get = |k: &str| env.iter().find(|(n, _)| *n == k).unwrap().1.as_str();
-        assert_eq!(get("PMI_FD"), "7");
-        assert_eq!(get("GMPI_JOBID"), "00ff");
-        assert_eq!(get("MV2_COMM_WORLD_LOCAL_RANK"), "2");
-        assert_eq!(get("OMPI_COMM_WORLD_SIZE"), "4");
-        assert_eq!(env.len(), 20);
     }
 }

@@ -5,8 +5,15 @@
 //! With tagging each line is prefixed `[rank] `. A partial line is held until its newline,
 //! end of file, or (untagged only) until the pipe has been quiet for [`QUIET_FLUSH`], so
 //! a prompt without newline still shows up.
+//!
+//! A [`Sink`] puts gmpirun's own stdout and stderr behind a writer thread, for the
+//! multi-host root: a reader that stalls (`| less`, a paused terminal) must not stall
+//! the loop that keeps the heartbeats of every host going.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long an untagged partial line may wait for its newline before it is written.
@@ -105,6 +112,97 @@ impl LineForwarder {
 /// goes on and the output is dropped, as a shell pipeline would.
 fn write_ignoring_errors(out: &mut dyn Write, buf: &[u8]) {
     let _ = out.write_all(buf).and_then(|()| out.flush());
+}
+
+/// gmpirun's stdout and stderr, written in order by a thread; see the module
+/// documentation.
+#[derive(Debug)]
+pub struct Sink {
+    tx: Option<mpsc::Sender<(bool, Vec<u8>)>>,
+    queued: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sink {
+    /// Starts the writer thread.
+    pub fn new() -> Self {
+        let (tx, rx) = mpsc::channel::<(bool, Vec<u8>)>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let left = Arc::clone(&queued);
+        let thread = std::thread::spawn(move || {
+            for (is_err, data) in rx {
+                if is_err {
+                    write_ignoring_errors(&mut std::io::stderr(), &data);
+                } else {
+                    write_ignoring_errors(&mut std::io::stdout(), &data);
+                }
+                left.fetch_sub(data.len(), Ordering::Relaxed);
+            }
+        });
+        Self {
+            tx: Some(tx),
+            queued,
+            thread: Some(thread),
+        }
+    }
+
+    /// A writer to gmpirun's stdout.
+    pub fn out(&self) -> SinkWriter<'_> {
+        SinkWriter {
+            sink: self,
+            is_err: false,
+        }
+    }
+
+    /// A writer to gmpirun's stderr.
+    pub fn err(&self) -> SinkWriter<'_> {
+        SinkWriter {
+            sink: self,
+            is_err: true,
+        }
+    }
+
+    /// Bytes handed over but not written yet.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Writes everything handed over, then stops the thread.
+    pub fn close(mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Default for Sink {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One stream of a [`Sink`]: every `write` is handed over whole, in order.
+#[derive(Debug)]
+pub struct SinkWriter<'a> {
+    sink: &'a Sink,
+    is_err: bool,
+}
+
+impl Write for SinkWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(tx) = &self.sink.tx {
+            self.sink.queued.fetch_add(buf.len(), Ordering::Relaxed);
+            if tx.send((self.is_err, buf.to_vec())).is_err() {
+                self.sink.queued.fetch_sub(buf.len(), Ordering::Relaxed);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,14 @@
 //! Operating-system plumbing of gmpirun; the crate's only `unsafe` is here.
 //!
 //! Signals are taken through a `signalfd` (they are blocked in gmpirun and unblocked
-//! again in each child before `exec`), children are made leaders of their own process
-//! group and are killed by the kernel if gmpirun dies (`PR_SET_PDEATHSIG`), and each
-//! child keeps exactly one inherited descriptor: its PMI socket.
+//! again in each child before `exec`), children (ranks, proxies, launch agents) are made
+//! leaders of their own process group and are killed by the kernel if their parent dies
+//! (`PR_SET_PDEATHSIG`), and a rank keeps exactly one inherited descriptor: its PMI
+//! socket. Also here: `/proc` scans for children, `/dev/shm` cleanup, the host's name
+//! and interface addresses.
 
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -62,6 +65,17 @@ pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
 /// (which is close-on-exec in gmpirun, so no other child gets it), and unblocks every
 /// signal in it before `exec`.
 pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd) {
+    prepare(cmd, Some(pmi_fd));
+}
+
+/// As [`prepare_child`] for a helper process (a proxy, or the launch agent that starts
+/// one): own process group (a Ctrl-C at the terminal reaches gmpirun alone, which ends
+/// the job in order), killed if gmpirun dies, no descriptor inherited.
+pub fn prepare_helper(cmd: &mut Command) {
+    prepare(cmd, None);
+}
+
+fn prepare(cmd: &mut Command, pmi_fd: Option<RawFd>) {
     cmd.process_group(0);
     let parent = std::process::id() as libc::pid_t;
     let hook = move || -> io::Result<()> {
@@ -85,16 +99,18 @@ pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd) {
         if unsafe { libc::getppid() } != parent {
             return Err(io::Error::other("gmpirun exited while starting the rank"));
         }
-        // SAFETY: fcntl on an integer descriptor touches no memory; `pmi_fd` is open in
-        // the child because fork copied it from the parent, which holds it until spawn
-        // returns.
-        let flags = unsafe { libc::fcntl(pmi_fd, libc::F_GETFD) };
-        if flags < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        if unsafe { libc::fcntl(pmi_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
+        if let Some(pmi_fd) = pmi_fd {
+            // SAFETY: fcntl on an integer descriptor touches no memory; `pmi_fd` is open
+            // in the child because fork copied it from the parent, which holds it until
+            // spawn returns.
+            let flags = unsafe { libc::fcntl(pmi_fd, libc::F_GETFD) };
+            if flags < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: as above.
+            if unsafe { libc::fcntl(pmi_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
         SigSet::empty().thread_set_mask()?;
         Ok(())
@@ -155,9 +171,17 @@ pub fn remove_shm_segments(prefix: &str) -> usize {
 /// Sends `sig` to every process whose parent is gmpirun (found in `/proc`): orphans of
 /// the ranks that left their process group. Best effort.
 pub fn kill_children(sig: Signal) {
+    for pid in child_pids() {
+        let _ = nix::sys::signal::kill(pid, sig);
+    }
+}
+
+/// Every process whose parent is this one, zombies included (from `/proc`).
+pub fn child_pids() -> Vec<Pid> {
     let me = std::process::id();
+    let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
+        return out;
     };
     for entry in dir.flatten() {
         let Some(pid) = entry
@@ -176,9 +200,42 @@ pub fn kill_children(sig: Signal) {
             .and_then(|(_, rest)| rest.split_whitespace().nth(1))
             .and_then(|p| p.parse::<u32>().ok());
         if ppid == Some(me) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+            out.push(Pid::from_raw(pid));
         }
     }
+    out
+}
+
+/// This host's name (empty if the kernel will not say).
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default()
+}
+
+/// The IPv4 addresses of this host's interfaces that are up, loopback last: where the
+/// proxies may reach gmpirun.
+pub fn local_addresses() -> Vec<IpAddr> {
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    if let Ok(list) = nix::ifaddrs::getifaddrs() {
+        for ifa in list {
+            if !ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+                continue;
+            }
+            if let Some(sin) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) {
+                let ip = IpAddr::V4(sin.ip());
+                if !addrs.contains(&ip) {
+                    addrs.push(ip);
+                }
+            }
+        }
+    }
+    addrs.sort_by_key(|a| a.is_loopback());
+    if !addrs.iter().any(|a| a.is_loopback()) {
+        addrs.push(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    }
+    addrs
 }
 
 /// Opens `/dev/null` on whichever of descriptors 0, 1, 2 is closed, so that no socket or

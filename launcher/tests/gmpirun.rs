@@ -374,6 +374,17 @@ fn bad_command_lines_are_usage_errors() {
     let o = run(&["--help"]);
     assert_eq!(o.code(), 0);
     assert!(o.stdout.contains("--tag-output") && o.stdout.contains("-np"));
+    for option in [
+        "--host",
+        "--hostfile",
+        "--map-by",
+        "--npernode",
+        "--launch-agent",
+        "--fanout",
+    ] {
+        assert!(o.stdout.contains(option), "--help lacks {option}");
+    }
+    assert!(!o.stdout.contains("--internal-proxy"));
     assert_eq!(run(&["--oversubscribe", "-n", "3", "true"]).code(), 0);
 }
 
@@ -494,4 +505,245 @@ fn malformed_pmi_line_fails_the_job() {
         "{}",
         o.stderr
     );
+}
+
+#[test]
+fn every_rank_of_a_job_gets_the_same_fresh_secret() {
+    let secrets = || {
+        let o = run(&["-n", "3", "sh", "-c", "echo $GMPI_JOB_SECRET"]);
+        assert_eq!(o.code(), 0, "{}", o.stderr);
+        let lines: Vec<String> = o.stdout.lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines.iter().all(|l| *l == lines[0]), "{lines:?}");
+        assert_eq!(lines[0].len(), 64, "{}", lines[0]);
+        assert!(lines[0].bytes().all(|b| b.is_ascii_hexdigit()));
+        lines[0].clone()
+    };
+    assert_ne!(secrets(), secrets());
+}
+
+// ---- host options with this node as the hosts: the proxy path without ssh ----------
+
+#[test]
+fn hosts_on_this_node_run_through_proxies() {
+    // Two names for this node: two hosts, each with its own (local) proxy.
+    let o = run(&[
+        "-H",
+        "localhost:2,127.0.0.1",
+        "sh",
+        "-c",
+        "echo $GMPI_RANK/$GMPI_SIZE $GMPI_LOCAL_RANK/$GMPI_LOCAL_SIZE $GMPI_NODE_ID \
+         ${#GMPI_JOB_SECRET} $OMPI_COMM_WORLD_LOCAL_RANK ${PMI_FD:+fd}",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        [
+            "0/3 0/2 0 64 0 fd",
+            "1/3 1/2 0 64 1 fd",
+            "2/3 0/1 1 64 0 fd"
+        ]
+    );
+    let o = run(&[
+        "-H",
+        "localhost:2,127.0.0.1:2",
+        "--map-by",
+        "node",
+        probe().to_str().unwrap(),
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        sorted_lines(&o.stdout),
+        [
+            "OK rank 0 of 4",
+            "OK rank 1 of 4",
+            "OK rank 2 of 4",
+            "OK rank 3 of 4"
+        ]
+    );
+    // -N without hosts: that many ranks here, through the local job.
+    let o = run(&["-N", "2", "sh", "-c", "echo $GMPI_RANK"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(sorted_lines(&o.stdout), ["0", "1"]);
+    assert_eq!(run(&["-N", "2", "-n", "3", "true"]).code(), 2);
+}
+
+#[test]
+fn failures_under_proxies_are_judged_as_locally() {
+    let probe = probe();
+    let probe = probe.to_str().unwrap();
+    let o = run(&["-H", "localhost:2,127.0.0.1:2", probe, "abort", "7"]);
+    assert_eq!(o.code(), 7, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("gmpirun: rank 1 on host localhost called abort with code 7: "),
+        "{}",
+        o.stderr
+    );
+    let o = run(&["-H", "localhost:3", probe, "nofinalize"]);
+    assert_eq!(o.code(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains(
+            "gmpirun: rank 1 on host localhost exited without calling finalize; ending the job"
+        ),
+        "{}",
+        o.stderr
+    );
+    let o = run(&[
+        "-H",
+        "localhost,127.0.0.1",
+        "sh",
+        "-c",
+        "exit $((GMPI_RANK + 3))",
+    ]);
+    assert!([3, 4].contains(&o.code()), "{}", o.stderr);
+    assert!(o.stderr.contains(") exited with status "), "{}", o.stderr);
+    assert_eq!(o.stderr.matches("gmpirun:").count(), 1, "{}", o.stderr);
+    let o = run(&["-H", "localhost", "-n", "2", "gmpi-no-such-program"]);
+    assert_eq!(o.code(), 127, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .starts_with("gmpirun: cannot start gmpi-no-such-program on host localhost: "),
+        "{}",
+        o.stderr
+    );
+    let o = run(&["--timeout", "1", "-H", "localhost:2", "sleep", "30"]);
+    assert_eq!(o.code(), 124, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("gmpirun: job timed out after 1 s; ranks still running: 0,1"),
+        "{}",
+        o.stderr
+    );
+    // Bad host options are usage errors.
+    assert_eq!(run(&["-H", "a:0", "true"]).code(), 2);
+    assert_eq!(
+        run(&["--hostfile", "/nonexistent/gmpi-hostfile", "true"]).code(),
+        2
+    );
+    assert_eq!(
+        run(&["-H", "localhost", "-N", "1", "-n", "2", "true"]).code(),
+        2
+    );
+}
+
+#[test]
+fn stdin_and_tagged_output_pass_through_proxies() {
+    let started = Instant::now();
+    let mut child = spawn(
+        &[
+            "--tag-output",
+            "-H",
+            "localhost,127.0.0.1",
+            "sh",
+            "-c",
+            "cat; echo err >&2",
+        ],
+        Stdio::piped(),
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"hello\nworld\n").unwrap();
+    drop(stdin);
+    let o = finish(child, started);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "[0] hello\n[0] world\n");
+    assert_eq!(sorted_lines(&o.stderr), ["[0] err", "[1] err"]);
+}
+
+/// Sends one control frame (kind byte and payload) by hand.
+fn send_frame(s: &mut std::net::TcpStream, kind: u8, payload: &[u8]) {
+    let mut frame = ((payload.len() + 1) as u32).to_be_bytes().to_vec();
+    frame.push(kind);
+    frame.extend_from_slice(payload);
+    s.write_all(&frame).unwrap();
+}
+
+/// Reads until the other side closes; `true` if it did within 10 s.
+fn closed_by_peer(s: &mut std::net::TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn control_port_refuses_connections_without_the_secret() {
+    // The rank records its proxy's pid; the proxy's command line has gmpirun's port.
+    let dir = temp_dir("refuse");
+    let script = format!(
+        "echo $PPID > {d}/tmp && mv {d}/tmp {d}/ppid; sleep 3",
+        d = dir.display()
+    );
+    let started = Instant::now();
+    let child = spawn(
+        &["-H", "localhost", "-n", "1", "sh", "-c", &script],
+        Stdio::null(),
+    );
+    let ppid_file = dir.join("ppid");
+    while !ppid_file.exists() {
+        assert!(started.elapsed() < HANG_LIMIT, "the rank did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ppid = std::fs::read_to_string(&ppid_file).unwrap();
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", ppid.trim())).unwrap();
+    let words: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    assert_eq!(words[1], "--internal-proxy", "{words:?}");
+    let port: u16 = words[3].parse().unwrap();
+    // A well-formed handshake with a proof made without the secret.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut hello = 1u32.to_be_bytes().to_vec();
+    hello.extend_from_slice(&0u32.to_be_bytes());
+    hello.extend_from_slice(&[7u8; 32]);
+    send_frame(&mut s, 1, &hello);
+    send_frame(&mut s, 2, &[0u8; 32]);
+    assert!(closed_by_peer(&mut s), "a wrong proof was not refused");
+    // Garbage.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    assert!(closed_by_peer(&mut s), "garbage was not refused");
+    // The job itself goes on undisturbed.
+    let o = finish(child, started);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("gmpirun: warning: refused a control connection from 127.0.0.1:")
+            && o.stderr.contains("it does not hold the job secret")
+            && o.stderr.contains("malformed message"),
+        "{}",
+        o.stderr
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn stalled_stdout_reader_does_not_end_a_job_across_hosts() {
+    // 24 MB of output into a pipe nobody reads for longer than the heartbeat timeout:
+    // gmpirun must keep its proxies alive meanwhile, and lose nothing.
+    let child = spawn(
+        &[
+            "-H",
+            "localhost,127.0.0.1",
+            "sh",
+            "-c",
+            "if [ $GMPI_RANK = 0 ]; then yes 0123456789abcdefghijklmnopqrstuvwxyz012345678 \
+             | head -c 24000000; fi",
+        ],
+        Stdio::null(),
+    );
+    std::thread::sleep(Duration::from_secs(7));
+    let o = finish(child, Instant::now());
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(o.stdout.len(), 24_000_000, "{}", o.stderr);
+    assert!(o
+        .stdout
+        .starts_with("0123456789abcdefghijklmnopqrstuvwxyz012345678\n"));
 }

@@ -5,10 +5,16 @@
 //! carries out the returned [`ServerOutput`]s in order: write each `Reply` to its rank's
 //! connection (a barrier release addresses every rank), and act on the events.
 //!
-//! State is kept in two clearly separated accounts so that a later multi-host launcher
-//! can run one server per host and forward to a parent: the key-value space
+//! State is kept in two clearly separated accounts: the key-value space
 //! ([`PmiServer::kvs_put`] / [`PmiServer::kvs_get`]) and the barrier
 //! ([`PmiServer::barrier_enter`] / [`PmiServer::barrier_release`]).
+//!
+//! A multi-host launcher runs one server per host, made by [`PmiServer::for_ranks`] for
+//! that host's ranks only. Such a server answers every request locally except the end of
+//! a barrier: once all its ranks have entered, it returns [`ServerOutput::BarrierReady`]
+//! with the keys put since the previous barrier; the launcher joins every host's keys
+//! and hands the union back with [`PmiServer::barrier_release_with`], which releases the
+//! host's ranks. Gets are then served from the local copy, as Hydra's proxies do.
 
 use std::collections::HashMap;
 
@@ -63,11 +69,20 @@ pub enum ServerOutput {
         /// What was wrong.
         error: PmiError,
     },
+    /// Only from a [`PmiServer::for_ranks`] server: every rank it serves has entered the
+    /// barrier. `puts` are the keys its ranks put since the previous barrier; join them
+    /// with the other hosts' and call [`PmiServer::barrier_release_with`].
+    BarrierReady {
+        /// `(key, value)` in the order they were put.
+        puts: Vec<(String, String)>,
+    },
 }
 
 /// Per-rank protocol state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct RankState {
+    /// This server answers for the rank (all ranks, unless made by `for_ranks`).
+    served: bool,
     initialized: bool,
     finalized: bool,
     in_barrier: bool,
@@ -83,6 +98,10 @@ pub struct PmiServer {
     ranks: Vec<RankState>,
     kvs: HashMap<String, String>,
     barrier_count: u32,
+    /// How many ranks this server answers for: the barrier completes at this count.
+    served_count: u32,
+    /// Keys put since the last barrier, kept by `for_ranks` servers only.
+    journal: Option<Vec<(String, String)>>,
 }
 
 impl PmiServer {
@@ -108,15 +127,57 @@ impl PmiServer {
             PROCESS_MAPPING_KEY.to_owned(),
             format!("(vector,(0,1,{size}))"),
         );
+        let state = RankState {
+            served: true,
+            ..RankState::default()
+        };
         Self {
             size,
             kvsname,
             appnum,
             universe_size,
-            ranks: vec![RankState::default(); size as usize],
+            ranks: vec![state; size as usize],
             kvs,
             barrier_count: 0,
+            served_count: size,
+            journal: None,
         }
+    }
+
+    /// A server for `ranks`, one host's share of a job of `size` ranks whose other ranks
+    /// are served elsewhere: see the module documentation. Lines from any other rank are
+    /// protocol errors.
+    ///
+    /// # Panics
+    ///
+    /// As [`PmiServer::new`], and when `ranks` is empty, repeats a rank or names one
+    /// outside `0..size`.
+    pub fn for_ranks(
+        size: u32,
+        kvsname: String,
+        appnum: i32,
+        universe_size: u32,
+        ranks: &[u32],
+    ) -> Self {
+        let mut server = Self::new(size, kvsname, appnum, universe_size);
+        assert!(!ranks.is_empty(), "a host serves at least one rank");
+        for state in &mut server.ranks {
+            state.served = false;
+        }
+        for &r in ranks {
+            let state = &mut server.ranks[r as usize];
+            assert!(!state.served, "rank {r} listed twice");
+            state.served = true;
+        }
+        server.served_count = ranks.len() as u32;
+        server.journal = Some(Vec::new());
+        server
+    }
+
+    /// Replaces the value served under [`PROCESS_MAPPING_KEY`] (the launcher knows the
+    /// real rank-to-node map of a multi-host job).
+    pub fn set_process_mapping(&mut self, mapping: String) {
+        self.kvs.insert(PROCESS_MAPPING_KEY.to_owned(), mapping);
     }
 
     /// Number of ranks in the job.
@@ -161,6 +222,13 @@ impl PmiServer {
                     "line from rank {rank}, but the job has {} ranks",
                     self.size
                 )),
+            });
+            return out;
+        }
+        if !self.ranks[rank as usize].served {
+            out.push(ServerOutput::ProtocolError {
+                rank,
+                error: PmiError::Protocol(format!("line from rank {rank}, not served here")),
             });
             return out;
         }
@@ -248,6 +316,11 @@ impl PmiServer {
                     let value = cmd.require("value").map_err(|e| e.to_string())?;
                     self.kvs_put(key, value)
                 });
+                if let (Ok(()), Some(journal)) = (&result, &mut self.journal) {
+                    let key = cmd.require("key")?;
+                    let value = cmd.require("value")?;
+                    journal.push((key.to_owned(), value.to_owned()));
+                }
                 let c = match result {
                     Ok(()) => Command::new("put_result")
                         .arg("rc", 0)
@@ -276,7 +349,12 @@ impl PmiServer {
             }
             "barrier_in" => {
                 if self.barrier_enter(rank)? {
-                    out.extend(self.barrier_release());
+                    match &mut self.journal {
+                        Some(journal) => out.push(ServerOutput::BarrierReady {
+                            puts: std::mem::take(journal),
+                        }),
+                        None => out.extend(self.barrier_release()),
+                    }
                 }
             }
             "finalize" => {
@@ -330,6 +408,26 @@ impl PmiServer {
         Ok(())
     }
 
+    /// Adds keys put elsewhere in the job (a [`PmiServer::for_ranks`] server's barrier
+    /// exchange). A key already held with the same value is skipped (the union of every
+    /// host's keys includes this host's own); with another value it is an error naming
+    /// the key, and nothing after it is added.
+    pub fn kvs_merge(
+        &mut self,
+        puts: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), String> {
+        for (key, value) in puts {
+            match self.kvs.get(&key) {
+                Some(held) if *held == value => {}
+                Some(_) => return Err(format!("PMI key `{key}` was put twice")),
+                None => {
+                    self.kvs.insert(key, value);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The value stored under `key`, if any.
     pub fn kvs_get(&self, key: &str) -> Option<&str> {
         self.kvs.get(key).map(String::as_str)
@@ -347,7 +445,18 @@ impl PmiServer {
         }
         state.in_barrier = true;
         self.barrier_count += 1;
-        Ok(self.barrier_count == self.size)
+        Ok(self.barrier_count == self.served_count)
+    }
+
+    /// Ends the barrier of a [`PmiServer::for_ranks`] server once the launcher has joined
+    /// every host's keys: adds `puts` (see [`PmiServer::kvs_merge`]), then releases the
+    /// ranks. On a conflicting key nothing is released and the error names the key.
+    pub fn barrier_release_with(
+        &mut self,
+        puts: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Vec<ServerOutput>, String> {
+        self.kvs_merge(puts)?;
+        Ok(self.barrier_release())
     }
 
     /// Ends the current barrier: a `barrier_out` for every rank, and a fresh count.
@@ -482,6 +591,72 @@ mod tests {
         );
         // A second barrier starts from zero.
         assert!(replies(&s.handle(1, b"cmd=barrier_in\n")).is_empty());
+    }
+
+    #[test]
+    fn host_share_reports_its_barrier_and_takes_the_others_keys() {
+        // Ranks 0 and 2 here, 1 and 3 on another host.
+        let mut a = PmiServer::for_ranks(4, "k".into(), 0, 4, &[0, 2]);
+        let mut b = PmiServer::for_ranks(4, "k".into(), 0, 4, &[1, 3]);
+        a.set_process_mapping("(vector,(0,2,1))".into());
+        assert!(matches!(
+            a.handle(1, b"cmd=get_maxes\n")[0],
+            ServerOutput::ProtocolError { rank: 1, .. }
+        ));
+        a.handle(0, b"cmd=put kvsname=k key=a0 value=x\n");
+        a.handle(2, b"cmd=put kvsname=k key=a2 value=y\n");
+        b.handle(3, b"cmd=put kvsname=k key=b3 value=z\n");
+        assert!(a.handle(0, b"cmd=barrier_in\n").is_empty());
+        let out = a.handle(2, b"cmd=barrier_in\n");
+        let [ServerOutput::BarrierReady { puts: pa }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(pa, &[("a0".into(), "x".into()), ("a2".into(), "y".into())]);
+        b.handle(1, b"cmd=barrier_in\n");
+        let out = b.handle(3, b"cmd=barrier_in\n");
+        let [ServerOutput::BarrierReady { puts: pb }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        let union: Vec<(String, String)> = pa.iter().chain(pb).cloned().collect();
+        let out = a.barrier_release_with(union.clone()).unwrap();
+        assert_eq!(
+            replies(&out),
+            [(0, "cmd=barrier_out\n"), (2, "cmd=barrier_out\n")]
+        );
+        b.barrier_release_with(union).unwrap();
+        let out = a.handle(2, b"cmd=get kvsname=k key=b3\n");
+        assert_eq!(
+            replies(&out),
+            [(2, "cmd=get_result rc=0 msg=success value=z\n")]
+        );
+        let out = b.handle(1, b"cmd=get kvsname=k key=PMI_process_mapping\n");
+        assert_eq!(
+            replies(&out),
+            [(
+                1,
+                "cmd=get_result rc=0 msg=success value=(vector,(0,1,4))\n"
+            )]
+        );
+        let out = a.handle(0, b"cmd=get kvsname=k key=PMI_process_mapping\n");
+        assert_eq!(
+            replies(&out),
+            [(
+                0,
+                "cmd=get_result rc=0 msg=success value=(vector,(0,2,1))\n"
+            )]
+        );
+        // The next barrier journals only the new keys; a conflicting key is refused.
+        a.handle(0, b"cmd=put kvsname=k key=n value=1\n");
+        a.handle(0, b"cmd=barrier_in\n");
+        let out = a.handle(2, b"cmd=barrier_in\n");
+        assert!(
+            matches!(&out[..], [ServerOutput::BarrierReady { puts }] if puts.len() == 1),
+            "{out:?}"
+        );
+        let e = a
+            .barrier_release_with([("b3".to_owned(), "other".to_owned())])
+            .unwrap_err();
+        assert!(e.contains("b3"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! gmpi-tests: whole-job tests. `src/bin/gmpi-check.rs` is an MPI program
 //! with one scenario per subcommand; `tests/jobs.rs` runs it through real
 //! `gmpirun` jobs and checks outcomes, exit statuses, leftover processes and
-//! shared-memory files. This library holds the helpers both share.
+//! shared-memory files. This library holds the helpers both share, and
+//! `netns`: several hosts on this machine (network namespaces with their own
+//! sshd) for multi-host jobs.
+
+pub mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

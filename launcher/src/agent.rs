@@ -1,0 +1,176 @@
+//! Starting a proxy on a host: the one step that differs between launch methods.
+//!
+//! [`Starter::command`] gives the command that runs gmpirun's hidden proxy mode on a
+//! host: directly on this host, or through a remote shell (`ssh` and its options from
+//! `--launch-agent` / `GMPI_SSH`). Everything after it is the same: the command's stdin
+//! carries the job secret and then stays open (its end tells the proxy that gmpirun is
+//! gone), its stderr is kept for error messages, and the proxy calls gmpirun back over
+//! TCP. Another method (Slurm's `srun --nodelist=HOST -N1 -n1`) is one more variant here.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Command;
+
+/// The hidden first argument that puts gmpirun in proxy mode.
+pub const PROXY_FLAG: &str = "--internal-proxy";
+/// `ssh -o ConnectTimeout=` added by gmpirun: an unreachable host fails within this.
+pub const SSH_CONNECT_TIMEOUT_S: u32 = 5;
+
+/// How a proxy is started on one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Starter {
+    /// This host: run the proxy directly.
+    Local,
+    /// A remote shell: `AGENT... HOST 'COMMAND'`.
+    RemoteShell(Vec<String>),
+}
+
+impl Starter {
+    /// The command that runs `proxy_argv` (gmpirun's absolute path first) on `host`.
+    pub fn command(&self, host: &str, proxy_argv: &[OsString]) -> Command {
+        match self {
+            Starter::Local => {
+                let mut cmd = Command::new(&proxy_argv[0]);
+                cmd.args(&proxy_argv[1..]);
+                cmd
+            }
+            Starter::RemoteShell(agent) => {
+                let mut cmd = Command::new(&agent[0]);
+                cmd.args(&agent[1..])
+                    .arg(host)
+                    .arg(remote_command(proxy_argv));
+                cmd
+            }
+        }
+    }
+
+    /// What runs the proxy, for messages: `ssh`, or `the proxy` itself.
+    pub fn what(&self) -> String {
+        match self {
+            Starter::Local => "the proxy".to_owned(),
+            Starter::RemoteShell(agent) => agent[0].clone(),
+        }
+    }
+}
+
+/// The command line a remote shell runs: `exec 'arg' 'arg' ...`, each word quoted.
+fn remote_command(argv: &[OsString]) -> String {
+    let mut s = String::from("exec");
+    for a in argv {
+        s.push(' ');
+        s.push_str(&shell_quote(&a.to_string_lossy()));
+    }
+    s
+}
+
+/// `word` as one POSIX shell word.
+pub fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// The launch agent's words: `--launch-agent` if given, else `GMPI_SSH`, else `ssh`,
+/// split on whitespace. For `ssh`, gmpirun adds `-o BatchMode=yes` (never a password
+/// prompt) and a connect timeout (options given by the user come first and win).
+pub fn agent_argv(cli: Option<&str>, env: Option<&str>) -> Result<Vec<String>, String> {
+    let (text, from) = match (cli, env) {
+        (Some(c), _) => (c, "--launch-agent"),
+        (None, Some(e)) if !e.trim().is_empty() => (e, "GMPI_SSH"),
+        _ => ("ssh", "the default"),
+    };
+    let mut argv: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
+    if argv.is_empty() {
+        return Err(format!("{from}: empty launch agent"));
+    }
+    let is_ssh = Path::new(&argv[0]).file_name().is_some_and(|n| n == "ssh");
+    if is_ssh {
+        argv.extend([
+            "-o".to_owned(),
+            "BatchMode=yes".to_owned(),
+            "-o".to_owned(),
+            format!("ConnectTimeout={SSH_CONNECT_TIMEOUT_S}"),
+        ]);
+    }
+    Ok(argv)
+}
+
+/// `: last lines` of what a launch agent wrote on stderr (lines joined by ` / `), or
+/// nothing when it said nothing.
+pub fn tail_text(tail: &[u8]) -> String {
+    let text = String::from_utf8_lossy(tail);
+    let text = text.trim();
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", text.lines().collect::<Vec<_>>().join(" / "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cmd: &Command) -> Vec<String> {
+        std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn agents() {
+        assert_eq!(
+            agent_argv(None, None).unwrap(),
+            ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+        );
+        assert_eq!(
+            agent_argv(
+                None,
+                Some("/usr/bin/ssh  -i /k/id\t-o StrictHostKeyChecking=no")
+            )
+            .unwrap(),
+            [
+                "/usr/bin/ssh",
+                "-i",
+                "/k/id",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=5"
+            ]
+        );
+        assert_eq!(
+            agent_argv(Some("rsh -l me"), Some("ssh")).unwrap(),
+            ["rsh", "-l", "me"]
+        );
+        assert!(agent_argv(Some("  "), None).is_err());
+    }
+
+    #[test]
+    fn commands() {
+        let argv: Vec<OsString> = ["/opt/my dir/gmpirun", PROXY_FLAG, "3", "4242", "10.0.0.1"]
+            .map(OsString::from)
+            .to_vec();
+        let ssh = Starter::RemoteShell(vec!["ssh".into(), "-x".into()]);
+        assert_eq!(
+            words(&ssh.command("n1", &argv)),
+            [
+                "ssh",
+                "-x",
+                "n1",
+                "exec '/opt/my dir/gmpirun' '--internal-proxy' '3' '4242' '10.0.0.1'"
+            ]
+        );
+        assert_eq!(ssh.what(), "ssh");
+        assert_eq!(
+            words(&Starter::Local.command("localhost", &argv)),
+            ["/opt/my dir/gmpirun", PROXY_FLAG, "3", "4242", "10.0.0.1"]
+        );
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(tail_text(b"  \n"), "");
+        assert_eq!(tail_text(b"a\nb\n"), ": a / b");
+        assert_eq!(tail_text(b"  \n"), "");
+        assert_eq!(tail_text(b"a\nb\n"), ": a / b");
+    }
+}
