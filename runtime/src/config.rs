@@ -13,7 +13,7 @@
 //! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 32 KiB − 8 (a 32 KiB record) |
 //! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (5 when oversubscribed) |
 //! | `yields` | `GMPI_YIELDS` | yields before blocking | 100 (4 when oversubscribed) |
-//! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100 |
+//! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100 (1 when both shm and tcp are in use: the rank sleeps in one at a time) |
 //! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
 //! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry | 16 KiB |
@@ -22,6 +22,11 @@
 //! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |
 //! | `alltoall_large` | `GMPI_ALLTOALL_LARGE` | alltoall: all exchanges at once below (bytes per peer), pairwise from here | 8 KiB |
 //! | `coll_check` | `GMPI_COLL_CHECK` | check that every rank passed the same root, op and size to each collective (one extra exchange per call) | `false` |
+//! | `btl` | `GMPI_BTL` | transports allowed, comma-separated (`self,tcp` sends even same-node peers over tcp; `shm` off also turns off the shared-memory collectives) | `self,shm,tcp` |
+//! | `tcp_if` | `GMPI_TCP_IF` | tcp: interface names and/or CIDR blocks to listen on, comma-separated (`eth1`, `10.1.0.0/16`) | every non-loopback IPv4 address (loopback if none) |
+//! | `tcp_max_frag` | `GMPI_TCP_MAX_FRAG` | tcp: largest fragment, and so the pipelined rendezvous chunk | 128 KiB |
+//! | `node_name` | `GMPI_NODE_NAME` | the node identity ranks compare to find same-node peers (for tests: fake several nodes on one host) | the hostname |
+//! | — | `GMPI_JOB_SECRET` | 64 hex digits: the per-job secret tcp connections prove they hold; `gmpirun` sets it; without it (ranks started by `srun` or Hydra) rank 0 makes one and shares it through PMI | from `gmpirun` |
 
 use std::path::{Path, PathBuf};
 
@@ -92,6 +97,54 @@ pub struct Config {
     pub alltoall_large: Option<usize>,
     /// Check collective arguments across ranks.
     pub coll_check: bool,
+    /// Transports allowed (`self`, `shm`, `tcp`).
+    #[serde(deserialize_with = "de_btls")]
+    pub btl: Vec<String>,
+    /// tcp: interfaces and CIDR blocks to listen on.
+    pub tcp_if: Option<String>,
+    /// tcp: largest fragment.
+    #[serde(deserialize_with = "de_size")]
+    pub tcp_max_frag: Option<usize>,
+    /// Node identity override.
+    pub node_name: Option<String>,
+}
+
+/// The transports `GMPI_BTL` may name.
+pub const BTLS: [&str; 3] = ["self", "shm", "tcp"];
+
+/// Parse a transport list (`self,tcp`): known names, `self` included.
+pub fn parse_btls(s: &str) -> Result<Vec<String>, String> {
+    let list: Vec<String> = s
+        .split(',')
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|t| !BTLS.contains(&t.as_str())) {
+        return Err(format!(
+            "unknown transport {bad:?} in {s:?} (known: {})",
+            BTLS.join(", ")
+        ));
+    }
+    if !list.iter().any(|t| t == "self") {
+        return Err(format!(
+            "{s:?} lacks \"self\" (a rank sends to itself through it)"
+        ));
+    }
+    Ok(list)
+}
+
+fn de_btls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        Text(String),
+        Items(Vec<String>),
+    }
+    let text = match List::deserialize(d)? {
+        List::Text(t) => t,
+        List::Items(v) => v.join(","),
+    };
+    parse_btls(&text).map_err(serde::de::Error::custom)
 }
 
 impl Default for Config {
@@ -114,6 +167,10 @@ impl Default for Config {
             allgather_large: None,
             alltoall_large: None,
             coll_check: false,
+            btl: BTLS.iter().map(|s| s.to_string()).collect(),
+            tcp_if: None,
+            tcp_max_frag: None,
+            node_name: None,
         }
     }
 }
@@ -244,6 +301,18 @@ impl Config {
         if let Some(v) = get("GMPI_LOG") {
             self.log = Some(v);
         }
+        if let Some(v) = get("GMPI_BTL") {
+            self.btl = parse_btls(&v).map_err(|e| format!("GMPI_BTL: {e}"))?;
+        }
+        if let Some(v) = get("GMPI_TCP_IF") {
+            self.tcp_if = Some(v).filter(|v| !v.trim().is_empty());
+        }
+        if let Some(v) = size("GMPI_TCP_MAX_FRAG")? {
+            self.tcp_max_frag = Some(v);
+        }
+        if let Some(v) = get("GMPI_NODE_NAME") {
+            self.node_name = Some(v).filter(|v| !v.trim().is_empty());
+        }
         Ok(())
     }
 }
@@ -282,5 +351,36 @@ mod tests {
         assert!(c
             .apply_env(|k| (k == "GMPI_SPIN").then(|| "lots".into()))
             .is_err());
+    }
+
+    #[test]
+    fn transport_selection() {
+        let mut c = Config::default();
+        assert_eq!(c.btl, ["self", "shm", "tcp"]);
+        c.apply_env(|k| (k == "GMPI_BTL").then(|| " self, TCP ".into()))
+            .unwrap();
+        assert_eq!(c.btl, ["self", "tcp"]);
+        let e = c
+            .apply_env(|k| (k == "GMPI_BTL").then(|| "self,udp".into()))
+            .unwrap_err();
+        assert!(e.contains("GMPI_BTL") && e.contains("udp"), "{e}");
+        assert!(c
+            .apply_env(|k| (k == "GMPI_BTL").then(|| "shm,tcp".into()))
+            .unwrap_err()
+            .contains("self"));
+        let f =
+            Config::from_toml("btl = \"self,shm\"\ntcp_if = \"eth1\"\ntcp_max_frag = \"64K\"\n")
+                .unwrap();
+        assert_eq!(f.btl, ["self", "shm"]);
+        assert_eq!(f.tcp_if.as_deref(), Some("eth1"));
+        assert_eq!(f.tcp_max_frag, Some(64 << 10));
+        assert_eq!(
+            Config::from_toml("btl = [\"self\", \"tcp\"]").unwrap().btl,
+            ["self", "tcp"]
+        );
+        assert!(Config::from_toml("btl = \"tcp\"").is_err());
+        c.apply_env(|k| (k == "GMPI_NODE_NAME").then(|| "fake-a".into()))
+            .unwrap();
+        assert_eq!(c.node_name.as_deref(), Some("fake-a"));
     }
 }

@@ -2,6 +2,16 @@
 //! PMI client and the process-wide facts (rank, size, node layout), and runs
 //! the wait loop that spins, then yields, then blocks.
 //!
+//! Wire-up (`Engine::start`), over PMI: every rank puts its node card (the
+//! hostname, or `GMPI_NODE_NAME`) and, without `GMPI_JOB_SECRET`, rank 0 puts
+//! a fresh job secret; fence; each rank reads the node cards. Peers on this
+//! node are reached through shm, the others through tcp (`GMPI_BTL` may
+//! remove either: without shm every peer goes through tcp). A rank with tcp
+//! peers opens its listening sockets and puts its tcp card before the two
+//! fences of the shm bootstrap (two plain fences when shm is off, so every
+//! rank fences the same number of times), then reads its tcp peers' cards.
+//! tcp connections themselves are made on first use.
+//!
 //! Threading level `MPI_THREAD_FUNNELED`: the engine lives behind one global
 //! mutex; every call takes it for its duration.
 
@@ -11,6 +21,7 @@ use std::time::Duration;
 use gmpi_btl::loopback::Loopback;
 use gmpi_btl::Btl;
 use gmpi_btl_shm::{ShmBtl, ShmConfig};
+use gmpi_btl_tcp::{Secret, TcpBtl, TcpConfig};
 use gmpi_gpu::Classifier;
 use gmpi_pmi::PmiClient;
 use gmpi_pml::driver::Driver;
@@ -19,6 +30,9 @@ use gmpi_pml::{Pml, PmlConfig};
 use crate::buffer::HostMem;
 use crate::config::Config;
 use crate::error::{Error, ErrorClass, Result};
+
+/// Longest sleep when more than one btl can block (see [`Backoff::new`]).
+const MULTI_BLOCK: Duration = Duration::from_millis(1);
 
 /// How an idle wait backs off.
 #[derive(Debug, Clone, Copy)]
@@ -31,13 +45,23 @@ pub(crate) struct Backoff {
 impl Backoff {
     /// Oversubscribed ranks (more local ranks than cores) give the CPU away
     /// almost at once; others spin a while first for latency.
-    pub fn new(cfg: &Config, local_size: usize) -> Self {
+    ///
+    /// `blockers`: how many btls can put the rank to sleep (shm: futex, tcp:
+    /// epoll). The driver sleeps in each in turn, so with two a message on
+    /// one waits while the rank sleeps in the other: the sleep is then cut
+    /// to [`MULTI_BLOCK`] (a rank idle for long wakes about 1000 times a
+    /// second instead of 10).
+    pub fn new(cfg: &Config, local_size: usize, blockers: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let over = local_size > cores;
+        let mut block = Duration::from_millis(cfg.block_ms);
+        if blockers > 1 {
+            block = block.min(MULTI_BLOCK);
+        }
         Self {
             spin: cfg.spin.unwrap_or(if over { 5 } else { 2000 }),
             yields: cfg.yields.unwrap_or(if over { 4 } else { 100 }),
-            block: Duration::from_millis(cfg.block_ms),
+            block,
         }
     }
 }
@@ -144,6 +168,20 @@ fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The text of a [`hex`] card (for messages).
+fn unhex(s: &str) -> String {
+    let bytes: Vec<u8> = s
+        .as_bytes()
+        .chunks(2)
+        .filter_map(|p| std::str::from_utf8(p).ok())
+        .filter_map(|p| u8::from_str_radix(p, 16).ok())
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// PMI key of the job secret rank 0 shares when the launcher gave none.
+const SECRET_KEY: &str = "gmpi-secret";
+
 /// This node's name: the UTS hostname (per network/UTS namespace), read
 /// through /proc so no unsafe is needed.
 pub(crate) fn hostname() -> String {
@@ -165,7 +203,13 @@ pub(crate) fn hostname() -> String {
 /// longer than 48 bytes keeps its first 32 and a hash of the whole, so the file name
 /// stays far below the 255-byte limit.
 pub(crate) fn job_tag(gmpi_jobid: Option<&str>, kvsname: &str) -> String {
-    let name = gmpi_jobid.filter(|j| !j.is_empty()).unwrap_or(kvsname);
+    file_part(gmpi_jobid.filter(|j| !j.is_empty()).unwrap_or(kvsname))
+}
+
+/// `name` as part of a file name: other than ASCII letters and digits
+/// become `_`, and a name longer than 48 characters keeps its first 32 and
+/// a hash of the whole, so two long names never share a file.
+pub(crate) fn file_part(name: &str) -> String {
     let mut tag: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -201,16 +245,33 @@ impl Engine {
         let r = rank as i32;
         let host = hostname();
         let launcher_watches_exits = std::env::var_os("GMPI_JOBID").is_some();
+        let env_secret = match std::env::var("GMPI_JOB_SECRET") {
+            Ok(v) => Some(Secret::from_hex(&v).map_err(|e| {
+                Error::new(ErrorClass::Arg, CALL, r, format!("GMPI_JOB_SECRET: {e}"))
+            })?),
+            Err(_) => None,
+        };
+        let allow = |t: &str| cfg.btl.iter().any(|b| b == t);
+        let (allow_shm, allow_tcp) = (allow("shm"), allow("tcp"));
 
         // Business cards: which node each rank is on (its hostname, hex-encoded
         // so it travels as one PMI value).
-        let mut node_of: Vec<String> = vec![hex(&host); size as usize];
+        let node_name = cfg.node_name.clone().unwrap_or_else(|| host.clone());
+        let mut node_of: Vec<String> = vec![hex(&node_name); size as usize];
         if let Some(p) = pmi.as_mut() {
             p.put(&format!("gmpi-card-{rank}"), &node_of[rank as usize])
                 .map_err(pmi_err(CALL, r))?;
             if !launcher_watches_exits {
                 p.put(&format!("gmpi-pid-{rank}"), &std::process::id().to_string())
                     .map_err(pmi_err(CALL, r))?;
+            }
+            if rank == 0 && size > 1 && env_secret.is_none() {
+                // Ranks not started by gmpirun (srun, Hydra): share a secret
+                // through the job's private key space.
+                let s = Secret::random().map_err(|e| {
+                    Error::new(ErrorClass::Other, CALL, r, format!("job secret: {e}"))
+                })?;
+                p.put(SECRET_KEY, &s.to_hex()).map_err(pmi_err(CALL, r))?;
             }
             p.fence().map_err(pmi_err(CALL, r))?;
             for (peer, node) in node_of.iter_mut().enumerate() {
@@ -272,49 +333,122 @@ impl Engine {
                 }
             })
             .collect();
+        // Who goes through tcp: every other rank that shm does not reach.
+        let tcp_peers: Vec<u32> = (0..size)
+            .filter(|&q| q != rank && !(allow_shm && node_of[q as usize] == me_node))
+            .collect();
+        if let (Some(&q), false) = (tcp_peers.first(), allow_tcp) {
+            return Err(Error::new(
+                ErrorClass::Unsupported,
+                CALL,
+                r,
+                format!(
+                    "no allowed transport reaches rank {q} (on node {:?}; GMPI_BTL={})",
+                    unhex(&node_of[q as usize]),
+                    cfg.btl.join(",")
+                ),
+            ));
+        }
         let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
         let mut cma_status = String::from("no shared-memory peers");
         let mut shm_prefix = None;
         if let Some(p) = pmi.as_mut() {
             let job = job_tag(std::env::var("GMPI_JOBID").ok().as_deref(), p.kvsname());
-            let node_tag: String = me_node.chars().take(32).collect();
-            let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
-            shm_prefix = Some(path.clone());
-            let mut scfg = ShmConfig {
-                cma: cfg.cma,
-                ring_bytes: cfg.shm_ring_bytes,
-                ..ShmConfig::default()
-            };
-            if let Some(f) = cfg.shm_max_frag {
-                scfg.max_frag = f;
+            // tcp: listen and publish the card before the fences below.
+            let mut tcp = None;
+            if !tcp_peers.is_empty() {
+                let secret = match &env_secret {
+                    Some(s) => s.clone(),
+                    None => {
+                        let v = p.get(SECRET_KEY).map_err(|e| {
+                            Error::new(
+                                ErrorClass::Other,
+                                CALL,
+                                r,
+                                format!(
+                                    "no GMPI_JOB_SECRET and none shared by rank 0 through PMI: {e}"
+                                ),
+                            )
+                        })?;
+                        Secret::from_hex(&v).map_err(|e| {
+                            Error::new(
+                                ErrorClass::Intern,
+                                CALL,
+                                r,
+                                format!("job secret shared by rank 0: {e}"),
+                            )
+                        })?
+                    }
+                };
+                let mut tcfg = TcpConfig::new(secret, job.clone());
+                tcfg.interfaces = cfg.tcp_if.clone();
+                if let Some(f) = cfg.tcp_max_frag {
+                    tcfg.max_frag = f;
+                }
+                tcfg.eager_limit = tcfg
+                    .eager_limit
+                    .min(tcfg.max_frag.saturating_sub(gmpi_pml::header::MAX_HDR));
+                let t = TcpBtl::bind(rank, size, tcfg).map_err(|e| {
+                    Error::new(ErrorClass::Other, CALL, r, format!("{e} (on {host})"))
+                })?;
+                p.put(&format!("gmpi-tcp-{rank}"), &t.card())
+                    .map_err(pmi_err(CALL, r))?;
+                tcp = Some(t);
             }
-            // The transport's own eager limit must fit in one fragment with its
-            // header; a smaller `max_frag` lowers it (the pml's eager limit is
-            // the configured one, capped the same way).
-            scfg.eager_limit = scfg
-                .eager_limit
-                .min(scfg.max_frag.saturating_sub(gmpi_pml::header::MAX_HDR));
-            let mut fence = || p.fence().map_err(|e| e.to_string());
-            let shm = ShmBtl::bootstrap(
-                &path,
-                local_rank as usize,
-                local.len(),
-                &local,
-                &scfg,
-                &mut fence,
-            )
-            .map_err(|e| {
-                Error::new(
-                    ErrorClass::Other,
-                    CALL,
-                    r,
-                    format!("shared-memory transport: {e}"),
+            if allow_shm {
+                let node_tag = file_part(&me_node);
+                let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
+                shm_prefix = Some(path.clone());
+                let mut scfg = ShmConfig {
+                    cma: cfg.cma,
+                    ring_bytes: cfg.shm_ring_bytes,
+                    ..ShmConfig::default()
+                };
+                if let Some(f) = cfg.shm_max_frag {
+                    scfg.max_frag = f;
+                }
+                // The transport's own eager limit must fit in one fragment with its
+                // header; a smaller `max_frag` lowers it (the pml's eager limit is
+                // the configured one, capped the same way).
+                scfg.eager_limit = scfg
+                    .eager_limit
+                    .min(scfg.max_frag.saturating_sub(gmpi_pml::header::MAX_HDR));
+                let mut fence = || p.fence().map_err(|e| e.to_string());
+                let shm = ShmBtl::bootstrap(
+                    &path,
+                    local_rank as usize,
+                    local.len(),
+                    &local,
+                    &scfg,
+                    &mut fence,
                 )
-            })?;
-            cma_status = shm.cma_status().to_string();
-            tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}", local_size, shm.memory_per_rank(), cma_status);
-            if local_size > 1 {
-                btls.push(Box::new(shm));
+                .map_err(|e| {
+                    Error::new(
+                        ErrorClass::Other,
+                        CALL,
+                        r,
+                        format!("shared-memory transport: {e}"),
+                    )
+                })?;
+                cma_status = shm.cma_status().to_string();
+                tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}", local_size, shm.memory_per_rank(), cma_status);
+                if local_size > 1 {
+                    btls.push(Box::new(shm));
+                }
+            } else {
+                // The same two fences the shm bootstrap makes.
+                p.fence().map_err(pmi_err(CALL, r))?;
+                p.fence().map_err(pmi_err(CALL, r))?;
+                cma_status = String::from("shared memory not allowed (GMPI_BTL)");
+            }
+            if let Some(mut t) = tcp {
+                for &q in &tcp_peers {
+                    let card = p.get(&format!("gmpi-tcp-{q}")).map_err(pmi_err(CALL, r))?;
+                    t.add_peer(q, &card)
+                        .map_err(|e| Error::new(ErrorClass::Intern, CALL, r, e.to_string()))?;
+                }
+                tracing::debug!(target: "btl", "tcp: {} peers, listening on {}", tcp_peers.len(), t.card());
+                btls.push(Box::new(t));
             }
         }
         let pcfg = PmlConfig {
@@ -327,14 +461,22 @@ impl Engine {
         for peer in 0..size {
             if driver.pml.route(peer).is_none() {
                 return Err(Error::new(
-                    ErrorClass::Unsupported,
+                    ErrorClass::Intern,
                     CALL,
                     r,
-                    format!("no transport reaches rank {peer} (on another node; the tcp transport is not built yet)"),
+                    format!(
+                        "no transport reaches rank {peer} (on node {:?})",
+                        unhex(&node_of[peer as usize])
+                    ),
                 ));
             }
         }
-        let backoff = Backoff::new(&cfg, local_size as usize);
+        let blockers = driver
+            .btls()
+            .iter()
+            .filter(|b| matches!(b.caps().name, "shm" | "tcp"))
+            .count();
+        let backoff = Backoff::new(&cfg, local_size as usize, blockers);
         let watch = crate::watch::PeerWatch::new(&local_pids);
         if !launcher_watches_exits {
             tracing::debug!(target: "gmpi", "not started by gmpirun: watching {} of {} other local ranks", watch.len(), local_pids.len());

@@ -129,7 +129,16 @@ fn main() -> Result<(), gmpi::Error> {
     // Buffer i is used by sizes s with 4 MiB / s > i, so it needs at most
     // min(max, 4 MiB / (i + 1)) bytes: about 19 MiB for all 64.
     let mut wbufs: Vec<Vec<u8>> = (0..window)
-        .map(|i| vec![0u8; o.max.clamp(1, (window_bytes / (i + 1)).max(1))])
+        // The first buffer holds the largest message (sizes above the window
+        // bytes are received one at a time into it).
+        .map(|i| {
+            let cap = if i == 0 {
+                o.max
+            } else {
+                window_bytes / (i + 1)
+            };
+            vec![0u8; o.max.clamp(1, cap.max(1))]
+        })
         .collect();
     if rank == 0 {
         println!(

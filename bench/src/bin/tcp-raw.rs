@@ -1,0 +1,145 @@
+//! `tcp-raw server ADDR` / `tcp-raw client ADDR [--iters N]`: the raw-socket
+//! limit that gmpi's tcp transport is compared with (between two network
+//! namespaces, or over loopback).
+//!
+//! One blocking TCP connection with `TCP_NODELAY`; the client drives:
+//! - latency: an 8-byte ping-pong, `--iters` round trips (default 20000)
+//!   after 1000 to warm up; prints the one-way latency (half the round trip),
+//!   median and mean, in µs;
+//! - bandwidth: a stream of 4 MiB and of 64 MiB messages from the client
+//!   (at least 1 GiB and 8 messages each), acknowledged by one byte at the
+//!   end; prints GB/s (10⁹ B/s).
+//!
+//! The server serves one client session and exits. Commands on the wire:
+//! `L` + u64 iterations, `S` + u64 size + u64 count, `Q`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+fn die(msg: &str) -> ! {
+    eprintln!("tcp-raw: {msg}");
+    std::process::exit(2)
+}
+
+fn read_u64(s: &mut TcpStream) -> u64 {
+    let mut b = [0u8; 8];
+    s.read_exact(&mut b)
+        .unwrap_or_else(|e| die(&format!("read: {e}")));
+    u64::from_le_bytes(b)
+}
+
+fn serve(addr: &str) {
+    let l = TcpListener::bind(addr).unwrap_or_else(|e| die(&format!("bind {addr}: {e}")));
+    println!(
+        "tcp-raw: listening on {}",
+        l.local_addr().expect("bound address")
+    );
+    let (mut s, from) = l.accept().unwrap_or_else(|e| die(&format!("accept: {e}")));
+    s.set_nodelay(true).expect("TCP_NODELAY");
+    eprintln!("tcp-raw: client {from}");
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        let mut cmd = [0u8; 1];
+        if s.read_exact(&mut cmd).is_err() {
+            return;
+        }
+        match cmd[0] {
+            b'L' => {
+                let n = read_u64(&mut s);
+                let mut m = [0u8; 8];
+                for _ in 0..n {
+                    s.read_exact(&mut m)
+                        .unwrap_or_else(|e| die(&format!("ping: {e}")));
+                    s.write_all(&m)
+                        .unwrap_or_else(|e| die(&format!("pong: {e}")));
+                }
+            }
+            b'S' => {
+                let (size, count) = (read_u64(&mut s), read_u64(&mut s));
+                let mut left = size * count;
+                while left > 0 {
+                    let k = (left as usize).min(buf.len());
+                    match s.read(&mut buf[..k]) {
+                        Ok(0) => die("stream ended early"),
+                        Ok(n) => left -= n as u64,
+                        Err(e) => die(&format!("stream: {e}")),
+                    }
+                }
+                s.write_all(b"k")
+                    .unwrap_or_else(|e| die(&format!("ack: {e}")));
+            }
+            b'Q' => return,
+            c => die(&format!("unknown command {c}")),
+        }
+    }
+}
+
+fn client(addr: &str, iters: u64) {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| die(&format!("connect {addr}: {e}")));
+    s.set_nodelay(true).expect("TCP_NODELAY");
+    // Latency.
+    let warm = 1000u64;
+    let mut cmd = vec![b'L'];
+    cmd.extend_from_slice(&(warm + iters).to_le_bytes());
+    s.write_all(&cmd).expect("command");
+    let mut m = [7u8; 8];
+    let mut rtts = Vec::with_capacity(iters as usize);
+    for i in 0..warm + iters {
+        let t = Instant::now();
+        s.write_all(&m).expect("ping");
+        s.read_exact(&mut m).expect("pong");
+        if i >= warm {
+            rtts.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    rtts.sort_by(f64::total_cmp);
+    let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
+    println!(
+        "tcp-raw: latency 8 B: {:.2} us one-way (median of {iters} round trips; mean {mean:.2} us)",
+        rtts[rtts.len() / 2]
+    );
+    // Bandwidth.
+    for size in [4usize << 20, 64 << 20] {
+        let count = ((1u64 << 30) / size as u64).max(8);
+        let data = vec![0x5au8; size];
+        let mut cmd = vec![b'S'];
+        cmd.extend_from_slice(&(size as u64).to_le_bytes());
+        cmd.extend_from_slice(&count.to_le_bytes());
+        s.write_all(&cmd).expect("command");
+        let t = Instant::now();
+        for _ in 0..count {
+            s.write_all(&data).expect("stream");
+        }
+        let mut ack = [0u8; 1];
+        s.read_exact(&mut ack).expect("ack");
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "tcp-raw: stream {} MiB x {count}: {:.2} GB/s",
+            size >> 20,
+            (size as f64 * count as f64) / secs / 1e9
+        );
+    }
+    let _ = s.write_all(b"Q");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: tcp-raw server ADDR | tcp-raw client ADDR [--iters N]";
+    let (Some(mode), Some(addr)) = (args.first(), args.get(1)) else {
+        die(usage)
+    };
+    let iters = match args.get(2).map(String::as_str) {
+        Some("--iters") => args
+            .get(3)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| die(usage)),
+        Some(_) => die(usage),
+        None => 20_000,
+    };
+    match mode.as_str() {
+        "server" => serve(addr),
+        "client" => client(addr, iters),
+        _ => die(usage),
+    }
+}
