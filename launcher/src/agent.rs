@@ -1,11 +1,13 @@
 //! Starting a proxy on a host: the one step that differs between launch methods.
 //!
 //! [`Starter::command`] gives the command that runs gmpirun's hidden proxy mode on a
-//! host: directly on this host, or through a remote shell (`ssh` and its options from
-//! `--launch-agent` / `GMPI_SSH`). Everything after it is the same: the command's stdin
-//! carries the job secret and then stays open (its end tells the proxy that gmpirun is
-//! gone), its stderr is kept for error messages, and the proxy calls gmpirun back over
-//! TCP. Another method (Slurm's `srun --nodelist=HOST -N1 -n1`) is one more variant here.
+//! host: directly on this host, through a remote shell (`ssh` and its options from
+//! `--launch-agent` / `GMPI_SSH`), or, inside a Slurm allocation, as a one-task Slurm
+//! step on that host (`srun --nodelist=HOST --nodes=1 --ntasks=1 --overlap ...`, so that
+//! Slurm accounts for every process of the job and cleans up after it). Everything
+//! after it is the same: the command's stdin carries the job secret and then stays open
+//! (its end tells the proxy that gmpirun is gone; srun forwards its stdin to the task),
+//! its stderr is kept for error messages, and the proxy calls gmpirun back over TCP.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -23,7 +25,31 @@ pub enum Starter {
     Local,
     /// A remote shell: `AGENT... HOST 'COMMAND'`.
     RemoteShell(Vec<String>),
+    /// A Slurm step of one task on the host: `SRUN [SRUN_OPTIONS] --nodelist=HOST ...
+    /// COMMAND` (the words are srun's program, e.g. `["srun"]`).
+    Srun(Vec<String>),
 }
+
+/// The options gmpirun gives `srun` for a proxy's step, before `--nodelist=HOST`:
+/// - one task on one node, sharing the allocation's resources with every other step
+///   (`--overlap`, Slurm 20.11+: the step never waits for CPUs or memory, however many
+///   ranks the proxy starts) and bound to no CPU (`--cpu-bind=none`: the ranks are the
+///   proxy's children and would inherit a binding to one core);
+/// - `--kill-on-bad-exit=1`: a proxy that fails ends its step at once;
+/// - `--mpi=none`: no PMI plugin for the proxy (the ranks get gmpirun's PMI);
+/// - `--quiet`: no progress messages of srun's own mixed into gmpirun's stderr;
+/// - `--input=0`: gmpirun's pipe (the secret, then the liveness of gmpirun) goes to
+///   the task.
+pub const SRUN_OPTIONS: &[&str] = &[
+    "--nodes=1",
+    "--ntasks=1",
+    "--overlap",
+    "--cpu-bind=none",
+    "--kill-on-bad-exit=1",
+    "--mpi=none",
+    "--quiet",
+    "--input=0",
+];
 
 impl Starter {
     /// The command that runs `proxy_argv` (gmpirun's absolute path first) on `host`.
@@ -41,14 +67,22 @@ impl Starter {
                     .arg(remote_command(proxy_argv));
                 cmd
             }
+            Starter::Srun(srun) => {
+                let mut cmd = Command::new(&srun[0]);
+                cmd.args(&srun[1..])
+                    .args(SRUN_OPTIONS)
+                    .arg(format!("--nodelist={host}"))
+                    .args(proxy_argv);
+                cmd
+            }
         }
     }
 
-    /// What runs the proxy, for messages: `ssh`, or `the proxy` itself.
+    /// What runs the proxy, for messages: `ssh`, `srun`, or `the proxy` itself.
     pub fn what(&self) -> String {
         match self {
             Starter::Local => "the proxy".to_owned(),
-            Starter::RemoteShell(agent) => agent[0].clone(),
+            Starter::RemoteShell(agent) | Starter::Srun(agent) => agent[0].clone(),
         }
     }
 }
@@ -170,7 +204,36 @@ mod tests {
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(tail_text(b"  \n"), "");
         assert_eq!(tail_text(b"a\nb\n"), ": a / b");
-        assert_eq!(tail_text(b"  \n"), "");
-        assert_eq!(tail_text(b"a\nb\n"), ": a / b");
+    }
+
+    #[test]
+    fn srun_commands() {
+        let argv: Vec<OsString> = ["/opt/my dir/gmpirun", PROXY_FLAG, "1", "4242", "10.0.0.1"]
+            .map(OsString::from)
+            .to_vec();
+        let srun = Starter::Srun(vec!["/usr/bin/srun".into()]);
+        // No shell in between: every word reaches srun as it is, and the secret is not
+        // among them (it goes through stdin).
+        assert_eq!(
+            words(&srun.command("node07", &argv)),
+            [
+                "/usr/bin/srun",
+                "--nodes=1",
+                "--ntasks=1",
+                "--overlap",
+                "--cpu-bind=none",
+                "--kill-on-bad-exit=1",
+                "--mpi=none",
+                "--quiet",
+                "--input=0",
+                "--nodelist=node07",
+                "/opt/my dir/gmpirun",
+                PROXY_FLAG,
+                "1",
+                "4242",
+                "10.0.0.1"
+            ]
+        );
+        assert_eq!(srun.what(), "/usr/bin/srun");
     }
 }

@@ -22,6 +22,12 @@ use crate::hosts::MapBy;
 /// for this host (`localhost` or its own name). Ranks start in gmpirun's working
 /// directory with the remote login environment plus gmpirun's PATH, LD_LIBRARY_PATH and
 /// GMPI_* variables and the -x ones. Without -n the job has one rank per slot.
+///
+/// Inside a Slurm allocation (SLURM_JOB_NODELIST set) and without -H or --hostfile, the
+/// hosts and slots are the allocation's (SLURM_TASKS_PER_NODE), and every host's proxy,
+/// this host's included, is started as a Slurm step with `srun` (so Slurm accounts for
+/// and cleans up every rank), unless --launcher ssh (or GMPI_LAUNCHER=ssh),
+/// --launch-agent or GMPI_SSH says otherwise; -n, -N and --map-by apply as with -H.
 #[derive(Debug, Parser)]
 #[command(
     name = "gmpirun",
@@ -29,13 +35,14 @@ use crate::hosts::MapBy;
     about,
     long_about,
     override_usage = "gmpirun [OPTIONS] -n|-np N PROGRAM [ARGS...]\n       \
-                      gmpirun [OPTIONS] [-n N] -H HOST[:SLOTS],... | --hostfile FILE PROGRAM [ARGS...]"
+                      gmpirun [OPTIONS] [-n N] -H HOST[:SLOTS],... | --hostfile FILE PROGRAM [ARGS...]\n       \
+                      gmpirun [OPTIONS] [-n N] PROGRAM [ARGS...]   (inside a Slurm allocation)"
 )]
 pub struct Cli {
-    /// Number of ranks to start (also spelled -np). With hosts: one per slot if omitted.
+    /// Number of ranks to start (also spelled -np). With hosts or inside a Slurm
+    /// allocation: one per slot if omitted; required otherwise.
     #[arg(short = 'n', long = "np", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..),
-          required_unless_present_any = ["hosts", "hostfile", "npernode"])]
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub np: Option<u32>,
 
     /// Hosts to run on, with their slots (1 if not given): `-H n1:4,n2:4`. Repeatable;
@@ -62,6 +69,12 @@ pub struct Cli {
     #[arg(long, value_name = "COMMAND")]
     pub launch_agent: Option<String>,
 
+    /// How proxies are started on the hosts: `auto` is `srun` inside a Slurm allocation
+    /// when no -H, --hostfile, --launch-agent or GMPI_SSH is given, else `ssh` (the
+    /// launch agent); `srun` needs an allocation. Default: $GMPI_LAUNCHER, else `auto`.
+    #[arg(long, value_name = "METHOD", value_enum)]
+    pub launcher: Option<Launcher>,
+
     /// Most hosts one process starts; beyond, proxies start further proxies (a tree).
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -85,7 +98,7 @@ pub struct Cli {
 
     /// The program to start, then its arguments (passed verbatim).
     #[arg(value_name = "PROGRAM", required = true, num_args = 1..,
-          trailing_var_arg = true, allow_hyphen_values = true)]
+          trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
@@ -103,8 +116,35 @@ const OPTIONS_WITH_VALUE: &[&str] = &[
     "-N",
     "--npernode",
     "--launch-agent",
+    "--launcher",
     "--fanout",
 ];
+
+/// `--launcher` / `GMPI_LAUNCHER`: how proxies are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Launcher {
+    /// `srun` inside a Slurm allocation without host options or a launch agent, else ssh.
+    #[default]
+    Auto,
+    /// Slurm steps, one per host (needs an allocation).
+    Srun,
+    /// The launch agent (`ssh`), this host's proxy directly.
+    Ssh,
+}
+
+impl Launcher {
+    /// `--launcher` if given, else `GMPI_LAUNCHER` (`auto`, `srun` or `ssh`), else auto.
+    pub fn choose(cli: Option<Launcher>, env: Option<&str>) -> Result<Launcher, String> {
+        use clap::ValueEnum;
+        match (cli, env.map(str::trim).filter(|e| !e.is_empty())) {
+            (Some(l), _) => Ok(l),
+            (None, Some(e)) => Launcher::from_str(e, true).map_err(|_| {
+                format!("GMPI_LAUNCHER={e}: not a launcher (expected auto, srun or ssh)")
+            }),
+            (None, None) => Ok(Launcher::Auto),
+        }
+    }
+}
 
 /// Rewrites gmpirun's argv for clap: `-np` (single dash, as every MPI spells it) becomes
 /// `-n`, and a `--` is inserted before PROGRAM so nothing after it is read as a gmpirun
@@ -272,6 +312,7 @@ mod tests {
         assert_eq!(cli.npernode, Some(2));
         assert_eq!(cli.launch_agent.as_deref(), Some("ssh -p 22"));
         assert_eq!(cli.fanout, 4);
+        assert_eq!(cli.launcher, None);
         assert_eq!(cli.command, ["prog", "-H"].map(OsString::from));
         let cli = Cli::try_parse_from(preprocess_args(
             ["gmpirun", "--hostfile", "hf", "-np", "3", "prog"].map(OsString::from),
@@ -279,13 +320,33 @@ mod tests {
         .unwrap();
         assert_eq!(cli.hostfile, Some(PathBuf::from("hf")));
         assert_eq!((cli.np, cli.map_by, cli.fanout), (Some(3), MapBy::Slot, 32));
+        // Without -n (allowed by clap: inside an allocation the slots decide).
+        let cli = Cli::try_parse_from(preprocess_args(
+            ["gmpirun", "--launcher", "ssh", "prog", "--launcher"].map(OsString::from),
+        ))
+        .unwrap();
+        assert_eq!((cli.np, cli.launcher), (None, Some(Launcher::Ssh)));
+        assert_eq!(cli.command, ["prog", "--launcher"].map(OsString::from));
+    }
+
+    #[test]
+    fn launcher_from_the_option_or_the_environment() {
+        assert_eq!(Launcher::choose(None, None), Ok(Launcher::Auto));
+        assert_eq!(Launcher::choose(None, Some(" ")), Ok(Launcher::Auto));
+        assert_eq!(Launcher::choose(None, Some("SRUN")), Ok(Launcher::Srun));
+        assert_eq!(
+            Launcher::choose(Some(Launcher::Ssh), Some("srun")),
+            Ok(Launcher::Ssh)
+        );
+        let e = Launcher::choose(None, Some("pbs")).unwrap_err();
+        assert!(e.contains("GMPI_LAUNCHER=pbs"), "{e}");
     }
 
     #[test]
     fn bad_command_lines_are_refused() {
         for args in [
-            &["gmpirun", "prog"][..],
-            &["gmpirun", "-n", "0", "prog"],
+            &["gmpirun", "-n", "0", "prog"][..],
+            &["gmpirun", "--launcher", "pbs", "prog"],
             &["gmpirun", "-n", "2"],
             &["gmpirun", "--bogus", "-n", "2", "prog"],
             &["gmpirun", "--timeout", "-1", "-n", "2", "prog"],

@@ -4,7 +4,10 @@
 //! (gmpirun's own binary in its hidden proxy mode, see `proxy.rs`): directly for this
 //! host, through the launch agent (`ssh`) for the others. It starts the first
 //! `--fanout` remote hosts itself; each of those starts its share of the rest, and so
-//! on (a tree: launch time grows with the logarithm of the host count). Every proxy
+//! on (a tree: launch time grows with the logarithm of the host count). Inside a Slurm
+//! allocation the root instead starts every host's proxy, this host's included, as a
+//! Slurm step (`srun`, one per host, all from the root: srun only asks slurmd to start
+//! the task, so there is no tree). Every proxy
 //! reads the job secret from its stdin, connects back to the root, and both prove they
 //! hold the secret (`control.rs`); then the root sends it its ranks and the job.
 //!
@@ -74,8 +77,10 @@ pub struct ClusterSpec<'a> {
     pub job: &'a JobSpec,
     /// The hosts that run ranks, in node-id order.
     pub placement: Vec<HostRanks>,
-    /// The launch agent's words (see `agent::agent_argv`).
-    pub agent: Vec<String>,
+    /// How proxies are started: [`Starter::RemoteShell`] (the launch agent's words, see
+    /// `agent::agent_argv`) for the hosts other than this one, which is started
+    /// directly; or [`Starter::Srun`] for every host.
+    pub starter: Starter,
     /// Most proxies one process starts.
     pub fanout: usize,
 }
@@ -226,7 +231,8 @@ struct Root<'a> {
     port: u16,
     /// gmpirun's non-loopback addresses, comma-separated, for remote proxies.
     addrs: String,
-    agent: Vec<String>,
+    /// How proxies are started (see [`ClusterSpec::starter`]).
+    starter: Starter,
     fanout: usize,
     signals: SignalFd,
     hosts: Vec<Host>,
@@ -260,6 +266,7 @@ impl<'a> Root<'a> {
     ) -> Self {
         let me = sys::hostname();
         let my_addrs = sys::local_addresses();
+        let srun = matches!(spec.starter, Starter::Srun(_));
         // Remote proxies try these in order; a proxy on this host uses loopback.
         let mut reachable: Vec<String> = my_addrs
             .iter()
@@ -276,7 +283,8 @@ impl<'a> Root<'a> {
             .map(|hr| Host {
                 name: hr.name.clone(),
                 ranks: hr.ranks.clone(),
-                local: hosts::is_local(&hr.name, &me, &my_addrs),
+                // Under srun, this host's proxy is a Slurm step like the others.
+                local: !srun && hosts::is_local(&hr.name, &me, &my_addrs),
                 children: Vec::new(),
                 agent: None,
                 conn: None,
@@ -288,7 +296,7 @@ impl<'a> Root<'a> {
         // The launch tree over the remote hosts: the root starts the first `fanout`,
         // remote host k (k ≥ fanout) is started by remote host (k - fanout) / fanout.
         let remote: Vec<usize> = (0..hosts.len()).filter(|&h| !hosts[h].local).collect();
-        let fanout = spec.fanout.max(1);
+        let fanout = if srun { usize::MAX } else { spec.fanout.max(1) };
         for (k, &h) in remote.iter().enumerate().skip(fanout) {
             let parent = remote[(k - fanout) / fanout];
             hosts[parent].children.push(h);
@@ -310,7 +318,7 @@ impl<'a> Root<'a> {
             listener,
             port,
             addrs,
-            agent: spec.agent,
+            starter: spec.starter,
             fanout,
             signals,
             hosts,
@@ -345,7 +353,7 @@ impl<'a> Root<'a> {
                 self.start_host(h, Starter::Local);
             } else if remote_started < self.fanout {
                 remote_started += 1;
-                self.start_host(h, Starter::RemoteShell(self.agent.clone()));
+                self.start_host(h, self.starter.clone());
             }
         }
         self.started = Instant::now();
@@ -354,7 +362,7 @@ impl<'a> Root<'a> {
     fn start_host(&mut self, h: usize, starter: Starter) {
         let addrs = match starter {
             Starter::Local => Ipv4Addr::LOCALHOST.to_string(),
-            Starter::RemoteShell(_) => self.addrs.clone(),
+            Starter::RemoteShell(_) | Starter::Srun(_) => self.addrs.clone(),
         };
         let argv: Vec<OsString> = vec![
             self.exe.clone().into_os_string(),
@@ -450,7 +458,12 @@ impl<'a> Root<'a> {
                 .iter()
                 .map(|&c| (c as u32, self.hosts[c].name.clone()))
                 .collect(),
-            agent: self.agent.clone(),
+            // Children are only started through a remote shell (under srun the root
+            // starts every host, and none has children).
+            agent: match &self.starter {
+                Starter::RemoteShell(agent) => agent.clone(),
+                Starter::Local | Starter::Srun(_) => Vec::new(),
+            },
             root_port: self.port,
             root_addrs: self.addrs.clone(),
         }

@@ -2,9 +2,11 @@
 //! job through.
 //!
 //! File map:
-//! - `main.rs`: entry point: proxy mode or argv preprocessing, clap, hand-off to the job.
+//! - `main.rs`: entry point: proxy mode or argv preprocessing, clap, the choice of
+//!   hosts and launch method (`-H`/`--hostfile`, a Slurm allocation, or this node;
+//!   ssh or srun), hand-off to the job.
 //! - `cli.rs`: the command line (`-n/-np`, `-x`, `--tag-output`, `--timeout`, `-H`,
-//!   `--hostfile`, `--map-by`, `-N`, `--launch-agent`, `--fanout`, ...).
+//!   `--hostfile`, `--map-by`, `-N`, `--launch-agent`, `--launcher`, `--fanout`, ...).
 //! - `hosts.rs`: host lists and hostfiles, rank placement, `PMI_process_mapping`.
 //! - `job.rs`: a job on this node (no host option): spawning the ranks and the
 //!   single-threaded `poll` event loop: PMI serving, output forwarding, stdin to rank 0,
@@ -16,12 +18,12 @@
 //!   output and exits, child proxies; ends its ranks when the root says so or is lost.
 //! - `control.rs`: the root ↔ proxy wire protocol: HMAC handshake on the job secret,
 //!   framed messages, heartbeats.
-//! - `agent.rs`: how a proxy is started on a host (directly, or `ssh` and alike).
+//! - `agent.rs`: how a proxy is started on a host (directly, `ssh` and alike, `srun`).
 //! - `rank.rs`: one rank's process (environment, spawning, PMI socket, output) and the
 //!   judgement of its exit, shared by `job.rs` and `proxy.rs`/`cluster.rs`.
 //! - `output.rs`: per-rank line forwarding (`[rank] ` tags, partial lines).
 //! - `slurm.rs`: Slurm allocations (`SLURM_JOB_NODELIST`, `SLURM_TASKS_PER_NODE`)
-//!   expanded into `(host, slots)`.
+//!   expanded into `(host, slots)`: the hosts of a job run inside `salloc`/`sbatch`.
 //! - `sys.rs`: signals, descriptors, process groups, `/proc`, `/dev/shm`, interfaces:
 //!   the only `unsafe` (the `pre_exec` hook).
 //!
@@ -70,17 +72,96 @@ fn host_list(cli: &cli::Cli) -> Result<Option<Vec<hosts::Host>>, String> {
     hosts::parse_hostfile(&text, &path.display().to_string()).map(Some)
 }
 
-/// Inside a Slurm allocation that spans other hosts, says that a job without host
-/// options stays on this one.
-fn slurm_note() {
-    match slurm::allocation_from_env() {
-        Ok(Some(alloc)) => {
-            if let Some(note) = slurm::other_hosts_note(&alloc, &sys::hostname()) {
-                eprintln!("gmpirun: note: {note}");
-            }
+/// Where the ranks run and how their proxies start.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// Every rank on this node, no proxies: `np` ranks.
+    Local { np: u32 },
+    /// Across `hosts`, proxies started by `starter`.
+    Cluster {
+        hosts: Vec<hosts::Host>,
+        starter: agent::Starter,
+    },
+}
+
+/// What [`plan`] decides from.
+struct PlanInput {
+    /// `-n`, `-N`.
+    np: Option<u32>,
+    npernode: Option<u32>,
+    /// The hosts of `-H` or `--hostfile`.
+    given: Option<Vec<hosts::Host>>,
+    /// `--launcher` / `GMPI_LAUNCHER`.
+    launcher: cli::Launcher,
+    /// `--launch-agent` or `GMPI_SSH` was given.
+    explicit_agent: bool,
+    /// The launch agent's words (`agent::agent_argv`).
+    agent: Vec<String>,
+    /// The Slurm allocation this gmpirun runs in, if any.
+    alloc: Result<Option<Vec<(String, u32)>>, slurm::SlurmError>,
+}
+
+/// Chooses the hosts and the launch method. Host options win over an allocation; inside
+/// an allocation without them, its hosts and slots are used and, unless the user chose
+/// a launch agent or `--launcher ssh`, every proxy is a Slurm step started by `srun`.
+/// `Err` is a command-line error; `Ok((plan, Some(warning)))` when a malformed
+/// allocation was ignored.
+fn plan(input: PlanInput) -> Result<(Plan, Option<String>), String> {
+    use cli::Launcher;
+    let PlanInput {
+        np,
+        npernode,
+        given,
+        launcher,
+        explicit_agent,
+        agent,
+        alloc,
+    } = input;
+    let mut warning = None;
+    let alloc_hosts = match alloc {
+        Ok(Some(a)) => Some(
+            a.into_iter()
+                .map(|(name, slots)| hosts::Host { name, slots })
+                .collect::<Vec<_>>(),
+        ),
+        Ok(None) => None,
+        Err(e) if launcher == Launcher::Srun => {
+            return Err(format!("--launcher srun: bad Slurm allocation: {e}"))
         }
-        Ok(None) => {}
-        Err(e) => eprintln!("gmpirun: warning: ignoring the Slurm allocation: {e}"),
+        Err(e) => {
+            warning = Some(format!("ignoring the Slurm allocation: {e}"));
+            None
+        }
+    };
+    let ssh = agent::Starter::RemoteShell(agent);
+    let srun = agent::Starter::Srun(vec!["srun".to_owned()]);
+    let cluster = |hosts, starter| Ok((Plan::Cluster { hosts, starter }, warning.clone()));
+    match (launcher, given, alloc_hosts) {
+        (Launcher::Srun, _, None) => Err(
+            "--launcher srun: not inside a Slurm allocation (SLURM_JOB_NODELIST is not set)"
+                .to_owned(),
+        ),
+        (Launcher::Srun, given, Some(alloc)) => cluster(given.unwrap_or(alloc), srun),
+        (_, Some(given), _) => cluster(given, ssh),
+        (Launcher::Auto, None, Some(alloc)) if !explicit_agent => cluster(alloc, srun),
+        (_, None, Some(alloc)) => cluster(alloc, ssh),
+        (_, None, None) => {
+            let np = match (np, npernode) {
+                (Some(n), Some(k)) if n > k => {
+                    return Err(format!(
+                        "-n {n} is more than -N {k} ranks on this one node (give hosts with -H or --hostfile)"
+                    ))
+                }
+                (Some(n), _) | (None, Some(n)) => n,
+                (None, None) => {
+                    return Err(
+                        "-n N is required (outside a Slurm allocation, and without -H or --hostfile)"
+                            .to_owned(),
+                    )
+                }
+            };
+            Ok((Plan::Local { np }, warning))
+        }
     }
 }
 
@@ -103,27 +184,167 @@ fn main() {
         tag_output: cli.tag_output,
         timeout: cli.timeout,
     };
-    let Some(hosts) = hosts else {
-        spec.np = match (cli.np, cli.npernode) {
-            (Some(n), Some(k)) if n > k => usage_error(&format!(
-                "-n {n} is more than -N {k} ranks on this one node (give hosts with -H or --hostfile)"
-            )),
-            (Some(n), _) | (None, Some(n)) => n,
-            (None, None) => unreachable!("clap requires -n without hosts or -N"),
-        };
-        slurm_note();
-        std::process::exit(job::run(&spec));
+    let gmpi_ssh = std::env::var("GMPI_SSH").ok();
+    let explicit_agent =
+        cli.launch_agent.is_some() || gmpi_ssh.as_deref().is_some_and(|s| !s.trim().is_empty());
+    let agent = agent::agent_argv(cli.launch_agent.as_deref(), gmpi_ssh.as_deref())
+        .unwrap_or_else(|msg| usage_error(&msg));
+    let launcher =
+        cli::Launcher::choose(cli.launcher, std::env::var("GMPI_LAUNCHER").ok().as_deref())
+            .unwrap_or_else(|msg| usage_error(&msg));
+    let (plan, warning) = plan(PlanInput {
+        np: cli.np,
+        npernode: cli.npernode,
+        given: hosts,
+        launcher,
+        explicit_agent,
+        agent,
+        alloc: slurm::allocation_from_env(),
+    })
+    .unwrap_or_else(|msg| usage_error(&msg));
+    if let Some(w) = warning {
+        eprintln!("gmpirun: warning: {w}");
+    }
+    let (hosts, starter) = match plan {
+        Plan::Local { np } => {
+            spec.np = np;
+            std::process::exit(job::run(&spec));
+        }
+        Plan::Cluster { hosts, starter } => (hosts, starter),
     };
     let placement = hosts::place(&hosts, cli.np, cli.map_by, cli.npernode)
         .unwrap_or_else(|msg| usage_error(&msg));
     spec.np = placement.iter().map(|h| h.ranks.len() as u32).sum();
-    let gmpi_ssh = std::env::var("GMPI_SSH").ok();
-    let agent = agent::agent_argv(cli.launch_agent.as_deref(), gmpi_ssh.as_deref())
-        .unwrap_or_else(|msg| usage_error(&msg));
     std::process::exit(cluster::run(cluster::ClusterSpec {
         job: &spec,
         placement,
-        agent,
+        starter,
         fanout: cli.fanout as usize,
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent::Starter;
+    use cli::Launcher;
+
+    fn input() -> PlanInput {
+        PlanInput {
+            np: None,
+            npernode: None,
+            given: None,
+            launcher: Launcher::Auto,
+            explicit_agent: false,
+            agent: vec!["ssh".into()],
+            alloc: Ok(None),
+        }
+    }
+
+    fn host(name: &str, slots: u32) -> hosts::Host {
+        hosts::Host {
+            name: name.into(),
+            slots,
+        }
+    }
+
+    fn alloc() -> Result<Option<Vec<(String, u32)>>, slurm::SlurmError> {
+        slurm::allocation("n[1-2]", "2(x2)").map(Some)
+    }
+
+    fn cluster(hosts: Vec<hosts::Host>, starter: Starter) -> Plan {
+        Plan::Cluster { hosts, starter }
+    }
+
+    #[test]
+    fn outside_an_allocation() {
+        let p = plan(PlanInput {
+            np: Some(3),
+            ..input()
+        });
+        assert_eq!(p, Ok((Plan::Local { np: 3 }, None)));
+        let e = plan(input()).unwrap_err();
+        assert!(e.contains("-n N is required"), "{e}");
+        let e = plan(PlanInput {
+            np: Some(3),
+            npernode: Some(2),
+            ..input()
+        })
+        .unwrap_err();
+        assert!(e.contains("-n 3 is more than -N 2"), "{e}");
+        let p = plan(PlanInput {
+            given: Some(vec![host("a", 2)]),
+            ..input()
+        });
+        let ssh = Starter::RemoteShell(vec!["ssh".into()]);
+        assert_eq!(p, Ok((cluster(vec![host("a", 2)], ssh), None)));
+        let e = plan(PlanInput {
+            launcher: Launcher::Srun,
+            np: Some(2),
+            ..input()
+        })
+        .unwrap_err();
+        assert!(e.contains("not inside a Slurm allocation"), "{e}");
+    }
+
+    #[test]
+    fn inside_an_allocation() {
+        let srun = Starter::Srun(vec!["srun".into()]);
+        let ssh = Starter::RemoteShell(vec!["ssh".into()]);
+        let from_alloc = vec![host("n1", 2), host("n2", 2)];
+        // The allocation's hosts, by srun, with or without -n.
+        for np in [None, Some(2)] {
+            let p = plan(PlanInput {
+                np,
+                alloc: alloc(),
+                ..input()
+            });
+            assert_eq!(p, Ok((cluster(from_alloc.clone(), srun.clone()), None)));
+        }
+        // The user's choices: a launch agent or --launcher ssh keep the allocation's
+        // hosts but not srun; host options replace both.
+        for (launcher, explicit_agent) in [(Launcher::Auto, true), (Launcher::Ssh, false)] {
+            let p = plan(PlanInput {
+                launcher,
+                explicit_agent,
+                alloc: alloc(),
+                ..input()
+            });
+            assert_eq!(p, Ok((cluster(from_alloc.clone(), ssh.clone()), None)));
+        }
+        let p = plan(PlanInput {
+            given: Some(vec![host("x", 1)]),
+            alloc: alloc(),
+            ..input()
+        });
+        assert_eq!(p, Ok((cluster(vec![host("x", 1)], ssh), None)));
+        // --launcher srun with host options: those hosts, as Slurm steps.
+        let p = plan(PlanInput {
+            given: Some(vec![host("n2", 1)]),
+            launcher: Launcher::Srun,
+            alloc: alloc(),
+            ..input()
+        });
+        assert_eq!(p, Ok((cluster(vec![host("n2", 1)], srun), None)));
+    }
+
+    #[test]
+    fn a_malformed_allocation() {
+        let bad = || slurm::allocation("n[1-2", "1").map(Some);
+        let (p, warning) = plan(PlanInput {
+            np: Some(2),
+            alloc: bad(),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!(p, Plan::Local { np: 2 });
+        assert!(warning.unwrap().contains("n[1-2"));
+        let e = plan(PlanInput {
+            launcher: Launcher::Srun,
+            alloc: bad(),
+            ..input()
+        })
+        .unwrap_err();
+        assert!(e.contains("bad Slurm allocation"), "{e}");
+    }
 }

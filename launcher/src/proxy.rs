@@ -1,8 +1,8 @@
 //! gmpirun's hidden proxy mode: the agent of one host in a multi-host job.
 //!
 //! `gmpirun --internal-proxy HOST_ID PORT ADDR[,ADDR...]` is started by the root (or by
-//! a parent proxy) through the launch agent. It reads the job secret from its stdin (the
-//! SSH channel: never a command line), connects back to gmpirun at `ADDR:PORT`
+//! a parent proxy) through the launch agent or `srun`. It reads the job secret from its
+//! stdin (the SSH channel, or srun's forwarded stdin: never a command line), connects back to gmpirun at `ADDR:PORT`
 //! (`SSH_CONNECTION`'s client address first), and both sides prove they hold the secret
 //! (`control.rs`). Then it receives its job: it starts its child proxies (the launch
 //! tree) and its ranks, in gmpirun's working directory, with the same environment and

@@ -4,8 +4,8 @@
 //! `SLURM_JOB_NODELIST=node[01-03,07],gpu-a[1-2]` and `SLURM_TASKS_PER_NODE=2(x3),1`.
 //! This module expands both with pure functions ([`expand_hostlist`],
 //! [`expand_tasks_per_node`]) and pairs them as `(host, slots)` ([`allocation`],
-//! [`allocation_from_env`]), so that gmpirun can take its hosts and slots from the
-//! allocation (and, with the multi-host mode, start its per-host proxies with `srun`).
+//! [`allocation_from_env`]), so that gmpirun takes its hosts and slots from the
+//! allocation (and starts its per-host proxies with `srun`: `agent::Starter::Srun`).
 //!
 //! The host-list syntax is Slurm's (`src/common/hostlist.c`): entries separated by
 //! commas outside brackets; in an entry, any number of bracket groups, each a
@@ -260,34 +260,6 @@ pub fn allocation_from(
     allocation(&nodes, &counts).map(Some)
 }
 
-/// What to tell the user when gmpirun, which starts ranks on this node only, runs in
-/// an allocation that has other hosts: `None` when the allocation is this host alone.
-/// Host names compare by their first label (Slurm's node names are usually short).
-pub fn other_hosts_note(alloc: &[(String, u32)], here: &str) -> Option<String> {
-    let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
-    let here = short(here);
-    let others: Vec<&str> = alloc
-        .iter()
-        .filter(|(h, _)| short(h) != here)
-        .map(|(h, _)| h.as_str())
-        .collect();
-    if others.is_empty() {
-        return None;
-    }
-    let mut list = others
-        .iter()
-        .take(4)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if others.len() > 4 {
-        list.push_str(&format!(" and {} more", others.len() - 4));
-    }
-    Some(format!(
-        "the Slurm allocation also has {list}; this gmpirun starts every rank on {here}"
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,18 +394,5 @@ mod tests {
         );
         let e = allocation_from(env(&[("SLURM_JOB_NODELIST", "vm")])).unwrap_err();
         assert!(e.to_string().contains("SLURM_TASKS_PER_NODE"), "{e}");
-    }
-
-    #[test]
-    fn a_note_only_for_allocations_beyond_this_host() {
-        let alloc = allocation("vm", "4").unwrap();
-        assert_eq!(other_hosts_note(&alloc, "vm"), None);
-        assert_eq!(other_hosts_note(&alloc, "vm.cluster.example"), None);
-        let alloc = allocation("n[1-7]", "2(x7)").unwrap();
-        let note = other_hosts_note(&alloc, "n1").unwrap();
-        assert!(
-            note.contains("n2, n3, n4, n5 and 2 more") && note.ends_with("on n1"),
-            "{note}"
-        );
     }
 }

@@ -11,6 +11,10 @@
 //! `--kill-on-bad-exit`: it does not end a step for a task's exit by itself); no rank
 //! survives and no `/dev/shm/gmpi-*` file of the job is left.
 //!
+//! `gmpirun` inside `salloc` takes its hosts and slots from the allocation (without -n:
+//! one rank per allocated task) and starts its proxy as a Slurm step with `srun`: the
+//! ranks see `SLURM_STEP_ID`; a killed rank ends the job; every allocation ends.
+//!
 //! Prerequisites come from `.ci/run` (Debian `mpich`, `slurm-wlm`, `munge`); without a
 //! launcher, its test prints `SKIPPED: <reason>` and returns. Slurm's daemons run as
 //! root, as in CI.
@@ -720,22 +724,116 @@ fn srun_mpi_pmi2_runs_gmpi_jobs_and_ends_failed_ones() {
         }
         assert_no_survivors(&mark, &what);
     }
-    // gmpirun inside an allocation of this one node.
-    let mark = new_mark("salloc");
-    let mut c = slurm.command(&tools.salloc);
-    c.args(["-O", "-n", "4"])
-        .arg(gmpi_tests::gmpirun())
-        .args(["-np", "4", CHECK, "sweep", "300000"])
-        .env("GMPI_TEST_MARK", &mark);
-    let f = run_guarded(c, &|| slurm.cancel_all(&tools));
+    // gmpirun inside an allocation of this one node: hosts and slots from the
+    // allocation, the proxy started as a Slurm step by srun.
+    let salloc_gmpirun = |gmpirun_args: &[&str], mark: &str| {
+        let mut c = slurm.command(&tools.salloc);
+        c.args(["-O", "-n", "4"])
+            .arg(gmpi_tests::gmpirun())
+            .args(gmpirun_args)
+            .env("GMPI_TEST_MARK", mark);
+        run_guarded(c, &|| slurm.cancel_all(&tools))
+    };
+    // Each rank says which Slurm step it runs in (salloc sets no SLURM_STEP_ID: only a
+    // step started by srun has one), then runs the sweep.
+    let says_step = format!(
+        "echo \"rank $PMI_RANK of $PMI_SIZE in job $SLURM_JOB_ID step ${{SLURM_STEP_ID:-none}}\"; exec {CHECK} sweep 300000"
+    );
+    for np in [None, Some("2")] {
+        let what = format!(
+            "salloc -n 4 gmpirun {}",
+            np.map_or(String::new(), |n| format!("-n {n}"))
+        );
+        let mark = new_mark("salloc");
+        let mut args: Vec<&str> = Vec::new();
+        if let Some(n) = np {
+            args.extend(["-n", n]);
+        }
+        args.extend(["/bin/sh", "-c", &says_step]);
+        let f = salloc_gmpirun(&args, &mark);
+        assert!(
+            f.status.success() && !f.hung,
+            "{what}: {}",
+            slurm.failed(&f.text())
+        );
+        let want = np.map_or(4, |n| n.parse().unwrap());
+        assert_eq!(f.oks(" OK on rank "), want, "{what}: {}", f.text());
+        assert!(!f.stderr.contains("gmpirun: note"), "{what}: {}", f.text());
+        // Every rank runs under a numbered step of one job of this cluster.
+        let steps: Vec<(u32, u32)> = f
+            .stdout
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("rank ")?;
+                let job = rest
+                    .split(" in job ")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                let step = rest.split(" step ").nth(1)?.trim().parse().ok()?;
+                Some((job, step))
+            })
+            .collect();
+        assert_eq!(
+            steps.len(),
+            want,
+            "{what}: not every rank ran in a Slurm step: {}",
+            f.text()
+        );
+        assert!(
+            steps
+                .iter()
+                .all(|&(j, _)| (slurm.first_job..slurm.first_job + JOB_IDS).contains(&j)),
+            "{what}: {}",
+            f.text()
+        );
+        assert!(
+            f.stdout.contains(&format!(" of {want} in job ")),
+            "{what}: {}",
+            f.text()
+        );
+        assert_no_survivors(&mark, &what);
+    }
+    if let Some(ring) = ring_example() {
+        let mark = new_mark("salloc-ring");
+        let f = salloc_gmpirun(&[ring.to_str().expect("UTF-8 path"), "7"], &mark);
+        assert!(
+            f.status.success() && !f.hung,
+            "salloc gmpirun ring: {}",
+            slurm.failed(&f.text())
+        );
+        assert_eq!(f.oks("(correct)"), 1, "salloc gmpirun ring: {}", f.text());
+        assert_no_survivors(&mark, "salloc gmpirun ring");
+    }
+    // A rank killed under the srun-started proxy ends the whole job, naming it.
+    let mark = new_mark("salloc-kill");
+    let f = salloc_gmpirun(&[CHECK, "crash", "kill"], &mark);
     assert!(
-        f.status.success() && !f.hung,
-        "salloc gmpirun: {}",
+        !f.status.success() && !f.hung,
+        "salloc gmpirun crash kill must fail: {}",
         f.text()
     );
-    assert_eq!(f.oks(" OK on rank "), 4, "salloc gmpirun: {}", f.text());
-    assert!(!f.stderr.contains("gmpirun: note"), "{}", f.text());
-    assert_no_survivors(&mark, "salloc gmpirun");
+    assert!(
+        f.stderr.contains("rank 3"),
+        "salloc gmpirun crash kill: {}",
+        f.text()
+    );
+    assert_no_survivors(&mark, "salloc gmpirun crash kill");
+    // Every allocation (and so every step of it) ended with its salloc.
+    let squeue = || {
+        slurm
+            .command(&tools.squeue)
+            .args(["-h", "-o", "%i %T"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let ended = wait_for("the allocations to end", Duration::from_secs(10), || {
+        squeue().trim().is_empty()
+    });
+    assert!(ended.is_ok(), "jobs left after salloc: {}", squeue());
 
     // No job of this cluster left a shared-memory file (names: gmpi-JOBID_STEPID-...).
     let ours = slurm.first_job..slurm.first_job + JOB_IDS;
