@@ -133,6 +133,13 @@ mod tests {
             .spawn()
             .expect("spawn sleep");
         let pid = child.id();
+        // spawn returns as soon as the exec is under way, before the new
+        // image's environment is in place: wait until it reads back.
+        let t = Instant::now();
+        while !environ_says_rank(pid, 3) {
+            assert!(t.elapsed() < Duration::from_secs(10), "child environment");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // Not watched: wrong rank, or a pid that does not exist.
         assert_eq!(PeerWatch::new(&[(2, pid)]).len(), 0);
         assert_eq!(PeerWatch::new(&[(3, u32::MAX)]).len(), 0);
