@@ -992,7 +992,14 @@ impl TcpBtl {
             c.listed = false;
             if c.stage == Stage::Established {
                 if *budget == 0 {
+                    // Back on the list for the next pass. Those after `k`
+                    // were not visited, so their `listed` flag is still set
+                    // from this pass: clear it first, or `list` would skip
+                    // them and they would never be looked at again.
                     for &rest in &todo[k..] {
+                        if let Some(c) = self.conns[rest].as_mut() {
+                            c.listed = false;
+                        }
                         self.list(rest);
                     }
                     break;

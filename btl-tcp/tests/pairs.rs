@@ -376,3 +376,44 @@ fn unreachable_peer_is_reported_failed() {
     assert_eq!(g.failed, vec![1]);
     assert_eq!(b.send(1, &[b"x"], 0), Err(BtlError::PeerFailed(1)));
 }
+
+#[test]
+fn a_burst_from_several_peers_beyond_the_per_pass_budget_is_all_delivered() {
+    // Three peers each have more fragments waiting than one progress pass
+    // delivers (MAX_FRAGS_PER_PROGRESS); the budget runs out in the middle
+    // of the first connection, and every connection must still be drained
+    // by later passes with no new data arriving to wake it up.
+    let per_peer = 3 * gmpi_btl_tcp::MAX_FRAGS_PER_PROGRESS as u32 + 5;
+    let mut b = group(4, &cfg());
+    let mut gots: Vec<Got> = (0..4).map(|_| Got::default()).collect();
+    for q in 1..4 {
+        b[q as usize].send(0, &[b"hello"], 0).unwrap();
+    }
+    pump(&mut b, &mut gots, |g| g[0].frags.len() == 3);
+    let want: Vec<Vec<Vec<u8>>> = (0..4)
+        .map(|q| (0..per_peer).map(|s| payload(q, s, 16)).collect())
+        .collect();
+    for q in 1..4usize {
+        for f in &want[q] {
+            assert_eq!(b[q].send(0, &[f], 0).unwrap(), Submit::Done);
+        }
+    }
+    // Let the bytes reach rank 0's sockets before it looks.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut got = Got::default();
+    let t = std::time::Instant::now();
+    while got.frags.len() < 3 * per_peer as usize {
+        progress_into(&mut b[0], &mut got);
+        b[0].wait(Duration::from_millis(5));
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "only {} of {} fragments delivered: a connection was left behind",
+            got.frags.len(),
+            3 * per_peer
+        );
+    }
+    for (q, w) in want.iter().enumerate().skip(1) {
+        check_stream(&got, q as Rank, w);
+    }
+    close_all(b);
+}
