@@ -1121,6 +1121,13 @@ impl<'a> Root<'a> {
             e.flush_if_quiet(now, &mut self.sink.err());
         }
         let paused = self.sink.queued() > OUT_PAUSE;
+        if let Phase::Ending { deadline } = &mut self.phase {
+            if paused {
+                // The proxies' confirmations wait behind output we are not
+                // reading yet: the time to confirm starts once we read again.
+                *deadline = (*deadline).max(now + END_TIMEOUT);
+            }
+        }
         for host in &mut self.hosts {
             if let Some(conn) = &mut host.conn {
                 conn.keep_alive(now, ToProxy::Heartbeat);
