@@ -36,7 +36,7 @@ use std::process::{ChildStderr, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag};
@@ -523,19 +523,7 @@ impl<'a> Root<'a> {
                 fds.push(PollFd::new(err.as_fd(), input));
             }
         }
-        let timeout = match timeout {
-            None => PollTimeout::NONE,
-            Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
-        };
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        Ok(tokens
-            .into_iter()
-            .zip(&fds)
-            .filter_map(|(t, fd)| fd.revents().filter(|r| !r.is_empty()).map(|r| (t, r)))
-            .collect())
+        sys::poll_tokens(tokens, &mut fds, timeout)
     }
 
     /// Whether to read gmpirun's stdin now: rank 0's proxy is up and has room.

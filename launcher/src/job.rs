@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use gmpi_pmi::wire::MAX_LINE_LEN;
 use gmpi_pmi::{PmiServer, ServerOutput};
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -320,19 +320,7 @@ impl<'a> Job<'a> {
                 fds.push(PollFd::new(err.pipe.as_fd(), input));
             }
         }
-        let timeout = match timeout {
-            None => PollTimeout::NONE,
-            Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
-        };
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        Ok(tokens
-            .into_iter()
-            .zip(&fds)
-            .filter_map(|(t, fd)| fd.revents().filter(|r| !r.is_empty()).map(|r| (t, r)))
-            .collect())
+        sys::poll_tokens(tokens, &mut fds, timeout)
     }
 
     /// Time until the next deadline (never under [`MIN_TICK`]); `None` blocks.

@@ -582,19 +582,7 @@ impl Proxy {
                 fds.push(PollFd::new(err.as_fd(), input));
             }
         }
-        let timeout = match timeout {
-            None => PollTimeout::NONE,
-            Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
-        };
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        Ok(tokens
-            .into_iter()
-            .zip(&fds)
-            .filter_map(|(t, fd)| fd.revents().filter(|r| !r.is_empty()).map(|r| (t, r)))
-            .collect())
+        sys::poll_tokens(tokens, &mut fds, timeout)
     }
 
     fn poll_timeout(&self) -> Option<Duration> {

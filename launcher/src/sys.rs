@@ -12,13 +12,39 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::unistd::Pid;
+
+/// `poll` the descriptors `fds`, one per token in `tokens`, for at most `timeout`
+/// (`None` blocks): the tokens that have events, with their events. An interrupted
+/// `poll` (EINTR) reports none. The one wait of every gmpirun event loop (the local
+/// job, the root of a multi-host job, a proxy).
+pub fn poll_tokens<T>(
+    tokens: Vec<T>,
+    fds: &mut [PollFd<'_>],
+    timeout: Option<Duration>,
+) -> nix::Result<Vec<(T, PollFlags)>> {
+    let timeout = match timeout {
+        None => PollTimeout::NONE,
+        Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
+    };
+    match poll(fds, timeout) {
+        Ok(_) | Err(Errno::EINTR) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(tokens
+        .into_iter()
+        .zip(fds.iter())
+        .filter_map(|(t, fd)| fd.revents().filter(|r| !r.is_empty()).map(|r| (t, r)))
+        .collect())
+}
 
 /// The signals gmpirun handles through its signalfd.
 pub const HANDLED_SIGNALS: [Signal; 4] = [

@@ -3,43 +3,16 @@
 //! `cargo test -p gmpi-launcher` builds the crate's examples too, so the PMI probe is
 //! found next to the gmpirun binary, in `examples/pmi_probe`.
 
+mod common;
+
+use common::{gmpirun_path, probe, wait_output, Outcome};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest any single job in these tests may take before the test fails.
 const HANG_LIMIT: Duration = Duration::from_secs(20);
-
-struct Outcome {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Outcome {
-    fn code(&self) -> i32 {
-        self.status.code().expect("gmpirun itself was killed")
-    }
-}
-
-fn gmpirun_path() -> &'static str {
-    env!("CARGO_BIN_EXE_gmpirun")
-}
-
-fn probe() -> PathBuf {
-    let p = Path::new(gmpirun_path())
-        .parent()
-        .unwrap()
-        .join("examples/pmi_probe");
-    assert!(
-        p.exists(),
-        "{} not built (cargo test builds examples)",
-        p.display()
-    );
-    p
-}
 
 fn spawn(args: &[&str], stdin: Stdio) -> Child {
     Command::new(gmpirun_path())
@@ -52,36 +25,8 @@ fn spawn(args: &[&str], stdin: Stdio) -> Child {
 }
 
 /// Waits for `child` (at most [`HANG_LIMIT`]) and collects its output.
-fn finish(mut child: Child, started: Instant) -> Outcome {
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        err.read_to_string(&mut s).unwrap();
-        s
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > HANG_LIMIT {
-            let _ = child.kill();
-            panic!("gmpirun hung for more than {HANG_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = started.elapsed();
-    Outcome {
-        status,
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-        elapsed,
-    }
+fn finish(child: Child, started: Instant) -> Outcome {
+    wait_output(child, started, HANG_LIMIT)
 }
 
 fn run(args: &[&str]) -> Outcome {

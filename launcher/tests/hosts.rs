@@ -13,10 +13,13 @@
 #[path = "../../tests/src/netns.rs"]
 mod netns;
 
+mod common;
+
+use common::{gmpirun_path, probe, wait_output, Outcome};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,36 +31,6 @@ const HANG_LIMIT: Duration = Duration::from_secs(60);
 const ORPHAN_LIMIT: Duration = Duration::from_secs(20);
 
 static MARKS: AtomicU32 = AtomicU32::new(0);
-
-struct Outcome {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Outcome {
-    fn code(&self) -> i32 {
-        self.status.code().expect("gmpirun itself was killed")
-    }
-}
-
-fn gmpirun_path() -> &'static str {
-    env!("CARGO_BIN_EXE_gmpirun")
-}
-
-fn probe() -> PathBuf {
-    let p = Path::new(gmpirun_path())
-        .parent()
-        .unwrap()
-        .join("examples/pmi_probe");
-    assert!(
-        p.exists(),
-        "{} not built (cargo test builds examples)",
-        p.display()
-    );
-    p
-}
 
 /// A string unique to this test run, to find the job's processes by.
 fn marker() -> String {
@@ -80,36 +53,9 @@ fn spawn_on(c: &Cluster, args: &[&str], stdin: Stdio) -> Child {
         .expect("start gmpirun")
 }
 
-fn finish(mut child: Child, started: Instant) -> Outcome {
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        err.read_to_string(&mut s).unwrap();
-        s
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > HANG_LIMIT {
-            let _ = child.kill();
-            panic!("gmpirun hung for more than {HANG_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = started.elapsed();
-    Outcome {
-        status,
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-        elapsed,
-    }
+/// Waits for `child` (at most [`HANG_LIMIT`]) and collects its output.
+fn finish(child: Child, started: Instant) -> Outcome {
+    wait_output(child, started, HANG_LIMIT)
 }
 
 fn run_on(c: &Cluster, args: &[&str]) -> Outcome {
