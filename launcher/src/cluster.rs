@@ -87,17 +87,10 @@ pub struct ClusterSpec<'a> {
 
 /// Runs the job to its end and returns gmpirun's exit status.
 pub fn run(spec: ClusterSpec<'_>) -> i32 {
-    let job_id = match sys::random_job_id() {
-        Ok(id) => id,
+    let (job_id, secret) = match crate::control::new_job_identity() {
+        Ok(x) => x,
         Err(e) => {
-            eprintln!("gmpirun: cannot read /dev/urandom for a job id: {e}");
-            return 1;
-        }
-    };
-    let secret = match Secret::random() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("gmpirun: cannot get random bytes for the job secret: {e}");
+            eprintln!("gmpirun: {e}");
             return 1;
         }
     };

@@ -49,6 +49,16 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// A new job's identity: its id (the `/dev/shm` file prefix) and its secret; the
+/// message says which could not be made.
+pub fn new_job_identity() -> Result<(String, Secret), String> {
+    let job_id = crate::sys::random_job_id()
+        .map_err(|e| format!("cannot read /dev/urandom for a job id: {e}"))?;
+    let secret =
+        Secret::random().map_err(|e| format!("cannot get random bytes for the job secret: {e}"))?;
+    Ok((job_id, secret))
+}
+
 impl Secret {
     /// A fresh secret from the operating system's random source.
     pub fn random() -> io::Result<Self> {

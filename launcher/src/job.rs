@@ -29,7 +29,7 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::control::{ExitKind, Secret};
+use crate::control::ExitKind;
 use crate::output::LineForwarder;
 use crate::rank::{self, forward, judge_exit, PmiConn, Verdict};
 use crate::sys;
@@ -84,20 +84,14 @@ pub fn run(spec: &JobSpec) -> i32 {
             return EXIT_CANNOT_START;
         }
     };
-    let job_id = match sys::random_job_id() {
-        Ok(id) => id,
+    let (job_id, secret) = match crate::control::new_job_identity() {
+        Ok(x) => x,
         Err(e) => {
-            eprintln!("gmpirun: cannot read /dev/urandom for a job id: {e}");
+            eprintln!("gmpirun: {e}");
             return 1;
         }
     };
-    let secret = match Secret::random() {
-        Ok(s) => s.to_hex(),
-        Err(e) => {
-            eprintln!("gmpirun: cannot get random bytes for the job secret: {e}");
-            return 1;
-        }
-    };
+    let secret = secret.to_hex();
     let signals = match sys::signal_fd() {
         Ok(s) => s,
         Err(e) => {
