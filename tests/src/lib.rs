@@ -34,6 +34,24 @@ pub fn target_dir() -> PathBuf {
     d
 }
 
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+/// A process's exit status, stdout and stderr, for assertion messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Path to `gmpirun`, building it if this test run did not.
 pub fn gmpirun() -> PathBuf {
     let p = target_dir().join("gmpirun");
@@ -57,9 +75,7 @@ pub fn gmpirun() -> PathBuf {
 pub fn capi_prefix() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("repo root");
+        let repo = repo();
         let target = target_dir();
         let release = target.ends_with("release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -6,25 +6,10 @@
 //! `tests/c/fake_libcuda.c`, a host-memory stand-in for `libcuda.so.1`, and
 //! its error paths (no driver, bad options).
 
+use gmpi_tests::{output_text as text, repo};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo root")
-        .to_path_buf()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// The suite built once per test binary with the prefix's `gmpicc`.
 fn suite() -> &'static Path {

@@ -11,15 +11,9 @@
 //! saying what to install, unless `GMPI_CAPI_ALLOW_MISSING=1` (then it says
 //! loudly that it was skipped).
 
+use gmpi_tests::{output_text as text, repo};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo root")
-        .to_path_buf()
-}
 
 /// The prefix laid out from this build (`target/<profile>/capi-prefix`).
 fn prefix() -> &'static Path {
@@ -40,15 +34,6 @@ fn have(tool: &str, package: &str) -> bool {
         eprintln!("SKIPPED: {tool} is not installed ({package}); this test did not run");
     }
     ok
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A scratch directory for one test.
