@@ -8,7 +8,9 @@
 //! - the same with both sides blocking in `wait` (futex wake-up per message);
 //! - 32 KiB fragments streamed through one ring: bandwidth (one copy: the
 //!   sender's gather into the ring; the receiver does not copy out);
-//! - 1 MiB and 16 MiB `get` (CMA `process_vm_readv`): bandwidth.
+//! - 1 MiB and 16 MiB `get` (CMA `process_vm_readv`; cooperative, the
+//!   first rank writing part of it with `process_vm_writev` while it waits,
+//!   unless `GMPI_SHM_COOP=0`): bandwidth.
 
 #![forbid(unsafe_code)]
 
@@ -64,6 +66,23 @@ fn recv(btl: &mut ShmBtl, block: bool) -> Vec<u8> {
     }
 }
 
+/// Get all of `dst` from rank 0, driving a cooperative get to its end.
+fn get(btl: &mut ShmBtl, desc: &MemDesc, dst: &mut [u8]) {
+    match btl.get(0, desc, 0, dst, 1).expect("get") {
+        Submit::Done => {}
+        Submit::Queued => {
+            let mut done = false;
+            while !done {
+                btl.progress(&mut |e| match e {
+                    Event::GetComplete { token: 1 } => done = true,
+                    other => panic!("unexpected {other:?}"),
+                });
+            }
+        }
+        Submit::NoResource => panic!("get refused"),
+    }
+}
+
 /// Poll until one fragment arrives; only count it (no copy).
 fn recv_len(btl: &mut ShmBtl) -> usize {
     let mut len = None;
@@ -90,6 +109,13 @@ fn send(btl: &mut ShmBtl, to: u32, data: &[u8]) {
 const STREAM_BYTES: usize = 512 << 20;
 const FRAG: usize = gmpi_btl_shm::DEFAULT_MAX_FRAG;
 
+fn config() -> ShmConfig {
+    ShmConfig {
+        coop: std::env::var("GMPI_SHM_COOP").map_or(true, |v| v != "0"),
+        ..ShmConfig::default()
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 4 && args[1] == "child" {
@@ -105,7 +131,7 @@ fn main() {
         .expect("spawn");
     let (mut sock, _) = listener.accept().expect("accept");
     let _ = std::fs::remove_file(&sock_path);
-    let cfg = ShmConfig::default();
+    let cfg = config();
     let mut btl =
         ShmBtl::bootstrap(&path, 0, 2, &[0, 1], &cfg, &mut || fence(&mut sock)).expect("bootstrap");
     println!(
@@ -170,7 +196,7 @@ fn main() {
 fn child(path: &str, sock_path: &str) {
     let _ = PARENT.set(std::os::unix::process::parent_id());
     let mut sock = UnixStream::connect(sock_path).expect("connect");
-    let cfg = ShmConfig::default();
+    let cfg = config();
     let mut btl =
         ShmBtl::bootstrap(path, 1, 2, &[0, 1], &cfg, &mut || fence(&mut sock)).expect("bootstrap");
     let iters = usize::from_le_bytes(recv(&mut btl, true)[..8].try_into().expect("8 bytes"));
@@ -201,16 +227,24 @@ fn child(path: &str, sock_path: &str) {
     if !btl.cma_enabled() {
         report = format!("get: CMA {}", btl.cma_status());
     } else {
+        let how = if btl.coop_enabled() {
+            "CMA, cooperative"
+        } else {
+            "CMA"
+        };
         for (size, reps) in [(1usize << 20, 2000), (16 << 20, 100)] {
             let mut dst = vec![0u8; size];
-            btl.get(0, &desc, 0, &mut dst, 0).expect("get");
+            get(&mut btl, &desc, &mut dst);
             let t = Instant::now();
             for _ in 0..reps {
-                btl.get(0, &desc, 0, &mut dst, 0).expect("get");
+                get(&mut btl, &desc, &mut dst);
             }
             let gbs = (size * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;
             assert!(dst.iter().enumerate().all(|(i, &b)| b == i as u8));
-            report.push_str(&format!("get {} MiB via CMA: {gbs:.2} GB/s\n", size >> 20));
+            report.push_str(&format!(
+                "get {} MiB via {how}: {gbs:.2} GB/s\n",
+                size >> 20
+            ));
         }
         report.pop();
     }

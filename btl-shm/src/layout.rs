@@ -5,6 +5,9 @@
 //! 64 + 128*r                    control block of local rank r (two lines)
 //!                                 line 0: doorbell u32, sleeping u32   (futex word + flag)
 //!                                 line 1: pid u64, probe addr u64, probe value u64
+//! coop_off + 64*(r*S + i)        cooperative-copy slot i of local rank r (S = COOP_SLOTS,
+//!                                 one line each; see `coop.rs`):
+//!                                 claim u64 (gen | front | back), done u64, err u32
 //! rings_off + k*(128+ring_bytes) ring k, for each ordered pair (s -> r), s != r:
 //!                                 line 0: want-space u32 at +8         (producer writes, only when refused)
 //!                                 line 1: head u64                     (consumer writes)
@@ -16,7 +19,10 @@
 //! block. There is no ring from a rank to itself (the loopback btl handles self).
 //!
 //! A record is an 8-byte header (`len: u32` little end, `kind: u32`) followed by
-//! `len` payload bytes, padded to a multiple of 8. A record never wraps: when
+//! `len` payload bytes, padded to a multiple of 8. Its kind is a fragment for
+//! the pml ([`Kind::Data`]), a message between the two btls themselves
+//! ([`Kind::Ctrl`], never shown to the pml: the cooperative-copy requests of
+//! `coop.rs`) or padding ([`Kind::Pad`]). A record never wraps: when
 //! it does not fit before the end of the ring, a [`Kind::Pad`] record fills the
 //! rest and the record starts at offset 0. The header word is also the
 //! publication flag: 0 means "nothing here yet", and the producer zeroes the
@@ -33,7 +39,7 @@ pub(crate) const LINE: usize = 64;
 /// `"gmpishm1"`: written last by local rank 0 once the segment is initialised.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"gmpishm1");
 /// Layout version; bumped on any incompatible change.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// Header field offsets.
 pub(crate) const HDR_MAGIC: usize = 0;
@@ -59,6 +65,14 @@ pub(crate) const CTRL_PROBE_ADDR: usize = LINE + 8;
 pub(crate) const CTRL_PROBE_VALUE: usize = LINE + 16;
 pub(crate) const RANK_CTRL_BYTES: usize = 2 * LINE;
 
+/// Cooperative-copy slots per rank (the most cooperative gets one rank has
+/// in flight at once; more fall back to a plain get).
+pub(crate) const COOP_SLOTS: usize = 64;
+/// Cooperative-copy slot fields, relative offsets (one line per slot).
+pub(crate) const COOP_CLAIM: usize = 0;
+pub(crate) const COOP_DONE: usize = 8;
+pub(crate) const COOP_ERR: usize = 16;
+
 /// Ring control, relative offsets.
 pub(crate) const RING_WANT: usize = 8;
 pub(crate) const RING_HEAD: usize = LINE;
@@ -68,6 +82,7 @@ pub(crate) const RING_CTRL_BYTES: usize = 2 * LINE;
 pub(crate) const REC_HDR: usize = 8;
 const KIND_DATA: u32 = 0x5348_0001;
 const KIND_PAD: u32 = 0x5348_0002;
+const KIND_CTRL: u32 = 0x5348_0003;
 
 /// Automatic ring sizing: a node's rings share this much per receiving rank.
 pub(crate) const AUTO_BUDGET: usize = 16 << 20;
@@ -83,6 +98,8 @@ pub(crate) const MIN_FRAG: usize = 64;
 pub(crate) enum Kind {
     /// A fragment of `len` payload bytes.
     Data(u32),
+    /// A btl-to-btl message of `len` payload bytes (not a pml fragment).
+    Ctrl(u32),
     /// Skip to the end of the ring.
     Pad,
 }
@@ -91,6 +108,7 @@ pub(crate) enum Kind {
 pub(crate) fn encode(kind: Kind) -> u64 {
     let (len, k) = match kind {
         Kind::Data(len) => (len, KIND_DATA),
+        Kind::Ctrl(len) => (len, KIND_CTRL),
         Kind::Pad => (0, KIND_PAD),
     };
     u64::from(len) | (u64::from(k) << 32)
@@ -101,6 +119,7 @@ pub(crate) fn decode(word: u64) -> Option<Kind> {
     let len = word as u32;
     match (word >> 32) as u32 {
         KIND_DATA => Some(Kind::Data(len)),
+        KIND_CTRL => Some(Kind::Ctrl(len)),
         KIND_PAD if len == 0 => Some(Kind::Pad),
         _ => None,
     }
@@ -137,6 +156,7 @@ pub(crate) struct Layout {
     /// Data bytes of one ring (multiple of 64).
     pub(crate) ring_bytes: usize,
     pub(crate) max_frag: usize,
+    coop_off: usize,
     rings_off: usize,
     /// Whole segment.
     pub(crate) total: usize,
@@ -176,7 +196,8 @@ impl Layout {
                 .ok_or_else(|| format!("ring_bytes {b} too large"))?
                 .max(min_ring_bytes(max_frag)),
         };
-        let rings_off = HEADER_BYTES + local_size * RANK_CTRL_BYTES;
+        let coop_off = HEADER_BYTES + local_size * RANK_CTRL_BYTES;
+        let rings_off = coop_off + local_size * COOP_SLOTS * LINE;
         let total = (local_size * (local_size - 1))
             .checked_mul(RING_CTRL_BYTES + ring_bytes)
             .and_then(|r| r.checked_add(rings_off))
@@ -185,6 +206,7 @@ impl Layout {
             local_size,
             ring_bytes,
             max_frag,
+            coop_off,
             rings_off,
             total,
         })
@@ -194,6 +216,12 @@ impl Layout {
     pub(crate) fn rank_ctrl(&self, r: usize) -> usize {
         debug_assert!(r < self.local_size);
         HEADER_BYTES + r * RANK_CTRL_BYTES
+    }
+
+    /// Offset of cooperative-copy slot `i` of local rank `r`.
+    pub(crate) fn coop_slot(&self, r: usize, i: usize) -> usize {
+        debug_assert!(r < self.local_size && i < COOP_SLOTS);
+        self.coop_off + (r * COOP_SLOTS + i) * LINE
     }
 
     /// Offset of the control lines of the ring `sender -> receiver`
@@ -210,7 +238,8 @@ impl Layout {
     }
 
     /// Bytes of the segment attributable to one rank: its incoming rings, its
-    /// control block and its share of the header (rounded up).
+    /// control block, its cooperative-copy slots and its share of the header
+    /// (rounded up).
     pub(crate) fn memory_per_rank(&self) -> usize {
         self.total.div_ceil(self.local_size)
     }
@@ -227,6 +256,8 @@ mod tests {
             Kind::Data(0),
             Kind::Data(32 << 10),
             Kind::Data(u32::MAX),
+            Kind::Ctrl(0),
+            Kind::Ctrl(40),
         ] {
             assert_eq!(decode(encode(k)), Some(k));
         }
@@ -252,7 +283,10 @@ mod tests {
         let l = Layout::new(64, None, crate::DEFAULT_MAX_FRAG).unwrap();
         assert!(l.memory_per_rank() <= 16 << 20, "{}", l.memory_per_rank());
         let l = Layout::new(2, None, crate::DEFAULT_MAX_FRAG).unwrap();
-        assert_eq!(l.total, 64 + 2 * 128 + 2 * (128 + (1 << 20)));
+        assert_eq!(
+            l.total,
+            64 + 2 * 128 + 2 * COOP_SLOTS * 64 + 2 * (128 + (1 << 20))
+        );
         for n in 1..=256 {
             let l = Layout::new(n, None, crate::DEFAULT_MAX_FRAG).unwrap();
             assert!(l.memory_per_rank() <= 16 << 20, "{n} ranks: {l:?}");
@@ -276,6 +310,11 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted, seen, "receiver-major order, no overlap");
+        // The cooperative-copy slots lie between the control blocks and the
+        // first ring, one line each.
+        assert!(l.coop_slot(0, 0) >= l.rank_ctrl(4) + RANK_CTRL_BYTES);
+        assert_eq!(l.coop_slot(4, COOP_SLOTS - 1) + LINE, l.ring(1, 0));
+        assert_eq!(l.coop_slot(1, 0) - l.coop_slot(0, COOP_SLOTS - 1), LINE);
     }
 
     #[test]

@@ -8,15 +8,19 @@
 //! receiver's [`Btl::progress`] callback as a slice *into* the ring (zero
 //! copy). Large messages bypass the rings: [`Btl::get`] reads the sender's
 //! memory directly with `process_vm_readv` (CMA, single copy) where the
-//! kernel allows it.
+//! kernel allows it; from [`ShmConfig::coop_min`] bytes the sender, when it
+//! is inside MPI, writes part of the message at the same time with
+//! `process_vm_writev` (a *cooperative* get, `coop.rs`).
 //!
 //! # File map
 //! - `lib.rs`: [`ShmConfig`], [`ShmBtl`] (bootstrap, the [`Btl`] impl, the
 //!   doorbell protocol of [`Btl::wait`]).
 //! - `layout.rs`: segment layout, record format, ring sizing (pure arithmetic).
 //! - `segment.rs`: the only `unsafe` code: the mapping, the ring ends
-//!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`.
-//! - `cma.rs`: the single-copy read and its start-up probes.
+//!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`/`process_vm_writev`.
+//! - `cma.rs`: the single-copy read and write and their start-up probes.
+//! - `coop.rs`: cooperative gets: chunks claimed by both processes through
+//!   a slot in the segment, the helper's requests, completion.
 //! - `coll.rs`: [`ShmColl`], a separate shared area for the barrier, small
 //!   exchanges (allreduce/allgather/gather) and small broadcasts of one
 //!   communicator whose ranks share a node (epoch counters and per-rank
@@ -41,9 +45,18 @@
 //!   `Queued`; `token` is unused.
 //! - [`Btl::progress`] delivers at most [`MAX_FRAGS_PER_PROGRESS`] fragments
 //!   per call, polling the incoming rings round-robin from a rotating start.
+//!   A call that finds nothing costs one load per incoming ring (the header
+//!   word at its read position): waiting ranks run it back to back.
 //!   Its callback cannot call back into the btl (it holds `&mut self`); the
 //!   runtime queues sends made while handling a fragment.
-//! - [`Btl::get`] is synchronous (`Done` or `Err(GetFailed)`, never `Queued`);
+//! - [`Btl::get`] below [`ShmConfig::coop_min`] bytes (or with every
+//!   cooperative slot busy, or `coop` off) is synchronous (`Done` or
+//!   `Err(GetFailed)`). From `coop_min` it answers `Queued` and completes in a
+//!   later [`Btl::progress`] with [`Event::GetComplete`] (or
+//!   [`Event::GetFailed`], after a retry alone); `dst` must stay valid and
+//!   untouched until then. [`Btl::progress`] also copies the chunks of the
+//!   peers' cooperative gets of our memory that are left, and [`Btl::wait`]
+//!   does not sleep while either kind is in flight.
 //!   [`Btl::register`] needs no pinning and returns `{addr, len, key: pid}`.
 //! - Everything read from shared memory is validated: a corrupt ring is
 //!   reported once as [`Event::PeerFailed`] and never read again; sends to that
@@ -51,15 +64,17 @@
 //! - A dead peer process is not detected here (the launcher ends the job).
 //!
 //! # Memory per rank
-//! Each ring has `ring_bytes` of data plus two 64-byte control lines. With
+//! Each ring has `ring_bytes` of data plus two 64-byte control lines; each
+//! rank has 64 cooperative-copy slots of one line (4 KiB). With
 //! `ring_bytes` automatic it is `clamp(16 MiB / local_size` rounded down to
 //! 4 KiB`, 64 KiB, 1 MiB)`, never below `2 * (max_frag + 8) + 64` (so a
 //! largest fragment always fits a drained ring). The segment holds
 //! `local_size * (local_size - 1)` rings (none to self), one 128-byte control
 //! block per rank and a 64-byte header. A rank's share — its `local_size - 1`
 //! incoming rings, its control block and `1/local_size` of the header — is
-//! [`ShmBtl::memory_per_rank`]: 1 MiB + 128 B per peer up to 16 ranks
-//! (15 MiB at 16), 15.8 MiB at 64 ranks (63 × (256 KiB + 128 B) + 129 B),
+//! [`ShmBtl::memory_per_rank`]: 1 MiB + 128 B per peer, plus 4 KiB, up to
+//! 16 ranks (15 MiB at 16), 15.8 MiB at 64 ranks (63 × (256 KiB + 128 B) +
+//! 4 KiB + 129 B),
 //! and at most 16 MiB for every `local_size` up to 256 with the default
 //! `max_frag`; beyond that the per-ring floor (64 KiB, or
 //! `2 * (max_frag + 8) + 64`) makes it grow linearly. The whole
@@ -70,6 +85,7 @@
 
 mod cma;
 mod coll;
+mod coop;
 mod layout;
 mod segment;
 
@@ -82,8 +98,9 @@ use std::time::Duration;
 
 use gmpi_btl::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit};
 
+use crate::coop::{Coop, CoopCfg, Request, Start};
 use crate::layout::Layout;
-use crate::segment::{Corrupt, Mapping, Push, RxRing, TxRing};
+use crate::segment::{Corrupt, Dst, Mapping, Push, RxRing, TxRing};
 
 /// Most fragments one [`Btl::progress`] call delivers, so it returns regularly.
 pub const MAX_FRAGS_PER_PROGRESS: usize = 64;
@@ -114,6 +131,17 @@ pub struct ShmConfig {
     /// [`Capabilities::get_threshold`] (default 8 KiB: every message above
     /// the eager limit is pulled by CMA when it works).
     pub get_threshold: usize,
+    /// Cooperative gets (default true): from [`ShmConfig::coop_min`] bytes
+    /// the owner of the data, when it is inside MPI, copies part of it with
+    /// `process_vm_writev` while we read the rest; off, this rank neither
+    /// asks for help nor helps. Needs CMA (and `process_vm_writev`); ranks
+    /// of a node may differ.
+    pub coop: bool,
+    /// Preferred chunk of a cooperative get, the unit the two sides claim
+    /// (default 128 KiB; at least 4 KiB, and large enough for 65535 chunks).
+    pub coop_chunk: usize,
+    /// Smallest get made cooperative (default 256 KiB).
+    pub coop_min: usize,
 }
 
 impl Default for ShmConfig {
@@ -124,6 +152,9 @@ impl Default for ShmConfig {
             ring_bytes: None,
             cma: true,
             get_threshold: 8 << 10,
+            coop: true,
+            coop_chunk: 128 << 10,
+            coop_min: 256 << 10,
         }
     }
 }
@@ -137,6 +168,7 @@ pub struct ShmBtl {
     peers: Vec<(Rank, usize)>,
     layout: Layout,
     cma_status: String,
+    coop_status: String,
     node: Option<Node>,
 }
 
@@ -152,6 +184,10 @@ struct Node {
     next_rx: usize,
     /// Local ranks whose rings were found corrupt.
     dead: Vec<bool>,
+    /// Pid of each local rank, as published at bootstrap.
+    pids: Vec<u64>,
+    /// Cooperative gets (`None`: off on this rank).
+    coop: Option<Coop>,
     /// Failures not yet reported by progress.
     unreported: Vec<Rank>,
     fault: Option<String>,
@@ -232,6 +268,7 @@ impl ShmBtl {
 
         // Phase 3: check that every rank attached; probe CMA; build the rings.
         let mut cma_ok = Err("disabled by configuration (ShmConfig::cma = false)".to_string());
+        let mut coop_ok = Err("needs CMA".to_string());
         let node = match map {
             None => {
                 cma_ok = Err("not used: no other rank on this node".to_string());
@@ -253,7 +290,18 @@ impl ShmBtl {
                 if cfg.cma {
                     cma_ok = probe_cma(&map, &layout, local_rank);
                 }
-                Some(Node::new(map, &layout, local_rank, world_ranks))
+                if cma_ok.is_ok() {
+                    coop_ok = if !cfg.coop {
+                        Err("disabled by configuration (ShmConfig::coop = false)".to_string())
+                    } else {
+                        cma::self_test_write().map(|()| CoopCfg {
+                            chunk: cfg.coop_chunk as u64,
+                            min: cfg.coop_min as u64,
+                        })
+                    };
+                }
+                let coop = coop_ok.as_ref().ok().map(|&c| Coop::new(c, local_rank));
+                Some(Node::new(map, &layout, local_rank, world_ranks, coop))
             }
         };
         let mut peers: Vec<(Rank, usize)> = world_ranks
@@ -276,12 +324,21 @@ impl ShmBtl {
             Ok(s) => format!("enabled: {s}"),
             Err(e) => format!("disabled: {e}"),
         };
+        let coop_status = match coop_ok {
+            Ok(c) => format!(
+                "enabled: gets from {} B, chunks of {} B",
+                c.min.max(2 * coop::MIN_CHUNK),
+                c.chunk.max(coop::MIN_CHUNK)
+            ),
+            Err(e) => format!("disabled: {e}"),
+        };
         Ok(ShmBtl {
             caps,
             local_rank,
             peers,
             layout,
             cma_status,
+            coop_status,
             node,
         })
     }
@@ -297,8 +354,19 @@ impl ShmBtl {
         &self.cma_status
     }
 
+    /// Whether large gets are cooperative on this rank (see [`ShmConfig::coop`]).
+    pub fn coop_enabled(&self) -> bool {
+        self.node.as_ref().is_some_and(|n| n.coop.is_some())
+    }
+
+    /// Why cooperative gets are enabled or disabled, for the runtime's log.
+    pub fn coop_status(&self) -> &str {
+        &self.coop_status
+    }
+
     /// Bytes of the segment attributable to one rank: its incoming rings, its
-    /// control block and its share of the header (0 when alone on the node).
+    /// control block, its cooperative-copy slots and its share of the header
+    /// (0 when alone on the node).
     pub fn memory_per_rank(&self) -> usize {
         if self.node.is_some() {
             self.layout.memory_per_rank()
@@ -320,6 +388,84 @@ impl ShmBtl {
     /// The first ring corruption found, if any (its peer was reported failed).
     pub fn fault(&self) -> Option<&str> {
         self.node.as_ref().and_then(|n| n.fault.as_deref())
+    }
+
+    /// [`Btl::progress`] once something is there: failures to report, then
+    /// the incoming rings round-robin from a rotating start.
+    #[inline(never)]
+    fn deliver(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
+        let Some(node) = self.node.as_mut() else {
+            return 0;
+        };
+        let mut delivered = 0;
+        for peer in std::mem::take(&mut node.unreported) {
+            on_event(Event::PeerFailed { peer });
+            delivered += 1;
+        }
+        let count = node.rx.len();
+        let start = node.next_rx;
+        node.next_rx = if start + 1 == count { 0 } else { start + 1 };
+        let mut budget = MAX_FRAGS_PER_PROGRESS;
+        for i in 0..count {
+            let idx = if start + i >= count {
+                start + i - count
+            } else {
+                start + i
+            };
+            let p = &mut node.rx[idx];
+            if node.dead[p.local] {
+                continue;
+            }
+            let world = p.world;
+            let local = p.local;
+            let pid = node.pids[local];
+            let coop = &mut node.coop;
+            let mut bad_ctrl = None;
+            let mut ctrls = 0;
+            let (done, res) = p.ring.drain(budget, &mut |ctrl, data| {
+                if !ctrl {
+                    on_event(Event::Frag { peer: world, data });
+                    return;
+                }
+                // Not an event: the help it asks for is counted when done.
+                ctrls += 1;
+                if let Some(c) = coop.as_mut() {
+                    match Request::decode(data) {
+                        Ok(req) => c.push_help(local, pid, req),
+                        Err(e) => {
+                            bad_ctrl.get_or_insert(e);
+                        }
+                    }
+                }
+                // With cooperative gets off, requests are ignored: the
+                // receiver copies every chunk itself.
+            });
+            delivered += done.frags - ctrls;
+            budget -= done.frags;
+            if done.wake_producer {
+                ring_doorbell(&node.map, &self.layout, local);
+            }
+            if let Some(e) = bad_ctrl {
+                if node.fail(local, world, Corrupt(e)) {
+                    on_event(Event::PeerFailed { peer: world });
+                    delivered += 1;
+                }
+            } else if let Err(c) = res {
+                if node.fail(local, world, c) {
+                    on_event(Event::PeerFailed { peer: world });
+                    delivered += 1;
+                }
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+        if let Some(c) = node.coop.as_mut() {
+            if c.busy() {
+                delivered += c.progress(&node.map, &self.layout, &node.dead, on_event);
+            }
+        }
+        delivered
     }
 
     fn local_of(&self, peer: Rank) -> Option<usize> {
@@ -490,8 +636,20 @@ fn probe_cma(m: &Mapping, layout: &Layout, local_rank: usize) -> Result<String, 
 }
 
 impl Node {
-    fn new(map: Arc<Mapping>, layout: &Layout, me: usize, world_ranks: &[Rank]) -> Self {
+    fn new(
+        map: Arc<Mapping>,
+        layout: &Layout,
+        me: usize,
+        world_ranks: &[Rank],
+        coop: Option<Coop>,
+    ) -> Self {
         let n = layout.local_size;
+        let pids = (0..n)
+            .map(|r| {
+                map.u64_at(layout.rank_ctrl(r) + layout::CTRL_PID)
+                    .load(Ordering::Acquire)
+            })
+            .collect();
         let tx = (0..n)
             .map(|r| (r != me).then(|| TxRing::new(&map, layout.ring(me, r), layout.ring_bytes)))
             .collect();
@@ -509,6 +667,8 @@ impl Node {
             rx,
             next_rx: 0,
             dead: vec![false; n],
+            pids,
+            coop,
             unreported: Vec::new(),
             fault: None,
         }
@@ -525,10 +685,12 @@ impl Node {
         true
     }
 
-    /// Something for progress to do: a record, a failure to report, or room
-    /// on a ring a send was refused on.
+    /// Something for progress to do: a record, a failure to report, a
+    /// cooperative get in flight or to help with, or room on a ring a send
+    /// was refused on.
     fn ready(&mut self) -> bool {
         !self.unreported.is_empty()
+            || self.coop.as_ref().is_some_and(Coop::busy)
             || self
                 .rx
                 .iter()
@@ -537,15 +699,13 @@ impl Node {
     }
 }
 
-/// Ring local rank `r`'s doorbell if it sleeps. The caller must have issued a
-/// SeqCst fence after publishing what `r` should see (see [`Btl::wait`]).
+/// Ring local rank `r`'s doorbell if it sleeps. The caller must have
+/// published what `r` should see with a SeqCst store (see [`Btl::wait`]);
+/// the flag is loaded with SeqCst (a plain load on x86).
+#[inline]
 fn ring_doorbell(map: &Mapping, layout: &Layout, r: usize) {
     let c = layout.rank_ctrl(r);
-    if map
-        .u32_at(c + layout::CTRL_SLEEPING)
-        .load(Ordering::Relaxed)
-        != 0
-    {
+    if map.u32_at(c + layout::CTRL_SLEEPING).load(Ordering::SeqCst) != 0 {
         let bell = map.u32_at(c + layout::CTRL_DOORBELL);
         bell.fetch_add(1, Ordering::Release);
         segment::futex_wake(bell);
@@ -579,7 +739,7 @@ impl Btl for ShmBtl {
         };
         match tx.push(parts, len) {
             Ok(Push::Done) => {
-                fence(Ordering::SeqCst);
+                // The record's header went out with a SeqCst store.
                 ring_doorbell(&node.map, &self.layout, local);
                 Ok(Submit::Done)
             }
@@ -607,7 +767,7 @@ impl Btl for ShmBtl {
         remote: &MemDesc,
         offset: u64,
         dst: &mut [u8],
-        _token: u64,
+        token: u64,
     ) -> Result<Submit, BtlError> {
         if !self.reaches(peer) {
             return Err(BtlError::Unreachable(peer));
@@ -626,54 +786,50 @@ impl Btl for ShmBtl {
         let addr = remote.addr.checked_add(offset).ok_or_else(|| {
             BtlError::GetFailed(format!("address {:#x} + {offset} overflows", remote.addr))
         })?;
-        cma::read_exact(remote.key, addr, dst).map_err(BtlError::GetFailed)?;
+        if let (Some(local), Some(node)) = (self.local_of(peer), self.node.as_mut()) {
+            if let (Some(coop), Some(tx)) = (node.coop.as_mut(), node.tx[local].as_mut()) {
+                if !node.dead[local] && coop.wants(dst.len()) {
+                    let req = coop.start(Start {
+                        map: &node.map,
+                        layout: &self.layout,
+                        token,
+                        peer,
+                        local,
+                        remote,
+                        offset,
+                        dst: Dst::lent(dst),
+                    });
+                    // Ask the owner for help; it may be asleep or busy, and
+                    // a full ring only means no help: either way we copy
+                    // whatever it does not, in progress().
+                    if let Err(c) = tx.push_ctrl(&[&req.encode()], coop::REQ_LEN) {
+                        if node.fail(local, peer, c) {
+                            node.unreported.push(peer);
+                        }
+                    }
+                    return Ok(Submit::Queued);
+                }
+            }
+        }
+        cma::read_exact(remote.key, addr, Dst::lent(dst)).map_err(BtlError::GetFailed)?;
         Ok(Submit::Done)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
-        let Some(node) = self.node.as_mut() else {
-            return 0;
-        };
-        let mut delivered = 0;
-        for peer in std::mem::take(&mut node.unreported) {
-            on_event(Event::PeerFailed { peer });
-            delivered += 1;
+        // The empty poll, which a waiting rank runs back to back: one
+        // Acquire load of the header word at each incoming ring's read
+        // position and nothing else (a dead ring that still shows a record
+        // takes the full pass, which skips it).
+        match &self.node {
+            Some(node)
+                if !node.unreported.is_empty()
+                    || node.coop.as_ref().is_some_and(Coop::busy)
+                    || node.rx.iter().any(|p| p.ring.has_data()) =>
+            {
+                self.deliver(on_event)
+            }
+            _ => 0,
         }
-        let count = node.rx.len();
-        let start = node.next_rx;
-        node.next_rx = if start + 1 == count { 0 } else { start + 1 };
-        let mut budget = MAX_FRAGS_PER_PROGRESS;
-        for i in 0..count {
-            let idx = if start + i >= count {
-                start + i - count
-            } else {
-                start + i
-            };
-            let p = &mut node.rx[idx];
-            if node.dead[p.local] {
-                continue;
-            }
-            let world = p.world;
-            let (done, res) = p.ring.drain(budget, &mut |data| {
-                on_event(Event::Frag { peer: world, data });
-            });
-            delivered += done.frags;
-            budget -= done.frags;
-            let local = p.local;
-            if done.wake_producer {
-                ring_doorbell(&node.map, &self.layout, local);
-            }
-            if let Err(c) = res {
-                if node.fail(local, world, c) {
-                    on_event(Event::PeerFailed { peer: world });
-                    delivered += 1;
-                }
-            }
-            if budget == 0 {
-                break;
-            }
-        }
-        delivered
     }
 
     /// Sleep until a peer rings our doorbell, an incoming ring has a record,
@@ -681,19 +837,21 @@ impl Btl for ShmBtl {
     ///
     /// No lost wake-up. We store `sleeping = 1`, SeqCst fence, load the
     /// doorbell value `seen`, then re-check every ring, then
-    /// `FUTEX_WAIT(doorbell, seen)`. A sender publishes its record (Release
-    /// store of its header word), SeqCst fence, loads `sleeping`, and if set increments
-    /// the doorbell and calls `FUTEX_WAKE`. The two fences are totally
-    /// ordered. If the sender's fence comes first, our re-check (after our
-    /// fence) sees its record and we do not sleep. If ours comes first, the
-    /// sender sees `sleeping = 1` and increments the doorbell: if that
+    /// `FUTEX_WAIT(doorbell, seen)`. A sender publishes its record (SeqCst
+    /// store of its header word, and of a pad record's before it), loads
+    /// `sleeping` (SeqCst), and if set increments the doorbell and calls
+    /// `FUTEX_WAKE`. Our fence and its store are totally ordered. If its
+    /// store comes first, our re-check (after our fence) sees its record and
+    /// we do not sleep. If our fence comes first, its load (after its store,
+    /// so after our fence) sees `sleeping = 1` and it increments the doorbell: if that
     /// happened before our load of `seen`, the record is visible to our
     /// re-check (the increment is ordered after the header store); if after,
     /// the futex's value check fails (`doorbell != seen`, checked atomically
     /// by the kernel under its bucket lock) or the wake finds us queued. The
     /// same argument covers a consumer freeing space on a ring we were
-    /// refused on: it stores head, fences, loads the ring's want-space flag
-    /// (set by us, then fenced, before our last look at head), and rings our
+    /// refused on: it stores head and loads the ring's want-space flag, both
+    /// SeqCst (the flag set by us, then fenced, before our last look at
+    /// head), and rings our
     /// doorbell. The futex is shared (not `FUTEX_PRIVATE_FLAG`): the word is
     /// in a `MAP_SHARED` mapping and the waker is another process.
     fn wait(&mut self, timeout: Duration) {
@@ -881,6 +1039,36 @@ mod tests {
         assert_eq!(b.send(10, &[b"x"], 0), Err(BtlError::PeerFailed(10)));
         // The other direction is unaffected for the sender's side.
         b.wait(Duration::from_millis(1));
+    }
+
+    #[test]
+    fn cooperative_get_fails_when_its_peer_fails() {
+        use std::os::unix::fs::FileExt;
+        let (mut a, mut b, f) = pair_with_file(&ShmConfig::default());
+        let src = vec![7u8; 1 << 20];
+        let desc = a.register(src.as_ptr() as u64, src.len() as u64).unwrap();
+        let mut dst = vec![0u8; src.len()];
+        assert_eq!(b.get(10, &desc, 0, &mut dst, 42), Ok(Submit::Queued));
+        // Rank 10's ring to us turns out corrupt before we copied anything.
+        let ring = a.layout.ring(0, 1) + layout::RING_CTRL_BYTES;
+        f.write_at(&0x0bad_0bad_0bad_0badu64.to_le_bytes(), ring as u64)
+            .unwrap();
+        let ev = events(&mut b);
+        assert_eq!(
+            ev,
+            vec![
+                "PeerFailed { peer: 10 }".to_string(),
+                "GetFailed { token: 42, error: PeerFailed(10) }".to_string()
+            ]
+        );
+        assert!(events(&mut b).is_empty());
+        // Nothing is in flight any more: wait() may sleep.
+        let t = std::time::Instant::now();
+        b.wait(Duration::from_millis(20));
+        assert!(t.elapsed() >= Duration::from_millis(10));
+        // The helper finds its request refused: the slot was closed.
+        assert_eq!(a.progress(&mut |e| panic!("{e:?}")), 0);
+        drop(dst);
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //!   outside the ring.
 //! - [`futex_wait`] / [`futex_wake`]: shared (not `FUTEX_PRIVATE`) futexes,
 //!   since the waiter and the waker are different processes.
-//! - [`vm_read`]: one `process_vm_readv` call.
+//! - [`vm_read`] / [`vm_write`]: one `process_vm_readv` / `process_vm_writev`
+//!   call between a local address range and one of another process.
 //! - [`Mapping::write_bytes`] / [`Mapping::bytes`]: bounds-checked raw byte
 //!   access for the collective area's data slots (`coll.rs`), whose
 //!   writer/reader separation is the epoch protocol documented there;
@@ -27,7 +28,8 @@
 //! Caveat shared by every shared-memory transport: a peer process that
 //! scribbles over a ring *while* we hold a record slice would race with us;
 //! peers are processes of the same user and job, and the protocol never does
-//! it.
+//! it. (Such a peer could as well write our memory with `process_vm_writev`,
+//! which is how it helps a cooperative get of ours: see `coop.rs`.)
 
 #![allow(unsafe_code)]
 
@@ -314,7 +316,8 @@ impl TxRing {
     }
 
     /// Gather `parts` (`len` bytes in all, `record_size(len) <= cap / 2`)
-    /// into one record and publish it.
+    /// into one record and publish it (a SeqCst store: the caller may load
+    /// the receiver's sleeping flag with SeqCst right after, no fence).
     ///
     /// Publication is the Release store of the record's header word; the
     /// consumer polls the header at its read position, so an arriving message
@@ -324,6 +327,16 @@ impl TxRing {
     /// or a header published later, never stale bytes of an older lap that
     /// could pass for a header. The terminator needs 8 more free bytes.
     pub(crate) fn push(&mut self, parts: &[&[u8]], len: usize) -> Result<Push, Corrupt> {
+        self.push_kind(parts, len, false)
+    }
+
+    /// [`TxRing::push`] of a btl-to-btl record ([`Kind::Ctrl`]), which the
+    /// consumer's btl handles itself instead of handing it to the pml.
+    pub(crate) fn push_ctrl(&mut self, parts: &[&[u8]], len: usize) -> Result<Push, Corrupt> {
+        self.push_kind(parts, len, true)
+    }
+
+    fn push_kind(&mut self, parts: &[&[u8]], len: usize, ctrl: bool) -> Result<Push, Corrupt> {
         let rec = layout::record_size(len) as u64;
         assert!(
             rec <= self.mem.cap / 2,
@@ -355,10 +368,12 @@ impl TxRing {
             // Pad to the end: terminate offset 0 first, then publish the pad,
             // so a consumer following the pad finds 0 at offset 0 until the
             // record there is published.
+            // SeqCst like the record's header below: a sleeper whose read
+            // position is this pad must see it once the record is published.
             self.mem.word(0).store(0, Ordering::Relaxed);
             self.mem
                 .word(off)
-                .store(layout::encode(Kind::Pad), Ordering::Release);
+                .store(layout::encode(Kind::Pad), Ordering::SeqCst);
             self.tail += cap - off;
             off = 0;
         }
@@ -379,9 +394,18 @@ impl TxRing {
         // The terminator at `next` is in the free region too (`need`
         // counted its 8 bytes).
         self.mem.word(next).store(0, Ordering::Relaxed);
+        let kind = if ctrl {
+            Kind::Ctrl(len as u32)
+        } else {
+            Kind::Data(len as u32)
+        };
+        // SeqCst (one locked exchange on x86, cheaper than a Release store
+        // and a full fence): it is both the publication and the store half
+        // of the doorbell handshake, so the caller's following SeqCst load
+        // of the receiver's sleeping flag needs no fence (see `Btl::wait`).
         self.mem
             .word(off)
-            .store(layout::encode(Kind::Data(len as u32)), Ordering::Release);
+            .store(layout::encode(kind), Ordering::SeqCst);
         self.tail += rec;
         self.tail_off = next;
         Ok(Push::Done)
@@ -452,9 +476,9 @@ impl RxRing {
         self.mem.word(self.head_off).load(Ordering::Acquire) != 0
     }
 
-    /// Hand up to `budget` fragments to `f` (each slice points into the ring
-    /// and is valid during the call only), then release their space with
-    /// one Release store of head.
+    /// Hand up to `budget` records to `f` (each slice points into the ring
+    /// and is valid during the call only; the flag says a [`Kind::Ctrl`]
+    /// record), then release their space with one Release store of head.
     ///
     /// A record is there when the header word at our read position is not 0
     /// (loaded with Acquire, pairing with the producer's Release store); the
@@ -464,7 +488,7 @@ impl RxRing {
     pub(crate) fn drain(
         &mut self,
         budget: usize,
-        f: &mut dyn FnMut(&[u8]),
+        f: &mut dyn FnMut(bool, &[u8]),
     ) -> (Drained, Result<(), Corrupt>) {
         let cap = self.mem.cap;
         let mut out = Drained::default();
@@ -479,7 +503,7 @@ impl RxRing {
             let step = match layout::decode(word) {
                 // A pad at offset 0 cannot happen: every record fits there.
                 Some(Kind::Pad) if off != 0 => cap - off,
-                Some(Kind::Data(len))
+                Some(k @ (Kind::Data(len) | Kind::Ctrl(len)))
                     if u64::from(len) <= self.max_len
                         && layout::record_size(len as usize) as u64 <= (cap - off).min(cap / 2) =>
                 {
@@ -494,7 +518,7 @@ impl RxRing {
                             len as usize,
                         )
                     };
-                    f(data);
+                    f(matches!(k, Kind::Ctrl(_)), data);
                     out.frags += 1;
                     layout::record_size(len as usize) as u64
                 }
@@ -511,11 +535,12 @@ impl RxRing {
         if pos != self.head {
             self.head = pos;
             self.head_off = off;
-            self.mem.head().store(pos, Ordering::Release);
-            // Pairs with the fence in `TxRing::push`: either the producer
-            // sees our new head, or we see its want-space flag.
-            fence(Ordering::SeqCst);
-            if self.mem.want().load(Ordering::Relaxed) != 0 {
+            // SeqCst store, then SeqCst load: pairs with the fence in
+            // `TxRing::push` (want store, fence, head load): either the
+            // producer sees our new head, or we see its want-space flag.
+            // One locked exchange on x86 instead of a store and a fence.
+            self.mem.head().store(pos, Ordering::SeqCst);
+            if self.mem.want().load(Ordering::SeqCst) != 0 {
                 out.wake_producer = self.mem.want().swap(0, Ordering::Relaxed) != 0;
             }
         }
@@ -557,22 +582,107 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     }
 }
 
-/// One `process_vm_readv` of `dst.len()` bytes at `remote` in process `pid`.
-/// Returns the number of bytes read (possibly fewer than asked).
-pub(crate) fn vm_read(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<usize> {
-    let remote = usize::try_from(remote).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
+/// Local memory that a cross-memory copy may write: a range of this process
+/// lent to the btl for writing, either borrowed for the call ([`Dst::lent`] of
+/// a `&mut [u8]`) or lent by the [`gmpi_btl::Btl::get`] contract until the get
+/// completes (a `Queued` get: the caller keeps the memory valid and does not
+/// touch it until `GetComplete`/`GetFailed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dst {
+    addr: u64,
+    len: usize,
+}
+
+impl Dst {
+    /// The destination of a get, kept past the call that lent it (see the
+    /// type's documentation for the contract that makes later writes sound).
+    pub(crate) fn lent(dst: &mut [u8]) -> Self {
+        Self {
+            addr: dst.as_mut_ptr() as u64,
+            len: dst.len(),
+        }
+    }
+
+    /// Bytes `[off, off + len)` of this range (checked).
+    pub(crate) fn sub(&self, off: usize, len: usize) -> Self {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.len),
+            "sub-range {off}+{len} outside {} bytes",
+            self.len
+        );
+        Self {
+            addr: self.addr + off as u64,
+            len,
+        }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Start address (to tell a peer where to write).
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+fn check_remote(remote: u64) -> io::Result<usize> {
+    usize::try_from(remote).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))
+}
+
+/// One `process_vm_readv` of `dst.len()` bytes at `remote` in process `pid`
+/// into our memory `dst`. Returns the number of bytes read (possibly fewer
+/// than asked).
+pub(crate) fn vm_read(pid: i32, remote: u64, dst: Dst) -> io::Result<usize> {
+    let remote = check_remote(remote)?;
     let local = libc::iovec {
-        iov_base: dst.as_mut_ptr().cast(),
-        iov_len: dst.len(),
+        iov_base: dst.addr as *mut libc::c_void,
+        iov_len: dst.len,
     };
     let remote = libc::iovec {
         iov_base: remote as *mut libc::c_void,
-        iov_len: dst.len(),
+        iov_len: dst.len,
     };
-    // SAFETY: the local iovec describes `dst`, which we borrow mutably for
-    // the call; the remote iovec is only interpreted by the kernel in the
+    // SAFETY: the local iovec describes `dst`, memory of this process lent
+    // to us for writing (borrowed mutably for the call, or lent until a
+    // queued get completes: see `Dst`), so the kernel's writes alias no live
+    // reference; the kernel checks that it is mapped and writable (EFAULT
+    // otherwise). The remote iovec is only interpreted by the kernel in the
     // other process's address space (faults there are reported as EFAULT).
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// One `process_vm_writev` of the `len` bytes of our memory at `local` to
+/// `remote` in process `pid`. Returns the number of bytes written (possibly
+/// fewer than asked).
+///
+/// Our memory is only *read*, by the kernel, which reports an unmapped
+/// `local` as EFAULT (the worst a wrong `local` does is copy our bytes to the
+/// peer, which may read our memory by CMA anyway). The written range belongs
+/// to process `pid`: a peer's receive buffer, lent to its btl by the get
+/// contract. `pid` is our own only where ranks are threads of one process
+/// (tests) or in a self test writing a buffer the caller owns.
+pub(crate) fn vm_write(pid: i32, local: u64, remote: u64, len: usize) -> io::Result<usize> {
+    let remote = check_remote(remote)?;
+    let local = check_remote(local)?;
+    let local = libc::iovec {
+        iov_base: local as *mut libc::c_void,
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: the kernel only reads the local range (validating it: EFAULT
+    // if unmapped) and writes the remote one in process `pid`'s address space
+    // (validating it too), a range lent for writing as documented above.
+    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {

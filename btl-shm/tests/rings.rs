@@ -32,8 +32,10 @@ fn caps_and_reachability() {
     assert!(b[0].reaches(20) && !b[0].reaches(10) && !b[0].reaches(0));
     assert!(b[1].reaches(10) && !b[1].reaches(20));
     assert_eq!(b[0].ring_bytes(), 1 << 20);
-    // Two ranks: one incoming ring each, plus control and header share.
-    assert_eq!(b[0].memory_per_rank(), (1 << 20) + 128 + 128 + 32);
+    // Two ranks: one incoming ring each, plus control, cooperative-copy
+    // slots and header share.
+    assert_eq!(b[0].memory_per_rank(), (1 << 20) + 128 + 128 + 4096 + 32);
+    assert!(b[0].coop_enabled(), "{}", b[0].coop_status());
     assert_eq!(b[0].segment_bytes(), 2 * b[0].memory_per_rank());
     assert_eq!(b[0].send(30, &[b"x"], 0), Err(BtlError::Unreachable(30)));
     let big = vec![0u8; gmpi_btl_shm::DEFAULT_MAX_FRAG + 1];
@@ -414,9 +416,10 @@ fn get_reads_registered_memory() {
         (0, 3 << 20),
     ] {
         let mut dst = vec![0u8; len];
+        let (owner, getter) = two(&mut b, 0, 1);
         assert_eq!(
-            b[1].get(0, &desc, off as u64, &mut dst, 9),
-            Ok(Submit::Done)
+            get_to_end(getter, owner, 0, &desc, off as u64, &mut dst, 9),
+            Ok(())
         );
         assert!(dst == src[off..off + len], "offset {off} len {len}");
     }
@@ -478,4 +481,265 @@ fn cma_off_by_configuration() {
         b[1].get(0, &desc, 0, &mut dst, 0),
         Err(BtlError::GetFailed(_))
     ));
+}
+
+/// Mutable references to two different ranks.
+fn two(b: &mut [ShmBtl], x: usize, y: usize) -> (&mut ShmBtl, &mut ShmBtl) {
+    assert_ne!(x, y);
+    if x < y {
+        let (l, r) = b.split_at_mut(y);
+        (&mut l[x], &mut r[0])
+    } else {
+        let (l, r) = b.split_at_mut(x);
+        (&mut r[0], &mut l[y])
+    }
+}
+
+/// Run a get to its end: a synchronous one, or a cooperative one driven by
+/// progress on the getter (and on `owner`, which may help) until its
+/// completion event. Returns the failure, if any.
+fn get_to_end(
+    getter: &mut ShmBtl,
+    owner: &mut ShmBtl,
+    peer: Rank,
+    desc: &MemDesc,
+    off: u64,
+    dst: &mut [u8],
+    token: u64,
+) -> Result<(), BtlError> {
+    match getter.get(peer, desc, off, dst, token)? {
+        Submit::Done => Ok(()),
+        Submit::Queued => {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                owner.progress(&mut |e| panic!("owner: unexpected {e:?}"));
+                let mut end = None;
+                getter.progress(&mut |e| match e {
+                    Event::GetComplete { token: t } if t == token => end = Some(Ok(())),
+                    Event::GetFailed { token: t, error } if t == token => end = Some(Err(error)),
+                    other => panic!("getter: unexpected {other:?}"),
+                });
+                if let Some(r) = end {
+                    return r;
+                }
+                assert!(Instant::now() < deadline, "get {token} never completed");
+            }
+        }
+        Submit::NoResource => panic!("get refused"),
+    }
+}
+
+fn coop_cfg() -> ShmConfig {
+    ShmConfig {
+        coop_chunk: 16 << 10,
+        coop_min: 40 << 10,
+        ..ShmConfig::default()
+    }
+}
+
+/// Drain `b` until `n` gets have finished; returns (token, ok) in order.
+fn finish_gets(b: &mut ShmBtl, n: usize) -> Vec<(u64, bool)> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < n {
+        b.progress(&mut |e| match e {
+            Event::GetComplete { token } => out.push((token, true)),
+            Event::GetFailed { token, .. } => out.push((token, false)),
+            other => panic!("unexpected {other:?}"),
+        });
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} gets finished",
+            out.len()
+        );
+    }
+    out
+}
+
+#[test]
+fn cooperative_get_helped_first_alone_or_never() {
+    let cfg = coop_cfg();
+    let src: Vec<u8> = (0..(3 << 20) + 77).map(|i: u32| (i % 251) as u8).collect();
+    for (off, len) in [
+        (0usize, 40 << 10),
+        (1, (40 << 10) + 1),
+        (4095, 100_000),
+        (12345, (1 << 20) + 7),
+        (0, (3 << 20) + 77),
+    ] {
+        for order in ["helper first", "getter alone", "interleaved"] {
+            let mut b = boot(&[0, 1], &cfg);
+            let desc = b[0]
+                .register(src.as_ptr() as u64, src.len() as u64)
+                .unwrap();
+            let mut dst = vec![0u8; len];
+            let (owner, getter) = two(&mut b, 0, 1);
+            assert_eq!(
+                getter.get(0, &desc, off as u64, &mut dst, 5),
+                Ok(Submit::Queued),
+                "{len} bytes"
+            );
+            assert!(getter.caps().get);
+            // Nothing pending for the pml, but wait() must not sleep now.
+            let t = Instant::now();
+            getter.wait(Duration::from_secs(5));
+            assert!(t.elapsed() < Duration::from_secs(2));
+            let events = match order {
+                // The owner takes every chunk before the getter looks.
+                "helper first" => {
+                    assert!(owner.progress(&mut |e| panic!("{e:?}")) > 0);
+                    finish_gets(getter, 1)
+                }
+                // The owner is busy elsewhere: the getter copies it all,
+                // and the owner's late look finds nothing left.
+                "getter alone" => {
+                    let ev = finish_gets(getter, 1);
+                    assert_eq!(owner.progress(&mut |e| panic!("{e:?}")), 0);
+                    ev
+                }
+                _ => {
+                    let mut ev = Vec::new();
+                    while ev.is_empty() {
+                        owner.progress(&mut |e| panic!("{e:?}"));
+                        getter.progress(&mut |e| match e {
+                            Event::GetComplete { token } => ev.push((token, true)),
+                            other => panic!("{other:?}"),
+                        });
+                    }
+                    ev
+                }
+            };
+            assert_eq!(events, vec![(5, true)], "{order}, {len} bytes");
+            assert!(
+                dst == src[off..off + len],
+                "{order}: offset {off} len {len}"
+            );
+            assert_eq!(owner.progress(&mut |e| panic!("{e:?}")), 0);
+            assert_eq!(getter.progress(&mut |e| panic!("{e:?}")), 0);
+        }
+    }
+}
+
+#[test]
+fn cooperative_gets_on_two_threads_and_a_full_window() {
+    let cfg = coop_cfg();
+    let mut b = boot(&[0, 1], &cfg);
+    let mut getter = b.pop().unwrap();
+    let mut owner = b.pop().unwrap();
+    // More gets at once than there are cooperative slots (64): the rest
+    // are synchronous.
+    let n = 80usize;
+    let len = (200 << 10) + 3;
+    let src: Vec<Vec<u8>> = (0..n).map(|k| payload(0, k as u64, len)).collect();
+    let descs: Vec<MemDesc> = src
+        .iter()
+        .map(|s| owner.register(s.as_ptr() as u64, s.len() as u64).unwrap())
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let helper = {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let mut work = 0;
+            while !stop.load(Ordering::Relaxed) {
+                work += owner.progress(&mut |e| panic!("owner: {e:?}"));
+            }
+            (owner, work)
+        })
+    };
+    for round in 0..3 {
+        let mut dst: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
+        let mut queued = 0;
+        for (k, d) in dst.iter_mut().enumerate() {
+            match getter.get(0, &descs[k], 0, d, 100 + k as u64).unwrap() {
+                Submit::Queued => queued += 1,
+                Submit::Done => {}
+                Submit::NoResource => panic!("refused"),
+            }
+        }
+        assert_eq!(queued, 64, "round {round}: one per cooperative slot");
+        let mut done = finish_gets(&mut getter, queued);
+        done.sort_unstable();
+        assert_eq!(done, (100..164).map(|t| (t, true)).collect::<Vec<_>>());
+        for k in 0..n {
+            assert!(dst[k] == src[k], "round {round}, get {k}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (_owner, work) = helper.join().unwrap();
+    eprintln!("the owner copied {work} chunks");
+}
+
+#[test]
+fn cooperative_get_of_unreadable_memory_fails_after_a_retry() {
+    let mut b = boot(&[0, 1], &coop_cfg());
+    let desc = b[0].register(16, 1 << 20).unwrap();
+    let mut dst = vec![0u8; 1 << 20];
+    let (owner, getter) = two(&mut b, 0, 1);
+    // With and without the owner's (failing) help.
+    for helped in [true, false] {
+        assert_eq!(getter.get(0, &desc, 0, &mut dst, 7), Ok(Submit::Queued));
+        if helped {
+            assert!(owner.progress(&mut |e| panic!("{e:?}")) > 0);
+        }
+        assert_eq!(finish_gets(getter, 1), vec![(7, false)], "helped: {helped}");
+    }
+    // Slots are reused after failures: a good get still works.
+    let src = payload(0, 3, 300_000);
+    let desc = owner
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .unwrap();
+    let mut dst = vec![0u8; src.len()];
+    assert_eq!(get_to_end(getter, owner, 0, &desc, 0, &mut dst, 8), Ok(()));
+    assert_eq!(dst, src);
+}
+
+#[test]
+fn cooperative_gets_off_by_configuration_or_on_one_side() {
+    let off = ShmConfig {
+        coop: false,
+        ..coop_cfg()
+    };
+    let src = payload(0, 1, 1 << 20);
+    // Off on both: synchronous.
+    let mut b = boot(&[0, 1], &off);
+    assert!(!b[1].coop_enabled());
+    assert!(
+        b[1].coop_status().contains("configuration"),
+        "{}",
+        b[1].coop_status()
+    );
+    let desc = b[0]
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .unwrap();
+    let mut dst = vec![0u8; src.len()];
+    assert_eq!(b[1].get(0, &desc, 0, &mut dst, 1), Ok(Submit::Done));
+    assert_eq!(dst, src);
+    // On for the getter only: the owner ignores the request, the getter
+    // copies everything.
+    let path = unique_path("coop-one-side");
+    let mut b: Vec<ShmBtl> = boot_with(&path, &[0, 1], &[off.clone(), coop_cfg()], |_, _, _| {})
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(!b[0].coop_enabled() && b[1].coop_enabled());
+    let desc = b[0]
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .unwrap();
+    let mut dst = vec![0u8; src.len()];
+    assert_eq!(b[1].get(0, &desc, 0, &mut dst, 2), Ok(Submit::Queued));
+    assert_eq!(
+        b[0].progress(&mut |e| panic!("{e:?}")),
+        0,
+        "the request, ignored"
+    );
+    assert_eq!(finish_gets(&mut b[1], 1), vec![(2, true)]);
+    assert_eq!(dst, src);
+    // No CMA, no cooperation.
+    let nocma = ShmConfig {
+        cma: false,
+        ..coop_cfg()
+    };
+    let b = boot(&[0, 1], &nocma);
+    assert!(!b[0].coop_enabled());
+    assert!(b[0].coop_status().contains("CMA"), "{}", b[0].coop_status());
 }

@@ -26,6 +26,13 @@
 //!   were submitted. Nothing is promised across two btls.
 //! - [`Btl::get`] reads `dst.len()` bytes from a peer's registered memory
 //!   ([`MemDesc`], produced by the peer's [`Btl::register`]) into local memory.
+//!   It answers `Done` (the bytes are there) or `Queued`: the bytes then land
+//!   until [`Event::GetComplete`] or [`Event::GetFailed`] with the same
+//!   token, and the caller keeps `dst`'s memory valid and untouched until
+//!   then (shm's cooperative gets, RDMA reads). The owner of the memory may
+//!   take part in a queued get from its own [`Btl::progress`] (shm: it
+//!   writes part of it), so its registered memory must stay valid until the
+//!   pml's FIN, as it does.
 //! - [`Btl::progress`] hands received fragments and completions to a callback;
 //!   a fragment's bytes are only valid during that callback.
 //! - [`Btl::wait`] blocks until an event may be ready or the timeout passes,

@@ -203,8 +203,13 @@ impl<M: MemAccess> Driver<M> {
 
     /// One progress pass over every btl. Returns the number of events handled
     /// (0 means: nothing happened, the caller may back off).
+    #[inline]
     pub fn progress(&mut self) -> usize {
-        let mut n = self.retry_pending();
+        let mut n = if self.pending_count > 0 {
+            self.retry_pending()
+        } else {
+            0
+        };
         for i in 0..self.btls.len() {
             let (btls_before, rest) = self.btls.split_at_mut(i);
             let _ = btls_before;
@@ -233,7 +238,9 @@ impl<M: MemAccess> Driver<M> {
                 }
             });
         }
-        self.flush();
+        if self.pml.has_actions() {
+            self.flush();
+        }
         n
     }
 

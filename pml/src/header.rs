@@ -236,6 +236,17 @@ impl Hdr {
         }
     }
 
+    /// The common case of [`Hdr::decode`], read straight into its fields: an
+    /// eager MATCH of this wire version, as `(flags, envelope, payload
+    /// offset)`. `None` for anything else, which [`Hdr::decode`] handles
+    /// (and reports if malformed); where this returns `Some`, `decode`
+    /// returns the same `Hdr::Match`.
+    #[inline]
+    pub fn decode_match(b: &[u8]) -> Option<(u8, MatchHdr, usize)> {
+        (b.len() >= MATCH_LEN && b[0] == T_MATCH && b[2] == VERSION)
+            .then(|| (b[1], MatchHdr::read(b), MATCH_LEN))
+    }
+
     /// Decode a fragment's header; returns it and the payload offset.
     /// Malformed input is an error, never a panic.
     #[inline]
@@ -411,10 +422,52 @@ mod tests {
         assert!(Hdr::decode(&[]).is_err());
     }
 
+    /// `decode_match`, the receive fast path, is `decode` restricted to
+    /// eager MATCH headers: same header, same payload offset.
+    fn agrees_with_decode(b: &[u8]) {
+        match Hdr::decode_match(b) {
+            Some((flags, m, off)) => {
+                assert_eq!(Hdr::decode(b), Ok((Hdr::Match { flags, m }, off)));
+            }
+            None => assert!(!matches!(Hdr::decode(b), Ok((Hdr::Match { .. }, _)))),
+        }
+    }
+
+    #[test]
+    fn decode_match_is_decode_of_a_match() {
+        let mut b = Hdr::Match {
+            flags: F_SYNC,
+            m: m(),
+        }
+        .encode()
+        .as_bytes()
+        .to_vec();
+        b.extend_from_slice(b"payload");
+        assert_eq!(Hdr::decode_match(&b), Some((F_SYNC, m(), MATCH_LEN)));
+        agrees_with_decode(&b);
+        for other in [
+            Hdr::Rndv {
+                flags: 0,
+                m: m(),
+                desc: None,
+            },
+            Hdr::Ack { sreq: 1 },
+            Hdr::Frag { rreq: 1, offset: 2 },
+        ] {
+            let e = other.encode();
+            assert_eq!(Hdr::decode_match(e.as_bytes()), None);
+            agrees_with_decode(e.as_bytes());
+        }
+        b[2] = 99;
+        assert_eq!(Hdr::decode_match(&b), None);
+        assert_eq!(Hdr::decode_match(&b[..MATCH_LEN - 1]), None);
+    }
+
     proptest! {
         #[test]
         fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..100)) {
             let _ = Hdr::decode(&b);
+            agrees_with_decode(&b);
         }
 
         #[test]
@@ -424,6 +477,10 @@ mod tests {
             if pos < b.len() { b[pos] = val; }
             b.truncate(cut);
             let _ = Hdr::decode(&b);
+            let mut b = Hdr::Match { flags: 0, m: m() }.encode().as_bytes().to_vec();
+            if pos < b.len() { b[pos] = val; }
+            b.truncate(cut);
+            agrees_with_decode(&b);
         }
     }
 }

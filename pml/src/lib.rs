@@ -606,6 +606,7 @@ impl Pml {
     }
 
     /// Whether a request has completed (without taking it).
+    #[inline]
     pub fn is_complete(&self, id: ReqId) -> bool {
         self.reqs.result(id).is_some()
     }
@@ -654,6 +655,14 @@ impl Pml {
                 "fragment from unknown rank {peer}"
             )));
         }
+        // Fast path: the next eager MATCH in order from this peer (what a
+        // small-message exchange is made of), without the general decode.
+        if let Some((flags, m, off)) = Hdr::decode_match(data) {
+            if m.seq == self.matching.expected_seq(peer) {
+                self.incoming_match(btl, peer, flags, m, &data[off..], mem)?;
+                return self.unstash(peer, mem);
+            }
+        }
         let (hdr, off) = Hdr::decode(data)?;
         match hdr {
             Hdr::Match { m, .. } | Hdr::Rndv { m, .. } => {
@@ -669,11 +678,7 @@ impl Pml {
                     return Ok(());
                 }
                 self.incoming(btl, peer, hdr, &data[off..], mem)?;
-                while let Some((b, d)) = self.matching.unstash(peer) {
-                    let (h, o) = Hdr::decode(&d)?;
-                    self.incoming(b, peer, h, &d[o..], mem)?;
-                }
-                Ok(())
+                self.unstash(peer, mem)
             }
             Hdr::Ack { sreq } => {
                 let id = ReqId(sreq);
@@ -797,6 +802,49 @@ impl Pml {
         }
     }
 
+    /// Process the stashed fragments from `peer` that are now in order.
+    fn unstash(&mut self, peer: Rank, mem: &mut dyn Memory) -> Result<(), PmlError> {
+        while let Some((b, d)) = self.matching.unstash(peer) {
+            let (h, o) = Hdr::decode(&d)?;
+            self.incoming(b, peer, h, &d[o..], mem)?;
+        }
+        Ok(())
+    }
+
+    /// An in-order eager MATCH: delivered straight from the fragment to a
+    /// posted receive, or kept as unexpected.
+    #[inline]
+    fn incoming_match(
+        &mut self,
+        btl: BtlId,
+        peer: Rank,
+        flags: u8,
+        m: MatchHdr,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) -> Result<(), PmlError> {
+        self.matching.advance_seq(peer);
+        if payload.len() as u64 != m.len {
+            return Err(PmlError::Malformed(format!(
+                "eager header says {} bytes, fragment holds {}",
+                m.len,
+                payload.len()
+            )));
+        }
+        if let Some(id) = self.matching.match_posted(m.ctx, m.src, m.tag) {
+            self.deliver_eager(id, peer, btl, m, flags, payload, mem);
+        } else {
+            self.matching.push_unexpected(Unexpected {
+                peer,
+                btl,
+                m,
+                flags,
+                body: UnexpectedBody::Eager(payload.to_vec()),
+            });
+        }
+        Ok(())
+    }
+
     /// An in-order MATCH or RNDV.
     fn incoming(
         &mut self,
@@ -806,36 +854,20 @@ impl Pml {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) -> Result<(), PmlError> {
-        self.matching.advance_seq(peer);
         let u = match hdr {
             Hdr::Match { flags, m } => {
-                if payload.len() as u64 != m.len {
-                    return Err(PmlError::Malformed(format!(
-                        "eager header says {} bytes, fragment holds {}",
-                        m.len,
-                        payload.len()
-                    )));
-                }
-                if let Some(id) = self.matching.match_posted(m.ctx, m.src, m.tag) {
-                    // Fast path: deliver straight from the fragment.
-                    self.deliver_eager(id, peer, btl, m, flags, payload, mem);
-                    return Ok(());
-                }
+                return self.incoming_match(btl, peer, flags, m, payload, mem);
+            }
+            Hdr::Rndv { flags, m, desc } => {
+                self.matching.advance_seq(peer);
                 Unexpected {
                     peer,
                     btl,
                     m,
                     flags,
-                    body: UnexpectedBody::Eager(payload.to_vec()),
+                    body: UnexpectedBody::Rndv(desc),
                 }
             }
-            Hdr::Rndv { flags, m, desc } => Unexpected {
-                peer,
-                btl,
-                m,
-                flags,
-                body: UnexpectedBody::Rndv(desc),
-            },
             _ => unreachable!("incoming() only takes MATCH and RNDV"),
         };
         if let Some(id) = self.matching.match_posted(u.m.ctx, u.m.src, u.m.tag) {

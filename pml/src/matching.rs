@@ -132,6 +132,7 @@ impl Matching {
         self.unexpected.push_back(u);
     }
 
+    #[inline]
     pub fn take_unexpected(
         &mut self,
         ctx: u32,

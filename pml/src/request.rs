@@ -105,10 +105,12 @@ pub(crate) struct Slab {
 }
 
 impl Slab {
+    #[inline]
     fn split(id: ReqId) -> (usize, u32) {
         ((id.0 & 0xffff_ffff) as usize, (id.0 >> 32) as u32)
     }
 
+    #[inline]
     fn slot(&self, id: ReqId) -> Option<&Slot> {
         let (i, g) = Self::split(id);
         self.slots.get(i).filter(|s| s.gen == g && s.req.is_some())
@@ -182,6 +184,7 @@ impl Slab {
         }
     }
 
+    #[inline]
     pub fn result(&self, id: ReqId) -> Option<&Result<Status, PmlError>> {
         self.slot(id).and_then(|s| s.result.as_ref())
     }

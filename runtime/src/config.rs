@@ -11,6 +11,9 @@
 //! | `cma` | `GMPI_CMA` | use `process_vm_readv` single copy (`true`/`false`) | `true` |
 //! | `shm_ring_bytes` | `GMPI_SHM_RING_BYTES` | bytes per shared-memory ring | automatic (memory bound) |
 //! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 32 KiB − 8 (a 32 KiB record) |
+//! | `shm_coop` | `GMPI_SHM_COOP` | cooperative single copy: from `shm_coop_min` bytes the sender, while inside MPI, writes part of a message (`process_vm_writev`) as the receiver reads the rest | `true`, `false` when oversubscribed (more local ranks than cores) |
+//! | `shm_coop_min` | `GMPI_SHM_COOP_MIN` | smallest message copied cooperatively | 256 KiB |
+//! | `shm_coop_chunk` | `GMPI_SHM_COOP_CHUNK` | the unit sender and receiver of a cooperative copy claim | 128 KiB |
 //! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (5 when oversubscribed) |
 //! | `yields` | `GMPI_YIELDS` | yields before blocking | 100 (4 when oversubscribed) |
 //! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100 (1 when both shm and tcp are in use: the rank sleeps in one at a time) |
@@ -70,6 +73,14 @@ pub struct Config {
     /// Largest shared-memory fragment.
     #[serde(deserialize_with = "de_size")]
     pub shm_max_frag: Option<usize>,
+    /// Cooperative single copy (`None`: on unless oversubscribed).
+    pub shm_coop: Option<bool>,
+    /// Smallest cooperatively copied message.
+    #[serde(deserialize_with = "de_size")]
+    pub shm_coop_min: Option<usize>,
+    /// Chunk of a cooperative copy.
+    #[serde(deserialize_with = "de_size")]
+    pub shm_coop_chunk: Option<usize>,
     /// Empty polls before yielding.
     pub spin: Option<u32>,
     /// Yields before blocking.
@@ -156,6 +167,9 @@ impl Default for Config {
             cma: true,
             shm_ring_bytes: None,
             shm_max_frag: None,
+            shm_coop: None,
+            shm_coop_min: None,
+            shm_coop_chunk: None,
             spin: None,
             yields: None,
             block_ms: 100,
@@ -269,6 +283,15 @@ impl Config {
         if let Some(v) = size("GMPI_SHM_MAX_FRAG")? {
             self.shm_max_frag = Some(v);
         }
+        if let Some(v) = size("GMPI_SHM_COOP_MIN")? {
+            self.shm_coop_min = Some(v);
+        }
+        if let Some(v) = size("GMPI_SHM_COOP_CHUNK")? {
+            self.shm_coop_chunk = Some(v);
+        }
+        if let Some(v) = get("GMPI_SHM_COOP") {
+            self.shm_coop = Some(parse_bool(&v).map_err(|e| format!("GMPI_SHM_COOP: {e}"))?);
+        }
         if let Some(v) = get("GMPI_CMA") {
             self.cma = parse_bool(&v).map_err(|e| format!("GMPI_CMA: {e}"))?;
         }
@@ -344,6 +367,27 @@ mod tests {
         .unwrap();
         assert_eq!(c.eager_limit, Some(8192));
         assert!(c.cma);
+        assert_eq!(
+            (c.shm_coop, c.shm_coop_min, c.shm_coop_chunk),
+            (None, None, None)
+        );
+        let mut c = Config::from_toml(
+            "shm_coop = false
+shm_coop_min = \"1M\"
+",
+        )
+        .unwrap();
+        assert_eq!((c.shm_coop, c.shm_coop_min), (Some(false), Some(1 << 20)));
+        c.apply_env(|k| match k {
+            "GMPI_SHM_COOP" => Some("yes".into()),
+            "GMPI_SHM_COOP_CHUNK" => Some("64K".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((c.shm_coop, c.shm_coop_chunk), (Some(true), Some(64 << 10)));
+        assert!(c
+            .apply_env(|k| (k == "GMPI_SHM_COOP").then(|| "maybe".into()))
+            .is_err());
         assert!(
             Config::from_toml("eager_limt = 3").is_err(),
             "typos are reported"

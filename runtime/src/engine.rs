@@ -399,11 +399,21 @@ impl Engine {
                 let node_tag = file_part(&me_node);
                 let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
                 shm_prefix = Some(path.clone());
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let mut scfg = ShmConfig {
                     cma: cfg.cma,
                     ring_bytes: cfg.shm_ring_bytes,
+                    // Oversubscribed, a helper may lose its core in the middle
+                    // of a chunk and the receiver would wait for it.
+                    coop: cfg.shm_coop.unwrap_or(local.len() <= cores),
                     ..ShmConfig::default()
                 };
+                if let Some(m) = cfg.shm_coop_min {
+                    scfg.coop_min = m;
+                }
+                if let Some(c) = cfg.shm_coop_chunk {
+                    scfg.coop_chunk = c;
+                }
                 if let Some(f) = cfg.shm_max_frag {
                     scfg.max_frag = f;
                 }
@@ -431,7 +441,7 @@ impl Engine {
                     )
                 })?;
                 cma_status = shm.cma_status().to_string();
-                tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}", local_size, shm.memory_per_rank(), cma_status);
+                tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}, cooperative copies: {}", local_size, shm.memory_per_rank(), cma_status, shm.coop_status());
                 if local_size > 1 {
                     btls.push(Box::new(shm));
                 }
@@ -506,6 +516,7 @@ impl Engine {
 
     /// One progress pass: the transports, then every schedule in flight.
     /// Returns how much happened.
+    #[inline]
     pub fn progress_all(&mut self, call: &str) -> Result<usize> {
         let mut n = self.driver.progress();
         if let Some(e) = self.driver.fatal() {
@@ -624,6 +635,7 @@ impl Engine {
     }
 
     /// Whether the operation behind `h` has completed.
+    #[inline]
     pub fn is_done(&self, h: crate::comm::Handle) -> bool {
         match h {
             crate::comm::Handle::Pml(id) => self.driver.pml.is_complete(id),
