@@ -1,13 +1,50 @@
-//! gmpi-gpu: memory kinds and the buffer classifier.
+//! gmpi-gpu: where a buffer lives, and how bytes get in and out of GPU memory.
 //!
-//! Every buffer handed to gmpi is classified before a protocol is chosen.
-//! This build is host-only: CUDA support (pointer attributes through
-//! `cudarc`, IPC, GDRCopy, staging) arrives with the GPU work, behind the same
-//! API, so the pml and the runtime already ask the question in the right place.
+//! Every buffer handed to gmpi is classified before a protocol is chosen:
+//! [`Gpu::classify`] answers [`MemKind::Host`], [`MemKind::Device`] or
+//! [`MemKind::Managed`]. Without CUDA (no `libcuda`, `GMPI_CUDA=off`, or the
+//! `cuda` cargo feature off) every buffer is host memory and the answer costs
+//! one branch. With CUDA, the first question about an address is one
+//! `cuPointerGetAttributes` call; device allocations are then cached by
+//! range, and every cache hit re-checks the allocation's buffer id, so a
+//! freed and re-allocated address never reuses a stale classification, IPC
+//! mapping or export.
 //!
-//! File map: `lib.rs` only — [`MemKind`] and [`Classifier`].
+//! [`Gpu`] also moves bytes for the pml driver: device memory is read and
+//! written through pooled pinned bounce buffers ([`Gpu::with_read`],
+//! [`Gpu::with_write`]), GDRCopy where the backend has it; CUDA IPC handles
+//! are exported ([`Gpu::ipc_export`]) and peers' handles mapped with a cache
+//! keyed by peer, base and buffer id ([`Gpu::ipc_map`]); device reductions
+//! run as kernels ([`Gpu::reduce`]). Nothing here creates a context or
+//! allocates device memory at start-up.
+//!
+//! File map:
+//! - `lib.rs`: [`MemKind`], [`GpuConfig`], [`Gpu`] (classification cache,
+//!   bounce pool, IPC caches).
+//! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
+//! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
+//!   device memory; copies counted and checked).
+//! - `cuda/`: the real backend over the CUDA driver API and NVRTC, loaded at
+//!   run time by `cudarc` (feature `cuda`, on by default); `cuda/driver.rs`
+//!   is this crate's only `unsafe` module.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+pub mod api;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod double;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use api::{
+    CopyPath, CudaApi, ElemType, Facts, GpuError, IpcHandle, PinnedBuf, PtrInfo, ReduceOp,
+};
+
+/// Tracing target of this crate.
+const LOG: &str = "gpu";
 
 /// Where a buffer lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -30,6 +67,13 @@ impl MemKind {
         matches!(self, MemKind::Host | MemKind::Managed)
     }
 
+    /// Whether this is plain host memory (the only kind the host protocols
+    /// and the CPU copy paths touch directly).
+    #[inline]
+    pub fn is_host(self) -> bool {
+        self == MemKind::Host
+    }
+
     /// Short name for logs.
     pub fn name(self) -> &'static str {
         match self {
@@ -40,43 +84,612 @@ impl MemKind {
     }
 }
 
-/// Classifies buffers by address. Without CUDA every buffer is host memory,
-/// and the answer costs nothing.
-#[derive(Debug, Default, Clone)]
-pub struct Classifier {
-    _priv: (),
+/// `GMPI_CUDA`: whether to use CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CudaMode {
+    /// Use CUDA if the driver library loads and a device is present.
+    #[default]
+    Auto,
+    /// Use CUDA; fail at start-up if it cannot be used.
+    On,
+    /// Never load CUDA: every buffer is host memory.
+    Off,
 }
 
-impl Classifier {
-    /// A classifier for this process. Never creates a CUDA context.
-    pub fn new() -> Self {
-        Self::default()
+impl std::str::FromStr for CudaMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(CudaMode::Auto),
+            "on" | "1" | "yes" | "true" => Ok(CudaMode::On),
+            "off" | "0" | "no" | "false" => Ok(CudaMode::Off),
+            other => Err(format!("expected auto, on or off, got {other:?}")),
+        }
+    }
+}
+
+/// Tunables of the GPU paths (`GMPI_CUDA`, `GMPI_GPU_*`; see the runtime's
+/// configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// Whether to use CUDA.
+    pub mode: CudaMode,
+    /// Largest device message sent eagerly (copied through a bounce buffer).
+    pub eager_limit: usize,
+    /// Smallest device message sent by CUDA IPC between ranks of one node.
+    pub ipc_threshold: usize,
+    /// Whether CUDA IPC may be used at all.
+    pub ipc: bool,
+    /// Chunk of the staged (pipelined) protocol for device memory.
+    pub pipeline_chunk: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        Self {
+            mode: CudaMode::Auto,
+            eager_limit: 8 << 10,
+            ipc_threshold: 0,
+            ipc: true,
+            pipeline_chunk: 512 << 10,
+        }
+    }
+}
+
+/// The wire descriptor of a CUDA IPC rendezvous: the sender's allocation
+/// handle plus where the message starts in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpcDesc {
+    /// The allocation's IPC handle.
+    pub handle: IpcHandle,
+    /// Base address of the allocation in the sender.
+    pub base: u64,
+    /// The allocation's buffer id in the sender (for the receiver's cache).
+    pub buffer_id: u64,
+    /// Offset of the message in the allocation.
+    pub offset: u64,
+    /// Bytes the sender exposes from `offset`.
+    pub len: u64,
+}
+
+impl IpcDesc {
+    /// Encoded size on the wire.
+    pub const WIRE_LEN: usize = 64 + 4 * 8;
+
+    /// Append the little-endian wire form.
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..64].copy_from_slice(&self.handle.0);
+        for (i, v) in [self.base, self.buffer_id, self.offset, self.len]
+            .into_iter()
+            .enumerate()
+        {
+            out[64 + 8 * i..72 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
     }
 
-    /// Whether any device memory can exist in this process.
+    /// Decode from the first [`Self::WIRE_LEN`] bytes; `None` if too short.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < Self::WIRE_LEN {
+            return None;
+        }
+        let f = |i: usize| {
+            let o = 64 + 8 * i;
+            u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+        };
+        Some(Self {
+            handle: IpcHandle(b[..64].try_into().expect("64 bytes")),
+            base: f(0),
+            buffer_id: f(1),
+            offset: f(2),
+            len: f(3),
+        })
+    }
+}
+
+/// Counters, for tests and the start-up log.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Driver queries made by [`Gpu::classify`].
+    pub queries: AtomicU64,
+    /// Classifications answered from the range cache.
+    pub cache_hits: AtomicU64,
+    /// Cache entries found stale (buffer id changed) and dropped.
+    pub stale: AtomicU64,
+    /// IPC handles opened.
+    pub ipc_opens: AtomicU64,
+    /// Stale IPC mappings closed.
+    pub ipc_stale_closed: AtomicU64,
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A peer's mapped allocation.
+#[derive(Debug, Clone, Copy)]
+struct Mapped {
+    buffer_id: u64,
+    local: u64,
+}
+
+#[derive(Debug, Default)]
+struct Caches {
+    /// Device and managed allocations by base.
+    ranges: BTreeMap<u64, PtrInfo>,
+    /// Our exported handles by base: (buffer id, handle).
+    exports: HashMap<u64, (u64, IpcHandle)>,
+    /// Peers' mappings by (peer, their base).
+    mapped: HashMap<(u32, u64), Mapped>,
+}
+
+/// The GPU layer of one process. See the crate documentation.
+#[derive(Debug)]
+pub struct Gpu {
+    api: Option<Arc<dyn CudaApi>>,
+    cfg: GpuConfig,
+    caches: Mutex<Caches>,
+    bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
+    status: String,
+    /// Counters.
+    pub stats: Stats,
+}
+
+impl Default for Gpu {
+    fn default() -> Self {
+        Self::host_only("host-only")
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Gpu {
+    /// A GPU layer that answers "host" for every buffer; `why` is reported by
+    /// [`Gpu::status`].
+    pub fn host_only(why: &str) -> Self {
+        Self {
+            api: None,
+            cfg: GpuConfig {
+                mode: CudaMode::Off,
+                ..GpuConfig::default()
+            },
+            caches: Mutex::default(),
+            bounce: Mutex::default(),
+            status: why.to_string(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The GPU layer over `api` (the real backend, or the test double).
+    pub fn with_api(api: Arc<dyn CudaApi>, cfg: GpuConfig) -> Self {
+        let status = format!("{} with {} device(s)", api.name(), api.device_count());
+        Self {
+            api: Some(api),
+            cfg,
+            caches: Mutex::default(),
+            bounce: Mutex::default(),
+            status,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The GPU layer as `cfg` asks: under `auto`, CUDA when the driver loads
+    /// and has a device, else host-only; under `on`, an error if CUDA cannot
+    /// be used; under `off`, host-only without loading anything. Creates no
+    /// context and allocates nothing.
+    pub fn init(cfg: &GpuConfig) -> Result<Self, GpuError> {
+        if cfg.mode == CudaMode::Off {
+            return Ok(Self::host_only("disabled (GMPI_CUDA=off)"));
+        }
+        match Self::load_backend() {
+            Ok(api) if api.device_count() > 0 => Ok(Self::with_api(api, cfg.clone())),
+            Ok(_) if cfg.mode == CudaMode::On => Err(GpuError::Unavailable(
+                "the CUDA driver reports no device (GMPI_CUDA=on)".into(),
+            )),
+            Ok(_) => Ok(Self::host_only("no CUDA device")),
+            Err(e) if cfg.mode == CudaMode::On => Err(e),
+            Err(e) => Ok(Self::host_only(&e.to_string())),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn load_backend() -> Result<Arc<dyn CudaApi>, GpuError> {
+        cuda::load()
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn load_backend() -> Result<Arc<dyn CudaApi>, GpuError> {
+        Err(GpuError::Unavailable(
+            "gmpi was built without the `cuda` feature".into(),
+        ))
+    }
+
+    /// Whether device memory can exist in this process.
     pub fn cuda_available(&self) -> bool {
-        false
+        self.api.is_some()
+    }
+
+    /// The backend, if any.
+    pub fn api(&self) -> Option<&Arc<dyn CudaApi>> {
+        self.api.as_ref()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &GpuConfig {
+        &self.cfg
+    }
+
+    /// One line for the start-up log: the backend and its devices, or why
+    /// there is none.
+    pub fn status(&self) -> &str {
+        &self.status
     }
 
     /// The kind of the `len` bytes at `addr`.
     #[inline]
     pub fn classify(&self, addr: u64, len: usize) -> MemKind {
-        let _ = (addr, len);
-        MemKind::Host
+        match &self.api {
+            None => MemKind::Host,
+            Some(api) => self.classify_slow(api.as_ref(), addr, len),
+        }
+    }
+
+    /// Full pointer facts for a device or managed address (`None`: host).
+    pub fn info(&self, addr: u64) -> Option<PtrInfo> {
+        let api = self.api.as_ref()?;
+        self.lookup(api.as_ref(), addr)
+    }
+
+    #[inline(never)]
+    fn classify_slow(&self, api: &dyn CudaApi, addr: u64, len: usize) -> MemKind {
+        let _ = len;
+        self.lookup(api, addr).map_or(MemKind::Host, |i| i.kind)
+    }
+
+    fn lookup(&self, api: &dyn CudaApi, addr: u64) -> Option<PtrInfo> {
+        if addr == 0 {
+            return None;
+        }
+        {
+            let mut c = lock(&self.caches);
+            let hit = c
+                .ranges
+                .range(..=addr)
+                .next_back()
+                .map(|(_, i)| *i)
+                .filter(|i| i.contains(addr, 1));
+            if let Some(info) = hit {
+                if api.buffer_id(addr) == Some(info.buffer_id) {
+                    bump(&self.stats.cache_hits);
+                    return Some(info);
+                }
+                // Freed (and maybe re-allocated): forget everything derived
+                // from the old allocation.
+                bump(&self.stats.stale);
+                tracing::debug!(target: LOG, "allocation at {:#x} changed (buffer id {}): cache entry dropped", info.base, info.buffer_id);
+                c.ranges.remove(&info.base);
+                c.exports.remove(&info.base);
+            }
+        }
+        bump(&self.stats.queries);
+        match api.query(addr) {
+            Ok(Some(info)) => {
+                let mut c = lock(&self.caches);
+                // A new allocation may overlap older, freed ones.
+                let end = info.base.saturating_add(info.size);
+                let dead: Vec<u64> = c
+                    .ranges
+                    .range(..end)
+                    .filter(|(_, o)| o.base.saturating_add(o.size) > info.base)
+                    .map(|(b, _)| *b)
+                    .collect();
+                for b in dead {
+                    c.ranges.remove(&b);
+                    c.exports.remove(&b);
+                }
+                c.ranges.insert(info.base, info);
+                Some(info)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(target: LOG, "classifying {addr:#x}: {e}; treating it as host memory");
+                None
+            }
+        }
+    }
+
+    fn need_api(&self) -> Result<&Arc<dyn CudaApi>, GpuError> {
+        self.api
+            .as_ref()
+            .ok_or_else(|| GpuError::Unavailable(self.status.clone()))
+    }
+
+    fn take_bounce(&self, api: &dyn CudaApi, len: usize) -> Result<Box<dyn PinnedBuf>, GpuError> {
+        let mut pool = lock(&self.bounce);
+        if let Some(i) = pool.iter_mut().position(|b| b.as_mut_slice().len() >= len) {
+            return Ok(pool.swap_remove(i));
+        }
+        drop(pool);
+        // Round up so that a stream of slightly different sizes reuses one.
+        api.alloc_pinned(len.max(64 << 10).next_power_of_two())
+    }
+
+    fn give_bounce(&self, b: Box<dyn PinnedBuf>) {
+        let mut pool = lock(&self.bounce);
+        if pool.len() < 8 {
+            pool.push(b);
+        }
+    }
+
+    /// Run `f` over a host copy of the `len` device (or managed) bytes at
+    /// `addr`; also reports how they were copied.
+    pub fn with_read<R>(
+        &self,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<(R, CopyPath), GpuError> {
+        let api = self.need_api()?;
+        let mut b = self.take_bounce(api.as_ref(), len)?;
+        let s = &mut b.as_mut_slice()[..len];
+        let path = if len == 0 {
+            CopyPath::CudaCopy
+        } else {
+            api.copy_to_host(s, addr)?
+        };
+        let r = f(s);
+        self.give_bounce(b);
+        Ok((r, path))
+    }
+
+    /// Let `f` fill a host buffer of `len` bytes, then copy it to the device
+    /// (or managed) memory at `addr`.
+    pub fn with_write<R>(
+        &self,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<(R, CopyPath), GpuError> {
+        let api = self.need_api()?;
+        let mut b = self.take_bounce(api.as_ref(), len)?;
+        let s = &mut b.as_mut_slice()[..len];
+        let r = f(s);
+        let path = if len == 0 {
+            CopyPath::CudaCopy
+        } else {
+            api.copy_to_device(addr, s)?
+        };
+        self.give_bounce(b);
+        Ok((r, path))
+    }
+
+    /// How a small message at `addr` would be copied (for the pml's log).
+    pub fn eager_path(&self) -> CopyPath {
+        match self.api.as_ref().map(|a| a.facts().gdrcopy.is_ok()) {
+            Some(true) => CopyPath::GdrCopy,
+            _ => CopyPath::CudaCopy,
+        }
+    }
+
+    /// The IPC descriptor of `len` device bytes at `addr`, for a peer on this
+    /// node. Fails for host or managed memory and where the driver refuses.
+    pub fn ipc_export(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
+        let api = self.need_api()?;
+        let info = self
+            .lookup(api.as_ref(), addr)
+            .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
+        if !matches!(info.kind, MemKind::Device { .. }) {
+            return Err(GpuError::Unsupported(format!(
+                "no CUDA IPC for {} memory",
+                info.kind.name()
+            )));
+        }
+        if !info.contains(addr, len) {
+            return Err(GpuError::BadRange {
+                addr,
+                len,
+                why: format!(
+                    "crosses the end of its allocation ({:#x}+{})",
+                    info.base, info.size
+                ),
+            });
+        }
+        let cached = lock(&self.caches)
+            .exports
+            .get(&info.base)
+            .filter(|(id, _)| *id == info.buffer_id)
+            .map(|(_, h)| *h);
+        let handle = match cached {
+            Some(h) => h,
+            None => {
+                let h = api.ipc_handle(info.base)?;
+                lock(&self.caches)
+                    .exports
+                    .insert(info.base, (info.buffer_id, h));
+                h
+            }
+        };
+        Ok(IpcDesc {
+            handle,
+            base: info.base,
+            buffer_id: info.buffer_id,
+            offset: addr - info.base,
+            len: len as u64,
+        })
+    }
+
+    /// The local address of byte `offset` of `d` (a descriptor from `peer`),
+    /// mapping the peer's allocation on first use. A cached mapping of an
+    /// older allocation at the same base (different buffer id) is closed
+    /// first.
+    pub fn ipc_map(&self, peer: u32, d: &IpcDesc) -> Result<u64, GpuError> {
+        let api = self.need_api()?;
+        let key = (peer, d.base);
+        let old = lock(&self.caches).mapped.get(&key).copied();
+        let local = match old {
+            Some(m) if m.buffer_id == d.buffer_id => m.local,
+            _ => {
+                if let Some(m) = old {
+                    bump(&self.stats.ipc_stale_closed);
+                    tracing::debug!(target: LOG, "rank {peer}'s allocation at {:#x} changed: closing the old mapping", d.base);
+                    lock(&self.caches).mapped.remove(&key);
+                    if let Err(e) = api.ipc_close(m.local) {
+                        tracing::warn!(target: LOG, "closing a stale IPC mapping of rank {peer}: {e}");
+                    }
+                }
+                let local = api.ipc_open(&d.handle)?;
+                bump(&self.stats.ipc_opens);
+                lock(&self.caches).mapped.insert(
+                    key,
+                    Mapped {
+                        buffer_id: d.buffer_id,
+                        local,
+                    },
+                );
+                local
+            }
+        };
+        Ok(local + d.offset)
+    }
+
+    /// Close every mapping of `peer`'s memory (the peer failed or left).
+    pub fn ipc_forget_peer(&self, peer: u32) {
+        let Some(api) = &self.api else { return };
+        let gone: Vec<Mapped> = {
+            let mut c = lock(&self.caches);
+            let keys: Vec<_> = c.mapped.keys().filter(|k| k.0 == peer).copied().collect();
+            keys.iter().filter_map(|k| c.mapped.remove(k)).collect()
+        };
+        for m in gone {
+            let _ = api.ipc_close(m.local);
+        }
+    }
+
+    /// Copy `len` bytes between device (or managed) addresses.
+    pub fn copy_device(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.need_api()?.copy_device(dst, src, len)
+    }
+
+    /// Copy device (or managed) bytes at `src` into host memory.
+    pub fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<CopyPath, GpuError> {
+        if dst.is_empty() {
+            return Ok(CopyPath::CudaCopy);
+        }
+        self.need_api()?.copy_to_host(dst, src)
+    }
+
+    /// Copy host bytes into device (or managed) memory at `dst`.
+    pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<CopyPath, GpuError> {
+        if src.is_empty() {
+            return Ok(CopyPath::CudaCopy);
+        }
+        self.need_api()?.copy_to_device(dst, src)
+    }
+
+    /// `inout = op(inout, input)` elementwise on the device.
+    pub fn reduce(
+        &self,
+        op: ReduceOp,
+        ty: ElemType,
+        inout: u64,
+        input: u64,
+        count: usize,
+    ) -> Result<(), GpuError> {
+        if !op.supports(ty) {
+            return Err(GpuError::Unsupported(format!(
+                "MPI defines no {} on {}",
+                op.name(),
+                ty.c_name()
+            )));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        self.need_api()?.reduce(op, ty, inout, input, count)
+    }
+
+    /// Device memory of `len` bytes near `near` (a collective's temporary).
+    pub fn alloc_device(&self, len: usize, near: u64) -> Result<DeviceBuf<'_>, GpuError> {
+        let ptr = self.need_api()?.alloc_device(len.max(1), near)?;
+        Ok(DeviceBuf {
+            gpu: self,
+            ptr,
+            len,
+        })
+    }
+
+    /// Select `local_rank % devices` as this thread's device (the
+    /// `--gpu-bind local-rank` policy). `Ok(None)` without CUDA devices.
+    pub fn select_device(&self, local_rank: usize) -> Result<Option<i32>, GpuError> {
+        let Some(api) = &self.api else {
+            return Ok(None);
+        };
+        let n = api.device_count();
+        if n == 0 {
+            return Ok(None);
+        }
+        let ordinal = (local_rank % n) as i32;
+        api.set_device(ordinal)?;
+        Ok(Some(ordinal))
+    }
+
+    /// Export device memory as a dma-buf for a NIC (GPUDirect RDMA hook).
+    pub fn export_dmabuf(&self, addr: u64, len: usize) -> Result<std::os::fd::OwnedFd, GpuError> {
+        self.need_api()?.export_dmabuf(addr, len)
+    }
+
+    /// A snapshot of the counters: (queries, cache hits, stale, IPC opens,
+    /// stale IPC closes).
+    pub fn counters(&self) -> [u64; 5] {
+        let s = &self.stats;
+        [
+            get(&s.queries),
+            get(&s.cache_hits),
+            get(&s.stale),
+            get(&s.ipc_opens),
+            get(&s.ipc_stale_closed),
+        ]
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if let Some(api) = &self.api {
+            let c = self.caches.get_mut().unwrap_or_else(|p| p.into_inner());
+            for (_, m) in c.mapped.drain() {
+                let _ = api.ipc_close(m.local);
+            }
+        }
+    }
+}
+
+/// Device memory owned by gmpi (a collective's temporary), freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuf<'a> {
+    gpu: &'a Gpu,
+    /// Device address.
+    pub ptr: u64,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl Drop for DeviceBuf<'_> {
+    fn drop(&mut self) {
+        if let Some(api) = &self.gpu.api {
+            if let Err(e) = api.free_device(self.ptr) {
+                tracing::warn!(target: LOG, "freeing a temporary device buffer: {e}");
+            }
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_only_build_answers_host() {
-        let c = Classifier::new();
-        let v = [1u8; 16];
-        assert_eq!(c.classify(v.as_ptr() as u64, v.len()), MemKind::Host);
-        assert!(!c.cuda_available());
-        assert!(MemKind::Host.is_host_accessible());
-        assert!(!MemKind::Device { ordinal: 0 }.is_host_accessible());
-    }
-}
+mod tests;

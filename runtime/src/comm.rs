@@ -299,7 +299,7 @@ impl Communicator {
         let buf = Buf {
             addr,
             len,
-            kind: e.classifier.classify(addr, len),
+            kind: e.gpu.classify(addr, len),
         };
         let args = self.inner.send_args(self.inner.ctx, buf, dest, tag, mode);
         e.driver
@@ -322,7 +322,7 @@ impl Communicator {
         let buf = Buf {
             addr,
             len,
-            kind: e.classifier.classify(addr, len),
+            kind: e.gpu.classify(addr, len),
         };
         let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
         e.driver
@@ -669,7 +669,7 @@ impl Communicator {
             let buf = Buf {
                 addr,
                 len: v.bytes(),
-                kind: engine::with(call, |e| Ok(e.classifier.classify(addr, v.bytes())))?,
+                kind: engine::with(call, |e| Ok(e.gpu.classify(addr, v.bytes())))?,
             };
             return engine::with(call, |e| {
                 e.driver

@@ -22,7 +22,7 @@ use gmpi_btl::loopback::Loopback;
 use gmpi_btl::Btl;
 use gmpi_btl_shm::{ShmBtl, ShmConfig};
 use gmpi_btl_tcp::{Secret, TcpBtl, TcpConfig};
-use gmpi_gpu::Classifier;
+use gmpi_gpu::Gpu;
 use gmpi_pmi::PmiClient;
 use gmpi_pml::driver::Driver;
 use gmpi_pml::{Pml, PmlConfig};
@@ -74,7 +74,7 @@ pub(crate) struct Engine {
     pub hostname: String,
     pub driver: Driver<HostMem>,
     pub pmi: Option<PmiClient>,
-    pub classifier: Classifier,
+    pub gpu: std::sync::Arc<Gpu>,
     pub backoff: Backoff,
     pub cma_status: String,
     /// Node index of each world rank (ranks with equal indices share a node).
@@ -508,7 +508,7 @@ impl Engine {
             hostname: host,
             driver,
             pmi,
-            classifier: Classifier::new(),
+            gpu: std::sync::Arc::new(Gpu::default()),
             backoff,
             cma_status,
         })

@@ -1,0 +1,513 @@
+//! The test double of the CUDA driver: host memory tagged as device memory.
+//!
+//! [`TestCuda`] implements [`CudaApi`] without a GPU, so the pml, the driver
+//! and the runtime run their device paths in CI. Device and managed
+//! allocations live in this object at fake addresses (far from any real
+//! mapping); each has a buffer id that changes when an address is freed and
+//! reused, as the driver's does. IPC handles name an allocation and map it at
+//! a second address, so a receiver that copied from the sender's address
+//! instead of its mapping would fail. Every copy is checked against the
+//! allocations (a copy past the end of one is an error, as on a GPU) and
+//! counted, so tests assert the number of copies each protocol makes.
+//!
+//! One `TestCuda` is shared (`Arc`) by every rank of an in-process test, the
+//! way one driver serves every process of a node.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::api::*;
+use crate::MemKind;
+
+/// Where the fake device address space starts.
+const DEVICE_BASE: u64 = 0x7a00_0000_0000;
+/// Where IPC mappings are placed.
+const MAP_BASE: u64 = 0x7b00_0000_0000;
+/// Allocation granularity (the GPU page the real driver uses).
+const GRAIN: u64 = 64 << 10;
+
+/// Calls served, by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// `query` calls.
+    pub queries: u64,
+    /// `buffer_id` calls.
+    pub buffer_id_checks: u64,
+    /// Device → host copies.
+    pub dtoh: u64,
+    /// Host → device copies.
+    pub htod: u64,
+    /// Device → device copies.
+    pub dtod: u64,
+    /// Bytes moved by all copies.
+    pub bytes: u64,
+    /// IPC handles made.
+    pub ipc_handles: u64,
+    /// IPC opens.
+    pub ipc_opens: u64,
+    /// IPC closes.
+    pub ipc_closes: u64,
+    /// Reduction kernels run.
+    pub reduces: u64,
+    /// Pinned buffers allocated.
+    pub pinned: u64,
+    /// Device allocations (by tests and by gmpi).
+    pub mallocs: u64,
+    /// Device frees.
+    pub frees: u64,
+}
+
+#[derive(Debug)]
+struct Alloc {
+    data: Vec<u8>,
+    kind: MemKind,
+    buffer_id: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    allocs: BTreeMap<u64, Alloc>,
+    /// Freed ranges available for reuse: base → size.
+    free: BTreeMap<u64, u64>,
+    next: u64,
+    next_id: u64,
+    /// IPC mappings: mapped base → (owner base, owner buffer id).
+    maps: BTreeMap<u64, (u64, u64)>,
+    next_map: u64,
+    counts: Counts,
+}
+
+/// The test double. See the module documentation.
+#[derive(Debug)]
+pub struct TestCuda {
+    devices: usize,
+    gdrcopy: bool,
+    st: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct HostBuf(Vec<u8>);
+
+impl PinnedBuf for HostBuf {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+fn bad(addr: u64, len: usize, why: &str) -> GpuError {
+    GpuError::BadRange {
+        addr,
+        len,
+        why: why.to_string(),
+    }
+}
+
+impl State {
+    /// The allocation holding `addr` (through an IPC mapping too) and the
+    /// offset in it.
+    fn find(&self, addr: u64) -> Option<(u64, u64)> {
+        if let Some((&m, &(base, id))) = self.maps.range(..=addr).next_back() {
+            let a = self.allocs.get(&base)?;
+            if a.buffer_id == id && addr - m < a.data.len() as u64 {
+                return Some((base, addr - m));
+            }
+        }
+        let (&base, a) = self.allocs.range(..=addr).next_back()?;
+        (addr - base < a.data.len() as u64).then_some((base, addr - base))
+    }
+
+    fn slice(&mut self, addr: u64, len: usize) -> Result<&mut [u8], GpuError> {
+        let (base, off) = self
+            .find(addr)
+            .ok_or_else(|| bad(addr, len, "not device memory"))?;
+        let a = self.allocs.get_mut(&base).expect("found");
+        let end = off as usize + len;
+        if end > a.data.len() {
+            return Err(bad(addr, len, "past the end of its allocation"));
+        }
+        Ok(&mut a.data[off as usize..end])
+    }
+}
+
+impl TestCuda {
+    /// A driver with `devices` devices and GDRCopy absent.
+    pub fn new(devices: usize) -> Self {
+        Self {
+            devices,
+            gdrcopy: false,
+            st: Mutex::new(State {
+                next: DEVICE_BASE,
+                next_id: 1,
+                next_map: MAP_BASE,
+                ..State::default()
+            }),
+        }
+    }
+
+    /// Pretend GDRCopy is present (copies then report [`CopyPath::GdrCopy`]).
+    pub fn with_gdrcopy(mut self) -> Self {
+        self.gdrcopy = true;
+        self
+    }
+
+    fn st(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn path(&self) -> CopyPath {
+        if self.gdrcopy {
+            CopyPath::GdrCopy
+        } else {
+            CopyPath::CudaCopy
+        }
+    }
+
+    fn alloc(&self, len: usize, kind: MemKind) -> u64 {
+        let mut s = self.st();
+        let size = (len as u64).max(1).div_ceil(GRAIN) * GRAIN;
+        // Reuse the lowest freed range that fits, as allocators do: this is
+        // what makes stale caches visible.
+        let reuse = s.free.iter().find(|(_, &sz)| sz >= size).map(|(&b, _)| b);
+        let base = match reuse {
+            Some(b) => {
+                let sz = s.free.remove(&b).expect("listed");
+                if sz > size {
+                    s.free.insert(b + size, sz - size);
+                }
+                b
+            }
+            None => {
+                let b = s.next;
+                s.next += size;
+                b
+            }
+        };
+        let id = s.next_id;
+        s.next_id += 1;
+        s.counts.mallocs += 1;
+        s.allocs.insert(
+            base,
+            Alloc {
+                data: vec![0; len],
+                kind,
+                buffer_id: id,
+            },
+        );
+        base
+    }
+
+    /// `cudaMalloc` on device `ordinal`.
+    pub fn malloc(&self, len: usize, ordinal: i32) -> u64 {
+        assert!((ordinal as usize) < self.devices, "no device {ordinal}");
+        self.alloc(len, MemKind::Device { ordinal })
+    }
+
+    /// `cudaMallocManaged`.
+    pub fn malloc_managed(&self, len: usize) -> u64 {
+        self.alloc(len, MemKind::Managed)
+    }
+
+    /// `cudaFree`. Panics on an address that is not an allocation's base.
+    pub fn free(&self, base: u64) {
+        let mut s = self.st();
+        let a = s.allocs.remove(&base).expect("free of a non-allocation");
+        let size = (a.data.len() as u64).max(1).div_ceil(GRAIN) * GRAIN;
+        s.free.insert(base, size);
+        s.counts.frees += 1;
+    }
+
+    /// Write device memory directly (test set-up; not counted).
+    pub fn poke(&self, addr: u64, data: &[u8]) {
+        self.st()
+            .slice(addr, data.len())
+            .expect("poke into device memory")
+            .copy_from_slice(data);
+    }
+
+    /// Read device memory directly (test checks; not counted).
+    pub fn peek(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.st()
+            .slice(addr, len)
+            .expect("peek at device memory")
+            .to_vec()
+    }
+
+    /// The calls served so far.
+    pub fn counts(&self) -> Counts {
+        self.st().counts.clone()
+    }
+
+    /// Live IPC mappings.
+    pub fn open_mappings(&self) -> usize {
+        self.st().maps.len()
+    }
+}
+
+impl CudaApi for TestCuda {
+    fn name(&self) -> &'static str {
+        "test-double"
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices
+    }
+
+    fn query(&self, addr: u64) -> Result<Option<PtrInfo>, GpuError> {
+        let mut s = self.st();
+        s.counts.queries += 1;
+        let Some((base, _)) = s.find(addr) else {
+            return Ok(None);
+        };
+        let a = &s.allocs[&base];
+        // Through a mapping, the allocation is seen at the mapped base.
+        let mapped = s
+            .maps
+            .range(..=addr)
+            .next_back()
+            .filter(|(m, (b, id))| {
+                *b == base && *id == a.buffer_id && addr - **m < a.data.len() as u64
+            })
+            .map(|(m, _)| *m);
+        Ok(Some(PtrInfo {
+            kind: a.kind,
+            base: mapped.unwrap_or(base),
+            size: a.data.len() as u64,
+            buffer_id: a.buffer_id,
+        }))
+    }
+
+    fn buffer_id(&self, addr: u64) -> Option<u64> {
+        let mut s = self.st();
+        s.counts.buffer_id_checks += 1;
+        let (base, _) = s.find(addr)?;
+        Some(s.allocs[&base].buffer_id)
+    }
+
+    fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<CopyPath, GpuError> {
+        let mut s = self.st();
+        dst.copy_from_slice(s.slice(src, dst.len())?);
+        s.counts.dtoh += 1;
+        s.counts.bytes += dst.len() as u64;
+        Ok(self.path())
+    }
+
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<CopyPath, GpuError> {
+        let mut s = self.st();
+        s.slice(dst, src.len())?.copy_from_slice(src);
+        s.counts.htod += 1;
+        s.counts.bytes += src.len() as u64;
+        Ok(self.path())
+    }
+
+    fn copy_device(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        let mut s = self.st();
+        let tmp = s.slice(src, len)?.to_vec();
+        s.slice(dst, len)?.copy_from_slice(&tmp);
+        s.counts.dtod += 1;
+        s.counts.bytes += len as u64;
+        Ok(())
+    }
+
+    fn alloc_pinned(&self, len: usize) -> Result<Box<dyn PinnedBuf>, GpuError> {
+        self.st().counts.pinned += 1;
+        Ok(Box::new(HostBuf(vec![0; len])))
+    }
+
+    fn alloc_device(&self, len: usize, near: u64) -> Result<u64, GpuError> {
+        let ordinal = match self.query(near)? {
+            Some(PtrInfo {
+                kind: MemKind::Device { ordinal },
+                ..
+            }) => ordinal,
+            _ => 0,
+        };
+        Ok(self.malloc(len, ordinal))
+    }
+
+    fn free_device(&self, ptr: u64) -> Result<(), GpuError> {
+        if !self.st().allocs.contains_key(&ptr) {
+            return Err(bad(ptr, 0, "free of a non-allocation"));
+        }
+        self.free(ptr);
+        Ok(())
+    }
+
+    fn ipc_handle(&self, base: u64) -> Result<IpcHandle, GpuError> {
+        let mut s = self.st();
+        let a = s
+            .allocs
+            .get(&base)
+            .ok_or_else(|| bad(base, 0, "not an allocation's base"))?;
+        if a.kind == MemKind::Managed {
+            return Err(GpuError::Driver {
+                call: "cuIpcGetMemHandle",
+                msg: "CUDA_ERROR_INVALID_VALUE: managed memory".into(),
+            });
+        }
+        let mut h = [0u8; 64];
+        h[..8].copy_from_slice(&base.to_le_bytes());
+        h[8..16].copy_from_slice(&a.buffer_id.to_le_bytes());
+        h[16..24].copy_from_slice(b"gmpidbl\0");
+        s.counts.ipc_handles += 1;
+        Ok(IpcHandle(h))
+    }
+
+    fn ipc_open(&self, h: &IpcHandle) -> Result<u64, GpuError> {
+        let mut s = self.st();
+        let f = |i: usize| u64::from_le_bytes(h.0[i..i + 8].try_into().expect("8"));
+        let (base, id) = (f(0), f(8));
+        let live = s.allocs.get(&base).filter(|a| a.buffer_id == id);
+        let Some(a) = live else {
+            return Err(GpuError::Driver {
+                call: "cuIpcOpenMemHandle",
+                msg: "CUDA_ERROR_INVALID_HANDLE: the allocation is gone".into(),
+            });
+        };
+        let size = (a.data.len() as u64).max(1).div_ceil(GRAIN) * GRAIN;
+        let m = s.next_map;
+        s.next_map += size;
+        s.maps.insert(m, (base, id));
+        s.counts.ipc_opens += 1;
+        Ok(m)
+    }
+
+    fn ipc_close(&self, mapped: u64) -> Result<(), GpuError> {
+        let mut s = self.st();
+        s.maps
+            .remove(&mapped)
+            .ok_or_else(|| bad(mapped, 0, "not an IPC mapping"))?;
+        s.counts.ipc_closes += 1;
+        Ok(())
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        ty: ElemType,
+        inout: u64,
+        input: u64,
+        count: usize,
+    ) -> Result<(), GpuError> {
+        let n = count * ty.size();
+        let mut s = self.st();
+        let b = s.slice(input, n)?.to_vec();
+        let a = s.slice(inout, n)?;
+        host_reduce(op, ty, a, &b);
+        s.counts.reduces += 1;
+        Ok(())
+    }
+
+    fn export_dmabuf(&self, _addr: u64, _len: usize) -> Result<std::os::fd::OwnedFd, GpuError> {
+        Err(GpuError::Unsupported(
+            "the test double has no dma-buf export".into(),
+        ))
+    }
+
+    fn set_device(&self, ordinal: i32) -> Result<(), GpuError> {
+        if ordinal < 0 || ordinal as usize >= self.devices {
+            return Err(GpuError::Driver {
+                call: "cuDeviceGet",
+                msg: format!("CUDA_ERROR_INVALID_DEVICE: {ordinal}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn facts(&self) -> Facts {
+        Facts {
+            driver_version: Some("test-double".into()),
+            devices: (0..self.devices)
+                .map(|i| format!("{i}: test double (host memory)"))
+                .collect(),
+            gdrcopy: if self.gdrcopy {
+                Ok("test double".into())
+            } else {
+                Err("test double without GDRCopy".into())
+            },
+            dmabuf: Err("test double".into()),
+            peer_access: Vec::new(),
+        }
+    }
+}
+
+/// Host evaluation of a device reduction (the double's kernel, and the
+/// reference the device tests compare against).
+pub fn host_reduce(op: ReduceOp, ty: ElemType, acc: &mut [u8], inc: &[u8]) {
+    macro_rules! int {
+        ($t:ty) => {{
+            const W: usize = std::mem::size_of::<$t>();
+            for (a, b) in acc.chunks_exact_mut(W).zip(inc.chunks_exact(W)) {
+                let x = <$t>::from_ne_bytes(a.try_into().expect("width"));
+                let y = <$t>::from_ne_bytes(b.try_into().expect("width"));
+                let r: $t = match op {
+                    ReduceOp::Sum => x.wrapping_add(y),
+                    ReduceOp::Prod => x.wrapping_mul(y),
+                    ReduceOp::Min => x.min(y),
+                    ReduceOp::Max => x.max(y),
+                    ReduceOp::Land => ((x != 0) && (y != 0)) as $t,
+                    ReduceOp::Lor => ((x != 0) || (y != 0)) as $t,
+                    ReduceOp::Lxor => ((x != 0) != (y != 0)) as $t,
+                    ReduceOp::Band => x & y,
+                    ReduceOp::Bor => x | y,
+                    ReduceOp::Bxor => x ^ y,
+                };
+                a.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    macro_rules! float {
+        ($t:ty) => {{
+            const W: usize = std::mem::size_of::<$t>();
+            for (a, b) in acc.chunks_exact_mut(W).zip(inc.chunks_exact(W)) {
+                let x = <$t>::from_ne_bytes(a.try_into().expect("width"));
+                let y = <$t>::from_ne_bytes(b.try_into().expect("width"));
+                let t = |c: bool| if c { 1.0 } else { 0.0 };
+                let r: $t = match op {
+                    ReduceOp::Sum => x + y,
+                    ReduceOp::Prod => x * y,
+                    ReduceOp::Min => {
+                        if y < x {
+                            y
+                        } else {
+                            x
+                        }
+                    }
+                    ReduceOp::Max => {
+                        if y > x {
+                            y
+                        } else {
+                            x
+                        }
+                    }
+                    ReduceOp::Land => t(x != 0.0 && y != 0.0),
+                    ReduceOp::Lor => t(x != 0.0 || y != 0.0),
+                    ReduceOp::Lxor => t((x != 0.0) != (y != 0.0)),
+                    ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor => x,
+                };
+                a.copy_from_slice(&r.to_ne_bytes());
+            }
+        }};
+    }
+    match ty {
+        ElemType::I8 => int!(i8),
+        ElemType::U8 => int!(u8),
+        ElemType::Bool => {
+            for (a, &b) in acc.iter_mut().zip(inc) {
+                let (x, y) = (*a != 0, b != 0);
+                *a = match op {
+                    ReduceOp::Sum | ReduceOp::Lor | ReduceOp::Bor | ReduceOp::Max => x || y,
+                    ReduceOp::Prod | ReduceOp::Land | ReduceOp::Band | ReduceOp::Min => x && y,
+                    ReduceOp::Lxor | ReduceOp::Bxor => x != y,
+                } as u8;
+            }
+        }
+        ElemType::I16 => int!(i16),
+        ElemType::U16 => int!(u16),
+        ElemType::I32 => int!(i32),
+        ElemType::U32 => int!(u32),
+        ElemType::I64 => int!(i64),
+        ElemType::U64 => int!(u64),
+        ElemType::F32 => float!(f32),
+        ElemType::F64 => float!(f64),
+    }
+}
