@@ -319,6 +319,8 @@ impl ShmBtl {
             put: false,
             exclusivity: 100,
             get_threshold: cfg.get_threshold,
+            cuda_ipc: true,
+            gpudirect: false,
         };
         let cma_status = match cma_ok {
             Ok(s) => format!("enabled: {s}"),

@@ -285,6 +285,8 @@ impl TcpBtl {
             put: false,
             exclusivity: 10,
             get_threshold: usize::MAX,
+            cuda_ipc: false,
+            gpudirect: false,
         };
         tracing::debug!(target: LOG, "tcp: rank {me} listening on {}", list_addrs(&listeners.iter().map(|l| l.1).collect::<Vec<_>>()));
         Ok(TcpBtl {

@@ -66,6 +66,12 @@ pub struct Capabilities {
     pub exclusivity: u32,
     /// Smallest message for which a `get` rendezvous beats eager/pipelined.
     pub get_threshold: usize,
+    /// The peers this btl reaches share this node's GPUs: device memory may
+    /// travel by CUDA IPC (the pml's `rndv/cuda-ipc`).
+    pub cuda_ipc: bool,
+    /// [`Btl::register_device`] works: the NIC can read GPU memory directly
+    /// (GPUDirect RDMA), so device memory travels by `get` (`rndv/gpudirect`).
+    pub gpudirect: bool,
 }
 
 /// Outcome of submitting an operation to a btl.
@@ -194,6 +200,22 @@ pub trait Btl: Send {
     /// this btl cannot expose it.
     fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
         let _ = (addr, len);
+        None
+    }
+
+    /// Describe device memory so that a peer can [`Btl::get`] it straight
+    /// from the GPU (GPUDirect RDMA): `dmabuf` is the memory exported by the
+    /// gpu layer (`cuMemGetHandleForAddressRange`), for a verbs btl's
+    /// `ibv_reg_dmabuf_mr` (or, failing that, `ibv_reg_mr` on the device
+    /// address where `nvidia_peermem` is loaded). Only btls that set
+    /// [`Capabilities::gpudirect`] implement it; `None` otherwise.
+    fn register_device(
+        &mut self,
+        addr: u64,
+        len: u64,
+        dmabuf: std::os::fd::BorrowedFd<'_>,
+    ) -> Option<MemDesc> {
+        let _ = (addr, len, dmabuf);
         None
     }
 

@@ -29,6 +29,8 @@ impl Loopback {
                 put: false,
                 exclusivity: 1 << 16,
                 get_threshold: usize::MAX,
+                cuda_ipc: true,
+                gpudirect: false,
             },
             queue: VecDeque::new(),
         }

@@ -192,6 +192,8 @@ impl Fabric {
             put: false,
             exclusivity: 100,
             get_threshold: eager_limit,
+            cuda_ipc: false,
+            gpudirect: false,
         }
     }
 

@@ -117,6 +117,9 @@ impl State {
     }
 
     fn slice(&mut self, addr: u64, len: usize) -> Result<&mut [u8], GpuError> {
+        if len == 0 {
+            return Ok(&mut []);
+        }
         let (base, off) = self
             .find(addr)
             .ok_or_else(|| bad(addr, len, "not device memory"))?;

@@ -8,13 +8,19 @@
 //! lesson of ob1's progress loop).
 //!
 //! User memory is reached through [`MemAccess`]; the runtime implements it
-//! over real memory, tests over `gmpi_btl::sim::SimMemory`.
+//! over real memory, tests over `gmpi_btl::sim::SimMemory`. [`WithGpu`]
+//! adds device memory to either: device and managed bytes go through the gpu
+//! layer's bounce buffers, and CUDA IPC descriptors are exported and mapped
+//! there, so the runtime and the tests (over the gpu test double) run the
+//! same device paths.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit};
-use gmpi_gpu::MemKind;
+use gmpi_gpu::{Gpu, IpcDesc, MemKind};
 
 use crate::{
     Action, BtlId, Buf, Memory, Payload, Pml, PmlError, RecvArgs, ReqId, SendArgs, Status,
@@ -32,6 +38,127 @@ pub trait MemAccess {
         kind: MemKind,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> R;
+
+    /// The CUDA IPC descriptor of the device bytes `addr..addr+len`; `None`
+    /// where there is none (no CUDA, host, managed or pool memory).
+    fn ipc_export(&mut self, addr: u64, len: usize) -> Option<IpcDesc> {
+        let _ = (addr, len);
+        None
+    }
+
+    /// Copy `len` bytes of `peer`'s IPC-exported memory `desc` into local
+    /// memory at `dst`.
+    fn ipc_get(
+        &mut self,
+        peer: Rank,
+        desc: &IpcDesc,
+        dst: u64,
+        dst_kind: MemKind,
+        len: usize,
+    ) -> Result<(), String> {
+        let _ = (peer, desc, dst, dst_kind, len);
+        Err("CUDA is not available in this process".into())
+    }
+
+    /// Device memory exported as a dma-buf, for a GPUDirect btl.
+    fn dmabuf(&mut self, addr: u64, len: usize) -> Option<OwnedFd> {
+        let _ = (addr, len);
+        None
+    }
+
+    /// How small device messages are copied (`"gdrcopy"`, `"cuda-copy"`).
+    fn device_copy(&self) -> &'static str {
+        "cuda-copy"
+    }
+}
+
+/// Host memory `M` plus device memory through the gpu layer.
+#[derive(Debug)]
+pub struct WithGpu<M> {
+    /// Host memory.
+    pub host: M,
+    /// The gpu layer (host-only without CUDA).
+    pub gpu: Arc<Gpu>,
+    copy: &'static str,
+}
+
+impl<M> WithGpu<M> {
+    /// `host` plus the device memory `gpu` reaches.
+    pub fn new(host: M, gpu: Arc<Gpu>) -> Self {
+        let copy = gpu.eager_path().name();
+        Self { host, gpu, copy }
+    }
+}
+
+/// A device copy failed: the data cannot be delivered and the job cannot go
+/// on (the launcher reports the rank's death and ends the job).
+#[cold]
+fn device_fault(what: &str, addr: u64, len: usize, e: gmpi_gpu::GpuError) -> ! {
+    panic!("gmpi: {what} {len} bytes of device memory at {addr:#x} failed: {e}")
+}
+
+impl<M: MemAccess> MemAccess for WithGpu<M> {
+    #[inline]
+    fn with_read<R>(&self, addr: u64, len: usize, kind: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
+        if kind.is_host() {
+            return self.host.with_read(addr, len, kind, f);
+        }
+        match self.gpu.with_read(addr, len, f) {
+            Ok((r, _)) => r,
+            Err(e) => device_fault("reading", addr, len, e),
+        }
+    }
+
+    #[inline]
+    fn with_write<R>(
+        &mut self,
+        addr: u64,
+        len: usize,
+        kind: MemKind,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        if kind.is_host() {
+            return self.host.with_write(addr, len, kind, f);
+        }
+        match self.gpu.with_write(addr, len, f) {
+            Ok((r, _)) => r,
+            Err(e) => device_fault("writing", addr, len, e),
+        }
+    }
+
+    fn ipc_export(&mut self, addr: u64, len: usize) -> Option<IpcDesc> {
+        self.gpu
+            .ipc_export(addr, len)
+            .map_err(|e| tracing::debug!(target: "pml", "no CUDA IPC for {addr:#x}+{len}: {e}; staging instead"))
+            .ok()
+    }
+
+    fn ipc_get(
+        &mut self,
+        peer: Rank,
+        desc: &IpcDesc,
+        dst: u64,
+        dst_kind: MemKind,
+        len: usize,
+    ) -> Result<(), String> {
+        let src = self.gpu.ipc_map(peer, desc).map_err(|e| e.to_string())?;
+        let gpu = &self.gpu;
+        let res = if dst_kind.is_host() {
+            self.host
+                .with_write(dst, len, dst_kind, |d| gpu.copy_to_host(d, src).map(|_| ()))
+        } else {
+            gpu.copy_device(dst, src, len)
+        };
+        res.map_err(|e| e.to_string())
+    }
+
+    fn dmabuf(&mut self, addr: u64, len: usize) -> Option<OwnedFd> {
+        self.gpu.export_dmabuf(addr, len).ok()
+    }
+
+    fn device_copy(&self) -> &'static str {
+        self.copy
+    }
 }
 
 struct PmlMem<'a, M> {
@@ -46,10 +173,20 @@ impl<M: MemAccess> Memory for PmlMem<'_, M> {
     }
 
     fn register(&mut self, btl: BtlId, buf: Buf) -> Option<MemDesc> {
-        self.btls
-            .as_mut()
-            .and_then(|b| b.get_mut(btl))
-            .and_then(|b| b.register(buf.addr, buf.len as u64))
+        let b = self.btls.as_mut().and_then(|b| b.get_mut(btl))?;
+        if buf.kind.is_host() {
+            return b.register(buf.addr, buf.len as u64);
+        }
+        let fd = self.mem.dmabuf(buf.addr, buf.len)?;
+        b.register_device(buf.addr, buf.len as u64, fd.as_fd())
+    }
+
+    fn ipc_export(&mut self, buf: Buf) -> Option<IpcDesc> {
+        self.mem.ipc_export(buf.addr, buf.len)
+    }
+
+    fn device_copy(&self) -> &'static str {
+        self.mem.device_copy()
     }
 }
 
@@ -79,7 +216,7 @@ impl<M> std::fmt::Debug for Driver<M> {
 
 fn action_peer(a: &Action) -> Rank {
     match a {
-        Action::Send { peer, .. } | Action::Get { peer, .. } => *peer,
+        Action::Send { peer, .. } | Action::Get { peer, .. } | Action::IpcGet { peer, .. } => *peer,
     }
 }
 
@@ -324,6 +461,7 @@ impl<M: MemAccess> Driver<M> {
                 let b = &mut self.btls[btl];
                 let res = match payload {
                     Payload::None => b.send(peer, &[header.as_bytes()], token),
+                    Payload::Bytes(v) => b.send(peer, &[header.as_bytes(), v], token),
                     Payload::Mem { addr, len, kind } => {
                         self.mem.with_read(*addr, *len, *kind, |d| {
                             b.send(peer, &[header.as_bytes(), d], token)
@@ -375,6 +513,20 @@ impl<M: MemAccess> Driver<M> {
                         None
                     }
                 }
+            }
+            Action::IpcGet {
+                peer,
+                desc,
+                dst,
+                dst_kind,
+                len,
+                token,
+            } => {
+                match self.mem.ipc_get(peer, &desc, dst, dst_kind, len) {
+                    Ok(()) => self.pml.handle_get_done(token),
+                    Err(why) => self.pml.handle_get_failed(token, &why),
+                }
+                None
             }
         }
     }

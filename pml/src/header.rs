@@ -12,6 +12,7 @@
 //! | CTS   | sreq u64, rreq u64, want u64                                | —           |
 //! | FRAG  | rreq u64, offset u64                                        | payload     |
 //! | FIN   | sreq u64                                                    | —           |
+//! | RNDV_IPC | the MATCH fields                                         | CUDA IPC descriptor (`gmpi_gpu::IpcDesc`, 96 bytes) |
 
 use gmpi_btl::MemDesc;
 
@@ -29,6 +30,7 @@ const T_ACK: u8 = 3;
 const T_CTS: u8 = 4;
 const T_FRAG: u8 = 5;
 const T_FIN: u8 = 6;
+const T_RNDV_IPC: u8 = 7;
 
 /// Flag: the sender wants an ACK when the message is matched (synchronous mode).
 pub const F_SYNC: u8 = 1;
@@ -91,6 +93,14 @@ pub enum Hdr {
         rreq: u64,
         /// Offset of the payload in the message.
         offset: u64,
+    },
+    /// Rendezvous request-to-send of device memory by CUDA IPC: the
+    /// descriptor (a [`gmpi_gpu::IpcDesc`]) follows as the payload.
+    RndvIpc {
+        /// Flags (`F_SYNC`).
+        flags: u8,
+        /// Envelope.
+        m: MatchHdr,
     },
     /// The receiver has finished reading the sender's memory.
     Fin {
@@ -207,6 +217,12 @@ impl Hdr {
                     None => MATCH_LEN,
                 }
             }
+            Hdr::RndvIpc { flags, m } => {
+                b[0] = T_RNDV_IPC;
+                b[1] = *flags;
+                m.write(&mut b);
+                MATCH_LEN
+            }
             Hdr::Ack { sreq } | Hdr::Fin { sreq } => {
                 b[0] = if matches!(self, Hdr::Ack { .. }) {
                     T_ACK
@@ -307,6 +323,16 @@ impl Hdr {
                     )
                 }
             }
+            T_RNDV_IPC => {
+                need(MATCH_LEN + gmpi_gpu::IpcDesc::WIRE_LEN, "RNDV_IPC")?;
+                (
+                    Hdr::RndvIpc {
+                        flags,
+                        m: MatchHdr::read(b),
+                    },
+                    MATCH_LEN,
+                )
+            }
             T_ACK | T_FIN => {
                 need(ONE_U64_LEN, "ACK/FIN")?;
                 let sreq = get64(b, 4);
@@ -346,7 +372,20 @@ impl Hdr {
                 )))
             }
         };
-        let carries_payload = matches!(h, Hdr::Match { .. } | Hdr::Frag { .. });
+        let carries_payload = match h {
+            Hdr::Match { .. } | Hdr::Frag { .. } => true,
+            Hdr::RndvIpc { .. } => {
+                if b.len() != end + gmpi_gpu::IpcDesc::WIRE_LEN {
+                    return Err(PmlError::Malformed(format!(
+                        "RNDV_IPC of {} bytes, expected {}",
+                        b.len(),
+                        end + gmpi_gpu::IpcDesc::WIRE_LEN
+                    )));
+                }
+                true
+            }
+            _ => false,
+        };
         if !carries_payload && end != b.len() {
             return Err(PmlError::Malformed(format!(
                 "{} trailing bytes after a control header",

@@ -84,8 +84,23 @@ pub trait Memory {
     fn write(&mut self, addr: u64, kind: MemKind, data: &[u8]);
 
     /// Expose `buf` through `btl` so that the peer may `get` it; `None` if the
-    /// btl cannot (the pml then streams the message instead).
+    /// btl cannot (the pml then streams the message instead). For device
+    /// memory this is the GPUDirect registration (a dma-buf export handed to
+    /// [`gmpi_btl::Btl::register_device`]).
     fn register(&mut self, btl: BtlId, buf: Buf) -> Option<MemDesc>;
+
+    /// The CUDA IPC descriptor of device memory `buf`; `None` where IPC is
+    /// impossible (no CUDA, managed or pool memory): the pml then stages.
+    fn ipc_export(&mut self, buf: Buf) -> Option<gmpi_gpu::IpcDesc> {
+        let _ = buf;
+        None
+    }
+
+    /// How small device messages are copied (`"gdrcopy"` or `"cuda-copy"`),
+    /// for the protocol names in the log.
+    fn device_copy(&self) -> &'static str {
+        "cuda-copy"
+    }
 }
 
 /// Tunables of the pml. `None` means "the btl's own value".
@@ -99,6 +114,8 @@ pub struct PmlConfig {
     pub use_get: bool,
     /// Override of the pipelined fragment size.
     pub pipeline_chunk: Option<usize>,
+    /// Thresholds of the device-memory protocols.
+    pub gpu: gmpi_gpu::GpuConfig,
 }
 
 impl Default for PmlConfig {
@@ -108,6 +125,7 @@ impl Default for PmlConfig {
             get_threshold: None,
             use_get: true,
             pipeline_chunk: None,
+            gpu: gmpi_gpu::GpuConfig::default(),
         }
     }
 }
@@ -195,6 +213,8 @@ pub enum Payload {
         /// Kind.
         kind: MemKind,
     },
+    /// Bytes the pml made (a CUDA IPC descriptor).
+    Bytes(Vec<u8>),
 }
 
 /// Something the driver must do.
@@ -226,6 +246,23 @@ pub enum Action {
         desc: MemDesc,
         /// Offset within it.
         offset: u64,
+        /// Local destination address.
+        dst: u64,
+        /// Local destination kind.
+        dst_kind: MemKind,
+        /// Length.
+        len: usize,
+        /// Completion token.
+        token: u64,
+    },
+    /// Copy `len` bytes at `offset` of the peer's device allocation `desc`
+    /// (mapped by CUDA IPC) into local memory at `dst`; report with
+    /// [`Pml::handle_get_done`] or [`Pml::handle_get_failed`].
+    IpcGet {
+        /// Owner of the memory.
+        peer: Rank,
+        /// Its descriptor.
+        desc: gmpi_gpu::IpcDesc,
         /// Local destination address.
         dst: u64,
         /// Local destination kind.
@@ -394,6 +431,13 @@ impl Pml {
         let btl = self.next_route(peer).ok_or(PmlError::Unreachable(peer))?;
         let caps = &self.btls[btl].caps;
         let mut proto = protocol::choose(a.buf.len, a.buf.kind, a.mode, caps, &self.cfg);
+        let mut ipc = None;
+        if proto == Protocol::RndvIpc {
+            ipc = mem.ipc_export(a.buf);
+            if ipc.is_none() {
+                proto = Protocol::RndvPipelined;
+            }
+        }
         let desc = if proto == Protocol::RndvGet {
             let d = mem.register(btl, a.buf);
             if d.is_none() {
@@ -408,7 +452,9 @@ impl Pml {
         let (state, sends_in_flight) = match proto {
             Protocol::Eager => (SendState::Eager, 1),
             Protocol::EagerSync => (SendState::EagerSync { acked: false }, 1),
-            Protocol::RndvGet | Protocol::RndvPipelined => (SendState::AwaitReply, 0),
+            Protocol::RndvGet | Protocol::RndvPipelined | Protocol::RndvIpc => {
+                (SendState::AwaitReply, 0)
+            }
         };
         let id = self.reqs.insert(Req::Send(SendReq {
             peer,
@@ -425,8 +471,9 @@ impl Pml {
             len: a.buf.len as u64,
             sreq: id.0,
         };
-        tracing::debug!(target: LOG, "send {} B to rank {} tag {} ctx {} via {}: {}",
-            a.buf.len, peer, a.tag, a.ctx, caps.name, proto.name());
+        tracing::debug!(target: LOG, "send {} B of {} memory to rank {} tag {} ctx {} via {}: {}",
+            a.buf.len, a.buf.kind.name(), peer, a.tag, a.ctx, caps.name,
+            proto.describe(a.buf.kind, mem.device_copy()));
         let payload = Payload::Mem {
             addr: a.buf.addr,
             len: a.buf.len,
@@ -444,6 +491,17 @@ impl Pml {
                     0
                 };
                 self.push_send(btl, peer, Hdr::Rndv { flags, m, desc }, Payload::None, 0);
+            }
+            Protocol::RndvIpc => {
+                let mut b = vec![0u8; gmpi_gpu::IpcDesc::WIRE_LEN];
+                ipc.expect("checked").encode(&mut b);
+                self.push_send(
+                    btl,
+                    peer,
+                    Hdr::RndvIpc { flags: 0, m },
+                    Payload::Bytes(b),
+                    0,
+                );
             }
         }
         Ok(id)
@@ -463,7 +521,7 @@ impl Pml {
         // Unreachable peers and multi-rail routes take the general path,
         // which reports errors and stripes.
         let (btl, limit) = (*self.inline_route.get(peer as usize)?)?;
-        if a.buf.len > limit || !a.buf.kind.is_host_accessible() {
+        if a.buf.len > limit || !a.buf.kind.is_host() {
             return None;
         }
         if self.failed[peer as usize] {
@@ -665,7 +723,7 @@ impl Pml {
         }
         let (hdr, off) = Hdr::decode(data)?;
         match hdr {
-            Hdr::Match { m, .. } | Hdr::Rndv { m, .. } => {
+            Hdr::Match { m, .. } | Hdr::Rndv { m, .. } | Hdr::RndvIpc { m, .. } => {
                 let expected = self.matching.expected_seq(peer);
                 if m.seq != expected {
                     if m.seq.wrapping_sub(expected) > u32::MAX / 2 {
@@ -726,11 +784,11 @@ impl Pml {
                     }
                     s.btl
                 };
-                let chunk = protocol::chunk_size(&self.btls[chunk].caps, &self.cfg);
                 let (btl, buf) = {
                     let s = self.reqs.get_mut(id).expect("checked").as_send_mut();
                     (s.btl, s.buf)
                 };
+                let chunk = protocol::chunk_size(&self.btls[chunk].caps, &self.cfg, buf.kind);
                 let want = want as usize;
                 let n = want.div_ceil(chunk);
                 tracing::debug!(target: LOG, "CTS from rank {peer}: streaming {want} B in {n} fragments");
@@ -868,7 +926,26 @@ impl Pml {
                     body: UnexpectedBody::Rndv(desc),
                 }
             }
-            _ => unreachable!("incoming() only takes MATCH and RNDV"),
+            Hdr::RndvIpc { flags, m } => {
+                self.matching.advance_seq(peer);
+                // `Hdr::decode` checked the length.
+                let d = gmpi_gpu::IpcDesc::decode(payload)
+                    .ok_or_else(|| PmlError::Malformed("RNDV_IPC without its descriptor".into()))?;
+                if d.len != m.len {
+                    return Err(PmlError::Malformed(format!(
+                        "RNDV_IPC exposes {} bytes of a {}-byte message",
+                        d.len, m.len
+                    )));
+                }
+                Unexpected {
+                    peer,
+                    btl,
+                    m,
+                    flags,
+                    body: UnexpectedBody::Ipc(d),
+                }
+            }
+            _ => unreachable!("incoming() only takes MATCH, RNDV and RNDV_IPC"),
         };
         if let Some(id) = self.matching.match_posted(u.m.ctx, u.m.src, u.m.tag) {
             self.deliver(id, u, mem);
@@ -925,9 +1002,46 @@ impl Pml {
             UnexpectedBody::Eager(data) => {
                 self.deliver_eager(id, u.peer, u.btl, u.m, u.flags, &data, mem)
             }
-            UnexpectedBody::Rndv(desc) => {
-                let use_get = desc.is_some() && self.btls[u.btl].caps.get && self.cfg.use_get;
+            UnexpectedBody::Ipc(d) => {
                 let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
+                let want = u.m.len.min(r.buf.len as u64);
+                r.status = Status {
+                    source: u.m.src,
+                    tag: u.m.tag,
+                    len: want,
+                    cancelled: false,
+                };
+                r.peer = u.peer;
+                r.sreq = u.m.sreq;
+                r.btl = u.btl;
+                r.want = want;
+                r.got = 0;
+                r.msg_len = u.m.len;
+                r.state = RecvState::Pulling;
+                let buf = r.buf;
+                if want == 0 {
+                    self.handle_get_done(id.0);
+                    return;
+                }
+                tracing::debug!(target: LOG, "recv {want} B into {} memory from rank {}: rndv/cuda-ipc", buf.kind.name(), u.peer);
+                self.actions.push_back(Action::IpcGet {
+                    peer: u.peer,
+                    desc: d,
+                    dst: buf.addr,
+                    dst_kind: buf.kind,
+                    len: want as usize,
+                    token: id.0,
+                });
+            }
+            UnexpectedBody::Rndv(desc) => {
+                // A CMA or RDMA get lands in host memory (or in device
+                // memory only where the btl registered it for GPUDirect); a
+                // device destination takes the stream instead, each chunk
+                // copied in as it lands.
+                let caps = &self.btls[u.btl].caps;
+                let (get_ok, gpudirect) = (caps.get && self.cfg.use_get, caps.gpudirect);
+                let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
+                let use_get = desc.is_some() && get_ok && (r.buf.kind.is_host() || gpudirect);
                 let want = u.m.len.min(r.buf.len as u64);
                 r.status = Status {
                     source: u.m.src,

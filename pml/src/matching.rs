@@ -24,6 +24,8 @@ pub(crate) enum UnexpectedBody {
     Eager(Vec<u8>),
     /// Rendezvous: the data stays with the sender until matched.
     Rndv(Option<MemDesc>),
+    /// Rendezvous of device memory by CUDA IPC.
+    Ipc(gmpi_gpu::IpcDesc),
 }
 
 /// An arrived message no receive was waiting for.
@@ -165,7 +167,8 @@ impl Matching {
     /// that already arrived stays receivable.
     pub fn drop_peer(&mut self, peer: Rank) {
         self.stash.retain(|&(p, _), _| p != peer);
-        self.unexpected
-            .retain(|u| !(u.peer == peer && matches!(u.body, UnexpectedBody::Rndv(_))));
+        self.unexpected.retain(|u| {
+            !(u.peer == peer && matches!(u.body, UnexpectedBody::Rndv(_) | UnexpectedBody::Ipc(_)))
+        });
     }
 }

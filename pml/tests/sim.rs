@@ -41,6 +41,8 @@ fn caps(get: bool, excl: u32) -> Capabilities {
         put: false,
         exclusivity: excl,
         get_threshold: EAGER,
+        cuda_ipc: false,
+        gpudirect: false,
     }
 }
 
@@ -195,9 +197,20 @@ fn protocol_choice_is_traceable() {
         p.protocol_for(1, 100_000, MemKind::Host, SendMode::Standard),
         Some(RndvGet)
     );
-    // Device memory never goes eager through the CPU, and never by CMA.
+    // Small device messages go eager through a bounce buffer; large ones,
+    // without CUDA IPC or GPUDirect on this transport, are staged (never
+    // by CMA).
     assert_eq!(
         p.protocol_for(1, 8, MemKind::Device { ordinal: 0 }, SendMode::Standard),
+        Some(Eager)
+    );
+    assert_eq!(
+        p.protocol_for(
+            1,
+            100_000,
+            MemKind::Device { ordinal: 0 },
+            SendMode::Standard
+        ),
         Some(RndvPipelined)
     );
     // Self traffic goes through loopback (no get).

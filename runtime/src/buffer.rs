@@ -17,6 +17,10 @@ use gmpi_pml::driver::MemAccess;
 
 use crate::datatype::{Datatype, Equivalence, Primitive};
 
+/// User memory as the driver reaches it: host memory by raw address, device
+/// memory through the gpu layer.
+pub(crate) type UserMem = gmpi_pml::driver::WithGpu<HostMem>;
+
 /// Host memory reached through raw addresses.
 #[derive(Debug, Default)]
 pub(crate) struct HostMem;
@@ -180,6 +184,18 @@ impl View {
     }
 
     /// Address of the data if it is one contiguous run.
+    /// Where the buffer lives (classified by the gpu layer; one branch
+    /// without CUDA).
+    pub(crate) fn kind(&self) -> MemKind {
+        crate::engine::gpu().classify(self.base + self.origin as u64, self.bytes())
+    }
+
+    /// Whether the buffer is plain host memory (the shared-memory
+    /// collectives and the CPU pack/unpack paths need that).
+    pub(crate) fn is_host(&self) -> bool {
+        self.kind().is_host()
+    }
+
     pub(crate) fn contig_addr(&self) -> Option<u64> {
         self.ty
             .is_contig()

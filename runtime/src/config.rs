@@ -29,6 +29,12 @@
 //! | `tcp_if` | `GMPI_TCP_IF` | tcp: interface names and/or CIDR blocks to listen on, comma-separated (`eth1`, `10.1.0.0/16`) | every non-loopback IPv4 address (loopback if none) |
 //! | `tcp_max_frag` | `GMPI_TCP_MAX_FRAG` | tcp: largest fragment, and so the pipelined rendezvous chunk | 128 KiB |
 //! | `node_name` | `GMPI_NODE_NAME` | the node identity ranks compare to find same-node peers (for tests: fake several nodes on one host) | the hostname |
+//! | `cuda` | `GMPI_CUDA` | `auto`: use CUDA when `libcuda` loads and has a device; `on`: fail at `MPI_Init` if it cannot; `off`: never load it (every buffer is host memory) | `auto` |
+//! | `gpu_eager_limit` | `GMPI_GPU_EAGER_LIMIT` | largest device message sent eagerly (copied through a pinned bounce buffer, or GDRCopy) | 8 KiB |
+//! | `gpu_ipc_threshold` | `GMPI_GPU_IPC_THRESHOLD` | smallest device message sent by CUDA IPC to a rank of the same node | 0 (every device message above the eager limit) |
+//! | `gpu_ipc` | `GMPI_GPU_IPC` | use CUDA IPC at all | `true` |
+//! | `gpu_pipeline_chunk` | `GMPI_GPU_PIPELINE_CHUNK` | chunk of the staged protocol (device memory where neither IPC nor GPUDirect applies) | 512 KiB, or the transport's largest fragment if smaller |
+//! | — | `GMPI_GPU_BIND` | `none` or `local-rank`: at `MPI_Init`, make GPU `local_rank % gpus` current (set by `gmpirun --gpu-bind`) | `none` |
 //! | — | `GMPI_JOB_SECRET` | 64 hex digits: the per-job secret tcp connections prove they hold; `gmpirun` sets it; without it (ranks started by `srun` or Hydra) rank 0 makes one and shares it through PMI | from `gmpirun` |
 
 use std::path::{Path, PathBuf};
@@ -118,6 +124,33 @@ pub struct Config {
     pub tcp_max_frag: Option<usize>,
     /// Node identity override.
     pub node_name: Option<String>,
+    /// `auto`, `on` or `off`.
+    pub cuda: String,
+    /// Largest device message sent eagerly.
+    #[serde(deserialize_with = "de_size")]
+    pub gpu_eager_limit: Option<usize>,
+    /// Smallest device message sent by CUDA IPC.
+    #[serde(deserialize_with = "de_size")]
+    pub gpu_ipc_threshold: Option<usize>,
+    /// Whether CUDA IPC may be used.
+    pub gpu_ipc: bool,
+    /// Chunk of the staged device protocol.
+    #[serde(deserialize_with = "de_size")]
+    pub gpu_pipeline_chunk: Option<usize>,
+}
+
+impl Config {
+    /// The gpu layer's configuration.
+    pub fn gpu(&self) -> Result<gmpi_gpu::GpuConfig, String> {
+        let d = gmpi_gpu::GpuConfig::default();
+        Ok(gmpi_gpu::GpuConfig {
+            mode: self.cuda.parse().map_err(|e| format!("cuda: {e}"))?,
+            eager_limit: self.gpu_eager_limit.unwrap_or(d.eager_limit),
+            ipc_threshold: self.gpu_ipc_threshold.unwrap_or(d.ipc_threshold),
+            ipc: self.gpu_ipc,
+            pipeline_chunk: self.gpu_pipeline_chunk.unwrap_or(d.pipeline_chunk).max(1),
+        })
+    }
 }
 
 /// The transports `GMPI_BTL` may name.
@@ -173,6 +206,11 @@ impl Default for Config {
             spin: None,
             yields: None,
             block_ms: 100,
+            cuda: "auto".into(),
+            gpu_eager_limit: None,
+            gpu_ipc_threshold: None,
+            gpu_ipc: true,
+            gpu_pipeline_chunk: None,
             log: None,
             coll_shm: true,
             coll_shm_max: None,
@@ -314,6 +352,23 @@ impl Config {
             if let Some(v) = size(k)? {
                 *slot = Some(v);
             }
+        }
+        for (k, slot) in [
+            ("GMPI_GPU_EAGER_LIMIT", &mut self.gpu_eager_limit),
+            ("GMPI_GPU_IPC_THRESHOLD", &mut self.gpu_ipc_threshold),
+            ("GMPI_GPU_PIPELINE_CHUNK", &mut self.gpu_pipeline_chunk),
+        ] {
+            if let Some(v) = size(k)? {
+                *slot = Some(v);
+            }
+        }
+        if let Some(v) = get("GMPI_CUDA") {
+            v.parse::<gmpi_gpu::CudaMode>()
+                .map_err(|e| format!("GMPI_CUDA: {e}"))?;
+            self.cuda = v;
+        }
+        if let Some(v) = get("GMPI_GPU_IPC") {
+            self.gpu_ipc = parse_bool(&v).map_err(|e| format!("GMPI_GPU_IPC: {e}"))?;
         }
         if let Some(v) = get("GMPI_COLL_SHM") {
             self.coll_shm = parse_bool(&v).map_err(|e| format!("GMPI_COLL_SHM: {e}"))?;

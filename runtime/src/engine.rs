@@ -27,7 +27,7 @@ use gmpi_pmi::PmiClient;
 use gmpi_pml::driver::Driver;
 use gmpi_pml::{Pml, PmlConfig};
 
-use crate::buffer::HostMem;
+use crate::buffer::{HostMem, UserMem};
 use crate::config::Config;
 use crate::error::{Error, ErrorClass, Result};
 
@@ -72,7 +72,7 @@ pub(crate) struct Engine {
     pub local_rank: u32,
     pub local_size: u32,
     pub hostname: String,
-    pub driver: Driver<HostMem>,
+    pub driver: Driver<UserMem>,
     pub pmi: Option<PmiClient>,
     pub gpu: std::sync::Arc<Gpu>,
     pub backoff: Backoff,
@@ -121,6 +121,19 @@ pub(crate) enum State {
 }
 
 static STATE: Mutex<State> = Mutex::new(State::Uninit);
+
+/// The process's gpu layer, once `init` made it (host-only before): read
+/// without the engine lock by code that classifies or stages buffers.
+static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
+
+/// The process's gpu layer (host-only before `MPI_Init`).
+pub(crate) fn gpu() -> &'static Gpu {
+    static HOST: std::sync::OnceLock<Gpu> = std::sync::OnceLock::new();
+    match GPU.get() {
+        Some(g) => g,
+        None => HOST.get_or_init(|| Gpu::host_only("before MPI_Init")),
+    }
+}
 
 pub(crate) fn lock() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves the state as it was; the engine
@@ -461,13 +474,50 @@ impl Engine {
                 btls.push(Box::new(t));
             }
         }
+        let gcfg = cfg
+            .gpu()
+            .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
+        // Loads libcuda (under `auto`, where present) but creates no context
+        // and allocates nothing: the first device buffer does that.
+        let gpu =
+            std::sync::Arc::new(Gpu::init(&gcfg).map_err(|e| {
+                Error::new(ErrorClass::Other, CALL, r, format!("GMPI_CUDA=on: {e}"))
+            })?);
+        tracing::debug!(target: "gpu", "CUDA: {}", gpu.status());
+        match std::env::var("GMPI_GPU_BIND").as_deref() {
+            Ok("local-rank") => match gpu.select_device(local_rank as usize) {
+                Ok(Some(d)) => tracing::debug!(target: "gpu", "local rank {local_rank}: GPU {d}"),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        CALL,
+                        r,
+                        format!("GMPI_GPU_BIND=local-rank: {e}"),
+                    ))
+                }
+            },
+            Ok("none") | Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::new(
+                    ErrorClass::Arg,
+                    CALL,
+                    r,
+                    format!("GMPI_GPU_BIND={other:?}: expected none or local-rank"),
+                ))
+            }
+        }
         let pcfg = PmlConfig {
             eager_limit: cfg.eager_limit,
             get_threshold: cfg.get_threshold,
             use_get: cfg.cma,
             pipeline_chunk: cfg.pipeline_chunk,
+            gpu: gcfg,
         };
-        let driver = Driver::new(Pml::new(rank, size, pcfg), btls, HostMem, size);
+        // A second init in one process (not allowed by MPI) keeps the first.
+        let _ = GPU.set(gpu.clone());
+        let mem = UserMem::new(HostMem, gpu.clone());
+        let driver = Driver::new(Pml::new(rank, size, pcfg), btls, mem, size);
         for peer in 0..size {
             if driver.pml.route(peer).is_none() {
                 return Err(Error::new(
@@ -508,7 +558,7 @@ impl Engine {
             hostname: host,
             driver,
             pmi,
-            gpu: std::sync::Arc::new(Gpu::default()),
+            gpu,
             backoff,
             cma_status,
         })

@@ -505,7 +505,12 @@ impl Communicator {
         let v = buf.view_mut();
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
-            if let Some(mut g) = c.shm(e, CALL, tag, v.bytes()) {
+            let shm = if v.is_host() {
+                c.shm(e, CALL, tag, v.bytes())
+            } else {
+                None
+            };
+            if let Some(mut g) = shm {
                 let ShmState::Ready(a) = &mut *g else {
                     unreachable!()
                 };
@@ -755,6 +760,11 @@ impl Communicator {
         red: &Reduction,
         root: Option<i32>,
     ) -> Result<bool> {
+        // Device buffers take the schedules (device temporaries, reductions
+        // on the GPU); the shared-memory area is for host bytes.
+        if !input.is_host() || out.is_some_and(|o| !o.is_host()) {
+            return Ok(false);
+        }
         let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
             return Ok(false);
         };
@@ -1284,6 +1294,9 @@ impl Communicator {
         blocks: &[View],
         root: Option<i32>,
     ) -> Result<bool> {
+        if !input.is_host() || blocks.iter().any(|b| !b.is_host()) {
+            return Ok(false);
+        }
         let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
             return Ok(false);
         };

@@ -8,14 +8,22 @@
 //! Memory a schedule touches is either user memory (addresses of buffers the
 //! call or the request borrows, see `buffer.rs`) or temporaries the schedule
 //! owns; a step names a byte range of one of them ([`Region`]).
+//!
+//! Device memory: user buffers are classified when registered. A schedule
+//! with a device user buffer makes its temporaries on that GPU too, so its
+//! sends and receives take the pml's device paths (CUDA IPC on one node),
+//! its copies are device-to-device, and its reductions of predefined ops on
+//! basic types run as GPU kernels: the data never round-trips through the
+//! host. Mixed steps (a host temporary packed from a derived datatype and a
+//! device buffer, a user-defined op) stage through host copies.
 
 use std::sync::Arc;
 
-use gmpi_gpu::MemKind;
+use gmpi_gpu::{ElemType, Gpu, MemKind, ReduceOp};
 use gmpi_pml::driver::{Driver, MemAccess};
 use gmpi_pml::{Buf, ReqId, SendMode};
 
-use crate::buffer::{HostMem, View};
+use crate::buffer::{HostMem, UserMem, View};
 use crate::comm::CommInner;
 use crate::datatype::Datatype;
 use crate::error::{Error, ErrorClass, Result};
@@ -26,9 +34,71 @@ use crate::request::Status;
 #[derive(Debug)]
 pub(crate) enum Mem {
     /// A user buffer (read-only unless `writable`).
-    User { addr: u64, writable: bool },
+    User {
+        addr: u64,
+        writable: bool,
+        kind: MemKind,
+    },
     /// A temporary the schedule owns.
     Temp(Vec<u8>),
+    /// A device temporary the schedule owns (freed on drop).
+    Dev { ptr: u64 },
+}
+
+impl Mem {
+    fn kind(&self) -> MemKind {
+        match self {
+            Mem::User { kind, .. } => *kind,
+            Mem::Temp(_) => MemKind::Host,
+            Mem::Dev { .. } => MemKind::Device { ordinal: -1 },
+        }
+    }
+
+    fn addr(&self) -> u64 {
+        match self {
+            Mem::User { addr, .. } => *addr,
+            Mem::Temp(v) => v.as_ptr() as u64,
+            Mem::Dev { ptr, .. } => *ptr,
+        }
+    }
+}
+
+/// The GPU kernel for `op` on `dt`, if there is one.
+fn device_op(op: &Op, dt: Datatype) -> Option<(ReduceOp, ElemType)> {
+    use crate::datatype::Primitive as P;
+    let Datatype::Primitive(p) = dt else {
+        return None;
+    };
+    let ty = match p {
+        P::I8 | P::Char => ElemType::I8,
+        P::U8 => ElemType::U8,
+        P::I16 => ElemType::I16,
+        P::U16 => ElemType::U16,
+        P::I32 => ElemType::I32,
+        P::U32 => ElemType::U32,
+        P::I64 => ElemType::I64,
+        P::U64 => ElemType::U64,
+        P::ISize if std::mem::size_of::<isize>() == 8 => ElemType::I64,
+        P::USize if std::mem::size_of::<usize>() == 8 => ElemType::U64,
+        P::F32 => ElemType::F32,
+        P::F64 => ElemType::F64,
+        P::Bool => ElemType::Bool,
+        _ => return None,
+    };
+    let op = match op {
+        Op::Sum => ReduceOp::Sum,
+        Op::Prod => ReduceOp::Prod,
+        Op::Min => ReduceOp::Min,
+        Op::Max => ReduceOp::Max,
+        Op::Land => ReduceOp::Land,
+        Op::Lor => ReduceOp::Lor,
+        Op::Lxor => ReduceOp::Lxor,
+        Op::Band => ReduceOp::Band,
+        Op::Bor => ReduceOp::Bor,
+        Op::Bxor => ReduceOp::Bxor,
+        _ => return None,
+    };
+    op.supports(ty).then_some((op, ty))
 }
 
 /// A byte range of one of the schedule's memories.
@@ -113,6 +183,8 @@ pub(crate) struct Sched {
     /// (see [`Step::Local`]), and whether they are on now.
     local: Option<(Arc<CommInner>, i32)>,
     in_local: bool,
+    /// A device user buffer's address: temporaries go on its GPU.
+    device_near: Option<u64>,
 }
 
 impl Sched {
@@ -134,6 +206,7 @@ impl Sched {
             error: None,
             local: None,
             in_local: false,
+            device_near: None,
         }
     }
 
@@ -181,7 +254,15 @@ impl Sched {
 
     /// Register a user buffer range.
     pub fn user(&mut self, addr: u64, len: usize, writable: bool) -> Region {
-        self.mems.push(Mem::User { addr, writable });
+        let kind = self.gpu().classify(addr, len);
+        if matches!(kind, MemKind::Device { .. }) && self.device_near.is_none() {
+            self.device_near = Some(addr);
+        }
+        self.mems.push(Mem::User {
+            addr,
+            writable,
+            kind,
+        });
         Region {
             mem: self.mems.len() - 1,
             off: 0,
@@ -194,7 +275,24 @@ impl Sched {
     /// so a collective called in a loop neither page-faults fresh memory in
     /// nor zeroes it every time.
     pub fn temp(&mut self, len: usize) -> Region {
-        self.mems.push(Mem::Temp(pool_take(len)));
+        let dev = self
+            .device_near
+            .and_then(|near| match self.gpu().alloc_device(len, near) {
+                Ok(b) => {
+                    let ptr = b.ptr;
+                    // The schedule frees it (on drop), not the guard.
+                    std::mem::forget(b);
+                    Some(ptr)
+                }
+                Err(e) => {
+                    tracing::warn!(target: "coll", "{}: no device temporary of {len} B ({e}); staging through host memory", self.call);
+                    None
+                }
+            });
+        self.mems.push(match dev {
+            Some(ptr) => Mem::Dev { ptr },
+            None => Mem::Temp(pool_take(len)),
+        });
         Region {
             mem: self.mems.len() - 1,
             off: 0,
@@ -280,16 +378,30 @@ impl Sched {
         }
     }
 
+    fn gpu(&self) -> &'static Gpu {
+        crate::engine::gpu()
+    }
+
     fn buf(&self, r: Region) -> Buf {
-        let addr = match &self.mems[r.mem] {
-            Mem::User { addr, .. } => addr + r.off as u64,
-            Mem::Temp(v) => v.as_ptr() as u64 + r.off as u64,
+        let m = &self.mems[r.mem];
+        let kind = match m {
+            // Classify a device temporary for its ordinal.
+            Mem::Dev { ptr, .. } => self.gpu().classify(*ptr, 1),
+            other => other.kind(),
         };
         Buf {
-            addr,
+            addr: m.addr() + r.off as u64,
             len: r.len,
-            kind: MemKind::Host,
+            kind,
         }
+    }
+
+    /// Both regions in device memory: their addresses.
+    fn on_device(&self, a: Region, b: Region) -> Option<(u64, u64)> {
+        let (ma, mb) = (&self.mems[a.mem], &self.mems[b.mem]);
+        let dev = |k: MemKind| matches!(k, MemKind::Device { .. } | MemKind::Managed);
+        (dev(ma.kind()) && dev(mb.kind()))
+            .then(|| (ma.addr() + a.off as u64, mb.addr() + b.off as u64))
     }
 
     fn read<R>(&self, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
@@ -320,7 +432,7 @@ impl Sched {
 
     /// Run as many steps as possible without blocking. Returns how many
     /// steps ran (0 = stuck waiting for messages, or done).
-    pub fn advance(&mut self, d: &mut Driver<HostMem>) -> usize {
+    pub fn advance(&mut self, d: &mut Driver<UserMem>) -> usize {
         let mut ran = 0;
         loop {
             if self.error.is_some() || self.pos == self.steps.len() {
@@ -358,13 +470,47 @@ impl Sched {
                 Step::Reduce { lo, hi } => {
                     let red = self.red.clone().expect("a reducing schedule has an op");
                     let (lo, hi) = (*lo, *hi);
-                    self.read_write(lo, hi, |a, b| {
-                        crate::op::apply_datatype(&red.op, red.dt, a.len() / red.unit.max(1), a, b)
-                    });
+                    let kernel = device_op(&red.op, red.dt);
+                    match (self.on_device(lo, hi), kernel) {
+                        (Some((a, b)), Some((op, ty))) => {
+                            let n = lo.len / ty.size();
+                            if let Err(e) = self.gpu().reduce(op, ty, b, a, n) {
+                                let msg = format!("device reduction failed: {e}");
+                                self.fail(Error::new(
+                                    ErrorClass::Intern,
+                                    self.call,
+                                    self.me(),
+                                    msg,
+                                ));
+                            }
+                        }
+                        _ => self.read_write(lo, hi, |a, b| {
+                            crate::op::apply_datatype(
+                                &red.op,
+                                red.dt,
+                                a.len() / red.unit.max(1),
+                                a,
+                                b,
+                            )
+                        }),
+                    }
                     true
                 }
                 Step::Copy { src, dst } => {
-                    self.read_write(*src, *dst, |a, b| b.copy_from_slice(a));
+                    match self.on_device(*src, *dst) {
+                        Some((a, b)) => {
+                            if let Err(e) = self.gpu().copy_device(b, a, src.len) {
+                                let msg = format!("device copy failed: {e}");
+                                self.fail(Error::new(
+                                    ErrorClass::Intern,
+                                    self.call,
+                                    self.me(),
+                                    msg,
+                                ));
+                            }
+                        }
+                        None => self.read_write(*src, *dst, |a, b| b.copy_from_slice(a)),
+                    }
                     true
                 }
                 Step::Unpack {
@@ -388,7 +534,7 @@ impl Sched {
         ran
     }
 
-    fn post_send(&mut self, d: &mut Driver<HostMem>, r: Region, peer: i32) {
+    fn post_send(&mut self, d: &mut Driver<UserMem>, r: Region, peer: i32) {
         let buf = self.buf(r);
         let (comm, ctx, tag) = self.target();
         let args = comm.send_args(ctx, buf, peer, tag, self.mode);
@@ -404,7 +550,7 @@ impl Sched {
 
     fn post_recv(
         &mut self,
-        d: &mut Driver<HostMem>,
+        d: &mut Driver<UserMem>,
         r: Region,
         peer: i32,
         tag: Option<i32>,
@@ -423,7 +569,7 @@ impl Sched {
     }
 
     /// Whether everything posted has completed (collecting outcomes).
-    fn complete_inflight(&mut self, d: &mut Driver<HostMem>) -> bool {
+    fn complete_inflight(&mut self, d: &mut Driver<UserMem>) -> bool {
         if self
             .inflight
             .iter()
@@ -502,6 +648,14 @@ impl Drop for Sched {
         // Only finished schedules are dropped (a request waits for its
         // schedule), so nothing still writes into these buffers.
         for m in self.mems.drain(..) {
+            if let Mem::Dev { ptr, .. } = m {
+                if let Some(api) = crate::engine::gpu().api() {
+                    if let Err(e) = api.free_device(ptr) {
+                        tracing::warn!(target: "coll", "freeing a device temporary: {e}");
+                    }
+                }
+                continue;
+            }
             if let Mem::Temp(v) = m {
                 if (POOL_MIN..=POOL_MAX).contains(&v.len()) {
                     POOL.with(|p| {
@@ -524,19 +678,43 @@ impl Drop for Sched {
     }
 }
 
+/// A staged device access failed: the collective's data is lost and the job
+/// cannot go on (as for the pml's device copies).
+#[cold]
+fn staging_failed(e: gmpi_gpu::GpuError) -> ! {
+    panic!("gmpi: staging a collective's device buffer failed: {e}")
+}
+
 fn read_mem<R>(m: &Mem, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
+    let at = m.addr() + r.off as u64;
     match m {
-        Mem::User { addr, .. } => HostMem.with_read(addr + r.off as u64, r.len, MemKind::Host, f),
+        Mem::User { kind, .. } if kind.is_host() => HostMem.with_read(at, r.len, *kind, f),
         Mem::Temp(v) => f(&v[r.off..r.off + r.len]),
+        _ => match crate::engine::gpu().with_read(at, r.len, f) {
+            Ok((x, _)) => x,
+            Err(e) => staging_failed(e),
+        },
     }
 }
 
 fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let at = m.addr() + r.off as u64;
     match m {
-        Mem::User { addr, writable, .. } => {
+        Mem::User { writable, kind, .. } => {
             assert!(*writable, "a schedule wrote a read-only buffer");
-            HostMem.with_write(*addr + r.off as u64, r.len, MemKind::Host, f)
+            if kind.is_host() {
+                HostMem.with_write(at, r.len, *kind, f)
+            } else {
+                match crate::engine::gpu().with_write(at, r.len, f) {
+                    Ok((x, _)) => x,
+                    Err(e) => staging_failed(e),
+                }
+            }
         }
         Mem::Temp(v) => f(&mut v[r.off..r.off + r.len]),
+        Mem::Dev { .. } => match crate::engine::gpu().with_write(at, r.len, f) {
+            Ok((x, _)) => x,
+            Err(e) => staging_failed(e),
+        },
     }
 }

@@ -1,0 +1,365 @@
+//! Device memory through the pml, over the simulated fabric and the gpu
+//! layer's test double: for every H/D combination and size, the protocol
+//! chosen, the data delivered, and the number of device copies each side
+//! made; CUDA IPC's caches when an address is freed and re-allocated; and
+//! the staged pipeline's chunk order under back-pressure and reordering.
+
+use std::sync::{Arc, Mutex};
+
+use gmpi_btl::loopback::Loopback;
+use gmpi_btl::sim::{Fabric, SimMemory};
+use gmpi_btl::{Btl, Capabilities};
+use gmpi_gpu::double::{Counts, TestCuda};
+use gmpi_gpu::{Gpu, GpuConfig, MemKind};
+use gmpi_pml::driver::{Driver, MemAccess, WithGpu};
+use gmpi_pml::{Buf, Pml, PmlConfig, Protocol, RecvArgs, ReqId, SendArgs, SendMode};
+
+struct SimMem(Arc<Mutex<SimMemory>>);
+
+impl MemAccess for SimMem {
+    fn with_read<R>(&self, addr: u64, len: usize, k: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
+        assert!(k.is_host(), "device memory reached the host accessor");
+        f(self.0.lock().unwrap().read(addr, len))
+    }
+    fn with_write<R>(
+        &mut self,
+        addr: u64,
+        len: usize,
+        k: MemKind,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        assert!(k.is_host(), "device memory reached the host accessor");
+        f(self.0.lock().unwrap().slice_mut(addr, len))
+    }
+}
+
+const EAGER: usize = 256;
+const FRAG: usize = 1024;
+const DEV: MemKind = MemKind::Device { ordinal: 0 };
+
+fn caps(ipc: bool) -> Capabilities {
+    Capabilities {
+        name: "sim",
+        eager_limit: EAGER,
+        max_send_size: FRAG,
+        get: true,
+        put: false,
+        exclusivity: 10,
+        get_threshold: EAGER,
+        cuda_ipc: ipc,
+        gpudirect: false,
+    }
+}
+
+struct World {
+    f: Fabric,
+    cuda: Arc<TestCuda>,
+    d: Vec<Driver<WithGpu<SimMem>>>,
+}
+
+impl World {
+    fn new(n: u32, ipc: bool, gpu: GpuConfig) -> Self {
+        let f = Fabric::new(n, 1);
+        let cuda = Arc::new(TestCuda::new(1));
+        let cfg = PmlConfig {
+            gpu: gpu.clone(),
+            ..PmlConfig::default()
+        };
+        let d = (0..n)
+            .map(|r| {
+                let btls: Vec<Box<dyn Btl>> = vec![
+                    Box::new(Loopback::new(r)),
+                    Box::new(f.endpoint(r, 0, caps(ipc))),
+                ];
+                // One gpu layer per rank (its own caches), one driver for all.
+                let g = Arc::new(Gpu::with_api(cuda.clone(), gpu.clone()));
+                let mem = WithGpu::new(SimMem(f.memory(r)), g);
+                Driver::new(Pml::new(r, n, cfg.clone()), btls, mem, n)
+            })
+            .collect();
+        Self { f, cuda, d }
+    }
+
+    /// A buffer of `kind` on rank `r` holding `data`.
+    fn buffer(&self, r: u32, kind: MemKind, data: &[u8]) -> Buf {
+        let addr = if kind.is_host() {
+            self.f.memory(r).lock().unwrap().alloc_with(data)
+        } else {
+            let p = self.cuda.malloc(data.len(), 0);
+            self.cuda.poke(p, data);
+            p
+        };
+        Buf {
+            addr,
+            len: data.len(),
+            kind,
+        }
+    }
+
+    fn read(&self, r: u32, b: Buf) -> Vec<u8> {
+        if b.kind.is_host() {
+            self.f
+                .memory(r)
+                .lock()
+                .unwrap()
+                .read(b.addr, b.len)
+                .to_vec()
+        } else {
+            self.cuda.peek(b.addr, b.len)
+        }
+    }
+
+    fn send(&mut self, from: u32, to: u32, buf: Buf) -> ReqId {
+        self.d[from as usize]
+            .post_send(SendArgs {
+                ctx: 0,
+                src: from,
+                dest: to,
+                tag: 7,
+                buf,
+                mode: SendMode::Standard,
+            })
+            .expect("post_send")
+    }
+
+    fn recv(&mut self, at: u32, from: u32, buf: Buf) -> ReqId {
+        self.d[at as usize]
+            .post_recv(RecvArgs {
+                ctx: 0,
+                src: Some(from),
+                src_world: Some(from),
+                tag: Some(7),
+                buf,
+            })
+            .expect("post_recv")
+    }
+
+    fn run(&mut self) {
+        for _ in 0..100_000 {
+            let mut n = 0;
+            for d in &mut self.d {
+                n += d.progress();
+                assert!(d.fatal().is_none(), "fatal: {:?}", d.fatal());
+            }
+            if n == 0 && self.f.in_flight() == 0 && self.d.iter().all(|d| !d.has_pending()) {
+                return;
+            }
+        }
+        panic!("simulation did not go idle");
+    }
+
+    /// Send `len` bytes from `sk` memory on rank 0 to `rk` memory on rank 1;
+    /// check the bytes; return the device calls the transfer made.
+    fn transfer(&mut self, sk: MemKind, rk: MemKind, len: usize, seed: u8) -> Counts {
+        let data: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect();
+        let s = self.buffer(0, sk, &data);
+        let r = self.buffer(1, rk, &vec![0u8; len]);
+        let before = self.cuda.counts();
+        let rid = self.recv(1, 0, r);
+        let sid = self.send(0, 1, s);
+        self.run();
+        let st = self.d[1].test(rid).expect("receive done").expect("ok");
+        assert_eq!(st.len, len as u64);
+        self.d[0].test(sid).expect("send done").expect("ok");
+        assert_eq!(self.read(1, r), data, "{sk:?} -> {rk:?}, {len} B");
+        diff(&self.cuda.counts(), &before)
+    }
+}
+
+fn diff(a: &Counts, b: &Counts) -> Counts {
+    Counts {
+        queries: a.queries - b.queries,
+        buffer_id_checks: a.buffer_id_checks - b.buffer_id_checks,
+        dtoh: a.dtoh - b.dtoh,
+        htod: a.htod - b.htod,
+        dtod: a.dtod - b.dtod,
+        bytes: a.bytes - b.bytes,
+        ipc_handles: a.ipc_handles - b.ipc_handles,
+        ipc_opens: a.ipc_opens - b.ipc_opens,
+        ipc_closes: a.ipc_closes - b.ipc_closes,
+        reduces: a.reduces - b.reduces,
+        pinned: a.pinned - b.pinned,
+        mallocs: a.mallocs - b.mallocs,
+        frees: a.frees - b.frees,
+    }
+}
+
+/// The copies each protocol must make: (device-to-host, host-to-device,
+/// device-to-device, IPC opens).
+fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool, chunk: usize) -> (u64, u64, u64, u64) {
+    let (sd, rd) = (!sk.is_host(), !rk.is_host());
+    let chunks = len.div_ceil(chunk) as u64;
+    if len == 0 {
+        return (0, 0, 0, 0);
+    }
+    if len <= EAGER {
+        // Eager: one copy out of the sender's GPU, one into the receiver's.
+        return (sd as u64, rd as u64, 0, 0);
+    }
+    if sd && ipc {
+        // CUDA IPC: the receiver copies straight from the mapping.
+        return if rd { (0, 0, 1, 1) } else { (1, 0, 0, 1) };
+    }
+    // Staged (or a host sender's stream into a device receiver): a copy per
+    // chunk on each device side.
+    (
+        if sd { chunks } else { 0 },
+        if rd { chunks } else { 0 },
+        0,
+        0,
+    )
+}
+
+#[test]
+fn every_combination_size_and_path() {
+    let chunk = FRAG - gmpi_pml::header::MAX_HDR;
+    for ipc in [false, true] {
+        let mut w = World::new(2, ipc, GpuConfig::default());
+        for (i, &len) in [0usize, 1, 200, 256, 257, 5000, 100_000].iter().enumerate() {
+            for sk in [MemKind::Host, DEV] {
+                for rk in [MemKind::Host, DEV] {
+                    let c = w.transfer(sk, rk, len, i as u8);
+                    let (dtoh, htod, dtod, opens) = expected(sk, rk, len, ipc, chunk);
+                    assert_eq!(
+                        (c.dtoh, c.htod, c.dtod, c.ipc_opens),
+                        (dtoh, htod, dtod, opens),
+                        "{sk:?} -> {rk:?}, {len} B, ipc {ipc}: {c:?}"
+                    );
+                    let want = w.d[0]
+                        .pml
+                        .protocol_for(1, len, sk, SendMode::Standard)
+                        .unwrap();
+                    if !sk.is_host() && len > EAGER {
+                        let p = if ipc {
+                            Protocol::RndvIpc
+                        } else {
+                            Protocol::RndvPipelined
+                        };
+                        assert_eq!(want, p);
+                    }
+                }
+            }
+            // Every IPC descriptor maps the same allocation once per buffer:
+            // the double frees nothing here, so each send is a new one.
+        }
+        assert!(w.cuda.counts().ipc_closes == 0);
+    }
+}
+
+#[test]
+fn managed_memory_is_staged_never_ipc() {
+    let mut w = World::new(2, true, GpuConfig::default());
+    let data: Vec<u8> = (0..50_000u32).map(|i| i as u8).collect();
+    let m = w.cuda.malloc_managed(data.len());
+    w.cuda.poke(m, &data);
+    let s = Buf {
+        addr: m,
+        len: data.len(),
+        kind: MemKind::Managed,
+    };
+    let r = w.buffer(1, MemKind::Host, &vec![0u8; data.len()]);
+    let rid = w.recv(1, 0, r);
+    w.send(0, 1, s);
+    w.run();
+    w.d[1].test(rid).unwrap().unwrap();
+    assert_eq!(w.read(1, r), data);
+    let c = w.cuda.counts();
+    assert_eq!(c.ipc_handles, 0);
+    assert!(c.dtoh > 1, "staged in chunks: {c:?}");
+}
+
+#[test]
+fn freed_and_reallocated_send_buffer_never_reuses_a_stale_mapping() {
+    let mut w = World::new(2, true, GpuConfig::default());
+    let len = 10_000;
+    let r = w.buffer(1, DEV, &vec![0u8; len]);
+    let mut last = 0;
+    for round in 0..4u8 {
+        let data = vec![round.wrapping_add(1); len];
+        let p = w.cuda.malloc(len, 0);
+        if round > 0 {
+            assert_eq!(p, last, "the double hands the same address back");
+        }
+        w.cuda.poke(p, &data);
+        let s = Buf {
+            addr: p,
+            len,
+            kind: DEV,
+        };
+        let rid = w.recv(1, 0, r);
+        w.send(0, 1, s);
+        w.run();
+        w.d[1].test(rid).unwrap().unwrap();
+        assert_eq!(w.read(1, r), data, "round {round}");
+        w.cuda.free(p);
+        last = p;
+    }
+    let c = w.cuda.counts();
+    assert_eq!(c.ipc_opens, 4, "a new mapping per allocation: {c:?}");
+    assert_eq!(c.ipc_closes, 3, "the stale ones closed: {c:?}");
+    assert_eq!(c.ipc_handles, 4);
+}
+
+#[test]
+fn ipc_failure_falls_back_to_staging() {
+    let mut w = World::new(2, true, GpuConfig::default());
+    let len = 20_000;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let s = w.buffer(0, DEV, &data);
+    let r = w.buffer(1, DEV, &vec![0u8; len]);
+    // The send is posted (handle exported), then the buffer is freed and
+    // re-allocated before the receiver opens the handle: the open fails
+    // and the receiver asks for the stream instead.
+    let sid = w.send(0, 1, s);
+    w.run();
+    w.cuda.free(s.addr);
+    let again = w.cuda.malloc(len, 0);
+    assert_eq!(again, s.addr);
+    w.cuda.poke(again, &data);
+    let rid = w.recv(1, 0, r);
+    w.run();
+    w.d[1].test(rid).unwrap().unwrap();
+    w.d[0].test(sid).unwrap().unwrap();
+    assert_eq!(w.read(1, r), data);
+    assert_eq!(w.cuda.counts().ipc_opens, 0);
+}
+
+#[test]
+fn staged_pipeline_keeps_chunk_order_under_back_pressure() {
+    let gpu = GpuConfig {
+        pipeline_chunk: 300,
+        ..GpuConfig::default()
+    };
+    for seed in 0..8 {
+        let mut w = World::new(3, false, gpu.clone());
+        w.f.set_capacity(2);
+        w.f.set_seed(seed);
+        w.f.set_queued(seed % 2 == 0);
+        let len = 7_777;
+        let a: Vec<u8> = (0..len).map(|i| (i * 7 + seed as usize) as u8).collect();
+        let b: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+        let sa = w.buffer(0, DEV, &a);
+        let sb = w.buffer(2, DEV, &b);
+        let ra = w.buffer(1, DEV, &vec![0u8; len]);
+        let rb = w.buffer(1, MemKind::Host, &vec![0u8; len]);
+        let before = w.cuda.counts();
+        let ida = w.recv(1, 0, ra);
+        let idb = w.recv(1, 2, rb);
+        w.send(0, 1, sa);
+        w.send(2, 1, sb);
+        w.run();
+        w.d[1].test(ida).unwrap().unwrap();
+        w.d[1].test(idb).unwrap().unwrap();
+        assert_eq!(w.read(1, ra), a, "seed {seed}");
+        assert_eq!(w.read(1, rb), b, "seed {seed}");
+        let c = diff(&w.cuda.counts(), &before);
+        // The receiver copies each chunk in once. A sender whose chunk the
+        // transport refuses stages it again on the retry (the bounce buffer
+        // is not kept across a refusal).
+        let chunks = len.div_ceil(300) as u64;
+        assert_eq!(c.htod, chunks, "seed {seed}: {c:?}");
+        assert!(c.dtoh >= 2 * chunks, "seed {seed}: {c:?}");
+    }
+}
