@@ -96,10 +96,32 @@ pub struct Cli {
     #[arg(long)]
     pub oversubscribe: bool,
 
+    /// GPU per rank: `local-rank` makes GPU `local_rank % gpus` current in
+    /// each rank at MPI_Init (other GPUs stay visible, so CUDA IPC between
+    /// them works); `none` leaves the choice to the program.
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = GpuBind::None)]
+    pub gpu_bind: GpuBind,
+
+    /// Print what gmpi finds on this machine (CUDA driver, GPUs, GDRCopy,
+    /// nvidia_peermem, dma-buf, `ulimit -l`, the protocol it would pick for
+    /// host/device pairs) and exit.
+    #[arg(long)]
+    pub doctor: bool,
+
     /// The program to start, then its arguments (passed verbatim).
-    #[arg(value_name = "PROGRAM", required = true, num_args = 1..,
+    #[arg(value_name = "PROGRAM", required_unless_present = "doctor", num_args = 1..,
           trailing_var_arg = true)]
     pub command: Vec<OsString>,
+}
+
+/// `--gpu-bind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum GpuBind {
+    /// The program picks its GPU.
+    #[default]
+    None,
+    /// GPU `local_rank % gpus`.
+    LocalRank,
 }
 
 /// Options that take a separate value (`-n 4`), so the walk in [`preprocess_args`] knows
@@ -118,6 +140,7 @@ const OPTIONS_WITH_VALUE: &[&str] = &[
     "--launch-agent",
     "--launcher",
     "--fanout",
+    "--gpu-bind",
 ];
 
 /// `--launcher` / `GMPI_LAUNCHER`: how proxies are started.

@@ -41,6 +41,7 @@ mod agent;
 mod cli;
 mod cluster;
 mod control;
+mod doctor;
 mod hosts;
 mod job;
 mod output;
@@ -172,7 +173,13 @@ fn main() {
         std::process::exit(proxy::main(&args[2..]));
     }
     let cli = cli::Cli::parse_from(cli::preprocess_args(args));
-    let exports = cli::exports(&cli.export).unwrap_or_else(|msg| usage_error(&msg));
+    if cli.doctor {
+        std::process::exit(doctor::run());
+    }
+    let mut exports = cli::exports(&cli.export).unwrap_or_else(|msg| usage_error(&msg));
+    if cli.gpu_bind == cli::GpuBind::LocalRank {
+        exports.push(("GMPI_GPU_BIND".into(), "local-rank".into()));
+    }
     let hosts = host_list(&cli).unwrap_or_else(|msg| usage_error(&msg));
     let _ = cli.oversubscribe; // Accepted for compatibility; always allowed.
     let mut command = cli.command.into_iter();

@@ -1,0 +1,195 @@
+//! `gmpirun --doctor`: what gmpi finds on this machine for GPU traffic, and
+//! why a fast path is missing — the checks every GPUDirect guide asks users
+//! to make by hand.
+
+use std::fmt::Write as _;
+
+use gmpi_btl::Capabilities;
+use gmpi_gpu::{CudaMode, Gpu, GpuConfig, MemKind};
+use gmpi_pml::protocol::{choose, SendMode};
+use gmpi_pml::PmlConfig;
+
+/// The default capabilities of the same-node and other-node transports, as
+/// the protocol choice sees them (`GMPI_*` overrides are not applied here).
+fn transports() -> [(&'static str, Capabilities); 2] {
+    let shm = Capabilities {
+        name: "shm",
+        eager_limit: 8 << 10,
+        max_send_size: 32 << 10,
+        get: true,
+        put: false,
+        exclusivity: 100,
+        get_threshold: 8 << 10,
+        cuda_ipc: true,
+        gpudirect: false,
+    };
+    let tcp = Capabilities {
+        name: "tcp",
+        eager_limit: 64 << 10,
+        max_send_size: 128 << 10,
+        get: false,
+        put: false,
+        exclusivity: 10,
+        get_threshold: usize::MAX,
+        cuda_ipc: false,
+        gpudirect: false,
+    };
+    [("same node (shm)", shm), ("other node (tcp)", tcp)]
+}
+
+fn gpu_config() -> GpuConfig {
+    let mut g = GpuConfig {
+        mode: CudaMode::On,
+        ..GpuConfig::default()
+    };
+    let size = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    };
+    if let Some(v) = size("GMPI_GPU_EAGER_LIMIT") {
+        g.eager_limit = v;
+    }
+    if let Some(v) = size("GMPI_GPU_IPC_THRESHOLD") {
+        g.ipc_threshold = v;
+    }
+    g
+}
+
+/// The report, and whether CUDA was usable.
+pub fn report() -> (String, bool) {
+    let mut o = String::new();
+    let cfg = gpu_config();
+    let gpu = Gpu::init(&cfg);
+    let _ = writeln!(o, "gmpi doctor");
+    let usable = match &gpu {
+        Ok(g) => {
+            let f = g.api().expect("mode on").facts();
+            let _ = writeln!(
+                o,
+                "CUDA driver: {}",
+                f.driver_version.as_deref().unwrap_or("unknown")
+            );
+            let _ = writeln!(o, "GPUs: {}", f.devices.len());
+            for d in &f.devices {
+                let _ = writeln!(o, "  {d}");
+            }
+            for (a, b) in &f.peer_access {
+                let _ = writeln!(o, "  peer access: GPU {a} -> GPU {b}");
+            }
+            match &f.gdrcopy {
+                Ok(v) => writeln!(o, "GDRCopy: yes ({v})"),
+                Err(why) => writeln!(o, "GDRCopy: no ({why}); small device messages use cuMemcpy through a pinned buffer"),
+            }
+            .ok();
+            match &f.dmabuf {
+                Ok(()) => writeln!(o, "dma-buf export of GPU memory: yes"),
+                Err(why) => writeln!(o, "dma-buf export of GPU memory: no ({why})"),
+            }
+            .ok();
+            true
+        }
+        Err(e) => {
+            let _ = writeln!(o, "CUDA: not usable ({e}); every buffer is host memory");
+            false
+        }
+    };
+    let peermem = std::path::Path::new("/sys/module/nvidia_peermem").exists();
+    let _ = writeln!(
+        o,
+        "nvidia_peermem: {}",
+        if peermem { "loaded" } else { "not loaded" }
+    );
+    let ib = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if ib.is_empty() {
+        let _ = writeln!(o, "RDMA NICs: none (no /sys/class/infiniband); GPUDirect RDMA is not possible, device data between nodes is staged through host memory");
+    } else {
+        for n in &ib {
+            let numa =
+                std::fs::read_to_string(format!("/sys/class/infiniband/{n}/device/numa_node"))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|_| "?".into());
+            let _ = writeln!(o, "RDMA NIC: {n} (NUMA node {numa}); gmpi's InfiniBand transport is not built into this binary, so GPUDirect RDMA is not used");
+        }
+    }
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => {
+            let _ = writeln!(o, "ulimit -l: unlimited");
+        }
+        Ok((soft, _)) => {
+            let _ = writeln!(
+                o,
+                "ulimit -l: {} KiB{}",
+                soft / 1024,
+                if soft < (64 << 20) {
+                    " (low: pinned staging buffers and RDMA registration may fail; raise it)"
+                } else {
+                    ""
+                }
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(o, "ulimit -l: unknown ({e})");
+        }
+    }
+    let pcfg = PmlConfig {
+        gpu: cfg,
+        ..PmlConfig::default()
+    };
+    let _ = writeln!(o, "protocols (source -> destination, size: protocol):");
+    let dev = MemKind::Device { ordinal: 0 };
+    for (where_, caps) in transports() {
+        let _ = writeln!(o, "  {where_}:");
+        for (sn, sk) in [("H", MemKind::Host), ("D", dev)] {
+            for dn in ["H", "D"] {
+                let mut line = format!("    {sn}->{dn}");
+                for (label, len) in [("8 B", 8usize), ("64 KiB", 64 << 10), ("16 MiB", 16 << 20)] {
+                    let p = if !usable && !sk.is_host() {
+                        "n/a (no CUDA)"
+                    } else {
+                        match choose(len, sk, SendMode::Standard, &caps, &pcfg) {
+                            // A get lands in host memory: a device receiver
+                            // asks for the stream and copies chunks in.
+                            gmpi_pml::Protocol::RndvGet if dn == "D" && !caps.gpudirect => {
+                                "rndv/staged"
+                            }
+                            p => p.describe(sk, "cuda-copy"),
+                        }
+                    };
+                    let _ = write!(line, "  {label}: {p}");
+                }
+                let _ = writeln!(o, "{line}");
+            }
+        }
+        if !caps.cuda_ipc {
+            let _ = writeln!(o, "    (no CUDA IPC between nodes; no GPUDirect without an RDMA transport: large device messages are staged)");
+        }
+    }
+    (o, usable)
+}
+
+/// Print the report; exit status 0 (the report itself says what is missing).
+pub fn run() -> i32 {
+    print!("{}", report().0);
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn report_without_cuda_says_why() {
+        let (r, usable) = super::report();
+        assert!(r.contains("protocols"));
+        assert!(r.contains("ulimit -l"));
+        if !usable {
+            assert!(r.contains("CUDA: not usable"));
+            assert!(r.contains("H->H  8 B: eager"));
+        }
+    }
+}
