@@ -67,6 +67,7 @@ pub mod config;
 mod datatype;
 mod engine;
 mod error;
+pub mod gpu;
 mod group;
 mod intercomm;
 mod op;
