@@ -7,6 +7,14 @@
  * MPIs see host memory. At exit it prints the calls it served to stderr,
  * "fake-cuda: alloc A free F htod H dtoh D memset M", and any misuse
  * (unknown pointer, out-of-range copy, leak) as "fake-cuda: ERROR ...".
+ *
+ * It also serves the calls gmpi-gpu's real backend (gpu/src/cuda/) needs,
+ * so that backend's classification, copy, pinned-memory and IPC plumbing is
+ * tested end to end without a GPU (gpu/src/cuda/mod.rs, test
+ * `fake_driver_end_to_end`): pointer attributes with buffer ids, address
+ * ranges, pinned host memory (memory type HOST), context queries, IPC
+ * handles (opened as an alias of the same memory, reference counted) and
+ * device facts. Kernels are not supported (CUDA_ERROR_NOT_SUPPORTED).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +26,13 @@ typedef unsigned long long CUdeviceptr;
 static struct {
     char *base;
     size_t size;
+    unsigned long long id; /* buffer id, unique per allocation */
+    int managed;
+    int ipc_opens;
 } allocs[MAX_ALLOCS];
+static unsigned long long next_id = 1;
 static unsigned long n_alloc, n_free, n_htod, n_dtoh, n_memset, errors;
-static int initialized, ctx_current;
+static int initialized, ctx_current, ctx_retains;
 
 static void error(const char *what, CUdeviceptr p, size_t n) {
     errors++;
@@ -65,6 +77,7 @@ int cuDeviceGet(int *dev, int ordinal) {
 
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     *ctx = (void *)&ctx_current;
+    ctx_retains++;
     return 0;
 }
 
@@ -77,13 +90,16 @@ int cuCtxSynchronize(void) {
     return ready() ? 0 : 3;
 }
 
-static int alloc(CUdeviceptr *p, size_t n) {
+static int alloc(CUdeviceptr *p, size_t n, int managed) {
     if (!ready())
         return 3;
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (!allocs[i].base) {
             allocs[i].base = malloc(n ? n : 1);
             allocs[i].size = n;
+            allocs[i].id = next_id++;
+            allocs[i].managed = managed;
+            allocs[i].ipc_opens = 0;
             *p = (CUdeviceptr)allocs[i].base;
             n_alloc++;
             return allocs[i].base ? 0 : 2;
@@ -93,11 +109,11 @@ static int alloc(CUdeviceptr *p, size_t n) {
 }
 
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
-    return alloc(p, n);
+    return alloc(p, n, 0);
 }
 
 int cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
-    return alloc(p, n);
+    return alloc(p, n, 1);
 }
 
 int cuMemFree_v2(CUdeviceptr p) {
@@ -148,11 +164,286 @@ int cuGetErrorString(int rc, const char **s) {
     return 0;
 }
 
+/* ---- the calls of gmpi-gpu's real backend ---- */
+
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_NOT_SUPPORTED 801
+#define MAX_PINNED 256
+
+static struct {
+    char *base;
+    size_t size;
+} pinned[MAX_PINNED];
+static unsigned long n_pinned, n_pinned_free, n_ipc_open, n_ipc_close;
+
+/* The allocation holding p, or -1. */
+static int find(CUdeviceptr p) {
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        char *b = allocs[i].base;
+        if (b && (char *)p >= b && (char *)p < b + (allocs[i].size ? allocs[i].size : 1))
+            return i;
+    }
+    return -1;
+}
+
+static int find_pinned(CUdeviceptr p) {
+    for (int i = 0; i < MAX_PINNED; i++) {
+        char *b = pinned[i].base;
+        if (b && (char *)p >= b && (char *)p < b + pinned[i].size)
+            return i;
+    }
+    return -1;
+}
+
+int cuGetErrorName(int rc, const char **s) {
+    *s = rc == 0 ? "CUDA_SUCCESS" : rc == 1 ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_FAKE";
+    return 0;
+}
+
+int cuDriverGetVersion(int *v) {
+    *v = 12080;
+    return 0;
+}
+
+int cuDeviceGetName(char *name, int len, int dev) {
+    snprintf(name, len, "Fake GPU %d", dev);
+    return 0;
+}
+
+int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+    *bytes = (size_t)1 << 30;
+    return 0;
+}
+
+int cuDeviceGetPCIBusId(char *id, int len, int dev) {
+    snprintf(id, len, "0000:%02x:00.0", dev + 1);
+    return 0;
+}
+
+int cuDeviceGetAttribute(int *v, int attr, int dev) {
+    *v = 0; /* no dma-buf, nothing else asked */
+    return 0;
+}
+
+int cuDeviceCanAccessPeer(int *v, int a, int b) {
+    *v = 0;
+    return 0;
+}
+
+int cuDevicePrimaryCtxRelease_v2(int dev) {
+    if (ctx_retains <= 0) {
+        error("cuDevicePrimaryCtxRelease without a retain", 0, 0);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    ctx_retains--;
+    return 0;
+}
+
+int cuCtxGetCurrent(void **ctx) {
+    *ctx = ctx_current ? (void *)&ctx_current : NULL;
+    return 0;
+}
+
+int cuCtxGetDevice(int *dev) {
+    if (!ready())
+        return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    *dev = 0;
+    return 0;
+}
+
+int cuCtxPushCurrent_v2(void *ctx) {
+    return cuCtxSetCurrent(ctx);
+}
+
+int cuCtxPopCurrent_v2(void **ctx) {
+    if (ctx)
+        *ctx = ctx_current ? (void *)&ctx_current : NULL;
+    ctx_current = 0;
+    return 0;
+}
+
+enum {
+    ATTR_CONTEXT = 1,
+    ATTR_MEMORY_TYPE = 2,
+    ATTR_SYNC_MEMOPS = 6,
+    ATTR_BUFFER_ID = 7,
+    ATTR_IS_MANAGED = 8,
+    ATTR_DEVICE_ORDINAL = 9,
+    ATTR_IPC_CAPABLE = 10,
+    ATTR_RANGE_START = 11,
+    ATTR_RANGE_SIZE = 12,
+};
+
+/* One attribute, written with the width the CUDA documentation gives it. */
+static int attr(void *data, int a, CUdeviceptr p) {
+    int i = find(p), h = i < 0 ? find_pinned(p) : -1;
+    switch (a) {
+    case ATTR_CONTEXT:
+        *(void **)data = i >= 0 || h >= 0 ? (void *)&ctx_current : NULL;
+        return 0;
+    case ATTR_MEMORY_TYPE:
+        *(unsigned *)data = i >= 0 ? 2 : h >= 0 ? 1 : 0; /* DEVICE, HOST */
+        return 0;
+    case ATTR_BUFFER_ID:
+        *(unsigned long long *)data = i >= 0 ? allocs[i].id : h >= 0 ? 1000000 + h : 0;
+        return 0;
+    case ATTR_IS_MANAGED:
+        *(unsigned char *)data = i >= 0 && allocs[i].managed; /* a C bool */
+        return 0;
+    case ATTR_DEVICE_ORDINAL:
+        *(int *)data = 0;
+        return 0;
+    case ATTR_IPC_CAPABLE:
+        *(unsigned char *)data = i >= 0 && !allocs[i].managed;
+        return 0;
+    case ATTR_RANGE_START:
+        *(CUdeviceptr *)data = i >= 0 ? (CUdeviceptr)allocs[i].base : h >= 0 ? (CUdeviceptr)pinned[h].base : 0;
+        return 0;
+    case ATTR_RANGE_SIZE:
+        *(size_t *)data = i >= 0 ? allocs[i].size : h >= 0 ? pinned[h].size : 0;
+        return 0;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+int cuPointerGetAttribute(void *data, int a, CUdeviceptr p) {
+    if (!initialized)
+        return 3;
+    if (find(p) < 0 && find_pinned(p) < 0)
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: not a CUDA pointer */
+    return attr(data, a, p);
+}
+
+/* Unlike cuPointerGetAttribute, succeeds for unknown pointers (zeros). */
+int cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p) {
+    if (!initialized)
+        return 3;
+    for (unsigned k = 0; k < n; k++)
+        if (attr(data[k], attrs[k], p))
+            return CUDA_ERROR_INVALID_VALUE;
+    return 0;
+}
+
+int cuPointerSetAttribute(const void *v, int a, CUdeviceptr p) {
+    return a == ATTR_SYNC_MEMOPS && find(p) >= 0 ? 0 : CUDA_ERROR_INVALID_VALUE;
+}
+
+int cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    int i = find(p);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (base)
+        *base = (CUdeviceptr)allocs[i].base;
+    if (size)
+        *size = allocs[i].size;
+    return 0;
+}
+
+int cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    if (!ready() || !valid(dst, n) || !valid(src, n)) {
+        error("cuMemcpy outside an allocation", dst, n);
+        return 1;
+    }
+    memmove((void *)dst, (void *)src, n);
+    return 0;
+}
+
+int cuStreamSynchronize(void *stream) {
+    return ready() ? 0 : 3;
+}
+
+int cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+    if (!ready())
+        return 3;
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (!pinned[i].base) {
+            pinned[i].base = malloc(n ? n : 1);
+            pinned[i].size = n ? n : 1;
+            *p = pinned[i].base;
+            n_pinned++;
+            return 0;
+        }
+    }
+    return 2;
+}
+
+int cuMemFreeHost(void *p) {
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (pinned[i].base && pinned[i].base == p) {
+            free(pinned[i].base);
+            pinned[i].base = NULL;
+            n_pinned_free++;
+            return 0;
+        }
+    }
+    error("cuMemFreeHost of an unknown pointer", (CUdeviceptr)p, 0);
+    return 1;
+}
+
+/* A handle is "FAKEIPC" + the allocation's index and buffer id. */
+int cuIpcGetMemHandle(char *h, CUdeviceptr p) {
+    int i = find(p);
+    if (!ready() || i < 0 || (CUdeviceptr)allocs[i].base != p || allocs[i].managed)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(h, 0, 64);
+    memcpy(h, "FAKEIPC", 8);
+    memcpy(h + 8, &i, sizeof i);
+    memcpy(h + 16, &allocs[i].id, sizeof allocs[i].id);
+    return 0;
+}
+
+typedef struct {
+    char reserved[64];
+} ipc_handle;
+
+int cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
+    int i;
+    unsigned long long id;
+    memcpy(&i, h.reserved + 8, sizeof i);
+    memcpy(&id, h.reserved + 16, sizeof id);
+    if (!ready() || memcmp(h.reserved, "FAKEIPC", 8) || i < 0 || i >= MAX_ALLOCS || !allocs[i].base ||
+        allocs[i].id != id || flags != 1)
+        return CUDA_ERROR_INVALID_HANDLE;
+    allocs[i].ipc_opens++;
+    n_ipc_open++;
+    *p = (CUdeviceptr)allocs[i].base;
+    return 0;
+}
+
+int cuIpcCloseMemHandle(CUdeviceptr p) {
+    int i = find(p);
+    if (!ready() || i < 0 || allocs[i].ipc_opens <= 0) {
+        error("cuIpcCloseMemHandle of an address not opened", p, 0);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    allocs[i].ipc_opens--;
+    n_ipc_close++;
+    return 0;
+}
+
+int cuModuleLoadData(void **m, const void *image) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int cuModuleGetFunction(void **f, void *m, const char *name) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((destructor)) static void report(void) {
     if (!initialized)
         return;
     if (n_alloc != n_free)
         errors++, fprintf(stderr, "fake-cuda: ERROR %lu allocations, %lu freed\n", n_alloc, n_free);
+    if (n_pinned != n_pinned_free)
+        errors++, fprintf(stderr, "fake-cuda: ERROR %lu pinned allocations, %lu freed\n", n_pinned, n_pinned_free);
+    if (n_ipc_open != n_ipc_close)
+        errors++, fprintf(stderr, "fake-cuda: ERROR %lu IPC opens, %lu closed\n", n_ipc_open, n_ipc_close);
     fprintf(stderr, "fake-cuda: alloc %lu free %lu htod %lu dtoh %lu memset %lu errors %lu\n", n_alloc, n_free,
             n_htod, n_dtoh, n_memset, errors);
 }
