@@ -228,15 +228,46 @@ impl View {
         if out.is_empty() {
             return;
         }
-        HostMem.with_read(self.base, self.len, MemKind::Host, |region| {
-            match &self.ty {
-                Ty::Basic(_) => out.copy_from_slice(&region[self.origin..self.origin + out.len()]),
-                Ty::Derived(u) => u
-                    .desc()
-                    .pack(self.count, region, self.origin, out)
-                    .expect("view bounds were checked when it was made"),
-            }
+        self.with_region(|region| match &self.ty {
+            Ty::Basic(_) => out.copy_from_slice(&region[self.origin..self.origin + out.len()]),
+            Ty::Derived(u) => u
+                .desc()
+                .pack(self.count, region, self.origin, out)
+                .expect("view bounds were checked when it was made"),
         })
+    }
+
+    /// Run `f` over the view's whole memory region: in place for host
+    /// memory; for device memory, over a host copy of it (derived datatypes
+    /// on device memory are packed on the CPU from a staged copy).
+    fn with_region<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let g = crate::engine::gpu();
+        if g.classify(self.base, self.len).is_host() {
+            return HostMem.with_read(self.base, self.len, MemKind::Host, f);
+        }
+        match g.with_read(self.base, self.len, f) {
+            Ok((r, _)) => r,
+            Err(e) => panic!("gmpi: staging a device buffer of a derived datatype failed: {e}"),
+        }
+    }
+
+    /// Like [`View::with_region`], writable: device memory is read, changed
+    /// and written back whole (so bytes between the datatype's blocks keep
+    /// their values).
+    fn with_region_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let g = crate::engine::gpu();
+        if g.classify(self.base, self.len).is_host() {
+            return HostMem.with_write(self.base, self.len, MemKind::Host, f);
+        }
+        let res = g.with_write(self.base, self.len, |region| {
+            g.copy_to_host(region, self.base).map(|_| f(region))
+        });
+        match res {
+            Ok((Ok(r), _)) => r,
+            Ok((Err(e), _)) | Err(e) => {
+                panic!("gmpi: staging a device buffer of a derived datatype failed: {e}")
+            }
+        }
     }
 
     /// Scatter `data` (a packed prefix of at most `bytes()` bytes) into the
@@ -246,14 +277,12 @@ impl View {
         if data.is_empty() {
             return;
         }
-        HostMem.with_write(self.base, self.len, MemKind::Host, |region| {
-            match &self.ty {
-                Ty::Basic(_) => region[self.origin..self.origin + data.len()].copy_from_slice(data),
-                Ty::Derived(u) => u
-                    .desc()
-                    .unpack(self.count, data, region, self.origin)
-                    .expect("view bounds were checked when it was made"),
-            }
+        self.with_region_mut(|region| match &self.ty {
+            Ty::Basic(_) => region[self.origin..self.origin + data.len()].copy_from_slice(data),
+            Ty::Derived(u) => u
+                .desc()
+                .unpack(self.count, data, region, self.origin)
+                .expect("view bounds were checked when it was made"),
         })
     }
 }
