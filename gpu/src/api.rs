@@ -208,6 +208,20 @@ impl ReduceOp {
         !(ty.is_float() && matches!(self, ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor))
     }
 
+    /// `Ok` if MPI defines this operator on `ty`, else the error every
+    /// backend and the [`crate::Gpu`] layer report.
+    pub fn check(self, ty: ElemType) -> Result<(), GpuError> {
+        if self.supports(ty) {
+            Ok(())
+        } else {
+            Err(GpuError::Unsupported(format!(
+                "MPI defines no {} on {}",
+                self.name(),
+                ty.c_name()
+            )))
+        }
+    }
+
     /// Lower-case name (kernel names, logs).
     pub fn name(self) -> &'static str {
         match self {

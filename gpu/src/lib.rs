@@ -603,13 +603,7 @@ impl Gpu {
         input: u64,
         count: usize,
     ) -> Result<(), GpuError> {
-        if !op.supports(ty) {
-            return Err(GpuError::Unsupported(format!(
-                "MPI defines no {} on {}",
-                op.name(),
-                ty.c_name()
-            )));
-        }
+        op.check(ty)?;
         if count == 0 {
             return Ok(());
         }

@@ -1004,19 +1004,7 @@ impl Pml {
             }
             UnexpectedBody::Ipc(d) => {
                 let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
-                let want = u.m.len.min(r.buf.len as u64);
-                r.status = Status {
-                    source: u.m.src,
-                    tag: u.m.tag,
-                    len: want,
-                    cancelled: false,
-                };
-                r.peer = u.peer;
-                r.sreq = u.m.sreq;
-                r.btl = u.btl;
-                r.want = want;
-                r.got = 0;
-                r.msg_len = u.m.len;
+                let want = r.accept_rndv(&u);
                 r.state = RecvState::Pulling;
                 let buf = r.buf;
                 if want == 0 {
@@ -1042,19 +1030,7 @@ impl Pml {
                 let (get_ok, gpudirect) = (caps.get && self.cfg.use_get, caps.gpudirect);
                 let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
                 let use_get = desc.is_some() && get_ok && (r.buf.kind.is_host() || gpudirect);
-                let want = u.m.len.min(r.buf.len as u64);
-                r.status = Status {
-                    source: u.m.src,
-                    tag: u.m.tag,
-                    len: want,
-                    cancelled: false,
-                };
-                r.peer = u.peer;
-                r.sreq = u.m.sreq;
-                r.btl = u.btl;
-                r.want = want;
-                r.got = 0;
-                r.msg_len = u.m.len;
+                let want = r.accept_rndv(&u);
                 if want == 0 {
                     // Nothing to move: release the sender at once.
                     r.state = RecvState::Done;

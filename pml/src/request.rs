@@ -66,6 +66,28 @@ pub(crate) struct RecvReq {
     pub btl: BtlId,
 }
 
+impl RecvReq {
+    /// Take on the rendezvous `u` matched to this receive: its status, the
+    /// sender's identity, and how many bytes to move (the message, cut to
+    /// the buffer). Returns that count; the caller sets the state.
+    pub fn accept_rndv(&mut self, u: &crate::matching::Unexpected) -> u64 {
+        let want = u.m.len.min(self.buf.len as u64);
+        self.status = Status {
+            source: u.m.src,
+            tag: u.m.tag,
+            len: want,
+            cancelled: false,
+        };
+        self.peer = u.peer;
+        self.sreq = u.m.sreq;
+        self.btl = u.btl;
+        self.want = want;
+        self.got = 0;
+        self.msg_len = u.m.len;
+        want
+    }
+}
+
 /// A request of either kind.
 #[derive(Debug)]
 pub(crate) enum Req {

@@ -555,13 +555,7 @@ impl CudaApi for Cuda {
         input: u64,
         count: usize,
     ) -> Result<(), GpuError> {
-        if !op.supports(ty) {
-            return Err(GpuError::Unsupported(format!(
-                "MPI defines no {} on {}",
-                op.name(),
-                ty.c_name()
-            )));
-        }
+        op.check(ty)?;
         if count == 0 {
             return Ok(());
         }
