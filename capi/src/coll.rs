@@ -137,6 +137,38 @@ fn op_for(call: &str, op: MPI_Op, dt: MPI_Datatype) -> Result<Op, Error> {
     handles::op(call, op, dt, &t)
 }
 
+/// The hot path of `MPI_Allreduce`, as `send_fast` is `MPI_Send`'s: on
+/// `MPI_COMM_WORLD`/`MPI_COMM_SELF`, with a predefined datatype the runtime
+/// views as a basic type and a predefined arithmetic or logical op, the
+/// views and the op are made with no handle-table lock or reference count
+/// (small allreduces are dominated by those look-ups, not by the data
+/// exchange). The runtime call and all its checks are the full path's;
+/// anything not recognised here (`None`, before any effect) takes the full
+/// path, so no argument escapes a check.
+#[inline(always)]
+fn allreduce_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = handles::fast_comm(comm)?;
+    let o = handles::fast_op(op, dt)?;
+    let mut rv = ptr::fast_buf(recvbuf, count, dt, true)?;
+    if ptr::in_place(sendbuf) {
+        return Some(crate::errors::fast(call, comm, || {
+            c.allreduce_in_place(&mut rv, o)
+        }));
+    }
+    let sv = ptr::fast_buf(sendbuf, count, dt, false)?;
+    Some(crate::errors::fast(call, comm, || {
+        c.allreduce(&sv, &mut rv, o)
+    }))
+}
+
 /// Hand out the request of a started collective.
 fn out(
     call: &str,
@@ -798,7 +830,9 @@ mpi_fn! {
         };
         out(CALL, comm, r, request)
     }
-    fn Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+    fn Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) fast {
+        allreduce_fast(CALL, sendbuf, recvbuf, count, datatype, op, comm)
+    } {
         let c = handles::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;

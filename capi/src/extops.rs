@@ -93,6 +93,13 @@ fn kind_of(h: MPI_Datatype) -> Option<Ext> {
     })
 }
 
+/// Whether the predefined datatype `h` is one of the types this module
+/// reduces (so [`predefined_op`] may take over a predefined op on it).
+#[inline]
+pub fn is_ext_type(h: MPI_Datatype) -> bool {
+    kind_of(h).is_some()
+}
+
 /// The kind and a predefined handle of the basic elements of `h`, if all of
 /// them are of one kind this module handles: `h` itself if predefined, or
 /// the leaves of a derived type's envelopes.

@@ -809,6 +809,31 @@ pub fn op(call: &str, h: MPI_Op, dt_h: MPI_Datatype, dt: &UserDatatype) -> Resul
     Ok(crate::coll::wrap_user_op(obj, dt_h, dt.clone()))
 }
 
+/// The predefined arithmetic or logical operation `h` (`MPI_MAX` ..
+/// `MPI_BXOR`) as [`op`] returns it for the predefined datatype `dt_h`,
+/// when no extension kernel takes over (the complex, long double and pair
+/// types of extops.rs): the look-up of the collective hot path, with no
+/// error (`None` sends the caller to [`op`], which checks it in full).
+#[inline]
+pub fn fast_op(h: MPI_Op, dt_h: MPI_Datatype) -> Option<Op> {
+    if crate::extops::is_ext_type(dt_h) {
+        return None;
+    }
+    Some(match h {
+        MPI_MAX => Op::Max,
+        MPI_MIN => Op::Min,
+        MPI_SUM => Op::Sum,
+        MPI_PROD => Op::Prod,
+        MPI_LAND => Op::Land,
+        MPI_BAND => Op::Band,
+        MPI_LOR => Op::Lor,
+        MPI_BOR => Op::Bor,
+        MPI_LXOR => Op::Lxor,
+        MPI_BXOR => Op::Bxor,
+        _ => return None,
+    })
+}
+
 /// The user operation `h`, if it is one.
 pub fn user_op(h: MPI_Op) -> Option<OpObj> {
     decode(Kind::Op, h).and_then(|i| state().ops.get(i).copied())

@@ -400,6 +400,7 @@ impl Pml {
     }
 
     /// Whether actions are waiting.
+    #[inline]
     pub fn has_actions(&self) -> bool {
         !self.actions.is_empty()
     }
@@ -480,7 +481,13 @@ impl Pml {
             kind: a.buf.kind,
         };
         match proto {
-            Protocol::Eager => self.push_send(btl, peer, Hdr::Match { flags: 0, m }, payload, id.0),
+            // A plain eager message is never answered (no ACK, CTS or FIN
+            // names it), so it carries no sender request: that lets it go
+            // out with the short MATCH header, as inline sends do.
+            Protocol::Eager => {
+                let m = MatchHdr { sreq: 0, ..m };
+                self.push_send(btl, peer, Hdr::Match { flags: 0, m }, payload, id.0)
+            }
             Protocol::EagerSync => {
                 self.push_send(btl, peer, Hdr::Match { flags: F_SYNC, m }, payload, id.0)
             }
@@ -861,7 +868,20 @@ impl Pml {
     }
 
     /// Process the stashed fragments from `peer` that are now in order.
+    ///
+    /// Runs after every in-order fragment; the stash is almost always empty
+    /// (it holds only fragments that overtook others on another btl), so
+    /// the test is inlined and the walk is not.
+    #[inline]
     fn unstash(&mut self, peer: Rank, mem: &mut dyn Memory) -> Result<(), PmlError> {
+        if !self.matching.has_stashed() {
+            return Ok(());
+        }
+        self.unstash_in_order(peer, mem)
+    }
+
+    #[inline(never)]
+    fn unstash_in_order(&mut self, peer: Rank, mem: &mut dyn Memory) -> Result<(), PmlError> {
         while let Some((b, d)) = self.matching.unstash(peer) {
             let (h, o) = Hdr::decode(&d)?;
             self.incoming(b, peer, h, &d[o..], mem)?;

@@ -102,6 +102,12 @@ impl Matching {
         self.stash.insert((peer, seq), (btl, frag));
     }
 
+    /// Whether any fragment waits in the stash (from any peer).
+    #[inline]
+    pub fn has_stashed(&self) -> bool {
+        !self.stash.is_empty()
+    }
+
     /// The stashed fragment that is next in order from `peer`, if it arrived.
     pub fn unstash(&mut self, peer: Rank) -> Option<(BtlId, Vec<u8>)> {
         if self.stash.is_empty() {

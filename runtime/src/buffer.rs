@@ -203,12 +203,14 @@ impl View {
     }
 
     /// Run `f` on the data in place if it is one contiguous run.
+    #[inline]
     pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let a = self.contig_addr()?;
         Some(HostMem.with_read(a, self.bytes(), MemKind::Host, f))
     }
 
     /// Run `f` on the data, writable, in place if it is one contiguous run.
+    #[inline]
     pub(crate) fn write_contig<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         assert!(self.writable, "write into a read-only buffer");
         let a = self.contig_addr()?;
@@ -785,6 +787,7 @@ impl View {
 
 impl sealed::Sealed for View {}
 impl Buffer for View {
+    #[inline]
     fn view(&self) -> View {
         let mut v = self.clone();
         v.writable = false;
@@ -792,6 +795,7 @@ impl Buffer for View {
     }
 }
 impl BufferMut for View {
+    #[inline]
     fn view_mut(&mut self) -> View {
         assert!(
             self.writable,

@@ -415,6 +415,7 @@ pub(crate) fn apply(op: &Op, prim: Primitive, count: usize, invec: &[u8], inout:
 ///
 /// # Panics
 /// As [`apply`]; and for a predefined operation on an opaque type.
+#[inline]
 pub(crate) fn apply_datatype(op: &Op, dt: Datatype, count: usize, invec: &[u8], inout: &mut [u8]) {
     match dt {
         Datatype::Primitive(p) => apply(op, p, count, invec, inout),

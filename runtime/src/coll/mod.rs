@@ -395,6 +395,10 @@ impl Communicator {
 
     /// With `coll_check`, make sure every rank passed the same root, op and
     /// byte count (`bytes` is `None` for the `v` forms).
+    ///
+    /// Inlined: every collective calls it and it is off by default, so the
+    /// common case is one test, not a call (the check itself is out of line).
+    #[inline]
     fn check_agree(
         &self,
         e: &mut Engine,
@@ -406,6 +410,18 @@ impl Communicator {
         if !e.cfg.coll_check || self.size() < 2 {
             return Ok(());
         }
+        self.check_agree_gathered(e, call, root, op, bytes)
+    }
+
+    #[inline(never)]
+    fn check_agree_gathered(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        root: i32,
+        op: Option<&Op>,
+        bytes: Option<usize>,
+    ) -> Result<()> {
         // The same header the shared-memory path exchanges, gathered from
         // every rank and compared the same way.
         let len = bytes.unwrap_or(u32::MAX as usize);

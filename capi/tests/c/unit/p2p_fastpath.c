@@ -1,5 +1,5 @@
-/* The hot paths of MPI_Send/Recv/Isend/Irecv/Ssend/Rsend and MPI_Comm_rank/
- * size on MPI_COMM_WORLD and MPI_COMM_SELF: every argument error still gets
+/* The hot paths of MPI_Send/Recv/Isend/Irecv/Ssend/Rsend, MPI_Allreduce and
+ * MPI_Comm_rank/size on MPI_COMM_WORLD and MPI_COMM_SELF: every argument error still gets
  * its class, a message naming the call and the argument, and the error
  * handler of the communicator named (a user handler on WORLD,
  * MPI_ERRORS_RETURN on SELF); valid calls still work, and the full path
@@ -66,6 +66,13 @@ int main(int argc, char **argv) {
     VIA_HANDLER(MPI_Isend(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD, &q), MPI_ERR_RANK, "MPI_Isend", "rank");
     VIA_HANDLER(MPI_Irecv(buf, -2, MPI_INT, 0, 0, MPI_COMM_WORLD, &q), MPI_ERR_COUNT, "MPI_Irecv", "count");
     VIA_HANDLER(MPI_Isend(buf, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "MPI_Isend", "request");
+    double dd[2] = {1.0, 2.0}, de[2] = {0, 0};
+    VIA_HANDLER(MPI_Allreduce(dd, de, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD), MPI_ERR_OP, "MPI_Allreduce", "MPI_BAND");
+    VIA_HANDLER(MPI_Allreduce(dd, de, 1, MPI_DOUBLE, MPI_MAXLOC, MPI_COMM_WORLD), MPI_ERR_OP, "MPI_Allreduce", "MPI_MAXLOC");
+    VIA_HANDLER(MPI_Allreduce(dd, de, -1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT, "MPI_Allreduce", "count");
+    VIA_HANDLER(MPI_Allreduce(dd, NULL, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "MPI_Allreduce", "recvbuf");
+    VIA_HANDLER(MPI_Allreduce(dd, de, 1, MPI_DATATYPE_NULL, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_TYPE, "MPI_Allreduce", "datatype");
+    VIA_HANDLER(MPI_Allreduce(dd, de, 1, MPI_DOUBLE, MPI_OP_NULL, MPI_COMM_WORLD), MPI_ERR_OP, "MPI_Allreduce", "op");
     VIA_HANDLER(MPI_Comm_rank(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "MPI_Comm_rank", "rank");
     VIA_HANDLER(MPI_Comm_size(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "MPI_Comm_size", "size");
 
@@ -74,6 +81,7 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Send(buf, 1, MPI_INT, 1, 0, MPI_COMM_SELF), MPI_ERR_RANK);
     EXPECT(MPI_Recv(buf, 1, MPI_INT, 0, -4, MPI_COMM_SELF, MPI_STATUS_IGNORE), MPI_ERR_TAG);
     EXPECT(MPI_Comm_rank(MPI_COMM_SELF, NULL), MPI_ERR_ARG);
+    EXPECT(MPI_Allreduce(dd, de, 2, MPI_FLOAT, MPI_LAND, MPI_COMM_SELF), MPI_ERR_OP);
     EXPECT(MPI_Send(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL), MPI_ERR_COMM);
     CHECK(eh_calls == 1, "MPI_COMM_NULL goes to WORLD's handler only (calls %d)", eh_calls);
     eh_calls = 0;
@@ -115,6 +123,27 @@ int main(int argc, char **argv) {
         CHECK(cls == MPI_ERR_TRUNCATE && eh_calls == (k ? 0 : 1), "truncate on comm %d: class %d handler calls %d", k, cls, eh_calls);
         EXPECT(MPI_Recv(in, 3, MPI_INT, MPI_PROC_NULL, 0, comms[k], &st), MPI_SUCCESS);
         CHECK(st.MPI_SOURCE == MPI_PROC_NULL && st.MPI_TAG == MPI_ANY_TAG, "PROC_NULL status");
+    }
+    /* Allreduce on the hot path agrees with the full path (a dup), with a
+     * send buffer and in place; on SELF it is a copy. */
+    {
+        double v[2] = {wrank + 0.5, -1.0 * wrank}, w[2] = {0, 0}, x[2] = {0, 0};
+        double want0 = 0, want1 = 0;
+        for (int i = 0; i < size; i++) { want0 += i + 0.5; want1 += -1.0 * i; }
+        MPI_Comm d2;
+        MPI_Comm_dup(MPI_COMM_WORLD, &d2);
+        EXPECT(MPI_Allreduce(v, w, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), MPI_SUCCESS);
+        EXPECT(MPI_Allreduce(v, x, 2, MPI_DOUBLE, MPI_SUM, d2), MPI_SUCCESS);
+        CHECK(w[0] == want0 && w[1] == want1 && x[0] == w[0] && x[1] == w[1],
+              "allreduce sum: %g %g (dup %g %g), want %g %g", w[0], w[1], x[0], x[1], want0, want1);
+        long m = wrank * 3 + 1, mx = -1;
+        EXPECT(MPI_Allreduce(MPI_IN_PLACE, &m, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD), MPI_SUCCESS);
+        mx = (size - 1) * 3 + 1;
+        CHECK(m == mx, "allreduce max in place: %ld, want %ld", m, mx);
+        int b = 6 + wrank, bo = -1;
+        EXPECT(MPI_Allreduce(&b, &bo, 1, MPI_INT, MPI_BOR, MPI_COMM_SELF), MPI_SUCCESS);
+        CHECK(bo == b, "allreduce on SELF: %d, want %d", bo, b);
+        MPI_Comm_free(&d2);
     }
     /* Derived datatypes and duplicated communicators take the full path. */
     MPI_Datatype vec;
