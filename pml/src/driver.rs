@@ -466,17 +466,25 @@ impl<M: MemAccess> Driver<M> {
             Action::Send {
                 btl,
                 peer,
-                ref header,
-                ref payload,
+                header,
+                payload,
                 token,
             } => {
                 let b = &mut self.btls[btl];
-                let res = match payload {
+                // A staged chunk of device memory the btl refused: the host
+                // copy just made, so that the retry sends it instead of
+                // copying the chunk off the device again.
+                let mut kept = None;
+                let res = match &payload {
                     Payload::None => b.send(peer, &[header.as_bytes()], token),
                     Payload::Bytes(v) => b.send(peer, &[header.as_bytes(), v], token),
                     Payload::Mem { addr, len, kind } => {
                         self.mem.with_read(*addr, *len, *kind, |d| {
-                            b.send(peer, &[header.as_bytes(), d], token)
+                            let r = b.send(peer, &[header.as_bytes(), d], token);
+                            if !kind.is_host() && matches!(r, Ok(Submit::NoResource)) {
+                                kept = Some(d.to_vec());
+                            }
+                            r
                         })
                     }
                 };
@@ -488,7 +496,13 @@ impl<M: MemAccess> Driver<M> {
                         None
                     }
                     Ok(Submit::Queued) => None,
-                    Ok(Submit::NoResource) => Some(a),
+                    Ok(Submit::NoResource) => Some(Action::Send {
+                        btl,
+                        peer,
+                        header,
+                        payload: kept.map_or(payload, Payload::Bytes),
+                        token,
+                    }),
                     Err(e) => {
                         self.transport_error(peer, e);
                         None
