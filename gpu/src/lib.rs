@@ -426,6 +426,13 @@ impl Gpu {
         }
     }
 
+    /// Free the pooled pinned bounce buffers (at finalize: the layer is a
+    /// process-wide static that is never dropped, so they would otherwise
+    /// outlive gmpi). A later copy allocates again.
+    pub fn release_pinned(&self) {
+        lock(&self.bounce).clear();
+    }
+
     /// Run `f` over a host copy of the `len` device (or managed) bytes at
     /// `addr`; also reports how they were copied.
     pub fn with_read<R>(

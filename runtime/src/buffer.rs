@@ -289,13 +289,15 @@ impl View {
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
 /// A buffer gmpi can send from: a slice, array or `Vec` of [`Equivalence`]
-/// values, a single value of a primitive type, or a [`TypedBuf`] (memory
-/// described by a derived datatype).
+/// values, a single value of a primitive type, a [`TypedBuf`] (memory
+/// described by a derived datatype), or, with the `cuda` feature, device
+/// memory as `cudarc`'s `CudaSlice<T>` / `CudaView<'_, T>` /
+/// `CudaViewMut<'_, T>` (see `gmpi::cudarc`).
 ///
 /// ```no_run
 /// # fn main() -> gmpi::Result<()> {

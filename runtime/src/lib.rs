@@ -51,6 +51,9 @@
 //! - `buffer.rs`: user buffers as raw memory: the [`Buffer`] traits, views
 //!   `(memory, count, datatype)`, [`TypedBuf`] (with `datatype.rs`, the only
 //!   `unsafe` code in this crate).
+//! - `cuda.rs` (feature `cuda`): `cudarc`'s `CudaSlice`, `CudaView` and
+//!   `CudaViewMut` as buffers, ordered after the work queued on their
+//!   stream; `cudarc` itself is re-exported as [`cudarc`].
 //! - `config.rs`: `gmpi.toml` and `GMPI_*` settings.
 //! - `error.rs`: [`Error`] and [`ErrorClass`] (the one place that maps lower
 //!   errors to MPI classes).
@@ -64,6 +67,8 @@ mod buffer;
 mod coll;
 mod comm;
 pub mod config;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod datatype;
 mod engine;
 mod error;
@@ -83,6 +88,11 @@ pub use buffer::View;
 pub use buffer::{Buffer, BufferMut, TypedBuf, TypedBufMut};
 pub use coll::reduce_local;
 pub use comm::{Attr, Communicator, Message};
+/// The `cudarc` gmpi is built with (feature `cuda`): allocate device buffers
+/// with it (`gmpi::cudarc::driver::CudaContext`) so that their types are the
+/// ones gmpi's [`Buffer`] impls name.
+#[cfg(feature = "cuda")]
+pub use cudarc;
 pub use datatype::{
     Datatype, DoubleInt, Equivalence, FloatInt, LongInt, Primitive, ShortInt, TwoInt,
 };
@@ -281,6 +291,9 @@ impl Universe {
             })?;
         }
         *g = engine::State::Finalized;
+        // The gpu layer outlives the engine (a static): give its pinned
+        // buffers back now.
+        engine::gpu().release_pinned();
         Ok(())
     }
 }

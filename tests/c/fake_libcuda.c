@@ -15,10 +15,19 @@
  * ranges, pinned host memory (memory type HOST), context queries, IPC
  * handles (opened as an alias of the same memory, reference counted) and
  * device facts. Kernels are not supported (CUDA_ERROR_NOT_SUPPORTED).
+ * IPC handles carry the pid of the process that made them and open only in
+ * that process (across processes the opener must fall back, as gmpi does to
+ * its staged protocol, instead of aliasing an unrelated allocation).
+ *
+ * And the calls `cudarc`'s safe API makes (CudaContext::new, streams,
+ * events, alloc_zeros, clone_htod/clone_dtoh, synchronize, drop): streams
+ * and events are handles checked on every use and counted (a leak is an
+ * ERROR); "async" copies and memsets run at once.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef unsigned long long CUdeviceptr;
 #define MAX_ALLOCS 4096
@@ -175,7 +184,8 @@ static struct {
     char *base;
     size_t size;
 } pinned[MAX_PINNED];
-static unsigned long n_pinned, n_pinned_free, n_ipc_open, n_ipc_close;
+static unsigned long n_pinned, n_pinned_free, n_ipc_open, n_ipc_close, n_ipc_foreign;
+static int valid_stream(void *s);
 
 /* The allocation holding p, or -1. */
 static int find(CUdeviceptr p) {
@@ -350,7 +360,13 @@ int cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 }
 
 int cuStreamSynchronize(void *stream) {
-    return ready() ? 0 : 3;
+    if (!ready())
+        return 3;
+    if (!valid_stream(stream)) {
+        error("cuStreamSynchronize of an unknown stream", (CUdeviceptr)stream, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    return 0;
 }
 
 int cuMemHostAlloc(void **p, size_t n, unsigned flags) {
@@ -381,7 +397,7 @@ int cuMemFreeHost(void *p) {
     return 1;
 }
 
-/* A handle is "FAKEIPC" + the allocation's index and buffer id. */
+/* A handle is "FAKEIPC" + the allocation's index, buffer id and the pid. */
 int cuIpcGetMemHandle(char *h, CUdeviceptr p) {
     int i = find(p);
     if (!ready() || i < 0 || (CUdeviceptr)allocs[i].base != p || allocs[i].managed)
@@ -390,6 +406,8 @@ int cuIpcGetMemHandle(char *h, CUdeviceptr p) {
     memcpy(h, "FAKEIPC", 8);
     memcpy(h + 8, &i, sizeof i);
     memcpy(h + 16, &allocs[i].id, sizeof allocs[i].id);
+    pid_t pid = getpid();
+    memcpy(h + 24, &pid, sizeof pid);
     return 0;
 }
 
@@ -401,7 +419,13 @@ int cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
     int i;
     unsigned long long id;
     memcpy(&i, h.reserved + 8, sizeof i);
+    pid_t pid;
     memcpy(&id, h.reserved + 16, sizeof id);
+    memcpy(&pid, h.reserved + 24, sizeof pid);
+    if (pid != getpid()) {
+        n_ipc_foreign++; /* another process's memory: not reachable here */
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     if (!ready() || memcmp(h.reserved, "FAKEIPC", 8) || i < 0 || i >= MAX_ALLOCS || !allocs[i].base ||
         allocs[i].id != id || flags != 1)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -420,6 +444,141 @@ int cuIpcCloseMemHandle(CUdeviceptr p) {
     allocs[i].ipc_opens--;
     n_ipc_close++;
     return 0;
+}
+
+/* ---- the calls of cudarc's safe API (streams, events, async copies) ---- */
+
+#define MAX_HANDLES 4096
+
+/* Streams and events are addresses of slots here; NULL is the legacy
+ * default stream and 0x1/0x2 the legacy and per-thread stream handles. */
+static char stream_slots[MAX_HANDLES], event_slots[MAX_HANDLES];
+static unsigned long n_stream, n_stream_free, n_event, n_event_free, n_event_record, n_wait, n_async;
+
+static int valid_stream(void *s) {
+    if (s == NULL || s == (void *)0x1 || s == (void *)0x2)
+        return 1;
+    char *c = s;
+    return c >= stream_slots && c < stream_slots + MAX_HANDLES && *c;
+}
+
+static int valid_event(void *e) {
+    char *c = e;
+    return c >= event_slots && c < event_slots + MAX_HANDLES && *c;
+}
+
+static int new_handle(char *slots, void **out) {
+    for (int i = 0; i < MAX_HANDLES; i++) {
+        if (!slots[i]) {
+            slots[i] = 1;
+            *out = &slots[i];
+            return 0;
+        }
+    }
+    return 2;
+}
+
+int cuStreamCreate(void **s, unsigned flags) {
+    if (!ready())
+        return 3;
+    int rc = new_handle(stream_slots, s);
+    n_stream += rc == 0;
+    return rc;
+}
+
+int cuStreamDestroy_v2(void *s) {
+    if (!ready() || s == NULL || !valid_stream(s) || s == (void *)0x1 || s == (void *)0x2) {
+        error("cuStreamDestroy of an unknown stream", (CUdeviceptr)s, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *(char *)s = 0;
+    n_stream_free++;
+    return 0;
+}
+
+int cuEventCreate(void **e, unsigned flags) {
+    if (!ready())
+        return 3;
+    int rc = new_handle(event_slots, e);
+    n_event += rc == 0;
+    return rc;
+}
+
+int cuEventDestroy_v2(void *e) {
+    if (!valid_event(e)) {
+        error("cuEventDestroy of an unknown event", (CUdeviceptr)e, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    *(char *)e = 0;
+    n_event_free++;
+    return 0;
+}
+
+int cuEventRecord(void *e, void *s) {
+    if (!ready() || !valid_event(e) || !valid_stream(s)) {
+        error("cuEventRecord with an unknown event or stream", (CUdeviceptr)e, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    n_event_record++;
+    return 0;
+}
+
+/* Everything runs at once here: every event has completed. */
+int cuEventQuery(void *e) {
+    if (!valid_event(e)) {
+        error("cuEventQuery of an unknown event", (CUdeviceptr)e, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    return 0;
+}
+
+int cuEventSynchronize(void *e) {
+    return cuEventQuery(e);
+}
+
+int cuStreamWaitEvent(void *s, void *e, unsigned flags) {
+    if (!ready() || !valid_stream(s) || !valid_event(e)) {
+        error("cuStreamWaitEvent with an unknown stream or event", (CUdeviceptr)e, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    n_wait++;
+    return 0;
+}
+
+int cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) {
+    if (!valid_stream(s)) {
+        error("cuMemsetD8Async on an unknown stream", dst, n);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    n_async++;
+    return cuMemsetD8_v2(dst, v, n);
+}
+
+int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+    if (!valid_stream(s)) {
+        error("cuMemcpyHtoDAsync on an unknown stream", dst, n);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    n_async++;
+    return cuMemcpyHtoD_v2(dst, src, n);
+}
+
+int cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
+    if (!valid_stream(s)) {
+        error("cuMemcpyDtoHAsync on an unknown stream", src, n);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    n_async++;
+    return cuMemcpyDtoH_v2(dst, src, n);
+}
+
+int cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
+    if (!valid_stream(s)) {
+        error("cuMemcpyDtoDAsync on an unknown stream", dst, n);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    n_async++;
+    return cuMemcpy(dst, src, n);
 }
 
 int cuModuleLoadData(void **m, const void *image) {
@@ -444,6 +603,14 @@ __attribute__((destructor)) static void report(void) {
         errors++, fprintf(stderr, "fake-cuda: ERROR %lu pinned allocations, %lu freed\n", n_pinned, n_pinned_free);
     if (n_ipc_open != n_ipc_close)
         errors++, fprintf(stderr, "fake-cuda: ERROR %lu IPC opens, %lu closed\n", n_ipc_open, n_ipc_close);
+    if (n_stream != n_stream_free)
+        errors++, fprintf(stderr, "fake-cuda: ERROR %lu streams, %lu destroyed\n", n_stream, n_stream_free);
+    if (n_event != n_event_free)
+        errors++, fprintf(stderr, "fake-cuda: ERROR %lu events, %lu destroyed\n", n_event, n_event_free);
+    if (n_stream || n_event || n_async || n_ipc_foreign)
+        fprintf(stderr,
+                "fake-cuda: streams %lu events %lu records %lu waits %lu async %lu foreign-ipc %lu\n",
+                n_stream, n_event, n_event_record, n_wait, n_async, n_ipc_foreign);
     fprintf(stderr, "fake-cuda: alloc %lu free %lu htod %lu dtoh %lu memset %lu errors %lu\n", n_alloc, n_free,
             n_htod, n_dtoh, n_memset, errors);
 }

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use gmpi_gpu::{ElemType, Gpu, MemKind, ReduceOp};
+use gmpi_gpu::{ElemType, Gpu, GpuError, MemKind, ReduceOp};
 use gmpi_pml::driver::{Driver, MemAccess};
 use gmpi_pml::{Buf, ReqId, SendMode};
 
@@ -408,8 +408,28 @@ impl Sched {
         read_mem(&self.mems[r.mem], r, f)
     }
 
-    /// Run `f` on the bytes of `src` (read) and `dst` (written).
-    fn read_write(&mut self, src: Region, dst: Region, f: impl FnOnce(&[u8], &mut [u8])) {
+    /// Run `f` on the bytes of `src` (read) and `dst` (written; read as
+    /// well when `inout`, as a reduction does).
+    fn read_write(
+        &mut self,
+        src: Region,
+        dst: Region,
+        inout: bool,
+        f: impl FnOnce(&[u8], &mut [u8]),
+    ) {
+        let dst_on_host = match &self.mems[dst.mem] {
+            Mem::User { kind, .. } => kind.is_host(),
+            Mem::Temp(_) => true,
+            Mem::Dev { .. } => false,
+        };
+        if inout && !dst_on_host {
+            // Device memory is written from a host buffer that starts out
+            // undefined (`write_mem`): start from a copy of its bytes.
+            let mut cur = self.read(dst, |d| d.to_vec());
+            self.read(src, |s| f(s, &mut cur));
+            write_mem(&mut self.mems[dst.mem], dst, |d| d.copy_from_slice(&cur));
+            return;
+        }
         if src.mem == dst.mem {
             // One memory: copy the source out to keep the borrows apart.
             let tmp = self.read(src, |s| s.to_vec());
@@ -471,20 +491,8 @@ impl Sched {
                     let red = self.red.clone().expect("a reducing schedule has an op");
                     let (lo, hi) = (*lo, *hi);
                     let kernel = device_op(&red.op, red.dt);
-                    match (self.on_device(lo, hi), kernel) {
-                        (Some((a, b)), Some((op, ty))) => {
-                            let n = lo.len / ty.size();
-                            if let Err(e) = self.gpu().reduce(op, ty, b, a, n) {
-                                let msg = format!("device reduction failed: {e}");
-                                self.fail(Error::new(
-                                    ErrorClass::Intern,
-                                    self.call,
-                                    self.me(),
-                                    msg,
-                                ));
-                            }
-                        }
-                        _ => self.read_write(lo, hi, |a, b| {
+                    let on_host = |s: &mut Self| {
+                        s.read_write(lo, hi, true, |a, b| {
                             crate::op::apply_datatype(
                                 &red.op,
                                 red.dt,
@@ -492,7 +500,37 @@ impl Sched {
                                 a,
                                 b,
                             )
-                        }),
+                        })
+                    };
+                    match (self.on_device(lo, hi), kernel) {
+                        (Some((a, b)), Some((op, ty))) => {
+                            let n = lo.len / ty.size();
+                            match self.gpu().reduce(op, ty, b, a, n) {
+                                Ok(()) => {}
+                                // No kernels in this process (no NVRTC, or
+                                // none for this op and type): reduce on the
+                                // CPU through staged copies, as for mixed
+                                // host/device operands.
+                                Err(GpuError::Unavailable(why) | GpuError::Unsupported(why)) => {
+                                    tracing::debug!(
+                                        target: "coll",
+                                        "{}: device reduction unavailable ({why}); reducing on the host",
+                                        self.call
+                                    );
+                                    on_host(self)
+                                }
+                                Err(e) => {
+                                    let msg = format!("device reduction failed: {e}");
+                                    self.fail(Error::new(
+                                        ErrorClass::Intern,
+                                        self.call,
+                                        self.me(),
+                                        msg,
+                                    ));
+                                }
+                            }
+                        }
+                        _ => on_host(self),
                     }
                     true
                 }
@@ -509,7 +547,7 @@ impl Sched {
                                 ));
                             }
                         }
-                        None => self.read_write(*src, *dst, |a, b| b.copy_from_slice(a)),
+                        None => self.read_write(*src, *dst, false, |a, b| b.copy_from_slice(a)),
                     }
                     true
                 }
