@@ -590,6 +590,7 @@ impl Pml {
             sreq: 0,
             btl: 0,
             msg_len: 0,
+            from_device: false,
         }));
         if let Some(u) = self.matching.take_unexpected(a.ctx, a.src, a.tag) {
             self.deliver(id, u, mem);
@@ -648,6 +649,7 @@ impl Pml {
             sreq: 0,
             btl: 0,
             msg_len: 0,
+            from_device: false,
         }));
         self.deliver(id, u, mem);
         Some(id)
@@ -1026,6 +1028,7 @@ impl Pml {
                 let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
                 let want = r.accept_rndv(&u);
                 r.state = RecvState::Pulling;
+                r.from_device = true;
                 let buf = r.buf;
                 if want == 0 {
                     self.handle_get_done(id.0);
@@ -1087,7 +1090,7 @@ impl Pml {
         r.state = RecvState::Streaming;
         r.got = 0;
         let (btl, peer, sreq, want) = (r.btl, r.peer, r.sreq, r.want);
-        tracing::debug!(target: LOG, "recv {want} B from rank {peer}: rndv/pipelined (CTS)");
+        tracing::debug!(target: LOG, "recv {want} B from rank {peer}: {} (CTS)", r.streamed_name());
         self.push_cts(btl, peer, sreq, id, want);
     }
 
@@ -1125,7 +1128,7 @@ impl Pml {
         if r.state != RecvState::Pulling {
             return;
         }
-        tracing::debug!(target: LOG, "get from rank {} failed ({why}); falling back to rndv/pipelined", r.peer);
+        tracing::debug!(target: LOG, "get from rank {} failed ({why}); falling back to {}", r.peer, r.streamed_name());
         self.start_streaming(id);
     }
 

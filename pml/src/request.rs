@@ -64,9 +64,23 @@ pub(crate) struct RecvReq {
     pub peer: Rank,
     pub sreq: u64,
     pub btl: BtlId,
+    /// The sender's data is device memory (a CUDA IPC rendezvous): a
+    /// fallback to streaming is staged on its side (`rndv/staged`).
+    pub from_device: bool,
 }
 
 impl RecvReq {
+    /// How the log names this receive's streamed rendezvous: `rndv/staged`
+    /// where device memory is staged through host buffers on either side,
+    /// `rndv/pipelined` for host memory.
+    pub fn streamed_name(&self) -> &'static str {
+        if self.from_device || !self.buf.kind.is_host() {
+            "rndv/staged"
+        } else {
+            "rndv/pipelined"
+        }
+    }
+
     /// Take on the rendezvous `u` matched to this receive: its status, the
     /// sender's identity, and how many bytes to move (the message, cut to
     /// the buffer). Returns that count; the caller sets the state.

@@ -101,7 +101,7 @@ fn cuda_slices_through_the_rust_api_np2_np4() {
             &[
                 "eager/cuda-copy",
                 "rndv/cuda-ipc",
-                "falling back to rndv/pipelined",
+                "falling back to rndv/staged",
             ],
         );
     }
