@@ -403,6 +403,22 @@ impl Gpu {
         }
     }
 
+    /// Frees what the layer keeps for reuse: the pooled pinned bounce
+    /// buffers and the peers' IPC mappings (and forgets the classification
+    /// and export caches). Called at `MPI_Finalize`, since the process-wide
+    /// layer is never dropped; later use simply allocates and maps again.
+    pub fn release(&self) {
+        lock(&self.bounce).clear();
+        if let Some(api) = &self.api {
+            let mut c = lock(&self.caches);
+            for (_, m) in c.mapped.drain() {
+                let _ = api.ipc_close(m.local);
+            }
+            c.exports.clear();
+            c.ranges.clear();
+        }
+    }
+
     fn need_api(&self) -> Result<&Arc<dyn CudaApi>, GpuError> {
         self.api
             .as_ref()
@@ -424,13 +440,6 @@ impl Gpu {
         if pool.len() < 8 {
             pool.push(b);
         }
-    }
-
-    /// Free the pooled pinned bounce buffers (at finalize: the layer is a
-    /// process-wide static that is never dropped, so they would otherwise
-    /// outlive gmpi). A later copy allocates again.
-    pub fn release_pinned(&self) {
-        lock(&self.bounce).clear();
     }
 
     /// Run `f` over a host copy of the `len` device (or managed) bytes at

@@ -290,10 +290,11 @@ impl Universe {
                 )
             })?;
         }
+        // The process-wide GPU layer outlives the engine: free its pinned
+        // buffers and IPC mappings now, while the application's CUDA context
+        // still exists.
+        e.gpu.release();
         *g = engine::State::Finalized;
-        // The gpu layer outlives the engine (a static): give its pinned
-        // buffers back now.
-        engine::gpu().release_pinned();
         Ok(())
     }
 }

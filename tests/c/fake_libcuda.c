@@ -23,10 +23,14 @@
  * events, alloc_zeros, clone_htod/clone_dtoh, synchronize, drop): streams
  * and events are handles checked on every use and counted (a leak is an
  * ERROR); "async" copies and memsets run at once.
+ * For tests/device it also has own contexts (cuCtxCreate_v2, the same fake
+ * context), streams and stream-ordered allocations (cuMemAllocAsync: not
+ * exportable by IPC, as pool memory on a real driver) and cuMemcpyDtoD_v2.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 typedef unsigned long long CUdeviceptr;
@@ -37,6 +41,7 @@ static struct {
     size_t size;
     unsigned long long id; /* buffer id, unique per allocation */
     int managed;
+    int pool; /* from cuMemAllocAsync: not exportable by legacy IPC */
     int ipc_opens;
 } allocs[MAX_ALLOCS];
 static unsigned long long next_id = 1;
@@ -108,6 +113,7 @@ static int alloc(CUdeviceptr *p, size_t n, int managed) {
             allocs[i].size = n;
             allocs[i].id = next_id++;
             allocs[i].managed = managed;
+            allocs[i].pool = 0;
             allocs[i].ipc_opens = 0;
             *p = (CUdeviceptr)allocs[i].base;
             n_alloc++;
@@ -305,7 +311,7 @@ static int attr(void *data, int a, CUdeviceptr p) {
         *(int *)data = 0;
         return 0;
     case ATTR_IPC_CAPABLE:
-        *(unsigned char *)data = i >= 0 && !allocs[i].managed;
+        *(unsigned char *)data = i >= 0 && !allocs[i].managed && !allocs[i].pool;
         return 0;
     case ATTR_RANGE_START:
         *(CUdeviceptr *)data = i >= 0 ? (CUdeviceptr)allocs[i].base : h >= 0 ? (CUdeviceptr)pinned[h].base : 0;
@@ -400,7 +406,7 @@ int cuMemFreeHost(void *p) {
 /* A handle is "FAKEIPC" + the allocation's index, buffer id and the pid. */
 int cuIpcGetMemHandle(char *h, CUdeviceptr p) {
     int i = find(p);
-    if (!ready() || i < 0 || (CUdeviceptr)allocs[i].base != p || allocs[i].managed)
+    if (!ready() || i < 0 || (CUdeviceptr)allocs[i].base != p || allocs[i].managed || allocs[i].pool)
         return CUDA_ERROR_INVALID_VALUE;
     memset(h, 0, 64);
     memcpy(h, "FAKEIPC", 8);
@@ -581,6 +587,53 @@ int cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
     return cuMemcpy(dst, src, n);
 }
 
+/* ---- the calls of tests/device (own contexts, stream-ordered memory) ---- */
+
+static unsigned long n_ctx_create, n_ctx_destroy;
+
+/* An own context is the same fake context, made current. */
+int cuCtxCreate_v2(void **ctx, unsigned flags, int dev) {
+    if (!initialized || dev != 0)
+        return !initialized ? 3 : 101;
+    *ctx = (void *)&ctx_current;
+    ctx_current = 1;
+    n_ctx_create++;
+    return 0;
+}
+
+int cuCtxDestroy_v2(void *ctx) {
+    if (ctx != (void *)&ctx_current || n_ctx_destroy >= n_ctx_create) {
+        error("cuCtxDestroy of a context not created", (CUdeviceptr)ctx, 0);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n_ctx_destroy++;
+    ctx_current = 0;
+    return 0;
+}
+
+int cuMemAllocAsync(CUdeviceptr *p, size_t n, void *stream) {
+    if (!valid_stream(stream)) {
+        error("cuMemAllocAsync on an unknown stream", 0, n);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    int rc = alloc(p, n, 0);
+    if (rc == 0)
+        allocs[find(*p)].pool = 1;
+    return rc;
+}
+
+int cuMemFreeAsync(CUdeviceptr p, void *stream) {
+    if (!valid_stream(stream)) {
+        error("cuMemFreeAsync on an unknown stream", p, 0);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    return cuMemFree_v2(p);
+}
+
+int cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    return cuMemcpy(dst, src, n);
+}
+
 int cuModuleLoadData(void **m, const void *image) {
     return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -601,6 +654,8 @@ __attribute__((destructor)) static void report(void) {
         errors++, fprintf(stderr, "fake-cuda: ERROR %lu allocations, %lu freed\n", n_alloc, n_free);
     if (n_pinned != n_pinned_free)
         errors++, fprintf(stderr, "fake-cuda: ERROR %lu pinned allocations, %lu freed\n", n_pinned, n_pinned_free);
+    if (n_ctx_create != n_ctx_destroy)
+        errors++, fprintf(stderr, "fake-cuda: ERROR %lu contexts created, %lu destroyed\n", n_ctx_create, n_ctx_destroy);
     if (n_ipc_open != n_ipc_close)
         errors++, fprintf(stderr, "fake-cuda: ERROR %lu IPC opens, %lu closed\n", n_ipc_open, n_ipc_close);
     if (n_stream != n_stream_free)

@@ -408,28 +408,21 @@ impl Sched {
         read_mem(&self.mems[r.mem], r, f)
     }
 
-    /// Run `f` on the bytes of `src` (read) and `dst` (written; read as
-    /// well when `inout`, as a reduction does).
-    fn read_write(
-        &mut self,
-        src: Region,
-        dst: Region,
-        inout: bool,
-        f: impl FnOnce(&[u8], &mut [u8]),
-    ) {
-        let dst_on_host = match &self.mems[dst.mem] {
-            Mem::User { kind, .. } => kind.is_host(),
-            Mem::Temp(_) => true,
-            Mem::Dev { .. } => false,
-        };
-        if inout && !dst_on_host {
-            // Device memory is written from a host buffer that starts out
-            // undefined (`write_mem`): start from a copy of its bytes.
-            let mut cur = self.read(dst, |d| d.to_vec());
-            self.read(src, |s| f(s, &mut cur));
-            write_mem(&mut self.mems[dst.mem], dst, |d| d.copy_from_slice(&cur));
-            return;
+    /// Run `f` on the bytes of `src` (read) and `dst` (read and written: a
+    /// reduction's inout). Device memory is written through a write-only
+    /// staging buffer, so there its current bytes are read in first.
+    fn reduce_into(&mut self, src: Region, dst: Region, f: impl FnOnce(&[u8], &mut [u8])) {
+        if self.mems[dst.mem].kind().is_host() {
+            return self.read_write(src, dst, f);
         }
+        let mut acc = self.read(dst, |d| d.to_vec());
+        self.read(src, |s| f(s, &mut acc));
+        write_mem(&mut self.mems[dst.mem], dst, |d| d.copy_from_slice(&acc));
+    }
+
+    /// Run `f` on the bytes of `src` (read) and `dst` (written; its previous
+    /// contents are not given where it is device memory).
+    fn read_write(&mut self, src: Region, dst: Region, f: impl FnOnce(&[u8], &mut [u8])) {
         if src.mem == dst.mem {
             // One memory: copy the source out to keep the borrows apart.
             let tmp = self.read(src, |s| s.to_vec());
@@ -491,33 +484,17 @@ impl Sched {
                     let red = self.red.clone().expect("a reducing schedule has an op");
                     let (lo, hi) = (*lo, *hi);
                     let kernel = device_op(&red.op, red.dt);
-                    let on_host = |s: &mut Self| {
-                        s.read_write(lo, hi, true, |a, b| {
-                            crate::op::apply_datatype(
-                                &red.op,
-                                red.dt,
-                                a.len() / red.unit.max(1),
-                                a,
-                                b,
-                            )
-                        })
-                    };
-                    match (self.on_device(lo, hi), kernel) {
+                    let on_gpu = match (self.on_device(lo, hi), kernel) {
                         (Some((a, b)), Some((op, ty))) => {
                             let n = lo.len / ty.size();
                             match self.gpu().reduce(op, ty, b, a, n) {
-                                Ok(()) => {}
-                                // No kernels in this process (no NVRTC, or
-                                // none for this op and type): reduce on the
-                                // CPU through staged copies, as for mixed
-                                // host/device operands.
-                                Err(GpuError::Unavailable(why) | GpuError::Unsupported(why)) => {
-                                    tracing::debug!(
-                                        target: "coll",
-                                        "{}: device reduction unavailable ({why}); reducing on the host",
-                                        self.call
-                                    );
-                                    on_host(self)
+                                Ok(()) => true,
+                                // No kernels here (no NVRTC, or a driver that
+                                // cannot load them): reduce on the CPU through
+                                // staged copies, as for other ops.
+                                Err(e @ (GpuError::Unavailable(_) | GpuError::Unsupported(_))) => {
+                                    host_reduce_fallback(&e);
+                                    false
                                 }
                                 Err(e) => {
                                     let msg = format!("device reduction failed: {e}");
@@ -527,10 +504,22 @@ impl Sched {
                                         self.me(),
                                         msg,
                                     ));
+                                    true
                                 }
                             }
                         }
-                        _ => on_host(self),
+                        _ => false,
+                    };
+                    if !on_gpu {
+                        self.reduce_into(lo, hi, |a, b| {
+                            crate::op::apply_datatype(
+                                &red.op,
+                                red.dt,
+                                a.len() / red.unit.max(1),
+                                a,
+                                b,
+                            )
+                        });
                     }
                     true
                 }
@@ -547,7 +536,7 @@ impl Sched {
                                 ));
                             }
                         }
-                        None => self.read_write(*src, *dst, false, |a, b| b.copy_from_slice(a)),
+                        None => self.read_write(*src, *dst, |a, b| b.copy_from_slice(a)),
                     }
                     true
                 }
@@ -719,8 +708,16 @@ impl Drop for Sched {
 /// A staged device access failed: the collective's data is lost and the job
 /// cannot go on (as for the pml's device copies).
 #[cold]
-fn staging_failed(e: gmpi_gpu::GpuError) -> ! {
+fn staging_failed(e: GpuError) -> ! {
     panic!("gmpi: staging a collective's device buffer failed: {e}")
+}
+
+/// Says once per process that device reductions run on the CPU, and why.
+fn host_reduce_fallback(e: &GpuError) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(target: "coll", "no device reduction kernels ({e}); reducing device buffers on the CPU through staged copies");
+    });
 }
 
 fn read_mem<R>(m: &Mem, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {

@@ -1,0 +1,236 @@
+/*
+ * tests/device: test cases shared by several programs (ring exchange,
+ * allreduce against a host reference). Include after dt.h.
+ */
+#ifndef DT_CASES_H
+#define DT_CASES_H
+
+#include "dt.h"
+
+#define DT_GUARD 64   /* bytes after each receive buffer that must stay untouched */
+#define DT_GUARD_BYTE 0xa5
+
+/* One ring exchange: every rank sends `size` bytes of kind `sk` to rank+1 and
+ * receives into kind `rk` from rank-1 (blocking: even ranks send first, odd
+ * ranks receive first, MPI_Sendrecv when the world is odd; non-blocking:
+ * Irecv + Isend + Waitall). Checks every byte, the received count and a guard
+ * after the receive buffer. Returns the local error count. */
+static size_t dt_ring(size_t size, char sk, char rk, int nonblocking, uint32_t seed) {
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int to = (r + 1) % n, from = (r + n - 1) % n;
+    char *s = dt_alloc(size, sk);
+    char *d = dt_alloc(size + DT_GUARD, rk);
+    dt_fill(s, size, sk, seed + (uint32_t)r);
+    dt_memset(d, DT_GUARD_BYTE, size + DT_GUARD, rk);
+    if (size > (size_t)INT32_MAX)
+        dt_die("size too large");
+    int cnt = (int)size;
+    MPI_Status st;
+    if (nonblocking) {
+        MPI_Request q[2];
+        MPI_Status sts[2];
+        MPI_Irecv(d, cnt, MPI_BYTE, from, 7, MPI_COMM_WORLD, &q[0]);
+        MPI_Isend(s, cnt, MPI_BYTE, to, 7, MPI_COMM_WORLD, &q[1]);
+        MPI_Waitall(2, q, sts);
+        st = sts[0];
+    } else if (n % 2) {
+        MPI_Sendrecv(s, cnt, MPI_BYTE, to, 7, d, cnt, MPI_BYTE, from, 7, MPI_COMM_WORLD, &st);
+    } else if (r % 2 == 0) {
+        MPI_Send(s, cnt, MPI_BYTE, to, 7, MPI_COMM_WORLD);
+        MPI_Recv(d, cnt, MPI_BYTE, from, 7, MPI_COMM_WORLD, &st);
+    } else {
+        MPI_Recv(d, cnt, MPI_BYTE, from, 7, MPI_COMM_WORLD, &st);
+        MPI_Send(s, cnt, MPI_BYTE, to, 7, MPI_COMM_WORLD);
+    }
+    size_t bad = 0;
+    int got = -1;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    if (got != cnt || st.MPI_SOURCE != from || st.MPI_TAG != 7) {
+        fprintf(stderr, "%s: rank %d: status count %d source %d tag %d, expected %d %d 7\n", dt_prog, r, got,
+                st.MPI_SOURCE, st.MPI_TAG, cnt, from);
+        bad++;
+    }
+    bad += dt_check(d, size, rk, seed + (uint32_t)from, "received data");
+    /* the guard: read back separately (dt_check used the scratch buffer) */
+    unsigned char g[DT_GUARD];
+    dt_get(g, d + size, DT_GUARD, rk);
+    bad += dt_check_value(g, DT_GUARD, 'H', DT_GUARD_BYTE, "guard after the receive buffer");
+    /* the send buffer must be unchanged */
+    bad += dt_check(s, size, sk, seed + (uint32_t)r, "send buffer after the send");
+    dt_free(s, sk);
+    dt_free(d, rk);
+    return bad;
+}
+
+/* ---- typed reductions ----------------------------------------------------- */
+
+enum dt_type { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_NTYPES };
+enum dt_op { O_SUM, O_PROD, O_MIN, O_MAX, O_LAND, O_LOR, O_LXOR, O_BAND, O_BOR, O_BXOR, O_NOPS };
+
+static const char *dt_type_names[] = {"int", "long", "float", "double"};
+static const char *dt_op_names[] = {"sum", "prod", "min", "max", "land", "lor", "lxor", "band", "bor", "bxor"};
+static const size_t dt_type_sizes[] = {sizeof(int), sizeof(long), sizeof(float), sizeof(double)};
+
+static MPI_Datatype dt_mpi_type(int t) {
+    return t == T_INT ? MPI_INT : t == T_LONG ? MPI_LONG : t == T_FLOAT ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+static MPI_Op dt_mpi_op(int o) {
+    static MPI_Op ops[O_NOPS];
+    ops[O_SUM] = MPI_SUM, ops[O_PROD] = MPI_PROD, ops[O_MIN] = MPI_MIN, ops[O_MAX] = MPI_MAX;
+    ops[O_LAND] = MPI_LAND, ops[O_LOR] = MPI_LOR, ops[O_LXOR] = MPI_LXOR;
+    ops[O_BAND] = MPI_BAND, ops[O_BOR] = MPI_BOR, ops[O_BXOR] = MPI_BXOR;
+    return ops[o];
+}
+
+/* Whether MPI defines op on type (logical and bitwise ops: integers only). */
+static int dt_op_valid(int o, int t) {
+    return o <= O_MAX || t == T_INT || t == T_LONG;
+}
+
+/* The contribution of `rank` at element i, an integer value exact in every type. */
+static long long dt_value(int o, int rank, size_t i, uint32_t seed) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)rank * 40503u ^ seed * 97u;
+    h ^= h >> 13;
+    switch (o) {
+    case O_SUM:
+        return (long long)(h % 2001) - 1000;
+    case O_PROD:
+        return (h % 5 == 0 ? -1 : 1) * (long long)(1 + h % 2);
+    case O_MIN:
+    case O_MAX:
+        return (long long)(h % 100001) - 50000;
+    case O_LAND:
+    case O_LOR:
+    case O_LXOR:
+        return (h % 4) != 0 ? (long long)(h % 3) : 0; /* mostly true, some false */
+    default:
+        return (long long)(h & 0xffffff);
+    }
+}
+
+static long long dt_combine(int o, long long a, long long b) {
+    switch (o) {
+    case O_SUM:
+        return a + b;
+    case O_PROD:
+        return a * b;
+    case O_MIN:
+        return a < b ? a : b;
+    case O_MAX:
+        return a > b ? a : b;
+    case O_LAND:
+        return a && b;
+    case O_LOR:
+        return a || b;
+    case O_LXOR:
+        return !a != !b;
+    case O_BAND:
+        return a & b;
+    case O_BOR:
+        return a | b;
+    default:
+        return a ^ b;
+    }
+}
+
+/* Writes v as element i of a typed array. */
+static void dt_store(void *p, int t, size_t i, long long v) {
+    switch (t) {
+    case T_INT:
+        ((int *)p)[i] = (int)v;
+        break;
+    case T_LONG:
+        ((long *)p)[i] = (long)v;
+        break;
+    case T_FLOAT:
+        ((float *)p)[i] = (float)v;
+        break;
+    default:
+        ((double *)p)[i] = (double)v;
+    }
+}
+
+/* Fills a host array with rank's contributions. */
+static void dt_fill_values(void *p, int t, int o, int rank, size_t count, uint32_t seed) {
+    for (size_t i = 0; i < count; i++)
+        dt_store(p, t, i, dt_value(o, rank, i, seed));
+}
+
+/* The reduction over ranks [0, upto] of element i. Logical ops give 0/1. */
+static long long dt_reference(int o, int upto, size_t i, uint32_t seed) {
+    long long acc = dt_value(o, 0, i, seed);
+    if (o >= O_LAND && o <= O_LXOR)
+        acc = acc != 0;
+    for (int r = 1; r <= upto; r++)
+        acc = dt_combine(o, acc, dt_value(o, r, i, seed));
+    return acc;
+}
+
+/* Elements of a received host array differing from the reference of ranks
+ * [0, upto] (starting at element `first` of the full vector). */
+static size_t dt_check_values(const void *p, int t, int o, int upto, size_t first, size_t count, uint32_t seed,
+                              const char *what) {
+    size_t bad = 0;
+    unsigned char want[sizeof(double)];
+    for (size_t i = 0; i < count; i++) {
+        dt_store(want, t, 0, dt_reference(o, upto, first + i, seed));
+        const unsigned char *got = (const unsigned char *)p + i * dt_type_sizes[t];
+        if (memcmp(got, want, dt_type_sizes[t])) {
+            if (!bad) {
+                double g = t == T_INT ? *(const int *)(const void *)got
+                           : t == T_LONG ? (double)*(const long *)(const void *)got
+                           : t == T_FLOAT ? *(const float *)(const void *)got
+                                          : *(const double *)(const void *)got;
+                fprintf(stderr, "%s: rank %d: %s: element %zu of %zu is %g, expected %lld\n", dt_prog, dt_rank(),
+                        what, i, count, g, dt_reference(o, upto, first + i, seed));
+            }
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* MPI_Allreduce (or with `nonblocking` MPI_Iallreduce + MPI_Wait; with
+ * `in_place` MPI_IN_PLACE) of `count` elements in memory of kind `k`, checked
+ * against the host reference. Returns the local error count. */
+static size_t dt_allreduce(int t, int o, size_t count, char k, int nonblocking, int in_place, uint32_t seed) {
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    size_t bytes = count * dt_type_sizes[t];
+    unsigned char *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        dt_die("out of host memory");
+    dt_fill_values(h, t, o, r, count, seed);
+    void *s = dt_alloc(bytes, k);
+    void *d = in_place ? s : dt_alloc(bytes + DT_GUARD, k);
+    dt_put(s, h, bytes, k);
+    if (!in_place)
+        dt_memset(d, DT_GUARD_BYTE, bytes + DT_GUARD, k);
+    const void *sb = in_place ? MPI_IN_PLACE : s;
+    if (nonblocking) {
+        MPI_Request q;
+        MPI_Iallreduce(sb, d, (int)count, dt_mpi_type(t), dt_mpi_op(o), MPI_COMM_WORLD, &q);
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Allreduce(sb, d, (int)count, dt_mpi_type(t), dt_mpi_op(o), MPI_COMM_WORLD);
+    }
+    dt_get(h, d, bytes, k);
+    char what[128];
+    snprintf(what, sizeof what, "allreduce %s %s", dt_op_names[o], dt_type_names[t]);
+    size_t bad = dt_check_values(h, t, o, n - 1, 0, count, seed, what);
+    if (!in_place) {
+        unsigned char g[DT_GUARD];
+        dt_get(g, (char *)d + bytes, DT_GUARD, k);
+        bad += dt_check_value(g, DT_GUARD, 'H', DT_GUARD_BYTE, "guard after the result");
+        dt_free(d, k);
+    }
+    dt_free(s, k);
+    free(h);
+    return bad;
+}
+
+#endif
