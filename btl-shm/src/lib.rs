@@ -62,6 +62,11 @@
 //!   reported once as [`Event::PeerFailed`] and never read again; sends to that
 //!   peer then fail with [`BtlError::PeerFailed`]; see [`ShmBtl::fault`].
 //! - A dead peer process is not detected here (the launcher ends the job).
+//! - [`Btl::waker`] (with a segment): a `wake` from any thread of this
+//!   process sets a local flag and rings our own doorbell, so a rank with
+//!   tcp peers too sleeps here while btl-tcp watches its sockets. Alone on
+//!   the node, the btl has no waker and [`Btl::watch`] is trivial (nothing
+//!   can arrive).
 //!
 //! # Memory per rank
 //! Each ring has `ring_bytes` of data plus two 64-byte control lines; each
@@ -92,11 +97,11 @@ mod segment;
 pub use coll::{CollConfig, ShmColl};
 
 use std::path::Path;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gmpi_btl::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit, Wake};
 
 use crate::coop::{Coop, CoopCfg, Request, Start};
 use crate::layout::Layout;
@@ -191,6 +196,9 @@ struct Node {
     /// Failures not yet reported by progress.
     unreported: Vec<Rank>,
     fault: Option<String>,
+    /// Set by our [`ShmWake`] (another btl's helper thread) before it rings
+    /// our doorbell; cleared when a wait ends.
+    woken: Arc<AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -673,6 +681,7 @@ impl Node {
             coop,
             unreported: Vec::new(),
             fault: None,
+            woken: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -711,6 +720,33 @@ fn ring_doorbell(map: &Mapping, layout: &Layout, r: usize) {
         let bell = map.u32_at(c + layout::CTRL_DOORBELL);
         bell.fetch_add(1, Ordering::Release);
         segment::futex_wake(bell);
+    }
+}
+
+/// Wakes this rank from its [`Btl::wait`] on behalf of another btl (see
+/// [`Btl::waker`]): the same handshake as a peer's [`ring_doorbell`], with
+/// the local `woken` flag standing for the published record.
+#[derive(Debug)]
+struct ShmWake {
+    map: Arc<Mapping>,
+    /// Offset of our control block.
+    ctrl: usize,
+    woken: Arc<AtomicBool>,
+}
+
+impl Wake for ShmWake {
+    fn wake(&self) {
+        self.woken.store(true, Ordering::SeqCst);
+        if self
+            .map
+            .u32_at(self.ctrl + layout::CTRL_SLEEPING)
+            .load(Ordering::SeqCst)
+            != 0
+        {
+            let bell = self.map.u32_at(self.ctrl + layout::CTRL_DOORBELL);
+            bell.fetch_add(1, Ordering::Release);
+            segment::futex_wake(bell);
+        }
     }
 }
 
@@ -855,7 +891,10 @@ impl Btl for ShmBtl {
     /// SeqCst (the flag set by us, then fenced, before our last look at
     /// head), and rings our
     /// doorbell. The futex is shared (not `FUTEX_PRIVATE_FLAG`): the word is
-    /// in a `MAP_SHARED` mapping and the waker is another process.
+    /// in a `MAP_SHARED` mapping and the waker is another process. Our own
+    /// [`ShmWake`] (another btl's watcher thread) follows the sender's side
+    /// with its `woken` flag for the record, and we check that flag with the
+    /// rings after loading `seen`.
     fn wait(&mut self, timeout: Duration) {
         let Some(node) = self.node.as_mut() else {
             // Alone on the node: nothing can arrive through this btl.
@@ -877,10 +916,36 @@ impl Btl for ShmBtl {
         node.tx.iter().flatten().for_each(TxRing::arm);
         fence(Ordering::SeqCst);
         let seen = bell.load(Ordering::Acquire);
-        if !node.ready() {
+        if !node.ready() && !node.woken.load(Ordering::SeqCst) {
             segment::futex_wait(bell, seen, timeout);
         }
         sleeping.store(0, Ordering::Relaxed);
+        // A wake that lands after this store only makes the next wait
+        // return at once (spurious, allowed).
+        node.woken.store(false, Ordering::Relaxed);
+    }
+
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        let node = self.node.as_ref()?;
+        Some(Arc::new(ShmWake {
+            map: Arc::clone(&node.map),
+            ctrl: self.layout.rank_ctrl(self.local_rank),
+            woken: Arc::clone(&node.woken),
+        }))
+    }
+
+    /// Alone on the node nothing can arrive, so watching is trivial; with a
+    /// segment the rank sleeps here instead (no fd to watch a futex with).
+    fn can_watch(&self) -> bool {
+        self.node.is_none()
+    }
+
+    fn watch(&mut self, _wake: &Arc<dyn Wake>, timeout: Duration) -> Duration {
+        if self.node.is_none() {
+            timeout
+        } else {
+            Duration::ZERO
+        }
     }
 }
 
@@ -917,6 +982,13 @@ mod tests {
         assert_eq!(btl.send(0, &[b"x"], 0), Err(BtlError::Unreachable(0)));
         assert_eq!(btl.progress(&mut |_| {}), 0);
         assert!(!Path::new("/dev/shm/gmpi-unit-alone-never-created").exists());
+        // Nothing arrives: no waker, and watching is trivial.
+        assert!(btl.waker().is_none() && btl.can_watch());
+        let w: Arc<dyn Wake> = Arc::new(NoWake);
+        assert_eq!(
+            btl.watch(&w, Duration::from_secs(3)),
+            Duration::from_secs(3)
+        );
     }
 
     #[test]
@@ -1003,6 +1075,37 @@ mod tests {
         let (a, b) = (it.next().unwrap(), it.next().unwrap());
         let f = file.lock().unwrap().take().unwrap();
         (a, b, f)
+    }
+
+    struct NoWake;
+    impl Wake for NoWake {
+        fn wake(&self) {}
+    }
+
+    /// The waker ends a wait in progress from another thread (well before a
+    /// long timeout), and a wake that comes first makes the next wait
+    /// return at once; the rank with a segment sleeps rather than watches.
+    #[test]
+    fn waker_interrupts_wait() {
+        const LONG: Duration = Duration::from_secs(20);
+        let (mut a, _b, _f) = pair_with_file(&ShmConfig::default());
+        assert!(!a.can_watch());
+        let w = a.waker().expect("a rank with a segment has a waker");
+        for _ in 0..3 {
+            let w2 = Arc::clone(&w);
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                w2.wake();
+            });
+            let start = std::time::Instant::now();
+            a.wait(LONG);
+            assert!(start.elapsed() < LONG, "the wake was lost");
+            t.join().unwrap();
+        }
+        w.wake();
+        let start = std::time::Instant::now();
+        a.wait(LONG);
+        assert!(start.elapsed() < LONG, "a wake before the wait was lost");
     }
 
     fn events(b: &mut ShmBtl) -> Vec<String> {

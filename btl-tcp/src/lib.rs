@@ -17,6 +17,8 @@
 //! - `wire.rs`: handshake messages and frame headers (pure; fuzzed).
 //! - `auth.rs`: the job [`Secret`] and the HMAC-SHA256 proofs.
 //! - `addr.rs`: interface selection, cards, the order addresses are tried in.
+//! - `watch.rs`: the helper thread that watches the sockets while the rank
+//!   sleeps in another btl ([`Btl::watch`]).
 //! - `tests/pairs.rs`: several `TcpBtl`s on threads of one process over
 //!   127.0.0.1; `tests/hostile.rs`: raw sockets that lie, stall or send garbage;
 //!   `examples/tcp_progress.rs`: idle `progress` cost and a btl-level ping-pong.
@@ -57,7 +59,15 @@
 //!   four connections, usually one non-blocking read per connection (a
 //!   message is then found with one system call instead of two).
 //! - [`Btl::wait`] blocks in `epoll_wait` (bounded by the timeout and by the
-//!   nearest handshake deadline).
+//!   nearest handshake deadline); [`Btl::waker`] interrupts it (a
+//!   `mio::Waker`, an eventfd in the epoll set).
+//! - [`Btl::watch`] (the rank sleeps in another btl, shm): arms a helper
+//!   thread (`watch.rs`, started on first use, joined at shutdown; arming
+//!   is a store, no system call) that calls the sleeper's wake on the next
+//!   socket readiness — data, new connections, writability, hang-ups, so
+//!   failures too — then drains the epoll without blocking and answers zero
+//!   if anything is to be done. The sleep is bounded by the nearest
+//!   handshake deadline as in `wait`.
 //! - A malformed frame from an authenticated peer, an end of stream or reset
 //!   without a preceding `GOODBYE`, a write error, or a failed connect (every
 //!   address of the card tried) is reported once as [`Event::PeerFailed`];
@@ -75,15 +85,18 @@
 pub mod addr;
 pub mod auth;
 mod conn;
+mod watch;
 pub mod wire;
 
 pub use auth::Secret;
 
 use std::io;
 use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gmpi_btl::{Btl, BtlError, Capabilities, Event, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, Rank, Submit, Wake};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
@@ -112,6 +125,12 @@ const COPY_LIMIT: usize = 32 << 10;
 
 /// Tokens at and above this one are listening sockets.
 const LISTEN_BASE: usize = usize::MAX / 2;
+/// The token of [`Btl::waker`]'s eventfd (no connection slot reaches it).
+const WAKE_TOKEN: usize = LISTEN_BASE - 1;
+/// Longest sleep while watching for another btl when the watcher thread
+/// could not be started or has stopped (the rank then polls, as before
+/// cross-transport wake-ups).
+const UNWATCHED_SLEEP: Duration = Duration::from_millis(1);
 
 /// Configuration of the tcp transport. Every rank of a job must use the same
 /// secret and job id (the handshake fails otherwise) and the same
@@ -221,6 +240,10 @@ pub struct TcpBtl {
     warned_full: bool,
     /// Progress passes so far (see [`TcpBtl::progress`]'s direct reads).
     passes: u32,
+    /// The helper thread of [`Btl::watch`] (started on first use).
+    watcher: Option<watch::Watcher>,
+    /// Starting it failed (warned once; watching then caps the sleep).
+    watch_failed: bool,
 }
 
 fn os(msg: impl Into<String>) -> BtlError {
@@ -316,6 +339,8 @@ impl TcpBtl {
             closed: false,
             warned_full: false,
             passes: 0,
+            watcher: None,
+            watch_failed: false,
             cfg,
         })
     }
@@ -1043,6 +1068,8 @@ impl TcpBtl {
         if self.closed {
             return;
         }
+        // Join the watcher first: it polls our epoll descriptor.
+        self.watcher = None;
         let start = Instant::now();
         let deadline = start + self.cfg.linger;
         let mut discard = |_: Event<'_>| {};
@@ -1245,6 +1272,77 @@ impl Btl for TcpBtl {
             None => timeout,
         };
         self.poll_os(t);
+    }
+
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        match mio::Waker::new(self.poll.registry(), Token(WAKE_TOKEN)) {
+            Ok(w) => Some(Arc::new(TcpWake(w))),
+            Err(e) => {
+                tracing::warn!(target: LOG, "tcp: no waker (eventfd): {e}");
+                None
+            }
+        }
+    }
+
+    fn can_watch(&self) -> bool {
+        true
+    }
+
+    fn watch(&mut self, wake: &Arc<dyn Wake>, timeout: Duration) -> Duration {
+        if self.closed {
+            return timeout;
+        }
+        if timeout.is_zero() {
+            return Duration::ZERO;
+        }
+        if self.watcher.is_none() && !self.watch_failed {
+            let w = self
+                .poll
+                .registry()
+                .as_fd()
+                .try_clone_to_owned()
+                .and_then(watch::Watcher::start);
+            match w {
+                Ok(w) => self.watcher = Some(w),
+                Err(e) => {
+                    tracing::warn!(target: LOG, "tcp: cannot start the watcher thread: {e}; sleeping at most {UNWATCHED_SLEEP:?} at a time");
+                    self.watch_failed = true;
+                }
+            }
+        }
+        // Arm first, then take every edge so far: readiness after the drain
+        // is an edge the armed watcher sees (see watch.rs).
+        let armed = self.watcher.as_mut().is_some_and(|w| w.arm(wake));
+        self.poll_os(Duration::ZERO);
+        if !self.active.is_empty() || !self.unreported.is_empty() {
+            return Duration::ZERO;
+        }
+        let t = match self.next_deadline() {
+            Some(d) => timeout.min(d.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
+        if armed {
+            t
+        } else {
+            t.min(UNWATCHED_SLEEP)
+        }
+    }
+
+    fn unwatch(&mut self) {
+        if let Some(w) = self.watcher.as_mut() {
+            w.disarm();
+        }
+    }
+}
+
+/// [`Btl::waker`]: the eventfd in our epoll set.
+struct TcpWake(mio::Waker);
+
+impl Wake for TcpWake {
+    fn wake(&self) {
+        if let Err(e) = self.0.wake() {
+            tracing::warn!(target: LOG, "tcp: waking the epoll failed: {e}");
+        }
     }
 }
 

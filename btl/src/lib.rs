@@ -38,12 +38,21 @@
 //! - [`Btl::wait`] blocks until an event may be ready or the timeout passes,
 //!   and returns at once if one is already pending: idle ranks sleep instead of
 //!   spinning.
+//! - Sleeping across transports: a rank reached through several btls sleeps
+//!   in one of them (the *sleeper*, whose [`Btl::waker`] interrupts its
+//!   `wait` from any thread) while each other btl *watches* for it
+//!   ([`Btl::watch`] … [`Btl::unwatch`]): it calls the sleeper's [`Wake`] as
+//!   soon as it may have an event (btl-tcp: a helper thread blocked in
+//!   `poll` on its epoll descriptor; a btl where nothing arrives from
+//!   outside, such as `self`, has nothing to do). The driver picks the
+//!   sleeper; a btl need not know which others exist.
 
 #![forbid(unsafe_code)]
 
 pub mod loopback;
 pub mod sim;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A rank in the job (`MPI_COMM_WORLD` numbering).
@@ -185,6 +194,14 @@ pub enum BtlError {
     Os(String),
 }
 
+/// Interrupts a rank's sleep in a btl's [`Btl::wait`], from any thread
+/// (see [`Btl::waker`]).
+pub trait Wake: Send + Sync {
+    /// Make a `wait` in progress return soon, or the next one return at
+    /// once. Cheap enough to call spuriously; never blocks.
+    fn wake(&self);
+}
+
 /// A transport. See the crate documentation for the contract.
 pub trait Btl: Send {
     /// What this btl can do.
@@ -239,4 +256,36 @@ pub trait Btl: Send {
     /// Block until an event may be ready or `timeout` passes; return at once if
     /// one is pending. Spurious wake-ups are allowed.
     fn wait(&mut self, timeout: Duration);
+
+    /// A handle whose [`Wake::wake`], called from any thread, makes this
+    /// btl's [`Btl::wait`] in progress return (or the next one return at
+    /// once). `None` (the default): its wait cannot be interrupted, so a rank
+    /// with several btls cannot sleep in it while others watch. Called at
+    /// most once per btl, when the driver is built.
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        None
+    }
+
+    /// Whether [`Btl::watch`] works (default `false`).
+    fn can_watch(&self) -> bool {
+        false
+    }
+
+    /// The rank is about to sleep for at most `timeout` in another btl's
+    /// [`Btl::wait`], which `wake` interrupts. From now until
+    /// [`Btl::unwatch`], call `wake` (from any thread) as soon as this btl
+    /// may have an event, including failures and room again for a refused
+    /// send. Returns how long the rank may sleep as far as this btl is
+    /// concerned: zero when an event is already pending (the rank then does
+    /// not sleep), less than `timeout` for a deadline of its own. Only
+    /// called where [`Btl::can_watch`] holds; `unwatch` always follows.
+    /// Spurious wakes are allowed; a lost one is not.
+    fn watch(&mut self, wake: &Arc<dyn Wake>, timeout: Duration) -> Duration {
+        let _ = (wake, timeout);
+        Duration::ZERO
+    }
+
+    /// The sleep that [`Btl::watch`] was for is over (the rank may be about
+    /// to spin); stop calling `wake`. Must be cheap: no system call.
+    fn unwatch(&mut self) {}
 }

@@ -84,6 +84,19 @@ impl Btl for Loopback {
     }
 
     fn wait(&mut self, _timeout: Duration) {}
+
+    /// Nothing arrives from outside: an event is pending or none will be.
+    fn can_watch(&self) -> bool {
+        true
+    }
+
+    fn watch(&mut self, _wake: &std::sync::Arc<dyn crate::Wake>, timeout: Duration) -> Duration {
+        if !self.queue.is_empty() {
+            Duration::ZERO
+        } else {
+            timeout
+        }
+    }
 }
 
 #[cfg(test)]

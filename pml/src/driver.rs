@@ -13,13 +13,23 @@
 //! layer's bounce buffers, and CUDA IPC descriptors are exported and mapped
 //! there, so the runtime and the tests (over the gpu test double) run the
 //! same device paths.
+//!
+//! Sleeping with several btls ([`Driver::wait`]): when the driver is built it
+//! picks one *sleeper*, a btl with a [`Btl::waker`] (preferring one that
+//! cannot itself watch: shm), provided every other btl can watch
+//! ([`Btl::can_watch`]). An idle rank then arms the others
+//! ([`Btl::watch`], which may also shorten or cancel the sleep), sleeps in
+//! the sleeper for the whole timeout and disarms them ([`Btl::unwatch`]): a
+//! message on any transport wakes it at once, and an idle rank wakes only at
+//! its timeout. Without such a sleeper ([`Driver::wakes_across`] false) it
+//! waits in each btl in turn for a share of the timeout, as before.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit, Wake};
 use gmpi_gpu::{Gpu, IpcDesc, MemKind};
 
 use crate::{
@@ -199,6 +209,43 @@ pub struct Driver<M> {
     pending: Vec<VecDeque<Action>>,
     pending_count: usize,
     fatal: Option<PmlError>,
+    sleep: Option<Sleep>,
+}
+
+/// How an idle rank with several btls sleeps (see the module documentation).
+struct Sleep {
+    /// The btl it sleeps in.
+    sleeper: usize,
+    /// Interrupts the sleeper's wait.
+    wake: Arc<dyn Wake>,
+    /// Every other btl: each watches while the rank sleeps.
+    watchers: Vec<usize>,
+}
+
+/// Pick the sleeper: a btl with a waker, preferring those that cannot watch;
+/// `None` with a single btl or when some other btl cannot watch.
+fn pick_sleeper(btls: &[Box<dyn Btl>]) -> Option<Sleep> {
+    if btls.len() < 2 {
+        return None;
+    }
+    let watchable: Vec<bool> = btls.iter().map(|b| b.can_watch()).collect();
+    if watchable.iter().filter(|w| !**w).count() > 1 {
+        return None;
+    }
+    // At most one btl cannot watch: it must be the sleeper. Otherwise the
+    // first with a waker. `waker` is asked once per btl at most.
+    let (sleeper, wake) = match watchable.iter().position(|w| !*w) {
+        Some(i) => (i, btls[i].waker()?),
+        None => btls
+            .iter()
+            .enumerate()
+            .find_map(|(i, b)| b.waker().map(|w| (i, w)))?,
+    };
+    Some(Sleep {
+        sleeper,
+        wake,
+        watchers: (0..btls.len()).filter(|&i| i != sleeper).collect(),
+    })
 }
 
 impl<M> std::fmt::Debug for Driver<M> {
@@ -228,12 +275,20 @@ impl<M: MemAccess> Driver<M> {
         }
         Self {
             pml,
-            btls,
             mem,
             pending: (0..nprocs).map(|_| VecDeque::new()).collect(),
             pending_count: 0,
             fatal: None,
+            sleep: pick_sleeper(&btls),
+            btls,
         }
+    }
+
+    /// Whether an idle rank sleeps in one btl while the others watch, so
+    /// that a [`Driver::wait`] may be long whatever transport the next event
+    /// comes from (trivially so with a single btl).
+    pub fn wakes_across(&self) -> bool {
+        self.btls.len() < 2 || self.sleep.is_some()
     }
 
     /// The btls, in registration order.
@@ -387,8 +442,29 @@ impl<M: MemAccess> Driver<M> {
     /// refused peer has room again (the shm transport rings the refused
     /// sender's doorbell), and the timeout bounds the sleep for any btl that
     /// cannot tell.
+    ///
+    /// With several btls: one sleep in the sleeper while the others watch
+    /// (see the module documentation), else a share of `timeout` in each.
     pub fn wait(&mut self, timeout: Duration) {
         if self.pml.has_actions() {
+            return;
+        }
+        if let Some(s) = &self.sleep {
+            let mut t = timeout;
+            let mut armed = 0;
+            for &w in &s.watchers {
+                t = t.min(self.btls[w].watch(&s.wake, t));
+                armed += 1;
+                if t.is_zero() {
+                    break;
+                }
+            }
+            if !t.is_zero() {
+                self.btls[s.sleeper].wait(t);
+            }
+            for &w in &s.watchers[..armed] {
+                self.btls[w].unwatch();
+            }
             return;
         }
         let n = self.btls.len().max(1) as u32;

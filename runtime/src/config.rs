@@ -16,7 +16,7 @@
 //! | `shm_coop_chunk` | `GMPI_SHM_COOP_CHUNK` | the unit sender and receiver of a cooperative copy claim | 128 KiB |
 //! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (5 when oversubscribed) |
 //! | `yields` | `GMPI_YIELDS` | yields before blocking | 100 (4 when oversubscribed) |
-//! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100 (1 when both shm and tcp are in use: the rank sleeps in one at a time) |
+//! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100; a rank with both shm and tcp peers sleeps in shm while a tcp watcher thread wakes it on socket readiness (capped at 1 only where that thread cannot start) |
 //! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
 //! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry | 16 KiB |

@@ -31,7 +31,8 @@ use crate::buffer::{HostMem, UserMem};
 use crate::config::Config;
 use crate::error::{Error, ErrorClass, Result};
 
-/// Longest sleep when more than one btl can block (see [`Backoff::new`]).
+/// Longest sleep when more than one btl can block and the driver cannot
+/// sleep in one while the others watch (see [`Backoff::new`]).
 const MULTI_BLOCK: Duration = Duration::from_millis(1);
 
 /// How an idle wait backs off.
@@ -46,11 +47,13 @@ impl Backoff {
     /// Oversubscribed ranks (more local ranks than cores) give the CPU away
     /// almost at once; others spin a while first for latency.
     ///
-    /// `blockers`: how many btls can put the rank to sleep (shm: futex, tcp:
-    /// epoll). The driver sleeps in each in turn, so with two a message on
-    /// one waits while the rank sleeps in the other: the sleep is then cut
-    /// to [`MULTI_BLOCK`] (a rank idle for long wakes about 1000 times a
-    /// second instead of 10).
+    /// `blockers`: how many btls the rank sleeps in one after the other
+    /// (shm: futex, tcp: epoll). Normally 1: the driver sleeps in shm while
+    /// btl-tcp's watcher thread wakes it on socket readiness
+    /// ([`Driver::wakes_across`]). Where it cannot, it sleeps in each in
+    /// turn, so a message on one waits while the rank sleeps in the other:
+    /// the sleep is then cut to [`MULTI_BLOCK`] (a rank idle for long wakes
+    /// about 1000 times a second instead of 10).
     pub fn new(cfg: &Config, local_size: usize, blockers: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let over = local_size > cores;
@@ -531,11 +534,16 @@ impl Engine {
                 ));
             }
         }
-        let blockers = driver
-            .btls()
-            .iter()
-            .filter(|b| matches!(b.caps().name, "shm" | "tcp"))
-            .count();
+        let blockers = if driver.wakes_across() {
+            1
+        } else {
+            driver
+                .btls()
+                .iter()
+                .filter(|b| matches!(b.caps().name, "shm" | "tcp"))
+                .count()
+        };
+        tracing::debug!(target: "gmpi", "idle sleep: {}", if blockers > 1 { "one btl at a time (1 ms cap)" } else { "one btl, woken across transports" });
         let backoff = Backoff::new(&cfg, local_size as usize, blockers);
         let watch = crate::watch::PeerWatch::new(&local_pids);
         if !launcher_watches_exits {

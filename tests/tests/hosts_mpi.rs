@@ -12,6 +12,11 @@ const COLL: &str = env!("CARGO_BIN_EXE_gmpi-coll");
 
 /// Runs `bin args` under gmpirun on host 0 with 2 ranks per host (`--map-by`
 /// `map_by`) and asserts every rank reported OK.
+///
+/// Every "host" believes it has this machine's cores to itself, so with 2 ranks per
+/// host no rank thinks it is oversubscribed, while 2 × hosts ranks share 2 cores: the
+/// wait loop is given the oversubscribed settings (`GMPI_SPIN`, `GMPI_YIELDS`), as an
+/// operator would, instead of spinning for a peer that cannot run meanwhile.
 fn across(c: &Cluster, map_by: &str, bin: &str, args: &[&str]) {
     let hosts: Vec<String> = (0..c.len()).map(|i| format!("{}:2", c.name(i))).collect();
     let hosts = hosts.join(",");
@@ -20,6 +25,8 @@ fn across(c: &Cluster, map_by: &str, bin: &str, args: &[&str]) {
         .args(["--timeout", "120", "-H", &hosts, "--map-by", map_by, bin])
         .args(args)
         .env("GMPI_SSH", c.ssh_agent())
+        .env("GMPI_SPIN", "5")
+        .env("GMPI_YIELDS", "4")
         .stdin(Stdio::null())
         .output()
         .expect("run gmpirun");
