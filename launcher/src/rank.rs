@@ -101,6 +101,29 @@ pub fn rank_env(p: &Placement<'_>, pmi_fd: i32) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The task variables of a Slurm step, with the rank's values: a proxy started by
+/// `srun` (one task of its own step) would otherwise pass on `SLURM_PROCID=0`,
+/// `SLURM_NTASKS=1` and the like, which a program reading them would take for its own.
+/// Only the variables `is_set` in the proxy's environment are returned (outside Slurm:
+/// none).
+pub fn slurm_task_env(
+    p: &Placement<'_>,
+    is_set: impl Fn(&str) -> bool,
+) -> Vec<(&'static str, String)> {
+    let (r, n) = (p.rank.to_string(), p.size.to_string());
+    [
+        ("SLURM_PROCID", r),
+        ("SLURM_LOCALID", p.local_rank.to_string()),
+        ("SLURM_NODEID", p.node_id.to_string()),
+        ("SLURM_NTASKS", n.clone()),
+        ("SLURM_NPROCS", n.clone()),
+        ("SLURM_STEP_NUM_TASKS", n),
+    ]
+    .into_iter()
+    .filter(|(k, _)| is_set(k))
+    .collect()
+}
+
 /// What to start: PROGRAM (resolved), how it was named, its arguments, and the
 /// variables set before the rank's own (`-x`, and on remote hosts gmpirun's).
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +167,9 @@ pub fn spawn(prog: &Program<'_>, place: &Placement<'_>, with_stdin: bool) -> io:
         cmd.env(k, v);
     }
     for (k, v) in rank_env(place, sys::raw(&theirs)) {
+        cmd.env(k, v);
+    }
+    for (k, v) in slurm_task_env(place, |k| std::env::var_os(k).is_some()) {
         cmd.env(k, v);
     }
     cmd.stdin(if with_stdin {
@@ -407,5 +433,27 @@ mod tests {
         assert_eq!(get("OMPI_COMM_WORLD_SIZE"), "8");
         assert_eq!(get("LOCAL_SIZE"), "2");
         assert_eq!(env.len(), 21);
+    }
+
+    #[test]
+    fn slurm_task_env_overwrites_only_what_the_step_set() {
+        let place = Placement {
+            rank: 5,
+            size: 8,
+            local_rank: 1,
+            local_size: 2,
+            node_id: 2,
+            job_id: "00ff",
+            secret_hex: "ab",
+        };
+        assert!(slurm_task_env(&place, |_| false).is_empty());
+        let env = slurm_task_env(&place, |k| k != "SLURM_NPROCS");
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SLURM_PROCID"), Some("5"));
+        assert_eq!(get("SLURM_LOCALID"), Some("1"));
+        assert_eq!(get("SLURM_NODEID"), Some("2"));
+        assert_eq!(get("SLURM_NTASKS"), Some("8"));
+        assert_eq!(get("SLURM_STEP_NUM_TASKS"), Some("8"));
+        assert_eq!(get("SLURM_NPROCS"), None);
     }
 }
