@@ -275,10 +275,28 @@ impl Universe {
         // From here on, peers may finish and exit before this rank does.
         e.finalizing = true;
         // Finish what was detached, then make sure every peer is done with us.
-        e.wait_until(CALL, |e| {
-            Ok(e.driver.pml.outstanding() == 0 && !e.driver.has_pending() && e.scheds.is_empty())
-        })?;
-        self.world.barrier_in(e, CALL)?;
+        let done = e
+            .wait_until(CALL, |e| {
+                Ok(e.driver.pml.outstanding() == 0
+                    && !e.driver.has_pending()
+                    && e.scheds.is_empty())
+            })
+            .and_then(|()| self.world.barrier_in(e, CALL));
+        if let Err(err) = done {
+            // Peers may be waiting for us in the final barrier, and the local
+            // watch of those that are (see watch.rs) takes our exit for a clean
+            // one: end the job where the launcher does not end it for a rank
+            // that exits non-zero (srun without --kill-on-bad-exit; gmpirun
+            // and Hydra do, and name the rank that failed first).
+            if e.launcher_watches_exits {
+                return Err(err);
+            }
+            if let Some(p) = e.pmi.as_mut() {
+                eprintln!("gmpi: {err}; ending the job");
+                let _ = p.abort(1, &format!("{err}; ending the job"));
+            }
+            return Err(err);
+        }
         let rank = e.rank as i32;
         if let Some(p) = e.pmi.as_mut() {
             p.finalize().map_err(|err| {
