@@ -106,8 +106,9 @@ fn send(btl: &mut ShmBtl, to: u32, data: &[u8]) {
     }
 }
 
-const STREAM_BYTES: usize = 512 << 20;
 const FRAG: usize = gmpi_btl_shm::DEFAULT_MAX_FRAG;
+/// About 512 MiB, a whole number of fragments (the child counts bytes).
+const STREAM_BYTES: usize = (512 << 20) / FRAG * FRAG;
 
 fn config() -> ShmConfig {
     ShmConfig {
