@@ -750,8 +750,11 @@ impl TcpBtl {
                 let mut ours = None;
                 let verdict = match self.peers[p].link {
                     Link::Closed | Link::Failed => Verdict::Closed,
+                    // The usual end of a simultaneous connect: the client
+                    // welcomed our connection (and dropped this attempt of
+                    // its own) after sending this proof. Nothing to warn about.
                     Link::Up(_) => {
-                        tracing::warn!(target: LOG, "tcp: rank {me}: second connection from rank {client} refused");
+                        tracing::debug!(target: LOG, "tcp: rank {me}: second connection from rank {client} refused (simultaneous connect)");
                         Verdict::Duplicate
                     }
                     Link::Connecting(_) if me < client => Verdict::Duplicate,

@@ -1,8 +1,12 @@
-//! `tcp-raw server ADDR` / `tcp-raw client ADDR [--iters N]`: the raw-socket
-//! limit that gmpi's tcp transport is compared with (between two network
-//! namespaces, or over loopback).
+//! `tcp-raw server ADDR [--poll]` / `tcp-raw client ADDR [--iters N] [--poll]`:
+//! the raw-socket limit that gmpi's tcp transport is compared with (between
+//! two network namespaces, or over loopback).
 //!
-//! One blocking TCP connection with `TCP_NODELAY`; the client drives:
+//! One TCP connection with `TCP_NODELAY`, blocking; with `--poll` (on both
+//! sides) non-blocking, each side retrying a read or write that would block
+//! after `sched_yield`, as a polling MPI progress loop does (on a busy
+//! machine, blocking waits and polling ones each win at times: the
+//! comparison takes the better of the two as the limit). The client drives:
 //! - latency: an 8-byte ping-pong, `--iters` round trips (default 20000)
 //!   after 1000 to warm up; prints the one-way latency (half the round trip),
 //!   median and mean, in µs;
@@ -13,7 +17,7 @@
 //! The server serves one client session and exits. Commands on the wire:
 //! `L` + u64 iterations, `S` + u64 size + u64 count, `Q`.
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
@@ -22,14 +26,43 @@ fn die(msg: &str) -> ! {
     std::process::exit(2)
 }
 
+/// Retry what would block after yielding the CPU (`--poll`: the socket is
+/// non-blocking; blocking sockets never see `WouldBlock`).
+fn again<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
+}
+
+fn read_exact(s: &mut TcpStream, mut b: &mut [u8]) -> io::Result<()> {
+    while !b.is_empty() {
+        match again(|| s.read(b))? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => b = &mut b[n..],
+        }
+    }
+    Ok(())
+}
+
+fn write_all(s: &mut TcpStream, mut b: &[u8]) -> io::Result<()> {
+    while !b.is_empty() {
+        let n = again(|| s.write(b))?;
+        b = &b[n..];
+    }
+    Ok(())
+}
+
 fn read_u64(s: &mut TcpStream) -> u64 {
     let mut b = [0u8; 8];
-    s.read_exact(&mut b)
-        .unwrap_or_else(|e| die(&format!("read: {e}")));
+    read_exact(s, &mut b).unwrap_or_else(|e| die(&format!("read: {e}")));
     u64::from_le_bytes(b)
 }
 
-fn serve(addr: &str) {
+fn serve(addr: &str, poll: bool) {
     let l = TcpListener::bind(addr).unwrap_or_else(|e| die(&format!("bind {addr}: {e}")));
     println!(
         "tcp-raw: listening on {}",
@@ -37,11 +70,12 @@ fn serve(addr: &str) {
     );
     let (mut s, from) = l.accept().unwrap_or_else(|e| die(&format!("accept: {e}")));
     s.set_nodelay(true).expect("TCP_NODELAY");
+    s.set_nonblocking(poll).expect("O_NONBLOCK");
     eprintln!("tcp-raw: client {from}");
     let mut buf = vec![0u8; 4 << 20];
     loop {
         let mut cmd = [0u8; 1];
-        if s.read_exact(&mut cmd).is_err() {
+        if read_exact(&mut s, &mut cmd).is_err() {
             return;
         }
         match cmd[0] {
@@ -49,10 +83,8 @@ fn serve(addr: &str) {
                 let n = read_u64(&mut s);
                 let mut m = [0u8; 8];
                 for _ in 0..n {
-                    s.read_exact(&mut m)
-                        .unwrap_or_else(|e| die(&format!("ping: {e}")));
-                    s.write_all(&m)
-                        .unwrap_or_else(|e| die(&format!("pong: {e}")));
+                    read_exact(&mut s, &mut m).unwrap_or_else(|e| die(&format!("ping: {e}")));
+                    write_all(&mut s, &m).unwrap_or_else(|e| die(&format!("pong: {e}")));
                 }
             }
             b'S' => {
@@ -60,14 +92,13 @@ fn serve(addr: &str) {
                 let mut left = size * count;
                 while left > 0 {
                     let k = (left as usize).min(buf.len());
-                    match s.read(&mut buf[..k]) {
+                    match again(|| s.read(&mut buf[..k])) {
                         Ok(0) => die("stream ended early"),
                         Ok(n) => left -= n as u64,
                         Err(e) => die(&format!("stream: {e}")),
                     }
                 }
-                s.write_all(b"k")
-                    .unwrap_or_else(|e| die(&format!("ack: {e}")));
+                write_all(&mut s, b"k").unwrap_or_else(|e| die(&format!("ack: {e}")));
             }
             b'Q' => return,
             c => die(&format!("unknown command {c}")),
@@ -75,20 +106,21 @@ fn serve(addr: &str) {
     }
 }
 
-fn client(addr: &str, iters: u64) {
+fn client(addr: &str, iters: u64, poll: bool) {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| die(&format!("connect {addr}: {e}")));
     s.set_nodelay(true).expect("TCP_NODELAY");
+    s.set_nonblocking(poll).expect("O_NONBLOCK");
     // Latency.
     let warm = 1000u64;
     let mut cmd = vec![b'L'];
     cmd.extend_from_slice(&(warm + iters).to_le_bytes());
-    s.write_all(&cmd).expect("command");
+    write_all(&mut s, &cmd).expect("command");
     let mut m = [7u8; 8];
     let mut rtts = Vec::with_capacity(iters as usize);
     for i in 0..warm + iters {
         let t = Instant::now();
-        s.write_all(&m).expect("ping");
-        s.read_exact(&mut m).expect("pong");
+        write_all(&mut s, &m).expect("ping");
+        read_exact(&mut s, &mut m).expect("pong");
         if i >= warm {
             rtts.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
@@ -106,13 +138,13 @@ fn client(addr: &str, iters: u64) {
         let mut cmd = vec![b'S'];
         cmd.extend_from_slice(&(size as u64).to_le_bytes());
         cmd.extend_from_slice(&count.to_le_bytes());
-        s.write_all(&cmd).expect("command");
+        write_all(&mut s, &cmd).expect("command");
         let t = Instant::now();
         for _ in 0..count {
-            s.write_all(&data).expect("stream");
+            write_all(&mut s, &data).expect("stream");
         }
         let mut ack = [0u8; 1];
-        s.read_exact(&mut ack).expect("ack");
+        read_exact(&mut s, &mut ack).expect("ack");
         let secs = t.elapsed().as_secs_f64();
         println!(
             "tcp-raw: stream {} MiB x {count}: {:.2} GB/s",
@@ -120,12 +152,14 @@ fn client(addr: &str, iters: u64) {
             (size as f64 * count as f64) / secs / 1e9
         );
     }
-    let _ = s.write_all(b"Q");
+    let _ = write_all(&mut s, b"Q");
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: tcp-raw server ADDR | tcp-raw client ADDR [--iters N]";
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: tcp-raw server ADDR [--poll] | tcp-raw client ADDR [--iters N] [--poll]";
+    let poll = args.iter().any(|a| a == "--poll");
+    args.retain(|a| a != "--poll");
     let (Some(mode), Some(addr)) = (args.first(), args.get(1)) else {
         die(usage)
     };
@@ -138,8 +172,8 @@ fn main() {
         None => 20_000,
     };
     match mode.as_str() {
-        "server" => serve(addr),
-        "client" => client(addr, iters),
+        "server" => serve(addr, poll),
+        "client" => client(addr, iters, poll),
         _ => die(usage),
     }
 }
