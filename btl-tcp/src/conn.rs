@@ -8,7 +8,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use gmpi_btl::Rank;
+use gmpi_btl::{Rank, StreamBody, STREAM_HEAD};
 use mio::net::TcpStream;
 
 use crate::auth::Nonce;
@@ -144,8 +144,74 @@ impl TxQueue {
 pub(crate) enum Parsed {
     /// A whole frame: its kind and the range of its payload in the buffer.
     Frame(FrameKind, std::ops::Range<usize>),
+    /// A [`FrameKind::Stream`] frame of at least [`STREAM_MIN`] bytes whose
+    /// body has not all arrived: it is now open ([`RxBuf::open`]).
+    Opened,
     /// Not enough bytes yet.
     Partial,
+}
+
+/// Streamed frames shorter than this wait in the buffer until whole (a
+/// small body costs less to copy than to deliver in pieces).
+pub(crate) const STREAM_MIN: usize = 16 << 10;
+
+/// A streamed frame being read straight into the receiver's memory.
+#[derive(Debug)]
+pub(crate) struct Open {
+    /// The body's first bytes.
+    pub head: [u8; STREAM_HEAD],
+    pub head_len: usize,
+    /// The body's length.
+    pub len: usize,
+    /// Body bytes read so far.
+    pub taken: usize,
+    /// The receiver stopped early: the rest is read and dropped.
+    pub discard: bool,
+}
+
+/// How a read of an open frame's body ended ([`Body`]).
+#[derive(Debug, Default)]
+pub(crate) struct BodyEnd {
+    /// The socket had nothing more.
+    pub would_block: bool,
+    /// The peer ended its stream.
+    pub eof: bool,
+    /// A read failed.
+    pub error: Option<io::Error>,
+}
+
+/// The rest of an open frame's body: the bytes already buffered, then the
+/// socket, read without blocking.
+#[derive(Debug)]
+pub(crate) struct Body<'a, R> {
+    pub buf: &'a mut RxBuf,
+    pub stream: &'a mut R,
+    pub end: BodyEnd,
+}
+
+impl<R: Read + std::fmt::Debug> StreamBody for Body<'_, R> {
+    fn read(&mut self, dst: &mut [u8]) -> usize {
+        let Some(open) = self.buf.open.as_mut() else {
+            return 0;
+        };
+        let want = dst.len().min(open.len - open.taken);
+        // Buffered bytes first.
+        let have = (self.buf.end - self.buf.start).min(want);
+        dst[..have].copy_from_slice(&self.buf.buf[self.buf.start..self.buf.start + have]);
+        self.buf.start += have;
+        let mut k = have;
+        while k < want && self.end.error.is_none() && !self.end.eof && !self.end.would_block {
+            match self.stream.read(&mut dst[k..want]) {
+                Ok(0) => self.end.eof = true,
+                Ok(n) => k += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.end.would_block = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => self.end.error = Some(e),
+            }
+        }
+        open.taken += k;
+        k
+    }
 }
 
 /// Received bytes of an established connection.
@@ -155,6 +221,9 @@ pub(crate) struct RxBuf {
     start: usize,
     end: usize,
     max_frag: usize,
+    /// The streamed frame being read, if any: its body's next bytes are at
+    /// `start` (those buffered), then in the socket.
+    pub open: Option<Open>,
 }
 
 impl RxBuf {
@@ -167,6 +236,7 @@ impl RxBuf {
             start: 0,
             end: 0,
             max_frag,
+            open: None,
         }
     }
 
@@ -188,6 +258,21 @@ impl RxBuf {
             .expect("header bytes");
         let (kind, len) = wire::decode_frame_header(h, self.max_frag)?;
         if have < FRAME_HDR + len {
+            let head_len = len.min(STREAM_HEAD);
+            if kind == FrameKind::Stream && len >= STREAM_MIN && have >= FRAME_HDR + head_len {
+                let b = self.start + FRAME_HDR;
+                let mut head = [0; STREAM_HEAD];
+                head[..head_len].copy_from_slice(&self.buf[b..b + head_len]);
+                self.start = b;
+                self.open = Some(Open {
+                    head,
+                    head_len,
+                    len,
+                    taken: 0,
+                    discard: false,
+                });
+                return Ok(Parsed::Opened);
+            }
             return Ok(Parsed::Partial);
         }
         let body = self.start + FRAME_HDR..self.start + FRAME_HDR + len;
@@ -205,6 +290,7 @@ impl RxBuf {
     /// stream) and whether the read filled the space offered (so more may be
     /// waiting in the socket).
     pub fn fill(&mut self, r: &mut impl Read) -> io::Result<(usize, bool)> {
+        debug_assert!(self.open.is_none(), "an open frame's body is read by Body");
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -450,37 +536,79 @@ mod tests {
 
     #[test]
     fn rx_parses_frames_across_reads() {
+        // Data and Stream frames mixed; a Stream frame of STREAM_MIN bytes
+        // or more that has not all arrived opens, and its body is read
+        // through `Body` in pieces, across reads that would block.
         let mut wire = Vec::new();
+        let mut want = Vec::new();
         for i in 0..50usize {
             let p = vec![i as u8; i * 1000];
-            wire.extend_from_slice(&crate::wire::frame_header(FrameKind::Data, p.len()));
+            let kind = if i % 2 == 0 {
+                FrameKind::Data
+            } else {
+                FrameKind::Stream
+            };
+            wire.extend_from_slice(&crate::wire::frame_header(kind, p.len()));
             wire.extend_from_slice(&p);
+            want.push(p);
         }
         wire.extend_from_slice(&crate::wire::frame_header(FrameKind::Goodbye, 0));
         let mut rx = RxBuf::new(64 << 10);
         let mut src = io::Cursor::new(wire);
-        struct Chunky<'a>(&'a mut io::Cursor<Vec<u8>>);
+        #[derive(Debug)]
+        struct Chunky<'a>(&'a mut io::Cursor<Vec<u8>>, u32);
         impl Read for Chunky<'_> {
             fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                self.1 += 1;
+                if self.1.is_multiple_of(3) {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
                 let n = b.len().min(3001);
                 self.0.read(&mut b[..n])
             }
         }
-        let mut got = Vec::new();
+        let mut chunky = Chunky(&mut src, 0);
+        let (mut got, mut opened) = (Vec::new(), 0);
+        let mut cur = Vec::new();
         loop {
-            match rx.next_frame().unwrap() {
-                Parsed::Frame(FrameKind::Data, r) => got.push(rx.slice(r).to_vec()),
-                Parsed::Frame(FrameKind::Goodbye, _) => break,
-                Parsed::Partial => {
-                    let (n, _) = rx.fill(&mut Chunky(&mut src)).unwrap();
-                    assert!(n > 0, "stream ended before goodbye");
+            if let Some(o) = rx.open.as_ref() {
+                let len = o.len;
+                assert_eq!(o.taken, cur.len());
+                let mut body = Body {
+                    buf: &mut rx,
+                    stream: &mut chunky,
+                    end: BodyEnd::default(),
+                };
+                let mut piece = [0u8; 777];
+                loop {
+                    let k = piece.len().min(len - cur.len());
+                    let n = body.read(&mut piece[..k]);
+                    cur.extend_from_slice(&piece[..n]);
+                    if n < k || cur.len() == len {
+                        break;
+                    }
                 }
+                assert!(body.end.error.is_none() && !body.end.eof);
+                if cur.len() == len {
+                    rx.open = None;
+                    got.push(std::mem::take(&mut cur));
+                }
+                continue;
+            }
+            match rx.next_frame().unwrap() {
+                Parsed::Frame(FrameKind::Data | FrameKind::Stream, r) => {
+                    got.push(rx.slice(r).to_vec());
+                }
+                Parsed::Frame(FrameKind::Goodbye, _) => break,
+                Parsed::Opened => opened += 1,
+                Parsed::Partial => match rx.fill(&mut chunky) {
+                    Ok((n, _)) => assert!(n > 0, "stream ended before goodbye"),
+                    Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+                },
             }
         }
-        assert_eq!(got.len(), 50);
-        for (i, g) in got.iter().enumerate() {
-            assert_eq!(g, &vec![i as u8; i * 1000]);
-        }
+        assert_eq!(got, want);
+        assert!(opened > 0, "no Stream frame was opened");
         assert!(!rx.has_bytes());
     }
 

@@ -79,6 +79,14 @@
 //!   discarded.
 //! - No `get`: large messages use the pml's pipelined rendezvous, whose
 //!   chunks are at most `max_send_size` bytes and stream through the queue.
+//! - Streamed fragments: [`Btl::send_stream`] (the pml's rendezvous chunks)
+//!   sends a `Stream` frame. A receiver that finds one of at least 16 KiB
+//!   whose body has not all arrived hands it up as [`Event::FragStream`] as
+//!   soon as its first 64 bytes are in: the pml reads the rest from the
+//!   buffer and then from the socket straight into the receive buffer
+//!   (`conn::Body`), over as many deliveries as the data takes, so a large
+//!   message is copied once on receipt (by the kernel), not twice. A frame
+//!   whose receiver stops reading early is read and dropped.
 
 #![forbid(unsafe_code)]
 
@@ -96,7 +104,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gmpi_btl::{Btl, BtlError, Capabilities, Event, Rank, Submit, Wake};
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, Rank, StreamBody, Submit, Wake};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
@@ -950,9 +958,67 @@ impl TcpBtl {
                     self.list(idx);
                     return n;
                 }
+                if rx.open.is_some() {
+                    let mut body = conn::Body {
+                        buf: rx,
+                        stream: &mut c.stream,
+                        end: conn::BodyEnd::default(),
+                    };
+                    let (discard, taken, len) = {
+                        let o = body.buf.open.as_ref().expect("open");
+                        (o.discard || pr.finished, o.taken, o.len)
+                    };
+                    if discard {
+                        // The receiver stopped early: read the rest away.
+                        let mut sink = vec![0; (len - taken).min(256 << 10)];
+                        loop {
+                            let left = len - body.buf.open.as_ref().expect("open").taken;
+                            let k = left.min(sink.len());
+                            if k == 0 || body.read(&mut sink[..k]) < k {
+                                break;
+                            }
+                        }
+                    } else {
+                        let o = body.buf.open.as_ref().expect("open");
+                        let (head, head_len) = (o.head, o.head_len);
+                        on_event(Event::FragStream {
+                            peer,
+                            head: &head[..head_len],
+                            len,
+                            taken,
+                            body: &mut body,
+                        });
+                    }
+                    let end = std::mem::take(&mut body.end);
+                    let o = rx.open.as_mut().expect("open");
+                    if o.taken == o.len {
+                        rx.open = None;
+                        if !discard {
+                            n += 1;
+                            *budget -= 1;
+                        }
+                        continue;
+                    }
+                    if let Some(e) = end.error {
+                        self.fail_peer(peer, format!("connection to rank {peer} lost: {e}"));
+                        return n;
+                    }
+                    if end.eof {
+                        self.fail_peer(peer, format!("rank {peer} closed its connection in the middle of a fragment (process ended?)"));
+                        return n;
+                    }
+                    if end.would_block {
+                        c.readable = false;
+                        return n;
+                    }
+                    // Neither complete nor starved: the receiver stopped.
+                    o.discard = true;
+                    continue;
+                }
                 match rx.next_frame() {
                     Ok(Parsed::Partial) => break,
-                    Ok(Parsed::Frame(FrameKind::Data, r)) => {
+                    Ok(Parsed::Opened) => {}
+                    Ok(Parsed::Frame(FrameKind::Data | FrameKind::Stream, r)) => {
                         if !pr.finished {
                             on_event(Event::Frag {
                                 peer,
@@ -1137,20 +1203,15 @@ impl Drop for TcpBtl {
     }
 }
 
-impl Btl for TcpBtl {
-    fn caps(&self) -> &Capabilities {
-        &self.caps
-    }
-
-    fn reaches(&self, peer: Rank) -> bool {
-        peer != self.me
-            && self
-                .peers
-                .get(peer as usize)
-                .is_some_and(|p| !p.addrs.is_empty())
-    }
-
-    fn send(&mut self, peer: Rank, parts: &[&[u8]], _token: u64) -> Result<Submit, BtlError> {
+impl TcpBtl {
+    /// [`Btl::send`] as a frame of `kind` ([`FrameKind::Data`] or
+    /// [`FrameKind::Stream`]).
+    fn send_frame(
+        &mut self,
+        kind: FrameKind,
+        peer: Rank,
+        parts: &[&[u8]],
+    ) -> Result<Submit, BtlError> {
         if !self.reaches(peer) {
             return Err(BtlError::Unreachable(peer));
         }
@@ -1165,7 +1226,7 @@ impl Btl for TcpBtl {
         if matches!(self.peers[p].link, Link::Failed | Link::Closed) || self.peers[p].finished {
             return Err(BtlError::PeerFailed(peer));
         }
-        let hdr = wire::frame_header(FrameKind::Data, len);
+        let hdr = wire::frame_header(kind, len);
         let mut small: [&[u8]; 8] = [&[]; 8];
         let big: Vec<&[u8]>;
         let all: &[&[u8]] = if parts.len() < small.len() {
@@ -1224,6 +1285,33 @@ impl Btl for TcpBtl {
             }
         }
         Ok(Submit::Done)
+    }
+}
+
+impl Btl for TcpBtl {
+    fn caps(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn reaches(&self, peer: Rank) -> bool {
+        peer != self.me
+            && self
+                .peers
+                .get(peer as usize)
+                .is_some_and(|p| !p.addrs.is_empty())
+    }
+
+    fn send(&mut self, peer: Rank, parts: &[&[u8]], _token: u64) -> Result<Submit, BtlError> {
+        self.send_frame(FrameKind::Data, peer, parts)
+    }
+
+    fn send_stream(
+        &mut self,
+        peer: Rank,
+        parts: &[&[u8]],
+        _token: u64,
+    ) -> Result<Submit, BtlError> {
+        self.send_frame(FrameKind::Stream, peer, parts)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {

@@ -115,6 +115,9 @@ pub enum FrameKind {
     Data = 1,
     /// Clean close.
     Goodbye = 2,
+    /// One fragment whose body the receiver may take as it arrives
+    /// ([`gmpi_btl::Event::FragStream`]).
+    Stream = 3,
 }
 
 /// Bad bytes on the wire.
@@ -276,6 +279,8 @@ pub fn decode_frame_header(
         1 => Err(WireError::TooLong { len, max }),
         2 if len == 0 => Ok((FrameKind::Goodbye, 0)),
         2 => Err(WireError::GoodbyeWithPayload(len)),
+        3 if len <= max => Ok((FrameKind::Stream, len)),
+        3 => Err(WireError::TooLong { len, max }),
         k => Err(WireError::BadFrameKind(k)),
     }
 }
@@ -387,6 +392,7 @@ mod tests {
             match decode_frame_header(&h, max) {
                 Ok((FrameKind::Data, len)) => prop_assert!(len <= max && h[4] == 1),
                 Ok((FrameKind::Goodbye, len)) => prop_assert!(len == 0 && h[4] == 2),
+                Ok((FrameKind::Stream, len)) => prop_assert!(len <= max && h[4] == 3),
                 Err(_) => {}
             }
         }

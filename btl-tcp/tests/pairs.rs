@@ -417,3 +417,120 @@ fn a_burst_from_several_peers_beyond_the_per_pass_budget_is_all_delivered() {
     }
     close_all(b);
 }
+
+/// Streamed fragments (`send_stream`): the large ones whose body has not all
+/// arrived come as `FragStream` and are read in place, in pieces, over as
+/// many deliveries as the socket needs; small ones come whole. A fragment
+/// whose receiver stops reading is dropped whole, and the ones after it
+/// arrive intact.
+#[test]
+fn streamed_fragments_are_read_in_place_and_in_pieces() {
+    use gmpi_btl::Event;
+    let cfg = cfg();
+    let max = cfg.max_frag;
+    let mut b = group(2, &cfg);
+    let sizes: Vec<usize> = (0..96u32)
+        .map(|i| match i % 4 {
+            0 => 100 + i as usize,
+            1 => 16 << 10,
+            2 => max,
+            _ => (i as usize * 7919) % max,
+        })
+        .collect();
+    let frags: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| payload(0, i as u32, n.max(8)))
+        .collect();
+    // The first fragment from the 40th on that comes streamed is refused
+    // by the receiver after its first 4 KiB.
+    let mut drop: Option<u32> = None;
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let mut cur: Option<Vec<u8>> = None;
+    let (mut streamed, mut redelivered) = (0, 0);
+    let mut next = 0;
+    let t = std::time::Instant::now();
+    while got.len() + usize::from(drop.is_some()) < frags.len() {
+        while next < frags.len() {
+            let f = &frags[next];
+            match b[0].send_stream(1, &[&f[..8], &f[8..]], 0).unwrap() {
+                Submit::Done => next += 1,
+                Submit::NoResource => break,
+                Submit::Queued => panic!("token 0 is never queued"),
+            }
+        }
+        b[0].progress(&mut |e| panic!("rank 0 got {e:?}"));
+        b[1].progress(&mut |e| match e {
+            Event::Frag { data, .. } => got.push(data.to_vec()),
+            Event::FragStream {
+                head,
+                len,
+                taken,
+                body,
+                ..
+            } => {
+                assert!(len >= 16 << 10 && head.len() == 64);
+                let seq = u32::from_le_bytes(head[4..8].try_into().unwrap());
+                if taken == 0 {
+                    if seq >= 40 && drop.is_none() {
+                        drop = Some(seq);
+                    }
+                    streamed += 1;
+                    assert!(cur.is_none(), "a new fragment before the last ended");
+                    cur = Some(Vec::with_capacity(len));
+                } else {
+                    redelivered += 1;
+                    assert_eq!(cur.as_ref().map(Vec::len), Some(taken));
+                }
+                let v = cur.as_mut().unwrap();
+                if Some(seq) == drop && taken > 0 {
+                    // Stop reading: the rest of this fragment is dropped.
+                    cur = None;
+                    return;
+                }
+                let mut piece = [0u8; 1000];
+                loop {
+                    let want = piece.len().min(len - v.len());
+                    let k = body.read(&mut piece[..want]);
+                    v.extend_from_slice(&piece[..k]);
+                    if v.len() == len {
+                        got.push(cur.take().unwrap());
+                        return;
+                    }
+                    if k < want {
+                        return;
+                    }
+                    if Some(seq) == drop && v.len() >= 4096 {
+                        cur = None;
+                        return;
+                    }
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        assert!(
+            t.elapsed() < GUARD,
+            "hang guard ({} of {})",
+            got.len(),
+            frags.len()
+        );
+    }
+    let want: Vec<&Vec<u8>> = frags
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i as u32) != drop)
+        .map(|(_, f)| f)
+        .collect();
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            g == *w,
+            "fragment {i} differs (len {} vs {})",
+            g.len(),
+            w.len()
+        );
+    }
+    assert!(drop.is_some(), "no fragment from the 40th on was streamed");
+    eprintln!("{streamed} streamed, {redelivered} redeliveries");
+    close_all(b);
+}

@@ -35,6 +35,12 @@
 //!   pml's FIN, as it does.
 //! - [`Btl::progress`] hands received fragments and completions to a callback;
 //!   a fragment's bytes are only valid during that callback.
+//! - Streamed fragments: a fragment submitted with [`Btl::send_stream`] (the
+//!   pml's rendezvous chunks) may be delivered by a btl that reads a byte
+//!   stream (tcp) as [`Event::FragStream`] before its body has arrived: the
+//!   receiver reads the body through [`StreamBody`] straight into its
+//!   destination, with no copy through the btl's buffer. Other btls deliver
+//!   it as an ordinary [`Event::Frag`].
 //! - [`Btl::wait`] blocks until an event may be ready or the timeout passes,
 //!   and returns at once if one is already pending: idle ranks sleep instead of
 //!   spinning.
@@ -141,6 +147,28 @@ pub enum Event<'a> {
         /// The whole fragment as the sender submitted it (gather list joined).
         data: &'a [u8],
     },
+    /// A fragment sent with [`Btl::send_stream`] whose body is still
+    /// arriving. `head` holds its first `min(len, STREAM_HEAD)` bytes;
+    /// `body` yields the body from byte `taken` on (`taken` is 0 at the
+    /// first delivery, when at least `head.len()` bytes can be read at once,
+    /// and the bytes read in earlier deliveries after that). The receiver
+    /// reads until the body is complete or a read comes up short (nothing
+    /// more has arrived yet: the btl delivers the fragment again, with the
+    /// new `taken`, when more has). What a receiver leaves unread otherwise
+    /// is discarded, and so is the rest of that fragment. Each fragment
+    /// counts once, at its completion, in [`Btl::progress`]'s total.
+    FragStream {
+        /// Sender.
+        peer: Rank,
+        /// The body's first bytes.
+        head: &'a [u8],
+        /// The body's length.
+        len: usize,
+        /// Body bytes already read in earlier deliveries.
+        taken: usize,
+        /// The rest of the body.
+        body: &'a mut dyn StreamBody,
+    },
     /// A [`Submit::Queued`] send finished; its memory may be reused.
     SendComplete {
         /// The token given to [`Btl::send`].
@@ -163,6 +191,17 @@ pub enum Event<'a> {
         /// The peer.
         peer: Rank,
     },
+}
+
+/// Bytes of [`Event::FragStream`] at the front of a streamed fragment.
+pub const STREAM_HEAD: usize = 64;
+
+/// The body of a streamed fragment ([`Event::FragStream`]).
+pub trait StreamBody: std::fmt::Debug {
+    /// Move the next bytes of the body into `dst` (at most what is left of
+    /// it), without blocking. Returns how many; fewer than
+    /// `min(dst.len(), left)` means nothing more has arrived yet.
+    fn read(&mut self, dst: &mut [u8]) -> usize;
 }
 
 /// Errors of the transport layer.
@@ -212,6 +251,12 @@ pub trait Btl: Send {
 
     /// Submit one fragment (the concatenation of `parts`) to `peer`.
     fn send(&mut self, peer: Rank, parts: &[&[u8]], token: u64) -> Result<Submit, BtlError>;
+
+    /// [`Btl::send`] of a fragment whose receiver may take its body as it
+    /// arrives ([`Event::FragStream`]); the default sends it as any other.
+    fn send_stream(&mut self, peer: Rank, parts: &[&[u8]], token: u64) -> Result<Submit, BtlError> {
+        self.send(peer, parts, token)
+    }
 
     /// Describe local memory so that a peer can [`Btl::get`] it; `None` when
     /// this btl cannot expose it.

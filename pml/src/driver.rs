@@ -182,6 +182,22 @@ impl<M: MemAccess> Memory for PmlMem<'_, M> {
             .with_write(addr, data.len(), kind, |d| d.copy_from_slice(data));
     }
 
+    fn fill(
+        &mut self,
+        addr: u64,
+        len: usize,
+        kind: MemKind,
+        f: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> usize {
+        if kind.is_host() {
+            return self.mem.with_write(addr, len, kind, |d| f(d));
+        }
+        let mut tmp = vec![0; len];
+        let n = f(&mut tmp).min(len);
+        self.write(addr, kind, &tmp[..n]);
+        n
+    }
+
     fn register(&mut self, btl: BtlId, buf: Buf) -> Option<MemDesc> {
         let b = self.btls.as_mut().and_then(|b| b.get_mut(btl))?;
         if buf.kind.is_host() {
@@ -421,6 +437,20 @@ impl<M: MemAccess> Driver<M> {
                             fatal.get_or_insert(e);
                         }
                     }
+                    Event::FragStream {
+                        peer,
+                        head,
+                        len,
+                        taken,
+                        body,
+                    } => {
+                        if let Err(e) =
+                            pml.handle_frag_stream(peer, head, len, taken, body, &mut pm)
+                        {
+                            tracing::error!(target: "pml", "fragment from rank {peer}: {e}");
+                            fatal.get_or_insert(e);
+                        }
+                    }
                     Event::SendComplete { token } => pml.handle_send_done(token),
                     Event::GetComplete { token } => pml.handle_get_done(token),
                     Event::GetFailed { token, error } => {
@@ -551,12 +581,22 @@ impl<M: MemAccess> Driver<M> {
                 // copy just made, so that the retry sends it instead of
                 // copying the chunk off the device again.
                 let mut kept = None;
+                // Rendezvous chunks go as streamed fragments: a btl that
+                // reads a byte stream lets the receiver read them in place.
+                let stream = header.is_frag();
+                let submit = |b: &mut Box<dyn Btl>, parts: &[&[u8]]| {
+                    if stream {
+                        b.send_stream(peer, parts, token)
+                    } else {
+                        b.send(peer, parts, token)
+                    }
+                };
                 let res = match &payload {
-                    Payload::None => b.send(peer, &[header.as_bytes()], token),
-                    Payload::Bytes(v) => b.send(peer, &[header.as_bytes(), v], token),
+                    Payload::None => submit(b, &[header.as_bytes()]),
+                    Payload::Bytes(v) => submit(b, &[header.as_bytes(), v]),
                     Payload::Mem { addr, len, kind } => {
                         self.mem.with_read(*addr, *len, *kind, |d| {
-                            let r = b.send(peer, &[header.as_bytes(), d], token);
+                            let r = submit(b, &[header.as_bytes(), d]);
                             if !kind.is_host() && matches!(r, Ok(Submit::NoResource)) {
                                 kept = Some(d.to_vec());
                             }

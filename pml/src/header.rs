@@ -138,6 +138,13 @@ impl HdrBuf {
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
+
+    /// Whether this is a FRAG (a rendezvous chunk, whose receiver may read
+    /// the payload as it arrives: [`gmpi_btl::Btl::send_stream`]).
+    #[inline]
+    pub fn is_frag(&self) -> bool {
+        self.buf[0] == T_FRAG
+    }
 }
 
 // Fixed offsets of the layout in the module table.

@@ -83,6 +83,23 @@ pub trait Memory {
     /// Copy `data` to the user memory at `addr` (of kind `kind`).
     fn write(&mut self, addr: u64, kind: MemKind, data: &[u8]);
 
+    /// Let `f` fill up to `len` bytes of the user memory at `addr` from its
+    /// start; it returns how many it filled, and so does this. The default
+    /// fills a temporary and writes what was filled; host memory is handed
+    /// to `f` in place (a streamed fragment read straight from the socket).
+    fn fill(
+        &mut self,
+        addr: u64,
+        len: usize,
+        kind: MemKind,
+        f: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> usize {
+        let mut tmp = vec![0; len];
+        let n = f(&mut tmp).min(len);
+        self.write(addr, kind, &tmp[..n]);
+        n
+    }
+
     /// Expose `buf` through `btl` so that the peer may `get` it; `None` if the
     /// btl cannot (the pml then streams the message instead). For device
     /// memory this is the GPUDirect registration (a dma-buf export handed to
@@ -857,6 +874,67 @@ impl Pml {
                 Ok(())
             }
         }
+    }
+
+    /// A streamed fragment ([`gmpi_btl::Event::FragStream`]) from `peer`:
+    /// only FRAG chunks are sent that way. The payload is read from `body`
+    /// straight into the receive buffer, as far as it has arrived; the btl
+    /// delivers the fragment again (with a larger `taken`) for the rest.
+    pub fn handle_frag_stream(
+        &mut self,
+        peer: Rank,
+        head: &[u8],
+        len: usize,
+        taken: usize,
+        body: &mut dyn gmpi_btl::StreamBody,
+        mem: &mut dyn Memory,
+    ) -> Result<(), PmlError> {
+        let (hdr, hlen) = Hdr::decode(head)?;
+        let Hdr::Frag { rreq, offset } = hdr else {
+            return Err(PmlError::Malformed(format!(
+                "streamed fragment from rank {peer} is not a FRAG"
+            )));
+        };
+        let plen = len.checked_sub(hlen).ok_or_else(|| {
+            PmlError::Malformed(format!("streamed FRAG of {len} bytes from rank {peer}"))
+        })?;
+        let id = ReqId(rreq);
+        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+            return Err(PmlError::Malformed(format!(
+                "FRAG for unknown request {rreq:#x}"
+            )));
+        };
+        if r.state != RecvState::Streaming || r.peer != peer {
+            return Err(PmlError::Malformed(
+                "FRAG for a receive not streaming from this rank".into(),
+            ));
+        }
+        if offset.checked_add(plen as u64).is_none_or(|e| e > r.want) {
+            return Err(PmlError::Malformed(format!(
+                "FRAG at {offset}+{plen} past the {} bytes granted",
+                r.want
+            )));
+        }
+        let mut at = taken;
+        if at < hlen {
+            // The first delivery: the header's bytes come first.
+            let mut skip = [0u8; gmpi_btl::STREAM_HEAD];
+            let k = body.read(&mut skip[..hlen - at]);
+            at += k;
+            if at < hlen {
+                return Ok(());
+            }
+        }
+        let done = (at - hlen) as u64;
+        let rest = plen - (at - hlen);
+        let n = mem.fill(r.buf.addr + offset + done, rest, r.buf.kind, &mut |dst| {
+            body.read(dst)
+        });
+        r.got += n as u64;
+        if r.got >= r.want {
+            self.finish_recv(id);
+        }
+        Ok(())
     }
 
     fn send_req_of(&mut self, peer: Rank, id: ReqId, what: &str) -> Result<&mut SendReq, PmlError> {

@@ -12,7 +12,9 @@
 //!   median and mean, in µs;
 //! - bandwidth: a stream of 4 MiB and of 64 MiB messages from the client
 //!   (at least 1 GiB and 8 messages each), acknowledged by one byte at the
-//!   end; prints GB/s (10⁹ B/s).
+//!   end; prints GB/s (10⁹ B/s). Both sides cycle through as many distinct
+//!   buffers as `bench/tcp/pp.c`'s window uses (8 at 4 MiB, 2 at 64 MiB),
+//!   so that the limit moves the same memory as the MPI programs.
 //!
 //! The server serves one client session and exits. Commands on the wire:
 //! `L` + u64 iterations, `S` + u64 size + u64 count, `Q`.
@@ -62,6 +64,17 @@ fn read_u64(s: &mut TcpStream) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Distinct buffers a stream of `size`-byte messages cycles through on each
+/// side: those of `bench/tcp/pp.c` (a window of 8 at 4 MiB, 2 at 64 MiB), so
+/// that the limit moves the same memory as the MPI programs do.
+fn buffers(size: usize) -> usize {
+    if size >= 64 << 20 {
+        2
+    } else {
+        8
+    }
+}
+
 fn serve(addr: &str, poll: bool) {
     let l = TcpListener::bind(addr).unwrap_or_else(|e| die(&format!("bind {addr}: {e}")));
     println!(
@@ -72,7 +85,7 @@ fn serve(addr: &str, poll: bool) {
     s.set_nodelay(true).expect("TCP_NODELAY");
     s.set_nonblocking(poll).expect("O_NONBLOCK");
     eprintln!("tcp-raw: client {from}");
-    let mut buf = vec![0u8; 4 << 20];
+    let mut buf: Vec<u8> = Vec::new();
     loop {
         let mut cmd = [0u8; 1];
         if read_exact(&mut s, &mut cmd).is_err() {
@@ -88,15 +101,17 @@ fn serve(addr: &str, poll: bool) {
                 }
             }
             b'S' => {
-                let (size, count) = (read_u64(&mut s), read_u64(&mut s));
-                let mut left = size * count;
-                while left > 0 {
-                    let k = (left as usize).min(buf.len());
-                    match again(|| s.read(&mut buf[..k])) {
-                        Ok(0) => die("stream ended early"),
-                        Ok(n) => left -= n as u64,
-                        Err(e) => die(&format!("stream: {e}")),
-                    }
+                let (size, count) = (read_u64(&mut s) as usize, read_u64(&mut s));
+                // Message i lands in buffer i % buffers(size), as the MPI
+                // program's window of receives does.
+                let nb = buffers(size);
+                if buf.len() < nb * size {
+                    buf.resize(nb * size, 0);
+                }
+                for i in 0..count as usize {
+                    let at = (i % nb) * size;
+                    read_exact(&mut s, &mut buf[at..at + size])
+                        .unwrap_or_else(|e| die(&format!("stream: {e}")));
                 }
                 write_all(&mut s, b"k").unwrap_or_else(|e| die(&format!("ack: {e}")));
             }
@@ -134,14 +149,16 @@ fn client(addr: &str, iters: u64, poll: bool) {
     // Bandwidth.
     for size in [4usize << 20, 64 << 20] {
         let count = ((1u64 << 30) / size as u64).max(8);
-        let data = vec![0x5au8; size];
+        let nb = buffers(size);
+        let data = vec![0x5au8; nb * size];
         let mut cmd = vec![b'S'];
         cmd.extend_from_slice(&(size as u64).to_le_bytes());
         cmd.extend_from_slice(&count.to_le_bytes());
         write_all(&mut s, &cmd).expect("command");
         let t = Instant::now();
-        for _ in 0..count {
-            write_all(&mut s, &data).expect("stream");
+        for i in 0..count as usize {
+            let at = (i % nb) * size;
+            write_all(&mut s, &data[at..at + size]).expect("stream");
         }
         let mut ack = [0u8; 1];
         read_exact(&mut s, &mut ack).expect("ack");
