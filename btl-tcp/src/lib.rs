@@ -237,6 +237,9 @@ pub struct TcpBtl {
     peers: Vec<Peer>,
     /// Connections to look at on the next pass.
     active: Vec<usize>,
+    /// The list `run_active` walks, kept between passes so that a spinning
+    /// rank does not allocate one per pass.
+    todo: Vec<usize>,
     /// Connections not yet established.
     handshaking: usize,
     /// Peers in [`Link::AwaitInbound`].
@@ -340,6 +343,7 @@ impl TcpBtl {
                 })
                 .collect(),
             active: Vec::new(),
+            todo: Vec::new(),
             handshaking: 0,
             awaiting: 0,
             unreported: Vec::new(),
@@ -1090,7 +1094,8 @@ impl TcpBtl {
 
     /// Look at every connection with news. Returns fragments delivered.
     fn run_active(&mut self, on_event: &mut dyn FnMut(Event<'_>), budget: &mut usize) -> usize {
-        let todo = std::mem::take(&mut self.active);
+        let mut todo = std::mem::take(&mut self.todo);
+        std::mem::swap(&mut todo, &mut self.active);
         let mut n = 0;
         for (k, &idx) in todo.iter().enumerate() {
             let Some(c) = self.conns[idx].as_mut() else {
@@ -1116,6 +1121,8 @@ impl TcpBtl {
                 self.advance_handshake(idx);
             }
         }
+        todo.clear();
+        self.todo = todo;
         n
     }
 
