@@ -258,6 +258,15 @@ fn malformed_frames_after_authentication_fail_only_that_peer() {
     let mut truncated = frame(FrameKind::Data, b"ok");
     truncated.extend_from_slice(&frame(FrameKind::Data, &[5; 1000])[..500]);
     cases.push(("truncated frame then end of stream", truncated, true));
+    // A streamed frame is handed up while it arrives: its end missing is
+    // a failure all the same.
+    let mut truncated_stream = frame(FrameKind::Data, b"ok");
+    truncated_stream.extend_from_slice(&frame(FrameKind::Stream, &vec![6; 64 << 10])[..20 << 10]);
+    cases.push((
+        "truncated streamed frame then end of stream",
+        truncated_stream,
+        true,
+    ));
     cases.push((
         "end of stream without goodbye",
         frame(FrameKind::Data, b"ok"),

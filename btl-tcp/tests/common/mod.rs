@@ -64,6 +64,8 @@ pub fn payload(src: Rank, seq: u32, len: usize) -> Vec<u8> {
 pub struct Got {
     pub frags: Vec<(Rank, Vec<u8>)>,
     pub failed: Vec<Rank>,
+    /// A streamed fragment being read (`Event::FragStream`).
+    pub partial: Option<(Rank, Vec<u8>)>,
 }
 
 impl Got {
@@ -75,6 +77,24 @@ impl Got {
 pub fn progress_into(b: &mut TcpBtl, got: &mut Got) -> usize {
     b.progress(&mut |e| match e {
         Event::Frag { peer, data } => got.frags.push((peer, data.to_vec())),
+        Event::FragStream {
+            peer,
+            len,
+            taken,
+            body,
+            ..
+        } => {
+            let (from, v) = got.partial.get_or_insert_with(|| (peer, Vec::new()));
+            assert_eq!((*from, v.len()), (peer, taken), "streamed fragment resumed");
+            let at = v.len();
+            v.resize(len, 0);
+            let n = body.read(&mut v[at..]);
+            v.truncate(at + n);
+            if v.len() == len {
+                let done = got.partial.take().expect("partial");
+                got.frags.push(done);
+            }
+        }
         Event::PeerFailed { peer } => got.failed.push(peer),
         other => panic!("unexpected event {other:?}"),
     })
