@@ -147,17 +147,46 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
 
 /// A rank is unwinding from a panic without finalizing: unless the launcher
 /// watches for that itself, ask it (PMI `abort`) to end the job, so that the
-/// peers waiting for this rank do not wait forever.
+/// peers waiting for this rank do not wait forever. The panic hook has already
+/// printed the panic's message.
 pub(crate) fn abort_after_panic() {
     let mut g = lock();
     if let State::Running(e) = &mut *g {
         if !e.launcher_watches_exits {
             let msg = format!("rank {} panicked", e.rank);
             if let Some(p) = e.pmi.as_mut() {
-                let _ = p.abort(101, &msg);
+                ask_launcher_to_abort(p, 101, &msg);
             }
         }
     }
+}
+
+/// How long a rank whose stderr is a pipe or socket waits between writing why
+/// it ends the job and asking the launcher to end it.
+const ABORT_SETTLE: Duration = Duration::from_millis(100);
+
+/// Sends PMI `abort` (code, msg), once what this rank wrote to stderr has had
+/// time to reach the launcher. A launcher reads a rank's stderr pipe and its PMI
+/// connection in one event loop and kills every rank as soon as it reads the
+/// abort; Hydra then drops what was still in the pipe, so the message that says
+/// why the job ended (printed just before) was lost in about one run of twenty.
+/// The process ends right after, so the wait costs nothing but its length.
+pub(crate) fn ask_launcher_to_abort(pmi: &mut PmiClient, code: i32, msg: &str) {
+    if stderr_is_piped() {
+        std::thread::sleep(ABORT_SETTLE);
+    }
+    if let Err(e) = pmi.abort(code, msg) {
+        tracing::debug!("PMI abort: {e}");
+    }
+}
+
+/// Whether fd 2 is a pipe or a socket (what launchers give their ranks), read
+/// through /proc so no unsafe is needed.
+fn stderr_is_piped() -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata("/proc/self/fd/2")
+        .map(|m| m.file_type().is_fifo() || m.file_type().is_socket())
+        .unwrap_or(false)
 }
 
 /// Run `f` on the engine, or fail `call` if MPI is not running.
@@ -666,10 +695,10 @@ impl Engine {
             "rank {} (pid {}) on {} is gone without calling MPI_Finalize; rank {} ends the job",
             gone.rank, gone.pid, self.hostname, self.rank
         );
-        if let Some(p) = self.pmi.as_mut() {
-            let _ = p.abort(1, &msg);
-        }
         eprintln!("gmpi: {msg}");
+        if let Some(p) = self.pmi.as_mut() {
+            ask_launcher_to_abort(p, 1, &msg);
+        }
         std::process::exit(1);
     }
 

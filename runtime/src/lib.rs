@@ -293,7 +293,7 @@ impl Universe {
             }
             if let Some(p) = e.pmi.as_mut() {
                 eprintln!("gmpi: {err}; ending the job");
-                let _ = p.abort(1, &format!("{err}; ending the job"));
+                engine::ask_launcher_to_abort(p, 1, &format!("{err}; ending the job"));
             }
             return Err(err);
         }
@@ -349,7 +349,7 @@ pub fn abort(code: i32, msg: &str) -> ! {
     let mut g = engine::lock();
     if let engine::State::Running(e) = &mut *g {
         if let Some(p) = e.pmi.as_mut() {
-            let _ = p.abort(code, msg);
+            engine::ask_launcher_to_abort(p, code, msg);
         }
     }
     std::process::exit(if code == 0 { 1 } else { code & 0xff })
