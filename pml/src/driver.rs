@@ -192,10 +192,7 @@ impl<M: MemAccess> Memory for PmlMem<'_, M> {
         if kind.is_host() {
             return self.mem.with_write(addr, len, kind, |d| f(d));
         }
-        let mut tmp = vec![0; len];
-        let n = f(&mut tmp).min(len);
-        self.write(addr, kind, &tmp[..n]);
-        n
+        crate::fill_through_temporary(self, addr, len, kind, f)
     }
 
     fn register(&mut self, btl: BtlId, buf: Buf) -> Option<MemDesc> {

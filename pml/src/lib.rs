@@ -76,6 +76,21 @@ pub struct Buf {
     pub kind: MemKind,
 }
 
+/// [`Memory::fill`] for memory that cannot be handed out in place (device
+/// memory, simulated memory): fill a temporary, then write what was filled.
+pub fn fill_through_temporary<M: Memory + ?Sized>(
+    mem: &mut M,
+    addr: u64,
+    len: usize,
+    kind: MemKind,
+    f: &mut dyn FnMut(&mut [u8]) -> usize,
+) -> usize {
+    let mut tmp = vec![0; len];
+    let n = f(&mut tmp).min(len);
+    mem.write(addr, kind, &tmp[..n]);
+    n
+}
+
 /// User memory as the pml reaches it: writes, and registration for remote
 /// access. The driver implements it over real memory and its btls; tests
 /// implement it over simulated memory.
@@ -94,10 +109,7 @@ pub trait Memory {
         kind: MemKind,
         f: &mut dyn FnMut(&mut [u8]) -> usize,
     ) -> usize {
-        let mut tmp = vec![0; len];
-        let n = f(&mut tmp).min(len);
-        self.write(addr, kind, &tmp[..n]);
-        n
+        fill_through_temporary(self, addr, len, kind, f)
     }
 
     /// Expose `buf` through `btl` so that the peer may `get` it; `None` if the
@@ -848,24 +860,7 @@ impl Pml {
             Hdr::Frag { rreq, offset } => {
                 let id = ReqId(rreq);
                 let payload = &data[off..];
-                let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
-                    return Err(PmlError::Malformed(format!(
-                        "FRAG for unknown request {rreq:#x}"
-                    )));
-                };
-                if r.state != RecvState::Streaming || r.peer != peer {
-                    return Err(PmlError::Malformed(
-                        "FRAG for a receive not streaming from this rank".into(),
-                    ));
-                }
-                let end = offset.checked_add(payload.len() as u64);
-                if end.is_none_or(|e| e > r.want) {
-                    return Err(PmlError::Malformed(format!(
-                        "FRAG at {offset}+{} past the {} bytes granted",
-                        payload.len(),
-                        r.want
-                    )));
-                }
+                let r = self.frag_recv_of(peer, id, offset, payload.len())?;
                 mem.write(r.buf.addr + offset, r.buf.kind, payload);
                 r.got += payload.len() as u64;
                 if r.got >= r.want {
@@ -899,22 +894,7 @@ impl Pml {
             PmlError::Malformed(format!("streamed FRAG of {len} bytes from rank {peer}"))
         })?;
         let id = ReqId(rreq);
-        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
-            return Err(PmlError::Malformed(format!(
-                "FRAG for unknown request {rreq:#x}"
-            )));
-        };
-        if r.state != RecvState::Streaming || r.peer != peer {
-            return Err(PmlError::Malformed(
-                "FRAG for a receive not streaming from this rank".into(),
-            ));
-        }
-        if offset.checked_add(plen as u64).is_none_or(|e| e > r.want) {
-            return Err(PmlError::Malformed(format!(
-                "FRAG at {offset}+{plen} past the {} bytes granted",
-                r.want
-            )));
-        }
+        let r = self.frag_recv_of(peer, id, offset, plen)?;
         let mut at = taken;
         if at < hlen {
             // The first delivery: the header's bytes come first.
@@ -935,6 +915,35 @@ impl Pml {
             self.finish_recv(id);
         }
         Ok(())
+    }
+
+    /// The receive that a FRAG of `plen` bytes at `offset` from `peer` is for:
+    /// one streaming from that rank, with the bytes inside what it granted.
+    fn frag_recv_of(
+        &mut self,
+        peer: Rank,
+        id: ReqId,
+        offset: u64,
+        plen: usize,
+    ) -> Result<&mut RecvReq, PmlError> {
+        let Some(Req::Recv(r)) = self.reqs.get_mut(id) else {
+            return Err(PmlError::Malformed(format!(
+                "FRAG for unknown request {:#x}",
+                id.0
+            )));
+        };
+        if r.state != RecvState::Streaming || r.peer != peer {
+            return Err(PmlError::Malformed(
+                "FRAG for a receive not streaming from this rank".into(),
+            ));
+        }
+        if offset.checked_add(plen as u64).is_none_or(|e| e > r.want) {
+            return Err(PmlError::Malformed(format!(
+                "FRAG at {offset}+{plen} past the {} bytes granted",
+                r.want
+            )));
+        }
+        Ok(r)
     }
 
     fn send_req_of(&mut self, peer: Rank, id: ReqId, what: &str) -> Result<&mut SendReq, PmlError> {

@@ -292,8 +292,9 @@ impl Universe {
                 return Err(err);
             }
             if let Some(p) = e.pmi.as_mut() {
-                eprintln!("gmpi: {err}; ending the job");
-                engine::ask_launcher_to_abort(p, 1, &format!("{err}; ending the job"));
+                let msg = format!("{err}; ending the job");
+                eprintln!("gmpi: {msg}");
+                engine::ask_launcher_to_abort(p, 1, &msg);
             }
             return Err(err);
         }
