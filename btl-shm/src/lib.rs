@@ -408,59 +408,45 @@ impl ShmBtl {
             return 0;
         };
         let mut delivered = 0;
-        for peer in std::mem::take(&mut node.unreported) {
-            on_event(Event::PeerFailed { peer });
-            delivered += 1;
+        if !node.unreported.is_empty() {
+            for peer in std::mem::take(&mut node.unreported) {
+                on_event(Event::PeerFailed { peer });
+                delivered += 1;
+            }
         }
         let count = node.rx.len();
         let start = node.next_rx;
-        node.next_rx = if start + 1 == count { 0 } else { start + 1 };
+        node.next_rx = if start + 1 >= count { 0 } else { start + 1 };
         let mut budget = MAX_FRAGS_PER_PROGRESS;
-        for i in 0..count {
-            let idx = if start + i >= count {
-                start + i - count
-            } else {
-                start + i
-            };
+        let mut idx = start;
+        for _ in 0..count {
             let p = &mut node.rx[idx];
-            if node.dead[p.local] {
+            idx = if idx + 1 == count { 0 } else { idx + 1 };
+            // Most rings are empty on most passes: one load, nothing else.
+            if !p.ring.has_data() || node.dead[p.local] {
                 continue;
             }
-            let world = p.world;
-            let local = p.local;
-            let pid = node.pids[local];
-            let coop = &mut node.coop;
-            let mut bad_ctrl = None;
-            let mut ctrls = 0;
+            let (world, local) = (p.world, p.local);
+            // Cooperative-copy requests met on the way, handled after the
+            // drain (they are rare; data records go straight up).
+            let mut ctrls: Vec<Result<Request, String>> = Vec::new();
             let (done, res) = p.ring.drain(budget, &mut |ctrl, data| {
-                if !ctrl {
+                if ctrl {
+                    ctrls.push(Request::decode(data));
+                } else {
                     on_event(Event::Frag { peer: world, data });
-                    return;
                 }
-                // Not an event: the help it asks for is counted when done.
-                ctrls += 1;
-                if let Some(c) = coop.as_mut() {
-                    match Request::decode(data) {
-                        Ok(req) => c.push_help(local, pid, req),
-                        Err(e) => {
-                            bad_ctrl.get_or_insert(e);
-                        }
-                    }
-                }
-                // With cooperative gets off, requests are ignored: the
-                // receiver copies every chunk itself.
             });
-            delivered += done.frags - ctrls;
+            delivered += done.frags - ctrls.len();
             budget -= done.frags;
             if done.wake_producer {
                 ring_doorbell(&node.map, &self.layout, local);
             }
-            if let Some(e) = bad_ctrl {
-                if node.fail(local, world, Corrupt(e)) {
-                    on_event(Event::PeerFailed { peer: world });
-                    delivered += 1;
-                }
-            } else if let Err(c) = res {
+            let mut bad = res.err();
+            if !ctrls.is_empty() {
+                bad = bad.or(node.take_ctrls(local, ctrls));
+            }
+            if let Some(c) = bad {
                 if node.fail(local, world, c) {
                     on_event(Event::PeerFailed { peer: world });
                     delivered += 1;
@@ -683,6 +669,29 @@ impl Node {
             fault: None,
             woken: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Cooperative-copy requests drained from local rank `local`'s ring:
+    /// queued for help (ignored with cooperative gets off: the receiver
+    /// copies every chunk itself). A request that does not decode is the
+    /// ring's corruption.
+    #[cold]
+    fn take_ctrls(&mut self, local: usize, ctrls: Vec<Result<Request, String>>) -> Option<Corrupt> {
+        let pid = self.pids[local];
+        let mut bad = None;
+        for r in ctrls {
+            match r {
+                Ok(req) => {
+                    if let Some(c) = self.coop.as_mut() {
+                        c.push_help(local, pid, req);
+                    }
+                }
+                Err(e) => {
+                    bad.get_or_insert(Corrupt(e));
+                }
+            }
+        }
+        bad
     }
 
     /// Mark local rank `local` failed; true the first time (report it then).

@@ -408,10 +408,11 @@ impl TxRing {
             // `[tail, head + cap)` (checked against a head loaded with
             // Acquire), which the consumer does not read until we publish;
             // `dst + p.len() <= off + 8 + len <= off + rec`. `p` is our
-            // caller's memory, never the ring, so the ranges do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), self.mem.data.as_ptr().add(dst), p.len());
-            }
+            // caller's memory, never the ring, so the ranges do not overlap,
+            // and no other reference to these ring bytes exists meanwhile.
+            let to =
+                unsafe { std::slice::from_raw_parts_mut(self.mem.data.as_ptr().add(dst), p.len()) };
+            gmpi_btl::copy_bytes(to, p);
             dst += p.len();
         }
         // The terminator at `next` is in the free region too (`need`

@@ -58,6 +58,44 @@
 pub mod loopback;
 pub mod sim;
 
+/// `dst.copy_from_slice(src)`, with copies of at most 32 bytes done inline
+/// by (overlapping) fixed-size moves instead of a call to `memcpy`: on the
+/// small-message path the call costs more than the copy.
+///
+/// # Panics
+/// If the lengths differ (as `copy_from_slice`).
+#[inline(always)]
+pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    assert_eq!(dst.len(), n, "copy_bytes: length mismatch");
+    fn mv<const K: usize>(dst: &mut [u8], src: &[u8], at: usize) {
+        let v: [u8; K] = src[at..at + K].try_into().expect("K bytes");
+        dst[at..at + K].copy_from_slice(&v);
+    }
+    match n {
+        0 => {}
+        1..=3 => {
+            // First, middle and last byte: every byte of 1, 2 or 3.
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            mv::<4>(dst, src, 0);
+            mv::<4>(dst, src, n - 4);
+        }
+        8..=15 => {
+            mv::<8>(dst, src, 0);
+            mv::<8>(dst, src, n - 8);
+        }
+        16..=32 => {
+            mv::<16>(dst, src, 0);
+            mv::<16>(dst, src, n - 16);
+        }
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -302,6 +340,15 @@ pub trait Btl: Send {
     /// one is pending. Spurious wake-ups are allowed.
     fn wait(&mut self, timeout: Duration);
 
+    /// Whether this btl only ever has events because of this rank's own
+    /// submissions on it (the loopback btl: a fragment to itself). The
+    /// driver then skips its [`Btl::progress`] until something is submitted
+    /// and again once a pass finds nothing. Default `false`. Asked once,
+    /// when the driver is built.
+    fn passive(&self) -> bool {
+        false
+    }
+
     /// A handle whose [`Wake::wake`], called from any thread, makes this
     /// btl's [`Btl::wait`] in progress return (or the next one return at
     /// once). `None` (the default): its wait cannot be interrupted, so a rank
@@ -333,4 +380,35 @@ pub trait Btl: Send {
     /// The sleep that [`Btl::watch`] was for is over (the rank may be about
     /// to spin); stop calling `wake`. Must be cheap: no system call.
     fn unwatch(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_bytes;
+
+    #[test]
+    fn copy_bytes_copies_every_length_exactly() {
+        let src: Vec<u8> = (1..=80u8).collect();
+        for n in 0..=70 {
+            for at in [0usize, 1, 3, 7] {
+                let mut dst = [0xeeu8; 80];
+                copy_bytes(&mut dst[at..at + n], &src[..n]);
+                assert!(
+                    dst[..at].iter().all(|&b| b == 0xee),
+                    "before, n={n} at={at}"
+                );
+                assert_eq!(&dst[at..at + n], &src[..n], "n={n} at={at}");
+                assert!(
+                    dst[at + n..].iter().all(|&b| b == 0xee),
+                    "after, n={n} at={at}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "length mismatch")]
+    fn copy_bytes_refuses_different_lengths() {
+        copy_bytes(&mut [0u8; 4], &[1u8; 5]);
+    }
 }

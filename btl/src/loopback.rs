@@ -65,6 +65,10 @@ impl Btl for Loopback {
         Ok(Submit::Done)
     }
 
+    fn passive(&self) -> bool {
+        true
+    }
+
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
         let mut n = 0;
         // Only what is queued now: frags sent from inside the callback wait

@@ -179,7 +179,7 @@ struct PmlMem<'a, M> {
 impl<M: MemAccess> Memory for PmlMem<'_, M> {
     fn write(&mut self, addr: u64, kind: MemKind, data: &[u8]) {
         self.mem
-            .with_write(addr, data.len(), kind, |d| d.copy_from_slice(data));
+            .with_write(addr, data.len(), kind, |d| gmpi_btl::copy_bytes(d, data));
     }
 
     fn fill(
@@ -223,6 +223,11 @@ pub struct Driver<M> {
     pending_count: usize,
     fatal: Option<PmlError>,
     sleep: Option<Sleep>,
+    /// Per btl: passive ([`Btl::passive`]) and nothing submitted to it
+    /// since a progress pass found it empty, so progress skips it.
+    quiet: Vec<bool>,
+    /// Per btl: [`Btl::passive`].
+    passive: Vec<bool>,
 }
 
 /// How an idle rank with several btls sleeps (see the module documentation).
@@ -293,6 +298,8 @@ impl<M: MemAccess> Driver<M> {
             pending_count: 0,
             fatal: None,
             sleep: pick_sleeper(&btls),
+            quiet: btls.iter().map(|b| b.passive()).collect(),
+            passive: btls.iter().map(|b| b.passive()).collect(),
             btls,
         }
     }
@@ -346,6 +353,7 @@ impl<M: MemAccess> Driver<M> {
                 None => {}
                 Some(Err(e)) => return Err(e),
                 Some(Ok((btl, header))) => {
+                    self.quiet[btl] = false;
                     let b = &mut self.btls[btl];
                     let res = self.mem.with_read(a.buf.addr, a.buf.len, a.buf.kind, |d| {
                         b.send(a.dest, &[header.as_bytes(), d], 0)
@@ -415,14 +423,14 @@ impl<M: MemAccess> Driver<M> {
         } else {
             0
         };
-        for i in 0..self.btls.len() {
-            let (btls_before, rest) = self.btls.split_at_mut(i);
-            let _ = btls_before;
-            let btl = &mut rest[0];
+        for (i, btl) in self.btls.iter_mut().enumerate() {
+            if self.quiet[i] {
+                continue;
+            }
             let pml = &mut self.pml;
             let mem = &mut self.mem;
             let fatal = &mut self.fatal;
-            n += btl.progress(&mut |ev| {
+            let got = btl.progress(&mut |ev| {
                 let mut pm = PmlMem {
                     mem: &mut *mem,
                     btls: None,
@@ -456,6 +464,10 @@ impl<M: MemAccess> Driver<M> {
                     Event::PeerFailed { peer } => pml.handle_peer_failed(peer),
                 }
             });
+            if got == 0 && self.passive[i] {
+                self.quiet[i] = true;
+            }
+            n += got;
         }
         if self.pml.has_actions() {
             self.flush();
@@ -573,6 +585,7 @@ impl<M: MemAccess> Driver<M> {
                 payload,
                 token,
             } => {
+                self.quiet[btl] = false;
                 let b = &mut self.btls[btl];
                 // A staged chunk of device memory the btl refused: the host
                 // copy just made, so that the retry sends it instead of
@@ -632,6 +645,7 @@ impl<M: MemAccess> Driver<M> {
                 len,
                 token,
             } => {
+                self.quiet[btl] = false;
                 let b = &mut self.btls[btl];
                 let res = self
                     .mem
