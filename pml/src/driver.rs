@@ -388,6 +388,17 @@ impl<M: MemAccess> Driver<M> {
         Ok(id)
     }
 
+    /// Post a blocking call's receive ([`crate::Pml::post_recv_direct`]).
+    pub fn post_recv_direct(&mut self, a: RecvArgs) -> Result<crate::Posted, PmlError> {
+        let mut pm = PmlMem {
+            mem: &mut self.mem,
+            btls: None,
+        };
+        let p = self.pml.post_recv_direct(a, &mut pm)?;
+        self.flush();
+        Ok(p)
+    }
+
     /// Receive a message matched by [`crate::Pml::improbe`].
     pub fn mrecv(&mut self, msg: u64, buf: crate::Buf) -> Option<ReqId> {
         let mut pm = PmlMem {

@@ -7,7 +7,10 @@
 //! in-process over the simulated fabric of `gmpi_btl::sim`.
 //!
 //! Calling contract:
-//! - Inputs: [`Pml::post_send`], [`Pml::post_recv`], [`Pml::cancel`],
+//! - Inputs: [`Pml::post_send`], [`Pml::post_recv`],
+//!   [`Pml::post_recv_direct`] (a blocking receive that, when nothing else is
+//!   posted or unexpected, waits in a slot of its own instead of a request;
+//!   its end comes from [`Pml::take_direct`]), [`Pml::cancel`],
 //!   [`Pml::handle_frag`] (a fragment arrived), [`Pml::handle_send_done`],
 //!   [`Pml::handle_get_done`], [`Pml::handle_get_failed`],
 //!   [`Pml::handle_peer_failed`].
@@ -331,6 +334,43 @@ pub struct Pml {
     claimed: std::collections::HashMap<u64, Unexpected>,
     next_claim: u64,
     actions: std::collections::VecDeque<Action>,
+    /// The blocking receive waiting in place of a request, if any
+    /// ([`Pml::post_recv_direct`]).
+    direct: Option<Direct>,
+}
+
+/// A blocking receive posted by [`Pml::post_recv_direct`]: first in matching
+/// order (posted while no other receive was), held here instead of in a
+/// request until its caller takes its end.
+#[derive(Debug)]
+struct Direct {
+    ctx: u32,
+    src: Option<u32>,
+    src_world: Option<Rank>,
+    tag: Option<i32>,
+    buf: Buf,
+    /// `None` while it waits.
+    end: Option<DirectEnd>,
+}
+
+/// How a receive posted by [`Pml::post_recv_direct`] ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DirectEnd {
+    /// An eager message was delivered into it (or it failed).
+    Done(Result<Status, PmlError>),
+    /// A rendezvous message matched it: it goes on as this request, to be
+    /// waited for and taken like any other.
+    Promoted(ReqId),
+}
+
+/// What [`Pml::post_recv_direct`] posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Posted {
+    /// The receive waits in the pml's direct slot: poll
+    /// [`Pml::take_direct`].
+    Direct,
+    /// A request, as [`Pml::post_recv`] makes.
+    Req(ReqId),
 }
 
 impl Pml {
@@ -350,6 +390,7 @@ impl Pml {
             claimed: std::collections::HashMap::new(),
             next_claim: 0,
             actions: Default::default(),
+            direct: None,
         }
     }
 
@@ -627,6 +668,87 @@ impl Pml {
             self.matching.post(id, a.ctx, a.src, a.tag);
         }
         Ok(id)
+    }
+
+    /// Post the receive of a blocking call (`MPI_Recv`), which waits for it
+    /// at once and touches no other request meanwhile. When nothing else is
+    /// posted and nothing unexpected waits (a ping-pong's steady state), it
+    /// needs no request: it waits in a slot of its own, matched before any
+    /// receive posted after it, and the caller polls [`Pml::take_direct`]
+    /// for its end. Otherwise (or for device memory) it is posted as by
+    /// [`Pml::post_recv`].
+    ///
+    /// A caller that stops waiting before the end (a fatal error) calls
+    /// [`Pml::drop_direct`].
+    pub fn post_recv_direct(
+        &mut self,
+        a: RecvArgs,
+        mem: &mut dyn Memory,
+    ) -> Result<Posted, PmlError> {
+        if self.direct.is_some()
+            || !a.buf.kind.is_host()
+            || !self.matching.nothing_posted()
+            || !self.matching.nothing_unexpected()
+        {
+            return self.post_recv(a, mem).map(Posted::Req);
+        }
+        if let Some(w) = a.src_world {
+            if self.failed.get(w as usize).copied().unwrap_or(false) {
+                return Err(PmlError::PeerFailed(w));
+            }
+        }
+        self.direct = Some(Direct {
+            ctx: a.ctx,
+            src: a.src,
+            src_world: a.src_world,
+            tag: a.tag,
+            buf: a.buf,
+            end: None,
+        });
+        Ok(Posted::Direct)
+    }
+
+    /// The end of the receive [`Pml::post_recv_direct`] put in its slot,
+    /// which is then free again; `None` while it waits.
+    #[inline]
+    pub fn take_direct(&mut self) -> Option<DirectEnd> {
+        // Still waiting (or no direct receive): leave the slot as it is.
+        self.direct.as_ref()?.end.as_ref()?;
+        self.direct.take().and_then(|d| d.end)
+    }
+
+    /// Forget the receive in the direct slot (its caller stopped waiting).
+    pub fn drop_direct(&mut self) {
+        self.direct = None;
+    }
+
+    /// Whether the waiting direct receive accepts this envelope.
+    #[inline]
+    fn direct_accepts(&self, m: &MatchHdr) -> bool {
+        self.direct.as_ref().is_some_and(|d| {
+            d.end.is_none() && matching::accepts(d.ctx, d.src, d.tag, (m.ctx, m.src, m.tag))
+        })
+    }
+
+    /// Turn the waiting direct receive into a request (a rendezvous matched
+    /// it) and return the request.
+    fn promote_direct(&mut self) -> ReqId {
+        let d = self.direct.as_mut().expect("a waiting direct receive");
+        let id = self.reqs.insert(Req::Recv(RecvReq {
+            src_world: d.src_world,
+            buf: d.buf,
+            state: RecvState::Posted,
+            status: Status::default(),
+            want: 0,
+            got: 0,
+            peer: 0,
+            sreq: 0,
+            btl: 0,
+            msg_len: 0,
+            from_device: false,
+        }));
+        d.end = Some(DirectEnd::Promoted(id));
+        id
     }
 
     /// Look for a matching unexpected message without receiving it.
@@ -998,7 +1120,9 @@ impl Pml {
                 payload.len()
             )));
         }
-        if let Some(id) = self.matching.match_posted(m.ctx, m.src, m.tag) {
+        if self.direct_accepts(&m) {
+            self.deliver_direct(peer, btl, m, flags, payload, mem);
+        } else if let Some(id) = self.matching.match_posted(m.ctx, m.src, m.tag) {
             self.deliver_eager(id, peer, btl, m, flags, payload, mem);
         } else {
             self.matching.push_unexpected(Unexpected {
@@ -1056,12 +1180,53 @@ impl Pml {
             }
             _ => unreachable!("incoming() only takes MATCH, RNDV and RNDV_IPC"),
         };
-        if let Some(id) = self.matching.match_posted(u.m.ctx, u.m.src, u.m.tag) {
+        if self.direct_accepts(&u.m) {
+            let id = self.promote_direct();
+            self.deliver(id, u, mem);
+        } else if let Some(id) = self.matching.match_posted(u.m.ctx, u.m.src, u.m.tag) {
             self.deliver(id, u, mem);
         } else {
             self.matching.push_unexpected(u);
         }
         Ok(())
+    }
+
+    /// An eager MATCH into the waiting direct receive.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_direct(
+        &mut self,
+        peer: Rank,
+        btl: BtlId,
+        m: MatchHdr,
+        flags: u8,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) {
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        let cap = d.buf.len;
+        let n = payload.len().min(cap);
+        if n > 0 {
+            mem.write(d.buf.addr, d.buf.kind, &payload[..n]);
+        }
+        let st = Status {
+            source: m.src,
+            tag: m.tag,
+            len: n as u64,
+            cancelled: false,
+        };
+        d.end = Some(DirectEnd::Done(if m.len > cap as u64 {
+            Err(PmlError::Truncated {
+                len: m.len,
+                cap: cap as u64,
+            })
+        } else {
+            Ok(st)
+        }));
+        if flags & F_SYNC != 0 {
+            self.push_send(btl, peer, Hdr::Ack { sreq: m.sreq }, Payload::None, 0);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1261,6 +1426,11 @@ impl Pml {
         for id in victims {
             self.matching.unpost(id);
             self.reqs.complete(id, Err(PmlError::PeerFailed(peer)));
+        }
+        if let Some(d) = self.direct.as_mut() {
+            if d.end.is_none() && d.src_world == Some(peer) {
+                d.end = Some(DirectEnd::Done(Err(PmlError::PeerFailed(peer))));
+            }
         }
         self.matching.drop_peer(peer);
     }

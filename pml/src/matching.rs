@@ -49,7 +49,7 @@ struct Posted {
 /// Whether a receive for (`ctx`, `src`, `tag`) (`None` = wildcard) accepts a
 /// message with envelope (`mctx`, `msrc`, `mtag`).
 #[inline]
-fn accepts(
+pub(crate) fn accepts(
     ctx: u32,
     src: Option<u32>,
     tag: Option<i32>,
@@ -114,6 +114,18 @@ impl Matching {
             return None;
         }
         self.stash.remove(&(peer, self.recv_seq[peer as usize]))
+    }
+
+    /// Whether no receive is posted.
+    #[inline]
+    pub fn nothing_posted(&self) -> bool {
+        self.posted.is_empty()
+    }
+
+    /// Whether no unexpected message waits.
+    #[inline]
+    pub fn nothing_unexpected(&self) -> bool {
+        self.unexpected.is_empty()
     }
 
     pub fn post(&mut self, id: ReqId, ctx: u32, src: Option<u32>, tag: Option<i32>) {

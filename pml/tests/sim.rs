@@ -9,7 +9,9 @@ use gmpi_btl::sim::{Fabric, SimMemory};
 use gmpi_btl::{Btl, Capabilities};
 use gmpi_gpu::MemKind;
 use gmpi_pml::driver::{Driver, MemAccess};
-use gmpi_pml::{Buf, Pml, PmlConfig, PmlError, RecvArgs, ReqId, SendArgs, SendMode, Status};
+use gmpi_pml::{
+    Buf, DirectEnd, Pml, PmlConfig, PmlError, Posted, RecvArgs, ReqId, SendArgs, SendMode, Status,
+};
 use proptest::prelude::*;
 
 struct SimMem(Arc<Mutex<SimMemory>>);
@@ -121,6 +123,33 @@ impl World {
             })
             .expect("post_recv");
         (id, addr)
+    }
+
+    /// [`World::recv`] through the direct slot of a blocking receive.
+    fn recv_direct(
+        &mut self,
+        at: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+        cap: usize,
+    ) -> (Posted, u64) {
+        let mut init = vec![0u8; cap];
+        init.extend_from_slice(&[0xEE; 16]);
+        let addr = self.alloc(at, &init);
+        let p = self.d[at as usize]
+            .post_recv_direct(RecvArgs {
+                ctx: 0,
+                src,
+                src_world: src,
+                tag,
+                buf: Buf {
+                    addr,
+                    len: cap,
+                    kind: MemKind::Host,
+                },
+            })
+            .expect("post_recv_direct");
+        (p, addr)
     }
 
     /// Progress every rank until nothing moves.
@@ -659,4 +688,112 @@ proptest! {
             prop_assert_eq!(d.pml.outstanding(), 0);
         }
     }
+}
+
+/// A blocking receive waits in the pml's direct slot while nothing else is
+/// posted or unexpected, keeps its place in matching order, and ends like a
+/// request would: eager data, truncation, a synchronous sender's ACK, a
+/// rendezvous (as a request), a failed peer.
+#[test]
+fn direct_receives_match_in_order_and_end_like_requests() {
+    let mut w = World::new(3, 1, true);
+    // Posted first, so it takes the first matching message even though a
+    // request for the same envelope is posted after it.
+    let (p, a) = w.recv_direct(1, None, Some(5), 8);
+    assert_eq!(p, Posted::Direct);
+    let (later, b) = w.recv(1, Some(0), Some(5), 8);
+    // A second blocking receive cannot use the busy slot.
+    let Posted::Req(second) = w.recv_direct(1, Some(2), Some(9), 8).0 else {
+        panic!("the slot is taken");
+    };
+    w.send(0, 1, 5, b"first!", SendMode::Standard);
+    let s2 = w.send(0, 1, 5, b"second", SendMode::Synchronous);
+    w.run();
+    assert_eq!(
+        w.d[1].pml.take_direct(),
+        Some(DirectEnd::Done(Ok(Status {
+            source: 0,
+            tag: 5,
+            len: 6,
+            cancelled: false
+        })))
+    );
+    assert_eq!(w.read(1, a, 6 + 2 + 16)[..6], *b"first!");
+    assert!(w.read(1, a + 8, 16).iter().all(|&x| x == 0xEE));
+    assert_eq!(w.done(1, later).unwrap().len, 6);
+    assert_eq!(w.read(1, b, 6), b"second");
+    w.done(0, s2).unwrap();
+    assert_eq!(w.d[1].pml.take_direct(), None, "the slot is free again");
+    assert!(w.d[1].cancel(second));
+    assert!(w.done(1, second).unwrap().cancelled);
+
+    // Truncated: the end says so, nothing is written past the buffer; a
+    // synchronous sender is released by the ACK.
+    let (p, a) = w.recv_direct(1, Some(0), None, 4);
+    assert_eq!(p, Posted::Direct);
+    let s = w.send(0, 1, 7, b"12345678", SendMode::Synchronous);
+    w.run();
+    assert_eq!(
+        w.d[1].pml.take_direct(),
+        Some(DirectEnd::Done(Err(PmlError::Truncated { len: 8, cap: 4 })))
+    );
+    assert_eq!(w.read(1, a, 4), b"1234");
+    assert!(w.read(1, a + 4, 16).iter().all(|&x| x == 0xEE));
+    w.done(0, s).unwrap();
+
+    // A rendezvous turns it into a request.
+    let data = pattern(5000, 3);
+    let (p, a) = w.recv_direct(1, Some(2), Some(1), 6000);
+    assert_eq!(p, Posted::Direct);
+    let s = w.send(2, 1, 1, &data, SendMode::Standard);
+    w.run();
+    let Some(DirectEnd::Promoted(id)) = w.d[1].pml.take_direct() else {
+        panic!("a rendezvous should promote the direct receive");
+    };
+    assert_eq!(w.done(1, id).unwrap().len, 5000);
+    assert_eq!(w.read(1, a, 5000), data);
+    w.done(2, s).unwrap();
+
+    // Something unexpected waits: a plain request, matched at once.
+    w.send(0, 1, 3, b"early", SendMode::Standard);
+    w.run();
+    let (p, a) = w.recv_direct(1, Some(0), Some(3), 8);
+    let Posted::Req(id) = p else {
+        panic!("an unexpected message should make it a request");
+    };
+    assert_eq!(w.done(1, id).unwrap().len, 5);
+    assert_eq!(w.read(1, a, 5), b"early");
+
+    // Forgotten by its caller: later messages go to the unexpected queue.
+    assert_eq!(w.recv_direct(1, Some(0), Some(4), 8).0, Posted::Direct);
+    w.d[1].pml.drop_direct();
+    w.send(0, 1, 4, b"kept", SendMode::Standard);
+    w.run();
+    assert_eq!(w.d[1].pml.take_direct(), None);
+    assert!(w.d[1].pml.iprobe(0, Some(0), Some(4)).is_some());
+    let (id, _) = w.recv(1, Some(0), Some(4), 8);
+    assert_eq!(w.done(1, id).unwrap().len, 4);
+
+    // Its source fails: it ends with the failure.
+    assert_eq!(w.recv_direct(1, Some(2), Some(6), 8).0, Posted::Direct);
+    w.run();
+    w.f.kill(2);
+    w.run();
+    assert_eq!(
+        w.d[1].pml.take_direct(),
+        Some(DirectEnd::Done(Err(PmlError::PeerFailed(2))))
+    );
+    // And a new one from the dead rank fails at once.
+    let e = w.d[1].post_recv_direct(RecvArgs {
+        ctx: 0,
+        src: Some(2),
+        src_world: Some(2),
+        tag: None,
+        buf: Buf {
+            addr: a,
+            len: 8,
+            kind: MemKind::Host,
+        },
+    });
+    assert_eq!(e, Err(PmlError::PeerFailed(2)));
 }

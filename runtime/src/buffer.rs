@@ -761,8 +761,7 @@ impl crate::comm::Communicator {
             return Ok(crate::Status::empty());
         }
         crate::engine::with(call, |e| {
-            let h = self.start_recv_bytes(e, call, addr as u64, len, src, tag)?;
-            e.wait_handle(call, h)
+            self.recv_wait_bytes(e, call, addr as u64, len, src, tag)
         })
     }
 }

@@ -331,6 +331,30 @@ impl Communicator {
             .map_err(|err| Error::from_pml(err, call, self.rank()))
     }
 
+    /// A blocking receive into the `len` contiguous bytes at `addr`: posted
+    /// through the pml's direct slot when it can be, then waited for.
+    pub(crate) fn recv_wait_bytes(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        addr: u64,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> Result<Status> {
+        let buf = Buf {
+            addr,
+            len,
+            kind: e.gpu.classify(addr, len),
+        };
+        let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
+        match e.driver.post_recv_direct(args) {
+            Ok(gmpi_pml::Posted::Direct) => e.wait_direct(call),
+            Ok(gmpi_pml::Posted::Req(id)) => e.wait_handle(call, Handle::Pml(id)),
+            Err(err) => Err(Error::from_pml(err, call, self.rank())),
+        }
+    }
+
     /// Start a send of `v`: `Ok(None)` if it already completed, else the
     /// request (a pml request for contiguous data, a schedule owning the
     /// packed copy otherwise).
@@ -423,6 +447,9 @@ impl Communicator {
         }
         let v = buf.view_mut();
         engine::with(CALL, |e| {
+            if let Some(addr) = v.contig_addr() {
+                return self.recv_wait_bytes(e, CALL, addr, v.bytes(), src, tag);
+            }
             let h = self.start_recv(e, CALL, &v, src, tag)?;
             e.wait_handle(CALL, h)
         })

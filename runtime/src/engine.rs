@@ -769,6 +769,39 @@ impl Engine {
         self.take(call, h)
     }
 
+    /// Wait for the receive in the pml's direct slot
+    /// ([`gmpi_pml::Pml::post_recv_direct`]) and take its end. A rendezvous
+    /// that matched it turned it into a request, waited for as any other.
+    pub fn wait_direct(&mut self, call: &str) -> Result<crate::request::Status> {
+        let mut idle: u32 = 0;
+        loop {
+            match self.driver.pml.take_direct() {
+                None => {}
+                Some(gmpi_pml::DirectEnd::Done(r)) => {
+                    return r
+                        .map(crate::request::Status::from_pml)
+                        .map_err(|e| Error::from_pml(e, call, self.rank as i32));
+                }
+                Some(gmpi_pml::DirectEnd::Promoted(id)) => {
+                    return self.wait_handle(call, crate::comm::Handle::Pml(id));
+                }
+            }
+            match self.progress_all(call) {
+                Ok(0) => {}
+                Ok(_) => {
+                    idle = 0;
+                    continue;
+                }
+                Err(e) => {
+                    self.driver.pml.drop_direct();
+                    return Err(e);
+                }
+            }
+            idle = idle.saturating_add(1);
+            self.back_off(idle);
+        }
+    }
+
     /// Progress once without blocking.
     pub fn poke(&mut self, call: &str) -> Result<()> {
         self.progress_all(call).map(|_| ())
