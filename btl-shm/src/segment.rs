@@ -359,6 +359,7 @@ impl TxRing {
         self.push_kind(parts, len, true)
     }
 
+    #[inline]
     fn push_kind(&mut self, parts: &[&[u8]], len: usize, ctrl: bool) -> Result<Push, Corrupt> {
         let rec = layout::record_size(len) as u64;
         assert!(

@@ -177,6 +177,7 @@ struct PmlMem<'a, M> {
 }
 
 impl<M: MemAccess> Memory for PmlMem<'_, M> {
+    #[inline]
     fn write(&mut self, addr: u64, kind: MemKind, data: &[u8]) {
         self.mem
             .with_write(addr, data.len(), kind, |d| gmpi_btl::copy_bytes(d, data));

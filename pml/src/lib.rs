@@ -590,6 +590,7 @@ impl Pml {
     /// and payload at once and no request exists. `None`: use
     /// [`Pml::post_send`]. If the btl refuses, the driver hands the send back
     /// with [`Pml::inline_refused`], which turns it into a queued request.
+    #[inline]
     pub fn try_inline(&mut self, a: &SendArgs) -> Option<Result<(BtlId, HdrBuf), PmlError>> {
         if a.mode != SendMode::Standard || !self.actions.is_empty() {
             return None;
@@ -861,7 +862,32 @@ impl Pml {
     }
 
     /// A fragment arrived from `peer` on `btl`.
+    ///
+    /// Inlined fast path: the next eager MATCH in order from a known peer
+    /// (what a small-message exchange is made of), without the general
+    /// decode; everything else goes through the general path.
+    #[inline]
     pub fn handle_frag(
+        &mut self,
+        btl: BtlId,
+        peer: Rank,
+        data: &[u8],
+        mem: &mut dyn Memory,
+    ) -> Result<(), PmlError> {
+        if peer < self.nprocs {
+            if let Some((flags, m, off)) = Hdr::decode_match(data) {
+                if m.seq == self.matching.expected_seq(peer) {
+                    self.incoming_match(btl, peer, flags, m, &data[off..], mem)?;
+                    return self.unstash(peer, mem);
+                }
+            }
+        }
+        self.handle_frag_general(btl, peer, data, mem)
+    }
+
+    /// [`Pml::handle_frag`] of any fragment.
+    #[inline(never)]
+    fn handle_frag_general(
         &mut self,
         btl: BtlId,
         peer: Rank,
@@ -872,14 +898,6 @@ impl Pml {
             return Err(PmlError::Malformed(format!(
                 "fragment from unknown rank {peer}"
             )));
-        }
-        // Fast path: the next eager MATCH in order from this peer (what a
-        // small-message exchange is made of), without the general decode.
-        if let Some((flags, m, off)) = Hdr::decode_match(data) {
-            if m.seq == self.matching.expected_seq(peer) {
-                self.incoming_match(btl, peer, flags, m, &data[off..], mem)?;
-                return self.unstash(peer, mem);
-            }
         }
         let (hdr, off) = Hdr::decode(data)?;
         match hdr {
@@ -1102,7 +1120,7 @@ impl Pml {
 
     /// An in-order eager MATCH: delivered straight from the fragment to a
     /// posted receive, or kept as unexpected.
-    #[inline]
+    #[inline(always)]
     fn incoming_match(
         &mut self,
         btl: BtlId,
@@ -1193,6 +1211,7 @@ impl Pml {
 
     /// An eager MATCH into the waiting direct receive.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn deliver_direct(
         &mut self,
         peer: Rank,

@@ -26,6 +26,7 @@ pub(crate) type UserMem = gmpi_pml::driver::WithGpu<HostMem>;
 pub(crate) struct HostMem;
 
 impl MemAccess for HostMem {
+    #[inline]
     fn with_read<R>(&self, addr: u64, len: usize, kind: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
         debug_assert!(
             kind.is_host_accessible(),
@@ -41,6 +42,7 @@ impl MemAccess for HostMem {
         f(s)
     }
 
+    #[inline]
     fn with_write<R>(
         &mut self,
         addr: u64,
