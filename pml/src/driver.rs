@@ -292,6 +292,7 @@ impl<M: MemAccess> Driver<M> {
         for b in &btls {
             pml.add_btl(b.caps().clone(), &|p| b.reaches(p));
         }
+        let passive: Vec<bool> = btls.iter().map(|b| b.passive()).collect();
         Self {
             pml,
             mem,
@@ -299,8 +300,8 @@ impl<M: MemAccess> Driver<M> {
             pending_count: 0,
             fatal: None,
             sleep: pick_sleeper(&btls),
-            quiet: btls.iter().map(|b| b.passive()).collect(),
-            passive: btls.iter().map(|b| b.passive()).collect(),
+            quiet: passive.clone(),
+            passive,
             btls,
         }
     }

@@ -306,6 +306,38 @@ pub enum Action {
     },
 }
 
+/// Write an eager message's payload (as much as fits) into a matched
+/// receive's buffer: its status, and its outcome (truncated when the message
+/// is longer than the buffer).
+#[inline(always)]
+fn write_eager(
+    buf: Buf,
+    m: &MatchHdr,
+    payload: &[u8],
+    mem: &mut dyn Memory,
+) -> (Status, Result<Status, PmlError>) {
+    let cap = buf.len;
+    let n = payload.len().min(cap);
+    if n > 0 {
+        mem.write(buf.addr, buf.kind, &payload[..n]);
+    }
+    let st = Status {
+        source: m.src,
+        tag: m.tag,
+        len: n as u64,
+        cancelled: false,
+    };
+    let res = if m.len > cap as u64 {
+        Err(PmlError::Truncated {
+            len: m.len,
+            cap: cap as u64,
+        })
+    } else {
+        Ok(st)
+    };
+    (st, res)
+}
+
 /// Registered btl facts the pml needs.
 #[derive(Debug, Clone)]
 struct BtlInfo {
@@ -650,19 +682,9 @@ impl Pml {
                 return Err(PmlError::PeerFailed(w));
             }
         }
-        let id = self.reqs.insert(Req::Recv(RecvReq {
-            src_world: a.src_world,
-            buf: a.buf,
-            state: RecvState::Posted,
-            status: Status::default(),
-            want: 0,
-            got: 0,
-            peer: 0,
-            sreq: 0,
-            btl: 0,
-            msg_len: 0,
-            from_device: false,
-        }));
+        let id = self
+            .reqs
+            .insert(Req::Recv(RecvReq::posted(a.src_world, a.buf)));
         if let Some(u) = self.matching.take_unexpected(a.ctx, a.src, a.tag) {
             self.deliver(id, u, mem);
         } else {
@@ -735,19 +757,9 @@ impl Pml {
     /// it) and return the request.
     fn promote_direct(&mut self) -> ReqId {
         let d = self.direct.as_mut().expect("a waiting direct receive");
-        let id = self.reqs.insert(Req::Recv(RecvReq {
-            src_world: d.src_world,
-            buf: d.buf,
-            state: RecvState::Posted,
-            status: Status::default(),
-            want: 0,
-            got: 0,
-            peer: 0,
-            sreq: 0,
-            btl: 0,
-            msg_len: 0,
-            from_device: false,
-        }));
+        let id = self
+            .reqs
+            .insert(Req::Recv(RecvReq::posted(d.src_world, d.buf)));
         d.end = Some(DirectEnd::Promoted(id));
         id
     }
@@ -790,19 +802,7 @@ impl Pml {
     /// (`MPI_Mrecv`). `None` if `msg` names no matched message.
     pub fn mrecv(&mut self, msg: u64, buf: Buf, mem: &mut dyn Memory) -> Option<ReqId> {
         let u = self.claimed.remove(&msg)?;
-        let id = self.reqs.insert(Req::Recv(RecvReq {
-            src_world: None,
-            buf,
-            state: RecvState::Posted,
-            status: Status::default(),
-            want: 0,
-            got: 0,
-            peer: 0,
-            sreq: 0,
-            btl: 0,
-            msg_len: 0,
-            from_device: false,
-        }));
+        let id = self.reqs.insert(Req::Recv(RecvReq::posted(None, buf)));
         self.deliver(id, u, mem);
         Some(id)
     }
@@ -1224,25 +1224,14 @@ impl Pml {
         let Some(d) = self.direct.as_mut() else {
             return;
         };
-        let cap = d.buf.len;
-        let n = payload.len().min(cap);
-        if n > 0 {
-            mem.write(d.buf.addr, d.buf.kind, &payload[..n]);
-        }
-        let st = Status {
-            source: m.src,
-            tag: m.tag,
-            len: n as u64,
-            cancelled: false,
-        };
-        d.end = Some(DirectEnd::Done(if m.len > cap as u64 {
-            Err(PmlError::Truncated {
-                len: m.len,
-                cap: cap as u64,
-            })
-        } else {
-            Ok(st)
-        }));
+        let (_, res) = write_eager(d.buf, &m, payload, mem);
+        d.end = Some(DirectEnd::Done(res));
+        self.ack_if_sync(btl, peer, flags, &m);
+    }
+
+    /// The ACK a synchronous eager sender waits for, once its message matched.
+    #[inline]
+    fn ack_if_sync(&mut self, btl: BtlId, peer: Rank, flags: u8, m: &MatchHdr) {
         if flags & F_SYNC != 0 {
             self.push_send(btl, peer, Hdr::Ack { sreq: m.sreq }, Payload::None, 0);
         }
@@ -1260,32 +1249,12 @@ impl Pml {
         mem: &mut dyn Memory,
     ) {
         let r = self.reqs.get_mut(id).expect("posted receive").as_recv_mut();
-        let cap = r.buf.len;
-        let n = payload.len().min(cap);
-        if n > 0 {
-            mem.write(r.buf.addr, r.buf.kind, &payload[..n]);
-        }
-        let st = Status {
-            source: m.src,
-            tag: m.tag,
-            len: n as u64,
-            cancelled: false,
-        };
+        let (st, res) = write_eager(r.buf, &m, payload, mem);
         r.status = st;
         r.peer = peer;
         r.want = m.len;
         r.state = RecvState::Done;
-        if flags & F_SYNC != 0 {
-            self.push_send(btl, peer, Hdr::Ack { sreq: m.sreq }, Payload::None, 0);
-        }
-        let res = if m.len > cap as u64 {
-            Err(PmlError::Truncated {
-                len: m.len,
-                cap: cap as u64,
-            })
-        } else {
-            Ok(st)
-        };
+        self.ack_if_sync(btl, peer, flags, &m);
         self.reqs.complete(id, res);
     }
 

@@ -70,6 +70,23 @@ pub(crate) struct RecvReq {
 }
 
 impl RecvReq {
+    /// A receive into `buf` posted and not matched yet.
+    pub fn posted(src_world: Option<Rank>, buf: Buf) -> Self {
+        Self {
+            src_world,
+            buf,
+            state: RecvState::Posted,
+            status: Status::default(),
+            want: 0,
+            got: 0,
+            peer: 0,
+            sreq: 0,
+            btl: 0,
+            msg_len: 0,
+            from_device: false,
+        }
+    }
+
     /// How the log names this receive's streamed rendezvous: `rndv/staged`
     /// where device memory is staged through host buffers on either side,
     /// `rndv/pipelined` for host memory.

@@ -106,23 +106,9 @@ impl World {
     /// Post a receive into a fresh buffer of `cap` bytes followed by 16
     /// sentinel bytes (0xEE) that must never be written.
     fn recv(&mut self, at: u32, src: Option<u32>, tag: Option<i32>, cap: usize) -> (ReqId, u64) {
-        let mut init = vec![0u8; cap];
-        init.extend_from_slice(&[0xEE; 16]);
-        let addr = self.alloc(at, &init);
-        let id = self.d[at as usize]
-            .post_recv(RecvArgs {
-                ctx: 0,
-                src,
-                src_world: src,
-                tag,
-                buf: Buf {
-                    addr,
-                    len: cap,
-                    kind: MemKind::Host,
-                },
-            })
-            .expect("post_recv");
-        (id, addr)
+        let a = self.recv_args(at, src, tag, cap);
+        let addr = a.buf.addr;
+        (self.d[at as usize].post_recv(a).expect("post_recv"), addr)
     }
 
     /// [`World::recv`] through the direct slot of a blocking receive.
@@ -133,23 +119,30 @@ impl World {
         tag: Option<i32>,
         cap: usize,
     ) -> (Posted, u64) {
-        let mut init = vec![0u8; cap];
-        init.extend_from_slice(&[0xEE; 16]);
-        let addr = self.alloc(at, &init);
+        let a = self.recv_args(at, src, tag, cap);
+        let addr = a.buf.addr;
         let p = self.d[at as usize]
-            .post_recv_direct(RecvArgs {
-                ctx: 0,
-                src,
-                src_world: src,
-                tag,
-                buf: Buf {
-                    addr,
-                    len: cap,
-                    kind: MemKind::Host,
-                },
-            })
+            .post_recv_direct(a)
             .expect("post_recv_direct");
         (p, addr)
+    }
+
+    /// A receive at rank `at` into a fresh buffer of `cap` bytes followed by
+    /// the 16 sentinel bytes.
+    fn recv_args(&self, at: u32, src: Option<u32>, tag: Option<i32>, cap: usize) -> RecvArgs {
+        let mut init = vec![0u8; cap];
+        init.extend_from_slice(&[0xEE; 16]);
+        RecvArgs {
+            ctx: 0,
+            src,
+            src_world: src,
+            tag,
+            buf: Buf {
+                addr: self.alloc(at, &init),
+                len: cap,
+                kind: MemKind::Host,
+            },
+        }
     }
 
     /// Progress every rank until nothing moves.

@@ -319,16 +319,23 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Handle> {
+        let args = self.recv_args_bytes(e, addr, len, src, tag);
+        e.driver
+            .post_recv(args)
+            .map(Handle::Pml)
+            .map_err(|err| Error::from_pml(err, call, self.rank()))
+    }
+
+    /// The pml's arguments for a receive into the `len` contiguous bytes at
+    /// `addr` (host or device, as the gpu layer classifies them).
+    #[inline]
+    fn recv_args_bytes(&self, e: &Engine, addr: u64, len: usize, src: i32, tag: i32) -> RecvArgs {
         let buf = Buf {
             addr,
             len,
             kind: e.gpu.classify(addr, len),
         };
-        let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
-        e.driver
-            .post_recv(args)
-            .map(Handle::Pml)
-            .map_err(|err| Error::from_pml(err, call, self.rank()))
+        self.inner.recv_args(self.inner.ctx, buf, src, tag)
     }
 
     /// A blocking receive into the `len` contiguous bytes at `addr`: posted
@@ -342,12 +349,7 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Status> {
-        let buf = Buf {
-            addr,
-            len,
-            kind: e.gpu.classify(addr, len),
-        };
-        let args = self.inner.recv_args(self.inner.ctx, buf, src, tag);
+        let args = self.recv_args_bytes(e, addr, len, src, tag);
         match e.driver.post_recv_direct(args) {
             Ok(gmpi_pml::Posted::Direct) => e.wait_direct(call),
             Ok(gmpi_pml::Posted::Req(id)) => e.wait_handle(call, Handle::Pml(id)),

@@ -773,32 +773,22 @@ impl Engine {
     /// ([`gmpi_pml::Pml::post_recv_direct`]) and take its end. A rendezvous
     /// that matched it turned it into a request, waited for as any other.
     pub fn wait_direct(&mut self, call: &str) -> Result<crate::request::Status> {
-        let mut idle: u32 = 0;
-        loop {
-            match self.driver.pml.take_direct() {
-                None => {}
-                Some(gmpi_pml::DirectEnd::Done(r)) => {
-                    return r
-                        .map(crate::request::Status::from_pml)
-                        .map_err(|e| Error::from_pml(e, call, self.rank as i32));
-                }
-                Some(gmpi_pml::DirectEnd::Promoted(id)) => {
-                    return self.wait_handle(call, crate::comm::Handle::Pml(id));
-                }
+        let mut end = None;
+        if let Err(e) = self.wait_until(call, |e| {
+            end = e.driver.pml.take_direct();
+            Ok(end.is_some())
+        }) {
+            self.driver.pml.drop_direct();
+            return Err(e);
+        }
+        match end {
+            Some(gmpi_pml::DirectEnd::Done(r)) => r
+                .map(crate::request::Status::from_pml)
+                .map_err(|e| Error::from_pml(e, call, self.rank as i32)),
+            Some(gmpi_pml::DirectEnd::Promoted(id)) => {
+                self.wait_handle(call, crate::comm::Handle::Pml(id))
             }
-            match self.progress_all(call) {
-                Ok(0) => {}
-                Ok(_) => {
-                    idle = 0;
-                    continue;
-                }
-                Err(e) => {
-                    self.driver.pml.drop_direct();
-                    return Err(e);
-                }
-            }
-            idle = idle.saturating_add(1);
-            self.back_off(idle);
+            None => unreachable!("wait_until returns Ok once the direct receive ended"),
         }
     }
 
