@@ -188,12 +188,14 @@ impl View {
     /// Address of the data if it is one contiguous run.
     /// Where the buffer lives (classified by the gpu layer; one branch
     /// without CUDA).
+    #[inline]
     pub(crate) fn kind(&self) -> MemKind {
         crate::engine::gpu().classify(self.base + self.origin as u64, self.bytes())
     }
 
     /// Whether the buffer is plain host memory (the shared-memory
     /// collectives and the CPU pack/unpack paths need that).
+    #[inline]
     pub(crate) fn is_host(&self) -> bool {
         self.kind().is_host()
     }

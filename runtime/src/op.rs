@@ -280,6 +280,7 @@ enum Class {
     Pair,
 }
 
+#[inline]
 fn class(p: Primitive) -> Class {
     use Primitive as P;
     match p {
@@ -307,31 +308,35 @@ fn class(p: Primitive) -> Class {
 /// see [`Op`]). The error says why not, e.g. "MPI_SUM is not defined for
 /// MPI_C_BOOL".
 pub(crate) fn check(op: &Op, prim: Primitive) -> Result<(), String> {
+    match defined(op, prim) {
+        Some(true) => Ok(()),
+        Some(false) => Err(format!(
+            "{} is not defined for {}",
+            op.name(),
+            prim.mpi_name()
+        )),
+        None => Err(format!(
+            "{} is only valid in one-sided operations, not in reductions",
+            op.name()
+        )),
+    }
+}
+
+/// [`check`]'s table: whether `op` is defined on `prim`, `None` for the ops
+/// that are never valid in a reduction (`Replace`, `NoOp`).
+#[inline]
+fn defined(op: &Op, prim: Primitive) -> Option<bool> {
     use Class as C;
     let c = class(prim);
-    let ok = match op {
+    Some(match op {
         Op::Sum | Op::Prod => matches!(c, C::Int | C::Float),
         Op::Min | Op::Max => matches!(c, C::Int | C::Float | C::Char),
         Op::Land | Op::Lor | Op::Lxor => matches!(c, C::Int | C::Bool),
         Op::Band | Op::Bor | Op::Bxor => matches!(c, C::Int | C::Byte),
         Op::MinLoc | Op::MaxLoc => c == C::Pair,
         Op::User(_) => true,
-        Op::Replace | Op::NoOp => {
-            return Err(format!(
-                "{} is only valid in one-sided operations, not in reductions",
-                op.name()
-            ))
-        }
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} is not defined for {}",
-            op.name(),
-            prim.mpi_name()
-        ))
-    }
+        Op::Replace | Op::NoOp => return None,
+    })
 }
 
 /// [`check`] for any datatype: a datatype without a predefined meaning
@@ -388,25 +393,54 @@ pub(crate) fn apply(op: &Op, prim: Primitive, count: usize, invec: &[u8], inout:
         panic!("reduction kernel: {e}");
     }
     match prim {
-        P::I8 | P::Char => int::<i8>(op, a, b),
-        P::I16 => int::<i16>(op, a, b),
-        P::I32 => int::<i32>(op, a, b),
-        P::I64 => int::<i64>(op, a, b),
-        P::I128 => int::<i128>(op, a, b),
-        P::ISize => int::<isize>(op, a, b),
-        P::U8 | P::Bool | P::Byte => int::<u8>(op, a, b),
-        P::U16 => int::<u16>(op, a, b),
-        P::U32 => int::<u32>(op, a, b),
-        P::U64 => int::<u64>(op, a, b),
-        P::U128 => int::<u128>(op, a, b),
-        P::USize => int::<usize>(op, a, b),
-        P::F32 => arith::<f32>(op, a, b),
-        P::F64 => arith::<f64>(op, a, b),
         P::FloatInt => loc::<f32>(op, 8, 4, a, b),
         P::DoubleInt => loc::<f64>(op, 16, 8, a, b),
         P::LongInt => loc::<i64>(op, 16, 8, a, b),
         P::TwoInt => loc::<i32>(op, 8, 4, a, b),
         P::ShortInt => loc::<i16>(op, 8, 4, a, b),
+        _ => elementwise(op, prim).expect("`check` passes only element-wise ops on these types")(
+            a, b,
+        ),
+    }
+}
+
+/// An element-wise reduction kernel: `inout = invec ∘ inout` over two
+/// slices of the same length, a whole number of elements, at any alignment.
+pub(crate) type Kernel = fn(&[u8], &mut [u8]);
+
+/// The kernel of a predefined `op` on `prim`, checked once, for callers that
+/// apply the same reduction many times (the small-allreduce fast path).
+/// `None` for user-defined ops, `MINLOC`/`MAXLOC` (pairs, see [`apply`]) and
+/// whatever [`check`] rejects; [`apply`] handles all of those.
+#[inline]
+pub(crate) fn kernel(op: &Op, prim: Primitive) -> Option<Kernel> {
+    if defined(op, prim) != Some(true) {
+        return None;
+    }
+    elementwise(op, prim)
+}
+
+/// The element-wise kernel of `op` on `prim`, unchecked: `None` for the pair
+/// types and for ops that have no element-wise kernel.
+#[inline]
+fn elementwise(op: &Op, prim: Primitive) -> Option<Kernel> {
+    use Primitive as P;
+    match prim {
+        P::I8 | P::Char => int::<i8>(op),
+        P::I16 => int::<i16>(op),
+        P::I32 => int::<i32>(op),
+        P::I64 => int::<i64>(op),
+        P::I128 => int::<i128>(op),
+        P::ISize => int::<isize>(op),
+        P::U8 | P::Bool | P::Byte => int::<u8>(op),
+        P::U16 => int::<u16>(op),
+        P::U32 => int::<u32>(op),
+        P::U64 => int::<u64>(op),
+        P::U128 => int::<u128>(op),
+        P::USize => int::<usize>(op),
+        P::F32 => arith::<f32>(op),
+        P::F64 => arith::<f64>(op),
+        P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => None,
     }
 }
 
@@ -513,29 +547,29 @@ fn zip<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
 }
 
 /// Sum, product, minimum and maximum.
-#[inline(always)]
-fn arith<T: Num>(op: &Op, a: &[u8], b: &mut [u8]) {
-    match op {
-        Op::Sum => zip::<T>(a, b, T::sum),
-        Op::Prod => zip::<T>(a, b, T::prod),
-        Op::Min => zip::<T>(a, b, |x, y| if x < y { x } else { y }),
-        Op::Max => zip::<T>(a, b, |x, y| if x > y { x } else { y }),
-        _ => unreachable!("{} is not arithmetic", op.name()),
-    }
+fn arith<T: Num>(op: &Op) -> Option<Kernel> {
+    let k: Kernel = match op {
+        Op::Sum => |a, b| zip::<T>(a, b, T::sum),
+        Op::Prod => |a, b| zip::<T>(a, b, T::prod),
+        Op::Min => |a, b| zip::<T>(a, b, |x, y| if x < y { x } else { y }),
+        Op::Max => |a, b| zip::<T>(a, b, |x, y| if x > y { x } else { y }),
+        _ => return None,
+    };
+    Some(k)
 }
 
 /// Every operation on integers.
-#[inline(always)]
-fn int<T: Int>(op: &Op, a: &[u8], b: &mut [u8]) {
-    match op {
-        Op::Land => zip::<T>(a, b, |x, y| T::from_truth(x.truth() & y.truth())),
-        Op::Lor => zip::<T>(a, b, |x, y| T::from_truth(x.truth() | y.truth())),
-        Op::Lxor => zip::<T>(a, b, |x, y| T::from_truth(x.truth() ^ y.truth())),
-        Op::Band => zip::<T>(a, b, |x, y| x & y),
-        Op::Bor => zip::<T>(a, b, |x, y| x | y),
-        Op::Bxor => zip::<T>(a, b, |x, y| x ^ y),
-        _ => arith::<T>(op, a, b),
-    }
+fn int<T: Int>(op: &Op) -> Option<Kernel> {
+    let k: Kernel = match op {
+        Op::Land => |a, b| zip::<T>(a, b, |x, y| T::from_truth(x.truth() & y.truth())),
+        Op::Lor => |a, b| zip::<T>(a, b, |x, y| T::from_truth(x.truth() | y.truth())),
+        Op::Lxor => |a, b| zip::<T>(a, b, |x, y| T::from_truth(x.truth() ^ y.truth())),
+        Op::Band => |a, b| zip::<T>(a, b, |x, y| x & y),
+        Op::Bor => |a, b| zip::<T>(a, b, |x, y| x | y),
+        Op::Bxor => |a, b| zip::<T>(a, b, |x, y| x ^ y),
+        _ => return arith::<T>(op),
+    };
+    Some(k)
 }
 
 /// `MinLoc`/`MaxLoc` on pairs of a `V` value at offset 0 and an `i32` index
@@ -692,6 +726,37 @@ mod tests {
         )
         .is_ok());
         assert!(check_datatype(&Op::Max, Datatype::Primitive(P::F32)).is_ok());
+    }
+
+    /// `kernel` exists exactly for the valid element-wise pairs (not for
+    /// user ops, pairs, `Replace`/`NoOp`), and gives `apply`'s bytes.
+    #[test]
+    fn kernels_match_the_table_and_apply() {
+        let mut ops = predefined();
+        ops.push(Op::user(|_: &[u8], _: &mut [u8], _: usize| {}, true));
+        let mut n = 0;
+        for op in &ops {
+            for &p in &ALL_PRIMS {
+                let pair = matches!(op, Op::MinLoc | Op::MaxLoc | Op::User(_));
+                let k = kernel(op, p);
+                assert_eq!(
+                    k.is_some(),
+                    expected_valid(op, p) && !pair,
+                    "{op:?} on {p:?}"
+                );
+                let Some(k) = k else { continue };
+                n += 1;
+                let size = Datatype::Primitive(p).size();
+                let a: Vec<u8> = (0..3 * size).map(|i| (i * 37 + 5) as u8).collect();
+                let b0: Vec<u8> = (0..3 * size).map(|i| (i * 11 + 200) as u8).collect();
+                // Offset by one byte: the unaligned loop too.
+                let (mut want, mut got) = (b0.clone(), [vec![0u8], b0.clone()].concat());
+                apply(op, p, 3, &a, &mut want);
+                k(&a, &mut got[1..]);
+                assert_eq!(&got[1..], &want[..], "{op:?} on {p:?}");
+            }
+        }
+        assert_eq!(n, PREDEFINED_VALID - 10);
     }
 
     #[test]

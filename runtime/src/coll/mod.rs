@@ -130,6 +130,32 @@ fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
     }
 }
 
+/// Write the contributions in `slots` (each [`SHM_HDR`] header bytes, then
+/// `out.len()` data bytes) reduced with `k` into `out`, in the order of
+/// [`reduce_slots`], so both give the same bits. At least two slots, and
+/// `out` at most [`TINY`] bytes.
+#[inline]
+fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
+    fn data(s: &[u8], n: usize) -> &[u8] {
+        &s[SHM_HDR..SHM_HDR + n]
+    }
+    let n = out.len();
+    gmpi_btl::copy_bytes(out, data(slots[1], n));
+    k(data(slots[0], n), out);
+    let mut acc = [0u8; TINY];
+    let acc = &mut acc[..n];
+    for s in &slots[2..] {
+        gmpi_btl::copy_bytes(acc, out);
+        gmpi_btl::copy_bytes(out, data(s, n));
+        k(acc, out);
+    }
+}
+
+/// The largest allreduce, in bytes per rank, that takes the fast path
+/// [`Communicator::allreduce_tiny`]: a few cache lines, where the call's own
+/// overhead is most of its time.
+const TINY: usize = 64;
+
 /// Bytes of the header each rank puts before its data in a shared-memory
 /// exchange (and gathers under `coll_check`): which collective, root, op and
 /// length, so every rank sees a mismatch between ranks (the same way on every
@@ -836,6 +862,76 @@ impl Communicator {
 
     // ---------------- allreduce ----------------
 
+    /// The latency-bound allreduce: contiguous host buffers of one
+    /// predefined type, 1 to [`TINY`] bytes, a predefined element-wise op,
+    /// on an intracommunicator whose shared-memory area is already set up,
+    /// without `coll_check`. It is [`shm_reduce`](Self::shm_reduce)'s
+    /// exchange (same header, same rank-order reduction, same mismatch
+    /// errors, the same tag consumed), so ranks that take either path agree,
+    /// minus what a tiny call cannot use: the op's kernel is looked up once
+    /// and called directly, the contribution is built on the stack, and the
+    /// result is written straight into `recv`.
+    ///
+    /// `None`, before any effect, sends the call down the general path,
+    /// which makes every check (and sets the area up on first use) itself.
+    #[inline]
+    fn allreduce_tiny(&self, send: Option<&View>, recv: &View, op: &Op) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use gmpi_gpu::MemKind;
+        use gmpi_pml::driver::MemAccess;
+        const CALL: &str = "MPI_Allreduce";
+        let len = recv.bytes();
+        let input = send.unwrap_or(recv);
+        if len == 0 || len > TINY || input.bytes() != len || !recv.writable || self.is_inter() {
+            return None;
+        }
+        let kernel = crate::op::kernel(op, input.ty.prim()?)?;
+        let (src, dst) = (input.contig_addr()?, recv.contig_addr()?);
+        if !recv.is_host() || send.is_some_and(|s| !s.is_host()) || self.check_live(CALL).is_err() {
+            return None;
+        }
+        let me = self.rank();
+        engine::with(CALL, |e| {
+            // The general path's `shm` decides the same way from these.
+            if e.cfg.coll_check || !e.cfg.coll_shm || len > e.cfg.coll_shm_max.unwrap_or(16 * KIB) {
+                return Ok(None);
+            }
+            let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+            let ShmState::Ready(a) = &mut *g else {
+                return Ok(None);
+            };
+            if a.is_broken() || SHM_HDR + len > a.slot_bytes() {
+                return Ok(None);
+            }
+            self.next_tag();
+            let mut buf = [0u8; SHM_HDR + TINY];
+            let data = &mut buf[..SHM_HDR + len];
+            data[..SHM_HDR].copy_from_slice(&shm_header(1, -1, Some(op), len));
+            HostMem.with_read(src, len, MemKind::Host, |d| {
+                gmpi_btl::copy_bytes(&mut data[SHM_HDR..], d)
+            });
+            let data: &[u8] = data;
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
+                if slots
+                    .iter()
+                    .any(|s| s.len() != data.len() || s[..SHM_HDR] != data[..SHM_HDR])
+                {
+                    bad = shm_mismatch(CALL, me, data, slots);
+                    return;
+                }
+                HostMem.with_write(dst, len, MemKind::Host, |out| {
+                    reduce_tiny(kernel, slots, out)
+                });
+            })?;
+            match bad {
+                Some(err) => Err(err),
+                None => Ok(Some(())),
+            }
+        })
+        .transpose()
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn allreduce_sched(
         &self,
@@ -931,6 +1027,9 @@ impl Communicator {
             return self.inter_blocking(CALL, |c, tag| c.inter_allreduce(CALL, tag, &sv, &rv, &op));
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.allreduce_tiny(Some(&sv), &rv, &op) {
+            return r;
+        }
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, Some(&op), Some(sv.bytes()))?;
@@ -959,6 +1058,9 @@ impl Communicator {
         const CALL: &str = "MPI_Allreduce";
         self.check_in_place(CALL)?;
         let v = buf.view_mut();
+        if let Some(r) = self.allreduce_tiny(None, &v, &op) {
+            return r;
+        }
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, Some(&op), Some(v.bytes()))?;

@@ -2177,6 +2177,28 @@ fn scenario_errors(w: &Communicator) -> R {
             w.allgather(&src[..], &mut g[..]),
             ErrorClass::Count,
         )?;
+        // One rank small enough for the tiny allreduce, the others not:
+        // both paths exchange the same header, so all fail alike.
+        let k = if r == 0 { 3 } else { 20 };
+        let src = vec![1u32; k];
+        let mut dst = vec![0u32; k];
+        expect_class(
+            "allreduce with rank 0 passing 3 elements, others 20",
+            w.allreduce(&src[..], &mut dst[..], Op::Sum),
+            ErrorClass::Count,
+        )?;
+        // Different ops (rank 0 in place, the others not).
+        let mut io = [1u32; 2];
+        let res = if r == 0 {
+            w.allreduce_in_place(&mut io[..], Op::Max)
+        } else {
+            w.allreduce(&[1u32; 2][..], &mut io[..], Op::Sum)
+        };
+        expect_class(
+            "allreduce with rank 0 passing MAX, others SUM",
+            res,
+            ErrorClass::Op,
+        )?;
         // Different roots in a small bcast and reduce: every rank sees it.
         let mut bb = [7u64; 2];
         expect_class(
