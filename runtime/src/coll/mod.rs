@@ -6,7 +6,10 @@
 //! names each choice). A blocking call drives its schedule to the end; the
 //! `i`-forms park it in the engine, where every progress pass advances it.
 //! Single-node communicators run barrier, bcast and small reductions and
-//! gathers through a shared-memory area instead (`gmpi_btl_shm::ShmColl`).
+//! gathers through a shared-memory area instead (`gmpi_btl_shm::ShmColl`);
+//! allreduces of at most 64 bytes of host memory take a shorter road to the
+//! same exchange (`Communicator::allreduce_tiny`), since their time is
+//! mostly the call's own overhead.
 //!
 //! Collective traffic uses the communicator's collective context with the
 //! collective's sequence number as tag, so it never matches user messages,
@@ -904,6 +907,7 @@ impl Communicator {
                 return Ok(None);
             }
             self.next_tag();
+            tracing::debug!(target: "coll", "{CALL}: shared memory, {len} B, tiny path, reduced in rank order");
             let mut buf = [0u8; SHM_HDR + TINY];
             let data = &mut buf[..SHM_HDR + len];
             data[..SHM_HDR].copy_from_slice(&shm_header(1, -1, Some(op), len));
