@@ -137,6 +137,51 @@ fn op_for(call: &str, op: MPI_Op, dt: MPI_Datatype) -> Result<Op, Error> {
     handles::op(call, op, dt, &t)
 }
 
+/// The hot path of `MPI_Allgather` (`blocks` 1) and `MPI_Alltoall`
+/// (`blocks` the communicator's size), as [`allreduce_fast`] is
+/// `MPI_Allreduce`'s: predefined datatypes on `MPI_COMM_WORLD`/`MPI_COMM_SELF`
+/// get their views with no handle-table look-up; anything else (`None`,
+/// before any effect) takes the full path and its checks.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn all_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    alltoall: bool,
+) -> Option<c_int> {
+    let c = handles::fast_comm(comm)?;
+    let n = c.size();
+    let mut rv = ptr::fast_buf(recvbuf, recvcount.checked_mul(n)?, recvtype, true)?;
+    if ptr::in_place(sendbuf) {
+        return Some(crate::errors::fast(call, comm, || {
+            if alltoall {
+                c.alltoall_in_place(&mut rv)
+            } else {
+                c.allgather_in_place(&mut rv)
+            }
+        }));
+    }
+    let total = if alltoall {
+        sendcount.checked_mul(n)?
+    } else {
+        sendcount
+    };
+    let sv = ptr::fast_buf(sendbuf, total, sendtype, false)?;
+    Some(crate::errors::fast(call, comm, || {
+        if alltoall {
+            c.alltoall(&sv, &mut rv)
+        } else {
+            c.allgather(&sv, &mut rv)
+        }
+    }))
+}
+
 /// The hot path of `MPI_Allreduce`, as `send_fast` is `MPI_Send`'s: on
 /// `MPI_COMM_WORLD`/`MPI_COMM_SELF`, with a predefined datatype the runtime
 /// views as a basic type and a predefined arithmetic or logical op, the
@@ -925,7 +970,9 @@ mpi_fn! {
         };
         out(CALL, comm, r, request)
     }
-    fn Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
+    fn Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
+        all_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false)
+    } {
         let c = handles::comm(CALL, comm)?;
         let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
         match &io.send {
@@ -959,7 +1006,9 @@ mpi_fn! {
         };
         out(CALL, comm, r, request)
     }
-    fn Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
+    fn Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
+        all_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true)
+    } {
         let c = handles::comm(CALL, comm)?;
         let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
         match &io.send {

@@ -5,8 +5,8 @@
 //! and communicator size (thresholds in `gmpi.toml`; `GMPI_LOG=coll=debug`
 //! names each choice). A blocking call drives its schedule to the end; the
 //! `i`-forms park it in the engine, where every progress pass advances it.
-//! Single-node communicators run barrier, bcast and small reductions and
-//! gathers through a shared-memory area instead (`gmpi_btl_shm::ShmColl`);
+//! Single-node communicators run barrier, bcast and small reductions,
+//! gathers and alltoalls through a shared-memory area instead (`gmpi_btl_shm::ShmColl`);
 //! allreduces of at most 64 bytes of host memory take a shorter road to the
 //! same exchange (`Communicator::allreduce_tiny`), since their time is
 //! mostly the call's own overhead.
@@ -190,6 +190,30 @@ fn shm_header(kind: u32, root: i32, op: Option<&Op>, len: usize) -> [u8; SHM_HDR
     h[8..12].copy_from_slice(&op.to_le_bytes());
     h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
     h
+}
+
+/// Run `f` on this rank's contribution to a shared-memory exchange: `hdr`,
+/// then `input`'s bytes packed (nothing for `None`). Small contributions are
+/// assembled on the stack, larger ones in one allocation.
+fn with_contribution<R>(hdr: [u8; SHM_HDR], input: Option<&View>, f: impl FnOnce(&[u8]) -> R) -> R {
+    let len = input.map_or(0, View::bytes);
+    let mut small = [0u8; 256];
+    let mut big = Vec::new();
+    let data: &mut [u8] = if SHM_HDR + len <= small.len() {
+        &mut small[..SHM_HDR + len]
+    } else {
+        big.resize(SHM_HDR + len, 0);
+        &mut big
+    };
+    data[..SHM_HDR].copy_from_slice(&hdr);
+    if let Some(v) = input {
+        if v.read_contig(|d| data[SHM_HDR..].copy_from_slice(d))
+            .is_none()
+        {
+            v.pack_into(&mut data[SHM_HDR..]);
+        }
+    }
+    f(data)
 }
 
 /// Compare every rank's header with ours (the header carries the length,
@@ -564,21 +588,17 @@ impl Communicator {
                 // checks everyone's, so ranks naming different roots or sizes
                 // all fail alike; then the others copy the root's data.
                 let (me, len) = (c.rank(), v.bytes());
-                let mut data = shm_header(3, root, None, len).to_vec();
-                if me == root {
-                    data.extend_from_slice(&v.pack());
-                }
-                let mut bad = None;
-                a.exchange(&data, &mut |k| e.idle_flags(CALL, k), |slots| {
-                    bad = shm_mismatch(CALL, me, &data, slots);
-                    if bad.is_none() && me != root {
-                        v.unpack(&slots[root as usize][SHM_HDR..]);
-                    }
-                })?;
-                return match bad {
-                    Some(err) => Err(err),
-                    None => Ok(None),
-                };
+                let hdr = shm_header(3, root, None, len);
+                return with_contribution(hdr, (me == root).then_some(&v), |data| {
+                    let mut bad = None;
+                    a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
+                        bad = shm_mismatch(CALL, me, data, slots);
+                        if bad.is_none() && me != root {
+                            v.unpack(&slots[root as usize][SHM_HDR..]);
+                        }
+                    })?;
+                    bad.map_or(Ok(None), Err)
+                });
             }
             Ok(Some(c.bcast_sched(e, CALL, tag, &v, root)))
         })
@@ -820,43 +840,27 @@ impl Communicator {
         let me = self.rank();
         let len = input.bytes();
         let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
-        // Small contributions are assembled on the stack.
-        let mut small = [0u8; 256];
-        let mut big = Vec::new();
-        let data: &mut [u8] = if SHM_HDR + len <= small.len() {
-            &mut small[..SHM_HDR + len]
-        } else {
-            big.resize(SHM_HDR + len, 0);
-            &mut big
-        };
-        data[..SHM_HDR].copy_from_slice(&shm_header(1, root.unwrap_or(-1), Some(&red.op), len));
-        if input
-            .read_contig(|d| data[SHM_HDR..].copy_from_slice(d))
-            .is_none()
-        {
-            input.pack_into(&mut data[SHM_HDR..]);
-        }
-        let data: &[u8] = data;
+        let hdr = shm_header(1, root.unwrap_or(-1), Some(&red.op), len);
         let mut staged: Option<Vec<u8>> = None;
-        let mut bad = None;
-        a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
-            bad = shm_mismatch(call, me, data, slots);
-            if bad.is_some() {
-                return;
-            }
-            if let Some(o) = out {
-                if o.write_contig(|o| reduce_slots(red, slots, SHM_HDR, o))
-                    .is_none()
-                {
-                    let mut r = vec![0u8; len];
-                    reduce_slots(red, slots, SHM_HDR, &mut r);
-                    staged = Some(r);
+        with_contribution(hdr, Some(input), |data| {
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                bad = shm_mismatch(call, me, data, slots);
+                if bad.is_some() {
+                    return;
                 }
-            }
+                if let Some(o) = out {
+                    if o.write_contig(|o| reduce_slots(red, slots, SHM_HDR, o))
+                        .is_none()
+                    {
+                        let mut r = vec![0u8; len];
+                        reduce_slots(red, slots, SHM_HDR, &mut r);
+                        staged = Some(r);
+                    }
+                }
+            })?;
+            bad.map_or(Ok(()), Err)
         })?;
-        if let Some(err) = bad {
-            return Err(err);
-        }
         if let (Some(o), Some(r)) = (out, staged) {
             o.unpack(&r);
         }
@@ -1427,21 +1431,19 @@ impl Communicator {
         };
         tracing::debug!(target: "coll", "{call}: shared memory, {} B per rank", input.bytes());
         let me = self.rank();
-        let mut data = shm_header(2, root.unwrap_or(-1), None, input.bytes()).to_vec();
-        data.extend_from_slice(&input.pack());
-        let mut bad = None;
-        a.exchange(&data, &mut |k| e.idle_flags(call, k), |slots| {
-            bad = shm_mismatch(call, me, &data, slots);
-            if bad.is_none() && root.is_none_or(|r| r == me) {
-                for (b, s) in blocks.iter().zip(slots) {
-                    b.unpack(&s[SHM_HDR..]);
+        let hdr = shm_header(2, root.unwrap_or(-1), None, input.bytes());
+        with_contribution(hdr, Some(input), |data| {
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                bad = shm_mismatch(call, me, data, slots);
+                if bad.is_none() && root.is_none_or(|r| r == me) {
+                    for (b, s) in blocks.iter().zip(slots) {
+                        b.unpack(&s[SHM_HDR..]);
+                    }
                 }
-            }
-        })?;
-        match bad {
-            Some(err) => Err(err),
-            None => Ok(true),
-        }
+            })?;
+            bad.map_or(Ok(true), Err)
+        })
     }
 
     fn scatter_sched(
@@ -1977,6 +1979,46 @@ impl Communicator {
         s
     }
 
+    /// A small alltoall through the shared-memory area: every rank publishes
+    /// its whole send buffer (`input`, `n` blocks; in place, the receive
+    /// buffer before it is overwritten) and copies block `me` of every
+    /// rank's into `rblocks`. One exchange instead of `2(n - 1)` messages.
+    /// Returns whether it ran.
+    fn shm_alltoall(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        tag: i32,
+        input: &View,
+        rblocks: &[View],
+    ) -> Result<bool> {
+        if !input.is_host() || rblocks.iter().any(|b| !b.is_host()) {
+            return Ok(false);
+        }
+        let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
+            return Ok(false);
+        };
+        let ShmState::Ready(a) = &mut *g else {
+            unreachable!()
+        };
+        let (me, total) = (self.rank(), input.bytes());
+        let block = total / rblocks.len();
+        tracing::debug!(target: "coll", "{call}: shared memory, {block} B per peer");
+        let at = SHM_HDR + me as usize * block;
+        with_contribution(shm_header(4, -1, None, total), Some(input), |data| {
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                bad = shm_mismatch(call, me, data, slots);
+                if bad.is_none() {
+                    for (b, s) in rblocks.iter().zip(slots) {
+                        b.unpack(&s[at..at + block]);
+                    }
+                }
+            })?;
+            bad.map_or(Ok(true), Err)
+        })
+    }
+
     fn alltoall_args(&self, call: &str, sv: &View, rv: &View) -> Result<(Vec<View>, Vec<View>)> {
         let sb = self.blocks_of(call, "the send buffer", sv)?;
         let rb = self.blocks_of(call, "the receive buffer", rv)?;
@@ -2004,6 +2046,9 @@ impl Communicator {
         let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;
+            if c.shm_alltoall(e, CALL, tag, &sv, &rb)? {
+                return Ok(None);
+            }
             Ok(Some(c.alltoall_sched(e, CALL, tag, Some(&sb), &rb)))
         })
     }
@@ -2015,6 +2060,9 @@ impl Communicator {
         let v = buf.view_mut();
         let rb = self.blocks_of(CALL, "the buffer", &v)?;
         self.blocking(CALL, |c, e, tag| {
+            if c.shm_alltoall(e, CALL, tag, &v, &rb)? {
+                return Ok(None);
+            }
             Ok(Some(c.alltoall_sched(e, CALL, tag, None, &rb)))
         })
     }

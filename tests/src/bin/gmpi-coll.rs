@@ -2177,6 +2177,12 @@ fn scenario_errors(w: &Communicator) -> R {
             w.allgather(&src[..], &mut g[..]),
             ErrorClass::Count,
         )?;
+        let mut a2a = vec![0u32; k * n as usize];
+        expect_class(
+            "alltoall with rank 0 passing 4 elements per rank, others 3",
+            w.alltoall(&vec![1u32; k * n as usize][..], &mut a2a[..]),
+            ErrorClass::Count,
+        )?;
         // One rank small enough for the tiny allreduce, the others not:
         // both paths exchange the same header, so all fail alike.
         let k = if r == 0 { 3 } else { 20 };
