@@ -156,6 +156,30 @@ pub fn register_done(comm: MPI_Comm, st: MPI_Status) -> MPI_Request {
     )
 }
 
+/// The handle of every send that completed when it started (an eager
+/// message already in the peer's ring or the loopback queue): one shared
+/// value naming no table slot, as MPICH's lightweight requests do, so such a
+/// send costs no slot and its completion no look-up. Completing it gives the
+/// status of a send and `MPI_REQUEST_NULL`; `MPI_Request_free`,
+/// `MPI_Request_get_status` and `MPI_Cancel` treat it as the completed send
+/// it is. Its slot number is the largest a handle can hold, which a table
+/// would reach only after 2^26 live requests (where handles run out anyway).
+pub const SENT: MPI_Request =
+    (0xc000_0000u32 | (Kind::Request as u32) << 26 | 0x03ff_ffff) as MPI_Request;
+
+/// Hand out the request of a send: [`SENT`] if it already completed.
+fn out_send_req(
+    call: &str,
+    request: *mut MPI_Request,
+    r: Request<'_>,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    if r.is_complete() && !request.is_null() {
+        return ptr::write(call, "request", request, SENT);
+    }
+    out_req(call, request, Active::new(detach_req(r), comm))
+}
+
 /// Requests freed by `MPI_Request_free` while active, and buffered sends in
 /// flight: they complete in the background and are reaped at every
 /// completion call (and at finalize).
@@ -455,7 +479,7 @@ fn isend_fast(
             Mode::Sync => c.issend(&v, dest, tag)?,
             _ => c.isend(&v, dest, tag)?,
         };
-        out_req(call, request, Active::new(detach_req(r), comm))
+        out_send_req(call, request, r, comm)
     }))
 }
 
@@ -875,6 +899,8 @@ mpi_fn! {
 enum Taken {
     /// `MPI_REQUEST_NULL` or an inactive persistent request.
     Inactive,
+    /// [`SENT`]: a send that completed when it started.
+    Sent,
     Active {
         slot: usize,
         a: Active,
@@ -890,6 +916,9 @@ enum Taken {
 fn take(call: &str, h: MPI_Request) -> Result<Taken, Error> {
     if h == MPI_REQUEST_NULL {
         return Ok(Taken::Inactive);
+    }
+    if h == SENT {
+        return Ok(Taken::Sent);
     }
     let slot = handles::req_slot(call, h)?;
     let mut st = state();
@@ -995,6 +1024,15 @@ fn inactive(h: MPI_Request) -> Completed {
     }
 }
 
+/// The completion of [`SENT`].
+fn sent() -> Completed {
+    Completed {
+        st: MPI_Status::empty(),
+        handle: MPI_REQUEST_NULL,
+        err: None,
+    }
+}
+
 /// The completion of a request that completed when it started.
 fn done(call: &str, slot: usize, comm: MPI_Comm, st: MPI_Status) -> Completed {
     release(slot);
@@ -1014,6 +1052,7 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
     reap();
     Ok(match take(call, h)? {
         Taken::Inactive => inactive(h),
+        Taken::Sent => sent(),
         Taken::Done { slot, comm, st } => done(call, slot, comm, st),
         Taken::Active {
             slot,
@@ -1031,6 +1070,7 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
 fn test_one(call: &str, h: MPI_Request) -> Result<Option<Completed>, Error> {
     Ok(match take(call, h)? {
         Taken::Inactive => Some(inactive(h)),
+        Taken::Sent => Some(sent()),
         Taken::Done { slot, comm, st } => Some(done(call, slot, comm, st)),
         Taken::Active {
             slot,
@@ -1155,6 +1195,10 @@ fn wait_any(call: &'static str, reqs: &[MPI_Request]) -> Result<(), Error> {
                 if let Some(o) = state().reqs.get_mut(slot) {
                     *o = ReqObj::Done { comm, st };
                 }
+                out.clear();
+                break;
+            }
+            Taken::Sent => {
                 out.clear();
                 break;
             }
@@ -1299,6 +1343,9 @@ mpi_fn! {
         if h == MPI_REQUEST_NULL {
             return Err(handles::err(ErrorClass::Request, CALL, "request is MPI_REQUEST_NULL"));
         }
+        if h == SENT {
+            return ptr::write(CALL, "request", request, MPI_REQUEST_NULL);
+        }
         let slot = handles::req_slot(CALL, h)?;
         let obj = state().reqs.remove(slot);
         match obj {
@@ -1316,6 +1363,10 @@ mpi_fn! {
         }
         if request == MPI_REQUEST_NULL {
             ptr::status(status, &MPI_Status::inactive());
+            return ptr::write(CALL, "flag", flag, 1);
+        }
+        if request == SENT {
+            ptr::status(status, &MPI_Status::empty());
             return ptr::write(CALL, "flag", flag, 1);
         }
         let slot = handles::req_slot(CALL, request)?;
@@ -1350,6 +1401,10 @@ mpi_fn! {
     }
     fn Cancel(request: *mut MPI_Request) {
         let h = ptr::read(CALL, "request", request)?;
+        if h == SENT {
+            // A completed send: nothing to cancel.
+            return Ok(());
+        }
         let slot = handles::req_slot(CALL, h)?;
         let taken = std::mem::replace(state().reqs.get_mut(slot).ok_or_else(|| handles::err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")))?, ReqObj::Busy);
         let r = match &taken {
@@ -1366,7 +1421,7 @@ mpi_fn! {
 /// Whether request `h` would complete now (progressing first).
 fn ready(call: &str, h: MPI_Request) -> Result<bool, Error> {
     match take(call, h)? {
-        Taken::Inactive => Ok(true),
+        Taken::Inactive | Taken::Sent => Ok(true),
         Taken::Done { slot, comm, st } => {
             if let Some(o) = state().reqs.get_mut(slot) {
                 *o = ReqObj::Done { comm, st };

@@ -543,6 +543,78 @@ static void test_get_status(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Small sends that complete when they start (gmpi gives them all one shared
+   request handle, naming no table slot): every completion and request call
+   must treat each as the completed send it is, several outstanding at once. */
+static void test_completed_sends(void)
+{
+    enum { N = 11 };
+    int v[N], r[N], flag, idx, outc, inds[2];
+    MPI_Request rr[N], rq[2];
+    MPI_Status st;
+    for (int i = 0; i < N; i++) {
+        v[i] = rank * 100 + i;
+        r[i] = -1;
+        CHECK_MPI(MPI_Irecv(&r[i], 1, MPI_INT, prev, 1400 + i, MPI_COMM_WORLD, &rr[i]));
+    }
+    /* two at once: Request_get_status keeps them, Waitall completes both */
+    CHECK_MPI(MPI_Isend(&v[0], 1, MPI_INT, next, 1400, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Isend(&v[1], 1, MPI_INT, next, 1401, MPI_COMM_WORLD, &rq[1]));
+    flag = 0;
+    while (!flag) CHECK_MPI(MPI_Request_get_status(rq[0], &flag, &st));
+    CHECK(rq[0] != MPI_REQUEST_NULL, "Request_get_status freed a completed send");
+    CHECK_MPI(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE));
+    CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL, "Waitall on sends");
+    /* Test */
+    CHECK_MPI(MPI_Isend(&v[2], 1, MPI_INT, next, 1402, MPI_COMM_WORLD, &rq[0]));
+    flag = 0;
+    while (!flag) CHECK_MPI(MPI_Test(&rq[0], &flag, &st));
+    CHECK(rq[0] == MPI_REQUEST_NULL, "Test on a send did not null it");
+    /* Waitany past a null request */
+    rq[0] = MPI_REQUEST_NULL;
+    CHECK_MPI(MPI_Isend(&v[3], 1, MPI_INT, next, 1403, MPI_COMM_WORLD, &rq[1]));
+    CHECK_MPI(MPI_Waitany(2, rq, &idx, &st));
+    CHECK(idx == 1 && rq[1] == MPI_REQUEST_NULL, "Waitany on a send: index %d", idx);
+    /* Waitsome until both are done */
+    CHECK_MPI(MPI_Isend(&v[4], 1, MPI_INT, next, 1404, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Isend(&v[5], 1, MPI_INT, next, 1405, MPI_COMM_WORLD, &rq[1]));
+    for (int got = 0; got < 2; got += outc) {
+        CHECK_MPI(MPI_Waitsome(2, rq, &outc, inds, MPI_STATUSES_IGNORE));
+        CHECK(outc >= 1 && outc <= 2 - got, "Waitsome on sends: outcount %d", outc);
+    }
+    CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL, "Waitsome on sends");
+    /* Testall, Testany */
+    CHECK_MPI(MPI_Isend(&v[6], 1, MPI_INT, next, 1406, MPI_COMM_WORLD, &rq[0]));
+    flag = 0;
+    while (!flag) CHECK_MPI(MPI_Testall(1, rq, &flag, MPI_STATUSES_IGNORE));
+    CHECK(rq[0] == MPI_REQUEST_NULL, "Testall on a send");
+    CHECK_MPI(MPI_Isend(&v[7], 1, MPI_INT, next, 1407, MPI_COMM_WORLD, &rq[0]));
+    flag = 0;
+    while (!flag) CHECK_MPI(MPI_Testany(1, rq, &idx, &flag, &st));
+    CHECK(idx == 0 && rq[0] == MPI_REQUEST_NULL, "Testany on a send: index %d", idx);
+    /* Request_free */
+    CHECK_MPI(MPI_Isend(&v[8], 1, MPI_INT, next, 1408, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Request_free(&rq[0]));
+    CHECK(rq[0] == MPI_REQUEST_NULL, "Request_free on a send");
+    /* a send waited for in a Waitall with a receive */
+    CHECK_MPI(MPI_Isend(&v[9], 1, MPI_INT, next, 1409, MPI_COMM_WORLD, &rq[0]));
+    rq[1] = rr[9];
+    rr[9] = MPI_REQUEST_NULL;
+    CHECK_MPI(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE));
+    CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL, "Waitall of a send and a receive");
+    /* Cancel of a send already received does nothing */
+    CHECK_MPI(MPI_Isend(&v[10], 1, MPI_INT, next, 1410, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Waitall(N, rr, MPI_STATUSES_IGNORE));
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_MPI(MPI_Cancel(&rq[0]));
+    CHECK_MPI(MPI_Wait(&rq[0], &st));
+    CHECK_MPI(MPI_Test_cancelled(&st, &flag));
+    CHECK(!flag && rq[0] == MPI_REQUEST_NULL, "received send reported as cancelled");
+    for (int i = 0; i < N; i++)
+        CHECK(r[i] == prev * 100 + i, "completed-send data [%d] = %d", i, r[i]);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* MPI_PROC_NULL, zero-count with NULL buffer */
 static void test_proc_null_zero(void)
 {
@@ -656,6 +728,7 @@ int main(int argc, char **argv)
     test_request_free();
     test_cancel();
     test_get_status();
+    test_completed_sends();
     test_proc_null_zero();
     test_truncate();
 
