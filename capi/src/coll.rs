@@ -137,8 +137,8 @@ fn op_for(call: &str, op: MPI_Op, dt: MPI_Datatype) -> Result<Op, Error> {
     handles::op(call, op, dt, &t)
 }
 
-/// The hot path of `MPI_Allgather` (`blocks` 1) and `MPI_Alltoall`
-/// (`blocks` the communicator's size), as [`allreduce_fast`] is
+/// The hot path of `MPI_Allgather` and (`alltoall`, whose send buffer holds
+/// one block per rank) `MPI_Alltoall`, as [`allreduce_fast`] is
 /// `MPI_Allreduce`'s: predefined datatypes on `MPI_COMM_WORLD`/`MPI_COMM_SELF`
 /// get their views with no handle-table look-up; anything else (`None`,
 /// before any effect) takes the full path and its checks.

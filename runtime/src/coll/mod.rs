@@ -165,6 +165,12 @@ const TINY: usize = 64;
 /// rank) instead of reading garbage or panicking.
 const SHM_HDR: usize = 16;
 
+/// The largest contribution per rank the shared-memory area takes
+/// (`coll_shm_max`, 16 KiB by default).
+fn shm_max(e: &Engine) -> usize {
+    e.cfg.coll_shm_max.unwrap_or(16 * KIB)
+}
+
 /// The header of a shared-memory exchange.
 fn shm_header(kind: u32, root: i32, op: Option<&Op>, len: usize) -> [u8; SHM_HDR] {
     let op: u32 = op.map_or(0, |o| match o {
@@ -408,7 +414,7 @@ impl Communicator {
         tag: i32,
         bytes: usize,
     ) -> Option<std::sync::MutexGuard<'g, ShmState>> {
-        let max = e.cfg.coll_shm_max.unwrap_or(16 * KIB);
+        let max = shm_max(e);
         if !self.inner.single_node || self.size() < 2 || !e.cfg.coll_shm || bytes > max {
             return None;
         }
@@ -444,6 +450,44 @@ impl Communicator {
             ShmState::Ready(c) if bytes + SHM_HDR <= c.slot_bytes() && !c.is_broken() => Some(g),
             _ => None,
         }
+    }
+
+    /// One exchange through the shared-memory area, if this communicator
+    /// has one that takes `bytes` per rank (`Ok(false)`, nothing done, if
+    /// not): publish `hdr` and then `input` packed, and once every rank's
+    /// header agrees with ours run `f` over every rank's slot (header
+    /// included). A difference fails this rank as it fails every other.
+    /// `what` describes the exchange under `GMPI_LOG=coll=debug`.
+    #[allow(clippy::too_many_arguments)]
+    fn shm_exchange(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        tag: i32,
+        bytes: usize,
+        hdr: [u8; SHM_HDR],
+        input: Option<&View>,
+        what: std::fmt::Arguments<'_>,
+        f: impl FnOnce(&[&[u8]]),
+    ) -> Result<bool> {
+        let Some(mut g) = self.shm(e, call, tag, bytes) else {
+            return Ok(false);
+        };
+        let ShmState::Ready(a) = &mut *g else {
+            unreachable!()
+        };
+        tracing::debug!(target: "coll", "{call}: shared memory, {what}");
+        let me = self.rank();
+        with_contribution(hdr, input, |data| {
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                bad = shm_mismatch(call, me, data, slots);
+                if bad.is_none() {
+                    f(slots);
+                }
+            })?;
+            bad.map_or(Ok(true), Err)
+        })
     }
 
     /// With `coll_check`, make sure every rank passed the same root, op and
@@ -574,31 +618,28 @@ impl Communicator {
         let v = buf.view_mut();
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
-            let shm = if v.is_host() {
-                c.shm(e, CALL, tag, v.bytes())
-            } else {
-                None
-            };
-            if let Some(mut g) = shm {
-                let ShmState::Ready(a) = &mut *g else {
-                    unreachable!()
-                };
-                tracing::debug!(target: "coll", "{CALL}: shared memory, {} B", v.bytes());
-                // Every rank publishes a header (the root its data too) and
-                // checks everyone's, so ranks naming different roots or sizes
-                // all fail alike; then the others copy the root's data.
-                let (me, len) = (c.rank(), v.bytes());
-                let hdr = shm_header(3, root, None, len);
-                return with_contribution(hdr, (me == root).then_some(&v), |data| {
-                    let mut bad = None;
-                    a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
-                        bad = shm_mismatch(CALL, me, data, slots);
-                        if bad.is_none() && me != root {
+            // Every rank publishes a header (the root its data too) and
+            // checks everyone's, so ranks naming different roots or sizes all
+            // fail alike; then the others copy the root's data.
+            let (me, len) = (c.rank(), v.bytes());
+            let hdr = shm_header(3, root, None, len);
+            if v.is_host()
+                && c.shm_exchange(
+                    e,
+                    CALL,
+                    tag,
+                    len,
+                    hdr,
+                    (me == root).then_some(&v),
+                    format_args!("{len} B"),
+                    |slots| {
+                        if me != root {
                             v.unpack(&slots[root as usize][SHM_HDR..]);
                         }
-                    })?;
-                    bad.map_or(Ok(None), Err)
-                });
+                    },
+                )?
+            {
+                return Ok(None);
             }
             Ok(Some(c.bcast_sched(e, CALL, tag, &v, root)))
         })
@@ -830,25 +871,20 @@ impl Communicator {
         if !input.is_host() || out.is_some_and(|o| !o.is_host()) {
             return Ok(false);
         }
-        let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
-            return Ok(false);
-        };
-        let ShmState::Ready(a) = &mut *g else {
-            unreachable!()
-        };
-        tracing::debug!(target: "coll", "{call}: shared memory, {} B, reduced in rank order", input.bytes());
         let me = self.rank();
         let len = input.bytes();
         let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
         let hdr = shm_header(1, root.unwrap_or(-1), Some(&red.op), len);
         let mut staged: Option<Vec<u8>> = None;
-        with_contribution(hdr, Some(input), |data| {
-            let mut bad = None;
-            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
-                bad = shm_mismatch(call, me, data, slots);
-                if bad.is_some() {
-                    return;
-                }
+        let ran = self.shm_exchange(
+            e,
+            call,
+            tag,
+            len,
+            hdr,
+            Some(input),
+            format_args!("{len} B, reduced in rank order"),
+            |slots| {
                 if let Some(o) = out {
                     if o.write_contig(|o| reduce_slots(red, slots, SHM_HDR, o))
                         .is_none()
@@ -858,13 +894,12 @@ impl Communicator {
                         staged = Some(r);
                     }
                 }
-            })?;
-            bad.map_or(Ok(()), Err)
-        })?;
+            },
+        )?;
         if let (Some(o), Some(r)) = (out, staged) {
             o.unpack(&r);
         }
-        Ok(true)
+        Ok(ran)
     }
 
     // ---------------- allreduce ----------------
@@ -900,7 +935,7 @@ impl Communicator {
         let me = self.rank();
         engine::with(CALL, |e| {
             // The general path's `shm` decides the same way from these.
-            if e.cfg.coll_check || !e.cfg.coll_shm || len > e.cfg.coll_shm_max.unwrap_or(16 * KIB) {
+            if e.cfg.coll_check || !e.cfg.coll_shm || len > shm_max(e) {
                 return Ok(None);
             }
             let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
@@ -1423,27 +1458,24 @@ impl Communicator {
         if !input.is_host() || blocks.iter().any(|b| !b.is_host()) {
             return Ok(false);
         }
-        let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
-            return Ok(false);
-        };
-        let ShmState::Ready(a) = &mut *g else {
-            unreachable!()
-        };
-        tracing::debug!(target: "coll", "{call}: shared memory, {} B per rank", input.bytes());
-        let me = self.rank();
-        let hdr = shm_header(2, root.unwrap_or(-1), None, input.bytes());
-        with_contribution(hdr, Some(input), |data| {
-            let mut bad = None;
-            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
-                bad = shm_mismatch(call, me, data, slots);
-                if bad.is_none() && root.is_none_or(|r| r == me) {
+        let (me, len) = (self.rank(), input.bytes());
+        let hdr = shm_header(2, root.unwrap_or(-1), None, len);
+        self.shm_exchange(
+            e,
+            call,
+            tag,
+            len,
+            hdr,
+            Some(input),
+            format_args!("{len} B per rank"),
+            |slots| {
+                if root.is_none_or(|r| r == me) {
                     for (b, s) in blocks.iter().zip(slots) {
                         b.unpack(&s[SHM_HDR..]);
                     }
                 }
-            })?;
-            bad.map_or(Ok(true), Err)
-        })
+            },
+        )
     }
 
     fn scatter_sched(
@@ -1995,28 +2027,24 @@ impl Communicator {
         if !input.is_host() || rblocks.iter().any(|b| !b.is_host()) {
             return Ok(false);
         }
-        let Some(mut g) = self.shm(e, call, tag, input.bytes()) else {
-            return Ok(false);
-        };
-        let ShmState::Ready(a) = &mut *g else {
-            unreachable!()
-        };
-        let (me, total) = (self.rank(), input.bytes());
+        let total = input.bytes();
         let block = total / rblocks.len();
-        tracing::debug!(target: "coll", "{call}: shared memory, {block} B per peer");
-        let at = SHM_HDR + me as usize * block;
-        with_contribution(shm_header(4, -1, None, total), Some(input), |data| {
-            let mut bad = None;
-            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
-                bad = shm_mismatch(call, me, data, slots);
-                if bad.is_none() {
-                    for (b, s) in rblocks.iter().zip(slots) {
-                        b.unpack(&s[at..at + block]);
-                    }
+        let at = SHM_HDR + self.rank() as usize * block;
+        let hdr = shm_header(4, -1, None, total);
+        self.shm_exchange(
+            e,
+            call,
+            tag,
+            total,
+            hdr,
+            Some(input),
+            format_args!("{block} B per peer"),
+            |slots| {
+                for (b, s) in rblocks.iter().zip(slots) {
+                    b.unpack(&s[at..at + block]);
                 }
-            })?;
-            bad.map_or(Ok(true), Err)
-        })
+            },
+        )
     }
 
     fn alltoall_args(&self, call: &str, sv: &View, rv: &View) -> Result<(Vec<View>, Vec<View>)> {
