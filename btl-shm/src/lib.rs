@@ -1123,6 +1123,39 @@ mod tests {
         v
     }
 
+    fn frag_lens(b: &mut ShmBtl) -> Vec<usize> {
+        let mut v = Vec::new();
+        b.progress(&mut |e| match e {
+            Event::Frag { data, .. } => v.push(data.len()),
+            other => panic!("unexpected event {other:?}"),
+        });
+        v
+    }
+
+    /// A drain whose first record ends on a cache-line boundary hands that
+    /// record up alone (the next header word is in a line the producer wrote
+    /// last); the next pass takes the rest, in order. A drain whose first
+    /// record ends inside a line goes on through the stream, boundaries and
+    /// all.
+    #[test]
+    fn lone_record_ending_on_a_line_is_handed_up_alone() {
+        let (mut a, mut b, _f) = pair_with_file(&ShmConfig::default());
+        let line = layout::LINE - layout::REC_HDR;
+        // 64-byte record, then 32, 32: the first ends on the boundary.
+        for len in [line, 24, 24] {
+            assert_eq!(a.send(11, &[&vec![1u8; len]], 0), Ok(Submit::Done));
+        }
+        assert_eq!(frag_lens(&mut b), [line]);
+        assert_eq!(frag_lens(&mut b), [24, 24]);
+        assert_eq!(frag_lens(&mut b), Vec::<usize>::new());
+        // Now at offset 128: 32-byte records; the first ends mid-line, so
+        // the drain continues past the boundary after the second.
+        for _ in 0..5 {
+            assert_eq!(a.send(11, &[&[2u8; 24]], 0), Ok(Submit::Done));
+        }
+        assert_eq!(frag_lens(&mut b), [24; 5]);
+    }
+
     #[test]
     fn corrupt_record_header_reports_peer_failed_once() {
         use std::os::unix::fs::FileExt;

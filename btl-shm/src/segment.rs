@@ -503,7 +503,9 @@ impl RxRing {
 
     /// Hand up to `budget` records to `f` (each slice points into the ring
     /// and is valid during the call only; the flag says a [`Kind::Ctrl`]
-    /// record), then release their space with one Release store of head.
+    /// record), then release their space with one SeqCst store of head.
+    /// A first record that ends on a cache-line boundary is handed up alone
+    /// (see the loop), so a lone message never waits for the next line.
     ///
     /// A record is there when the header word at our read position is not 0
     /// (loaded with Acquire, pairing with the producer's Release store); the
@@ -556,6 +558,15 @@ impl RxRing {
             };
             pos += step;
             off = if off + step == cap { 0 } else { off + step };
+            // A lone record that ends on a line boundary: the next header
+            // word is in a line the producer wrote last (its terminator),
+            // so looking at it costs a transfer between the cores, and the
+            // head store below would wait for it. A message that comes alone
+            // (latency) is handed up without that wait; the next poll looks
+            // there. A stream (more than one record per drain) goes on.
+            if out.frags == 1 && (off as usize).is_multiple_of(layout::LINE) {
+                break;
+            }
         }
         if pos != self.head {
             self.head = pos;

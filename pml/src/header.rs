@@ -8,6 +8,7 @@
 //! |-------|-------------------------------------------------------------|-------------|
 //! | MATCH | ctx u32, src u32, tag i32, seq u32, len u64, sreq u64       | payload     |
 //! | SHORT | ctx u32, src u32, tag i32, seq u32, len u32                 | payload     |
+//! | TINY  | ctx u16, src u16, tag i32, seq u32                          | payload     |
 //! | RNDV  | the MATCH fields, then a [`MemDesc`] if flag `HAS_DESC`     | —           |
 //! | RNDV_IPC | the MATCH fields                                         | CUDA IPC descriptor (`gmpi_gpu::IpcDesc`, 96 bytes) |
 //! | ACK   | sreq u64                                                    | —           |
@@ -22,13 +23,21 @@
 //! terminator after it, 48 bytes instead of 64 per message: fewer cache
 //! lines moving between the cores). It decodes to the same [`Hdr::Match`]
 //! (flags 0, `sreq` 0), so nothing above the codec tells the two apart.
+//!
+//! TINY (version 3) is SHORT where the context id and the sender's rank fit
+//! in 16 bits (a job's first 32,768 communicators, ranks below 65,536): 16
+//! bytes, and no length field, because a MATCH always travels in one
+//! fragment with its whole payload, so the payload's length is the
+//! fragment's length less the header. An 8-byte message is then a 32-byte
+//! ring record: two per cache line, never one straddling two lines. It also
+//! decodes to the same [`Hdr::Match`].
 
 use gmpi_btl::MemDesc;
 
 use crate::PmlError;
 
 /// Wire version written by this build.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 
 /// Largest header this module encodes.
 pub const MAX_HDR: usize = 72;
@@ -41,6 +50,7 @@ const T_FRAG: u8 = 5;
 const T_FIN: u8 = 6;
 const T_RNDV_IPC: u8 = 7;
 const T_SHORT: u8 = 8;
+const T_TINY: u8 = 9;
 
 /// Flag: the sender wants an ACK when the message is matched (synchronous mode).
 pub const F_SYNC: u8 = 1;
@@ -150,6 +160,7 @@ impl HdrBuf {
 // Fixed offsets of the layout in the module table.
 const MATCH_LEN: usize = 36;
 const SHORT_LEN: usize = 24;
+const TINY_LEN: usize = 16;
 const RNDV_DESC_LEN: usize = MATCH_LEN + MemDesc::WIRE_LEN;
 const ONE_U64_LEN: usize = 12;
 const CTS_LEN: usize = 28;
@@ -194,6 +205,27 @@ impl MatchHdr {
         put64(b, 28, self.sreq);
     }
 
+    /// Whether this envelope goes out as a TINY header under `flags`.
+    #[inline]
+    fn fits_tiny(&self, flags: u8) -> bool {
+        self.fits_short(flags) && self.ctx <= u32::from(u16::MAX) && self.src <= u32::from(u16::MAX)
+    }
+
+    /// Read a TINY header from a fragment `b` known to hold at least
+    /// `TINY_LEN` bytes: the payload is the rest of the fragment.
+    #[inline]
+    fn read_tiny(b: &[u8]) -> Self {
+        let get16 = |o: usize| u32::from(u16::from_le_bytes([b[o], b[o + 1]]));
+        MatchHdr {
+            ctx: get16(4),
+            src: get16(6),
+            tag: i32::from_le_bytes(get32(b, 8)),
+            seq: u32::from_le_bytes(get32(b, 12)),
+            len: (b.len() - TINY_LEN) as u64,
+            sreq: 0,
+        }
+    }
+
     /// Whether this envelope goes out as a SHORT header under `flags`.
     #[inline]
     fn fits_short(&self, flags: u8) -> bool {
@@ -235,6 +267,15 @@ impl Hdr {
         let mut b = [0u8; MAX_HDR];
         b[2] = VERSION;
         let len = match self {
+            Hdr::Match { flags, m } if m.fits_tiny(*flags) => {
+                b[0] = T_TINY;
+                // `fits_tiny` checked that both fit in 16 bits.
+                b[4..6].copy_from_slice(&(m.ctx as u16).to_le_bytes());
+                b[6..8].copy_from_slice(&(m.src as u16).to_le_bytes());
+                put32(&mut b, 8, m.tag.to_le_bytes());
+                put32(&mut b, 12, m.seq.to_le_bytes());
+                TINY_LEN
+            }
             Hdr::Match { flags, m } if m.fits_short(*flags) => {
                 b[0] = T_SHORT;
                 put32(&mut b, 4, m.ctx.to_le_bytes());
@@ -306,6 +347,9 @@ impl Hdr {
     /// returns the same `Hdr::Match`.
     #[inline]
     pub fn decode_match(b: &[u8]) -> Option<(u8, MatchHdr, usize)> {
+        if b.len() >= TINY_LEN && b[0] == T_TINY && b[1] == 0 && b[2] == VERSION {
+            return Some((0, MatchHdr::read_tiny(b), TINY_LEN));
+        }
         if b.len() >= SHORT_LEN && b[0] == T_SHORT && b[1] == 0 && b[2] == VERSION {
             return Some((0, MatchHdr::read_short(b), SHORT_LEN));
         }
@@ -342,6 +386,21 @@ impl Hdr {
                         m: MatchHdr::read(b),
                     },
                     MATCH_LEN,
+                )
+            }
+            T_TINY => {
+                need(TINY_LEN, "TINY")?;
+                if flags != 0 {
+                    return Err(PmlError::Malformed(format!(
+                        "TINY header with flags {flags:#x} (it has none)"
+                    )));
+                }
+                (
+                    Hdr::Match {
+                        flags: 0,
+                        m: MatchHdr::read_tiny(b),
+                    },
+                    TINY_LEN,
                 )
             }
             T_SHORT => {
@@ -516,23 +575,58 @@ mod tests {
     }
 
     /// A plain eager envelope (no flags, no sender request, a 32-bit
-    /// length) goes out as the 24-byte SHORT header and decodes to the same
-    /// `Hdr::Match`; anything else keeps the full MATCH.
+    /// length) goes out as the 16-byte TINY header when its context id and
+    /// source fit in 16 bits, else as the 24-byte SHORT header, and decodes
+    /// to the same `Hdr::Match` (TINY's length is the payload's); anything
+    /// else keeps the full MATCH.
     #[test]
-    fn short_match_round_trips_and_falls_back() {
+    fn tiny_and_short_match_round_trip_and_fall_back() {
         let plain = MatchHdr {
             sreq: 0,
             len: 8,
             ..m()
         };
-        let h = Hdr::Match { flags: 0, m: plain };
-        let mut b = h.encode().as_bytes().to_vec();
-        assert_eq!(b.len(), SHORT_LEN);
-        assert_eq!(b[0], T_SHORT);
-        b.extend_from_slice(b"8 bytes!");
-        assert_eq!(Hdr::decode(&b), Ok((h, SHORT_LEN)));
-        assert_eq!(Hdr::decode_match(&b), Some((0, plain, SHORT_LEN)));
-        agrees_with_decode(&b);
+        for (m, len, ty) in [
+            (plain, TINY_LEN, T_TINY),
+            (
+                MatchHdr {
+                    ctx: 65_535,
+                    src: 65_535,
+                    ..plain
+                },
+                TINY_LEN,
+                T_TINY,
+            ),
+            (
+                MatchHdr {
+                    ctx: 65_536,
+                    ..plain
+                },
+                SHORT_LEN,
+                T_SHORT,
+            ),
+            (
+                MatchHdr {
+                    src: 1 << 20,
+                    ..plain
+                },
+                SHORT_LEN,
+                T_SHORT,
+            ),
+        ] {
+            let h = Hdr::Match { flags: 0, m };
+            let mut b = h.encode().as_bytes().to_vec();
+            assert_eq!((b.len(), b[0]), (len, ty), "{m:?}");
+            b.extend_from_slice(b"8 bytes!");
+            assert_eq!(Hdr::decode(&b), Ok((h, len)));
+            assert_eq!(Hdr::decode_match(&b), Some((0, m, len)));
+            agrees_with_decode(&b);
+            // A TINY header's length is what follows it.
+            b.truncate(len + 3);
+            let got = Hdr::decode_match(&b).map(|(_, m, _)| m.len);
+            assert_eq!(got, if ty == T_TINY { Some(3) } else { Some(8) });
+            agrees_with_decode(&b);
+        }
         for (flags, m) in [
             (F_SYNC, plain),
             (0, MatchHdr { sreq: 1, ..plain }),
@@ -551,13 +645,23 @@ mod tests {
                 Ok((Hdr::Match { flags, m }, MATCH_LEN))
             );
         }
-        // Malformed SHORT headers are errors, never a match.
-        b[1] = F_SYNC;
-        assert!(Hdr::decode(&b).is_err());
-        agrees_with_decode(&b);
-        b[1] = 0;
-        assert!(Hdr::decode(&b[..SHORT_LEN - 1]).is_err());
-        agrees_with_decode(&b[..SHORT_LEN - 1]);
+        // Malformed TINY and SHORT headers are errors, never a match.
+        for m in [
+            plain,
+            MatchHdr {
+                ctx: 1 << 17,
+                ..plain
+            },
+        ] {
+            let mut b = Hdr::Match { flags: 0, m }.encode().as_bytes().to_vec();
+            let len = b.len();
+            b[1] = F_SYNC;
+            assert!(Hdr::decode(&b).is_err());
+            agrees_with_decode(&b);
+            b[1] = 0;
+            assert!(Hdr::decode(&b[..len - 1]).is_err());
+            agrees_with_decode(&b[..len - 1]);
+        }
     }
 
     #[test]
