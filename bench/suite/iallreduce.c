@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
             double ov = sum[0] / n, co = sum[1] / n, pu = sum[2] / n;
             double overlap = pu > 0 ? 100.0 * (1.0 - (ov - co) / pu) : 0;
             overlap = overlap < 0 ? 0 : overlap > 100 ? 100 : overlap;
-            printf("%-10zu %12.2f %12.2f %12.2f %12.2f\n", size, ov * 1e6, co * 1e6, pu * 1e6, overlap);
+            printf("%-10zu %12.3f %12.3f %12.3f %12.2f\n", size, ov * 1e6, co * 1e6, pu * 1e6, overlap);
             fflush(stdout);
         }
     }

@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
             }
         }
         if (rank == 0) {
-            printf("%-10zu %12.2f\n", size, t / (2.0 * iters) * 1e6);
+            printf("%-10zu %12.3f\n", size, t / (2.0 * iters) * 1e6);
             fflush(stdout);
         }
     }

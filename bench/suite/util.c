@@ -480,7 +480,7 @@ void gb_print_coll(size_t size, double per_call, MPI_Comm comm) {
     MPI_Reduce(&per_call, &mn, 1, MPI_DOUBLE, MPI_MIN, 0, comm);
     MPI_Reduce(&per_call, &mx, 1, MPI_DOUBLE, MPI_MAX, 0, comm);
     if (r == 0) {
-        printf("%-10zu %12.2f %12.2f %12.2f\n", size, sum / n * 1e6, mn * 1e6, mx * 1e6);
+        printf("%-10zu %12.3f %12.3f %12.3f\n", size, sum / n * 1e6, mn * 1e6, mx * 1e6);
         fflush(stdout);
     }
 }
