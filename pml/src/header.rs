@@ -388,35 +388,25 @@ impl Hdr {
                     MATCH_LEN,
                 )
             }
-            T_TINY => {
-                need(TINY_LEN, "TINY")?;
+            // The two compact MATCH forms: no flags, no sender request.
+            T_TINY | T_SHORT => {
+                let (len, what) = if ty == T_TINY {
+                    (TINY_LEN, "TINY")
+                } else {
+                    (SHORT_LEN, "SHORT")
+                };
+                need(len, what)?;
                 if flags != 0 {
                     return Err(PmlError::Malformed(format!(
-                        "TINY header with flags {flags:#x} (it has none)"
+                        "{what} header with flags {flags:#x} (it has none)"
                     )));
                 }
-                (
-                    Hdr::Match {
-                        flags: 0,
-                        m: MatchHdr::read_tiny(b),
-                    },
-                    TINY_LEN,
-                )
-            }
-            T_SHORT => {
-                need(SHORT_LEN, "SHORT")?;
-                if flags != 0 {
-                    return Err(PmlError::Malformed(format!(
-                        "SHORT header with flags {flags:#x} (it has none)"
-                    )));
-                }
-                (
-                    Hdr::Match {
-                        flags: 0,
-                        m: MatchHdr::read_short(b),
-                    },
-                    SHORT_LEN,
-                )
+                let m = if ty == T_TINY {
+                    MatchHdr::read_tiny(b)
+                } else {
+                    MatchHdr::read_short(b)
+                };
+                (Hdr::Match { flags: 0, m }, len)
             }
             T_RNDV => {
                 need(MATCH_LEN, "RNDV")?;
