@@ -219,15 +219,20 @@ pub fn split(len: usize, unit: usize, n: i32, j: i32) -> (usize, usize) {
 /// the ring; each chunk is reduced along one fixed path and then copied, so
 /// every rank gets the same bits. `input` holds the contribution (it may be
 /// `acc` itself, in place); `acc` (writable) receives the result, each chunk
-/// written once, so the input is never copied as a whole; `tmp` is scratch
-/// of at least one chunk.
+/// written once, so the input is never copied as a whole.
+///
+/// Not in place, a partial result arrives straight in its chunk of `acc` and
+/// this rank's contribution is reduced into it (`acc = input ∘ acc`: the op
+/// commutes), so no byte is copied locally. In place, the chunk of `acc` is
+/// the contribution still to be reduced, so the partial result lands in
+/// `tmp`, which must then hold at least one chunk (`None` otherwise).
 pub fn allreduce_ring(
     s: &mut Sched,
     n: i32,
     me: i32,
     input: Region,
     acc: Region,
-    tmp: Region,
+    tmp: Option<Region>,
     unit: usize,
 ) {
     let right = (me + 1) % n;
@@ -242,12 +247,22 @@ pub fn allreduce_ring(
         // were reduced here in the step before.
         let out = if k == 0 { part(input, me) } else { ch(me - k) };
         let inc = ch(me - k - 1);
-        let t = tmp.sub(0, inc.len);
-        s.recv(t, left);
-        s.send(out, right);
-        s.wait();
-        s.copy(part(input, me - k - 1), inc);
-        s.reduce(t, inc);
+        match tmp {
+            Some(tmp) if input == acc => {
+                let t = tmp.sub(0, inc.len);
+                s.recv(t, left);
+                s.send(out, right);
+                s.wait();
+                s.reduce(t, inc);
+            }
+            _ => {
+                debug_assert!(input != acc, "an in-place ring needs a temporary");
+                s.recv(inc, left);
+                s.send(out, right);
+                s.wait();
+                s.reduce(part(input, me - k - 1), inc);
+            }
+        }
     }
     for k in 0..n - 1 {
         let out = ch(me + 1 - k);

@@ -1011,7 +1011,7 @@ impl Communicator {
         if ring {
             tracing::debug!(target: "coll", "{call}: ring (reduce-scatter + allgather), {bytes} B over {n} ranks");
             let (_, first) = algo::split(bytes, unit, n, 0);
-            let tmp = s.temp(first);
+            let tmp = (input == acc).then(|| s.temp(first));
             algo::allreduce_ring(&mut s, n, me, input, acc, tmp, unit);
         } else if n > 1 && bytes > 0 {
             tracing::debug!(target: "coll", "{call}: recursive doubling, {bytes} B over {n} ranks");
