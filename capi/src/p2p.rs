@@ -473,12 +473,9 @@ fn isend_fast(
     request: *mut MPI_Request,
 ) -> Option<c_int> {
     let c = handles::fast_comm(comm)?;
-    let v = ptr::fast_buf(buf, count, dt, false)?;
+    let len = ptr::fast_bytes(buf, count, dt)?;
     Some(errors::fast(call, comm, || {
-        let r = match mode {
-            Mode::Sync => c.issend(&v, dest, tag)?,
-            _ => c.isend(&v, dest, tag)?,
-        };
+        let r = ptr::isend_bytes(c, call, buf, len, dest, tag, mode == Mode::Sync)?;
         out_send_req(call, request, r, comm)
     }))
 }
@@ -495,10 +492,10 @@ fn irecv_fast(
     request: *mut MPI_Request,
 ) -> Option<c_int> {
     let c = handles::fast_comm(comm)?;
-    let mut v = ptr::fast_buf(buf, count, dt, true)?;
+    let len = ptr::fast_bytes(buf, count, dt)?;
     Some(errors::fast(call, comm, || {
-        let r = c.irecv(&mut v, src, tag)?;
-        out_req(call, request, Active::new(detach_req(r), comm))
+        let r = ptr::irecv_bytes(c, call, buf, len, src, tag)?;
+        out_req(call, request, Active::new(r, comm))
     }))
 }
 
@@ -913,15 +910,28 @@ enum Taken {
     },
 }
 
-fn take(call: &str, h: MPI_Request) -> Result<Taken, Error> {
-    if h == MPI_REQUEST_NULL {
-        return Ok(Taken::Inactive);
+/// The handles that name no slot: `MPI_REQUEST_NULL` and [`SENT`].
+fn slotless(h: MPI_Request) -> Option<Taken> {
+    match h {
+        MPI_REQUEST_NULL => Some(Taken::Inactive),
+        SENT => Some(Taken::Sent),
+        _ => None,
     }
-    if h == SENT {
-        return Ok(Taken::Sent);
+}
+
+fn take(call: &str, h: MPI_Request) -> Result<Taken, Error> {
+    match slotless(h) {
+        Some(t) => Ok(t),
+        None => take_in(&mut state(), call, h),
+    }
+}
+
+/// [`take`] with the tables already locked.
+fn take_in(st: &mut State, call: &str, h: MPI_Request) -> Result<Taken, Error> {
+    if let Some(t) = slotless(h) {
+        return Ok(t);
     }
     let slot = handles::req_slot(call, h)?;
-    let mut st = state();
     let Some(obj) = st.reqs.get_mut(slot) else {
         return Err(handles::err(
             ErrorClass::Request,
@@ -964,11 +974,32 @@ fn take(call: &str, h: MPI_Request) -> Result<Taken, Error> {
 
 /// Put back a request that has not completed.
 fn put_back(slot: usize, a: Active, persistent: bool) {
-    let mut st = state();
+    put_back_in(&mut state(), slot, a, persistent);
+}
+
+/// [`put_back`] with the tables already locked.
+fn put_back_in(st: &mut State, slot: usize, a: Active, persistent: bool) {
     match st.reqs.get_mut(slot) {
         Some(ReqObj::Persistent { active, .. }) if persistent => *active = Some(a),
         Some(o) => *o = ReqObj::Active(a),
         None => {}
+    }
+}
+
+/// Put a taken request back as it was (nothing completed).
+fn restore_in(st: &mut State, t: Taken) {
+    match t {
+        Taken::Active {
+            slot,
+            a,
+            persistent,
+        } => put_back_in(st, slot, a, persistent),
+        Taken::Done { slot, comm, st: s } => {
+            if let Some(o) = st.reqs.get_mut(slot) {
+                *o = ReqObj::Done { comm, st: s };
+            }
+        }
+        Taken::Inactive | Taken::Sent => {}
     }
 }
 
@@ -1001,11 +1032,23 @@ fn finish(
     persistent: bool,
     r: Result<gmpi::Status, Error>,
 ) -> Completed {
+    finish_with(h, slot, comm, persistent, r, release)
+}
+
+/// [`finish`], freeing the slot (of a non-persistent request) with `free`.
+fn finish_with(
+    h: MPI_Request,
+    slot: usize,
+    comm: MPI_Comm,
+    persistent: bool,
+    r: Result<gmpi::Status, Error>,
+    free: impl FnOnce(usize),
+) -> Completed {
     let st = status_of(&r);
     let handle = if persistent {
         h
     } else {
-        release(slot);
+        free(slot);
         MPI_REQUEST_NULL
     };
     Completed {
@@ -1035,7 +1078,18 @@ fn sent() -> Completed {
 
 /// The completion of a request that completed when it started.
 fn done(call: &str, slot: usize, comm: MPI_Comm, st: MPI_Status) -> Completed {
-    release(slot);
+    done_with(call, slot, comm, st, release)
+}
+
+/// [`done`], freeing the slot with `free`.
+fn done_with(
+    call: &str,
+    slot: usize,
+    comm: MPI_Comm,
+    st: MPI_Status,
+    free: impl FnOnce(usize),
+) -> Completed {
+    free(slot);
     let err = (st.MPI_ERROR != 0).then(|| {
         let class = ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other);
         (comm, handles::err(class, call, "the operation failed"))
@@ -1064,6 +1118,81 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
             finish(h, slot, comm, persistent, r)
         }
     })
+}
+
+/// Complete every request of `reqs` (`MPI_Waitall`): take them all out of
+/// their slots under one lock, wait for those in flight together
+/// ([`gmpi::wait_set`]: one hold of the engine, however many there are),
+/// complete them in order and free their slots under one lock. Each
+/// status's `MPI_ERROR` is set; the errors are returned in order.
+///
+/// A handle that is not a request fails the call before anything completes.
+/// If the wait together fails (a peer is gone), each request is waited for
+/// on its own and reports its own outcome, as one by one.
+fn wait_all(
+    call: &'static str,
+    reqs: &mut [MPI_Request],
+    statuses: *mut MPI_Status,
+) -> Result<Vec<(MPI_Comm, Error)>, Error> {
+    reap();
+    let mut taken = Vec::with_capacity(reqs.len());
+    {
+        let mut st = state();
+        for &h in reqs.iter() {
+            match take_in(&mut st, call, h) {
+                Ok(t) => taken.push(t),
+                Err(e) => {
+                    for t in taken {
+                        restore_in(&mut st, t);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+    {
+        let mut refs: Vec<&Request<'static>> = Vec::with_capacity(taken.len());
+        for t in &taken {
+            if let Taken::Active { a, .. } = t {
+                refs.push(&a.req);
+                refs.extend(&a.more);
+            }
+        }
+        // On failure the outcomes come from the waits one by one below.
+        let _ = gmpi::wait_set(call, &refs);
+    }
+    let mut free = Vec::new();
+    let mut errs = Vec::new();
+    for (i, (t, h)) in taken.into_iter().zip(reqs.iter_mut()).enumerate() {
+        let c = match t {
+            Taken::Inactive => inactive(*h),
+            Taken::Sent => sent(),
+            Taken::Done { slot, comm, st } => done_with(call, slot, comm, st, |s| free.push(s)),
+            Taken::Active {
+                slot,
+                a,
+                persistent,
+            } => {
+                let comm = a.comm;
+                let r = a.wait();
+                finish_with(*h, slot, comm, persistent, r, |s| free.push(s))
+            }
+        };
+        *h = c.handle;
+        let mut st = c.st;
+        st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());
+        if let Some(e) = c.err {
+            errs.push(e);
+        }
+        ptr::status_at(statuses, i, &st);
+    }
+    if !free.is_empty() {
+        let mut st = state();
+        for s in free {
+            st.reqs.remove(s);
+        }
+    }
+    Ok(errs)
 }
 
 /// Test request `h`: `None` if it has not completed.
@@ -1242,19 +1371,7 @@ mpi_fn! {
     fn Waitall(count: c_int, array_of_requests: *mut MPI_Request, array_of_statuses: *mut MPI_Status) {
         let n = ptr::count(CALL, "count", count)?;
         let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
-        let mut errs = Vec::new();
-        for (i, h) in reqs.iter_mut().enumerate() {
-            let c = wait_one(CALL, *h)?;
-            *h = c.handle;
-            let mut st = c.st;
-            if let Some(e) = c.err {
-                st.MPI_ERROR = e.1.class().code();
-                errs.push(e);
-            } else {
-                st.MPI_ERROR = MPI_SUCCESS;
-            }
-            ptr::status_at(array_of_statuses, i, &st);
-        }
+        let errs = wait_all(CALL, reqs, array_of_statuses)?;
         multiple(CALL, errs, ignored(array_of_statuses))
     }
     fn Testall(count: c_int, array_of_requests: *mut MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) {
@@ -1277,17 +1394,7 @@ mpi_fn! {
         if !all {
             return ptr::write(CALL, "flag", flag, 0);
         }
-        let mut errs = Vec::new();
-        for (i, h) in reqs.iter_mut().enumerate() {
-            let c = wait_one(CALL, *h)?;
-            *h = c.handle;
-            let mut st = c.st;
-            st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());
-            if let Some(e) = c.err {
-                errs.push(e);
-            }
-            ptr::status_at(array_of_statuses, i, &st);
-        }
+        let errs = wait_all(CALL, reqs, array_of_statuses)?;
         ptr::write(CALL, "flag", flag, 1)?;
         multiple(CALL, errs, ignored(array_of_statuses))
     }

@@ -12,7 +12,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use gmpi::{Communicator, Error, ErrorClass, UserDatatype, View};
+use gmpi::{Communicator, Error, ErrorClass, Request, UserDatatype, View};
 
 use crate::handles::{err, MPI_Datatype, MPI_Status, MPI_IN_PLACE, MPI_STATUS_IGNORE};
 
@@ -213,6 +213,38 @@ pub fn recv_bytes(
     // SAFETY: the caller lends the `len` writable bytes at `p` for the call
     // and does not touch them meanwhile (the MPI contract of MPI_Recv).
     unsafe { c.recv_bytes(call, p as usize, len, src, tag) }
+}
+
+/// `MPI_Isend`/`MPI_Issend` of the `len` bytes at `p` (from [`fast_bytes`]).
+#[inline]
+pub fn isend_bytes(
+    c: &Communicator,
+    call: &'static str,
+    p: *const c_void,
+    len: usize,
+    dest: c_int,
+    tag: c_int,
+    sync: bool,
+) -> Result<Request<'static>, Error> {
+    // SAFETY: the caller lends the `len` bytes at `p` until the request
+    // completes (the MPI contract of a non-blocking send).
+    unsafe { c.isend_bytes(call, p as usize, len, dest, tag, sync) }
+}
+
+/// `MPI_Irecv` into the `len` bytes at `p` (from [`fast_bytes`]).
+#[inline]
+pub fn irecv_bytes(
+    c: &Communicator,
+    call: &'static str,
+    p: *mut c_void,
+    len: usize,
+    src: c_int,
+    tag: c_int,
+) -> Result<Request<'static>, Error> {
+    // SAFETY: the caller lends the `len` writable bytes at `p` and does not
+    // touch them until the request completes (the MPI contract of
+    // MPI_Irecv).
+    unsafe { c.irecv_bytes(call, p as usize, len, src, tag) }
 }
 
 /// The `len` bytes at `p` named `what`: a byte range computed from

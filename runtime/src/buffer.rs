@@ -706,9 +706,10 @@ impl View {
     }
 }
 
-/// The C ABI's hot path: blocking sends and receives of contiguous bytes
-/// at a raw address, with no view (the checks and the path of
-/// [`Communicator::send`] / [`Communicator::recv`] on contiguous data).
+/// The C ABI's hot path: sends and receives of contiguous bytes at a raw
+/// address, with no view (the checks and the path of [`Communicator::send`],
+/// [`Communicator::recv`], [`Communicator::isend`] and
+/// [`Communicator::irecv`] on contiguous data).
 impl crate::comm::Communicator {
     /// `MPI_Send` (or `MPI_Ssend`, with `sync`) of the `len` bytes at `addr`.
     ///
@@ -767,6 +768,71 @@ impl crate::comm::Communicator {
         crate::engine::with(call, |e| {
             self.recv_wait_bytes(e, call, addr as u64, len, src, tag)
         })
+    }
+
+    /// `MPI_Isend` (or `MPI_Issend`, with `sync`) of the `len` bytes at
+    /// `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must stay readable, and unmodified, until the
+    /// request completes (the request borrows nothing: the caller keeps
+    /// that promise, as MPI's does).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn isend_bytes(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        dest: i32,
+        tag: i32,
+        sync: bool,
+    ) -> crate::Result<crate::Request<'static>> {
+        self.check_live(call)?;
+        self.check_dest(call, dest)?;
+        self.check_send_tag(call, tag)?;
+        if dest == crate::PROC_NULL {
+            return Ok(crate::Request::completed(call, crate::Status::empty()));
+        }
+        let mode = if sync {
+            gmpi_pml::SendMode::Synchronous
+        } else {
+            gmpi_pml::SendMode::Standard
+        };
+        let h = crate::engine::with(call, |e| {
+            self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)
+        })?;
+        Ok(match h {
+            Some(h) => crate::Request::new(h, call),
+            None => crate::Request::completed(call, crate::Status::empty()),
+        })
+    }
+
+    /// `MPI_Irecv` into the `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must stay writable, and not otherwise accessed,
+    /// until the request completes (the request borrows nothing: the caller
+    /// keeps that promise, as MPI's does).
+    #[doc(hidden)]
+    pub unsafe fn irecv_bytes(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> crate::Result<crate::Request<'static>> {
+        self.check_live(call)?;
+        self.check_src(call, src)?;
+        self.check_recv_tag(call, tag)?;
+        if src == crate::PROC_NULL {
+            return Ok(crate::Request::completed(call, crate::Status::empty()));
+        }
+        let h = crate::engine::with(call, |e| {
+            self.start_recv_bytes(e, call, addr as u64, len, src, tag)
+        })?;
+        Ok(crate::Request::new(h, call))
     }
 }
 

@@ -99,7 +99,7 @@ pub use datatype::{
 pub use error::{Error, ErrorClass, Result};
 pub use group::{Comparison, Group, UNDEFINED};
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
-pub use request::{wait_all, wait_any_ready, Request, Status};
+pub use request::{wait_all, wait_any_ready, wait_set, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
 
 /// Receive from any source (MPICH's `MPI_ANY_SOURCE`).

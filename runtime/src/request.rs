@@ -94,14 +94,32 @@ impl Status {
 /// `std::mem::forget` an unfinished request: the transfer would go on into
 /// memory you have taken back.
 #[must_use = "a request must be waited on (dropping it waits)"]
-#[derive(Debug)]
 pub struct Request<'a> {
     // Cells: `test` takes `&self` (a request is polled through a shared
     // reference, as in `let r = comm.irecv(..)?; r.test()?`).
     id: Cell<Option<Handle>>,
     call: &'static str,
     done: Cell<Option<Status>>,
+    /// The error of a request completed by [`wait_set`], handed out by the
+    /// next `wait` or `test` (boxed: requests move a lot and rarely fail).
+    failed: Cell<Option<Box<Error>>>,
     _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `failed` is looked at by taking it out and putting it back.
+        let failed = self.failed.take();
+        let r = f
+            .debug_struct("Request")
+            .field("id", &self.id.get())
+            .field("call", &self.call)
+            .field("done", &self.done.get())
+            .field("failed", &failed)
+            .finish();
+        self.failed.set(failed);
+        r
+    }
 }
 
 impl<'a> Request<'a> {
@@ -110,6 +128,7 @@ impl<'a> Request<'a> {
             id: Cell::new(Some(id)),
             call,
             done: Cell::new(None),
+            failed: Cell::new(None),
             _buf: PhantomData,
         }
     }
@@ -120,6 +139,7 @@ impl<'a> Request<'a> {
             id: Cell::new(None),
             call,
             done: Cell::new(Some(st)),
+            failed: Cell::new(None),
             _buf: PhantomData,
         }
     }
@@ -131,6 +151,7 @@ impl<'a> Request<'a> {
             id: Cell::new(me.id.get()),
             call: me.call,
             done: Cell::new(me.done.get()),
+            failed: Cell::new(me.failed.take()),
             _buf: PhantomData,
         }
     }
@@ -148,6 +169,9 @@ impl<'a> Request<'a> {
 
     fn wait_inner(&self) -> Result<Status> {
         let Some(id) = self.id.take() else {
+            if let Some(e) = self.failed.take() {
+                return Err(*e);
+            }
             return self.done.get().ok_or_else(|| {
                 Error::new(
                     ErrorClass::Request,
@@ -166,6 +190,9 @@ impl<'a> Request<'a> {
     /// (and on every later call).
     pub fn test(&self) -> Result<Option<Status>> {
         let Some(id) = self.id.get() else {
+            if let Some(e) = self.failed.take() {
+                return Err(*e);
+            }
             return Ok(self.done.get());
         };
         let call = self.call;
@@ -247,10 +274,58 @@ pub fn wait_any_ready(call: &'static str, reqs: &[&Request<'_>]) -> Result<()> {
     })
 }
 
+/// Block until every one of `reqs` has completed, progressing everything
+/// meanwhile, under one hold of the engine; each outcome stays in its
+/// request, for its next `wait` or `test` to return without the engine (an
+/// error then, once, as from a `wait`). For `MPI_Waitall`, whose requests
+/// mostly complete together: waiting for them one by one would take the
+/// engine, look the request up and take it out once per request.
+///
+/// An `Err` is the wait's own failure (a peer is gone, the job is ending):
+/// requests not yet taken are left in flight, to be waited for one by one.
+#[doc(hidden)]
+pub fn wait_set(call: &'static str, reqs: &[&Request<'_>]) -> Result<()> {
+    let mut ids: Vec<(usize, Handle)> = Vec::with_capacity(reqs.len());
+    ids.extend(
+        reqs.iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.id.get().map(|h| (i, h))),
+    );
+    if ids.is_empty() {
+        return Ok(());
+    }
+    engine::with(call, |e| {
+        // Completion is for good: a cursor over the handles checks each
+        // one until it is done, not all of them on every pass.
+        let mut next = 0;
+        e.wait_until(call, |e| {
+            while next < ids.len() && e.is_done(ids[next].1) {
+                next += 1;
+            }
+            Ok(next == ids.len())
+        })?;
+        for &(i, h) in &ids {
+            let r = reqs[i];
+            r.id.set(None);
+            match e.take(r.call, h) {
+                Ok(st) => r.done.set(Some(st)),
+                Err(err) => r.failed.set(Some(Box::new(err))),
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Wait for every request; returns their statuses in order, or the first
 /// error (after waiting for all of them, since they borrow buffers).
 pub fn wait_all<'a>(reqs: impl IntoIterator<Item = Request<'a>>) -> Result<Vec<Status>> {
-    let mut out = Vec::new();
+    let reqs: Vec<Request<'a>> = reqs.into_iter().collect();
+    if let Some(call) = reqs.first().map(|r| r.call) {
+        let refs: Vec<&Request<'a>> = reqs.iter().collect();
+        // On failure each request is waited for on its own below.
+        let _ = wait_set(call, &refs);
+    }
+    let mut out = Vec::with_capacity(reqs.len());
     let mut first_err = None;
     for r in reqs {
         match r.wait() {

@@ -707,6 +707,59 @@ static void test_truncate(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* MPI_Waitall over a window of receives that arrive together (completed as
+ * one batch), with a completed send, MPI_REQUEST_NULL and an inactive
+ * persistent request mixed in; and a Waitall naming a handle that is no
+ * request fails with MPI_ERR_REQUEST and completes none of the others. */
+static void test_waitall_batch(void)
+{
+    enum { W = 40 };
+    int in[W], out[W];
+    MPI_Request rq[W + 3];
+    MPI_Status st[W + 3];
+    for (int k = 0; k < W; k++) {
+        out[k] = rank * 1000 + k;
+        in[k] = -1;
+        CHECK_MPI(MPI_Irecv(&in[k], 1, MPI_INT, prev, 40 + k % 3, MPI_COMM_WORLD, &rq[k]));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int k = 0; k < W; k++)
+        CHECK_MPI(MPI_Send(&out[k], 1, MPI_INT, next, 40 + k % 3, MPI_COMM_WORLD));
+    int one = 1;
+    CHECK_MPI(MPI_Isend(&one, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &rq[W]));
+    rq[W + 1] = MPI_REQUEST_NULL;
+    int pin = 0;
+    CHECK_MPI(MPI_Recv_init(&pin, 1, MPI_INT, prev, 99, MPI_COMM_WORLD, &rq[W + 2]));
+    MPI_Request pers = rq[W + 2];
+    CHECK_MPI(MPI_Waitall(W + 3, rq, st));
+    for (int k = 0; k < W; k++) {
+        CHECK(rq[k] == MPI_REQUEST_NULL, "Waitall batch: request %d not freed", k);
+        CHECK(in[k] == prev * 1000 + k, "Waitall batch: receive %d got %d", k, in[k]);
+        CHECK(st[k].MPI_SOURCE == prev && st[k].MPI_TAG == 40 + k % 3,
+              "Waitall batch: status %d source %d tag %d", k, st[k].MPI_SOURCE, st[k].MPI_TAG);
+    }
+    CHECK(rq[W] == MPI_REQUEST_NULL, "Waitall batch: send to MPI_PROC_NULL not freed");
+    CHECK(rq[W + 2] == pers && st[W + 2].MPI_TAG == MPI_ANY_TAG, "Waitall batch: inactive persistent request");
+    CHECK_MPI(MPI_Request_free(&rq[W + 2]));
+
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_Request two[2];
+    int got = -1, cls;
+    CHECK_MPI(MPI_Irecv(&got, 1, MPI_INT, prev, 41, MPI_COMM_WORLD, &two[0]));
+    MPI_Request kept = two[0];
+    two[1] = (MPI_Request)0x7badf00d;
+    int rc = MPI_Waitall(2, two, MPI_STATUSES_IGNORE);
+    CHECK(rc != MPI_SUCCESS, "Waitall with a bogus handle returned MPI_SUCCESS");
+    CHECK_MPI(MPI_Error_class(rc, &cls));
+    CHECK(cls == MPI_ERR_REQUEST, "Waitall with a bogus handle: class %d, expected MPI_ERR_REQUEST", cls);
+    CHECK(two[0] == kept, "Waitall with a bogus handle changed a valid request");
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    CHECK_MPI(MPI_Send(&rank, 1, MPI_INT, next, 41, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Wait(&two[0], MPI_STATUS_IGNORE));
+    CHECK(got == prev, "receive kept through a failed Waitall got %d", got);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -731,6 +784,7 @@ int main(int argc, char **argv)
     test_completed_sends();
     test_proc_null_zero();
     test_truncate();
+    test_waitall_batch();
 
     REPORT_OK();
     MPI_Finalize();
