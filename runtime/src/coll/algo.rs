@@ -93,16 +93,24 @@ pub fn bcast_scatter_allgather(s: &mut Sched, n: i32, me: i32, root: i32, buf: R
     allgather_ring(s, n, me, &blocks);
 }
 
-/// Binomial reduce to `root`. `acc` holds this rank's contribution and must
-/// be writable unless this rank is a leaf; `tmp` is scratch of the same size.
-/// Returns the region holding the result at the root (meaningless
-/// elsewhere). Non-commutative ops reduce in rank order along a tree rooted
-/// at rank 0, which then sends the result to `root`.
+/// Binomial reduce to `root`. `input` holds this rank's contribution:
+/// `acc` itself, or a separate region, in which case `acc` is written by the
+/// algorithm (it must be writable unless this rank is a leaf); `tmp` is
+/// scratch of the same size. Returns the region holding the result at the
+/// root (meaningless elsewhere). Non-commutative ops reduce in rank order
+/// along a tree rooted at rank 0, which then sends the result to `root`.
+///
+/// A separate `input` is never copied: a leaf sends it as it is, and the
+/// first child's partial result is reduced with it straight into `acc`
+/// (commutative: the child's lands in `acc` and `input` is reduced into it)
+/// or into `tmp` (rank order: `input ∘ child`).
+#[allow(clippy::too_many_arguments)]
 pub fn reduce_binomial(
     s: &mut Sched,
     n: i32,
     me: i32,
     root: i32,
+    input: Region,
     acc: Region,
     tmp: Region,
     commutative: bool,
@@ -110,23 +118,41 @@ pub fn reduce_binomial(
     let tree_root = if commutative { root } else { 0 };
     let rel = (me - tree_root).rem_euclid(n);
     let (mut cur, mut other) = (acc, tmp);
+    // The contribution while it is not in `cur` yet.
+    let mut fresh = (input != acc).then_some(input);
     let mut mask = 1;
     while mask < n {
         if rel & mask == 0 {
             let child = rel | mask;
             if child < n {
-                s.recv(other, abs(child, tree_root, n));
-                s.wait();
-                // cur covers lower ranks than the child's partial result.
-                if commutative {
-                    s.reduce(other, cur);
-                } else {
-                    s.reduce(cur, other);
-                    std::mem::swap(&mut cur, &mut other);
+                let from = abs(child, tree_root, n);
+                match fresh.take() {
+                    Some(i) if commutative => {
+                        s.recv(cur, from);
+                        s.wait();
+                        s.reduce(i, cur);
+                    }
+                    Some(i) => {
+                        s.recv(other, from);
+                        s.wait();
+                        s.reduce(i, other);
+                        std::mem::swap(&mut cur, &mut other);
+                    }
+                    None => {
+                        s.recv(other, from);
+                        s.wait();
+                        // cur covers lower ranks than the child's partial result.
+                        if commutative {
+                            s.reduce(other, cur);
+                        } else {
+                            s.reduce(cur, other);
+                            std::mem::swap(&mut cur, &mut other);
+                        }
+                    }
                 }
             }
         } else {
-            s.send(cur, abs(rel & !mask, tree_root, n));
+            s.send(fresh.unwrap_or(cur), abs(rel & !mask, tree_root, n));
             s.wait();
             break;
         }
@@ -134,7 +160,7 @@ pub fn reduce_binomial(
     }
     if tree_root != root {
         if me == tree_root {
-            s.send(cur, root);
+            s.send(fresh.unwrap_or(cur), root);
             s.wait();
         } else if me == root {
             s.recv(other, tree_root);
@@ -146,27 +172,42 @@ pub fn reduce_binomial(
 }
 
 /// Recursive-doubling allreduce, correct for any `n` (the first
-/// `2 × (n − 2^⌊log₂n⌋)` ranks fold pairwise first). `acc` holds this
-/// rank's contribution; `tmp` is scratch. Returns the region holding the
-/// result (the same bits on every rank).
+/// `2 × (n − 2^⌊log₂n⌋)` ranks fold pairwise first). `input` holds this
+/// rank's contribution: `acc` itself (in place) or a separate region, in
+/// which case `acc` is filled by the algorithm; `tmp` is scratch. Returns
+/// the region holding the result (the same bits on every rank).
+///
+/// A separate `input` is what this rank sends first, and it is copied into
+/// `acc` only where it must be reduced into: the lower partner of the first
+/// exchange has the other's contribution land in `acc` and reduces its own
+/// into it (`input ∘ acc`, the rank order), with no copy at all. Sending a
+/// freshly written copy instead would make the partner pull every line out
+/// of this core's cache, which costs more than the copy itself.
 pub fn allreduce_recursive_doubling(
     s: &mut Sched,
     n: i32,
     me: i32,
+    input: Region,
     acc: Region,
     tmp: Region,
 ) -> Region {
     let p2 = 1 << (31 - (n as u32).leading_zeros());
     let rem = n - p2;
     let (mut cur, mut other) = (acc, tmp);
+    // The contribution while it is not in `acc` yet.
+    let mut fresh = (input != acc).then_some(input);
     let newrank = if me < 2 * rem {
         if me % 2 == 0 {
-            s.send(cur, me + 1);
+            // `acc` is written only by the result coming back.
+            s.send(fresh.unwrap_or(cur), me + 1);
             s.wait();
             -1
         } else {
             s.recv(other, me - 1);
             s.wait();
+            if let Some(i) = fresh.take() {
+                s.copy(i, cur);
+            }
             s.reduce(other, cur);
             me / 2
         }
@@ -179,14 +220,31 @@ pub fn allreduce_recursive_doubling(
         while mask < p2 {
             let pn = newrank ^ mask;
             let peer = real(pn);
-            s.recv(other, peer);
-            s.send(cur, peer);
-            s.wait();
-            if pn < newrank {
-                s.reduce(other, cur);
-            } else {
-                s.reduce(cur, other);
-                std::mem::swap(&mut cur, &mut other);
+            match fresh.take() {
+                Some(i) if pn > newrank => {
+                    s.recv(cur, peer);
+                    s.send(i, peer);
+                    s.wait();
+                    s.reduce(i, cur);
+                }
+                Some(i) => {
+                    s.recv(other, peer);
+                    s.send(i, peer);
+                    s.wait();
+                    s.copy(i, cur);
+                    s.reduce(other, cur);
+                }
+                None => {
+                    s.recv(other, peer);
+                    s.send(cur, peer);
+                    s.wait();
+                    if pn < newrank {
+                        s.reduce(other, cur);
+                    } else {
+                        s.reduce(cur, other);
+                        std::mem::swap(&mut cur, &mut other);
+                    }
+                }
             }
             mask <<= 1;
         }

@@ -381,7 +381,7 @@ impl Communicator {
         s.copy(i, acc);
         let tmp = s.temp(i.len);
         s.local(true);
-        algo::reduce_binomial(s, n, me, 0, acc, tmp, op.is_commutative())
+        algo::reduce_binomial(s, n, me, 0, acc, acc, tmp, op.is_commutative())
     }
 
     pub(crate) fn inter_reduce(

@@ -680,41 +680,43 @@ impl Communicator {
         let (n, me) = (self.size(), self.rank());
         let commutative = op.is_commutative();
         // Input and the accumulator: at the root the receive buffer; a leaf
-        // sends straight from its input; others use a temporary.
+        // sends straight from its input; others use a temporary. The input
+        // is read where it is (see `reduce_binomial`).
         let bytes = if me == root {
             recv.bytes()
         } else {
             send.unwrap_or(recv).bytes()
         };
-        let acc = if me == root {
+        let (input, acc) = if me == root {
             match send {
                 Some(sv) => {
                     let out = st.out(&mut s, recv);
-                    let i = s.input(sv);
-                    s.copy(i, out);
-                    out
+                    (s.input(sv), out)
                 }
-                None => st.inout(&mut s, recv),
+                None => {
+                    let io = st.inout(&mut s, recv);
+                    (io, io)
+                }
             }
         } else {
             let i = s.input(send.unwrap_or(recv));
             let tree_root = if commutative { root } else { 0 };
             let rel = (me - tree_root).rem_euclid(n);
             if rel % 2 == 1 {
-                i
+                (i, i)
             } else {
-                let t = s.temp(bytes);
-                s.copy(i, t);
-                t
+                (i, s.temp(bytes))
             }
         };
         if n > 1 {
             tracing::debug!(target: "coll", "{call}: binomial tree{}, {bytes} B over {n} ranks", if commutative { "" } else { " in rank order" });
             let tmp = s.temp(bytes);
-            let res = algo::reduce_binomial(&mut s, n, me, root, acc, tmp, commutative);
+            let res = algo::reduce_binomial(&mut s, n, me, root, input, acc, tmp, commutative);
             if me == root {
                 s.copy(res, acc);
             }
+        } else {
+            s.copy(input, acc);
         }
         st.finish(&mut s);
         s
@@ -995,13 +997,10 @@ impl Communicator {
         let large = e.cfg.allreduce_large.unwrap_or(64 * KIB);
         let ring = n > 1 && bytes >= large && op.is_commutative() && bytes / unit >= n as usize;
         let (input, acc) = match send {
+            // Both algorithms read the contribution where it is.
             Some(sv) => {
                 let out = st.out(&mut s, recv);
-                let i = s.input(sv);
-                if !ring {
-                    s.copy(i, out);
-                }
-                (i, out)
+                (s.input(sv), out)
             }
             None => {
                 let io = st.inout(&mut s, recv);
@@ -1016,8 +1015,10 @@ impl Communicator {
         } else if n > 1 && bytes > 0 {
             tracing::debug!(target: "coll", "{call}: recursive doubling, {bytes} B over {n} ranks");
             let tmp = s.temp(bytes);
-            let res = algo::allreduce_recursive_doubling(&mut s, n, me, acc, tmp);
+            let res = algo::allreduce_recursive_doubling(&mut s, n, me, input, acc, tmp);
             s.copy(res, acc);
+        } else {
+            s.copy(input, acc);
         }
         st.finish(&mut s);
         s
@@ -2477,7 +2478,7 @@ impl Communicator {
         } else if n > 1 {
             tracing::debug!(target: "coll", "{call}: reduce in rank order to rank 0, then scatter, {total} B over {n} ranks");
             let tmp = s.temp(total);
-            let res = algo::reduce_binomial(&mut s, n, me, 0, acc, tmp, false);
+            let res = algo::reduce_binomial(&mut s, n, me, 0, acc, acc, tmp, false);
             let rblocks: Vec<Region> = if me == 0 {
                 let mut off = 0;
                 counts
