@@ -84,6 +84,9 @@ impl Active {
     /// Wait for every operation (the first error after all have finished),
     /// then drop what the operation kept alive.
     pub fn wait(self) -> Result<gmpi::Status, Error> {
+        if self.more.is_empty() && self.keep.is_none() {
+            return self.req.wait();
+        }
         let Active {
             req, keep, more, ..
         } = self;
@@ -1135,6 +1138,16 @@ fn wait_all(
     statuses: *mut MPI_Status,
 ) -> Result<Vec<(MPI_Comm, Error)>, Error> {
     reap();
+    if reqs.iter().all(|&h| h == SENT || h == MPI_REQUEST_NULL) {
+        // Sends that completed when they started, and nulls: nothing to
+        // look up or wait for.
+        for (i, h) in reqs.iter_mut().enumerate() {
+            let c = if *h == SENT { sent() } else { inactive(*h) };
+            *h = c.handle;
+            ptr::status_at(statuses, i, &c.st);
+        }
+        return Ok(Vec::new());
+    }
     let mut taken = Vec::with_capacity(reqs.len());
     {
         let mut st = state();
