@@ -1107,10 +1107,16 @@ fn done_with(
 /// Wait for request `h`.
 fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
     reap();
-    Ok(match take(call, h)? {
+    Ok(complete(call, h, take(call, h)?, release))
+}
+
+/// Complete `t`, taken out of handle `h`'s slot: wait for it if it is in
+/// flight, and free its slot (unless persistent) with `free`.
+fn complete(call: &str, h: MPI_Request, t: Taken, free: impl FnOnce(usize)) -> Completed {
+    match t {
         Taken::Inactive => inactive(h),
         Taken::Sent => sent(),
-        Taken::Done { slot, comm, st } => done(call, slot, comm, st),
+        Taken::Done { slot, comm, st } => done_with(call, slot, comm, st, free),
         Taken::Active {
             slot,
             a,
@@ -1118,9 +1124,9 @@ fn wait_one(call: &str, h: MPI_Request) -> Result<Completed, Error> {
         } => {
             let comm = a.comm;
             let r = a.wait();
-            finish(h, slot, comm, persistent, r)
+            finish_with(h, slot, comm, persistent, r, free)
         }
-    })
+    }
 }
 
 /// Complete every request of `reqs` (`MPI_Waitall`): take them all out of
@@ -1177,20 +1183,7 @@ fn wait_all(
     let mut free = Vec::new();
     let mut errs = Vec::new();
     for (i, (t, h)) in taken.into_iter().zip(reqs.iter_mut()).enumerate() {
-        let c = match t {
-            Taken::Inactive => inactive(*h),
-            Taken::Sent => sent(),
-            Taken::Done { slot, comm, st } => done_with(call, slot, comm, st, |s| free.push(s)),
-            Taken::Active {
-                slot,
-                a,
-                persistent,
-            } => {
-                let comm = a.comm;
-                let r = a.wait();
-                finish_with(*h, slot, comm, persistent, r, |s| free.push(s))
-            }
-        };
+        let c = complete(call, *h, t, |s| free.push(s));
         *h = c.handle;
         let mut st = c.st;
         st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());

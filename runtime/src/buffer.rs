@@ -726,17 +726,10 @@ impl crate::comm::Communicator {
         tag: i32,
         sync: bool,
     ) -> crate::Result<()> {
-        self.check_live(call)?;
-        self.check_dest(call, dest)?;
-        self.check_send_tag(call, tag)?;
-        if dest == crate::PROC_NULL {
+        if !self.send_checked(call, dest, tag)? {
             return Ok(());
         }
-        let mode = if sync {
-            gmpi_pml::SendMode::Synchronous
-        } else {
-            gmpi_pml::SendMode::Standard
-        };
+        let mode = send_mode(sync);
         crate::engine::with(call, |e| {
             match self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)? {
                 None => Ok(()),
@@ -759,10 +752,7 @@ impl crate::comm::Communicator {
         src: i32,
         tag: i32,
     ) -> crate::Result<crate::Status> {
-        self.check_live(call)?;
-        self.check_src(call, src)?;
-        self.check_recv_tag(call, tag)?;
-        if src == crate::PROC_NULL {
+        if !self.recv_checked(call, src, tag)? {
             return Ok(crate::Status::empty());
         }
         crate::engine::with(call, |e| {
@@ -788,17 +778,10 @@ impl crate::comm::Communicator {
         tag: i32,
         sync: bool,
     ) -> crate::Result<crate::Request<'static>> {
-        self.check_live(call)?;
-        self.check_dest(call, dest)?;
-        self.check_send_tag(call, tag)?;
-        if dest == crate::PROC_NULL {
+        if !self.send_checked(call, dest, tag)? {
             return Ok(crate::Request::completed(call, crate::Status::empty()));
         }
-        let mode = if sync {
-            gmpi_pml::SendMode::Synchronous
-        } else {
-            gmpi_pml::SendMode::Standard
-        };
+        let mode = send_mode(sync);
         let h = crate::engine::with(call, |e| {
             self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)
         })?;
@@ -823,16 +806,23 @@ impl crate::comm::Communicator {
         src: i32,
         tag: i32,
     ) -> crate::Result<crate::Request<'static>> {
-        self.check_live(call)?;
-        self.check_src(call, src)?;
-        self.check_recv_tag(call, tag)?;
-        if src == crate::PROC_NULL {
+        if !self.recv_checked(call, src, tag)? {
             return Ok(crate::Request::completed(call, crate::Status::empty()));
         }
         let h = crate::engine::with(call, |e| {
             self.start_recv_bytes(e, call, addr as u64, len, src, tag)
         })?;
         Ok(crate::Request::new(h, call))
+    }
+}
+
+/// The pml's mode of a standard (`sync` false) or synchronous send.
+#[inline]
+fn send_mode(sync: bool) -> gmpi_pml::SendMode {
+    if sync {
+        gmpi_pml::SendMode::Synchronous
+    } else {
+        gmpi_pml::SendMode::Standard
     }
 }
 

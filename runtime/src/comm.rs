@@ -282,6 +282,26 @@ impl Communicator {
         }
     }
 
+    /// A point-to-point send's checks (live communicator, destination,
+    /// tag): `Ok(false)` for a send to `PROC_NULL`, which does nothing.
+    #[inline]
+    pub(crate) fn send_checked(&self, call: &str, dest: i32, tag: i32) -> Result<bool> {
+        self.check_live(call)?;
+        self.check_dest(call, dest)?;
+        self.check_send_tag(call, tag)?;
+        Ok(dest != PROC_NULL)
+    }
+
+    /// A point-to-point receive's checks (live communicator, source, tag):
+    /// `Ok(false)` for a receive from `PROC_NULL`, which completes at once.
+    #[inline]
+    pub(crate) fn recv_checked(&self, call: &str, src: i32, tag: i32) -> Result<bool> {
+        self.check_live(call)?;
+        self.check_src(call, src)?;
+        self.check_recv_tag(call, tag)?;
+        Ok(src != PROC_NULL)
+    }
+
     /// Start a send of the `len` contiguous bytes at `addr`: `Ok(None)` if
     /// it already completed.
     #[allow(clippy::too_many_arguments)]
@@ -411,10 +431,7 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
     ) -> Result<()> {
-        self.check_live(call)?;
-        self.check_dest(call, dest)?;
-        self.check_send_tag(call, tag)?;
-        if dest == PROC_NULL {
+        if !self.send_checked(call, dest, tag)? {
             return Ok(());
         }
         let v = buf.view();
@@ -441,10 +458,7 @@ impl Communicator {
     /// `MPI_ERR_TRUNCATE` and writes nothing past `buf`.
     pub fn recv<B: BufferMut + ?Sized>(&self, buf: &mut B, src: i32, tag: i32) -> Result<Status> {
         const CALL: &str = "MPI_Recv";
-        self.check_live(CALL)?;
-        self.check_src(CALL, src)?;
-        self.check_recv_tag(CALL, tag)?;
-        if src == PROC_NULL {
+        if !self.recv_checked(CALL, src, tag)? {
             return Ok(Status::empty());
         }
         let v = buf.view_mut();
@@ -465,10 +479,7 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
     ) -> Result<Request<'a>> {
-        self.check_live(call)?;
-        self.check_dest(call, dest)?;
-        self.check_send_tag(call, tag)?;
-        if dest == PROC_NULL {
+        if !self.send_checked(call, dest, tag)? {
             return Ok(Request::completed(call, Status::empty()));
         }
         let v = buf.view();
@@ -507,10 +518,7 @@ impl Communicator {
         tag: i32,
     ) -> Result<Request<'a>> {
         const CALL: &str = "MPI_Irecv";
-        self.check_live(CALL)?;
-        self.check_src(CALL, src)?;
-        self.check_recv_tag(CALL, tag)?;
-        if src == PROC_NULL {
+        if !self.recv_checked(CALL, src, tag)? {
             return Ok(Request::completed(CALL, Status::empty()));
         }
         let v = buf.view_mut();
