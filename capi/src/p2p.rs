@@ -4,7 +4,11 @@
 //!
 //! A request handle names a slot of the request table. A request being
 //! waited on or tested is taken out of its slot (left `Busy`) while the
-//! runtime runs, so callbacks may use the tables meanwhile.
+//! runtime runs, so callbacks may use the tables meanwhile. `MPI_Waitall`
+//! (and a `MPI_Testall` that finds all ready) takes all its requests out
+//! under one lock and waits for them together ([`gmpi::wait_set`]); a send
+//! that completed when it started has the shared handle [`SENT`], which
+//! names no slot.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};

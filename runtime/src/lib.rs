@@ -38,7 +38,9 @@
 //!   `sched.rs` (schedules: the steps a collective runs, blocking or not),
 //!   `inter.rs` (the collectives of intercommunicators).
 //! - `group.rs`: [`Group`].
-//! - `request.rs`: [`Request`] (non-blocking operations), [`Status`], [`wait_all`].
+//! - `request.rs`: [`Request`] (non-blocking operations), [`Status`], [`wait_all`]
+//!   (which waits for its requests together, as the C ABI's `MPI_Waitall` does,
+//!   through [`wait_set`]).
 //! - `datatype.rs`: [`Equivalence`] (Rust types ↔ MPI datatypes), the pair
 //!   types of `MINLOC`/`MAXLOC`.
 //! - `typemap.rs`: [`UserDatatype`] (derived datatypes: flattened type maps,
