@@ -707,9 +707,10 @@ impl View {
 }
 
 /// The C ABI's hot path: sends and receives of contiguous bytes at a raw
-/// address, with no view (the checks and the path of [`Communicator::send`],
-/// [`Communicator::recv`], [`Communicator::isend`] and
-/// [`Communicator::irecv`] on contiguous data).
+/// address, with no view (the checks and the path of
+/// [`Communicator::send`](crate::Communicator::send),
+/// [`recv`](crate::Communicator::recv), [`isend`](crate::Communicator::isend)
+/// and [`irecv`](crate::Communicator::irecv) on contiguous data).
 impl crate::comm::Communicator {
     /// `MPI_Send` (or `MPI_Ssend`, with `sync`) of the `len` bytes at `addr`.
     ///
