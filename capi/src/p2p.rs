@@ -1148,11 +1148,12 @@ fn wait_all(
     statuses: *mut MPI_Status,
 ) -> Result<Vec<(MPI_Comm, Error)>, Error> {
     reap();
-    if reqs.iter().all(|&h| h == SENT || h == MPI_REQUEST_NULL) {
+    if reqs.iter().all(|&h| slotless(h).is_some()) {
         // Sends that completed when they started, and nulls: nothing to
         // look up or wait for.
         for (i, h) in reqs.iter_mut().enumerate() {
-            let c = if *h == SENT { sent() } else { inactive(*h) };
+            let t = slotless(*h).expect("checked above");
+            let c = complete(call, *h, t, release);
             *h = c.handle;
             ptr::status_at(statuses, i, &c.st);
         }

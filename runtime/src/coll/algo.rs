@@ -281,9 +281,10 @@ pub fn split(len: usize, unit: usize, n: i32, j: i32) -> (usize, usize) {
 ///
 /// Not in place, a partial result arrives straight in its chunk of `acc` and
 /// this rank's contribution is reduced into it (`acc = input ∘ acc`: the op
-/// commutes), so no byte is copied locally. In place, the chunk of `acc` is
-/// the contribution still to be reduced, so the partial result lands in
-/// `tmp`, which must then hold at least one chunk (`None` otherwise).
+/// commutes), so no byte is copied locally. In place (`input == acc`), the
+/// chunk of `acc` is the contribution still to be reduced, so the partial
+/// result lands in `tmp`, which must then be given and hold at least one
+/// chunk (it is unused otherwise).
 pub fn allreduce_ring(
     s: &mut Sched,
     n: i32,
@@ -305,21 +306,19 @@ pub fn allreduce_ring(
         // were reduced here in the step before.
         let out = if k == 0 { part(input, me) } else { ch(me - k) };
         let inc = ch(me - k - 1);
-        match tmp {
-            Some(tmp) if input == acc => {
-                let t = tmp.sub(0, inc.len);
-                s.recv(t, left);
-                s.send(out, right);
-                s.wait();
-                s.reduce(t, inc);
-            }
-            _ => {
-                debug_assert!(input != acc, "an in-place ring needs a temporary");
-                s.recv(inc, left);
-                s.send(out, right);
-                s.wait();
-                s.reduce(part(input, me - k - 1), inc);
-            }
+        if input == acc {
+            let t = tmp
+                .expect("an in-place ring needs a temporary")
+                .sub(0, inc.len);
+            s.recv(t, left);
+            s.send(out, right);
+            s.wait();
+            s.reduce(t, inc);
+        } else {
+            s.recv(inc, left);
+            s.send(out, right);
+            s.wait();
+            s.reduce(part(input, me - k - 1), inc);
         }
     }
     for k in 0..n - 1 {
