@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit};
-use gmpi_btl_shm::{ShmBtl, ShmConfig, MAX_FRAGS_PER_PROGRESS};
+use gmpi_btl_shm::{ShmBtl, ShmConfig, ALONE_MAX, MAX_FRAGS_PER_PROGRESS};
 
 #[test]
 fn caps_and_reachability() {
@@ -667,6 +667,41 @@ fn cooperative_gets_on_two_threads_and_a_full_window() {
     stop.store(true, Ordering::Relaxed);
     let (_owner, work) = helper.join().unwrap();
     eprintln!("the owner copied {work} chunks");
+}
+
+#[test]
+fn get_alone_is_never_cooperative_below_alone_max() {
+    let mut b = boot(&[0, 1], &coop_cfg());
+    assert!(b[0].coop_enabled() && b[1].coop_enabled());
+    let src = payload(0, 5, ALONE_MAX);
+    let (owner, getter) = two(&mut b, 0, 1);
+    let desc = owner
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .unwrap();
+    // Large enough to be cooperative, but the caller reduces it next: the
+    // getter copies it all, at once, and asks the owner for nothing.
+    let mut dst = vec![0u8; ALONE_MAX - 1];
+    assert_eq!(getter.get_alone(0, &desc, 1, &mut dst, 3), Ok(Submit::Done));
+    assert_eq!(dst, src[1..]);
+    assert_eq!(owner.progress(&mut |e| panic!("{e:?}")), 0, "no request");
+    assert_eq!(getter.progress(&mut |e| panic!("{e:?}")), 0);
+    // The same get not alone, and one of ALONE_MAX bytes alone: cooperative.
+    for (token, alone) in [(4, false), (5, true)] {
+        let len = if alone { ALONE_MAX } else { ALONE_MAX - 1 };
+        let mut dst = vec![0u8; len];
+        let got = if alone {
+            getter.get_alone(0, &desc, 0, &mut dst, token)
+        } else {
+            getter.get(0, &desc, 0, &mut dst, token)
+        };
+        assert_eq!(got, Ok(Submit::Queued), "alone: {alone}");
+        assert!(
+            owner.progress(&mut |e| panic!("{e:?}")) > 0,
+            "the owner helps"
+        );
+        assert_eq!(finish_gets(getter, 1), vec![(token, true)]);
+        assert_eq!(dst, src[..len]);
+    }
 }
 
 #[test]

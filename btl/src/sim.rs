@@ -115,6 +115,8 @@ struct State {
     completions: BTreeMap<(u32, Rank), Vec<Completion>>,
     memories: Vec<Arc<Mutex<SimMemory>>>,
     sends: u64,
+    /// Gets asked for with [`Btl::get_alone`].
+    alone_gets: u64,
 }
 
 impl State {
@@ -164,6 +166,7 @@ impl Fabric {
                 completions: BTreeMap::new(),
                 memories,
                 sends: 0,
+                alone_gets: 0,
             })),
         }
     }
@@ -247,6 +250,11 @@ impl Fabric {
     /// Fragments submitted so far, on every lane.
     pub fn sends(&self) -> u64 {
         self.st.lk().sends
+    }
+
+    /// Gets asked for with [`Btl::get_alone`] so far (they copy as any get).
+    pub fn alone_gets(&self) -> u64 {
+        self.st.lk().alone_gets
     }
 }
 
@@ -353,6 +361,18 @@ impl Btl for SimBtl {
             return Ok(Submit::Queued);
         }
         Ok(Submit::Done)
+    }
+
+    fn get_alone(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: &mut [u8],
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        self.st.lk().alone_gets += 1;
+        self.get(peer, remote, offset, dst, token)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {

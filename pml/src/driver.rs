@@ -657,12 +657,17 @@ impl<M: MemAccess> Driver<M> {
                 dst_kind,
                 len,
                 token,
+                alone,
             } => {
                 self.quiet[btl] = false;
                 let b = &mut self.btls[btl];
-                let res = self
-                    .mem
-                    .with_write(dst, len, dst_kind, |d| b.get(peer, &desc, offset, d, token));
+                let res = self.mem.with_write(dst, len, dst_kind, |d| {
+                    if alone {
+                        b.get_alone(peer, &desc, offset, d, token)
+                    } else {
+                        b.get(peer, &desc, offset, d, token)
+                    }
+                });
                 match res {
                     Ok(Submit::Done) => {
                         self.pml.handle_get_done(token);

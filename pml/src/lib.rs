@@ -229,6 +229,10 @@ pub struct RecvArgs {
     pub tag: Option<i32>,
     /// Where to put the data.
     pub buf: Buf,
+    /// The receiver reads the data as soon as it has arrived (a
+    /// reduction's operand): a rendezvous get is copied by this rank alone
+    /// ([`gmpi_btl::Btl::get_alone`]).
+    pub consumed: bool,
 }
 
 /// Bytes that follow a header in a send action.
@@ -286,6 +290,9 @@ pub enum Action {
         len: usize,
         /// Completion token.
         token: u64,
+        /// Copy it alone ([`gmpi_btl::Btl::get_alone`]): the receive is
+        /// [`RecvArgs::consumed`].
+        alone: bool,
     },
     /// Copy `len` bytes at `offset` of the peer's device allocation `desc`
     /// (mapped by CUDA IPC) into local memory at `dst`; report with
@@ -682,9 +689,9 @@ impl Pml {
                 return Err(PmlError::PeerFailed(w));
             }
         }
-        let id = self
-            .reqs
-            .insert(Req::Recv(RecvReq::posted(a.src_world, a.buf)));
+        let mut r = RecvReq::posted(a.src_world, a.buf);
+        r.consumed = a.consumed;
+        let id = self.reqs.insert(Req::Recv(r));
         if let Some(u) = self.matching.take_unexpected(a.ctx, a.src, a.tag) {
             self.deliver(id, u, mem);
         } else {
@@ -1317,6 +1324,7 @@ impl Pml {
                         dst_kind: buf.kind,
                         len: want as usize,
                         token: id.0,
+                        alone: r.consumed,
                     });
                 } else {
                     self.start_streaming(id);

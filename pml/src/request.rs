@@ -67,6 +67,8 @@ pub(crate) struct RecvReq {
     /// The sender's data is device memory (a CUDA IPC rendezvous): a
     /// fallback to streaming is staged on its side (`rndv/staged`).
     pub from_device: bool,
+    /// Posted as [`crate::RecvArgs::consumed`].
+    pub consumed: bool,
 }
 
 impl RecvReq {
@@ -84,6 +86,7 @@ impl RecvReq {
             btl: 0,
             msg_len: 0,
             from_device: false,
+            consumed: false,
         }
     }
 

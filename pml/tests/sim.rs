@@ -142,6 +142,7 @@ impl World {
                 len: cap,
                 kind: MemKind::Host,
             },
+            consumed: false,
         }
     }
 
@@ -396,6 +397,43 @@ fn random_interleavings_and_queued_completions() {
             assert_eq!(&w.read(2, *a, data.len()), data, "seed {seed}");
         }
     }
+}
+
+#[test]
+fn consumed_receives_get_alone() {
+    let mut w = World::new(2, 1, true);
+    let data = pattern(100_000, 3);
+    // A reduction's operand: the get is copied by the receiver alone.
+    let mut a = w.recv_args(1, Some(0), Some(0), 100_000);
+    a.consumed = true;
+    let at = a.buf.addr;
+    let r = w.d[1].post_recv(a).unwrap();
+    let s = w.send(0, 1, 0, &data, SendMode::Standard);
+    w.run();
+    w.done(1, r).unwrap();
+    w.done(0, s).unwrap();
+    assert_eq!(w.read(1, at, 100_000), data);
+    assert_eq!(w.f.alone_gets(), 1);
+    // Matched as an unexpected message, too.
+    let s = w.send(0, 1, 1, &data, SendMode::Standard);
+    w.run();
+    let mut a = w.recv_args(1, Some(0), Some(1), 100_000);
+    a.consumed = true;
+    let at = a.buf.addr;
+    let r = w.d[1].post_recv(a).unwrap();
+    w.run();
+    w.done(1, r).unwrap();
+    w.done(0, s).unwrap();
+    assert_eq!(w.read(1, at, 100_000), data);
+    assert_eq!(w.f.alone_gets(), 2);
+    // An ordinary receive: a plain get.
+    let (r, at) = w.recv(1, Some(0), Some(2), 100_000);
+    let s = w.send(0, 1, 2, &data, SendMode::Standard);
+    w.run();
+    w.done(1, r).unwrap();
+    w.done(0, s).unwrap();
+    assert_eq!(w.read(1, at, 100_000), data);
+    assert_eq!(w.f.alone_gets(), 2);
 }
 
 #[test]
@@ -787,6 +825,7 @@ fn direct_receives_match_in_order_and_end_like_requests() {
             len: 8,
             kind: MemKind::Host,
         },
+        consumed: false,
     });
     assert_eq!(e, Err(PmlError::PeerFailed(2)));
 }

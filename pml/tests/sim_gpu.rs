@@ -130,6 +130,7 @@ impl World {
                 src_world: Some(from),
                 tag: Some(7),
                 buf,
+                consumed: false,
             })
             .expect("post_recv")
     }

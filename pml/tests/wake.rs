@@ -206,6 +206,7 @@ impl Rank0 {
                 src_world: Some(1),
                 tag: Some(7),
                 buf: host(dst, 64),
+                consumed: false,
             })
             .unwrap();
         let before = self.bell.timeouts.load(Ordering::SeqCst);

@@ -93,6 +93,7 @@ impl CommInner {
             src_world: (!any).then(|| self.peers()[src as usize]),
             tag: (tag != ANY_TAG).then_some(tag),
             buf,
+            consumed: false,
         }
     }
 }

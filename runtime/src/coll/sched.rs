@@ -110,6 +110,11 @@ pub(crate) struct Region {
 }
 
 impl Region {
+    /// Whether the two share a byte.
+    pub fn overlaps(self, o: Region) -> bool {
+        self.mem == o.mem && self.off < o.off + o.len && o.off < self.off + self.len
+    }
+
     /// The sub-range `off..off+len` of this region.
     pub fn sub(self, off: usize, len: usize) -> Region {
         debug_assert!(off + len <= self.len, "sub-region out of range");
@@ -461,11 +466,12 @@ impl Sched {
                     true
                 }
                 Step::Recv(r, peer) => {
-                    self.post_recv(d, *r, *peer, None, Some(r.len));
+                    let consumed = self.reduced_next(*r);
+                    self.post_recv(d, *r, *peer, None, Some(r.len), consumed);
                     true
                 }
                 Step::RecvAny(r, peer, tag) => {
-                    self.post_recv(d, *r, *peer, Some(*tag), None);
+                    self.post_recv(d, *r, *peer, Some(*tag), None, false);
                     true
                 }
                 Step::Local(on) => {
@@ -575,6 +581,15 @@ impl Sched {
         }
     }
 
+    /// Whether the data a receive at the current step puts in `r` is reduced
+    /// as soon as it is there: the next `Reduce` step, with only transfers
+    /// and waits before it, reads or writes `r`. Such a receive is posted
+    /// [`gmpi_pml::RecvArgs::consumed`], so that a large one is copied by
+    /// this rank alone, into its own cache.
+    fn reduced_next(&self, r: Region) -> bool {
+        reduced_next(&self.steps[self.pos + 1..], r)
+    }
+
     fn post_recv(
         &mut self,
         d: &mut Driver<UserMem>,
@@ -582,10 +597,12 @@ impl Sched {
         peer: i32,
         tag: Option<i32>,
         want: Option<usize>,
+        consumed: bool,
     ) {
         let buf = self.buf(r);
         let (comm, ctx, own) = self.target();
-        let args = comm.recv_args(ctx, buf, peer, tag.unwrap_or(own));
+        let mut args = comm.recv_args(ctx, buf, peer, tag.unwrap_or(own));
+        args.consumed = consumed;
         match d.post_recv(args) {
             Ok(id) => self.inflight.push((id, want, peer)),
             Err(e) => {
@@ -751,5 +768,80 @@ fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
             Ok((x, _)) => x,
             Err(e) => staging_failed(e),
         },
+    }
+}
+
+/// [`Sched::reduced_next`] over the steps that follow the receive.
+fn reduced_next(steps: &[Step], r: Region) -> bool {
+    for s in steps {
+        match s {
+            Step::Reduce { lo, hi } => return lo.overlaps(r) || hi.overlaps(r),
+            Step::Send(..) | Step::Recv(..) | Step::RecvAny(..) | Step::Wait => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(mem: usize, off: usize, len: usize) -> Region {
+        Region { mem, off, len }
+    }
+
+    #[test]
+    fn regions_overlap_only_in_the_same_memory() {
+        assert!(reg(0, 0, 8).overlaps(reg(0, 4, 8)));
+        assert!(reg(0, 4, 8).overlaps(reg(0, 0, 8)));
+        assert!(!reg(0, 0, 8).overlaps(reg(0, 8, 8)));
+        assert!(!reg(0, 0, 8).overlaps(reg(1, 0, 8)));
+        assert!(reg(2, 0, 64).overlaps(reg(2, 16, 1)));
+    }
+
+    #[test]
+    fn a_receive_is_consumed_when_the_next_reduce_uses_it() {
+        let (got, input, other) = (reg(1, 0, 64), reg(0, 0, 64), reg(2, 0, 64));
+        // Binomial reduce: receive, wait, reduce into it.
+        let steps = [Step::Wait, Step::Reduce { lo: input, hi: got }];
+        assert!(reduced_next(&steps, got));
+        // Recursive doubling: a send in between, the partner's half as `lo`.
+        let steps = [
+            Step::Send(input, 1),
+            Step::Wait,
+            Step::Reduce { lo: got, hi: input },
+        ];
+        assert!(reduced_next(&steps, got));
+        // A ring chunk: only part of the received region is reduced.
+        let steps = [
+            Step::Wait,
+            Step::Reduce {
+                lo: input.sub(0, 16),
+                hi: got.sub(0, 16),
+            },
+        ];
+        assert!(reduced_next(&steps, got));
+        // The next reduce is about other memory, or a copy comes first, or
+        // nothing is reduced (an allgather).
+        let steps = [
+            Step::Wait,
+            Step::Reduce {
+                lo: input,
+                hi: other,
+            },
+        ];
+        assert!(!reduced_next(&steps, got));
+        let steps = [
+            Step::Wait,
+            Step::Copy {
+                src: got,
+                dst: other,
+            },
+            Step::Reduce { lo: input, hi: got },
+        ];
+        assert!(!reduced_next(&steps, got));
+        assert!(!reduced_next(&[Step::Wait, Step::Send(got, 0)], got));
+        assert!(!reduced_next(&[], got));
     }
 }
