@@ -9,6 +9,11 @@
 //! call or the request borrows, see `buffer.rs`) or temporaries the schedule
 //! owns; a step names a byte range of one of them ([`Region`]).
 //!
+//! A receive whose data the next reduce step uses is posted as consumed
+//! ([`gmpi_pml::RecvArgs::consumed`]): the transport then copies a large
+//! one with this rank alone, so the reduction finds it in this core's cache
+//! (see [`gmpi_btl::Btl::get_alone`]).
+//!
 //! Device memory: user buffers are classified when registered. A schedule
 //! with a device user buffer makes its temporaries on that GPU too, so its
 //! sends and receives take the pml's device paths (CUDA IPC on one node),
