@@ -587,8 +587,8 @@ impl Sched {
     }
 
     /// Whether the data a receive at the current step puts in `r` is reduced
-    /// as soon as it is there: the next `Reduce` step, with only transfers
-    /// and waits before it, reads or writes `r`. Such a receive is posted
+    /// as soon as it is there: a `Reduce` step right after the wait that
+    /// completes the receive reads or writes `r`. Such a receive is posted
     /// [`gmpi_pml::RecvArgs::consumed`], so that a large one is copied by
     /// this rank alone, into its own cache.
     fn reduced_next(&self, r: Region) -> bool {
@@ -776,12 +776,18 @@ fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
     }
 }
 
-/// [`Sched::reduced_next`] over the steps that follow the receive.
+/// [`Sched::reduced_next`] over the steps that follow the receive: the
+/// transfers posted with it, its wait, then the reduces that run right after
+/// (the look stops there, so a schedule is scanned once per wait, not to its
+/// end for every receive).
 fn reduced_next(steps: &[Step], r: Region) -> bool {
-    for s in steps {
+    let Some(w) = steps.iter().position(|s| matches!(s, Step::Wait)) else {
+        return false;
+    };
+    for s in &steps[w + 1..] {
         match s {
-            Step::Reduce { lo, hi } => return lo.overlaps(r) || hi.overlaps(r),
-            Step::Send(..) | Step::Recv(..) | Step::RecvAny(..) | Step::Wait => {}
+            Step::Reduce { lo, hi } if lo.overlaps(r) || hi.overlaps(r) => return true,
+            Step::Reduce { .. } => {}
             _ => return false,
         }
     }
