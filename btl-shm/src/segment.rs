@@ -349,6 +349,9 @@ impl TxRing {
     /// *terminator*): the consumer's next read position then holds either 0
     /// or a header published later, never stale bytes of an older lap that
     /// could pass for a header. The terminator needs 8 more free bytes.
+    /// After publishing, the next line is made ours ahead of need
+    /// ([`TxRing::zero_ahead`]), so the next record's terminator seldom
+    /// waits for a line to move between the cores.
     pub(crate) fn push(&mut self, parts: &[&[u8]], len: usize) -> Result<Push, Corrupt> {
         self.push_kind(parts, len, false)
     }
@@ -433,7 +436,35 @@ impl TxRing {
             .store(layout::encode(kind), Ordering::SeqCst);
         self.tail += rec;
         self.tail_off = next;
+        self.zero_ahead();
         Ok(Push::Done)
+    }
+
+    /// Write 0 to the first word of the cache line after the one our next
+    /// record starts in, if that word is free space, so that line is in
+    /// this core's cache, writable, before a record needs it.
+    ///
+    /// Called right after a publication, off the message's critical path.
+    /// Without it, a record ending at a line's end wrote its terminator into
+    /// a line this core did not own, and the publishing exchange waited for
+    /// two ownership transfers in turn instead of one: measured on the
+    /// 2-core VM, such pushes took about twice as long (~270 vs ~130 ns),
+    /// every other message at 8 bytes. The consumer never reads past the
+    /// terminator of the last published record, and the word lies inside
+    /// `[tail, head + cap)` (checked with the cached head, which only lags),
+    /// so the store cannot touch a record it has not consumed, and a 0 is
+    /// what the word would hold as a terminator anyway.
+    fn zero_ahead(&mut self) {
+        let cap = self.mem.cap;
+        let ahead = (self.tail_off | 63) + 1;
+        let (ahead, dist) = if ahead >= cap {
+            (0, cap - self.tail_off)
+        } else {
+            (ahead, ahead - self.tail_off)
+        };
+        if self.free(self.head_cache).is_ok_and(|f| f >= dist + 8) {
+            self.mem.word(ahead).store(0, Ordering::Relaxed);
+        }
     }
 
     /// After [`Push::Full`]: (re-)ask the consumer to ring our doorbell when
