@@ -28,7 +28,10 @@
 //! publication flag: 0 means "nothing here yet", and the producer zeroes the
 //! word after each record before publishing it (the terminator), so the
 //! consumer polls one cache line per message and never mistakes old bytes for
-//! a header. There is no shared tail counter.
+//! a header. There is no shared tail counter. After each publication the
+//! producer also zeroes the first word of the line after its write position
+//! (free space), so that a terminator crossing into the next line finds that
+//! line already in the producer's cache (`TxRing::zero_ahead`).
 
 #![forbid(unsafe_code)]
 
