@@ -195,6 +195,10 @@ pub(crate) struct Sched {
     in_local: bool,
     /// A device user buffer's address: temporaries go on its GPU.
     device_near: Option<u64>,
+    /// Index of the `Wait` that ends the group of steps being posted, once
+    /// [`Sched::reduced_next`] has looked for it: every receive of a group
+    /// shares it, so a group of n receives is scanned once, not n times.
+    group_wait: Option<usize>,
 }
 
 impl Sched {
@@ -217,6 +221,7 @@ impl Sched {
             local: None,
             in_local: false,
             device_near: None,
+            group_wait: None,
         }
     }
 
@@ -591,8 +596,18 @@ impl Sched {
     /// completes the receive reads or writes `r`. Such a receive is posted
     /// [`gmpi_pml::RecvArgs::consumed`], so that a large one is copied by
     /// this rank alone, into its own cache.
-    fn reduced_next(&self, r: Region) -> bool {
-        reduced_next(&self.steps[self.pos + 1..], r)
+    fn reduced_next(&mut self, r: Region) -> bool {
+        let w = match self.group_wait.filter(|&w| w > self.pos) {
+            Some(w) => w,
+            None => match next_wait(&self.steps[self.pos + 1..]) {
+                Some(w) => {
+                    self.group_wait = Some(self.pos + 1 + w);
+                    self.pos + 1 + w
+                }
+                None => return false,
+            },
+        };
+        reduced_right_after(&self.steps[w + 1..], r)
     }
 
     fn post_recv(
@@ -776,15 +791,17 @@ fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
     }
 }
 
-/// [`Sched::reduced_next`] over the steps that follow the receive: the
-/// transfers posted with it, its wait, then the reduces that run right after
-/// (the look stops there, so a schedule is scanned once per wait, not to its
-/// end for every receive).
-fn reduced_next(steps: &[Step], r: Region) -> bool {
-    let Some(w) = steps.iter().position(|s| matches!(s, Step::Wait)) else {
-        return false;
-    };
-    for s in &steps[w + 1..] {
+/// Position of the first `Wait` in `steps`: the end of the group of
+/// transfers that a receive is posted with.
+fn next_wait(steps: &[Step]) -> Option<usize> {
+    steps.iter().position(|s| matches!(s, Step::Wait))
+}
+
+/// Whether one of the reduces at the start of `after` (the steps after a
+/// group's wait) reads or writes `r`. The look stops at the first step that
+/// is not a reduce.
+fn reduced_right_after(after: &[Step], r: Region) -> bool {
+    for s in after {
         match s {
             Step::Reduce { lo, hi } if lo.overlaps(r) || hi.overlaps(r) => return true,
             Step::Reduce { .. } => {}
@@ -797,6 +814,11 @@ fn reduced_next(steps: &[Step], r: Region) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Sched::reduced_next`] for a receive followed by `steps`.
+    fn reduced_next(steps: &[Step], r: Region) -> bool {
+        next_wait(steps).is_some_and(|w| reduced_right_after(&steps[w + 1..], r))
+    }
 
     fn reg(mem: usize, off: usize, len: usize) -> Region {
         Region { mem, off, len }
