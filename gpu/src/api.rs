@@ -71,19 +71,7 @@ impl PtrInfo {
     }
 }
 
-/// A CUDA IPC memory handle (`CUipcMemHandle`, 64 opaque bytes).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IpcHandle(pub [u8; 64]);
-
-impl fmt::Debug for IpcHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IpcHandle(")?;
-        for b in &self.0[..8] {
-            write!(f, "{b:02x}")?;
-        }
-        write!(f, "…)")
-    }
-}
+pub use gmpi_mem::IpcHandle;
 
 /// How bytes were moved between device and host (for logs and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -39,50 +39,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use api::{
-    CopyPath, CudaApi, ElemType, Facts, GpuError, IpcHandle, PinnedBuf, PtrInfo, ReduceOp,
-};
+pub use api::{CopyPath, CudaApi, ElemType, Facts, GpuError, PinnedBuf, PtrInfo, ReduceOp};
+/// The memory vocabulary shared with the pml (`gmpi-mem`).
+pub use gmpi_mem::{IpcDesc, IpcHandle, MemKind};
 
 /// Tracing target of this crate.
 const LOG: &str = "gpu";
-
-/// Where a buffer lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum MemKind {
-    /// Ordinary host memory (pageable or pinned).
-    #[default]
-    Host,
-    /// CUDA device memory on the given device ordinal.
-    Device {
-        /// CUDA device ordinal.
-        ordinal: i32,
-    },
-    /// CUDA managed (unified) memory: always moved through host-visible copies.
-    Managed,
-}
-
-impl MemKind {
-    /// Whether the CPU may read and write this memory directly.
-    pub fn is_host_accessible(self) -> bool {
-        matches!(self, MemKind::Host | MemKind::Managed)
-    }
-
-    /// Whether this is plain host memory (the only kind the host protocols
-    /// and the CPU copy paths touch directly).
-    #[inline]
-    pub fn is_host(self) -> bool {
-        self == MemKind::Host
-    }
-
-    /// Short name for logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            MemKind::Host => "host",
-            MemKind::Device { .. } => "device",
-            MemKind::Managed => "managed",
-        }
-    }
-}
 
 /// `GMPI_CUDA`: whether to use CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,82 +70,15 @@ impl std::str::FromStr for CudaMode {
     }
 }
 
-/// Tunables of the GPU paths (`GMPI_CUDA`, `GMPI_GPU_*`; see the runtime's
-/// configuration).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Tunables of the gpu layer (`GMPI_CUDA`; see the runtime's configuration).
+/// The device protocols' thresholds (`GMPI_GPU_EAGER_LIMIT`,
+/// `GMPI_GPU_IPC_THRESHOLD`, `GMPI_GPU_PIPELINE_CHUNK`, `GMPI_GPU_IPC`) are
+/// the pml's (`gmpi_pml::DeviceConfig`): they choose protocols, and the
+/// gpu layer only moves bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GpuConfig {
     /// Whether to use CUDA.
     pub mode: CudaMode,
-    /// Largest device message sent eagerly (copied through a bounce buffer).
-    pub eager_limit: usize,
-    /// Smallest device message sent by CUDA IPC between ranks of one node.
-    pub ipc_threshold: usize,
-    /// Whether CUDA IPC may be used at all.
-    pub ipc: bool,
-    /// Chunk of the staged (pipelined) protocol for device memory.
-    pub pipeline_chunk: usize,
-}
-
-impl Default for GpuConfig {
-    fn default() -> Self {
-        Self {
-            mode: CudaMode::Auto,
-            eager_limit: 8 << 10,
-            ipc_threshold: 0,
-            ipc: true,
-            pipeline_chunk: 512 << 10,
-        }
-    }
-}
-
-/// The wire descriptor of a CUDA IPC rendezvous: the sender's allocation
-/// handle plus where the message starts in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IpcDesc {
-    /// The allocation's IPC handle.
-    pub handle: IpcHandle,
-    /// Base address of the allocation in the sender.
-    pub base: u64,
-    /// The allocation's buffer id in the sender (for the receiver's cache).
-    pub buffer_id: u64,
-    /// Offset of the message in the allocation.
-    pub offset: u64,
-    /// Bytes the sender exposes from `offset`.
-    pub len: u64,
-}
-
-impl IpcDesc {
-    /// Encoded size on the wire.
-    pub const WIRE_LEN: usize = 64 + 4 * 8;
-
-    /// Append the little-endian wire form.
-    pub fn encode(&self, out: &mut [u8]) {
-        out[..64].copy_from_slice(&self.handle.0);
-        for (i, v) in [self.base, self.buffer_id, self.offset, self.len]
-            .into_iter()
-            .enumerate()
-        {
-            out[64 + 8 * i..72 + 8 * i].copy_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    /// Decode from the first [`Self::WIRE_LEN`] bytes; `None` if too short.
-    pub fn decode(b: &[u8]) -> Option<Self> {
-        if b.len() < Self::WIRE_LEN {
-            return None;
-        }
-        let f = |i: usize| {
-            let o = 64 + 8 * i;
-            u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-        };
-        Some(Self {
-            handle: IpcHandle(b[..64].try_into().expect("64 bytes")),
-            base: f(0),
-            buffer_id: f(1),
-            offset: f(2),
-            len: f(3),
-        })
-    }
 }
 
 /// Counters, for tests and the start-up log.
@@ -256,7 +151,6 @@ impl Gpu {
             api: None,
             cfg: GpuConfig {
                 mode: CudaMode::Off,
-                ..GpuConfig::default()
             },
             caches: Mutex::default(),
             bounce: Mutex::default(),

@@ -28,7 +28,6 @@ fn host_only_answers_host_without_a_backend() {
 fn off_loads_nothing() {
     let cfg = GpuConfig {
         mode: CudaMode::Off,
-        ..GpuConfig::default()
     };
     let g = Gpu::init(&cfg).unwrap();
     assert!(!g.cuda_available());

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use gmpi_btl::Capabilities;
 use gmpi_gpu::{CudaMode, Gpu, GpuConfig, MemKind};
-use gmpi_pml::protocol::{choose, SendMode};
-use gmpi_pml::PmlConfig;
+use gmpi_pml::protocol::{size_name, PlanTable, SendMode};
+use gmpi_pml::{DeviceConfig, PmlConfig};
 
 /// The default capabilities of the same-node and other-node transports, as
 /// the protocol choice sees them (`GMPI_*` overrides are not applied here).
@@ -37,10 +37,12 @@ fn transports() -> [(&'static str, Capabilities); 2] {
     [("same node (shm)", shm), ("other node (tcp)", tcp)]
 }
 
-fn gpu_config() -> GpuConfig {
-    let mut g = GpuConfig {
-        mode: CudaMode::On,
-        ..GpuConfig::default()
+/// The device protocols' thresholds as `GMPI_GPU_EAGER_LIMIT` and
+/// `GMPI_GPU_IPC_THRESHOLD` set them (bytes).
+fn device_config(gdrcopy: bool) -> DeviceConfig {
+    let mut d = DeviceConfig {
+        gdrcopy,
+        ..DeviceConfig::default()
     };
     let size = |k: &str| {
         std::env::var(k)
@@ -48,19 +50,19 @@ fn gpu_config() -> GpuConfig {
             .and_then(|v| v.trim().parse::<usize>().ok())
     };
     if let Some(v) = size("GMPI_GPU_EAGER_LIMIT") {
-        g.eager_limit = v;
+        d.eager_limit = v;
     }
     if let Some(v) = size("GMPI_GPU_IPC_THRESHOLD") {
-        g.ipc_threshold = v;
+        d.ipc_threshold = v;
     }
-    g
+    d
 }
 
 /// The report, and whether CUDA was usable.
 pub fn report() -> (String, bool) {
     let mut o = String::new();
-    let cfg = gpu_config();
-    let gpu = Gpu::init(&cfg);
+    let gpu = Gpu::init(&GpuConfig { mode: CudaMode::On });
+    let mut gdrcopy = false;
     let _ = writeln!(o, "gmpi doctor");
     let usable = match &gpu {
         Ok(g) => {
@@ -77,6 +79,7 @@ pub fn report() -> (String, bool) {
             for (a, b) in &f.peer_access {
                 let _ = writeln!(o, "  peer access: GPU {a} -> GPU {b}");
             }
+            gdrcopy = f.gdrcopy.is_ok();
             match &f.gdrcopy {
                 Ok(v) => writeln!(o, "GDRCopy: yes ({v})"),
                 Err(why) => writeln!(o, "GDRCopy: no ({why}); small device messages use cuMemcpy through a pinned buffer"),
@@ -139,32 +142,33 @@ pub fn report() -> (String, bool) {
         }
     }
     let pcfg = PmlConfig {
-        gpu: cfg,
+        device: device_config(gdrcopy),
         ..PmlConfig::default()
     };
-    let _ = writeln!(o, "protocols (source -> destination, size: protocol):");
+    let _ = writeln!(
+        o,
+        "protocols (source -> destination, size: protocol; then the whole plan table, as GMPI_LOG=pml=debug prints it):"
+    );
     let dev = MemKind::Device { ordinal: 0 };
     for (where_, caps) in transports() {
         let _ = writeln!(o, "  {where_}:");
         for (sn, sk) in [("H", MemKind::Host), ("D", dev)] {
-            for dn in ["H", "D"] {
+            for (dn, dk) in [("H", MemKind::Host), ("D", dev)] {
                 let mut line = format!("    {sn}->{dn}");
-                for (label, len) in [("8 B", 8usize), ("64 KiB", 64 << 10), ("16 MiB", 16 << 20)] {
-                    let p = if !usable && !sk.is_host() {
-                        "n/a (no CUDA)"
+                let usable_here = usable || sk.is_host();
+                let table = PlanTable::build(sk, Some(dk), SendMode::Standard, &caps, &pcfg);
+                for len in [8usize, 64 << 10, 16 << 20] {
+                    let p = if usable_here {
+                        table.plan(len).name
                     } else {
-                        match choose(len, sk, SendMode::Standard, &caps, &pcfg) {
-                            // A get lands in host memory: a device receiver
-                            // asks for the stream and copies chunks in.
-                            gmpi_pml::Protocol::RndvGet if dn == "D" && !caps.gpudirect => {
-                                "rndv/staged"
-                            }
-                            p => p.describe(sk, "cuda-copy"),
-                        }
+                        "n/a (no CUDA)"
                     };
-                    let _ = write!(line, "  {label}: {p}");
+                    let _ = write!(line, "  {}: {p}", size_name(len));
                 }
                 let _ = writeln!(o, "{line}");
+                if usable_here {
+                    let _ = writeln!(o, "      {table}");
+                }
             }
         }
         if !caps.cuda_ipc {

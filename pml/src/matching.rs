@@ -1,5 +1,5 @@
-//! Matching: posted and unexpected queues, per-peer sequence numbers, and the
-//! out-of-order stash.
+//! Matching: posted and unexpected queues, and the out-of-order stash (the
+//! per-peer sequence numbers it waits on are in `peer.rs`).
 //!
 //! MPI's rules, as implemented here:
 //! - An arriving message matches the *first posted* receive (in posting
@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use gmpi_btl::{MemDesc, Rank};
 
-use crate::header::MatchHdr;
+use crate::wire::MatchHdr;
 use crate::{BtlId, ReqId};
 
 /// The body of an unexpected message.
@@ -25,7 +25,7 @@ pub(crate) enum UnexpectedBody {
     /// Rendezvous: the data stays with the sender until matched.
     Rndv(Option<MemDesc>),
     /// Rendezvous of device memory by CUDA IPC.
-    Ipc(gmpi_gpu::IpcDesc),
+    Ipc(gmpi_mem::IpcDesc),
 }
 
 /// An arrived message no receive was waiting for.
@@ -66,36 +66,16 @@ fn envelope(m: &MatchHdr) -> (u32, u32, i32) {
 pub(crate) struct Matching {
     posted: VecDeque<Posted>,
     unexpected: VecDeque<Unexpected>,
-    send_seq: Vec<u32>,
-    recv_seq: Vec<u32>,
     stash: BTreeMap<(Rank, u32), (BtlId, Vec<u8>)>,
 }
 
 impl Matching {
-    pub fn new(nprocs: u32) -> Self {
+    pub fn new() -> Self {
         Self {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
-            send_seq: vec![0; nprocs as usize],
-            recv_seq: vec![0; nprocs as usize],
             stash: BTreeMap::new(),
         }
-    }
-
-    pub fn next_send_seq(&mut self, peer: Rank) -> u32 {
-        let s = &mut self.send_seq[peer as usize];
-        let v = *s;
-        *s = s.wrapping_add(1);
-        v
-    }
-
-    pub fn expected_seq(&self, peer: Rank) -> u32 {
-        self.recv_seq[peer as usize]
-    }
-
-    pub fn advance_seq(&mut self, peer: Rank) {
-        let s = &mut self.recv_seq[peer as usize];
-        *s = s.wrapping_add(1);
     }
 
     pub fn stash(&mut self, peer: Rank, seq: u32, btl: BtlId, frag: Vec<u8>) {
@@ -108,12 +88,13 @@ impl Matching {
         !self.stash.is_empty()
     }
 
-    /// The stashed fragment that is next in order from `peer`, if it arrived.
-    pub fn unstash(&mut self, peer: Rank) -> Option<(BtlId, Vec<u8>)> {
+    /// The stashed fragment from `peer` with sequence number `seq` (the
+    /// next in order), if it arrived.
+    pub fn unstash(&mut self, peer: Rank, seq: u32) -> Option<(BtlId, Vec<u8>)> {
         if self.stash.is_empty() {
             return None;
         }
-        self.stash.remove(&(peer, self.recv_seq[peer as usize]))
+        self.stash.remove(&(peer, seq))
     }
 
     /// Whether no receive is posted.
@@ -188,5 +169,138 @@ impl Matching {
         self.unexpected.retain(|u| {
             !(u.peer == peer && matches!(u.body, UnexpectedBody::Rndv(_) | UnexpectedBody::Ipc(_)))
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u64) -> ReqId {
+        ReqId((1 << 32) | n)
+    }
+
+    fn msg(peer: Rank, ctx: u32, src: u32, tag: i32, body: UnexpectedBody) -> Unexpected {
+        Unexpected {
+            peer,
+            btl: 0,
+            m: MatchHdr {
+                ctx,
+                src,
+                tag,
+                seq: 0,
+                len: 0,
+                sreq: 0,
+            },
+            flags: 0,
+            body,
+        }
+    }
+
+    fn eager(src: u32, tag: i32) -> Unexpected {
+        msg(src, 0, src, tag, UnexpectedBody::Eager(vec![tag as u8]))
+    }
+
+    #[test]
+    fn accepts_wildcards_but_never_another_context() {
+        let env = (3, 1, 7);
+        assert!(accepts(3, Some(1), Some(7), env));
+        assert!(accepts(3, None, Some(7), env));
+        assert!(accepts(3, Some(1), None, env));
+        assert!(accepts(3, None, None, env));
+        assert!(
+            !accepts(4, None, None, env),
+            "context ids never match across"
+        );
+        assert!(!accepts(3, Some(2), None, env));
+        assert!(!accepts(3, None, Some(8), env));
+    }
+
+    #[test]
+    fn an_arrival_matches_the_first_posted_receive_that_accepts_it() {
+        let mut m = Matching::new();
+        m.post(id(1), 0, Some(1), Some(5));
+        m.post(id(2), 0, None, None);
+        m.post(id(3), 0, Some(2), None);
+        // Rank 2's message skips receive 1 (wrong source) and takes the
+        // wildcard posted before the specific one.
+        assert_eq!(m.match_posted(0, 2, 9), Some(id(2)));
+        assert_eq!(m.match_posted(0, 2, 9), Some(id(3)));
+        assert_eq!(m.match_posted(0, 2, 9), None);
+        assert_eq!(m.match_posted(1, 1, 5), None, "other context");
+        assert_eq!(m.match_posted(0, 1, 5), Some(id(1)));
+        assert!(m.nothing_posted());
+    }
+
+    #[test]
+    fn a_receive_matches_the_first_unexpected_message_it_accepts() {
+        let mut m = Matching::new();
+        for (src, tag) in [(1, 1), (2, 1), (1, 2), (1, 1)] {
+            m.push_unexpected(eager(src, tag));
+        }
+        let tags_of = |u: Option<Unexpected>| u.map(|u| (u.m.src, u.m.tag));
+        assert_eq!(
+            tags_of(m.take_unexpected(0, Some(1), Some(2))),
+            Some((1, 2))
+        );
+        assert_eq!(
+            m.peek_unexpected(0, None, Some(1))
+                .map(|u| (u.m.src, u.m.tag)),
+            Some((1, 1)),
+            "a probe sees the first and leaves it"
+        );
+        assert_eq!(tags_of(m.take_unexpected(0, Some(2), None)), Some((2, 1)));
+        // Two messages with the same envelope come out in arrival order.
+        let a = m.take_unexpected(0, None, None).expect("first");
+        let b = m.take_unexpected(0, None, None).expect("second");
+        assert_eq!((a.m.tag, b.m.tag), (1, 1));
+        assert!(m.nothing_unexpected());
+        assert!(m.take_unexpected(0, None, None).is_none());
+    }
+
+    #[test]
+    fn unposting_removes_only_that_receive() {
+        let mut m = Matching::new();
+        m.post(id(1), 0, None, None);
+        m.post(id(2), 0, None, None);
+        m.unpost(id(1));
+        assert_eq!(m.match_posted(0, 0, 0), Some(id(2)));
+        assert!(m.nothing_posted());
+    }
+
+    #[test]
+    fn the_stash_gives_back_exactly_the_next_in_order() {
+        let mut m = Matching::new();
+        assert!(!m.has_stashed());
+        m.stash(1, 5, 0, vec![5]);
+        m.stash(1, 6, 1, vec![6]);
+        m.stash(2, 5, 0, vec![25]);
+        assert!(m.has_stashed());
+        assert_eq!(m.unstash(1, 4), None, "the gap is not filled yet");
+        assert_eq!(m.unstash(1, 5), Some((0, vec![5])));
+        assert_eq!(m.unstash(1, 6), Some((1, vec![6])));
+        assert_eq!(m.unstash(1, 7), None);
+        assert_eq!(m.unstash(2, 5), Some((0, vec![25])));
+        assert!(!m.has_stashed());
+    }
+
+    #[test]
+    fn a_failed_peer_keeps_its_arrived_eager_data_and_loses_the_rest() {
+        let mut m = Matching::new();
+        m.push_unexpected(eager(1, 0));
+        m.push_unexpected(msg(1, 0, 1, 1, UnexpectedBody::Rndv(None)));
+        m.push_unexpected(eager(2, 0));
+        m.stash(1, 9, 0, vec![]);
+        m.drop_peer(1);
+        assert!(!m.has_stashed());
+        assert!(
+            m.take_unexpected(0, Some(1), Some(1)).is_none(),
+            "its rendezvous is gone"
+        );
+        assert!(
+            m.take_unexpected(0, Some(1), Some(0)).is_some(),
+            "its eager data stays"
+        );
+        assert!(m.take_unexpected(0, Some(2), None).is_some());
     }
 }

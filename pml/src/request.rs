@@ -1,26 +1,39 @@
-//! Requests: the slab that owns them and the states of sends and receives.
+//! Requests: the slab that owns them, and the states of sends and receives.
 //!
 //! A [`ReqId`] packs a slot index (low 32 bits) and the slot's generation
 //! (high 32 bits), so an id that outlived its request never aliases a new one,
 //! and an id echoed by a peer (in ACK, CTS, FIN, FRAG) is checked, not trusted.
+//!
+//! Each state is named for what the request waits on and holds only what
+//! that wait needs; a finished request has no state at all (its outcome sits
+//! in the slab until taken).
 
 use gmpi_btl::Rank;
 
+use crate::protocol::Plan;
+use crate::wire::MatchHdr;
 use crate::{BtlId, Buf, PmlError, ReqId, Status};
 
-/// Where a send stands.
+/// What a send waits on.
+// Every state is named for what it waits on (as rustls names its states
+// `Expect…`), so the shared prefix is the point.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SendState {
-    /// Eager fragment submitted; done when the btl has taken it.
-    Eager,
-    /// Eager-synchronous: done when submitted *and* acknowledged.
-    EagerSync { acked: bool },
-    /// Request-to-send is out; waiting for FIN (get) or CTS (pipelined).
+    /// Eager: the btl to take the fragment.
+    AwaitTaken,
+    /// Eager-synchronous: the btl to take the fragment and the receiver's
+    /// ACK, in either order.
+    AwaitTakenAndAck { taken: bool, acked: bool },
+    /// Rendezvous: the driver's set-up (registration or IPC export) of the
+    /// buffer; the request-to-send with envelope `m` goes out when it
+    /// answers.
+    AwaitSetup { m: MatchHdr, sync: bool },
+    /// Rendezvous: the receiver's FIN (it pulled the data) or CTS (stream
+    /// it).
     AwaitReply,
-    /// Streaming fragments after a CTS; done when every one is submitted.
-    Streaming,
-    /// Finished.
-    Done,
+    /// Streaming after a CTS: the btl to take `left` more fragments.
+    AwaitStreamed { left: u32 },
 }
 
 /// A send request.
@@ -29,96 +42,84 @@ pub(crate) struct SendReq {
     pub peer: Rank,
     pub btl: BtlId,
     pub buf: Buf,
+    /// How it travels ([`crate::protocol::select`]).
+    pub plan: Plan,
     pub state: SendState,
-    /// Submitted fragments whose completion has not been reported yet.
-    pub sends_in_flight: u32,
 }
 
-/// Where a receive stands.
+/// A matched rendezvous, as its receive knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Matched {
+    /// The sender, the btl its request-to-send came on, and its request.
+    pub peer: Rank,
+    pub btl: BtlId,
+    pub sreq: u64,
+    /// Bytes to move: the message, cut to the buffer.
+    pub want: u64,
+    /// The whole message's length (longer than `want`: truncated).
+    pub msg_len: u64,
+    /// What the receive reports.
+    pub status: Status,
+    /// The sender's data is device memory (a CUDA IPC rendezvous): a
+    /// fallback to streaming is staged on its side (`rndv/staged`).
+    pub from_device: bool,
+}
+
+/// What a receive waits on (named as [`SendState`]'s are).
+#[allow(clippy::enum_variant_names)]
+#[derive(Debug)]
 pub(crate) enum RecvState {
-    /// In the posted queue, unmatched.
-    Posted,
-    /// Matched a rendezvous; a get is in flight.
-    Pulling,
-    /// Matched a rendezvous; CTS sent, fragments arriving.
-    Streaming,
-    /// Finished.
-    Done,
+    /// A matching message. `src_world` is the sender's world rank when the
+    /// source is named (its failure fails this receive); `consumed`: see
+    /// [`crate::RecvArgs::consumed`].
+    AwaitMatch {
+        src_world: Option<Rank>,
+        consumed: bool,
+    },
+    /// A matched rendezvous: the pull (a get or a CUDA IPC copy) to land.
+    AwaitPull { m: Matched },
+    /// A matched rendezvous after its CTS: `m.want - got` more bytes of
+    /// fragments, and the `copies` of fragments into device memory still
+    /// in flight; `fault` is the first copy that failed.
+    AwaitFrags {
+        m: Matched,
+        got: u64,
+        copies: u32,
+        fault: Option<PmlError>,
+    },
+    /// An eager message into device memory: its copy in; then the receive
+    /// ends with `outcome`.
+    AwaitCopy { outcome: Result<Status, PmlError> },
 }
 
 /// A receive request.
 #[derive(Debug)]
 pub(crate) struct RecvReq {
-    pub src_world: Option<Rank>,
     pub buf: Buf,
     pub state: RecvState,
-    pub status: Status,
-    /// Bytes to move (min of message length and buffer).
-    pub want: u64,
-    /// Bytes moved so far (streaming).
-    pub got: u64,
-    /// Full message length.
-    pub msg_len: u64,
-    /// Matched sender and its request.
-    pub peer: Rank,
-    pub sreq: u64,
-    pub btl: BtlId,
-    /// The sender's data is device memory (a CUDA IPC rendezvous): a
-    /// fallback to streaming is staged on its side (`rndv/staged`).
-    pub from_device: bool,
-    /// Posted as [`crate::RecvArgs::consumed`].
-    pub consumed: bool,
 }
 
 impl RecvReq {
     /// A receive into `buf` posted and not matched yet.
-    pub fn posted(src_world: Option<Rank>, buf: Buf) -> Self {
+    pub fn posted(src_world: Option<Rank>, buf: Buf, consumed: bool) -> Self {
         Self {
-            src_world,
             buf,
-            state: RecvState::Posted,
-            status: Status::default(),
-            want: 0,
-            got: 0,
-            peer: 0,
-            sreq: 0,
-            btl: 0,
-            msg_len: 0,
-            from_device: false,
-            consumed: false,
+            state: RecvState::AwaitMatch {
+                src_world,
+                consumed,
+            },
         }
     }
 
-    /// How the log names this receive's streamed rendezvous: `rndv/staged`
-    /// where device memory is staged through host buffers on either side,
-    /// `rndv/pipelined` for host memory.
-    pub fn streamed_name(&self) -> &'static str {
-        if self.from_device || !self.buf.kind.is_host() {
-            "rndv/staged"
-        } else {
-            "rndv/pipelined"
+    /// The peer this receive now depends on: the named source while it
+    /// waits for a match, the sender once matched; `None` for a wildcard
+    /// source or a local copy.
+    pub fn depends_on(&self) -> Option<Rank> {
+        match &self.state {
+            RecvState::AwaitMatch { src_world, .. } => *src_world,
+            RecvState::AwaitPull { m } | RecvState::AwaitFrags { m, .. } => Some(m.peer),
+            RecvState::AwaitCopy { .. } => None,
         }
-    }
-
-    /// Take on the rendezvous `u` matched to this receive: its status, the
-    /// sender's identity, and how many bytes to move (the message, cut to
-    /// the buffer). Returns that count; the caller sets the state.
-    pub fn accept_rndv(&mut self, u: &crate::matching::Unexpected) -> u64 {
-        let want = u.m.len.min(self.buf.len as u64);
-        self.status = Status {
-            source: u.m.src,
-            tag: u.m.tag,
-            len: want,
-            cancelled: false,
-        };
-        self.peer = u.peer;
-        self.sreq = u.m.sreq;
-        self.btl = u.btl;
-        self.want = want;
-        self.got = 0;
-        self.msg_len = u.m.len;
-        want
     }
 }
 
@@ -127,21 +128,6 @@ impl RecvReq {
 pub(crate) enum Req {
     Send(SendReq),
     Recv(RecvReq),
-}
-
-impl Req {
-    pub fn as_send_mut(&mut self) -> &mut SendReq {
-        match self {
-            Req::Send(s) => s,
-            Req::Recv(_) => unreachable!("request is a receive"),
-        }
-    }
-    pub fn as_recv_mut(&mut self) -> &mut RecvReq {
-        match self {
-            Req::Recv(r) => r,
-            Req::Send(_) => unreachable!("request is a send"),
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -209,6 +195,24 @@ impl Slab {
             .and_then(|s| s.req.as_mut())
     }
 
+    /// The send request `id`, if it is one and in flight.
+    #[inline]
+    pub fn send_mut(&mut self, id: ReqId) -> Option<&mut SendReq> {
+        match self.get_mut(id) {
+            Some(Req::Send(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The receive request `id`, if it is one and in flight.
+    #[inline]
+    pub fn recv_mut(&mut self, id: ReqId) -> Option<&mut RecvReq> {
+        match self.get_mut(id) {
+            Some(Req::Recv(r)) => Some(r),
+            _ => None,
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (ReqId, &Req)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
             let r = s.req.as_ref()?;
@@ -259,5 +263,56 @@ impl Slab {
         } else {
             s.detached = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recv() -> Req {
+        Req::Recv(RecvReq::posted(None, Buf::default(), false))
+    }
+
+    #[test]
+    fn a_stale_id_never_reaches_the_slot_s_next_request() {
+        let mut s = Slab::default();
+        let a = s.insert(recv());
+        assert_ne!(a.0, 0, "no id is 0 (0 means no token)");
+        s.complete(a, Ok(Status::default()));
+        assert!(
+            s.recv_mut(a).is_none(),
+            "a completed request takes no input"
+        );
+        assert_eq!(s.take(a), Some(Ok(Status::default())));
+        let b = s.insert(recv());
+        assert_eq!(a.0 & 0xffff_ffff, b.0 & 0xffff_ffff, "the slot is reused");
+        assert_ne!(a, b);
+        assert!(s.result(a).is_none() && s.take(a).is_none());
+        assert!(s.recv_mut(b).is_some() && s.send_mut(b).is_none());
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn a_detached_request_is_released_when_it_completes() {
+        let mut s = Slab::default();
+        let a = s.insert(recv());
+        s.detach(a);
+        assert_eq!(s.len(), 1, "still in flight");
+        s.complete(a, Err(PmlError::PeerFailed(1)));
+        assert_eq!(s.len(), 0);
+        assert!(s.take(a).is_none());
+        let b = s.insert(recv());
+        s.complete(b, Ok(Status::default()));
+        s.complete(b, Err(PmlError::PeerFailed(1)));
+        assert_eq!(
+            s.take(b),
+            Some(Ok(Status::default())),
+            "the first outcome stays"
+        );
+        let c = s.insert(recv());
+        s.complete(c, Ok(Status::default()));
+        s.detach(c);
+        assert_eq!(s.len(), 0, "detaching a completed request frees it");
     }
 }

@@ -13,25 +13,26 @@
 use std::marker::PhantomData;
 
 use gmpi_gpu::MemKind;
-use gmpi_pml::driver::MemAccess;
+
+use crate::progress::HostMemory;
 
 use crate::datatype::{Datatype, Equivalence, Primitive};
 
-/// User memory as the driver reaches it: host memory by raw address, device
-/// memory through the gpu layer.
-pub(crate) type UserMem = gmpi_pml::driver::WithGpu<HostMem>;
-
-/// Host memory reached through raw addresses.
+/// Host memory reached through raw addresses: what the progress driver reads
+/// to send and writes to receive (device memory goes through the gpu layer).
 #[derive(Debug, Default)]
 pub(crate) struct HostMem;
 
-impl MemAccess for HostMem {
+impl gmpi_pml::HostWrite for HostMem {
     #[inline]
-    fn with_read<R>(&self, addr: u64, len: usize, kind: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
-        debug_assert!(
-            kind.is_host_accessible(),
-            "device memory in a host-only build"
-        );
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        self.with_write(addr, data.len(), |d| gmpi_btl::copy_bytes(d, data));
+    }
+}
+
+impl HostMemory for HostMem {
+    #[inline]
+    fn with_read<R>(&self, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         if len == 0 {
             return f(&[]);
         }
@@ -43,17 +44,7 @@ impl MemAccess for HostMem {
     }
 
     #[inline]
-    fn with_write<R>(
-        &mut self,
-        addr: u64,
-        len: usize,
-        kind: MemKind,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> R {
-        debug_assert!(
-            kind.is_host_accessible(),
-            "device memory in a host-only build"
-        );
+    fn with_write<R>(&mut self, addr: u64, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
         if len == 0 {
             return f(&mut []);
         }
@@ -210,7 +201,7 @@ impl View {
     #[inline]
     pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let a = self.contig_addr()?;
-        Some(HostMem.with_read(a, self.bytes(), MemKind::Host, f))
+        Some(HostMem.with_read(a, self.bytes(), f))
     }
 
     /// Run `f` on the data, writable, in place if it is one contiguous run.
@@ -218,7 +209,7 @@ impl View {
     pub(crate) fn write_contig<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         assert!(self.writable, "write into a read-only buffer");
         let a = self.contig_addr()?;
-        Some(HostMem.with_write(a, self.bytes(), MemKind::Host, f))
+        Some(HostMem.with_write(a, self.bytes(), f))
     }
 
     /// The data, packed (a copy).
@@ -249,7 +240,7 @@ impl View {
     fn with_region<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         let g = crate::engine::gpu();
         if g.classify(self.base, self.len).is_host() {
-            return HostMem.with_read(self.base, self.len, MemKind::Host, f);
+            return HostMem.with_read(self.base, self.len, f);
         }
         match g.with_read(self.base, self.len, f) {
             Ok((r, _)) => r,
@@ -263,7 +254,7 @@ impl View {
     fn with_region_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let g = crate::engine::gpu();
         if g.classify(self.base, self.len).is_host() {
-            return HostMem.with_write(self.base, self.len, MemKind::Host, f);
+            return HostMem.with_write(self.base, self.len, f);
         }
         let res = g.with_write(self.base, self.len, |region| {
             g.copy_to_host(region, self.base).map(|_| f(region))

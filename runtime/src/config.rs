@@ -142,14 +142,22 @@ pub struct Config {
 impl Config {
     /// The gpu layer's configuration.
     pub fn gpu(&self) -> Result<gmpi_gpu::GpuConfig, String> {
-        let d = gmpi_gpu::GpuConfig::default();
         Ok(gmpi_gpu::GpuConfig {
             mode: self.cuda.parse().map_err(|e| format!("cuda: {e}"))?,
+        })
+    }
+
+    /// The device protocols' configuration (`GMPI_GPU_*`); `gdrcopy`: the
+    /// gpu layer copies small messages by GDRCopy.
+    pub fn device(&self, gdrcopy: bool) -> gmpi_pml::DeviceConfig {
+        let d = gmpi_pml::DeviceConfig::default();
+        gmpi_pml::DeviceConfig {
             eager_limit: self.gpu_eager_limit.unwrap_or(d.eager_limit),
             ipc_threshold: self.gpu_ipc_threshold.unwrap_or(d.ipc_threshold),
             ipc: self.gpu_ipc,
             pipeline_chunk: self.gpu_pipeline_chunk.unwrap_or(d.pipeline_chunk).max(1),
-        })
+            gdrcopy,
+        }
     }
 }
 

@@ -24,12 +24,12 @@ use gmpi_btl_shm::{ShmBtl, ShmConfig};
 use gmpi_btl_tcp::{Secret, TcpBtl, TcpConfig};
 use gmpi_gpu::Gpu;
 use gmpi_pmi::PmiClient;
-use gmpi_pml::driver::Driver;
 use gmpi_pml::{Pml, PmlConfig};
 
-use crate::buffer::{HostMem, UserMem};
+use crate::buffer::HostMem;
 use crate::config::Config;
 use crate::error::{Error, ErrorClass, Result};
+use crate::progress::Driver;
 
 /// Longest sleep when more than one btl can block and the driver cannot
 /// sleep in one while the others watch (see [`Backoff::new`]).
@@ -75,7 +75,7 @@ pub(crate) struct Engine {
     pub local_rank: u32,
     pub local_size: u32,
     pub hostname: String,
-    pub driver: Driver<UserMem>,
+    pub driver: Driver<HostMem>,
     pub pmi: Option<PmiClient>,
     pub gpu: std::sync::Arc<Gpu>,
     pub backoff: Backoff,
@@ -432,7 +432,7 @@ impl Engine {
                 }
                 tcfg.eager_limit = tcfg
                     .eager_limit
-                    .min(tcfg.max_frag.saturating_sub(gmpi_pml::header::MAX_HDR));
+                    .min(tcfg.max_frag.saturating_sub(gmpi_pml::wire::MAX_HDR));
                 let t = TcpBtl::bind(rank, size, tcfg).map_err(|e| {
                     Error::new(ErrorClass::Other, CALL, r, format!("{e} (on {host})"))
                 })?;
@@ -467,7 +467,7 @@ impl Engine {
                 // the configured one, capped the same way).
                 scfg.eager_limit = scfg
                     .eager_limit
-                    .min(scfg.max_frag.saturating_sub(gmpi_pml::header::MAX_HDR));
+                    .min(scfg.max_frag.saturating_sub(gmpi_pml::wire::MAX_HDR));
                 let mut fence = || p.fence().map_err(|e| e.to_string());
                 let shm = ShmBtl::bootstrap(
                     &path,
@@ -544,12 +544,11 @@ impl Engine {
             get_threshold: cfg.get_threshold,
             use_get: cfg.cma,
             pipeline_chunk: cfg.pipeline_chunk,
-            gpu: gcfg,
+            device: cfg.device(gpu.eager_path() == gmpi_gpu::CopyPath::GdrCopy),
         };
         // A second init in one process (not allowed by MPI) keeps the first.
         let _ = GPU.set(gpu.clone());
-        let mem = UserMem::new(HostMem, gpu.clone());
-        let driver = Driver::new(Pml::new(rank, size, pcfg), btls, mem, size);
+        let driver = Driver::new(Pml::new(rank, size, pcfg), btls, HostMem, gpu.clone());
         for peer in 0..size {
             if driver.pml.route(peer).is_none() {
                 return Err(Error::new(

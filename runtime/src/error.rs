@@ -180,17 +180,20 @@ impl Error {
         Self { class, msg }
     }
 
-    /// Map a pml error raised under `call` on `rank`.
+    /// Map a pml error raised under `call` on `rank`: the one place that
+    /// gives each pml error its MPI class. The message carries the error's
+    /// whole chain of causes.
     pub(crate) fn from_pml(e: gmpi_pml::PmlError, call: &str, rank: i32) -> Self {
         use gmpi_pml::PmlError as P;
         let class = match &e {
             P::Truncated { .. } => ErrorClass::Truncate,
             P::PeerFailed(_) => ErrorClass::ProcFailed,
             P::Unreachable(_) => ErrorClass::Rank,
-            P::Malformed(_) => ErrorClass::Intern,
-            _ => ErrorClass::Other,
+            // A peer broke the protocol: nothing the caller did.
+            P::Peer { .. } => ErrorClass::Intern,
+            P::Transport { .. } | P::Device { .. } => ErrorClass::Other,
         };
-        Self::new(class, call, rank, e)
+        Self::new(class, call, rank, gmpi_pml::error::chain(&e))
     }
 }
 

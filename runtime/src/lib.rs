@@ -48,6 +48,10 @@
 //! - `op.rs`: [`Op`] (reduction operations) and the kernels that apply them.
 //! - `engine.rs`: the per-process engine: PMI wire-up, transports, the
 //!   spin → yield → block wait loop.
+//! - `progress/`: the progress driver, the I/O half of point-to-point: it
+//!   owns the btls, feeds the sans-IO pml (`gmpi-pml`) its inputs and runs
+//!   the actions the pml asks for (sends, gets, registrations, device
+//!   copies), the only code that calls a btl.
 //! - `watch.rs`: the local-peer watch that ends the job when a rank of this
 //!   node is gone without finalizing, under launchers that would not.
 //! - `buffer.rs`: user buffers as raw memory: the [`Buffer`] traits, views
@@ -78,6 +82,7 @@ pub mod gpu;
 mod group;
 mod intercomm;
 mod op;
+mod progress;
 mod request;
 mod typemap;
 mod watch;

@@ -921,8 +921,7 @@ impl Communicator {
     #[inline]
     fn allreduce_tiny(&self, send: Option<&View>, recv: &View, op: &Op) -> Option<Result<()>> {
         use crate::buffer::HostMem;
-        use gmpi_gpu::MemKind;
-        use gmpi_pml::driver::MemAccess;
+        use crate::progress::HostMemory;
         const CALL: &str = "MPI_Allreduce";
         let len = recv.bytes();
         let input = send.unwrap_or(recv);
@@ -952,7 +951,7 @@ impl Communicator {
             let mut buf = [0u8; SHM_HDR + TINY];
             let data = &mut buf[..SHM_HDR + len];
             data[..SHM_HDR].copy_from_slice(&shm_header(1, -1, Some(op), len));
-            HostMem.with_read(src, len, MemKind::Host, |d| {
+            HostMem.with_read(src, len, |d| {
                 gmpi_btl::copy_bytes(&mut data[SHM_HDR..], d)
             });
             let data: &[u8] = data;
@@ -965,7 +964,7 @@ impl Communicator {
                     bad = shm_mismatch(CALL, me, data, slots);
                     return;
                 }
-                HostMem.with_write(dst, len, MemKind::Host, |out| {
+                HostMem.with_write(dst, len, |out| {
                     reduce_tiny(kernel, slots, out)
                 });
             })?;

@@ -25,14 +25,14 @@
 use std::sync::Arc;
 
 use gmpi_gpu::{ElemType, Gpu, GpuError, MemKind, ReduceOp};
-use gmpi_pml::driver::{Driver, MemAccess};
 use gmpi_pml::{Buf, ReqId, SendMode};
 
-use crate::buffer::{HostMem, UserMem, View};
+use crate::buffer::{HostMem, View};
 use crate::comm::CommInner;
 use crate::datatype::Datatype;
 use crate::error::{Error, ErrorClass, Result};
 use crate::op::Op;
+use crate::progress::{Driver, HostMemory};
 use crate::request::Status;
 
 /// Memory a schedule reads or writes.
@@ -460,7 +460,7 @@ impl Sched {
 
     /// Run as many steps as possible without blocking. Returns how many
     /// steps ran (0 = stuck waiting for messages, or done).
-    pub fn advance(&mut self, d: &mut Driver<UserMem>) -> usize {
+    pub fn advance(&mut self, d: &mut Driver<HostMem>) -> usize {
         let mut ran = 0;
         loop {
             if self.error.is_some() || self.pos == self.steps.len() {
@@ -577,7 +577,7 @@ impl Sched {
         ran
     }
 
-    fn post_send(&mut self, d: &mut Driver<UserMem>, r: Region, peer: i32) {
+    fn post_send(&mut self, d: &mut Driver<HostMem>, r: Region, peer: i32) {
         let buf = self.buf(r);
         let (comm, ctx, tag) = self.target();
         let args = comm.send_args(ctx, buf, peer, tag, self.mode);
@@ -612,7 +612,7 @@ impl Sched {
 
     fn post_recv(
         &mut self,
-        d: &mut Driver<UserMem>,
+        d: &mut Driver<HostMem>,
         r: Region,
         peer: i32,
         tag: Option<i32>,
@@ -633,7 +633,7 @@ impl Sched {
     }
 
     /// Whether everything posted has completed (collecting outcomes).
-    fn complete_inflight(&mut self, d: &mut Driver<UserMem>) -> bool {
+    fn complete_inflight(&mut self, d: &mut Driver<HostMem>) -> bool {
         if self
             .inflight
             .iter()
@@ -760,7 +760,7 @@ fn host_reduce_fallback(e: &GpuError) {
 fn read_mem<R>(m: &Mem, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
     let at = m.addr() + r.off as u64;
     match m {
-        Mem::User { kind, .. } if kind.is_host() => HostMem.with_read(at, r.len, *kind, f),
+        Mem::User { kind, .. } if kind.is_host() => HostMem.with_read(at, r.len, f),
         Mem::Temp(v) => f(&v[r.off..r.off + r.len]),
         _ => match crate::engine::gpu().with_read(at, r.len, f) {
             Ok((x, _)) => x,
@@ -775,7 +775,7 @@ fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
         Mem::User { writable, kind, .. } => {
             assert!(*writable, "a schedule wrote a read-only buffer");
             if kind.is_host() {
-                HostMem.with_write(at, r.len, *kind, f)
+                HostMem.with_write(at, r.len, f)
             } else {
                 match crate::engine::gpu().with_write(at, r.len, f) {
                     Ok((x, _)) => x,

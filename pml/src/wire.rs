@@ -1,4 +1,5 @@
-//! The wire format of pml fragments (one place, like ob1's `pml_ob1_hdr.h`).
+//! The wire format of pml fragments (one place, like ob1's `pml_ob1_hdr.h`):
+//! encoding, and decoding that turns any malformed input into a [`WireError`].
 //!
 //! Every fragment starts with a 4-byte preamble `[type, flags, version, 0]`.
 //! Integers are little-endian. Fields are appended in later versions, never
@@ -10,7 +11,7 @@
 //! | SHORT | ctx u32, src u32, tag i32, seq u32, len u32                 | payload     |
 //! | TINY  | ctx u16, src u16, tag i32, seq u32                          | payload     |
 //! | RNDV  | the MATCH fields, then a [`MemDesc`] if flag `HAS_DESC`     | —           |
-//! | RNDV_IPC | the MATCH fields                                         | CUDA IPC descriptor (`gmpi_gpu::IpcDesc`, 96 bytes) |
+//! | RNDV_IPC | the MATCH fields                                         | CUDA IPC descriptor (`IpcDesc`, 96 bytes) |
 //! | ACK   | sreq u64                                                    | —           |
 //! | CTS   | sreq u64, rreq u64, want u64                                | —           |
 //! | FRAG  | rreq u64, offset u64                                        | payload     |
@@ -34,7 +35,8 @@
 
 use gmpi_btl::MemDesc;
 
-use crate::PmlError;
+use crate::error::WireError;
+use gmpi_mem::IpcDesc;
 
 /// Wire version written by this build.
 pub const VERSION: u8 = 3;
@@ -115,7 +117,7 @@ pub enum Hdr {
         offset: u64,
     },
     /// Rendezvous request-to-send of device memory by CUDA IPC: the
-    /// descriptor (a [`gmpi_gpu::IpcDesc`]) follows as the payload.
+    /// descriptor (an [`IpcDesc`]) follows as the payload.
     RndvIpc {
         /// Flags (`F_SYNC`).
         flags: u8,
@@ -188,10 +190,8 @@ fn get64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
 }
 
-fn truncated(ty: &str, need: usize, got: usize) -> PmlError {
-    PmlError::Malformed(format!(
-        "{ty} header needs {need} bytes, fragment has {got}"
-    ))
+fn truncated(what: &'static str, need: usize, got: usize) -> WireError {
+    WireError::Truncated { what, need, got }
 }
 
 impl MatchHdr {
@@ -360,17 +360,18 @@ impl Hdr {
     /// Decode a fragment's header; returns it and the payload offset.
     /// Malformed input is an error, never a panic.
     #[inline]
-    pub fn decode(b: &[u8]) -> Result<(Hdr, usize), PmlError> {
+    pub fn decode(b: &[u8]) -> Result<(Hdr, usize), WireError> {
         if b.len() < 4 {
             return Err(truncated("fragment", 4, b.len()));
         }
         let (ty, flags, version) = (b[0], b[1], b[2]);
         if version != VERSION {
-            return Err(PmlError::Malformed(format!(
-                "wire version {version}, this build speaks {VERSION}"
-            )));
+            return Err(WireError::Version {
+                got: version,
+                speaks: VERSION,
+            });
         }
-        let need = |n: usize, what: &str| {
+        let need = |n: usize, what: &'static str| {
             if b.len() < n {
                 Err(truncated(what, n, b.len()))
             } else {
@@ -397,9 +398,7 @@ impl Hdr {
                 };
                 need(len, what)?;
                 if flags != 0 {
-                    return Err(PmlError::Malformed(format!(
-                        "{what} header with flags {flags:#x} (it has none)"
-                    )));
+                    return Err(WireError::Flags { what, flags });
                 }
                 let m = if ty == T_TINY {
                     MatchHdr::read_tiny(b)
@@ -438,7 +437,7 @@ impl Hdr {
                 }
             }
             T_RNDV_IPC => {
-                need(MATCH_LEN + gmpi_gpu::IpcDesc::WIRE_LEN, "RNDV_IPC")?;
+                need(MATCH_LEN + IpcDesc::WIRE_LEN, "RNDV_IPC")?;
                 (
                     Hdr::RndvIpc {
                         flags,
@@ -480,31 +479,24 @@ impl Hdr {
                     FRAG_LEN,
                 )
             }
-            other => {
-                return Err(PmlError::Malformed(format!(
-                    "unknown fragment type {other}"
-                )))
-            }
+            other => return Err(WireError::UnknownType(other)),
         };
         let carries_payload = match h {
             Hdr::Match { .. } | Hdr::Frag { .. } => true,
             Hdr::RndvIpc { .. } => {
-                if b.len() != end + gmpi_gpu::IpcDesc::WIRE_LEN {
-                    return Err(PmlError::Malformed(format!(
-                        "RNDV_IPC of {} bytes, expected {}",
-                        b.len(),
-                        end + gmpi_gpu::IpcDesc::WIRE_LEN
-                    )));
+                if b.len() != end + IpcDesc::WIRE_LEN {
+                    return Err(WireError::Length {
+                        what: "RNDV_IPC",
+                        got: b.len(),
+                        expected: end + IpcDesc::WIRE_LEN,
+                    });
                 }
                 true
             }
             _ => false,
         };
         if !carries_payload && end != b.len() {
-            return Err(PmlError::Malformed(format!(
-                "{} trailing bytes after a control header",
-                b.len() - end
-            )));
+            return Err(WireError::Trailing(b.len() - end));
         }
         Ok((h, end))
     }

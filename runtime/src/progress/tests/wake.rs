@@ -12,8 +12,10 @@ use gmpi_btl::sim::SimMemory;
 use gmpi_btl::{Btl, BtlError, Capabilities, Event, Rank, Submit, Wake};
 use gmpi_btl_tcp::{Secret, TcpBtl, TcpConfig};
 use gmpi_gpu::MemKind;
-use gmpi_pml::driver::{Driver, MemAccess};
-use gmpi_pml::{Buf, Pml, PmlConfig, RecvArgs, SendArgs, SendMode};
+use gmpi_pml::{Buf, HostWrite, Pml, PmlConfig, RecvArgs, SendArgs, SendMode};
+
+use super::host_only;
+use crate::progress::{Driver, HostMemory};
 
 /// A safety timeout no wait in these tests should reach.
 const LONG: Duration = Duration::from_secs(5);
@@ -22,17 +24,17 @@ const GUARD: Duration = Duration::from_secs(60);
 
 struct Mem(SimMemory);
 
-impl MemAccess for Mem {
-    fn with_read<R>(&self, addr: u64, len: usize, _k: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
+impl HostWrite for Mem {
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        self.0.write(addr, data);
+    }
+}
+
+impl HostMemory for Mem {
+    fn with_read<R>(&self, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         f(self.0.read(addr, len))
     }
-    fn with_write<R>(
-        &mut self,
-        addr: u64,
-        len: usize,
-        _k: MemKind,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> R {
+    fn with_write<R>(&mut self, addr: u64, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
         f(self.0.slice_mut(addr, len))
     }
 }
@@ -144,7 +146,12 @@ fn rank1(
         let mut mem = SimMemory::default();
         let addr = mem.alloc_with(b"hello across transports");
         let btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(1)), Box::new(tcp)];
-        let mut d = Driver::new(Pml::new(1, 2, PmlConfig::default()), btls, Mem(mem), 2);
+        let mut d = Driver::new(
+            Pml::new(1, 2, PmlConfig::default()),
+            btls,
+            Mem(mem),
+            host_only(),
+        );
         assert!(d.wakes_across(), "tcp sleeps, self watches");
         // Progress all along (a tcp send is taken at once, before the
         // connection is up: the handshake needs this rank's progress).
@@ -187,7 +194,7 @@ fn rank0(tcp: TcpBtl) -> Rank0 {
         Pml::new(0, 2, PmlConfig::default()),
         btls,
         Mem(SimMemory::default()),
-        2,
+        host_only(),
     );
     assert!(d.wakes_across(), "the shm-like btl sleeps, tcp watches");
     Rank0 { d, bell }
@@ -197,7 +204,7 @@ impl Rank0 {
     /// Receive one message from rank 1, sleeping `LONG` whenever idle.
     /// Returns how many waits ran to their timeout.
     fn recv_one(&mut self) -> usize {
-        let dst = self.d.mem().0.alloc(64);
+        let dst = self.d.host().0.alloc(64);
         let id = self
             .d
             .post_recv(RecvArgs {
@@ -215,7 +222,7 @@ impl Rank0 {
             if let Some(st) = self.d.test(id) {
                 let st = st.unwrap();
                 assert_eq!(st.len, 23);
-                assert_eq!(self.d.mem().0.read(dst, 23), b"hello across transports");
+                assert_eq!(self.d.host().0.read(dst, 23), b"hello across transports");
                 break;
             }
             assert!(Instant::now() < end, "receive hangs");

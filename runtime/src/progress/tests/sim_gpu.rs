@@ -4,34 +4,17 @@
 //! made; CUDA IPC's caches when an address is freed and re-allocated; and
 //! the staged pipeline's chunk order under back-pressure and reordering.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use gmpi_btl::loopback::Loopback;
-use gmpi_btl::sim::{Fabric, SimMemory};
+use gmpi_btl::sim::Fabric;
 use gmpi_btl::{Btl, Capabilities};
 use gmpi_gpu::double::{Counts, TestCuda};
 use gmpi_gpu::{Gpu, GpuConfig, MemKind};
-use gmpi_pml::driver::{Driver, MemAccess, WithGpu};
-use gmpi_pml::{Buf, Pml, PmlConfig, Protocol, RecvArgs, ReqId, SendArgs, SendMode};
+use gmpi_pml::{Buf, DeviceConfig, Pml, PmlConfig, Protocol, RecvArgs, ReqId, SendArgs, SendMode};
 
-struct SimMem(Arc<Mutex<SimMemory>>);
-
-impl MemAccess for SimMem {
-    fn with_read<R>(&self, addr: u64, len: usize, k: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
-        assert!(k.is_host(), "device memory reached the host accessor");
-        f(self.0.lock().unwrap().read(addr, len))
-    }
-    fn with_write<R>(
-        &mut self,
-        addr: u64,
-        len: usize,
-        k: MemKind,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> R {
-        assert!(k.is_host(), "device memory reached the host accessor");
-        f(self.0.lock().unwrap().slice_mut(addr, len))
-    }
-}
+use super::SimMem;
+use crate::progress::Driver;
 
 const EAGER: usize = 256;
 const FRAG: usize = 1024;
@@ -54,15 +37,15 @@ fn caps(ipc: bool) -> Capabilities {
 struct World {
     f: Fabric,
     cuda: Arc<TestCuda>,
-    d: Vec<Driver<WithGpu<SimMem>>>,
+    d: Vec<Driver<SimMem>>,
 }
 
 impl World {
-    fn new(n: u32, ipc: bool, gpu: GpuConfig) -> Self {
+    fn new(n: u32, ipc: bool, device: DeviceConfig) -> Self {
         let f = Fabric::new(n, 1);
         let cuda = Arc::new(TestCuda::new(1));
         let cfg = PmlConfig {
-            gpu: gpu.clone(),
+            device,
             ..PmlConfig::default()
         };
         let d = (0..n)
@@ -72,9 +55,8 @@ impl World {
                     Box::new(f.endpoint(r, 0, caps(ipc))),
                 ];
                 // One gpu layer per rank (its own caches), one driver for all.
-                let g = Arc::new(Gpu::with_api(cuda.clone(), gpu.clone()));
-                let mem = WithGpu::new(SimMem(f.memory(r)), g);
-                Driver::new(Pml::new(r, n, cfg.clone()), btls, mem, n)
+                let g = Arc::new(Gpu::with_api(cuda.clone(), GpuConfig::default()));
+                Driver::new(Pml::new(r, n, cfg.clone()), btls, SimMem(f.memory(r)), g)
             })
             .collect();
         Self { f, cuda, d }
@@ -215,9 +197,9 @@ fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool, chunk: usize) -> (u
 
 #[test]
 fn every_combination_size_and_path() {
-    let chunk = FRAG - gmpi_pml::header::MAX_HDR;
+    let chunk = FRAG - gmpi_pml::wire::MAX_HDR;
     for ipc in [false, true] {
-        let mut w = World::new(2, ipc, GpuConfig::default());
+        let mut w = World::new(2, ipc, DeviceConfig::default());
         for (i, &len) in [0usize, 1, 200, 256, 257, 5000, 100_000].iter().enumerate() {
             for sk in [MemKind::Host, DEV] {
                 for rk in [MemKind::Host, DEV] {
@@ -251,7 +233,7 @@ fn every_combination_size_and_path() {
 
 #[test]
 fn managed_memory_is_staged_never_ipc() {
-    let mut w = World::new(2, true, GpuConfig::default());
+    let mut w = World::new(2, true, DeviceConfig::default());
     let data: Vec<u8> = (0..50_000u32).map(|i| i as u8).collect();
     let m = w.cuda.malloc_managed(data.len());
     w.cuda.poke(m, &data);
@@ -273,7 +255,7 @@ fn managed_memory_is_staged_never_ipc() {
 
 #[test]
 fn freed_and_reallocated_send_buffer_never_reuses_a_stale_mapping() {
-    let mut w = World::new(2, true, GpuConfig::default());
+    let mut w = World::new(2, true, DeviceConfig::default());
     let len = 10_000;
     let r = w.buffer(1, DEV, &vec![0u8; len]);
     let mut last = 0;
@@ -305,7 +287,7 @@ fn freed_and_reallocated_send_buffer_never_reuses_a_stale_mapping() {
 
 #[test]
 fn ipc_failure_falls_back_to_staging() {
-    let mut w = World::new(2, true, GpuConfig::default());
+    let mut w = World::new(2, true, DeviceConfig::default());
     let len = 20_000;
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let s = w.buffer(0, DEV, &data);
@@ -329,9 +311,9 @@ fn ipc_failure_falls_back_to_staging() {
 
 #[test]
 fn staged_pipeline_keeps_chunk_order_under_back_pressure() {
-    let gpu = GpuConfig {
+    let gpu = DeviceConfig {
         pipeline_chunk: 300,
-        ..GpuConfig::default()
+        ..DeviceConfig::default()
     };
     for seed in 0..8 {
         let mut w = World::new(3, false, gpu.clone());

@@ -8,28 +8,13 @@ use gmpi_btl::loopback::Loopback;
 use gmpi_btl::sim::{Fabric, SimMemory};
 use gmpi_btl::{Btl, Capabilities};
 use gmpi_gpu::MemKind;
-use gmpi_pml::driver::{Driver, MemAccess};
+
+use super::{host_only, SimMem};
+use crate::progress::Driver;
 use gmpi_pml::{
     Buf, DirectEnd, Pml, PmlConfig, PmlError, Posted, RecvArgs, ReqId, SendArgs, SendMode, Status,
 };
 use proptest::prelude::*;
-
-struct SimMem(Arc<Mutex<SimMemory>>);
-
-impl MemAccess for SimMem {
-    fn with_read<R>(&self, addr: u64, len: usize, _k: MemKind, f: impl FnOnce(&[u8]) -> R) -> R {
-        f(self.0.lock().unwrap().read(addr, len))
-    }
-    fn with_write<R>(
-        &mut self,
-        addr: u64,
-        len: usize,
-        _k: MemKind,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> R {
-        f(self.0.lock().unwrap().slice_mut(addr, len))
-    }
-}
 
 const EAGER: usize = 256;
 const FRAG: usize = 1024;
@@ -67,7 +52,12 @@ impl World {
                 for l in 0..lanes {
                     btls.push(Box::new(f.endpoint(r, l, caps(get, 10))));
                 }
-                Driver::new(Pml::new(r, n, cfg.clone()), btls, SimMem(f.memory(r)), n)
+                Driver::new(
+                    Pml::new(r, n, cfg.clone()),
+                    btls,
+                    SimMem(f.memory(r)),
+                    host_only(),
+                )
             })
             .collect();
         Self { f, d }
@@ -556,15 +546,12 @@ fn peer_failure_fails_dependent_requests() {
 #[test]
 fn malformed_fragments_are_errors_not_panics() {
     struct Nop;
-    impl gmpi_pml::Memory for Nop {
-        fn write(&mut self, _: u64, _: MemKind, _: &[u8]) {}
-        fn register(&mut self, _: usize, _: Buf) -> Option<gmpi_btl::MemDesc> {
-            None
-        }
+    impl gmpi_pml::HostWrite for Nop {
+        fn write(&mut self, _: u64, _: &[u8]) {}
     }
     let mut p = Pml::new(0, 2, PmlConfig::default());
     p.add_btl(caps(true, 1), &|r| r == 1);
-    use gmpi_pml::header::Hdr;
+    use gmpi_pml::wire::Hdr;
     let cases: Vec<Vec<u8>> = vec![
         vec![],
         vec![1, 0, 1],
@@ -590,7 +577,7 @@ fn malformed_fragments_are_errors_not_panics() {
         assert!(p.handle_frag(0, 1, &c, &mut Nop).is_err(), "{c:?} accepted");
     }
     // An eager header whose length disagrees with its payload.
-    let m = gmpi_pml::header::MatchHdr {
+    let m = gmpi_pml::wire::MatchHdr {
         ctx: 0,
         src: 1,
         tag: 0,

@@ -1,0 +1,167 @@
+//! What the pml asks its driver to do, and how each is answered.
+//!
+//! After any input, the driver drains [`crate::Pml::poll_action`] and
+//! executes every action in order. Each action says which input reports its
+//! end:
+//!
+//! | action | the driver | answered with |
+//! |---|---|---|
+//! | [`Action::Send`] | submits header + payload on the btl (reading device payloads through the gpu layer) | [`crate::Pml::handle_send_done`] (token ≠ 0), or [`crate::Pml::handle_refused`] when the btl has no resources |
+//! | [`Action::Register`] | registers host memory with the btl, or device memory for GPUDirect | [`crate::Pml::handle_registered`] |
+//! | [`Action::IpcExport`] | makes the CUDA IPC descriptor of device memory | [`crate::Pml::handle_ipc_exported`] |
+//! | [`Action::Get`] | reads the peer's registered memory with the btl's get | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] (or `handle_refused`) |
+//! | [`Action::IpcCopy`] | opens (cached) the peer's IPC handle and copies from it | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] |
+//! | [`Action::CopyIn`] | copies bytes into device memory | [`crate::Pml::handle_copy_done`] |
+//!
+//! A streamed fragment ([`gmpi_btl::Event::FragStream`]) is the one read
+//! the driver makes on the pml's word without an action: the pml answers
+//! [`crate::Pml::stream_target`] with a [`StreamTarget`], the driver reads
+//! the body there and reports [`crate::Pml::handle_stream_read`].
+
+use gmpi_btl::{MemDesc, Rank};
+use gmpi_mem::{IpcDesc, MemKind};
+
+use crate::wire::HdrBuf;
+use crate::{BtlId, Buf};
+
+/// Bytes that follow a header in a send action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// Header only.
+    None,
+    /// User memory, read by the driver when it submits.
+    Mem {
+        /// Address.
+        addr: u64,
+        /// Length.
+        len: usize,
+        /// Kind.
+        kind: MemKind,
+    },
+    /// Bytes the pml made (a CUDA IPC descriptor), or a device payload the
+    /// driver already copied out before the btl refused it.
+    Bytes(Vec<u8>),
+}
+
+/// Something the driver must do. See the module documentation.
+#[derive(Debug)]
+pub enum Action {
+    /// Submit `header` + `payload` on `btl` to `peer`.
+    Send {
+        /// Which btl.
+        btl: BtlId,
+        /// Destination.
+        peer: Rank,
+        /// Encoded header.
+        header: HdrBuf,
+        /// Payload.
+        payload: Payload,
+        /// Completion token (0: nobody waits for this one).
+        token: u64,
+    },
+    /// Expose `buf` through `btl` so that `peer` can get it: host memory by
+    /// the btl's registration, device memory by GPUDirect (a dma-buf export
+    /// of the gpu layer, registered by the btl).
+    Register {
+        /// Which btl.
+        btl: BtlId,
+        /// Who will read it.
+        peer: Rank,
+        /// The memory.
+        buf: Buf,
+        /// The send request.
+        token: u64,
+    },
+    /// Make the CUDA IPC descriptor of device memory `buf`.
+    IpcExport {
+        /// Who will open it.
+        peer: Rank,
+        /// The memory.
+        buf: Buf,
+        /// The send request.
+        token: u64,
+    },
+    /// Read `len` bytes at `offset` in the peer's memory `desc` into local
+    /// memory at `dst`.
+    Get {
+        /// Which btl.
+        btl: BtlId,
+        /// Owner of the memory.
+        peer: Rank,
+        /// Its descriptor.
+        desc: MemDesc,
+        /// Offset within it.
+        offset: u64,
+        /// Local destination address: the buffer of a receive request that
+        /// stays untouched until the get is answered.
+        dst: u64,
+        /// Local destination kind.
+        dst_kind: MemKind,
+        /// Length.
+        len: usize,
+        /// The receive request.
+        token: u64,
+        /// Copy it alone ([`gmpi_btl::Btl::get_alone`]): the receive is
+        /// [`crate::RecvArgs::consumed`].
+        alone: bool,
+    },
+    /// Copy `len` bytes at the start of the peer's device allocation `desc`
+    /// (opened by CUDA IPC) into local memory at `dst`.
+    IpcCopy {
+        /// Owner of the memory.
+        peer: Rank,
+        /// Its descriptor.
+        desc: IpcDesc,
+        /// Local destination address.
+        dst: u64,
+        /// Local destination kind.
+        dst_kind: MemKind,
+        /// Length.
+        len: usize,
+        /// The receive request.
+        token: u64,
+    },
+    /// Copy `data` into device (or managed) memory at `dst`.
+    CopyIn {
+        /// Destination address.
+        dst: u64,
+        /// Its kind.
+        dst_kind: MemKind,
+        /// The bytes.
+        data: Vec<u8>,
+        /// The receive request.
+        token: u64,
+    },
+}
+
+impl Action {
+    /// The peer whose queue this action belongs to: actions for one peer run
+    /// in the order the pml emitted them.
+    pub fn peer(&self) -> Option<Rank> {
+        match self {
+            Action::Send { peer, .. }
+            | Action::Register { peer, .. }
+            | Action::IpcExport { peer, .. }
+            | Action::Get { peer, .. }
+            | Action::IpcCopy { peer, .. } => Some(*peer),
+            Action::CopyIn { .. } => None,
+        }
+    }
+}
+
+/// Where the body of a streamed fragment goes
+/// ([`crate::Pml::stream_target`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamTarget {
+    /// Header bytes still to read and discard before the payload.
+    pub skip: usize,
+    /// Where the rest of the payload goes.
+    pub addr: u64,
+    /// How much is left of it.
+    pub len: usize,
+    /// Its kind (device memory: the driver reads into host memory and
+    /// copies in).
+    pub kind: MemKind,
+    /// The receive request, for [`crate::Pml::handle_stream_read`].
+    pub token: u64,
+}

@@ -1,0 +1,51 @@
+//! Rendezvous by single-copy get (`rndv/get`; `rndv/gpudirect` from device
+//! memory a NIC can read).
+//!
+//! Sender: `Action::Register` → [`Pml::handle_registered`] → RNDV carrying
+//! the btl's memory descriptor (or, unregistered, a RNDV without one: the
+//! receiver then asks for the stream) → FIN ends the send.
+//! Receiver: the matched RNDV's descriptor → `Action::Get` into the receive
+//! buffer → `handle_get_done` (FIN, complete) or `handle_get_failed` (fall
+//! back to the stream), both in `rndv/mod.rs`.
+
+use gmpi_btl::MemDesc;
+
+use crate::action::Action;
+use crate::request::{Matched, RecvState};
+use crate::{Pml, ReqId, LOG};
+
+impl Pml {
+    /// The driver registered send `token`'s buffer (`Some`: its
+    /// descriptor) or could not (`None`: the message is streamed instead).
+    pub fn handle_registered(&mut self, token: u64, desc: Option<MemDesc>) {
+        if let Some((id, m, sync)) = self.end_setup(token, desc.is_some()) {
+            self.send_rts(id, m, sync, desc, true);
+        }
+    }
+
+    /// Pull matched rendezvous `m` into receive `id` with the btl's get.
+    pub(crate) fn start_get(&mut self, id: ReqId, m: Matched, desc: MemDesc, alone: bool) {
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let buf = r.buf;
+        r.state = RecvState::AwaitPull { m };
+        if m.want == 0 {
+            // Nothing to move: release the sender at once.
+            self.handle_get_done(id.0);
+            return;
+        }
+        tracing::debug!(target: LOG, "recv {} B from rank {}: rndv/get", m.want, m.peer);
+        self.actions.push_back(Action::Get {
+            btl: m.btl,
+            peer: m.peer,
+            desc,
+            offset: 0,
+            dst: buf.addr,
+            dst_kind: buf.kind,
+            len: m.want as usize,
+            token: id.0,
+            alone,
+        });
+    }
+}

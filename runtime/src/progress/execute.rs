@@ -1,0 +1,288 @@
+//! Running the pml's actions, each answered with the pml input its table
+//! names (`gmpi_pml::action`).
+//!
+//! - `Send`: header + payload to the btl. Host payloads are read in place;
+//!   device payloads are copied out through the gpu layer's pinned bounce
+//!   buffers (a copy the btl refuses is kept, so the retry sends it without
+//!   copying the chunk off the device again). Rendezvous chunks (FRAG) go
+//!   by `send_stream`, so a btl reading a byte stream lets the receiver read
+//!   them in place.
+//! - `Register`: the btl's registration of host memory, or GPUDirect
+//!   registration of device memory (a dma-buf export of the gpu layer).
+//! - `IpcExport` / `IpcCopy`: the gpu layer's CUDA IPC export, and its
+//!   (cached) open of a peer's handle followed by the copy.
+//! - `Get`: the btl's single-copy get into the receive buffer.
+//! - `CopyIn`: bytes into device memory.
+
+use std::os::fd::AsFd;
+
+use gmpi_btl::{Btl, BtlError, Rank, Submit};
+use gmpi_pml::{Action, DeviceFault, MemKind, Payload, PmlError};
+
+use super::{Driver, HostMemory};
+
+impl<H: HostMemory> Driver<H> {
+    /// Run every action the pml has queued; returns how many ran (refused
+    /// ones not counted).
+    #[inline(never)]
+    pub(super) fn flush_actions(&mut self) -> usize {
+        let mut ran = 0;
+        while let Some(a) = self.pml.poll_action() {
+            match self.execute(a) {
+                None => ran += 1,
+                Some(back) => self.pml.handle_refused(back),
+            }
+        }
+        ran
+    }
+
+    /// A transport error towards `peer`: the peer is gone, or the transport
+    /// failed here (fatal to the job).
+    pub(super) fn transport_error(&mut self, peer: Rank, e: BtlError) {
+        match e {
+            BtlError::PeerFailed(p) => self.pml.handle_peer_failed(p),
+            other => {
+                let err = PmlError::Transport {
+                    peer,
+                    source: other,
+                };
+                tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(&err));
+                self.fatal.get_or_insert(err);
+                self.pml.handle_peer_failed(peer);
+            }
+        }
+    }
+
+    /// Run one action; give it back if the btl had no resources.
+    fn execute(&mut self, a: Action) -> Option<Action> {
+        match a {
+            Action::Send {
+                btl,
+                peer,
+                header,
+                payload,
+                token,
+            } => self.execute_send(btl, peer, header, payload, token),
+            Action::Register {
+                btl,
+                peer: _,
+                buf,
+                token,
+            } => {
+                let b = &mut self.btls[btl];
+                let desc = if buf.kind.is_host() {
+                    b.register(buf.addr, buf.len as u64)
+                } else {
+                    match self.gpu.export_dmabuf(buf.addr, buf.len) {
+                        Ok(fd) => b.register_device(buf.addr, buf.len as u64, fd.as_fd()),
+                        Err(e) => {
+                            tracing::debug!(target: "pml", "no dma-buf for {:#x}+{}: {e}", buf.addr, buf.len);
+                            None
+                        }
+                    }
+                };
+                self.pml.handle_registered(token, desc);
+                None
+            }
+            Action::IpcExport {
+                peer: _,
+                buf,
+                token,
+            } => {
+                let desc = self
+                    .gpu
+                    .ipc_export(buf.addr, buf.len)
+                    .map_err(|e| tracing::debug!(target: "pml", "no CUDA IPC for {:#x}+{}: {e}; staging instead", buf.addr, buf.len))
+                    .ok();
+                self.pml.handle_ipc_exported(token, desc);
+                None
+            }
+            Action::Get {
+                btl,
+                peer,
+                desc,
+                offset,
+                dst,
+                dst_kind: _,
+                len,
+                token,
+                alone,
+            } => {
+                self.quiet[btl] = false;
+                let b = &mut self.btls[btl];
+                let res = self.host.with_write(dst, len, |d| {
+                    if alone {
+                        b.get_alone(peer, &desc, offset, d, token)
+                    } else {
+                        b.get(peer, &desc, offset, d, token)
+                    }
+                });
+                match res {
+                    Ok(Submit::Done) => {
+                        self.pml.handle_get_done(token);
+                        None
+                    }
+                    Ok(Submit::Queued) => None,
+                    Ok(Submit::NoResource) => Some(a),
+                    Err(BtlError::PeerFailed(p)) => {
+                        self.pml.handle_peer_failed(p);
+                        None
+                    }
+                    Err(e) => {
+                        self.pml.handle_get_failed(token, &e.to_string());
+                        None
+                    }
+                }
+            }
+            Action::IpcCopy {
+                peer,
+                desc,
+                dst,
+                dst_kind,
+                len,
+                token,
+            } => {
+                match self.ipc_copy(peer, &desc, dst, dst_kind, len) {
+                    Ok(()) => self.pml.handle_get_done(token),
+                    Err(why) => self.pml.handle_get_failed(token, &why),
+                }
+                None
+            }
+            Action::CopyIn {
+                dst,
+                dst_kind: _,
+                data,
+                token,
+            } => {
+                let res = self
+                    .gpu
+                    .with_write(dst, data.len(), |d| d.copy_from_slice(&data))
+                    .map(|_| ())
+                    .map_err(|e| PmlError::Device {
+                        what: "writing",
+                        addr: dst,
+                        len: data.len(),
+                        source: DeviceFault::new(e),
+                    });
+                if let Err(e) = &res {
+                    tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(e));
+                }
+                self.pml.handle_copy_done(token, res);
+                None
+            }
+        }
+    }
+
+    /// Submit a fragment; see the module documentation.
+    fn execute_send(
+        &mut self,
+        btl: usize,
+        peer: Rank,
+        header: gmpi_pml::wire::HdrBuf,
+        payload: Payload,
+        token: u64,
+    ) -> Option<Action> {
+        self.quiet[btl] = false;
+        let b = &mut self.btls[btl];
+        let stream = header.is_frag();
+        let submit = |b: &mut Box<dyn Btl>, parts: &[&[u8]]| {
+            if stream {
+                b.send_stream(peer, parts, token)
+            } else {
+                b.send(peer, parts, token)
+            }
+        };
+        // A staged chunk of device memory the btl refused: the host copy
+        // just made, so that the retry sends it instead.
+        let mut kept = None;
+        let res = match &payload {
+            Payload::None => submit(b, &[header.as_bytes()]),
+            Payload::Bytes(v) => submit(b, &[header.as_bytes(), v]),
+            Payload::Mem { addr, len, kind } if kind.is_host() => {
+                self.host
+                    .with_read(*addr, *len, |d| submit(b, &[header.as_bytes(), d]))
+            }
+            Payload::Mem { addr, len, kind } => {
+                let read = self.gpu.with_read(*addr, *len, |d| {
+                    let r = submit(b, &[header.as_bytes(), d]);
+                    if matches!(r, Ok(Submit::NoResource)) {
+                        kept = Some(d.to_vec());
+                    }
+                    r
+                });
+                match read {
+                    Ok((r, _)) => r,
+                    Err(e) => {
+                        self.device_read_failed(*addr, *len, *kind, token, e);
+                        return None;
+                    }
+                }
+            }
+        };
+        match res {
+            Ok(Submit::Done) => {
+                if token != 0 {
+                    self.pml.handle_send_done(token);
+                }
+                None
+            }
+            Ok(Submit::Queued) => None,
+            Ok(Submit::NoResource) => Some(Action::Send {
+                btl,
+                peer,
+                header,
+                payload: kept.map_or(payload, Payload::Bytes),
+                token,
+            }),
+            Err(e) => {
+                self.transport_error(peer, e);
+                None
+            }
+        }
+    }
+
+    /// Copying a send's payload off the device failed: the message cannot
+    /// go out, so its send fails and the job cannot go on (the peer would
+    /// wait for it): the error is kept as fatal.
+    fn device_read_failed(
+        &mut self,
+        addr: u64,
+        len: usize,
+        kind: MemKind,
+        token: u64,
+        e: gmpi_gpu::GpuError,
+    ) {
+        let err = PmlError::Device {
+            what: "reading",
+            addr,
+            len,
+            source: DeviceFault::new(e),
+        };
+        tracing::error!(target: "pml", "{} ({} memory)", gmpi_pml::error::chain(&err), kind.name());
+        if token != 0 {
+            self.pml.handle_send_failed(token, err.clone());
+        }
+        self.fatal.get_or_insert(err);
+    }
+
+    /// Copy `len` bytes of `peer`'s IPC-exported memory `desc` into local
+    /// memory at `dst`.
+    fn ipc_copy(
+        &mut self,
+        peer: Rank,
+        desc: &gmpi_gpu::IpcDesc,
+        dst: u64,
+        dst_kind: MemKind,
+        len: usize,
+    ) -> Result<(), String> {
+        let src = self.gpu.ipc_map(peer, desc).map_err(|e| e.to_string())?;
+        let gpu = &self.gpu;
+        let res = if dst_kind.is_host() {
+            self.host
+                .with_write(dst, len, |d| gpu.copy_to_host(d, src).map(|_| ()))
+        } else {
+            gpu.copy_device(dst, src, len)
+        };
+        res.map_err(|e| e.to_string())
+    }
+}
