@@ -33,10 +33,16 @@
 //!   compare, free; context ids.
 //! - `intercomm.rs`: intercommunicators (two groups; ranks name the other
 //!   one): create, create from groups, merge, and dup/split/create on them.
-//! - `coll/`: the collectives: `mod.rs` (argument checks, algorithm choice,
-//!   shared-memory paths), `algo.rs` (algorithms as schedule builders),
+//! - `coll/`: the collectives: one file per collective (`barrier.rs`,
+//!   `bcast.rs`, `reduce.rs`, `allreduce.rs`, `gather.rs`, `scatter.rs`,
+//!   `allgather.rs`, `alltoall.rs`, `reduce_scatter.rs`, `scan.rs`),
+//!   `select.rs` (the algorithm choice: one pure function), `run.rs`
+//!   (running a call: tags, choice, blocking or not), `check.rs` (argument
+//!   checks), `shm/` (the shared-memory area: its wire format and the
+//!   paths through it), `algo.rs` (algorithms as schedule builders),
 //!   `sched.rs` (schedules: the steps a collective runs, blocking or not),
-//!   `inter.rs` (the collectives of intercommunicators).
+//!   `inter.rs` (the collectives of intercommunicators); `mod.rs` has the
+//!   map.
 //! - `group.rs`: [`Group`].
 //! - `request.rs`: [`Request`] (non-blocking operations), [`Status`], [`wait_all`]
 //!   (which waits for its requests together, as the C ABI's `MPI_Waitall` does,

@@ -23,8 +23,9 @@
 //! `MPI_IN_PLACE` (`MPI_ERR_ARG`).
 
 use super::algo;
+use super::check::reduction;
+use super::run::Staged;
 use super::sched::{Region, Sched};
-use super::{reduction, Staged};
 use crate::buffer::{BufferMut, View};
 use crate::comm::{Communicator, Remote};
 use crate::engine::Engine;
@@ -134,10 +135,7 @@ impl Communicator {
         buf: &mut [u32],
         root: i32,
     ) -> Result<()> {
-        let tag = self.next_tag();
-        let v = buf.view_mut();
-        let mut s = self.bcast_sched(e, call, tag, &v, root);
-        e.drive(call, &mut s)
+        self.bcast_in(e, call, &buf.view_mut(), root)
     }
 
     // ---- the collectives ----

@@ -1,0 +1,695 @@
+//! The algorithm selector: which algorithm a collective call runs, chosen
+//! by pure functions of plain inputs ([`Query`]: the collective, how it was
+//! called, the communicator and message sizes, the shared-memory area;
+//! [`Settings`]: the thresholds of the configuration) and nothing else, so
+//! the whole choice is tested here with a table of cases.
+//!
+//! | collective | shared-memory area (single-node, blocking, host buffers, up to `coll_shm_max`) | otherwise |
+//! |---|---|---|
+//! | barrier | the area's barrier | dissemination |
+//! | bcast | one exchange | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
+//! | reduce | one exchange, reduced in rank order | binomial tree (in rank order for non-commutative ops) |
+//! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
+//! | gather | one exchange (not gatherv) | linear |
+//! | scatter | — | linear |
+//! | allgather | one exchange (not in place, not allgatherv) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
+//! | alltoall | one exchange (not alltoallv/w) | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
+//! | reduce_scatter | — | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
+//! | scan, exscan | — | recursive doubling |
+//!
+//! One rank, or no data, is [`Algo::Local`] where the collective has
+//! nothing to exchange.
+//!
+//! Every rank of a call must make the same choice. The inputs are the ones
+//! the collectives have always chosen by: the sizes, the configuration,
+//! the op, the form of the call and the communicator are the same on every
+//! rank; the area is set up collectively; `host` is this rank's own, so the
+//! ranks of one call are expected to pass the same kind of memory. A
+//! caller must not add inputs that may differ between ranks.
+//!
+//! The area is set up (collectively) on its first use: a caller asks
+//! [`area_wanted`] first, and only then sets the area up and looks at it
+//! (`Communicator::choose`, `run.rs`); `GMPI_LOG=coll=debug` prints each
+//! choice ([`Said`]).
+
+use std::fmt;
+
+use super::shm::wire::HDR;
+
+/// A kibibyte.
+pub(crate) const KIB: usize = 1024;
+
+/// The largest allreduce, in bytes per rank, that takes the tiny road
+/// ([`tiny`], `Communicator::allreduce_tiny`): a few cache lines, where the
+/// call's own overhead is most of its time.
+pub(crate) const TINY: usize = 64;
+
+/// The collective being chosen for (the `v`, `w`, in-place and `i` forms
+/// are the same collective: see [`Query::vform`], [`Query::in_place`],
+/// [`Query::form`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coll {
+    Barrier,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Gather,
+    Scatter,
+    Allgather,
+    Alltoall,
+    /// `reduce_scatter` and `reduce_scatter_block`.
+    ReduceScatter,
+    /// `scan` and `exscan`.
+    Scan,
+}
+
+/// How the collective was called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// A blocking call of the application: the only form that may use the
+    /// shared-memory area.
+    Blocking,
+    /// An `i`-form: a schedule parked in the engine.
+    Nonblocking,
+    /// The runtime's own collectives (finalize's barrier, the agreement on
+    /// context ids, `coll_check`'s exchange): schedules driven at once.
+    Internal,
+}
+
+/// What a caller knows of the communicator's shared-memory area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Area {
+    /// None to use: not set up (yet), none could be, or it broke.
+    None,
+    /// A working area whose slots hold `slot` bytes each (header included).
+    Ready { slot: usize },
+}
+
+/// The inputs of one choice.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Query {
+    pub coll: Coll,
+    pub form: Form,
+    /// Ranks of the communicator.
+    pub n: i32,
+    /// The size the choice goes by: the buffer (bcast), one rank's
+    /// contribution (reduce, allreduce, scan, gather; scatter: its block),
+    /// the whole result (allgather: every block; reduce_scatter: the whole
+    /// input), the largest block to one peer (alltoall). 0 for a barrier.
+    pub bytes: usize,
+    /// Every member lives on this node.
+    pub one_node: bool,
+    /// This rank's buffers are all host memory (the area carries host bytes;
+    /// device buffers take the schedules).
+    pub host: bool,
+    /// The shared-memory area, as far as the caller has looked.
+    pub area: Area,
+    /// The op is commutative (reductions).
+    pub commutative: bool,
+    /// Bytes of one reduction element (allreduce's ring needs at least one
+    /// element per rank).
+    pub unit: usize,
+    /// `MPI_IN_PLACE`.
+    pub in_place: bool,
+    /// A `v` or `w` form: per-rank counts, so blocks may differ in size.
+    pub vform: bool,
+}
+
+impl Query {
+    /// A query with the common case for the rest: several nodes, host
+    /// buffers, no area looked at, a commutative op of 1-byte elements, not
+    /// in place, not a `v` form.
+    pub(crate) const fn new(coll: Coll, form: Form, n: i32, bytes: usize) -> Self {
+        Query {
+            coll,
+            form,
+            n,
+            bytes,
+            one_node: false,
+            host: true,
+            area: Area::None,
+            commutative: true,
+            unit: 1,
+            in_place: false,
+            vform: false,
+        }
+    }
+
+    /// With [`Query::one_node`] set.
+    pub(crate) const fn one_node(self, one_node: bool) -> Self {
+        Query { one_node, ..self }
+    }
+
+    /// With [`Query::host`] set.
+    pub(crate) const fn host(self, host: bool) -> Self {
+        Query { host, ..self }
+    }
+
+    /// With [`Query::area`] set.
+    pub(crate) const fn area(self, area: Area) -> Self {
+        Query { area, ..self }
+    }
+
+    /// With [`Query::commutative`] set.
+    pub(crate) const fn commutative(self, commutative: bool) -> Self {
+        Query {
+            commutative,
+            ..self
+        }
+    }
+
+    /// With [`Query::unit`] set.
+    pub(crate) const fn unit(self, unit: usize) -> Self {
+        Query { unit, ..self }
+    }
+
+    /// With [`Query::in_place`] set.
+    pub(crate) const fn in_place(self, in_place: bool) -> Self {
+        Query { in_place, ..self }
+    }
+
+    /// With [`Query::vform`] set.
+    pub(crate) const fn vform(self, vform: bool) -> Self {
+        Query { vform, ..self }
+    }
+}
+
+/// The part of the configuration (`gmpi.toml`, `GMPI_*`) the choice reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// `coll_shm`: single-node communicators may use a shared-memory area.
+    pub shm: bool,
+    /// `coll_shm_max`: the largest contribution per rank the area takes.
+    pub shm_max: usize,
+    /// `coll_check`: every call first checks that the ranks agree (which the
+    /// tiny road cannot do).
+    pub check: bool,
+    /// `bcast_large`: scatter + ring allgather from here.
+    pub bcast_large: usize,
+    /// `allreduce_large`: ring from here.
+    pub allreduce_large: usize,
+    /// `allgather_large`: ring from here (bytes of the whole result).
+    pub allgather_large: usize,
+    /// `alltoall_large`: pairwise from here (bytes per peer).
+    pub alltoall_large: usize,
+}
+
+impl Settings {
+    /// The defaults, measured on real machines.
+    pub(crate) const DEFAULT: Settings = Settings {
+        shm: true,
+        shm_max: 16 * KIB,
+        check: false,
+        bcast_large: 128 * KIB,
+        allreduce_large: 64 * KIB,
+        allgather_large: 64 * KIB,
+        alltoall_large: 8 * KIB,
+    };
+
+    /// The settings of a configuration (unset thresholds take the defaults).
+    #[inline]
+    pub(crate) fn of(cfg: &crate::config::Config) -> Self {
+        let d = Self::DEFAULT;
+        Settings {
+            shm: cfg.coll_shm,
+            shm_max: cfg.coll_shm_max.unwrap_or(d.shm_max),
+            check: cfg.coll_check,
+            bcast_large: cfg.bcast_large.unwrap_or(d.bcast_large),
+            allreduce_large: cfg.allreduce_large.unwrap_or(d.allreduce_large),
+            allgather_large: cfg.allgather_large.unwrap_or(d.allgather_large),
+            alltoall_large: cfg.alltoall_large.unwrap_or(d.alltoall_large),
+        }
+    }
+}
+
+/// An algorithm (the builders of `algo.rs`, or the shared-memory area).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Algo {
+    /// Through the shared-memory area (`shm/`): its barrier, or one
+    /// exchange of every rank's contribution.
+    Shm,
+    /// Nothing to exchange (one rank, or no data): local copies at most.
+    Local,
+    /// `algo::barrier`.
+    Dissemination,
+    /// `algo::bcast_binomial`.
+    BcastBinomial,
+    /// `algo::bcast_scatter_allgather`.
+    BcastScatterAllgather,
+    /// `algo::reduce_binomial`; rooted at rank 0 and combined in rank order
+    /// for a non-commutative op.
+    ReduceBinomial { rank_order: bool },
+    /// `algo::allreduce_recursive_doubling`.
+    AllreduceRecursiveDoubling,
+    /// `algo::allreduce_ring`: reduce-scatter + allgather.
+    AllreduceRing,
+    /// `algo::gather_linear`.
+    GatherLinear,
+    /// `algo::scatter_linear`.
+    ScatterLinear,
+    /// `algo::allgather_bruck`.
+    AllgatherBruck,
+    /// `algo::allgather_ring`.
+    AllgatherRing,
+    /// `algo::alltoall`, every exchange posted at once.
+    AlltoallAtOnce,
+    /// `algo::alltoall`, one peer pair after another.
+    AlltoallPairwise,
+    /// `algo::reduce_scatter_ring`.
+    ReduceScatterRing,
+    /// `algo::reduce_binomial` in rank order to rank 0, then
+    /// `algo::scatter_linear`.
+    ReduceScatterRankOrder,
+    /// `algo::scan`.
+    ScanRecursiveDoubling,
+}
+
+/// Bytes this rank puts in its slot of the area (after the header).
+#[inline]
+fn area_bytes(q: &Query) -> usize {
+    match q.coll {
+        Coll::Barrier => 0,
+        // Equal blocks: each rank's is the n-th part of the result.
+        Coll::Allgather => q.bytes / q.n.max(1) as usize,
+        // Equal blocks: each rank publishes its whole send buffer.
+        Coll::Alltoall => q.bytes.saturating_mul(q.n.max(0) as usize),
+        _ => q.bytes,
+    }
+}
+
+/// Whether this call goes through the shared-memory area if the area is
+/// there and has room: the question to ask before setting it up (which is
+/// itself collective) or looking at it.
+#[inline]
+pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
+    let has_path = match q.coll {
+        Coll::Barrier | Coll::Bcast | Coll::Reduce | Coll::Allreduce => true,
+        Coll::Gather | Coll::Alltoall => !q.vform,
+        Coll::Allgather => !q.vform && !q.in_place,
+        Coll::Scatter | Coll::ReduceScatter | Coll::Scan => false,
+    };
+    has_path
+        && q.form == Form::Blocking
+        && q.one_node
+        && q.n >= 2
+        && s.shm
+        && q.host
+        && area_bytes(q) <= s.shm_max
+}
+
+/// Whether [`Query::area`] has room for this call's contribution.
+#[inline]
+fn area_fits(q: &Query) -> bool {
+    match q.area {
+        Area::Ready { slot } => area_bytes(q).saturating_add(HDR) <= slot,
+        Area::None => false,
+    }
+}
+
+/// The algorithm of a call.
+#[inline]
+pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
+    if area_wanted(q, s) && area_fits(q) {
+        return Algo::Shm;
+    }
+    let (n, bytes) = (q.n, q.bytes);
+    match q.coll {
+        Coll::Barrier => Algo::Dissemination,
+        Coll::Bcast if n < 2 || bytes == 0 => Algo::Local,
+        Coll::Bcast if bytes >= s.bcast_large && n > 2 => Algo::BcastScatterAllgather,
+        Coll::Bcast => Algo::BcastBinomial,
+        Coll::Reduce if n < 2 => Algo::Local,
+        Coll::Reduce => Algo::ReduceBinomial {
+            rank_order: !q.commutative,
+        },
+        Coll::Allreduce
+            if n > 1
+                && bytes >= s.allreduce_large
+                && q.commutative
+                && bytes / q.unit.max(1) >= n as usize =>
+        {
+            Algo::AllreduceRing
+        }
+        Coll::Allreduce if n > 1 && bytes > 0 => Algo::AllreduceRecursiveDoubling,
+        Coll::Allreduce => Algo::Local,
+        Coll::Gather => Algo::GatherLinear,
+        Coll::Scatter => Algo::ScatterLinear,
+        Coll::Allgather if !q.vform && bytes < s.allgather_large && n > 1 => Algo::AllgatherBruck,
+        Coll::Allgather => Algo::AllgatherRing,
+        Coll::Alltoall if bytes >= s.alltoall_large => Algo::AlltoallPairwise,
+        Coll::Alltoall => Algo::AlltoallAtOnce,
+        Coll::ReduceScatter if n > 1 && q.commutative => Algo::ReduceScatterRing,
+        Coll::ReduceScatter if n > 1 => Algo::ReduceScatterRankOrder,
+        Coll::ReduceScatter => Algo::Local,
+        Coll::Scan if n > 1 => Algo::ScanRecursiveDoubling,
+        Coll::Scan => Algo::Local,
+    }
+}
+
+/// Whether a blocking allreduce may take the tiny road, before looking at
+/// the area: the shared-memory choice, for 1 to [`TINY`] bytes, without
+/// `coll_check`. (The caller has already checked the rest of what the road
+/// needs: contiguous host buffers of one predefined type, an op with a
+/// kernel.)
+#[inline]
+pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
+    q.coll == Coll::Allreduce && !s.check && (1..=TINY).contains(&q.bytes) && area_wanted(q, s)
+}
+
+/// Whether a blocking allreduce takes the tiny road: [`tiny_wanted`] and an
+/// area with room, as it is: the tiny road never sets one up, and where it
+/// does not go the call takes the general road, which makes the same
+/// [`select`]ion.
+#[inline]
+pub(crate) fn tiny(q: &Query, s: &Settings) -> bool {
+    tiny_wanted(q, s) && area_fits(q)
+}
+
+impl Algo {
+    /// The algorithm's name, as `GMPI_LOG=coll=debug` prints it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Algo::Shm => "shared memory",
+            Algo::Local => "local",
+            Algo::Dissemination => "dissemination",
+            Algo::BcastBinomial => "binomial tree",
+            Algo::BcastScatterAllgather => "scatter + ring allgather",
+            Algo::ReduceBinomial { rank_order: false } => "binomial tree",
+            Algo::ReduceBinomial { rank_order: true } => "binomial tree in rank order",
+            Algo::AllreduceRecursiveDoubling | Algo::ScanRecursiveDoubling => "recursive doubling",
+            Algo::AllreduceRing => "ring (reduce-scatter + allgather)",
+            Algo::GatherLinear | Algo::ScatterLinear => "linear",
+            Algo::AllgatherBruck => "Bruck",
+            Algo::AllgatherRing => "ring",
+            Algo::AlltoallAtOnce => "all exchanges at once",
+            Algo::AlltoallPairwise => "pairwise exchange",
+            Algo::ReduceScatterRing => "ring reduce-scatter",
+            Algo::ReduceScatterRankOrder => "reduce in rank order to rank 0, then scatter",
+        }
+    }
+}
+
+/// A choice as `GMPI_LOG=coll=debug` prints it: the algorithm, then the
+/// sizes it was chosen by.
+pub(crate) struct Said<'a>(pub &'a Query, pub Algo);
+
+impl fmt::Display for Said<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Said(q, algo) = self;
+        let (n, b) = (q.n, q.bytes);
+        write!(f, "{}, ", algo.name())?;
+        match q.coll {
+            Coll::Barrier => write!(f, "{n} ranks"),
+            Coll::Gather => write!(f, "{b} B from this rank over {n} ranks"),
+            Coll::Scatter => write!(f, "{b} B to this rank over {n} ranks"),
+            Coll::Alltoall => write!(f, "up to {b} B per peer over {n} ranks"),
+            _ => write!(f, "{b} B over {n} ranks"),
+        }?;
+        if *algo == Algo::Shm && matches!(q.coll, Coll::Reduce | Coll::Allreduce) {
+            write!(f, ", reduced in rank order")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: Settings = Settings::DEFAULT;
+
+    /// A query on one node, blocking, host buffers, its area ready with the
+    /// default slot (16 KiB of data).
+    fn node(coll: Coll, n: i32, bytes: usize) -> Query {
+        nodes(coll, n, bytes).one_node(true).area(Area::Ready {
+            slot: D.shm_max + HDR,
+        })
+    }
+
+    /// A blocking query on several nodes (no area).
+    fn nodes(coll: Coll, n: i32, bytes: usize) -> Query {
+        Query::new(coll, Form::Blocking, n, bytes)
+    }
+
+    fn nonblocking(q: Query) -> Query {
+        Query {
+            form: Form::Nonblocking,
+            ..q
+        }
+    }
+
+    fn internal(q: Query) -> Query {
+        Query {
+            form: Form::Internal,
+            ..q
+        }
+    }
+
+    fn device(q: Query) -> Query {
+        q.host(false)
+    }
+
+    fn no_area(q: Query) -> Query {
+        q.area(Area::None)
+    }
+
+    fn slot(q: Query, slot: usize) -> Query {
+        q.area(Area::Ready { slot })
+    }
+
+    fn noncommutative(q: Query) -> Query {
+        q.commutative(false)
+    }
+
+    fn unit(q: Query, unit: usize) -> Query {
+        q.unit(unit)
+    }
+
+    fn in_place(q: Query) -> Query {
+        q.in_place(true)
+    }
+
+    fn vform(q: Query) -> Query {
+        q.vform(true)
+    }
+
+    fn with(s: Settings, f: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = s;
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn the_table() {
+        use Algo::*;
+        use Coll::*;
+        let no_shm = with(D, |s| s.shm = false);
+        let small_area = with(D, |s| s.shm_max = 1024);
+        let check = with(D, |s| s.check = true);
+        let big_bcast = with(D, |s| s.bcast_large = 1024);
+        #[rustfmt::skip]
+        let table: Vec<(&str, Query, Settings, Algo)> = vec![
+            // barrier
+            ("barrier, one node", node(Barrier, 4, 0), D, Shm),
+            ("barrier, one node, no area yet", no_area(node(Barrier, 4, 0)), D, Dissemination),
+            ("barrier, one node, coll_shm off", node(Barrier, 4, 0), no_shm, Dissemination),
+            ("barrier, one rank", node(Barrier, 1, 0), D, Dissemination),
+            ("barrier, several nodes", nodes(Barrier, 4, 0), D, Dissemination),
+            ("ibarrier", nonblocking(node(Barrier, 4, 0)), D, Dissemination),
+            ("finalize's barrier", internal(node(Barrier, 4, 0)), D, Dissemination),
+            ("barrier, slot smaller than a header", slot(node(Barrier, 4, 0), HDR - 1), D, Dissemination),
+            ("barrier, slot of just a header", slot(node(Barrier, 4, 0), HDR), D, Shm),
+            // bcast
+            ("bcast 8 B, one node", node(Bcast, 4, 8), D, Shm),
+            ("bcast 0 B, one node", node(Bcast, 4, 0), D, Shm),
+            ("bcast at coll_shm_max", node(Bcast, 4, 16 * KIB), D, Shm),
+            ("bcast above coll_shm_max", node(Bcast, 4, 16 * KIB + 1), D, BcastBinomial),
+            ("bcast, smaller coll_shm_max", node(Bcast, 4, 1025), small_area, BcastBinomial),
+            ("bcast, slot too small", slot(node(Bcast, 4, 100), 100 + HDR - 1), D, BcastBinomial),
+            ("bcast, slot just big enough", slot(node(Bcast, 4, 100), 100 + HDR), D, Shm),
+            ("bcast, device buffer", device(node(Bcast, 4, 8)), D, BcastBinomial),
+            ("ibcast 8 B", nonblocking(node(Bcast, 4, 8)), D, BcastBinomial),
+            ("bcast 8 B, several nodes", nodes(Bcast, 4, 8), D, BcastBinomial),
+            ("bcast 0 B, several nodes", nodes(Bcast, 4, 0), D, Local),
+            ("bcast, one rank", nodes(Bcast, 1, 8), D, Local),
+            ("bcast below bcast_large", nodes(Bcast, 4, 128 * KIB - 1), D, BcastBinomial),
+            ("bcast at bcast_large", nodes(Bcast, 4, 128 * KIB), D, BcastScatterAllgather),
+            ("bcast at bcast_large, 3 ranks", nodes(Bcast, 3, 128 * KIB), D, BcastScatterAllgather),
+            ("bcast at bcast_large, 2 ranks", nodes(Bcast, 2, 128 * KIB), D, BcastBinomial),
+            ("bcast, smaller bcast_large", nodes(Bcast, 4, 1024), big_bcast, BcastScatterAllgather),
+            ("large bcast, one node", node(Bcast, 8, MIB), D, BcastScatterAllgather),
+            // reduce
+            ("reduce 8 B, one node", node(Reduce, 4, 8), D, Shm),
+            ("reduce, non-commutative, one node", noncommutative(node(Reduce, 4, 8)), D, Shm),
+            ("reduce in place, one node", in_place(node(Reduce, 4, 8)), D, Shm),
+            ("reduce above coll_shm_max", node(Reduce, 4, 16 * KIB + 1), D, ReduceBinomial { rank_order: false }),
+            ("ireduce", nonblocking(node(Reduce, 4, 8)), D, ReduceBinomial { rank_order: false }),
+            ("reduce, several nodes", nodes(Reduce, 4, 8), D, ReduceBinomial { rank_order: false }),
+            ("reduce, non-commutative", noncommutative(nodes(Reduce, 4, 8)), D, ReduceBinomial { rank_order: true }),
+            ("reduce, one rank", nodes(Reduce, 1, 8), D, Local),
+            ("reduce, device buffers", device(node(Reduce, 4, 8)), D, ReduceBinomial { rank_order: false }),
+            // allreduce
+            ("allreduce 8 B, one node", node(Allreduce, 4, 8), D, Shm),
+            ("allreduce at coll_shm_max", node(Allreduce, 4, 16 * KIB), D, Shm),
+            ("allreduce above coll_shm_max", node(Allreduce, 4, 16 * KIB + 1), D, AllreduceRecursiveDoubling),
+            ("allreduce, coll_shm off", node(Allreduce, 4, 8), no_shm, AllreduceRecursiveDoubling),
+            ("allreduce, coll_check", node(Allreduce, 4, 8), check, Shm),
+            ("iallreduce 8 B", nonblocking(node(Allreduce, 4, 8)), D, AllreduceRecursiveDoubling),
+            ("context-id agreement", internal(node(Allreduce, 4, 4)), D, AllreduceRecursiveDoubling),
+            ("allreduce 8 B, several nodes", nodes(Allreduce, 4, 8), D, AllreduceRecursiveDoubling),
+            ("allreduce 0 B", nodes(Allreduce, 4, 0), D, Local),
+            ("allreduce, one rank", nodes(Allreduce, 1, 8), D, Local),
+            ("allreduce below allreduce_large", nodes(Allreduce, 4, 64 * KIB - 1), D, AllreduceRecursiveDoubling),
+            ("allreduce at allreduce_large", nodes(Allreduce, 4, 64 * KIB), D, AllreduceRing),
+            ("allreduce at allreduce_large, 2 ranks", nodes(Allreduce, 2, 64 * KIB), D, AllreduceRing),
+            ("allreduce large, non-commutative", noncommutative(nodes(Allreduce, 4, 64 * KIB)), D, AllreduceRecursiveDoubling),
+            ("allreduce large, an element per rank", unit(nodes(Allreduce, 4, 64 * KIB), 16 * KIB), D, AllreduceRing),
+            ("allreduce large, fewer elements than ranks", unit(nodes(Allreduce, 5, 64 * KIB), 16 * KIB), D, AllreduceRecursiveDoubling),
+            ("large allreduce in place", in_place(nodes(Allreduce, 4, MIB)), D, AllreduceRing),
+            // gather
+            ("gather 8 B, one node", node(Gather, 4, 8), D, Shm),
+            ("gather in place, one node", in_place(node(Gather, 4, 8)), D, Shm),
+            ("gatherv, one node", vform(node(Gather, 4, 8)), D, GatherLinear),
+            ("gather above coll_shm_max", node(Gather, 4, 16 * KIB + 1), D, GatherLinear),
+            ("igather", nonblocking(node(Gather, 4, 8)), D, GatherLinear),
+            ("gather, several nodes", nodes(Gather, 4, 8), D, GatherLinear),
+            ("gather, one rank", nodes(Gather, 1, 8), D, GatherLinear),
+            // scatter: no shared-memory path
+            ("scatter 8 B, one node", node(Scatter, 4, 8), D, ScatterLinear),
+            ("scatter, several nodes", nodes(Scatter, 4, MIB), D, ScatterLinear),
+            // allgather (bytes: the whole result)
+            ("allgather 4 × 8 B, one node", node(Allgather, 4, 32), D, Shm),
+            ("allgather, 16 KiB per rank, one node", node(Allgather, 4, 64 * KIB), D, Shm),
+            ("allgather, 16 KiB + 4 per rank, one node", node(Allgather, 4, 64 * KIB + 16), D, AllgatherRing),
+            ("allgather in place, one node", in_place(node(Allgather, 4, 32)), D, AllgatherBruck),
+            ("allgatherv, one node", vform(node(Allgather, 4, 32)), D, AllgatherRing),
+            ("iallgather", nonblocking(node(Allgather, 4, 32)), D, AllgatherBruck),
+            ("coll_check's exchange", internal(node(Allgather, 4, 64)), D, AllgatherBruck),
+            ("allgather below allgather_large", nodes(Allgather, 4, 64 * KIB - 1), D, AllgatherBruck),
+            ("allgather at allgather_large", nodes(Allgather, 4, 64 * KIB), D, AllgatherRing),
+            ("allgatherv, small", vform(nodes(Allgather, 4, 32)), D, AllgatherRing),
+            ("allgather, one rank", nodes(Allgather, 1, 8), D, AllgatherRing),
+            // alltoall (bytes: per peer)
+            ("alltoall 8 B per peer, one node", node(Alltoall, 4, 8), D, Shm),
+            ("alltoall in place, one node", in_place(node(Alltoall, 4, 8)), D, Shm),
+            ("alltoall, 16 KiB in all, one node", node(Alltoall, 4, 4 * KIB), D, Shm),
+            ("alltoall, 16 KiB + 4 in all, one node", node(Alltoall, 4, 4 * KIB + 1), D, AlltoallAtOnce),
+            ("alltoallv, one node", vform(node(Alltoall, 4, 8)), D, AlltoallAtOnce),
+            ("ialltoall", nonblocking(node(Alltoall, 4, 8)), D, AlltoallAtOnce),
+            ("alltoall below alltoall_large", nodes(Alltoall, 4, 8 * KIB - 1), D, AlltoallAtOnce),
+            ("alltoall at alltoall_large", nodes(Alltoall, 4, 8 * KIB), D, AlltoallPairwise),
+            ("alltoallv at alltoall_large", vform(nodes(Alltoall, 4, 8 * KIB)), D, AlltoallPairwise),
+            ("alltoall at alltoall_large, one rank", nodes(Alltoall, 1, 8 * KIB), D, AlltoallPairwise),
+            // reduce_scatter: no shared-memory path
+            ("reduce_scatter, one node", node(ReduceScatter, 4, 32), D, ReduceScatterRing),
+            ("reduce_scatter, non-commutative", noncommutative(nodes(ReduceScatter, 4, 32)), D, ReduceScatterRankOrder),
+            ("reduce_scatter, one rank", nodes(ReduceScatter, 1, 32), D, Local),
+            // scan: no shared-memory path
+            ("scan, one node", node(Scan, 4, 8), D, ScanRecursiveDoubling),
+            ("scan, one rank", nodes(Scan, 1, 8), D, Local),
+        ];
+        for (what, q, s, want) in table {
+            assert_eq!(select(&q, &s), want, "{what}: {q:?}");
+            // The area is looked at (and set up) only where it may be used.
+            if want == Shm {
+                assert!(area_wanted(&q, &s), "{what}");
+            }
+            if !area_wanted(&q, &s) {
+                assert_eq!(select(&no_area(q), &s), want, "{what}, area not looked at");
+            }
+        }
+    }
+
+    #[test]
+    fn area_is_wanted_before_it_is_set_up() {
+        let q = no_area(node(Coll::Bcast, 4, 8));
+        assert!(area_wanted(&q, &D));
+        assert_eq!(select(&q, &D), Algo::BcastBinomial);
+        assert!(!area_wanted(&device(q), &D));
+        assert!(!area_wanted(&nonblocking(q), &D));
+        assert!(!area_wanted(&nodes(Coll::Bcast, 4, 8), &D));
+        assert!(!area_wanted(&node(Coll::Scatter, 4, 8), &D));
+    }
+
+    #[test]
+    fn tiny_road() {
+        let check = with(D, |s| s.check = true);
+        let q = |bytes| node(Coll::Allreduce, 4, bytes);
+        #[rustfmt::skip]
+        let table: Vec<(&str, Query, Settings, bool)> = vec![
+            ("8 B", q(8), D, true),
+            ("1 B", q(1), D, true),
+            ("TINY bytes", q(TINY), D, true),
+            ("TINY + 1 bytes", q(TINY + 1), D, false),
+            ("0 B", q(0), D, false),
+            ("in place", in_place(q(8)), D, true),
+            ("no area yet", no_area(q(8)), D, false),
+            ("coll_check", q(8), check, false),
+            ("coll_shm off", q(8), with(D, |s| s.shm = false), false),
+            ("coll_shm_max below", q(8), with(D, |s| s.shm_max = 4), false),
+            ("slot too small", slot(q(8), 8 + HDR - 1), D, false),
+            ("several nodes", nodes(Coll::Allreduce, 4, 8), D, false),
+            ("one rank", node(Coll::Allreduce, 1, 8), D, false),
+            ("a reduce", node(Coll::Reduce, 4, 8), D, false),
+        ];
+        for (what, q, s, want) in table {
+            assert_eq!(tiny(&q, &s), want, "{what}");
+            // The road's gate never refuses what it takes, and the road only
+            // takes what the general road would send through the area.
+            if want {
+                assert!(tiny_wanted(&no_area(q), &s), "{what}");
+                assert_eq!(select(&q, &s), Algo::Shm, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn settings_of_the_configuration() {
+        let cfg = crate::config::Config::default();
+        assert_eq!(Settings::of(&cfg), D);
+        let cfg = crate::config::Config {
+            coll_shm: false,
+            coll_shm_max: Some(1),
+            coll_check: true,
+            bcast_large: Some(2),
+            allreduce_large: Some(3),
+            allgather_large: Some(4),
+            alltoall_large: Some(5),
+            ..cfg
+        };
+        let s = Settings::of(&cfg);
+        assert_eq!(
+            s,
+            Settings {
+                shm: false,
+                shm_max: 1,
+                check: true,
+                bcast_large: 2,
+                allreduce_large: 3,
+                allgather_large: 4,
+                alltoall_large: 5,
+            }
+        );
+    }
+
+    #[test]
+    fn choices_are_named() {
+        let q = nodes(Coll::Alltoall, 4, 8);
+        assert_eq!(
+            Said(&q, select(&q, &D)).to_string(),
+            "all exchanges at once, up to 8 B per peer over 4 ranks"
+        );
+        let q = node(Coll::Allreduce, 4, 8);
+        assert_eq!(
+            Said(&q, select(&q, &D)).to_string(),
+            "shared memory, 8 B over 4 ranks, reduced in rank order"
+        );
+        let q = nodes(Coll::Barrier, 4, 0);
+        assert_eq!(
+            Said(&q, select(&q, &D)).to_string(),
+            "dissemination, 4 ranks"
+        );
+    }
+
+    const MIB: usize = 1024 * KIB;
+}

@@ -1,0 +1,363 @@
+//! The shared-memory collectives of single-node communicators: the area
+//! (`gmpi_btl_shm::ShmColl`, one slot per rank), set up on the first call
+//! the selector sends to it, and the paths that use it instead of
+//! schedules: barrier, bcast, reduce and allreduce, gather and allgather,
+//! alltoall. Each is one exchange: every rank publishes a header and its
+//! contribution ([`wire`]), and once every header agrees, reads what it
+//! needs from every slot. Reductions combine the slots in rank order, so
+//! every rank gets the same bits.
+//!
+//! Allreduces of 1 to [`TINY`] bytes of host memory take a shorter road to
+//! the same exchange ([`Communicator::allreduce_tiny`]), since their time
+//! is mostly the call's own overhead.
+
+pub(crate) mod wire;
+
+use std::sync::MutexGuard;
+
+use gmpi_btl_shm::{CollConfig, ShmColl};
+
+use super::algo;
+use super::sched::{Reduction, Sched};
+use super::select::{self, Area, Coll, Form, Settings, TINY};
+use crate::buffer::View;
+use crate::comm::{Communicator, ShmState};
+use crate::engine::{self, Engine};
+use crate::error::Result;
+use crate::op::Op;
+use wire::{header, kind, mismatch, with_contribution, HDR};
+
+/// The area of a call the selector sent through shared memory: locked,
+/// set up, unbroken, with room for the call.
+pub(crate) struct ShmArea<'g>(pub(super) MutexGuard<'g, ShmState>);
+
+impl ShmArea<'_> {
+    fn coll(&mut self) -> &mut ShmColl {
+        match &mut *self.0 {
+            ShmState::Ready(c) => c,
+            _ => unreachable!("the selector chose an area that is not ready"),
+        }
+    }
+}
+
+/// The area as the selector sees it.
+#[inline]
+fn area_of(state: &ShmState) -> Area {
+    match state {
+        ShmState::Ready(c) if !c.is_broken() => Area::Ready {
+            slot: c.slot_bytes(),
+        },
+        _ => Area::None,
+    }
+}
+
+/// Write `slots` reduced in rank order (`slots[0] ∘ slots[1] ∘ …`) into
+/// `out`: every rank that does this gets the same bits.
+/// (Each slot's data starts at byte `off`.)
+fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
+    let cnt = out.len() / red.unit;
+    out.copy_from_slice(&slots[slots.len().min(2) - 1][off..]);
+    if slots.len() < 2 {
+        return;
+    }
+    crate::op::apply_datatype(&red.op, red.dt, cnt, &slots[0][off..], out);
+    let mut acc = Vec::new();
+    for s in &slots[2..] {
+        acc.clear();
+        acc.extend_from_slice(out);
+        out.copy_from_slice(&s[off..]);
+        crate::op::apply_datatype(&red.op, red.dt, cnt, &acc, out);
+    }
+}
+
+/// Write the contributions in `slots` (each [`HDR`] header bytes, then
+/// `out.len()` data bytes) reduced with `k` into `out`, in the order of
+/// [`reduce_slots`], so both give the same bits. At least two slots, and
+/// `out` at most [`TINY`] bytes.
+#[inline]
+fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
+    fn data(s: &[u8], n: usize) -> &[u8] {
+        &s[HDR..HDR + n]
+    }
+    let n = out.len();
+    gmpi_btl::copy_bytes(out, data(slots[1], n));
+    k(data(slots[0], n), out);
+    let mut acc = [0u8; TINY];
+    let acc = &mut acc[..n];
+    for s in &slots[2..] {
+        gmpi_btl::copy_bytes(acc, out);
+        gmpi_btl::copy_bytes(out, data(s, n));
+        k(acc, out);
+    }
+}
+
+impl Communicator {
+    /// The shared-memory area, locked, set up on first use, and what the
+    /// selector makes of it. Only for calls [`select::area_wanted`] sends
+    /// to it: setting up is collective (a fence over the communicator, on
+    /// the call's `tag`).
+    pub(super) fn area<'g>(
+        &'g self,
+        e: &mut Engine,
+        call: &'static str,
+        tag: i32,
+    ) -> (MutexGuard<'g, ShmState>, Area) {
+        let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+        if let ShmState::NotTried = *g {
+            *g = ShmState::Unavailable;
+            if let Some(prefix) = e.shm_prefix.clone() {
+                // Communicators of one split share a context id but not members:
+                // the first member names the area apart.
+                let path = format!("{prefix}-c{}-{}", self.inner.ctx, self.inner.world[0]);
+                let cfg = CollConfig {
+                    slot_bytes: Settings::of(&e.cfg).shm_max.max(64) + HDR,
+                    ..CollConfig::default()
+                };
+                let (n, me) = (self.size(), self.rank());
+                let mut fence = || {
+                    let mut s = Sched::new(call, &self.inner, tag);
+                    algo::barrier(&mut s, n, me);
+                    e.drive(call, &mut s).map_err(|e| e.to_string())
+                };
+                match ShmColl::bootstrap(&path, me as usize, n as usize, &cfg, &mut fence) {
+                    Ok(c) => {
+                        tracing::debug!(target: "coll", "{call}: shared-memory collectives on context {} ({n} ranks, {} B slots)", self.inner.ctx, c.slot_bytes());
+                        *g = ShmState::Ready(Box::new(c));
+                    }
+                    Err(err) => {
+                        tracing::debug!(target: "coll", "{call}: no shared-memory collectives on context {}: {err}", self.inner.ctx);
+                    }
+                }
+            }
+        }
+        let area = area_of(&g);
+        (g, area)
+    }
+
+    /// One exchange through the area: publish `hdr` and then `input`
+    /// packed, and once every rank's header agrees with ours run `f` over
+    /// every rank's slot (header included). A difference fails this rank as
+    /// it fails every other.
+    fn exchange(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        hdr: [u8; HDR],
+        input: Option<&View>,
+        f: impl FnOnce(&[&[u8]]),
+    ) -> Result<()> {
+        let me = self.rank();
+        let a = area.coll();
+        with_contribution(hdr, input, |data| {
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                bad = mismatch(call, me, data, slots);
+                if bad.is_none() {
+                    f(slots);
+                }
+            })?;
+            bad.map_or(Ok(()), Err)
+        })
+    }
+
+    /// A barrier through the area.
+    pub(super) fn shm_barrier(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+    ) -> Result<()> {
+        area.coll().barrier(&mut |k| e.idle_flags(call, k))?;
+        Ok(())
+    }
+
+    /// A bcast through the area: every rank publishes a header (the root
+    /// its data too) and checks everyone's, so ranks naming different roots
+    /// or sizes all fail alike; then the others copy the root's data.
+    pub(super) fn shm_bcast(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        v: &View,
+        root: i32,
+    ) -> Result<()> {
+        let (me, len) = (self.rank(), v.bytes());
+        let hdr = header(kind::BCAST, root, None, len);
+        self.exchange(
+            e,
+            call,
+            &mut area,
+            hdr,
+            (me == root).then_some(v),
+            |slots| {
+                if me != root {
+                    v.unpack(&slots[root as usize][HDR..]);
+                }
+            },
+        )
+    }
+
+    /// A reduce (`root`) or allreduce (`None`) through the area: every rank
+    /// publishes its input, then every rank, or the root, reduces the
+    /// inputs in rank order into `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn shm_reduce(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        input: &View,
+        out: Option<&View>,
+        red: &Reduction,
+        root: Option<i32>,
+    ) -> Result<()> {
+        let me = self.rank();
+        let len = input.bytes();
+        let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
+        let hdr = header(kind::REDUCE, root.unwrap_or(-1), Some(&red.op), len);
+        let mut staged: Option<Vec<u8>> = None;
+        self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+            if let Some(o) = out {
+                if o.write_contig(|o| reduce_slots(red, slots, HDR, o))
+                    .is_none()
+                {
+                    let mut r = vec![0u8; len];
+                    reduce_slots(red, slots, HDR, &mut r);
+                    staged = Some(r);
+                }
+            }
+        })?;
+        if let (Some(o), Some(r)) = (out, staged) {
+            o.unpack(&r);
+        }
+        Ok(())
+    }
+
+    /// A gather (`root`) or allgather (`None`) through the area, every rank
+    /// the same size: every rank, or the root, copies every slot into its
+    /// block of `blocks`.
+    pub(super) fn shm_gather(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        input: &View,
+        blocks: &[View],
+        root: Option<i32>,
+    ) -> Result<()> {
+        let (me, len) = (self.rank(), input.bytes());
+        let hdr = header(kind::GATHER, root.unwrap_or(-1), None, len);
+        self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+            if root.is_none_or(|r| r == me) {
+                for (b, s) in blocks.iter().zip(slots) {
+                    b.unpack(&s[HDR..]);
+                }
+            }
+        })
+    }
+
+    /// An alltoall through the area: every rank publishes its whole send
+    /// buffer (`input`, `n` blocks; in place, the receive buffer before it
+    /// is overwritten) and copies block `me` of every rank's into `rblocks`.
+    /// One exchange instead of `2(n - 1)` messages.
+    pub(super) fn shm_alltoall(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        input: &View,
+        rblocks: &[View],
+    ) -> Result<()> {
+        let total = input.bytes();
+        let block = total / rblocks.len();
+        let at = HDR + self.rank() as usize * block;
+        let hdr = header(kind::ALLTOALL, -1, None, total);
+        self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+            for (b, s) in rblocks.iter().zip(slots) {
+                b.unpack(&s[at..at + block]);
+            }
+        })
+    }
+
+    /// The latency-bound allreduce: contiguous host buffers of one
+    /// predefined type, 1 to [`TINY`] bytes, a predefined element-wise op,
+    /// on an intracommunicator whose shared-memory area is already set up,
+    /// without `coll_check` ([`select::tiny`]). It is
+    /// [`shm_reduce`](Self::shm_reduce)'s exchange (same header, same
+    /// rank-order reduction, same mismatch errors, the same tag consumed),
+    /// so ranks that take either path agree, minus what a tiny call cannot
+    /// use: the op's kernel is looked up once and called directly, the
+    /// contribution is built on the stack, and the result is written
+    /// straight into `recv`.
+    ///
+    /// `None`, before any effect, sends the call down the general path,
+    /// which makes every check (and sets the area up on first use) itself.
+    #[inline]
+    pub(super) fn allreduce_tiny(
+        &self,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+    ) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Allreduce";
+        let len = recv.bytes();
+        let input = send.unwrap_or(recv);
+        if len == 0 || len > TINY || input.bytes() != len || !recv.writable || self.is_inter() {
+            return None;
+        }
+        let kernel = crate::op::kernel(op, input.ty.prim()?)?;
+        let (src, dst) = (input.contig_addr()?, recv.contig_addr()?);
+        if !recv.is_host() || send.is_some_and(|s| !s.is_host()) || self.check_live(CALL).is_err() {
+            return None;
+        }
+        let me = self.rank();
+        engine::with(CALL, |e| {
+            // Only where the general path would use the area too; the tiny
+            // road takes the area as it is and never sets it up.
+            let s = Settings::of(&e.cfg);
+            let q = self.query(Coll::Allreduce, Form::Blocking, len);
+            if !select::tiny_wanted(&q, &s) {
+                return Ok(None);
+            }
+            let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+            let q = q.area(area_of(&g));
+            if !select::tiny(&q, &s) {
+                return Ok(None);
+            }
+            let ShmState::Ready(a) = &mut *g else {
+                unreachable!("the selector chose an area that is not ready")
+            };
+            self.next_tag();
+            tracing::debug!(target: "coll", "{CALL}: shared memory, {len} B, tiny path, reduced in rank order");
+            let mut buf = [0u8; HDR + TINY];
+            let data = &mut buf[..HDR + len];
+            data[..HDR].copy_from_slice(&header(kind::REDUCE, -1, Some(op), len));
+            HostMem.with_read(src, len, |d| {
+                gmpi_btl::copy_bytes(&mut data[HDR..], d)
+            });
+            let data: &[u8] = data;
+            let mut bad = None;
+            a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
+                if slots
+                    .iter()
+                    .any(|s| s.len() != data.len() || s[..HDR] != data[..HDR])
+                {
+                    bad = mismatch(CALL, me, data, slots);
+                    return;
+                }
+                HostMem.with_write(dst, len, |out| {
+                    reduce_tiny(kernel, slots, out)
+                });
+            })?;
+            match bad {
+                Some(err) => Err(err),
+                None => Ok(Some(())),
+            }
+        })
+        .transpose()
+    }
+}
