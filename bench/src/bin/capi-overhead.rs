@@ -21,7 +21,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::hint::black_box;
 use std::time::Instant;
 
-use mpi::handles::{MPI_Status, MPI_BYTE, MPI_COMM_WORLD, MPI_STATUS_IGNORE};
+use mpi::abi::{MPI_Status, MPI_BYTE, MPI_COMM_WORLD, MPI_STATUS_IGNORE};
 
 type SendFn = extern "C" fn(*const c_void, c_int, c_int, c_int, c_int, c_int) -> c_int;
 type RecvFn =
@@ -65,7 +65,7 @@ fn main() {
         0
     );
     assert!(size >= 2, "gmpi-capi-overhead needs at least 2 ranks");
-    let world = mpi::handles::fast_comm(MPI_COMM_WORLD).expect("MPI_COMM_WORLD after MPI_Init");
+    let world = mpi::resolve::fast_comm(MPI_COMM_WORLD).expect("MPI_COMM_WORLD after MPI_Init");
     let peer = 1 - rank;
     let status_ignore = MPI_STATUS_IGNORE as *mut MPI_Status;
 
