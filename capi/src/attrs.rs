@@ -18,8 +18,13 @@ use crate::tables::AttrVal;
 /// MPICH's `MPI_DUP_FN` (`MPI_COMM_DUP_FN`, `MPI_TYPE_DUP_FN`, `MPI_WIN_DUP_FN`
 /// are casts of it): the copy callback that copies the attribute value and
 /// sets `*flag = 1`. Part of the MPICH ABI: binaries reference the symbol.
+///
+/// # Safety
+///
+/// As for any copy callback: `attribute_val_out` points to a `void *` and
+/// `flag` to an `int`, both writable (NULL is reported as `MPI_ERR_ARG`).
 #[no_mangle]
-pub extern "C" fn MPIR_Dup_fn(
+pub unsafe extern "C" fn MPIR_Dup_fn(
     _oldcomm: c_int,
     _keyval: c_int,
     _extra_state: *mut c_void,
@@ -62,7 +67,7 @@ mpi_fn! {
         get(CALL, Obj::Comm(comm), comm_keyval, attribute_val, flag)
     }
 
-    fn Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) {
+    safe fn Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) {
         resolve::comm(CALL, comm)?;
         delete(CALL, Obj::Comm(comm), comm_keyval)
     }
@@ -85,7 +90,7 @@ mpi_fn! {
         get(CALL, Obj::Comm(comm), keyval, attribute_val, flag)
     }
 
-    fn Attr_delete(comm: MPI_Comm, keyval: c_int) {
+    safe fn Attr_delete(comm: MPI_Comm, keyval: c_int) {
         resolve::comm(CALL, comm)?;
         delete(CALL, Obj::Comm(comm), keyval)
     }
@@ -106,7 +111,7 @@ mpi_fn! {
         get(CALL, Obj::Type(datatype), type_keyval, attribute_val, flag)
     }
 
-    fn Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) {
+    safe fn Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) {
         delete(CALL, Obj::Type(datatype), type_keyval)
     }
 }
@@ -125,23 +130,30 @@ mod tests {
     fn dup_fn_copies_the_pointer() {
         let mut out: usize = 0;
         let mut flag: c_int = 0;
-        let rc = MPIR_Dup_fn(
-            0,
-            0,
-            std::ptr::null_mut(),
-            0x1234 as *mut c_void,
-            (&mut out as *mut usize).cast(),
-            &mut flag,
-        );
+        // SAFETY: `out` is a writable pointer-sized slot and `flag` an int.
+        let rc = unsafe {
+            MPIR_Dup_fn(
+                0,
+                0,
+                std::ptr::null_mut(),
+                0x1234 as *mut c_void,
+                (&mut out as *mut usize).cast(),
+                &mut flag,
+            )
+        };
         assert_eq!((rc, out, flag), (MPI_SUCCESS, 0x1234, 1));
-        let rc = MPIR_Dup_fn(
-            0,
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &mut flag,
-        );
+        // SAFETY: NULL out-pointers are checked and reported; `flag` is an
+        // int.
+        let rc = unsafe {
+            MPIR_Dup_fn(
+                0,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut flag,
+            )
+        };
         assert_eq!(rc, class_code(ErrorClass::Arg));
     }
 
@@ -157,14 +169,18 @@ mod tests {
         flag: *mut c_int,
     ) -> c_int {
         TYPE_COPIES.fetch_add(1, Ordering::Relaxed);
-        MPIR_Dup_fn(
-            0,
-            0,
-            std::ptr::null_mut(),
-            (inv as usize + 1) as *mut c_void,
-            out,
-            flag,
-        )
+        // SAFETY: `out` and `flag` are the copy callback's own arguments,
+        // which the attribute cache passes as valid out-parameters.
+        unsafe {
+            MPIR_Dup_fn(
+                0,
+                0,
+                std::ptr::null_mut(),
+                (inv as usize + 1) as *mut c_void,
+                out,
+                flag,
+            )
+        }
     }
 
     unsafe extern "C" fn tdelete(_t: c_int, _k: c_int, _v: *mut c_void, _x: *mut c_void) -> c_int {

@@ -802,7 +802,7 @@ fn reduce_scatter_io<'a>(
 }
 
 mpi_fn! {
-    fn Barrier(comm: MPI_Comm) {
+    safe fn Barrier(comm: MPI_Comm) {
         resolve::comm(CALL, comm)?.barrier()
     }
     fn Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) {

@@ -446,7 +446,7 @@ mpi_fn! {
         ptr::write(CALL, "info_used", info_used, h)
     }
 
-    fn Comm_set_info(comm: MPI_Comm, info: MPI_Info) {
+    safe fn Comm_set_info(comm: MPI_Comm, info: MPI_Info) {
         resolve::comm(CALL, comm)?;
         info_entries(CALL, info).map(|_| ())
     }

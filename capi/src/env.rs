@@ -84,7 +84,7 @@ mpi_fn! {
         ptr::write(CALL, "provided", provided, p)
     }
 
-    fn Finalize() {
+    safe fn Finalize() {
         if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
             return Err(err(ErrorClass::Other, CALL, "MPI_Finalize must be called by the thread that called MPI_Init"));
         }
@@ -110,7 +110,7 @@ mpi_fn! {
         ptr::write(CALL, "flag", flag, finalized() as c_int)
     }
 
-    fn Abort(comm: MPI_Comm, errorcode: c_int) {
+    safe fn Abort(comm: MPI_Comm, errorcode: c_int) {
         let rank = world_rank();
         let name = if comm == MPI_COMM_WORLD { "MPI_COMM_WORLD".to_string() } else { format!("communicator {comm:#x}") };
         gmpi::abort(errorcode, &format!("MPI_Abort({name}, {errorcode}) called on rank {rank}"))
@@ -185,7 +185,7 @@ mpi_fn! {
         ptr::write(CALL, "errhandler", errhandler, h)
     }
 
-    fn Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) {
+    safe fn Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) {
         resolve::comm(CALL, comm)?;
         errors::check_errhandler(CALL, errhandler)?;
         resolve::with_comm(CALL, comm, |o| o.errh = errhandler)
@@ -212,7 +212,7 @@ mpi_fn! {
         ptr::write(CALL, "errhandler", errhandler, MPI_ERRHANDLER_NULL)
     }
 
-    fn Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) {
+    safe fn Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) {
         resolve::comm(CALL, comm)?;
         let msg = errors::string_of(errorcode).unwrap_or_else(|| format!("error code {errorcode}"));
         errors::invoke(comm, errorcode, &format!("MPI_Comm_call_errhandler: {msg} (on rank {})", world_rank()));
@@ -234,7 +234,7 @@ mpi_fn! {
         ptr::write(CALL, "address", address, ptr::addr_of(location))
     }
 
-    fn Pcontrol(_level: c_int) {
+    safe fn Pcontrol(_level: c_int) {
         Ok(())
     }
 }

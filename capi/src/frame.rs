@@ -8,6 +8,19 @@
 //! communicator the call named ([`crate::errors`]). `direct_fn!` defines
 //! the few calls whose errors go to a handler they are given or to a file's
 //! ([`run`]).
+//!
+//! An entry point that takes a pointer (to data or to a function) is an
+//! `unsafe extern "C" fn`: its caller vouches for the pointers as the MPI
+//! standard says for the call, in the words `pointer_contract!` gives every
+//! `# Safety` section (each pointer points to what the prototype says or is
+//! a special value the call accepts; a buffer stays valid until its request
+//! completes; a function pointer has the standard's prototype). `ptr.rs` is
+//! where those pointers are dereferenced. An entry point that takes no
+//! pointer (`MPI_Barrier`, `MPI_Finalize`) is marked `safe fn` in the macro
+//! and is an ordinary `extern "C" fn` (it may still complete operations
+//! whose pointers an earlier unsafe call vouched for); the macro checks at
+//! compile time that each of its arguments is a plain integer
+//! ([`NoPointer`]).
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -21,16 +34,40 @@ use crate::abi::{
 use crate::errors::{code_of, raise, set_target, target};
 use crate::tables::{err, PHASE};
 
+/// The contract the caller of an `unsafe` entry point keeps (the `# Safety`
+/// section of each).
+macro_rules! pointer_contract {
+    () => {
+        "each points to what the call's prototype says (an object, or an \
+         array of the length the standard ties to it) or is a special value \
+         the call accepts (NULL where allowed, `MPI_STATUS_IGNORE`, \
+         `MPI_IN_PLACE`, …); a buffer holds the elements its count and \
+         datatype describe, for the call and, for a non-blocking call, until \
+         its request completes; a function pointer has the prototype the \
+         standard gives."
+    };
+}
+
 /// Define C entry points: `PMPI_X` runs the body in [`entry`]; `MPI_X`
 /// forwards to it. `noinit fn` marks the calls valid before `MPI_Init` or
-/// after `MPI_Finalize`. `fn X(args) fast { hot } { body }` first evaluates `hot`, an
+/// after `MPI_Finalize`; `safe fn` the calls that take no pointer (they are
+/// not `unsafe`; their arguments must implement [`NoPointer`]).
+/// `fn X(args) fast { hot } { body }` first evaluates `hot`, an
 /// `Option<c_int>`: `Some(code)` when it handled the call (through
 /// [`fast`]), `None`, having done nothing, to run `body` as usual — so every
 /// argument the hot path does not recognise as valid gets the full checks.
 macro_rules! mpi_fn {
     () => {};
+    ($(#[$m:meta])* noinit safe fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
+        mpi_fn!(@safe false, $(#[$m])* $name($($a: $t),*) $body);
+        mpi_fn!($($rest)*);
+    };
     ($(#[$m:meta])* noinit fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
-        mpi_fn!(@def false, $(#[$m])* $name($($a: $t),*) $body);
+        mpi_fn!(@unsafe false, $(#[$m])* $name($($a: $t),*) $body);
+        mpi_fn!($($rest)*);
+    };
+    ($(#[$m:meta])* safe fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
+        mpi_fn!(@safe true, $(#[$m])* $name($($a: $t),*) $body);
         mpi_fn!($($rest)*);
     };
     ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) fast $fast:block $body:block $($rest:tt)*) => {
@@ -38,11 +75,13 @@ macro_rules! mpi_fn {
         mpi_fn!($($rest)*);
     };
     ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
-        mpi_fn!(@def true, $(#[$m])* $name($($a: $t),*) $body);
+        mpi_fn!(@unsafe true, $(#[$m])* $name($($a: $t),*) $body);
         mpi_fn!($($rest)*);
     };
-    (@def $init:expr, $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $body:block) => {
+    (@safe $init:expr, $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $body:block) => {
         paste::paste! {
+            const _: () = { $($crate::frame::no_pointer::<$t>();)* };
+            #[doc = concat!("`MPI_", stringify!($name), "` (it takes no pointer).")]
             $(#[$m])*
             #[no_mangle]
             pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
@@ -57,28 +96,70 @@ macro_rules! mpi_fn {
             }
         }
     };
-    (@fast $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $fast:block $body:block) => {
+    (@unsafe $init:expr, $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $body:block) => {
         paste::paste! {
+            #[doc = concat!("`MPI_", stringify!($name), "`.")]
             $(#[$m])*
+            #[doc = ""]
+            #[doc = "# Safety"]
+            #[doc = ""]
+            #[doc = concat!("The caller vouches for its pointers as the MPI standard says for `MPI_", stringify!($name), "`: ", pointer_contract!())]
             #[no_mangle]
-            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+            pub unsafe extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
                 #[allow(dead_code)]
                 const CALL: &str = concat!("MPI_", stringify!($name));
+                $crate::frame::entry(CALL, $init, #[allow(unused_mut)] || -> Result<(), gmpi::Error> { $body })
+            }
+            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
+            #[doc = ""]
+            #[doc = "# Safety"]
+            #[doc = ""]
+            #[doc = concat!("As `PMPI_", stringify!($name), "`.")]
+            #[no_mangle]
+            pub unsafe extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                // SAFETY: the same arguments, under the same contract.
+                unsafe { [<PMPI_ $name>]($($a),*) }
+            }
+        }
+    };
+    (@fast $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $fast:block $body:block) => {
+        paste::paste! {
+            #[doc = concat!("`MPI_", stringify!($name), "`, with a hot path.")]
+            $(#[$m])*
+            #[doc = ""]
+            #[doc = "# Safety"]
+            #[doc = ""]
+            #[doc = concat!("The caller vouches for its pointers as the MPI standard says for `MPI_", stringify!($name), "`: ", pointer_contract!())]
+            #[no_mangle]
+            pub unsafe extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                #[allow(dead_code)]
+                const CALL: &str = concat!("MPI_", stringify!($name));
+                /// The full path.
+                ///
+                /// # Safety
+                ///
+                /// As the entry point's.
                 #[cold]
                 #[inline(never)]
-                fn slow($($a: $t),*) -> std::ffi::c_int {
+                unsafe fn slow($($a: $t),*) -> std::ffi::c_int {
                     $crate::frame::entry(CALL, true, #[allow(unused_mut)] || -> Result<(), gmpi::Error> { $body })
                 }
                 let fast: Option<std::ffi::c_int> = $fast;
                 match fast {
                     Some(rc) => rc,
-                    None => slow($($a),*),
+                    // SAFETY: the caller's arguments, under its contract.
+                    None => unsafe { slow($($a),*) },
                 }
             }
             #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
+            #[doc = ""]
+            #[doc = "# Safety"]
+            #[doc = ""]
+            #[doc = concat!("As `PMPI_", stringify!($name), "`.")]
             #[no_mangle]
-            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
-                [<PMPI_ $name>]($($a),*)
+            pub unsafe extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                // SAFETY: the same arguments, under the same contract.
+                unsafe { [<PMPI_ $name>]($($a),*) }
             }
         }
     };
@@ -87,25 +168,46 @@ macro_rules! mpi_fn {
 /// Define `PMPI_X` (the body, returning the C code itself) and `MPI_X`
 /// forwarding to it, for the calls whose errors do not go to a
 /// communicator's handler (they run their body through [`run`] or a
-/// wrapper of it).
+/// wrapper of it). Every such call takes a pointer: each is `unsafe`, with
+/// the contract of `mpi_fn!`'s.
 macro_rules! direct_fn {
     () => {};
     (fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
         paste::paste! {
+            #[doc = concat!("`MPI_", stringify!($name), "`.")]
+            #[doc = ""]
+            #[doc = "# Safety"]
+            #[doc = ""]
+            #[doc = concat!("The caller vouches for its pointers as the MPI standard says for `MPI_", stringify!($name), "`: ", pointer_contract!())]
             #[no_mangle]
-            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+            pub unsafe extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
                 const CALL: &str = concat!("MPI_", stringify!($name));
                 $body
             }
             #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
+            #[doc = ""]
+            #[doc = "# Safety"]
+            #[doc = ""]
+            #[doc = concat!("As `PMPI_", stringify!($name), "`.")]
             #[no_mangle]
-            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
-                [<PMPI_ $name>]($($a),*)
+            pub unsafe extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                // SAFETY: the same arguments, under the same contract.
+                unsafe { [<PMPI_ $name>]($($a),*) }
             }
         }
         direct_fn!($($rest)*);
     };
 }
+
+/// The argument types of a `safe fn` entry point: integers (handles,
+/// counts, ranks, tags, addresses as `MPI_Aint`), never a pointer.
+pub trait NoPointer {}
+impl NoPointer for i32 {}
+impl NoPointer for i64 {}
+impl NoPointer for isize {}
+
+/// Compiles only for a [`NoPointer`] type (`mpi_fn!`'s check of `safe fn`).
+pub const fn no_pointer<T: NoPointer>() {}
 
 /// Run the hot path `f` of entry point `call`, whose arguments the caller
 /// has found to be what the hot path handles (MPI running, the predefined

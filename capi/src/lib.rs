@@ -64,15 +64,19 @@
 //! MPI again.
 //!
 //! Unsafe code: this crate is an FFI boundary; DESIGN.md names `capi/src/*`
-//! as one of the places `unsafe` lives. Raw pointers are dereferenced only in
-//! `ptr.rs`, each after a null/special-value check.
+//! as one of the places `unsafe` lives. Every entry point that takes a
+//! pointer is an `unsafe extern "C" fn` whose `# Safety` section says what
+//! its caller vouches for (the MPI standard's contract: see `frame.rs`);
+//! those that take none are safe. Raw pointers are dereferenced only in
+//! `ptr.rs`, each after a null/special-value check; its helpers are safe
+//! functions that only the bodies of those unsafe entry points call, with
+//! the pointers their callers passed.
 
 // MPI's C names are not snake case, and its signatures are long: the entry
 // points keep them exactly.
 #![allow(
     non_snake_case,
     non_camel_case_types,
-    clippy::missing_safety_doc,
     clippy::too_many_arguments,
     clippy::type_complexity
 )]

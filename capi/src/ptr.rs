@@ -7,8 +7,11 @@
 //! duration of the call, and a non-blocking call's buffer stays valid until
 //! the request completes. The helpers here check what can be checked — null,
 //! the special values (`MPI_STATUS_IGNORE`, `MPI_IN_PLACE`), negative counts —
-//! and then trust the rest; the functions are safe to call because the C
-//! caller, not Rust code, is the party that vouches for the pointer.
+//! and then trust the rest. The helpers are safe functions because their
+//! only callers are the bodies of the entry points, which pass on the
+//! pointers their C caller gave them: each such entry point is an
+//! `unsafe extern "C" fn` whose `# Safety` section is that contract (see
+//! `frame.rs`), so the caller, not Rust code here, vouches for the pointer.
 //!
 //! This module knows the C types of [`crate::abi`] and nothing of handles:
 //! its callers resolve a datatype ([`crate::resolve`]) before they view a

@@ -127,7 +127,7 @@ direct_fn! {
 }
 
 /// `MPI_File_c2f`: the Fortran handle of a file (0 for `MPI_FILE_NULL`,
-/// the only file handle there is).
+/// the only file handle there is). Safe: it never dereferences `file`.
 #[no_mangle]
 pub extern "C" fn PMPI_File_c2f(_file: MPI_File) -> MPI_Fint {
     0
@@ -241,11 +241,11 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_call_errhandler(_win: MPI_Win, _errorcode: c_int) {
+    safe fn Win_call_errhandler(_win: MPI_Win, _errorcode: c_int) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_complete(_win: MPI_Win) {
+    safe fn Win_complete(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -267,7 +267,7 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_delete_attr(_win: MPI_Win, _win_keyval: c_int) {
+    safe fn Win_delete_attr(_win: MPI_Win, _win_keyval: c_int) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -275,23 +275,23 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_fence(_assert: c_int, _win: MPI_Win) {
+    safe fn Win_fence(_assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_flush(_rank: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush_all(_win: MPI_Win) {
+    safe fn Win_flush_all(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush_local(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_flush_local(_rank: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush_local_all(_win: MPI_Win) {
+    safe fn Win_flush_local_all(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -323,15 +323,15 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_lock_all(_assert: c_int, _win: MPI_Win) {
+    safe fn Win_lock_all(_assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_post(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_post(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -339,11 +339,11 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_set_errhandler(_win: MPI_Win, _errhandler: MPI_Errhandler) {
+    safe fn Win_set_errhandler(_win: MPI_Win, _errhandler: MPI_Errhandler) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_set_info(_win: MPI_Win, _info: MPI_Info) {
+    safe fn Win_set_info(_win: MPI_Win, _info: MPI_Info) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -355,11 +355,11 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_start(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_start(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_sync(_win: MPI_Win) {
+    safe fn Win_sync(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -367,15 +367,15 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_unlock(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_unlock(_rank: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_unlock_all(_win: MPI_Win) {
+    safe fn Win_unlock_all(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_wait(_win: MPI_Win) {
+    safe fn Win_wait(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -384,7 +384,7 @@ mpi_fn! {
 // ---- Generalized requests ----
 
 mpi_fn! {
-    fn Grequest_complete(_request: MPI_Request) {
+    safe fn Grequest_complete(_request: MPI_Request) {
         Err(unsupported(CALL, GREQUEST))
     }
 
@@ -455,7 +455,7 @@ mpi_fn! {
         Err(unsupported(CALL, SESSIONS))
     }
 
-    noinit fn Session_call_errhandler(_session: MPI_Session, _errorcode: c_int) {
+    noinit safe fn Session_call_errhandler(_session: MPI_Session, _errorcode: c_int) {
         Err(unsupported(CALL, SESSIONS))
     }
 
@@ -487,7 +487,7 @@ mpi_fn! {
         Err(unsupported(CALL, SESSIONS))
     }
 
-    noinit fn Session_set_errhandler(_session: MPI_Session, _errhandler: MPI_Errhandler) {
+    noinit safe fn Session_set_errhandler(_session: MPI_Session, _errhandler: MPI_Errhandler) {
         Err(unsupported(CALL, SESSIONS))
     }
 
