@@ -192,6 +192,7 @@ fn nonblocking_recv(
     Ok(Active::new(ptr::detach_req(r), comm))
 }
 
+#[inline]
 fn out_req(call: &str, request: *mut MPI_Request, a: Active) -> Result<(), Error> {
     if request.is_null() {
         // Complete it rather than leak an operation nobody can wait for.
