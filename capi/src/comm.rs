@@ -2,9 +2,12 @@
 //! through their keyvals' copy callbacks, the error handler and the
 //! topology with them), splitting, creating from groups (`MPI_Comm_create`
 //! over the whole parent, `MPI_Comm_create_group` over the group only),
-//! freeing (attributes deleted first), comparing, names, info hints, the
-//! intercommunicator queries (gmpi has no intercommunicators), and every
-//! group constructor and query. Attributes themselves are in `attrs.rs`.
+//! freeing (attributes deleted first), comparing, names, info hints,
+//! intercommunicators (`MPI_Intercomm_create`, `_merge`, and
+//! `MPI_Intercomm_create_from_groups`, whose errors go to the handler it is
+//! given) and their queries, and every group constructor and query.
+//! Attributes themselves are in `attrs.rs` (entry points) and `cache.rs`
+//! (the copying and deleting that dup and free run).
 //!
 //! Every new communicator inherits its parent's error handler; only
 //! `MPI_Comm_dup` (and `idup`, `dup_with_info`) copy attributes and the

@@ -5,9 +5,10 @@
 //! `_create_env` (MPI-4), and the predefined `MPI_INFO_ENV`, a read-only
 //! object whose contents are those `MPI_Info_create_env` gives.
 //!
-//! A user info object ([`InfoObj`]) is a slot of `state().infos`, its
-//! handle `encode(Kind::Info, slot)`. Keys keep the order of their first insertion
-//! (`MPI_Info_get_nthkey`); setting a key again replaces its value in place.
+//! A user info object ([`InfoObj`], in `tables/`) is a slot of
+//! `state().infos`, its handle `encode(Kind::Info, slot)`. Keys keep the
+//! order of their first insertion (`MPI_Info_get_nthkey`); setting a key
+//! again replaces its value in place.
 //! As MPI-4 allows, every info call works before `MPI_Init` and after
 //! `MPI_Finalize`.
 
