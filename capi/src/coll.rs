@@ -15,49 +15,10 @@ use std::ffi::{c_int, c_void};
 
 use gmpi::{Communicator, Error, ErrorClass, Op, UserDatatype, View};
 
-use crate::handles::{self, *};
-use crate::p2p::{self, Active};
+use crate::abi::*;
 use crate::ptr;
-
-/// A user operation as the runtime calls it, `(invec, inoutvec, count)` on
-/// packed data: the C function gets the data in the datatype's own layout
-/// (unpacked into temporaries when the type has holes) and the handle.
-pub fn wrap_user_op(o: OpObj, dt_h: MPI_Datatype, dt: UserDatatype) -> Op {
-    let dense =
-        dt.true_lb() == 0 && dt.extent() == dt.size() as isize && dt.true_extent() == dt.extent();
-    let f = o.f;
-    Op::user(
-        move |a: &[u8], b: &mut [u8], n: usize| {
-            let len = n as c_int;
-            if dense || n == 0 {
-                ptr::call_user_op(f, a.as_ptr() as *mut u8, b.as_mut_ptr(), len, dt_h);
-                return;
-            }
-            // Lay both operands out as `n` elements of the type.
-            let ext = dt.extent().unsigned_abs();
-            let origin = (-dt.true_lb()).max(0) as usize;
-            let span = origin + (dt.true_lb() + dt.true_extent()).max(0) as usize + (n - 1) * ext;
-            let mut ta = vec![0u8; span];
-            let mut tb = vec![0u8; span];
-            let ok = dt.unpack(n, a, &mut ta, origin).is_ok()
-                && dt.unpack(n, b, &mut tb, origin).is_ok();
-            if !ok {
-                return;
-            }
-            ptr::call_user_op(
-                f,
-                ta[origin..].as_mut_ptr(),
-                tb[origin..].as_mut_ptr(),
-                len,
-                dt_h,
-            );
-            if let Ok(packed) = dt.pack(n, &tb, origin) {
-                b.copy_from_slice(&packed);
-            }
-        },
-        o.commutative,
-    )
-}
+use crate::resolve;
+use crate::tables::*;
 
 /// A send-side buffer argument.
 fn sview(
@@ -67,7 +28,7 @@ fn sview(
     count: c_int,
     dt: MPI_Datatype,
 ) -> Result<View, Error> {
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     ptr::buf(call, what, p, count, &t, false)
 }
 
@@ -79,7 +40,7 @@ fn rview(
     count: c_int,
     dt: MPI_Datatype,
 ) -> Result<View, Error> {
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     ptr::buf(call, what, p, count, &t, true)
 }
 
@@ -87,7 +48,7 @@ fn rview(
 fn times(call: &str, what: &str, count: c_int, n: c_int) -> Result<c_int, Error> {
     ptr::count(call, what, count)?;
     count.checked_mul(n).ok_or_else(|| {
-        handles::err(
+        err(
             ErrorClass::Count,
             call,
             format!("{what} × communicator size overflows"),
@@ -133,8 +94,8 @@ fn idle_io(call: &str) -> Result<Io, Error> {
 
 /// The op for `dt`.
 fn op_for(call: &str, op: MPI_Op, dt: MPI_Datatype) -> Result<Op, Error> {
-    let t = handles::dtype(call, dt)?;
-    handles::op(call, op, dt, &t)
+    let t = resolve::dtype(call, dt)?;
+    resolve::op(call, op, dt, &t)
 }
 
 /// The hot path of `MPI_Allgather` and (`alltoall`, whose send buffer holds
@@ -155,11 +116,16 @@ fn all_fast(
     comm: MPI_Comm,
     alltoall: bool,
 ) -> Option<c_int> {
-    let c = handles::fast_comm(comm)?;
+    let c = resolve::fast_comm(comm)?;
     let n = c.size();
-    let mut rv = ptr::fast_buf(recvbuf, recvcount.checked_mul(n)?, recvtype, true)?;
+    let mut rv = ptr::fast_buf(
+        recvbuf,
+        recvcount.checked_mul(n)?,
+        resolve::fast_dtype(recvtype)?,
+        true,
+    )?;
     if ptr::in_place(sendbuf) {
-        return Some(crate::errors::fast(call, comm, || {
+        return Some(crate::frame::fast(call, comm, || {
             if alltoall {
                 c.alltoall_in_place(&mut rv)
             } else {
@@ -172,8 +138,8 @@ fn all_fast(
     } else {
         sendcount
     };
-    let sv = ptr::fast_buf(sendbuf, total, sendtype, false)?;
-    Some(crate::errors::fast(call, comm, || {
+    let sv = ptr::fast_buf(sendbuf, total, resolve::fast_dtype(sendtype)?, false)?;
+    Some(crate::frame::fast(call, comm, || {
         if alltoall {
             c.alltoall(&sv, &mut rv)
         } else {
@@ -200,16 +166,16 @@ fn allreduce_fast(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> Option<c_int> {
-    let c = handles::fast_comm(comm)?;
-    let o = handles::fast_op(op, dt)?;
-    let mut rv = ptr::fast_buf(recvbuf, count, dt, true)?;
+    let c = resolve::fast_comm(comm)?;
+    let o = resolve::fast_op(op, dt)?;
+    let mut rv = ptr::fast_buf(recvbuf, count, resolve::fast_dtype(dt)?, true)?;
     if ptr::in_place(sendbuf) {
-        return Some(crate::errors::fast(call, comm, || {
+        return Some(crate::frame::fast(call, comm, || {
             c.allreduce_in_place(&mut rv, o)
         }));
     }
-    let sv = ptr::fast_buf(sendbuf, count, dt, false)?;
-    Some(crate::errors::fast(call, comm, || {
+    let sv = ptr::fast_buf(sendbuf, count, resolve::fast_dtype(dt)?, false)?;
+    Some(crate::frame::fast(call, comm, || {
         c.allreduce(&sv, &mut rv, o)
     }))
 }
@@ -221,12 +187,12 @@ fn out(
     r: gmpi::Request<'_>,
     request: *mut MPI_Request,
 ) -> Result<(), Error> {
-    let a = Active::new(p2p::detach_req(r), comm);
+    let a = Active::new(ptr::detach_req(r), comm);
     if request.is_null() {
         a.req.wait()?;
-        return Err(handles::err(ErrorClass::Arg, call, "request is NULL"));
+        return Err(err(ErrorClass::Arg, call, "request is NULL"));
     }
-    ptr::write(call, "request", request, p2p::register(a))
+    ptr::write(call, "request", request, new_request(a))
 }
 
 /// Count and displacement arrays of a vector collective, one entry per rank.
@@ -253,18 +219,18 @@ fn vview(
     dt: MPI_Datatype,
     writable: bool,
 ) -> Result<View, Error> {
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     let mut hi: i64 = 0;
     for (i, (&c, &d)) in counts.iter().zip(displs).enumerate() {
         if c < 0 {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Count,
                 call,
                 format!("{what} count[{i}] = {c} is negative"),
             ));
         }
         if d < 0 {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Arg,
                 call,
                 format!("{what} displacement[{i}] = {d} is negative"),
@@ -275,7 +241,7 @@ fn vview(
         }
     }
     let n = c_int::try_from(hi).map_err(|_| {
-        handles::err(
+        err(
             ErrorClass::Count,
             call,
             format!("{what} spans more than 2^31 elements"),
@@ -286,7 +252,7 @@ fn vview(
 
 /// `MPI_IN_PLACE` where only the root may pass it.
 fn not_root(call: &str, what: &str) -> Error {
-    handles::err(
+    err(
         ErrorClass::Buffer,
         call,
         format!("{what} is MPI_IN_PLACE on a rank that is not the root"),
@@ -694,7 +660,7 @@ fn wside(
     let mut blocks = Vec::with_capacity(n);
     let mut span: Option<(i128, i128)> = None;
     for i in 0..n {
-        let t = handles::dtype(call, ts[i])?.into_owned();
+        let t = resolve::dtype(call, ts[i])?.into_owned();
         let cnt = ptr::count(call, &format!("{side}counts[{i}]"), cs[i])? as i128;
         let mut range = None;
         if cnt > 0 && t.size() > 0 {
@@ -708,14 +674,15 @@ fn wside(
     }
     let (lo, hi) = span.unwrap_or((0, 0));
     let len = usize::try_from(hi - lo).map_err(|_| {
-        handles::err(
+        err(
             ErrorClass::Arg,
             call,
             format!("the {side} blocks span an impossible byte range"),
         )
     })?;
     let base = (p as isize as i128 + lo) as isize as *const c_void;
-    let view = ptr::buf_bytes(call, &format!("{side}buf"), base, len, writable)?;
+    let byte = resolve::dtype(call, MPI_BYTE)?;
+    let view = ptr::buf_bytes(call, &format!("{side}buf"), base, len, &byte, writable)?;
     // Displacements relative to the view's start. An empty block's does not
     // matter; a block whose displacement lies below the view (a datatype
     // holding absolute addresses, from `MPI_BOTTOM`) is re-expressed as one
@@ -821,9 +788,9 @@ fn reduce_scatter_io<'a>(
     let mut total: c_int = 0;
     for (i, &k) in counts.iter().enumerate() {
         ptr::count(call, &format!("recvcounts[{i}]"), k)?;
-        total = total.checked_add(k).ok_or_else(|| {
-            handles::err(ErrorClass::Count, call, "the sum of recvcounts overflows")
-        })?;
+        total = total
+            .checked_add(k)
+            .ok_or_else(|| err(ErrorClass::Count, call, "the sum of recvcounts overflows"))?;
     }
     if ptr::in_place(sendbuf) {
         let buf = rview(call, "recvbuf", recvbuf, total, dt)?;
@@ -835,27 +802,27 @@ fn reduce_scatter_io<'a>(
 }
 
 mpi_fn! {
-    fn Barrier(comm: MPI_Comm) {
-        handles::comm(CALL, comm)?.barrier()
+    safe fn Barrier(comm: MPI_Comm) {
+        resolve::comm(CALL, comm)?.barrier()
     }
     fn Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let r = c.ibarrier()?;
         out(CALL, comm, r, request)
     }
     fn Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut v = if idle(&c, root) { none(CALL)? } else { rview(CALL, "buffer", buffer, count, datatype)? };
         c.bcast(&mut v, root)
     }
     fn Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut v = if idle(&c, root) { none(CALL)? } else { rview(CALL, "buffer", buffer, count, datatype)? };
         let r = c.ibcast(&mut v, root)?;
         out(CALL, comm, r, request)
     }
     fn Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         // (Nothing is significant at a rank that takes no part.)
         let o = if idle(&c, root) { Op::Sum } else { op_for(CALL, op, datatype)? };
         let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
@@ -865,7 +832,7 @@ mpi_fn! {
         }
     }
     fn Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         // (Nothing is significant at a rank that takes no part.)
         let o = if idle(&c, root) { Op::Sum } else { op_for(CALL, op, datatype)? };
         let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
@@ -878,7 +845,7 @@ mpi_fn! {
     fn Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) fast {
         allreduce_fast(CALL, sendbuf, recvbuf, count, datatype, op, comm)
     } {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
         match &io.send {
@@ -887,7 +854,7 @@ mpi_fn! {
         }
     }
     fn Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
         let r = match &io.send {
@@ -903,7 +870,7 @@ mpi_fn! {
         gmpi::reduce_local(&iv, &mut io, o)
     }
     fn Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = gather_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
         match &io.send {
             None => c.gather_in_place(&mut io.buf, root),
@@ -911,7 +878,7 @@ mpi_fn! {
         }
     }
     fn Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = gather_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
         let r = match &io.send {
             None => c.igather_in_place(&mut io.buf, root)?,
@@ -920,7 +887,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, counts, ds) = gatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root)?;
         match &io.send {
             None => c.gatherv_in_place(&mut io.buf, counts, ds, root),
@@ -928,7 +895,7 @@ mpi_fn! {
         }
     }
     fn Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, counts, ds) = gatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root)?;
         let r = match &io.send {
             None => c.igatherv_in_place(&mut io.buf, counts, ds, root)?,
@@ -937,7 +904,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = scatter_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
         match &io.send {
             None => c.scatter_in_place(&mut io.buf, root),
@@ -945,7 +912,7 @@ mpi_fn! {
         }
     }
     fn Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = scatter_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
         let r = match &io.send {
             None => c.iscatter_in_place(&mut io.buf, root)?,
@@ -954,7 +921,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, counts, ds) = scatterv_io(CALL, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root)?;
         match &io.send {
             None => c.scatterv_in_place(&mut io.buf, counts, ds, root),
@@ -962,7 +929,7 @@ mpi_fn! {
         }
     }
     fn Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, counts, ds) = scatterv_io(CALL, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root)?;
         let r = match &io.send {
             None => c.iscatterv_in_place(&mut io.buf, counts, ds, root)?,
@@ -973,7 +940,7 @@ mpi_fn! {
     fn Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
         all_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false)
     } {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
         match &io.send {
             None => c.allgather_in_place(&mut io.buf),
@@ -981,7 +948,7 @@ mpi_fn! {
         }
     }
     fn Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
         let r = match &io.send {
             None => c.iallgather_in_place(&mut io.buf)?,
@@ -990,7 +957,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, counts, ds) = allgatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype)?;
         match &io.send {
             None => c.allgatherv_in_place(&mut io.buf, counts, ds),
@@ -998,7 +965,7 @@ mpi_fn! {
         }
     }
     fn Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, counts, ds) = allgatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype)?;
         let r = match &io.send {
             None => c.iallgatherv_in_place(&mut io.buf, counts, ds)?,
@@ -1009,7 +976,7 @@ mpi_fn! {
     fn Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
         all_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true)
     } {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
         match &io.send {
             None => c.alltoall_in_place(&mut io.buf),
@@ -1017,7 +984,7 @@ mpi_fn! {
         }
     }
     fn Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
         let r = match &io.send {
             None => c.ialltoall_in_place(&mut io.buf)?,
@@ -1026,7 +993,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, a) = alltoallv_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype)?;
         match &io.send {
             None => c.alltoallv_in_place(&mut io.buf, a.rc, a.rd),
@@ -1034,7 +1001,7 @@ mpi_fn! {
         }
     }
     fn Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, a) = alltoallv_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype)?;
         let r = match &io.send {
             None => c.ialltoallv_in_place(&mut io.buf, a.rc, a.rd)?,
@@ -1043,7 +1010,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, s, r) = alltoallw_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes)?;
         match &io.send {
             None => c.alltoallw_in_place(&mut io.buf, &r.counts, &r.displs, &r.types),
@@ -1051,7 +1018,7 @@ mpi_fn! {
         }
     }
     fn Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (mut io, s, rw) = alltoallw_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes)?;
         let r = match &io.send {
             None => c.ialltoallw_in_place(&mut io.buf, &rw.counts, &rw.displs, &rw.types)?,
@@ -1060,7 +1027,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = reduce_scatter_block_io(CALL, &c, sendbuf, recvbuf, recvcount, datatype)?;
         match &io.send {
@@ -1069,7 +1036,7 @@ mpi_fn! {
         }
     }
     fn Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = reduce_scatter_block_io(CALL, &c, sendbuf, recvbuf, recvcount, datatype)?;
         let r = match &io.send {
@@ -1079,7 +1046,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let (mut io, counts) = reduce_scatter_io(CALL, &c, sendbuf, recvbuf, recvcounts, datatype)?;
         match &io.send {
@@ -1088,7 +1055,7 @@ mpi_fn! {
         }
     }
     fn Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let (mut io, counts) = reduce_scatter_io(CALL, &c, sendbuf, recvbuf, recvcounts, datatype)?;
         let r = match &io.send {
@@ -1098,7 +1065,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
         match &io.send {
@@ -1107,7 +1074,7 @@ mpi_fn! {
         }
     }
     fn Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
         let r = match &io.send {
@@ -1117,7 +1084,7 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
         match &io.send {
@@ -1126,7 +1093,7 @@ mpi_fn! {
         }
     }
     fn Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let o = op_for(CALL, op, datatype)?;
         let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
         let r = match &io.send {
@@ -1137,10 +1104,10 @@ mpi_fn! {
     }
     fn Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut MPI_Op) {
         let Some(f) = user_fn else {
-            return Err(handles::err(ErrorClass::Arg, CALL, "user_fn is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "user_fn is NULL"));
         };
         if op.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "op is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "op is NULL"));
         }
         let h = encode(Kind::Op, state().ops.insert(OpObj { f, commutative: commute != 0 }));
         ptr::write(CALL, "op", op, h)
@@ -1148,19 +1115,19 @@ mpi_fn! {
     fn Op_free(op: *mut MPI_Op) {
         let h = ptr::read(CALL, "op", op)?;
         let Some(i) = decode(Kind::Op, h) else {
-            return Err(handles::err(ErrorClass::Op, CALL, format!("op = {h:#x} is not a user-defined operation (predefined operations cannot be freed)")));
+            return Err(err(ErrorClass::Op, CALL, format!("op = {h:#x} is not a user-defined operation (predefined operations cannot be freed)")));
         };
         if state().ops.remove(i).is_none() {
-            return Err(handles::err(ErrorClass::Op, CALL, format!("op = {h:#x} is not a valid operation")));
+            return Err(err(ErrorClass::Op, CALL, format!("op = {h:#x} is not a valid operation")));
         }
         ptr::write(CALL, "op", op, MPI_OP_NULL)
     }
     fn Op_commutative(op: MPI_Op, commute: *mut c_int) {
-        let c = match handles::user_op(op) {
+        let c = match resolve::user_op(op) {
             Some(o) => o.commutative,
             None => {
                 // Predefined: every one is commutative.
-                handles::op(CALL, op, MPI_BYTE, &*handles::dtype(CALL, MPI_BYTE)?)?;
+                resolve::op(CALL, op, MPI_BYTE, &*resolve::dtype(CALL, MPI_BYTE)?)?;
                 true
             }
         };

@@ -2,9 +2,12 @@
 //! through their keyvals' copy callbacks, the error handler and the
 //! topology with them), splitting, creating from groups (`MPI_Comm_create`
 //! over the whole parent, `MPI_Comm_create_group` over the group only),
-//! freeing (attributes deleted first), comparing, names, info hints, the
-//! intercommunicator queries (gmpi has no intercommunicators), and every
-//! group constructor and query. Attributes themselves are in `attrs.rs`.
+//! freeing (attributes deleted first), comparing, names, info hints,
+//! intercommunicators (`MPI_Intercomm_create`, `_merge`, and
+//! `MPI_Intercomm_create_from_groups`, whose errors go to the handler it is
+//! given) and their queries, and every group constructor and query.
+//! Attributes themselves are in `attrs.rs` (entry points) and `cache.rs`
+//! (the copying and deleting that dup and free run).
 //!
 //! Every new communicator inherits its parent's error handler; only
 //! `MPI_Comm_dup` (and `idup`, `dup_with_info`) copy attributes and the
@@ -14,15 +17,13 @@ use std::ffi::{c_char, c_int};
 
 use gmpi::{Communicator, Comparison, Error, ErrorClass, Group};
 
-use crate::attrs;
-use crate::handles::{self, *};
+use crate::abi::*;
+use crate::cache;
+use crate::errors;
+use crate::frame;
 use crate::ptr;
-
-/// Delete every attribute of `comm` (calling the delete callbacks, in the
-/// reverse of the order they were set).
-pub fn delete_all_attrs(comm: MPI_Comm) -> Result<(), Error> {
-    attrs::delete_comm_attrs("MPI_Finalize", comm)
-}
+use crate::resolve;
+use crate::tables::*;
 
 /// The value of a comparison result in the MPICH ABI.
 fn cmp_value(c: Comparison) -> c_int {
@@ -36,7 +37,7 @@ fn cmp_value(c: Comparison) -> c_int {
 
 /// Register `c`, made from `parent`: it inherits the parent's error handler.
 fn register_child(parent: MPI_Comm, c: Communicator) -> MPI_Comm {
-    let errh = crate::errors::errhandler_of(parent);
+    let errh = errors::errhandler_of(parent);
     let mut o = CommObj::new(c, String::new());
     o.errh = errh;
     new_comm(o)
@@ -51,13 +52,13 @@ fn register_opt(parent: MPI_Comm, c: Option<Communicator>) -> MPI_Comm {
 /// process of a gmpi job is in it); `stringtag` is hashed into the tag that
 /// tells concurrent calls apart. The new communicator gets `errhandler`.
 #[allow(clippy::too_many_arguments)]
-pub fn intercomm_from_groups(
+fn intercomm_from_groups(
     call: &str,
     local_group: MPI_Group,
     local_leader: c_int,
     remote_group: MPI_Group,
     remote_leader: c_int,
-    stringtag: *const std::ffi::c_char,
+    stringtag: *const c_char,
     info: MPI_Info,
     errhandler: MPI_Errhandler,
     newintercomm: *mut MPI_Comm,
@@ -68,13 +69,13 @@ pub fn intercomm_from_groups(
     if info != MPI_INFO_NULL {
         info_entries(call, info)?;
     }
-    crate::env::check_errhandler(call, errhandler)?;
+    errors::check_errhandler(call, errhandler)?;
     need(call, "newintercomm", newintercomm)?;
     // FNV-1a of the string tag, as a non-negative MPI tag.
     let h = tag.bytes().fold(0x811c_9dc5u32, |h, b| {
         (h ^ b as u32).wrapping_mul(0x0100_0193)
     });
-    let world = handles::comm(call, MPI_COMM_WORLD)?;
+    let world = resolve::comm(call, MPI_COMM_WORLD)?;
     let n = world.intercomm_from_groups(
         &lg,
         local_leader,
@@ -89,17 +90,13 @@ pub fn intercomm_from_groups(
 
 /// `MPI_ERR_COMM` for a call that needs an intercommunicator.
 fn not_inter(call: &str) -> Error {
-    handles::err(ErrorClass::Comm, call, "comm is not an intercommunicator")
+    err(ErrorClass::Comm, call, "comm is not an intercommunicator")
 }
 
 /// Fail if an out-parameter is NULL (checked before a collective starts).
 fn need<T>(call: &str, what: &str, p: *mut T) -> Result<(), Error> {
     if p.is_null() {
-        Err(handles::err(
-            ErrorClass::Arg,
-            call,
-            format!("{what} is NULL"),
-        ))
+        Err(err(ErrorClass::Arg, call, format!("{what} is NULL")))
     } else {
         Ok(())
     }
@@ -113,7 +110,7 @@ fn info_entries(call: &str, info: MPI_Info) -> Result<Vec<(String, String)>, Err
     decode(Kind::Info, info)
         .and_then(|i| state().infos.get(i).map(|o| o.entries.clone()))
         .ok_or_else(|| {
-            handles::err(
+            err(
                 ErrorClass::Info,
                 call,
                 format!("info = {info:#x} is not a valid info object"),
@@ -133,16 +130,16 @@ fn drop_comm(h: MPI_Comm, c: &Communicator) {
 /// attributes (through their copy callbacks), error handler and topology of
 /// `comm`.
 fn dup(call: &str, comm: MPI_Comm, newcomm: *mut MPI_Comm) -> Result<MPI_Comm, Error> {
-    let c = handles::comm(call, comm)?;
+    let c = resolve::comm(call, comm)?;
     need(call, "newcomm", newcomm)?;
     let d = c.dup()?;
-    let (errh, topo) = with_comm(call, comm, |o| (o.errh, o.topo.clone()))?;
+    let (errh, topo) = resolve::with_comm(call, comm, |o| (o.errh, o.topo.clone()))?;
     let mut o = CommObj::new(d.clone(), String::new());
     o.errh = errh;
     // The copy gets its own private communicator for neighbourhood traffic.
-    o.topo = topo.map(|t| crate::topo::dup_topo(&t, &d)).transpose()?;
+    o.topo = topo.map(|t| t.dup_for(&d)).transpose()?;
     let h = new_comm(o);
-    if let Err(e) = attrs::copy_comm_attrs(call, comm, h) {
+    if let Err(e) = cache::copy_comm_attrs(call, comm, h) {
         drop_comm(h, &d);
         return Err(e);
     }
@@ -154,23 +151,21 @@ fn dup(call: &str, comm: MPI_Comm, newcomm: *mut MPI_Comm) -> Result<MPI_Comm, E
 /// `MPI_UNDEFINED` (or a hardware type gmpi cannot honour), `Some(strict)`
 /// for the node split, `strict` if the result must be a strict subset.
 fn split_kind(call: &str, split_type: c_int, info: MPI_Info) -> Result<Option<bool>, Error> {
-    const HW_GUIDED: c_int = 2;
-    const HW_UNGUIDED: c_int = 3;
     let entries = info_entries(call, info)?;
     Ok(match split_type {
         MPI_UNDEFINED => None,
         MPI_COMM_TYPE_SHARED => Some(false),
         // MPI-4 §7.4.2: "mpi_shared_memory" must give the SHARED split; any
         // other or no resource type gives MPI_COMM_NULL.
-        HW_GUIDED => entries
+        MPI_COMM_TYPE_HW_GUIDED => entries
             .iter()
             .any(|(k, v)| k == "mpi_hw_resource_type" && v == "mpi_shared_memory")
             .then_some(false),
         // A hardware level strictly below the parent: the node, unless the
         // parent fits on one node (then MPI_COMM_NULL).
-        HW_UNGUIDED => Some(true),
+        MPI_COMM_TYPE_HW_UNGUIDED => Some(true),
         t => {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Arg,
                 call,
                 format!(
@@ -185,14 +180,14 @@ fn split_kind(call: &str, split_type: c_int, info: MPI_Info) -> Result<Option<bo
 /// The group `h`, with an error naming the argument `what`.
 fn grp(call: &str, what: &str, h: MPI_Group) -> Result<Group, Error> {
     if h == MPI_GROUP_NULL {
-        return Err(handles::err(
+        return Err(err(
             ErrorClass::Group,
             call,
             format!("{what} is MPI_GROUP_NULL"),
         ));
     }
-    handles::group(call, h).map_err(|_| {
-        handles::err(
+    resolve::group(call, h).map_err(|_| {
+        err(
             ErrorClass::Group,
             call,
             format!("{what} = {h:#x} is not a valid group"),
@@ -227,7 +222,7 @@ fn expand_ranges(
     for (i, &[first, last, stride]) in tri.iter().enumerate() {
         for (j, v) in [(0, first), (1, last)] {
             if !(0..size).contains(&v) {
-                return Err(handles::err(
+                return Err(err(
                     ErrorClass::Rank,
                     call,
                     format!("ranges[{i}][{j}] = {v} is not a rank of the group (size {size})"),
@@ -235,14 +230,14 @@ fn expand_ranges(
             }
         }
         if stride == 0 {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Arg,
                 call,
                 format!("ranges[{i}] has stride 0"),
             ));
         }
         if (stride > 0 && first > last) || (stride < 0 && first < last) {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Arg,
                 call,
                 format!(
@@ -253,7 +248,7 @@ fn expand_ranges(
         let mut r = first as i64;
         while (stride > 0 && r <= last as i64) || (stride < 0 && r >= last as i64) {
             if std::mem::replace(&mut seen[r as usize], true) {
-                return Err(handles::err(
+                return Err(err(
                     ErrorClass::Rank,
                     call,
                     format!("rank {r} (from ranges[{i}]) appears more than once"),
@@ -268,18 +263,18 @@ fn expand_ranges(
 
 mpi_fn! {
     fn Comm_rank(comm: MPI_Comm, rank: *mut c_int) fast {
-        let c = handles::fast_comm(comm);
-        c.map(|c| crate::errors::fast(CALL, comm, || ptr::write(CALL, "rank", rank, c.rank())))
+        let c = resolve::fast_comm(comm);
+        c.map(|c| frame::fast(CALL, comm, || ptr::write(CALL, "rank", rank, c.rank())))
     } {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         ptr::write(CALL, "rank", rank, c.rank())
     }
 
     fn Comm_size(comm: MPI_Comm, size: *mut c_int) fast {
-        let c = handles::fast_comm(comm);
-        c.map(|c| crate::errors::fast(CALL, comm, || ptr::write(CALL, "size", size, c.size())))
+        let c = resolve::fast_comm(comm);
+        c.map(|c| frame::fast(CALL, comm, || ptr::write(CALL, "size", size, c.size())))
     } {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         ptr::write(CALL, "size", size, c.size())
     }
 
@@ -288,38 +283,38 @@ mpi_fn! {
     }
 
     fn Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         info_entries(CALL, info)?;
         dup(CALL, comm, newcomm).map(|_| ())
     }
 
     fn Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         need(CALL, "request", request)?;
         dup(CALL, comm, newcomm)?;
-        ptr::write(CALL, "request", request, crate::p2p::register_done(comm, MPI_Status::empty()))
+        ptr::write(CALL, "request", request, new_done_request(comm, MPI_Status::empty()))
     }
 
     fn Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         info_entries(CALL, info)?;
         need(CALL, "request", request)?;
         dup(CALL, comm, newcomm)?;
-        ptr::write(CALL, "request", request, crate::p2p::register_done(comm, MPI_Status::empty()))
+        ptr::write(CALL, "request", request, new_done_request(comm, MPI_Status::empty()))
     }
 
     fn Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         need(CALL, "newcomm", newcomm)?;
         if color < 0 && color != MPI_UNDEFINED {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("color = {color} is negative (and not MPI_UNDEFINED)")));
+            return Err(err(ErrorClass::Arg, CALL, format!("color = {color} is negative (and not MPI_UNDEFINED)")));
         }
         let n = c.split(color, key)?;
         ptr::write(CALL, "newcomm", newcomm, register_opt(comm, n))
     }
 
     fn Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         need(CALL, "newcomm", newcomm)?;
         let kind = split_kind(CALL, split_type, info)?;
         let mut n = c.split_shared_opt(key, kind.is_some())?;
@@ -333,7 +328,7 @@ mpi_fn! {
     }
 
     fn Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let g = grp(CALL, "group", group)?;
         need(CALL, "newcomm", newcomm)?;
         let n = c.create(&g)?;
@@ -341,7 +336,7 @@ mpi_fn! {
     }
 
     fn Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let g = grp(CALL, "group", group)?;
         need(CALL, "newcomm", newcomm)?;
         let n = c.create_group(&g, tag)?;
@@ -350,37 +345,37 @@ mpi_fn! {
 
     fn Comm_free(comm: *mut MPI_Comm) {
         let h = ptr::read(CALL, "comm", comm)?;
-        let c = handles::comm(CALL, h)?;
+        let c = resolve::comm(CALL, h)?;
         if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
             let name = if h == MPI_COMM_WORLD { "MPI_COMM_WORLD" } else { "MPI_COMM_SELF" };
-            return Err(handles::err(ErrorClass::Comm, CALL, format!("{name} cannot be freed")));
+            return Err(err(ErrorClass::Comm, CALL, format!("{name} cannot be freed")));
         }
-        attrs::delete_comm_attrs(CALL, h)?;
+        cache::delete_comm_attrs(CALL, h)?;
         c.free()?;
         let obj = decode(Kind::Comm, h).and_then(|i| state().comms.remove(i));
         if let Some(o) = obj {
-            crate::topo::on_comm_free(&o);
+            o.free_topo();
         }
         // The freed handle has no error handler any more.
-        handles::set_target(MPI_COMM_WORLD);
+        errors::set_target(MPI_COMM_WORLD);
         ptr::write(CALL, "comm", comm, MPI_COMM_NULL)
     }
 
     fn Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) {
-        let a = handles::comm(CALL, comm1)?;
-        let b = handles::comm(CALL, comm2)?;
+        let a = resolve::comm(CALL, comm1)?;
+        let b = resolve::comm(CALL, comm2)?;
         let r = if comm1 == comm2 { MPI_IDENT } else { cmp_value(a.compare(&b)) };
         ptr::write(CALL, "result", result, r)
     }
 
     fn Comm_group(comm: MPI_Comm, group: *mut MPI_Group) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         need(CALL, "group", group)?;
         ptr::write(CALL, "group", group, new_group(c.group()))
     }
 
     fn Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         let mut s = ptr::cstr(CALL, "comm_name", comm_name)?;
         // Names longer than MPI_MAX_OBJECT_NAME - 1 are cut (MPI-4 §7.8).
         let mut n = s.len().min(MPI_MAX_OBJECT_NAME - 1);
@@ -388,22 +383,22 @@ mpi_fn! {
             n -= 1;
         }
         s.truncate(n);
-        with_comm(CALL, comm, |o| o.name = s)
+        resolve::with_comm(CALL, comm, |o| o.name = s)
     }
 
     fn Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) {
-        handles::comm(CALL, comm)?;
-        let name = with_comm(CALL, comm, |o| o.name.clone())?;
+        resolve::comm(CALL, comm)?;
+        let name = resolve::with_comm(CALL, comm, |o| o.name.clone())?;
         ptr::write_cstr(CALL, "comm_name", comm_name, MPI_MAX_OBJECT_NAME, &name, resultlen)
     }
 
     fn Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         ptr::write(CALL, "flag", flag, c_int::from(c.is_inter()))
     }
 
     fn Comm_remote_size(comm: MPI_Comm, size: *mut c_int) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         match c.remote_size() {
             Some(n) => ptr::write(CALL, "size", size, n),
             None => Err(not_inter(CALL)),
@@ -411,7 +406,7 @@ mpi_fn! {
     }
 
     fn Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         need(CALL, "group", group)?;
         match c.remote_group() {
             Some(g) => ptr::write(CALL, "group", group, new_group(g)),
@@ -420,12 +415,12 @@ mpi_fn! {
     }
 
     fn Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) {
-        let c = handles::comm(CALL, local_comm)?;
+        let c = resolve::comm(CALL, local_comm)?;
         need(CALL, "newintercomm", newintercomm)?;
         // peer_comm matters at the local leader only.
         let peer = if c.rank() == local_leader {
-            let p = handles::comm(CALL, peer_comm)?;
-            handles::comm(CALL, local_comm)?;
+            let p = resolve::comm(CALL, peer_comm)?;
+            resolve::comm(CALL, local_comm)?;
             Some(p)
         } else {
             None
@@ -435,7 +430,7 @@ mpi_fn! {
     }
 
     fn Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) {
-        let c = handles::comm(CALL, intercomm)?;
+        let c = resolve::comm(CALL, intercomm)?;
         need(CALL, "newintracomm", newintracomm)?;
         let n = c.merge(high != 0)?;
         ptr::write(CALL, "newintracomm", newintracomm, register_child(intercomm, n))
@@ -447,15 +442,15 @@ mpi_fn! {
     }
 
     fn Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         need(CALL, "info_used", info_used)?;
         // gmpi acts on no communicator hint: the hints in use are none.
-        let h = encode(Kind::Info, state().infos.insert(crate::info::InfoObj::default()));
+        let h = new_info(InfoObj::default());
         ptr::write(CALL, "info_used", info_used, h)
     }
 
-    fn Comm_set_info(comm: MPI_Comm, info: MPI_Info) {
-        handles::comm(CALL, comm)?;
+    safe fn Comm_set_info(comm: MPI_Comm, info: MPI_Info) {
+        resolve::comm(CALL, comm)?;
         info_entries(CALL, info).map(|_| ())
     }
 
@@ -541,6 +536,14 @@ mpi_fn! {
             }
         }
         ptr::write(CALL, "group", group, MPI_GROUP_NULL)
+    }
+}
+
+direct_fn! {
+    // Its errors go to the error handler it is given, not to a
+    // communicator's.
+    fn Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) {
+        frame::with_errhandler(CALL, errhandler, || intercomm_from_groups(CALL, local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm))
     }
 }
 

@@ -9,9 +9,11 @@ use std::sync::OnceLock;
 
 use gmpi::{ErrorClass, Universe};
 
-use crate::errors::{self, PHASE};
-use crate::handles::{self, *};
+use crate::abi::*;
+use crate::errors;
 use crate::ptr;
+use crate::resolve;
+use crate::tables::*;
 
 thread_local! {
     /// The runtime's universe, on the thread that called `MPI_Init` (never
@@ -33,15 +35,9 @@ pub const LIBRARY_VERSION: &str = concat!(
 fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
     match PHASE.load(Ordering::Acquire) {
         0 => {}
-        1 => {
-            return Err(handles::err(
-                ErrorClass::Other,
-                call,
-                "MPI is already initialized",
-            ))
-        }
+        1 => return Err(err(ErrorClass::Other, call, "MPI is already initialized")),
         _ => {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Other,
                 call,
                 "MPI cannot be initialized again after MPI_Finalize",
@@ -70,7 +66,7 @@ fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
     // The runtime is funneled: calls come from the thread that initialized.
     let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED);
     let _ = THREAD_LEVEL.set(provided);
-    handles::init_fast_types();
+    resolve::init_fast_types();
     PHASE.store(1, Ordering::Release);
     Ok(provided)
 }
@@ -82,24 +78,24 @@ mpi_fn! {
 
     noinit fn Init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) {
         if !(MPI_THREAD_SINGLE..=MPI_THREAD_MULTIPLE).contains(&required) {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("required = {required} is not a thread level")));
+            return Err(err(ErrorClass::Arg, CALL, format!("required = {required} is not a thread level")));
         }
         let p = init(CALL, required)?;
         ptr::write(CALL, "provided", provided, p)
     }
 
-    fn Finalize() {
+    safe fn Finalize() {
         if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
-            return Err(handles::err(ErrorClass::Other, CALL, "MPI_Finalize must be called by the thread that called MPI_Init"));
+            return Err(err(ErrorClass::Other, CALL, "MPI_Finalize must be called by the thread that called MPI_Init"));
         }
         // Attributes on MPI_COMM_SELF are deleted first (the standard's hook
         // for actions at finalize), then requests the user freed while
         // active are completed.
-        crate::comm::delete_all_attrs(MPI_COMM_SELF)?;
-        crate::p2p::finish_detached()?;
+        crate::cache::delete_comm_attrs(CALL, MPI_COMM_SELF)?;
+        finish_detached()?;
         let u = UNIVERSE.with(|u| u.borrow_mut().take());
         let Some(u) = u else {
-            return Err(handles::err(ErrorClass::Other, CALL, "MPI is not initialized"));
+            return Err(err(ErrorClass::Other, CALL, "MPI is not initialized"));
         };
         let r = ManuallyDrop::into_inner(u).finalize();
         PHASE.store(2, Ordering::Release);
@@ -107,15 +103,15 @@ mpi_fn! {
     }
 
     noinit fn Initialized(flag: *mut c_int) {
-        ptr::write(CALL, "flag", flag, errors::initialized() as c_int)
+        ptr::write(CALL, "flag", flag, initialized() as c_int)
     }
 
     noinit fn Finalized(flag: *mut c_int) {
-        ptr::write(CALL, "flag", flag, errors::finalized() as c_int)
+        ptr::write(CALL, "flag", flag, finalized() as c_int)
     }
 
-    fn Abort(comm: MPI_Comm, errorcode: c_int) {
-        let rank = handles::world_rank();
+    safe fn Abort(comm: MPI_Comm, errorcode: c_int) {
+        let rank = world_rank();
         let name = if comm == MPI_COMM_WORLD { "MPI_COMM_WORLD".to_string() } else { format!("communicator {comm:#x}") };
         gmpi::abort(errorcode, &format!("MPI_Abort({name}, {errorcode}) called on rank {rank}"))
     }
@@ -147,14 +143,14 @@ mpi_fn! {
 
     noinit fn Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) {
         let Some(s) = errors::string_of(errorcode) else {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
+            return Err(err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
         };
         ptr::write_cstr(CALL, "string", string, MPI_MAX_ERROR_STRING, &s, resultlen)
     }
 
     noinit fn Error_class(errorcode: c_int, errorclass: *mut c_int) {
         let Some(c) = errors::class_of(errorcode) else {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
+            return Err(err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
         };
         ptr::write(CALL, "errorclass", errorclass, c)
     }
@@ -165,7 +161,7 @@ mpi_fn! {
 
     fn Add_error_code(errorclass: c_int, errorcode: *mut c_int) {
         let Some(c) = errors::add_code(errorclass) else {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorclass = {errorclass} is not an error class")));
+            return Err(err(ErrorClass::Arg, CALL, format!("errorclass = {errorclass} is not an error class")));
         };
         ptr::write(CALL, "errorcode", errorcode, c)
     }
@@ -173,37 +169,37 @@ mpi_fn! {
     fn Add_error_string(errorcode: c_int, string: *const c_char) {
         let s = ptr::cstr(CALL, "string", string)?;
         if s.len() >= MPI_MAX_ERROR_STRING {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("string is {} bytes (MPI_MAX_ERROR_STRING is {MPI_MAX_ERROR_STRING})", s.len())));
+            return Err(err(ErrorClass::Arg, CALL, format!("string is {} bytes (MPI_MAX_ERROR_STRING is {MPI_MAX_ERROR_STRING})", s.len())));
         }
         if errorcode <= 0 || !errors::set_string(errorcode, s) {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not a user error code or class")));
+            return Err(err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not a user error code or class")));
         }
         Ok(())
     }
 
     fn Comm_create_errhandler(function: Option<CommErrFn>, errhandler: *mut MPI_Errhandler) {
         let Some(f) = function else {
-            return Err(handles::err(ErrorClass::Arg, CALL, "function is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "function is NULL"));
         };
         let h = encode(Kind::Errhandler, state().errhs.insert(ErrhObj { f }));
         ptr::write(CALL, "errhandler", errhandler, h)
     }
 
-    fn Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) {
-        handles::comm(CALL, comm)?;
-        check_errhandler(CALL, errhandler)?;
-        with_comm(CALL, comm, |o| o.errh = errhandler)
+    safe fn Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) {
+        resolve::comm(CALL, comm)?;
+        errors::check_errhandler(CALL, errhandler)?;
+        resolve::with_comm(CALL, comm, |o| o.errh = errhandler)
     }
 
     fn Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) {
-        handles::comm(CALL, comm)?;
-        let e = with_comm(CALL, comm, |o| o.errh)?;
+        resolve::comm(CALL, comm)?;
+        let e = resolve::with_comm(CALL, comm, |o| o.errh)?;
         ptr::write(CALL, "errhandler", errhandler, e)
     }
 
     fn Errhandler_free(errhandler: *mut MPI_Errhandler) {
         let h = ptr::read(CALL, "errhandler", errhandler)?;
-        check_errhandler(CALL, h)?;
+        errors::check_errhandler(CALL, h)?;
         if let Some(i) = decode(Kind::Errhandler, h) {
             // Communicators that still use it keep calling it: free the slot
             // only once none does.
@@ -216,16 +212,16 @@ mpi_fn! {
         ptr::write(CALL, "errhandler", errhandler, MPI_ERRHANDLER_NULL)
     }
 
-    fn Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) {
-        handles::comm(CALL, comm)?;
+    safe fn Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) {
+        resolve::comm(CALL, comm)?;
         let msg = errors::string_of(errorcode).unwrap_or_else(|| format!("error code {errorcode}"));
-        errors::invoke(comm, errorcode, &format!("MPI_Comm_call_errhandler: {msg} (on rank {})", handles::world_rank()));
+        errors::invoke(comm, errorcode, &format!("MPI_Comm_call_errhandler: {msg} (on rank {})", world_rank()));
         Ok(())
     }
 
     fn Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) {
-        let n = usize::try_from(size).map_err(|_| handles::err(ErrorClass::Arg, CALL, format!("size = {size} is negative")))?;
-        let p = ptr::alloc(n).ok_or_else(|| handles::err(ErrorClass::NoMem, CALL, format!("cannot allocate {n} bytes")))?;
+        let n = usize::try_from(size).map_err(|_| err(ErrorClass::Arg, CALL, format!("size = {size} is negative")))?;
+        let p = ptr::alloc(n).ok_or_else(|| err(ErrorClass::NoMem, CALL, format!("cannot allocate {n} bytes")))?;
         ptr::write(CALL, "baseptr", baseptr.cast::<*mut c_void>(), p)
     }
 
@@ -238,25 +234,8 @@ mpi_fn! {
         ptr::write(CALL, "address", address, ptr::addr_of(location))
     }
 
-    fn Pcontrol(_level: c_int) {
+    safe fn Pcontrol(_level: c_int) {
         Ok(())
-    }
-}
-
-/// Check that `h` names an error handler.
-pub(crate) fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), gmpi::Error> {
-    let ok = matches!(
-        h,
-        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT
-    ) || decode(Kind::Errhandler, h).is_some_and(|i| state().errhs.get(i).is_some());
-    if ok {
-        Ok(())
-    } else {
-        Err(handles::err(
-            ErrorClass::Arg,
-            call,
-            format!("errhandler = {h:#x} is not a valid error handler"),
-        ))
     }
 }
 

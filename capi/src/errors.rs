@@ -1,168 +1,46 @@
-//! The frame of every entry point, error handlers, and error codes.
-//!
-//! [`mpi_fn!`] defines each `PMPI_X` and its `MPI_X` (a plain forwarder, so a
-//! profiling library that defines `MPI_X` and calls `PMPI_X` interposes
-//! cleanly). The body runs inside [`entry`], which catches panics, checks
-//! initialisation, and routes an error to the error handler of the
-//! communicator the call named (the look-up of a communicator handle records
-//! it; calls without one use `MPI_COMM_WORLD`'s).
+//! Layer 3 of the C ABI: error codes, error strings and error handlers.
 //!
 //! Error codes are the error classes themselves (as Open MPI returns them),
 //! so `rc == MPI_ERR_TRUNCATE` works as well as `MPI_Error_class`;
 //! `MPI_Error_string` gives the message of the latest error of that class on
-//! this process, which names the call, the argument and the rank.
+//! this process, which names the call, the argument and the rank. The
+//! numbers come from [`crate::abi`] ([`class_code`]); this module keeps the
+//! messages, the user's classes, codes and strings, and dispatches an error
+//! to the handler of the communicator the current call named (its
+//! "target": the look-up of a communicator handle records it, calls without
+//! one use `MPI_COMM_WORLD`'s).
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Error, ErrorClass};
 
-use crate::handles::{
-    self, state, MPI_Comm, MPI_Errhandler, MPI_ERRORS_ABORT, MPI_ERRORS_ARE_FATAL,
-    MPI_ERRORS_RETURN, MPI_SUCCESS,
-};
+use crate::abi::*;
+use crate::ptr;
+use crate::tables::{comm_slot, err, state};
 
-/// Define C entry points: `PMPI_X` runs the body in [`entry`]; `MPI_X`
-/// forwards to it. `noinit fn` marks the calls valid before `MPI_Init` or
-/// after `MPI_Finalize`. `fn X(args) fast { hot } { body }` first evaluates
-/// `hot`, an `Option<c_int>`: `Some(code)` when it handled the call (through
-/// [`fast`]), `None`, having done nothing, to run `body` as usual — so every
-/// argument the hot path does not recognise as valid gets the full checks.
-macro_rules! mpi_fn {
-    () => {};
-    ($(#[$m:meta])* noinit fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
-        mpi_fn!(@def false, $(#[$m])* $name($($a: $t),*) $body);
-        mpi_fn!($($rest)*);
-    };
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) fast $fast:block $body:block $($rest:tt)*) => {
-        mpi_fn!(@fast $(#[$m])* $name($($a: $t),*) $fast $body);
-        mpi_fn!($($rest)*);
-    };
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
-        mpi_fn!(@def true, $(#[$m])* $name($($a: $t),*) $body);
-        mpi_fn!($($rest)*);
-    };
-    (@def $init:expr, $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $body:block) => {
-        paste::paste! {
-            $(#[$m])*
-            #[no_mangle]
-            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
-                #[allow(dead_code)]
-                const CALL: &str = concat!("MPI_", stringify!($name));
-                $crate::errors::entry(CALL, $init, #[allow(unused_mut)] || -> Result<(), gmpi::Error> { $body })
-            }
-            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
-            #[no_mangle]
-            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
-                [<PMPI_ $name>]($($a),*)
-            }
-        }
-    };
-    (@fast $(#[$m:meta])* $name:ident($($a:ident: $t:ty),*) $fast:block $body:block) => {
-        paste::paste! {
-            $(#[$m])*
-            #[no_mangle]
-            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
-                #[allow(dead_code)]
-                const CALL: &str = concat!("MPI_", stringify!($name));
-                #[cold]
-                #[inline(never)]
-                fn slow($($a: $t),*) -> std::ffi::c_int {
-                    $crate::errors::entry(CALL, true, #[allow(unused_mut)] || -> Result<(), gmpi::Error> { $body })
-                }
-                let fast: Option<std::ffi::c_int> = $fast;
-                match fast {
-                    Some(rc) => rc,
-                    None => slow($($a),*),
-                }
-            }
-            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
-            #[no_mangle]
-            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
-                [<PMPI_ $name>]($($a),*)
-            }
-        }
-    };
-}
+// ---- the error handler target of the current call ----
 
-/// 0: not initialized, 1: running, 2: finalized.
-pub static PHASE: AtomicU8 = AtomicU8::new(0);
+/// The communicator whose error handler the current call uses. A plain
+/// global, not a thread-local (a thread-local in a shared library costs a
+/// `__tls_get_addr` call on every MPI call): gmpi is `MPI_THREAD_FUNNELED`,
+/// so one thread makes MPI calls at a time.
+static TARGET: AtomicI32 = AtomicI32::new(MPI_COMM_WORLD);
 
-pub fn initialized() -> bool {
-    PHASE.load(Ordering::Acquire) >= 1
-}
-
-pub fn finalized() -> bool {
-    PHASE.load(Ordering::Acquire) == 2
-}
-
-/// Whether MPI is initialized and not finalized (the state every call but
-/// the `noinit` ones needs).
+/// Errors of the current call go to `comm`'s error handler.
 #[inline]
-pub fn running() -> bool {
-    PHASE.load(Ordering::Acquire) == 1
+pub fn set_target(comm: MPI_Comm) {
+    TARGET.store(comm, Ordering::Relaxed);
 }
 
-/// Run the hot path `f` of entry point `call`, whose arguments the caller
-/// has found to be what the hot path handles (MPI running, the predefined
-/// communicator `comm`, a predefined datatype, …): as [`entry`], with
-/// errors raised on `comm` directly.
-#[inline(always)]
-pub fn fast(call: &'static str, comm: MPI_Comm, f: impl FnOnce() -> Result<(), Error>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => MPI_SUCCESS,
-        Ok(Err(e)) => raise(comm, e),
-        Err(p) => raise(comm, panic_error(call, p)),
-    }
+/// The communicator whose error handler the current call uses.
+pub fn target() -> MPI_Comm {
+    TARGET.load(Ordering::Relaxed)
 }
 
-/// The error of a panic caught in `call`.
-#[cold]
-#[inline(never)]
-fn panic_error(call: &str, p: Box<dyn std::any::Any + Send>) -> Error {
-    let what = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into());
-    handles::err(ErrorClass::Intern, call, format!("internal error: {what}"))
-}
-
-/// Run the body of entry point `call`; its MPI return code.
-pub fn entry(call: &'static str, need_init: bool, f: impl FnOnce() -> Result<(), Error>) -> c_int {
-    handles::set_target(handles::MPI_COMM_WORLD);
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        if need_init {
-            match PHASE.load(Ordering::Acquire) {
-                1 => {}
-                0 => {
-                    return Err(handles::err(
-                        ErrorClass::Other,
-                        call,
-                        "MPI is not initialized (call MPI_Init first)",
-                    ))
-                }
-                _ => {
-                    return Err(handles::err(
-                        ErrorClass::Other,
-                        call,
-                        "MPI has been finalized",
-                    ))
-                }
-            }
-        }
-        f()
-    }));
-    let e = match r {
-        Ok(Ok(())) => return MPI_SUCCESS,
-        Ok(Err(e)) => e,
-        Err(p) => panic_error(call, p),
-    };
-    raise(handles::target(), e)
-}
+// ---- codes and strings ----
 
 /// Messages of the latest error of each class, user error strings, and
 /// user-added classes and codes.
@@ -188,14 +66,10 @@ fn codes() -> std::sync::MutexGuard<'static, Codes> {
     CODES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// User classes start above every MPICH class; user codes above those.
-const FIRST_USER_CLASS: c_int = 0x80;
-const FIRST_USER_CODE: c_int = 0x1000;
-
 /// The code of error `e` (its class), with the message kept for
 /// `MPI_Error_string`.
 pub fn code_of(e: &Error) -> c_int {
-    let c = e.class().code();
+    let c = class_code(e.class());
     codes().last.insert(c, e.message().to_string());
     c
 }
@@ -216,11 +90,9 @@ pub fn invoke(comm: MPI_Comm, code: c_int, msg: &str) -> c_int {
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => {
             gmpi::abort(if code == 0 { 1 } else { code }, msg)
         }
-        h => match handles::decode(handles::Kind::Errhandler, h)
-            .and_then(|i| state().errhs.get(i).copied())
-        {
+        h => match decode(Kind::Errhandler, h).and_then(|i| state().errhs.get(i).copied()) {
             Some(o) => {
-                crate::ptr::call_errhandler(o.f, comm, code);
+                ptr::call_errhandler(o.f, comm, code);
                 code
             }
             None => gmpi::abort(code, msg),
@@ -232,15 +104,35 @@ pub fn invoke(comm: MPI_Comm, code: c_int, msg: &str) -> c_int {
 /// handle is invalid).
 pub fn errhandler_of(comm: MPI_Comm) -> MPI_Errhandler {
     let st = state();
-    handles::comm_slot(comm)
+    comm_slot(comm)
         .and_then(|i| st.comms.get(i))
         .map(|o| o.errh)
         .unwrap_or(MPI_ERRORS_ARE_FATAL)
 }
 
+/// Check that `h` names an error handler.
+pub fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), Error> {
+    let ok = matches!(
+        h,
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT
+    ) || decode(Kind::Errhandler, h).is_some_and(|i| state().errhs.get(i).is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(err(
+            ErrorClass::Arg,
+            call,
+            format!("errhandler = {h:#x} is not a valid error handler"),
+        ))
+    }
+}
+
 /// The class of `code` (`None` if it is not a code gmpi knows).
 pub fn class_of(code: c_int) -> Option<c_int> {
-    if code == MPI_SUCCESS || ErrorClass::from_code(code).is_some() || (1..=77).contains(&code) {
+    if code == MPI_SUCCESS
+        || runtime_class(code).is_some()
+        || (1..=MPI_ERR_VALUE_TOO_LARGE).contains(&code)
+    {
         return Some(code);
     }
     let c = codes();
@@ -261,7 +153,7 @@ pub fn string_of(code: c_int) -> Option<String> {
     }
     drop(c);
     let class = class_of(code)?;
-    Some(match ErrorClass::from_code(class) {
+    Some(match runtime_class(class) {
         Some(k) => format!("{}: {}", k.name(), describe(class)),
         None if class == MPI_SUCCESS => "MPI_SUCCESS: no errors".into(),
         None => format!("error class {class}: {}", describe(class)),
@@ -270,34 +162,34 @@ pub fn string_of(code: c_int) -> Option<String> {
 
 fn describe(class: c_int) -> &'static str {
     match class {
-        1 => "invalid buffer pointer",
-        2 => "invalid count argument",
-        3 => "invalid datatype",
-        4 => "invalid tag",
-        5 => "invalid communicator",
-        6 => "invalid rank",
-        7 => "invalid root",
-        8 => "invalid group",
-        9 => "invalid operation",
-        10 => "invalid topology",
-        11 => "invalid dimension argument",
-        12 => "invalid argument",
-        13 => "unknown error",
-        14 => "message truncated",
-        15 => "other error",
-        16 => "internal error",
-        17 => "error code is in status",
-        18 => "pending request",
-        19 => "invalid request",
-        28 => "invalid info object",
-        29 => "invalid info key",
-        30 => "invalid info value",
-        31 => "info key not defined",
-        34 => "out of memory",
-        44 => "operation not supported by gmpi",
-        45 => "invalid window",
-        48 => "invalid attribute key",
-        101 => "a process failed",
+        MPI_ERR_BUFFER => "invalid buffer pointer",
+        MPI_ERR_COUNT => "invalid count argument",
+        MPI_ERR_TYPE => "invalid datatype",
+        MPI_ERR_TAG => "invalid tag",
+        MPI_ERR_COMM => "invalid communicator",
+        MPI_ERR_RANK => "invalid rank",
+        MPI_ERR_ROOT => "invalid root",
+        MPI_ERR_GROUP => "invalid group",
+        MPI_ERR_OP => "invalid operation",
+        MPI_ERR_TOPOLOGY => "invalid topology",
+        MPI_ERR_DIMS => "invalid dimension argument",
+        MPI_ERR_ARG => "invalid argument",
+        MPI_ERR_UNKNOWN => "unknown error",
+        MPI_ERR_TRUNCATE => "message truncated",
+        MPI_ERR_OTHER => "other error",
+        MPI_ERR_INTERN => "internal error",
+        MPI_ERR_IN_STATUS => "error code is in status",
+        MPI_ERR_PENDING => "pending request",
+        MPI_ERR_REQUEST => "invalid request",
+        MPI_ERR_INFO => "invalid info object",
+        MPI_ERR_INFO_KEY => "invalid info key",
+        MPI_ERR_INFO_VALUE => "invalid info value",
+        MPI_ERR_INFO_NOKEY => "info key not defined",
+        MPI_ERR_NO_MEM => "out of memory",
+        MPI_ERR_UNSUPPORTED_OPERATION => "operation not supported by gmpi",
+        MPI_ERR_WIN => "invalid window",
+        MPI_ERR_KEYVAL => "invalid attribute key",
+        MPI_ERR_PROC_FAILED => "a process failed",
         _ => "error",
     }
 }

@@ -5,9 +5,10 @@
 //! `_create_env` (MPI-4), and the predefined `MPI_INFO_ENV`, a read-only
 //! object whose contents are those `MPI_Info_create_env` gives.
 //!
-//! A user info object is a slot of `state().infos`, its handle
-//! `encode(Kind::Info, slot)`. Keys keep the order of their first insertion
-//! (`MPI_Info_get_nthkey`); setting a key again replaces its value in place.
+//! A user info object ([`InfoObj`], in `tables/`) is a slot of
+//! `state().infos`, its handle `encode(Kind::Info, slot)`. Keys keep the
+//! order of their first insertion (`MPI_Info_get_nthkey`); setting a key
+//! again replaces its value in place.
 //! As MPI-4 allows, every info call works before `MPI_Init` and after
 //! `MPI_Finalize`.
 
@@ -15,47 +16,11 @@ use std::ffi::{c_char, c_int};
 
 use gmpi::{Error, ErrorClass};
 
-use crate::handles::{
-    self, encode, state, Kind, MPI_Info, MPI_INFO_ENV, MPI_INFO_NULL, MPI_MAX_INFO_KEY,
-    MPI_MAX_INFO_VAL,
+use crate::abi::{
+    decode, Kind, MPI_Info, MPI_INFO_ENV, MPI_INFO_NULL, MPI_MAX_INFO_KEY, MPI_MAX_INFO_VAL,
 };
 use crate::ptr;
-
-/// An info object.
-#[derive(Debug, Default, Clone)]
-pub struct InfoObj {
-    pub entries: Vec<(String, String)>,
-}
-
-impl InfoObj {
-    /// The value of `key`, if set.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Set `key` to `value` (replacing its value if already set).
-    pub fn set(&mut self, key: &str, value: &str) {
-        match self.entries.iter_mut().find(|(k, _)| k == key) {
-            Some(e) => e.1 = value.to_string(),
-            None => self.entries.push((key.to_string(), value.to_string())),
-        }
-    }
-
-    /// Remove `key`; whether it was set.
-    pub fn delete(&mut self, key: &str) -> bool {
-        let n = self.entries.len();
-        self.entries.retain(|(k, _)| k != key);
-        self.entries.len() != n
-    }
-}
-
-/// Register a new info object; its handle.
-pub fn new_info(obj: InfoObj) -> MPI_Info {
-    encode(Kind::Info, state().infos.insert(obj))
-}
+use crate::tables::{err, new_info, state, InfoObj, WORLD};
 
 /// A copy of the info object `h` (`MPI_INFO_ENV` included); `MPI_ERR_INFO`
 /// for `MPI_INFO_NULL` or a handle that names no info object.
@@ -64,19 +29,15 @@ pub fn lookup(call: &str, h: MPI_Info) -> Result<InfoObj, Error> {
         return Ok(env_info(None));
     }
     if h == MPI_INFO_NULL {
-        return Err(handles::err(
-            ErrorClass::Info,
-            call,
-            "info is MPI_INFO_NULL",
-        ));
+        return Err(err(ErrorClass::Info, call, "info is MPI_INFO_NULL"));
     }
-    handles::decode(Kind::Info, h)
+    decode(Kind::Info, h)
         .and_then(|i| state().infos.get(i).cloned())
         .ok_or_else(|| invalid(call, "info", h))
 }
 
 fn invalid(call: &str, what: &str, h: MPI_Info) -> Error {
-    handles::err(
+    err(
         ErrorClass::Info,
         call,
         format!("{what} = {h:#x} is not a valid info object"),
@@ -87,21 +48,17 @@ fn invalid(call: &str, what: &str, h: MPI_Info) -> Error {
 /// read-only).
 fn with_info<R>(call: &str, h: MPI_Info, f: impl FnOnce(&mut InfoObj) -> R) -> Result<R, Error> {
     if h == MPI_INFO_ENV {
-        return Err(handles::err(
+        return Err(err(
             ErrorClass::Info,
             call,
             "info is MPI_INFO_ENV, which is read-only (MPI_Info_dup it to get a copy to modify)",
         ));
     }
     if h == MPI_INFO_NULL {
-        return Err(handles::err(
-            ErrorClass::Info,
-            call,
-            "info is MPI_INFO_NULL",
-        ));
+        return Err(err(ErrorClass::Info, call, "info is MPI_INFO_NULL"));
     }
     let mut st = state();
-    match handles::decode(Kind::Info, h).and_then(|i| st.infos.get_mut(i)) {
+    match decode(Kind::Info, h).and_then(|i| st.infos.get_mut(i)) {
         Some(o) => Ok(f(o)),
         None => Err(invalid(call, "info", h)),
     }
@@ -111,10 +68,10 @@ fn with_info<R>(call: &str, h: MPI_Info, f: impl FnOnce(&mut InfoObj) -> R) -> R
 fn key_arg(call: &str, key: *const c_char) -> Result<String, Error> {
     let k = ptr::cstr(call, "key", key)?;
     if k.is_empty() {
-        return Err(handles::err(ErrorClass::InfoKey, call, "key is empty"));
+        return Err(err(ErrorClass::InfoKey, call, "key is empty"));
     }
     if k.len() > MPI_MAX_INFO_KEY {
-        return Err(handles::err(
+        return Err(err(
             ErrorClass::InfoKey,
             call,
             format!(
@@ -149,7 +106,7 @@ fn env_info(argv: Option<Vec<String>>) -> InfoObj {
             o.set("argv", &rest.join(" "));
         }
     }
-    if let Some(w) = handles::WORLD.get() {
+    if let Some(w) = WORLD.get() {
         o.set("maxprocs", &w.size().to_string());
     }
     o.set("host", &gmpi::processor_name());
@@ -164,14 +121,14 @@ fn env_info(argv: Option<Vec<String>>) -> InfoObj {
 mpi_fn! {
     noinit fn Info_create(info: *mut MPI_Info) {
         if info.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "info is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "info is NULL"));
         }
         ptr::write(CALL, "info", info, new_info(InfoObj::default()))
     }
 
     noinit fn Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) {
         if info.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "info is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "info is NULL"));
         }
         let n = ptr::len(CALL, "argc", argc)?;
         let args = if n > 0 && !argv.is_null() {
@@ -193,12 +150,12 @@ mpi_fn! {
     noinit fn Info_free(info: *mut MPI_Info) {
         let h = ptr::read(CALL, "info", info)?;
         if h == MPI_INFO_ENV {
-            return Err(handles::err(ErrorClass::Info, CALL, "info is MPI_INFO_ENV, a predefined object that cannot be freed"));
+            return Err(err(ErrorClass::Info, CALL, "info is MPI_INFO_ENV, a predefined object that cannot be freed"));
         }
         if h == MPI_INFO_NULL {
-            return Err(handles::err(ErrorClass::Info, CALL, "info is MPI_INFO_NULL"));
+            return Err(err(ErrorClass::Info, CALL, "info is MPI_INFO_NULL"));
         }
-        let freed = handles::decode(Kind::Info, h).and_then(|i| state().infos.remove(i));
+        let freed = decode(Kind::Info, h).and_then(|i| state().infos.remove(i));
         if freed.is_none() {
             return Err(invalid(CALL, "info", h));
         }
@@ -208,7 +165,7 @@ mpi_fn! {
     noinit fn Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) {
         let o = lookup(CALL, info)?;
         if newinfo.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "newinfo is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "newinfo is NULL"));
         }
         ptr::write(CALL, "newinfo", newinfo, new_info(o))
     }
@@ -217,7 +174,7 @@ mpi_fn! {
         let k = key_arg(CALL, key)?;
         let v = ptr::cstr(CALL, "value", value)?;
         if v.len() > MPI_MAX_INFO_VAL {
-            return Err(handles::err(ErrorClass::InfoValue, CALL, format!("value is {} characters long (MPI_MAX_INFO_VAL is {MPI_MAX_INFO_VAL})", v.len())));
+            return Err(err(ErrorClass::InfoValue, CALL, format!("value is {} characters long (MPI_MAX_INFO_VAL is {MPI_MAX_INFO_VAL})", v.len())));
         }
         with_info(CALL, info, |o| o.set(&k, &v))
     }
@@ -225,7 +182,7 @@ mpi_fn! {
     noinit fn Info_delete(info: MPI_Info, key: *const c_char) {
         let k = key_arg(CALL, key)?;
         if !with_info(CALL, info, |o| o.delete(&k))? {
-            return Err(handles::err(ErrorClass::InfoNokey, CALL, format!("key \"{k}\" is not set in info")));
+            return Err(err(ErrorClass::InfoNokey, CALL, format!("key \"{k}\" is not set in info")));
         }
         Ok(())
     }
@@ -235,7 +192,7 @@ mpi_fn! {
         let k = key_arg(CALL, key)?;
         let n = ptr::len(CALL, "valuelen", valuelen)?;
         if flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         match o.get(&k) {
             Some(v) => {
@@ -250,7 +207,7 @@ mpi_fn! {
         let o = lookup(CALL, info)?;
         let k = key_arg(CALL, key)?;
         if valuelen.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "valuelen is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "valuelen is NULL"));
         }
         match o.get(&k) {
             Some(v) => {
@@ -270,7 +227,7 @@ mpi_fn! {
         let o = lookup(CALL, info)?;
         let nkeys = o.entries.len();
         let Some((k, _)) = usize::try_from(n).ok().and_then(|i| o.entries.get(i)) else {
-            return Err(handles::err(ErrorClass::Arg, CALL, format!("n = {n} is not in [0, {nkeys}) (the number of keys)")));
+            return Err(err(ErrorClass::Arg, CALL, format!("n = {n} is not in [0, {nkeys}) (the number of keys)")));
         };
         copy_out(CALL, "key", key, MPI_MAX_INFO_KEY, k)
     }
@@ -281,7 +238,7 @@ mpi_fn! {
         let len = ptr::read(CALL, "buflen", buflen.cast_const())?;
         let n = ptr::len(CALL, "*buflen", len)?;
         if flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         match o.get(&k) {
             Some(v) => {

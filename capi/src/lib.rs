@@ -16,27 +16,47 @@
 //! C-side checks outright, leaves rank and tag checks to the runtime as the
 //! full path does, and anything else takes the full path.
 //!
-//! File map:
-//! - `handles.rs`: the one module that knows handle values: MPICH's
-//!   predefined values, the tables of user objects, and translation both ways
-//!   (a later `libmpi_abi.so.1` adds its own translation beside it).
-//! - `ptr.rs`: every dereference of a pointer the C caller passed (the
-//!   caller vouches for each, as the MPI standard says).
-//! - `errors.rs`: [`entry`], error handlers, error codes and strings.
-//! - `env.rs`: init, finalize, versions, time, memory, addresses.
-//! - `p2p.rs`: point-to-point, requests, statuses, persistent and buffered
-//!   sends, matched probes.
-//! - `coll.rs`: collectives and reduction operations.
-//! - `extops.rs`: predefined reductions on complex, `long double` and the
-//!   Fortran pair types, which the runtime moves as opaque bytes.
-//! - `comm.rs`: communicators, groups, attributes, names.
-//! - `types.rs`: derived datatypes, pack/unpack.
-//! - `topo.rs`: Cartesian topologies.
-//! - `info.rs`: info objects.
-//! - `unsupported.rs`: one-sided, MPI-IO, dynamic processes, sessions and
-//!   the other calls gmpi exports but does not implement yet: each fails with
-//!   `MPI_ERR_UNSUPPORTED_OPERATION` through the error handler, naming the
-//!   call.
+//! Layers, each importing only those below it (no module imports one above
+//! it or one beside it on the top layer):
+//!
+//! 0. `abi/`: the MPICH ABI as numbers and C types: handle types,
+//!    `MPI_Status`, every constant and predefined handle value, the bit
+//!    layout of handles and the handles gmpi makes, and the error class
+//!    numbers (the runtime's `ErrorClass` has none). The one place that
+//!    knows MPICH's values; a later `libmpi_abi.so.1` (the MPI-5 standard
+//!    ABI) adds its own numbers beside it.
+//! 1. `tables/`: the tables of the objects C programs create (what the C ABI
+//!    keeps per communicator, datatype, request, keyval, info, …), the
+//!    registration of new ones, and the process's MPI state (phase,
+//!    `MPI_COMM_WORLD`/`MPI_COMM_SELF`, rank).
+//! 2. `ptr.rs`: every dereference of a pointer the C caller passed and
+//!    every call of a C function pointer (the caller vouches for each, as
+//!    the MPI standard says).
+//! 3. `errors.rs`: error codes and strings, user error classes, and the
+//!    dispatch of an error to the handler of the communicator involved.
+//! 4. `resolve/`: from handles to the runtime's objects, with the checks
+//!    and errors of each (communicators, groups, requests, datatypes,
+//!    operations, and the predefined reductions the runtime has no
+//!    primitive for, `resolve/extops.rs`); and, beside it, `frame.rs`: the
+//!    `mpi_fn!`/`direct_fn!` macros that define every entry point, and
+//!    [`entry`].
+//! 5. `cache.rs`: attribute caching, which the attribute calls share with
+//!    the calls that duplicate and free communicators and datatypes.
+//! 6. The entry points, by family:
+//!    - `env.rs`: init, finalize, versions, time, memory, addresses, error
+//!      handlers and codes, Fortran handle conversions.
+//!    - `p2p.rs`: point-to-point, requests, statuses, persistent and
+//!      buffered sends, matched probes.
+//!    - `coll.rs`: collectives and reduction operations.
+//!    - `comm.rs`: communicators, groups, names, intercommunicators.
+//!    - `attrs.rs`: keyvals and attributes, `MPIR_Dup_fn`.
+//!    - `types.rs`: derived datatypes, pack/unpack, `external32`.
+//!    - `topo.rs`: process topologies and neighbourhood collectives.
+//!    - `info.rs`: info objects.
+//!    - `unsupported.rs`: one-sided, MPI-IO, dynamic processes, sessions
+//!      and the other calls gmpi exports but does not implement yet: each
+//!      fails with `MPI_ERR_UNSUPPORTED_OPERATION` through the error
+//!      handler, naming the call.
 //!
 //! Threading: `MPI_THREAD_FUNNELED`, as the runtime. Object tables sit behind
 //! one lock that is never held while the runtime runs, so callbacks (user
@@ -44,40 +64,56 @@
 //! MPI again.
 //!
 //! Unsafe code: this crate is an FFI boundary; DESIGN.md names `capi/src/*`
-//! as one of the places `unsafe` lives. Raw pointers are dereferenced only in
-//! `ptr.rs`, each after a null/special-value check.
+//! as one of the places `unsafe` lives. Every entry point that takes a
+//! pointer is an `unsafe extern "C" fn` whose `# Safety` section says what
+//! its caller vouches for (the MPI standard's contract: see `frame.rs`);
+//! those that take none are safe. Raw pointers are dereferenced only in
+//! `ptr.rs`, each after a null/special-value check; its helpers are safe
+//! functions that only the bodies of those unsafe entry points call, with
+//! the pointers their callers passed.
 
 // MPI's C names are not snake case, and its signatures are long: the entry
 // points keep them exactly.
 #![allow(
     non_snake_case,
     non_camel_case_types,
-    clippy::missing_safety_doc,
     clippy::too_many_arguments,
     clippy::type_complexity
 )]
 
-pub mod handles;
+// The layers, bottom up.
+pub mod abi;
+
+mod tables;
+
 mod ptr;
-#[macro_use]
+
 mod errors;
+
+#[macro_use]
+mod frame;
+pub mod resolve;
+
+mod cache;
+
+// The entry points.
 mod attrs;
 mod coll;
 mod comm;
 mod env;
-mod extops;
 mod info;
 mod p2p;
 mod topo;
 mod types;
 mod unsupported;
 
-pub use errors::entry;
+pub use frame::entry;
 
 /// A few entry points by Rust path, for Rust programs that link this crate
 /// as an rlib and call the C ABI exactly as a C program does
-/// (`bench/`'s `gmpi-capi-overhead`). Every entry point is also exported
-/// under its C name.
+/// (`bench/`'s `gmpi-capi-overhead`, which also uses [`abi`]'s constants and
+/// [`resolve::fast_comm`]). Every entry point is also exported under its C
+/// name.
 pub mod entry_points {
     pub use crate::comm::{PMPI_Comm_rank, PMPI_Comm_size};
     pub use crate::env::{PMPI_Finalize, PMPI_Init};

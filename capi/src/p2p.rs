@@ -2,177 +2,26 @@
 //! completion calls, statuses, persistent requests, buffered sends, probes
 //! and matched probes.
 //!
-//! A request handle names a slot of the request table. A request being
-//! waited on or tested is taken out of its slot (left `Busy`) while the
-//! runtime runs, so callbacks may use the tables meanwhile. `MPI_Waitall`
+//! A request handle names a slot of the request table (what a slot holds:
+//! [`ReqObj`]). A request being waited on or tested is taken out of its
+//! slot (left `Busy`) while the runtime runs, so callbacks may use the
+//! tables meanwhile. `MPI_Waitall`
 //! (and a `MPI_Testall` that finds all ready) takes all its requests out
 //! under one lock and waits for them together ([`gmpi::wait_set`]); a send
 //! that completed when it started has the shared handle [`SENT`], which
 //! names no slot.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Communicator, Error, ErrorClass, Request, View};
 
+use crate::abi::*;
 use crate::errors;
-use crate::handles::{self, *};
+use crate::frame;
 use crate::ptr;
-
-/// What a request slot holds.
-#[derive(Debug)]
-pub enum ReqObj {
-    /// An operation in flight.
-    Active(Active),
-    /// An operation that completed when it started (to or from
-    /// `MPI_PROC_NULL`, or a collective on one rank).
-    Done { comm: MPI_Comm, st: MPI_Status },
-    /// A persistent request and, while started, its operation. (The recipe
-    /// is boxed to keep every request small: requests move in and out of
-    /// their slots at each completion call.)
-    Persistent {
-        spec: Box<Spec>,
-        active: Option<Active>,
-    },
-    /// A matched message (`MPI_Mprobe`): receive it with `MPI_Mrecv`.
-    Message { comm: MPI_Comm, msg: gmpi::Message },
-    /// Taken out by a completion call in progress.
-    Busy,
-}
-
-/// An operation in flight and what it keeps alive.
-#[derive(Debug)]
-pub struct Active {
-    pub req: Request<'static>,
-    pub comm: MPI_Comm,
-    /// Further operations of the same MPI request (a neighbourhood
-    /// collective's sends and receives): it completes once `req` and every
-    /// one of these have.
-    pub more: Vec<Request<'static>>,
-    /// Memory the operations use that the C ABI owns (`Isendrecv_replace`'s
-    /// copy). Declared last: fields drop in order, and dropping a request
-    /// waits for it, so this outlives every operation that uses it.
-    pub keep: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl Active {
-    pub fn new(req: Request<'static>, comm: MPI_Comm) -> Self {
-        Self {
-            req,
-            comm,
-            keep: None,
-            more: Vec::new(),
-        }
-    }
-
-    /// One MPI request over several operations: complete when all are;
-    /// its status is `req`'s.
-    pub fn group(req: Request<'static>, more: Vec<Request<'static>>, comm: MPI_Comm) -> Self {
-        Self {
-            more,
-            ..Self::new(req, comm)
-        }
-    }
-
-    /// Test every operation: `Some(status of req)` once all have completed.
-    pub fn test(&self) -> Result<Option<gmpi::Status>, Error> {
-        let mut all = true;
-        for r in &self.more {
-            all &= r.test()?.is_some();
-        }
-        let st = self.req.test()?;
-        Ok(st.filter(|_| all))
-    }
-
-    /// Wait for every operation (the first error after all have finished),
-    /// then drop what the operation kept alive.
-    pub fn wait(self) -> Result<gmpi::Status, Error> {
-        if self.more.is_empty() && self.keep.is_none() {
-            return self.req.wait();
-        }
-        let Active {
-            req, keep, more, ..
-        } = self;
-        let mut first = None;
-        for r in more {
-            if let Err(e) = r.wait() {
-                first.get_or_insert(e);
-            }
-        }
-        let r = req.wait();
-        drop(keep);
-        match first {
-            Some(e) => Err(e),
-            None => r,
-        }
-    }
-
-    /// The operations a wait for "any progress" should watch: those not yet
-    /// complete (or `req` if all are).
-    fn waitables(&self) -> Vec<&Request<'static>> {
-        let v: Vec<_> = std::iter::once(&self.req)
-            .chain(&self.more)
-            .filter(|r| !r.is_complete())
-            .collect();
-        if v.is_empty() {
-            vec![&self.req]
-        } else {
-            v
-        }
-    }
-}
-
-/// The recipe of a persistent request.
-#[derive(Debug, Clone, Copy)]
-pub struct Spec {
-    kind: SpecKind,
-    buf: usize,
-    count: c_int,
-    dt: MPI_Datatype,
-    peer: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SpecKind {
-    Send(Mode),
-    Recv,
-}
-
-/// Send modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Standard,
-    Sync,
-    Ready,
-    Buffered,
-}
-
-/// Register an operation in flight; its handle.
-pub fn register(a: Active) -> MPI_Request {
-    encode(Kind::Request, state().reqs.insert(ReqObj::Active(a)))
-}
-
-/// Register a request that is already complete; its handle.
-pub fn register_done(comm: MPI_Comm, st: MPI_Status) -> MPI_Request {
-    encode(
-        Kind::Request,
-        state().reqs.insert(ReqObj::Done { comm, st }),
-    )
-}
-
-/// The handle of every send that completed when it started (an eager
-/// message already in the peer's ring or the loopback queue): one shared
-/// value naming no table slot, as MPICH's lightweight requests do, so such a
-/// send costs no slot and its completion no look-up. Completing it gives the
-/// status of a send and `MPI_REQUEST_NULL`; `MPI_Request_free`,
-/// `MPI_Request_get_status` and `MPI_Cancel` treat it as the completed send
-/// it is. Its slot number is the largest a handle can hold, which a table
-/// would reach only after 2^26 live requests (where handles run out anyway).
-pub const SENT: MPI_Request =
-    (0xc000_0000u32 | (Kind::Request as u32) << 26 | 0x03ff_ffff) as MPI_Request;
+use crate::resolve;
+use crate::tables::*;
 
 /// Hand out the request of a send: [`SENT`] if it already completed.
 fn out_send_req(
@@ -184,64 +33,7 @@ fn out_send_req(
     if r.is_complete() && !request.is_null() {
         return ptr::write(call, "request", request, SENT);
     }
-    out_req(call, request, Active::new(detach_req(r), comm))
-}
-
-/// Requests freed by `MPI_Request_free` while active, and buffered sends in
-/// flight: they complete in the background and are reaped at every
-/// completion call (and at finalize).
-static DETACHED: LazyLock<Mutex<Vec<Active>>> = LazyLock::new(Default::default);
-
-/// Whether `DETACHED` may hold operations (set with each one detached,
-/// cleared when a reap leaves none): completion calls skip the lock when
-/// nothing was detached.
-static ANY_DETACHED: AtomicBool = AtomicBool::new(false);
-
-fn detach(a: Active) {
-    let mut list = DETACHED.lock().unwrap_or_else(|p| p.into_inner());
-    list.push(a);
-    ANY_DETACHED.store(true, Ordering::Relaxed);
-}
-
-/// Every detached operation, taken out of the list.
-fn take_detached() -> Vec<Active> {
-    let mut list = DETACHED.lock().unwrap_or_else(|p| p.into_inner());
-    ANY_DETACHED.store(false, Ordering::Relaxed);
-    std::mem::take(&mut *list)
-}
-
-/// Drop the detached operations that have completed.
-fn reap() {
-    if !ANY_DETACHED.load(Ordering::Relaxed) {
-        return;
-    }
-    let list = take_detached();
-    if list.is_empty() {
-        return;
-    }
-    let mut left = Vec::new();
-    for a in list {
-        match a.test() {
-            Ok(Some(_)) => {}
-            Ok(None) => left.push(a),
-            Err(e) => tracing::warn!(target: "gmpi", "a freed request failed: {e}"),
-        }
-    }
-    let mut list = DETACHED.lock().unwrap_or_else(|p| p.into_inner());
-    list.extend(left);
-    ANY_DETACHED.store(!list.is_empty(), Ordering::Relaxed);
-}
-
-/// Complete every detached operation (`MPI_Finalize`, `MPI_Buffer_detach`).
-pub fn finish_detached() -> Result<(), Error> {
-    let list = take_detached();
-    let mut first = None;
-    for a in list {
-        if let Err(e) = a.wait() {
-            first.get_or_insert(e);
-        }
-    }
-    first.map_or(Ok(()), Err)
+    out_req(call, request, Active::new(ptr::detach_req(r), comm))
 }
 
 // ---- buffered sends ----
@@ -291,7 +83,7 @@ fn bsend(
     let data: Box<[u8]> = gmpi_packed(v).into_boxed_slice();
     let charge = data.len() + MPI_BSEND_OVERHEAD as usize;
     if att.used + charge > att.size {
-        return Err(handles::err(
+        return Err(err(
             ErrorClass::Buffer,
             call,
             format!(
@@ -304,7 +96,7 @@ fn bsend(
     }
     // The boxed copy moves into `inflight` beside its request and is freed
     // only after the request completes.
-    let req = detach_req(c.isend(&data[..], dest, tag)?);
+    let req = ptr::detach_req(c.isend(&data[..], dest, tag)?);
     att.used += charge;
     inflight.push(Buffered {
         req,
@@ -322,16 +114,6 @@ fn gmpi_packed(v: &View) -> Vec<u8> {
     out
 }
 
-/// Erase a request's borrow: its buffer is caller memory (a raw view) or a
-/// copy owned beside it.
-pub fn detach_req(r: Request<'_>) -> Request<'static> {
-    // SAFETY: every request of the C ABI is on raw views, whose memory the C
-    // caller keeps valid until completion (the MPI contract), or on a copy
-    // stored beside the request in the same `Active` (dropped after it
-    // completes).
-    unsafe { r.detach() }
-}
-
 // ---- sends and receives ----
 
 fn send_view(
@@ -340,12 +122,12 @@ fn send_view(
     count: c_int,
     dt: MPI_Datatype,
 ) -> Result<View, Error> {
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     ptr::buf(call, "buf", buf, count, &t, false)
 }
 
 fn recv_view(call: &str, buf: *mut c_void, count: c_int, dt: MPI_Datatype) -> Result<View, Error> {
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     ptr::buf(call, "buf", buf, count, &t, true)
 }
 
@@ -359,7 +141,7 @@ fn blocking_send(
     comm: MPI_Comm,
     mode: Mode,
 ) -> Result<(), Error> {
-    let c = handles::comm(call, comm)?;
+    let c = resolve::comm(call, comm)?;
     let v = send_view(call, buf, count, dt)?;
     match mode {
         Mode::Standard | Mode::Ready => c.send(&v, dest, tag),
@@ -379,7 +161,7 @@ fn nonblocking_send(
     comm: MPI_Comm,
     mode: Mode,
 ) -> Result<Active, Error> {
-    let c = handles::comm(call, comm)?;
+    let c = resolve::comm(call, comm)?;
     let v = send_view(call, buf, count, dt)?;
     if mode == Mode::Buffered && dest != MPI_PROC_NULL {
         // Complete as soon as the data is copied: the request is that of a
@@ -392,7 +174,7 @@ fn nonblocking_send(
         Mode::Sync => c.issend(&v, dest, tag)?,
         _ => c.isend(&v, dest, tag)?,
     };
-    Ok(Active::new(detach_req(r), comm))
+    Ok(Active::new(ptr::detach_req(r), comm))
 }
 
 fn nonblocking_recv(
@@ -404,19 +186,20 @@ fn nonblocking_recv(
     tag: c_int,
     comm: MPI_Comm,
 ) -> Result<Active, Error> {
-    let c = handles::comm(call, comm)?;
+    let c = resolve::comm(call, comm)?;
     let mut v = recv_view(call, buf, count, dt)?;
     let r = c.irecv(&mut v, src, tag)?;
-    Ok(Active::new(detach_req(r), comm))
+    Ok(Active::new(ptr::detach_req(r), comm))
 }
 
+#[inline]
 fn out_req(call: &str, request: *mut MPI_Request, a: Active) -> Result<(), Error> {
     if request.is_null() {
         // Complete it rather than leak an operation nobody can wait for.
         a.wait()?;
-        return Err(handles::err(ErrorClass::Arg, call, "request is NULL"));
+        return Err(err(ErrorClass::Arg, call, "request is NULL"));
     }
-    ptr::write(call, "request", request, register(a))
+    ptr::write(call, "request", request, new_request(a))
 }
 
 // ---- the hot paths ----
@@ -438,9 +221,9 @@ fn send_fast(
     comm: MPI_Comm,
     mode: Mode,
 ) -> Option<c_int> {
-    let c = handles::fast_comm(comm)?;
-    let len = ptr::fast_bytes(buf, count, dt)?;
-    Some(errors::fast(call, comm, || {
+    let c = resolve::fast_comm(comm)?;
+    let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
+    Some(frame::fast(call, comm, || {
         ptr::send_bytes(c, call, buf, len, dest, tag, mode == Mode::Sync)
     }))
 }
@@ -456,9 +239,9 @@ fn recv_fast(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> Option<c_int> {
-    let c = handles::fast_comm(comm)?;
-    let len = ptr::fast_bytes(buf, count, dt)?;
-    Some(errors::fast(call, comm, || {
+    let c = resolve::fast_comm(comm)?;
+    let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
+    Some(frame::fast(call, comm, || {
         let st = ptr::recv_bytes(c, call, buf, len, src, tag)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
@@ -479,9 +262,9 @@ fn isend_fast(
     mode: Mode,
     request: *mut MPI_Request,
 ) -> Option<c_int> {
-    let c = handles::fast_comm(comm)?;
-    let len = ptr::fast_bytes(buf, count, dt)?;
-    Some(errors::fast(call, comm, || {
+    let c = resolve::fast_comm(comm)?;
+    let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
+    Some(frame::fast(call, comm, || {
         let r = ptr::isend_bytes(c, call, buf, len, dest, tag, mode == Mode::Sync)?;
         out_send_req(call, request, r, comm)
     }))
@@ -498,9 +281,9 @@ fn irecv_fast(
     comm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> Option<c_int> {
-    let c = handles::fast_comm(comm)?;
-    let len = ptr::fast_bytes(buf, count, dt)?;
-    Some(errors::fast(call, comm, || {
+    let c = resolve::fast_comm(comm)?;
+    let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
+    Some(frame::fast(call, comm, || {
         let r = ptr::irecv_bytes(c, call, buf, len, src, tag)?;
         out_req(call, request, Active::new(r, comm))
     }))
@@ -550,7 +333,7 @@ mpi_fn! {
     fn Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) fast {
         recv_fast(CALL, buf, count, datatype, source, tag, comm, status)
     } {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
         let st = c.recv(&mut v, source, tag)?;
         let mut s = MPI_Status::empty();
@@ -567,7 +350,7 @@ mpi_fn! {
     fn Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
         let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
         let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
@@ -578,7 +361,7 @@ mpi_fn! {
     }
     fn Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
         // Send a copy, receive in place.
         let copy = gmpi_packed(&v);
@@ -589,7 +372,7 @@ mpi_fn! {
         Ok(())
     }
     fn Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let st = c.probe(source, tag)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
@@ -597,9 +380,9 @@ mpi_fn! {
         Ok(())
     }
     fn Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         if flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         match c.iprobe(source, tag)? {
             Some(st) => {
@@ -612,7 +395,7 @@ mpi_fn! {
         }
     }
     fn Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (st, msg) = c.mprobe(source, tag)?;
         let m = message_handle(comm, msg);
         let mut s = MPI_Status::empty();
@@ -621,9 +404,9 @@ mpi_fn! {
         ptr::write(CALL, "message", message, m)
     }
     fn Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         if flag.is_null() || message.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag or message is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag or message is NULL"));
         }
         match c.improbe(source, tag)? {
             Some((st, msg)) => {
@@ -640,7 +423,7 @@ mpi_fn! {
     fn Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) {
         let (comm, msg) = take_message(CALL, message)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let st = c.mrecv(msg, &mut v)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
@@ -650,18 +433,18 @@ mpi_fn! {
     fn Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) {
         let (comm, msg) = take_message(CALL, message)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let r = c.imrecv(msg, &mut v)?;
-        out_req(CALL, request, Active::new(detach_req(r), comm))
+        out_req(CALL, request, Active::new(ptr::detach_req(r), comm))
     }
     fn Buffer_attach(buffer: *mut c_void, size: c_int) {
         let n = ptr::count(CALL, "size", size)?;
         if buffer.is_null() && n > 0 {
-            return Err(handles::err(ErrorClass::Buffer, CALL, "buffer is NULL"));
+            return Err(err(ErrorClass::Buffer, CALL, "buffer is NULL"));
         }
         let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
         if b.0.size > 0 || b.0.addr != 0 {
-            return Err(handles::err(ErrorClass::Buffer, CALL, "a buffer is already attached (detach it first)"));
+            return Err(err(ErrorClass::Buffer, CALL, "a buffer is already attached (detach it first)"));
         }
         b.0 = Attached { addr: buffer as usize, size: n, used: 0 };
         Ok(())
@@ -678,7 +461,7 @@ mpi_fn! {
     }
     fn Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
         let s = ptr::read_status(CALL, status)?;
-        let t = handles::dtype(CALL, datatype)?;
+        let t = resolve::dtype(CALL, datatype)?;
         let n = match t.size() {
             0 => 0,
             sz if s.bytes() % sz as u64 == 0 => i32::try_from(s.bytes() / sz as u64).unwrap_or(MPI_UNDEFINED),
@@ -713,7 +496,7 @@ mpi_fn! {
 
 fn elements(call: &str, status: *const MPI_Status, dt: MPI_Datatype) -> Result<MPI_Count, Error> {
     let s = ptr::read_status(call, status)?;
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     Ok(t.get_elements(s.bytes() as usize)
         .map_or(MPI_UNDEFINED as MPI_Count, |n| n as MPI_Count))
 }
@@ -724,9 +507,9 @@ fn set_elements(
     dt: MPI_Datatype,
     count: MPI_Count,
 ) -> Result<(), Error> {
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     let n = usize::try_from(count).map_err(|_| {
-        handles::err(
+        err(
             ErrorClass::Count,
             call,
             format!("count = {count} is negative"),
@@ -759,10 +542,10 @@ fn take_message(call: &str, message: *mut MPI_Message) -> Result<(MPI_Comm, gmpi
         ptr::write(call, "message", message, MPI_MESSAGE_NULL)?;
         return Ok((MPI_COMM_SELF, gmpi::Message::no_proc()));
     }
-    let slot = handles::req_slot(call, m)?;
+    let slot = resolve::req_slot(call, m)?;
     let mut st = state();
     if !matches!(st.reqs.get(slot), Some(ReqObj::Message { .. })) {
-        return Err(handles::err(
+        return Err(err(
             ErrorClass::Request,
             call,
             format!("message = {m:#x} is not a matched message"),
@@ -772,7 +555,7 @@ fn take_message(call: &str, message: *mut MPI_Message) -> Result<(MPI_Comm, gmpi
         unreachable!("checked above")
     };
     drop(st);
-    handles::set_target(comm);
+    errors::set_target(comm);
     ptr::write(call, "message", message, MPI_MESSAGE_NULL)?;
     Ok((comm, msg))
 }
@@ -790,12 +573,12 @@ fn persistent(
     comm: MPI_Comm,
     request: *mut MPI_Request,
 ) -> Result<(), Error> {
-    handles::comm(call, comm)?;
+    resolve::comm(call, comm)?;
     // Check the arguments now (the buffer is only read at each start).
-    let t = handles::dtype(call, dt)?;
+    let t = resolve::dtype(call, dt)?;
     ptr::buf(call, "buf", buf, count, &t, kind == SpecKind::Recv)?;
     if request.is_null() {
-        return Err(handles::err(ErrorClass::Arg, call, "request is NULL"));
+        return Err(err(ErrorClass::Arg, call, "request is NULL"));
     }
     let spec = Spec {
         kind,
@@ -841,25 +624,25 @@ fn start_spec(call: &'static str, s: &Spec) -> Result<Active, Error> {
 }
 
 fn start(call: &'static str, h: MPI_Request) -> Result<(), Error> {
-    let slot = handles::req_slot(call, h)?;
+    let slot = resolve::req_slot(call, h)?;
     let spec = match state().reqs.get(slot) {
         Some(ReqObj::Persistent { spec, active: None }) => **spec,
         Some(ReqObj::Persistent { .. }) => {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Request,
                 call,
                 format!("request {h:#x} is already active"),
             ))
         }
         _ => {
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Request,
                 call,
                 format!("request {h:#x} is not a persistent request"),
             ))
         }
     };
-    handles::set_target(spec.comm);
+    errors::set_target(spec.comm);
     let a = start_spec(call, &spec)?;
     if let Some(ReqObj::Persistent { active, .. }) = state().reqs.get_mut(slot) {
         *active = Some(a);
@@ -938,9 +721,9 @@ fn take_in(st: &mut State, call: &str, h: MPI_Request) -> Result<Taken, Error> {
     if let Some(t) = slotless(h) {
         return Ok(t);
     }
-    let slot = handles::req_slot(call, h)?;
+    let slot = resolve::req_slot(call, h)?;
     let Some(obj) = st.reqs.get_mut(slot) else {
-        return Err(handles::err(
+        return Err(err(
             ErrorClass::Request,
             call,
             format!("request = {h:#x} is not a valid request (freed or completed)"),
@@ -970,7 +753,7 @@ fn take_in(st: &mut State, call: &str, h: MPI_Request) -> Result<Taken, Error> {
         }
         other @ (ReqObj::Message { .. } | ReqObj::Busy) => {
             *obj = other;
-            return Err(handles::err(
+            return Err(err(
                 ErrorClass::Request,
                 call,
                 format!("request = {h:#x} is not a request that can be completed"),
@@ -1026,7 +809,7 @@ fn status_of(r: &Result<gmpi::Status, Error>) -> MPI_Status {
     let mut s = MPI_Status::empty();
     match r {
         Ok(st) => s.set(st),
-        Err(e) => s.MPI_ERROR = e.class().code(),
+        Err(e) => s.MPI_ERROR = class_code(e.class()),
     }
     s
 }
@@ -1098,8 +881,8 @@ fn done_with(
 ) -> Completed {
     free(slot);
     let err = (st.MPI_ERROR != 0).then(|| {
-        let class = ErrorClass::from_code(st.MPI_ERROR).unwrap_or(ErrorClass::Other);
-        (comm, handles::err(class, call, "the operation failed"))
+        let class = runtime_class(st.MPI_ERROR).unwrap_or(ErrorClass::Other);
+        (comm, err(class, call, "the operation failed"))
     });
     Completed {
         st,
@@ -1191,7 +974,10 @@ fn wait_all(
         let c = complete(call, *h, t, |s| free.push(s));
         *h = c.handle;
         let mut st = c.st;
-        st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());
+        st.MPI_ERROR = c
+            .err
+            .as_ref()
+            .map_or(MPI_SUCCESS, |e| class_code(e.1.class()));
         if let Some(e) = c.err {
             errs.push(e);
         }
@@ -1242,7 +1028,7 @@ fn single(
     match c.err {
         None => Ok(()),
         Some((comm, e)) => {
-            handles::set_target(comm);
+            errors::set_target(comm);
             Err(e)
         }
     }
@@ -1254,12 +1040,12 @@ fn multiple(call: &str, errs: Vec<(MPI_Comm, Error)>, statuses_ignored: bool) ->
     let Some((comm, first)) = errs.into_iter().next() else {
         return Ok(());
     };
-    handles::set_target(comm);
+    errors::set_target(comm);
     if statuses_ignored {
         return Err(first);
     }
     errors::code_of(&first);
-    Err(handles::err(
+    Err(err(
         ErrorClass::InStatus,
         call,
         format!("a request failed (see its status): {}", first.message()),
@@ -1368,7 +1154,7 @@ mpi_fn! {
     fn Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) {
         let h = ptr::read(CALL, "request", request)?;
         if flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         reap();
         match test_one(CALL, h)? {
@@ -1389,7 +1175,7 @@ mpi_fn! {
         let n = ptr::count(CALL, "count", count)?;
         let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
         if flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         reap();
         // Complete all or none: first see whether every one is ready.
@@ -1413,7 +1199,7 @@ mpi_fn! {
         let n = ptr::count(CALL, "count", count)?;
         let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
         if index.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "index is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "index is NULL"));
         }
         let (i, c) = any(CALL, reqs, true)?.expect("a blocking wait returns a completion");
         if i == usize::MAX {
@@ -1423,13 +1209,13 @@ mpi_fn! {
         reqs[i] = c.handle;
         ptr::write(CALL, "index", index, i as c_int)?;
         ptr::status(status, &c.st);
-        match c.err { None => Ok(()), Some((comm, e)) => { handles::set_target(comm); Err(e) } }
+        match c.err { None => Ok(()), Some((comm, e)) => { errors::set_target(comm); Err(e) } }
     }
     fn Testany(count: c_int, array_of_requests: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) {
         let n = ptr::count(CALL, "count", count)?;
         let reqs = ptr::slice_mut(CALL, "array_of_requests", array_of_requests, n)?;
         if index.is_null() || flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "index or flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "index or flag is NULL"));
         }
         match any(CALL, reqs, false)? {
             None => {
@@ -1446,7 +1232,7 @@ mpi_fn! {
                 ptr::write(CALL, "flag", flag, 1)?;
                 ptr::write(CALL, "index", index, i as c_int)?;
                 ptr::status(status, &c.st);
-                match c.err { None => Ok(()), Some((comm, e)) => { handles::set_target(comm); Err(e) } }
+                match c.err { None => Ok(()), Some((comm, e)) => { errors::set_target(comm); Err(e) } }
             }
         }
     }
@@ -1459,16 +1245,16 @@ mpi_fn! {
     fn Request_free(request: *mut MPI_Request) {
         let h = ptr::read(CALL, "request", request)?;
         if h == MPI_REQUEST_NULL {
-            return Err(handles::err(ErrorClass::Request, CALL, "request is MPI_REQUEST_NULL"));
+            return Err(err(ErrorClass::Request, CALL, "request is MPI_REQUEST_NULL"));
         }
         if h == SENT {
             return ptr::write(CALL, "request", request, MPI_REQUEST_NULL);
         }
-        let slot = handles::req_slot(CALL, h)?;
+        let slot = resolve::req_slot(CALL, h)?;
         let obj = state().reqs.remove(slot);
         match obj {
             None | Some(ReqObj::Busy) | Some(ReqObj::Message { .. }) => {
-                return Err(handles::err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")));
+                return Err(err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")));
             }
             Some(ReqObj::Active(a)) | Some(ReqObj::Persistent { active: Some(a), .. }) => detach(a),
             Some(_) => {}
@@ -1477,7 +1263,7 @@ mpi_fn! {
     }
     fn Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) {
         if flag.is_null() {
-            return Err(handles::err(ErrorClass::Arg, CALL, "flag is NULL"));
+            return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
         if request == MPI_REQUEST_NULL {
             ptr::status(status, &MPI_Status::inactive());
@@ -1487,14 +1273,14 @@ mpi_fn! {
             ptr::status(status, &MPI_Status::empty());
             return ptr::write(CALL, "flag", flag, 1);
         }
-        let slot = handles::req_slot(CALL, request)?;
+        let slot = resolve::req_slot(CALL, request)?;
         let taken = std::mem::replace(
-            state().reqs.get_mut(slot).ok_or_else(|| handles::err(ErrorClass::Request, CALL, format!("request = {request:#x} is not a valid request")))?,
+            state().reqs.get_mut(slot).ok_or_else(|| err(ErrorClass::Request, CALL, format!("request = {request:#x} is not a valid request")))?,
             ReqObj::Busy,
         );
         let res: Result<Option<MPI_Status>, Error> = match &taken {
             ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => {
-                handles::set_target(a.comm);
+                errors::set_target(a.comm);
                 a.test().map(|o| {
                     o.map(|st| {
                         let mut s = MPI_Status::empty();
@@ -1523,8 +1309,8 @@ mpi_fn! {
             // A completed send: nothing to cancel.
             return Ok(());
         }
-        let slot = handles::req_slot(CALL, h)?;
-        let taken = std::mem::replace(state().reqs.get_mut(slot).ok_or_else(|| handles::err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")))?, ReqObj::Busy);
+        let slot = resolve::req_slot(CALL, h)?;
+        let taken = std::mem::replace(state().reqs.get_mut(slot).ok_or_else(|| err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")))?, ReqObj::Busy);
         let r = match &taken {
             ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => a.req.cancel(),
             _ => Ok(()),
@@ -1571,7 +1357,7 @@ fn some(
     let n = ptr::count(call, "incount", incount)?;
     let reqs = ptr::slice_mut(call, "array_of_requests", array_of_requests, n)?;
     if outcount.is_null() {
-        return Err(handles::err(ErrorClass::Arg, call, "outcount is NULL"));
+        return Err(err(ErrorClass::Arg, call, "outcount is NULL"));
     }
     reap();
     loop {
@@ -1596,7 +1382,10 @@ fn some(
             for (k, (i, c)) in done.into_iter().enumerate() {
                 idx[k] = i as c_int;
                 let mut st = c.st;
-                st.MPI_ERROR = c.err.as_ref().map_or(MPI_SUCCESS, |e| e.1.class().code());
+                st.MPI_ERROR = c
+                    .err
+                    .as_ref()
+                    .map_or(MPI_SUCCESS, |e| class_code(e.1.class()));
                 if let Some(e) = c.err {
                     errs.push(e);
                 }
@@ -1613,22 +1402,22 @@ mpi_fn! {
     fn Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
         let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
         // The receive is the request's status; the send completes with it.
-        let r = detach_req(c.irecv(&mut rv, source, recvtag)?);
-        let s = detach_req(c.isend(&sv, dest, sendtag)?);
+        let r = ptr::detach_req(c.irecv(&mut rv, source, recvtag)?);
+        let s = ptr::detach_req(c.isend(&sv, dest, sendtag)?);
         out_req(CALL, request, Active::group(r, vec![s], comm))
     }
     fn Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
         // Send a copy (kept beside the request), receive in place.
         let copy: Box<Vec<u8>> = Box::new(gmpi_packed(&v));
-        let s = detach_req(c.isend(&copy[..], dest, sendtag)?);
-        let r = detach_req(c.irecv(&mut v, source, recvtag)?);
+        let s = ptr::detach_req(c.isend(&copy[..], dest, sendtag)?);
+        let r = ptr::detach_req(c.irecv(&mut v, source, recvtag)?);
         let mut a = Active::group(r, vec![s], comm);
         a.keep = Some(copy);
         out_req(CALL, request, a)

@@ -1,5 +1,5 @@
-//! Every access to memory the C caller passed by pointer, and every call of a
-//! C function pointer the caller registered.
+//! Layer 2 of the C ABI: every access to memory the C caller passed by
+//! pointer, and every call of a C function pointer the caller registered.
 //!
 //! The MPI standard makes the caller responsible for its pointers: each
 //! points to what the call's prototype says (an `int`, an array of the
@@ -7,14 +7,24 @@
 //! duration of the call, and a non-blocking call's buffer stays valid until
 //! the request completes. The helpers here check what can be checked — null,
 //! the special values (`MPI_STATUS_IGNORE`, `MPI_IN_PLACE`), negative counts —
-//! and then trust the rest; the functions are safe to call because the C
-//! caller, not Rust code, is the party that vouches for the pointer.
+//! and then trust the rest. The helpers are safe functions because their
+//! only callers are the bodies of the entry points, which pass on the
+//! pointers their C caller gave them: each such entry point is an
+//! `unsafe extern "C" fn` whose `# Safety` section is that contract (see
+//! `frame.rs`), so the caller, not Rust code here, vouches for the pointer.
+//!
+//! This module knows the C types of [`crate::abi`] and nothing of handles:
+//! its callers resolve a datatype ([`crate::resolve`]) before they view a
+//! buffer of it.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use gmpi::{Communicator, Error, ErrorClass, Request, UserDatatype, View};
+use gmpi::{Communicator, Datatype, Error, ErrorClass, Request, UserDatatype, View};
 
-use crate::handles::{err, MPI_Datatype, MPI_Status, MPI_IN_PLACE, MPI_STATUS_IGNORE};
+use crate::abi::{
+    CommErrFn, CopyFn, DeleteFn, MPI_Datatype, MPI_Status, UserFn, MPI_IN_PLACE, MPI_STATUS_IGNORE,
+};
+use crate::tables::err;
 
 /// Store `v` through the out-parameter `p` (named `what`).
 pub fn write<T>(call: &str, what: &str, p: *mut T, v: T) -> Result<(), Error> {
@@ -154,14 +164,14 @@ pub fn buf(
     unsafe { View::from_raw(call, p as usize, n, dt, writable) }
 }
 
-/// The user buffer `(p, count, dt)` when `dt` is a predefined datatype the
-/// runtime views as a basic type and the buffer passes [`buf`]'s checks
-/// outright (`count >= 0`, not `MPI_IN_PLACE`, not NULL unless `count` is
-/// 0): the view [`buf`] would make, with no look-up. `None` for anything
-/// else: the caller falls back to [`buf`], which checks it in full.
+/// The user buffer `(p, count, d)` when `d` is the basic type of a
+/// predefined datatype (from [`crate::resolve::fast_dtype`]) and the buffer
+/// passes [`buf`]'s checks outright (`count >= 0`, not `MPI_IN_PLACE`, not
+/// NULL unless `count` is 0): the view [`buf`] would make, with no look-up.
+/// `None` for anything else: the caller falls back to [`buf`], which checks
+/// it in full.
 #[inline]
-pub fn fast_buf(p: *const c_void, count: c_int, dt: MPI_Datatype, writable: bool) -> Option<View> {
-    let d = crate::handles::fast_dtype(dt)?;
+pub fn fast_buf(p: *const c_void, count: c_int, d: Datatype, writable: bool) -> Option<View> {
     if count < 0 || in_place(p) || (p.is_null() && count != 0) {
         return None;
     }
@@ -170,13 +180,12 @@ pub fn fast_buf(p: *const c_void, count: c_int, dt: MPI_Datatype, writable: bool
     Some(unsafe { View::from_raw_basic(p as usize, count as usize, d, writable) })
 }
 
-/// The byte length of the user buffer `(p, count, dt)` under the same
-/// conditions as [`fast_buf`] (a predefined datatype the runtime views as a
-/// basic type, a buffer that passes [`buf`]'s checks outright); `None`
-/// otherwise.
+/// The byte length of the user buffer `(p, count)` of elements of `size`
+/// bytes (from [`crate::resolve::fast_size`]: a predefined datatype the
+/// runtime views as a basic type) when the buffer passes [`buf`]'s checks
+/// outright, as for [`fast_buf`]; `None` otherwise.
 #[inline(always)]
-pub fn fast_bytes(p: *const c_void, count: c_int, dt: MPI_Datatype) -> Option<usize> {
-    let size = crate::handles::fast_size(dt)?;
+pub fn fast_bytes(p: *const c_void, count: c_int, size: usize) -> Option<usize> {
     if count < 0 || in_place(p) || (p.is_null() && count != 0) {
         return None;
     }
@@ -247,14 +256,26 @@ pub fn irecv_bytes(
     unsafe { c.irecv_bytes(call, p as usize, len, src, tag) }
 }
 
+/// Erase a request's borrow: its buffer is caller memory (a raw view) or a
+/// copy owned beside it.
+pub fn detach_req(r: Request<'_>) -> Request<'static> {
+    // SAFETY: every request of the C ABI is on raw views, whose memory the C
+    // caller keeps valid until completion (the MPI contract), or on a copy
+    // stored beside the request in the same `Active` (dropped after it
+    // completes).
+    unsafe { r.detach() }
+}
+
 /// The `len` bytes at `p` named `what`: a byte range computed from
 /// displacements (`MPI_Alltoallw`), which may be longer than a C `int`
-/// counts. NULL is allowed only when `len` is 0.
+/// counts, viewed as `len` elements of `byte` (`MPI_BYTE`). NULL is allowed
+/// only when `len` is 0.
 pub fn buf_bytes(
     call: &str,
     what: &str,
     p: *const c_void,
     len: usize,
+    byte: &UserDatatype,
     writable: bool,
 ) -> Result<View, Error> {
     if in_place(p) {
@@ -271,11 +292,10 @@ pub fn buf_bytes(
             format!("{what} is NULL but spans {len} bytes"),
         ));
     }
-    let byte = crate::handles::dtype(call, crate::handles::MPI_BYTE)?;
     // SAFETY: the caller lends the bytes `p..p+len` for the call (and, for a
     // non-blocking call, until its request completes): the range covers
     // exactly the blocks its counts, displacements and datatypes name.
-    unsafe { View::from_raw(call, p as usize, len, &byte, writable) }
+    unsafe { View::from_raw(call, p as usize, len, byte, writable) }
 }
 
 /// `count` elements of `dt` as one element of a committed type whose data
@@ -317,20 +337,14 @@ pub fn read_status(call: &str, p: *const MPI_Status) -> Result<MPI_Status, Error
 }
 
 /// Call a C reduction function.
-pub fn call_user_op(
-    f: crate::handles::UserFn,
-    inv: *mut u8,
-    inout: *mut u8,
-    mut len: c_int,
-    mut dt: MPI_Datatype,
-) {
+pub fn call_user_op(f: UserFn, inv: *mut u8, inout: *mut u8, mut len: c_int, mut dt: MPI_Datatype) {
     // SAFETY: `f` is the function the user registered with MPI_Op_create;
     // the buffers hold `len` elements of `dt` in its own layout.
     unsafe { f(inv.cast(), inout.cast(), &mut len, &mut dt) }
 }
 
 /// Call a C communicator error handler.
-pub fn call_errhandler(f: crate::handles::CommErrFn, mut comm: c_int, mut code: c_int) {
+pub fn call_errhandler(f: CommErrFn, mut comm: c_int, mut code: c_int) {
     // SAFETY: `f` is the function the user registered with
     // MPI_Comm_create_errhandler; it takes the communicator and the code by
     // pointer (further variadic arguments are implementation-specific and
@@ -340,7 +354,7 @@ pub fn call_errhandler(f: crate::handles::CommErrFn, mut comm: c_int, mut code: 
 
 /// Call an attribute copy callback; `(flag, value out)` or its error code.
 pub fn call_copy(
-    f: crate::handles::CopyFn,
+    f: CopyFn,
     old: c_int,
     key: c_int,
     extra: usize,
@@ -367,13 +381,7 @@ pub fn call_copy(
 }
 
 /// Call an attribute delete callback; its return code.
-pub fn call_delete(
-    f: crate::handles::DeleteFn,
-    obj: c_int,
-    key: c_int,
-    val: usize,
-    extra: usize,
-) -> c_int {
+pub fn call_delete(f: DeleteFn, obj: c_int, key: c_int, val: usize, extra: usize) -> c_int {
     // SAFETY: `f` is the delete function the user registered with the keyval.
     unsafe { f(obj, key, val as *mut c_void, extra as *mut c_void) }
 }

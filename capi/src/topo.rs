@@ -27,9 +27,10 @@ use std::ffi::{c_int, c_void};
 
 use gmpi::{Communicator, Error, ErrorClass, Request, View};
 
-use crate::handles::{self, *};
-use crate::p2p::{self, Active};
+use crate::abi::*;
 use crate::ptr;
+use crate::resolve;
+use crate::tables::*;
 
 // ---- MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY ----
 
@@ -66,13 +67,13 @@ fn is_weights_empty(p: *const c_int) -> bool {
 // ---- helpers ----
 
 fn e(class: ErrorClass, call: &str, what: impl std::fmt::Display) -> Error {
-    handles::err(class, call, what)
+    err(class, call, what)
 }
 
 /// The topology of communicator `h` (after checking the handle).
 fn topo_of(call: &str, h: MPI_Comm) -> Result<(Communicator, Option<Topo>), Error> {
-    let c = handles::comm(call, h)?;
-    let t = with_comm(call, h, |o| o.topo.clone())?;
+    let c = resolve::comm(call, h)?;
+    let t = resolve::with_comm(call, h, |o| o.topo.clone())?;
     Ok((c.into_owned(), t))
 }
 
@@ -121,52 +122,6 @@ fn graph_of(call: &str, h: MPI_Comm) -> Result<(Communicator, Vec<c_int>, Vec<c_
     }
 }
 
-/// The private communicator of a topology.
-fn nbr_of(t: &Topo) -> &Communicator {
-    match t {
-        Topo::Cart { nbr, .. } | Topo::Graph { nbr, .. } | Topo::DistGraph { nbr, .. } => nbr,
-    }
-}
-
-/// Free the private duplicate of a topology communicator that
-/// `MPI_Comm_free` removed (call it without holding `state()`).
-pub fn on_comm_free(obj: &CommObj) {
-    if let Some(t) = &obj.topo {
-        let nbr = nbr_of(t);
-        if !nbr.is_freed() {
-            if let Err(err) = nbr.free() {
-                tracing::warn!(target: "gmpi", "freeing a topology's private communicator: {err}");
-            }
-        }
-    }
-}
-
-/// The topology a duplicate (`MPI_Comm_dup`, `MPI_Comm_idup`) of a
-/// communicator with topology `t` gets: the same, with its own private
-/// communicator (collective over `new`, like the dup itself).
-pub fn dup_topo(t: &Topo, new: &Communicator) -> Result<Topo, Error> {
-    let nbr = new.dup()?;
-    Ok(match t.clone() {
-        Topo::Cart { dims, periods, .. } => Topo::Cart { dims, periods, nbr },
-        Topo::Graph { index, edges, .. } => Topo::Graph { index, edges, nbr },
-        Topo::DistGraph {
-            sources,
-            sourceweights,
-            destinations,
-            destweights,
-            weighted,
-            ..
-        } => Topo::DistGraph {
-            sources,
-            sourceweights,
-            destinations,
-            destweights,
-            weighted,
-            nbr,
-        },
-    })
-}
-
 /// Register the new topology communicator `c` made from `old`: it inherits
 /// `old`'s error handler; its topology gets a private duplicate of `c`.
 fn register(
@@ -179,7 +134,7 @@ fn register(
     let mut obj = CommObj::new(c, String::new());
     obj.errh = errh;
     obj.topo = Some(make(nbr));
-    Ok(handles::new_comm(obj))
+    Ok(new_comm(obj))
 }
 
 /// The product of `dims` (all positive), or `None` past `c_int`.
@@ -475,7 +430,7 @@ fn balanced(m: u64, k: usize, cap: u64) -> Option<Vec<u64>> {
 /// Topologies live on intracommunicators only.
 fn intra(call: &str, c: &gmpi::Communicator) -> Result<(), Error> {
     if c.is_inter() {
-        Err(handles::err(
+        Err(err(
             ErrorClass::Comm,
             call,
             "comm is an intercommunicator (topologies need an intracommunicator)",
@@ -502,7 +457,7 @@ mpi_fn! {
 
     fn Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) {
         let _ = reorder;
-        let c = handles::comm(CALL, comm_old)?;
+        let c = resolve::comm(CALL, comm_old)?;
         intra(CALL, &c)?;
         let (d, n) = check_dims(CALL, ndims, dims, c.size(), ErrorClass::Arg)?;
         let p: Vec<bool> = ptr::slice(CALL, "periods", periods, d.len())?.iter().map(|&x| x != 0).collect();
@@ -516,7 +471,7 @@ mpi_fn! {
     }
 
     fn Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         intra(CALL, &c)?;
         let (d, n) = check_dims(CALL, ndims, dims, c.size(), ErrorClass::Dims)?;
         ptr::slice(CALL, "periods", periods, d.len())?;
@@ -621,7 +576,7 @@ mpi_fn! {
 
     fn Graph_create(comm_old: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) {
         let _ = reorder;
-        let c = handles::comm(CALL, comm_old)?;
+        let c = resolve::comm(CALL, comm_old)?;
         intra(CALL, &c)?;
         let (idx, ed) = check_graph(CALL, nnodes, index, edges, c.size())?;
         out_comm(CALL, comm_graph)?;
@@ -634,7 +589,7 @@ mpi_fn! {
     }
 
     fn Graph_map(comm: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, newrank: *mut c_int) {
-        let c = handles::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         intra(CALL, &c)?;
         check_graph(CALL, nnodes, index, edges, c.size())?;
         let r = if c.rank() < nnodes { c.rank() } else { MPI_UNDEFINED };
@@ -691,7 +646,7 @@ mpi_fn! {
         outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int,
         comm_dist_graph: *mut MPI_Comm) {
         let _ = reorder;
-        let c = handles::comm(CALL, comm_old)?;
+        let c = resolve::comm(CALL, comm_old)?;
         intra(CALL, &c)?;
         let nin = ptr::len(CALL, "indegree", indegree)?;
         let nout = ptr::len(CALL, "outdegree", outdegree)?;
@@ -725,7 +680,7 @@ mpi_fn! {
         destinations: *const c_int, weights_: *const c_int, info: MPI_Info, reorder: c_int,
         comm_dist_graph: *mut MPI_Comm) {
         let _ = reorder;
-        let c = handles::comm(CALL, comm_old)?;
+        let c = resolve::comm(CALL, comm_old)?;
         intra(CALL, &c)?;
         let size = c.size();
         let n = ptr::len(CALL, "n", n)?;
@@ -895,7 +850,7 @@ fn plan(call: &str, h: MPI_Comm) -> Result<(Plan, Nbrs), Error> {
     Ok((
         Plan {
             comm: h,
-            nbr: nbr_of(&t).clone(),
+            nbr: t.nbr().clone(),
             recvs: Vec::new(),
             sends: Vec::new(),
         },
@@ -956,10 +911,10 @@ impl Plan {
     fn post(self, call: &str) -> Result<(Vec<Request<'static>>, Communicator, MPI_Comm), Error> {
         let mut reqs = Vec::with_capacity(self.recvs.len() + self.sends.len());
         for (mut v, src, tag) in self.recvs {
-            reqs.push(p2p::detach_req(self.nbr.irecv(&mut v, src, tag)?));
+            reqs.push(ptr::detach_req(self.nbr.irecv(&mut v, src, tag)?));
         }
         for (v, dst, tag) in self.sends {
-            reqs.push(p2p::detach_req(self.nbr.isend(&v, dst, tag)?));
+            reqs.push(ptr::detach_req(self.nbr.isend(&v, dst, tag)?));
         }
         let _ = call;
         Ok((reqs, self.nbr, self.comm))
@@ -979,8 +934,8 @@ impl Plan {
         let (reqs, nbr, comm) = self.post(call)?;
         // The MPI request's own status is an empty one (a receive from
         // MPI_PROC_NULL, complete at once).
-        let primary = p2p::detach_req(nbr.irecv(&mut [0u8; 0], MPI_PROC_NULL, MPI_ANY_TAG)?);
-        let h = p2p::register(Active::group(primary, reqs, comm));
+        let primary = ptr::detach_req(nbr.irecv(&mut [0u8; 0], MPI_PROC_NULL, MPI_ANY_TAG)?);
+        let h = new_request(Active::group(primary, reqs, comm));
         ptr::write(call, "request", request, h)
     }
 }
@@ -999,8 +954,8 @@ fn allgather(
     let (mut pl, (ins, outs)) = plan(call, comm)?;
     no_in_place(call, "sendbuf", sendbuf)?;
     no_in_place(call, "recvbuf", recvbuf)?;
-    let st = handles::dtype(call, sendtype)?;
-    let rt = handles::dtype(call, recvtype)?;
+    let st = resolve::dtype(call, sendtype)?;
+    let rt = resolve::dtype(call, recvtype)?;
     ptr::count(call, "sendcount", sendcount)?;
     let sv = ptr::buf(call, "sendbuf", sendbuf, sendcount, &st, false)?;
     let (rc, rd) = match recvcounts {
@@ -1052,8 +1007,8 @@ fn alltoall(
     let (mut pl, (ins, outs)) = plan(call, comm)?;
     no_in_place(call, "sendbuf", sendbuf)?;
     no_in_place(call, "recvbuf", recvbuf)?;
-    let st = handles::dtype(call, sendtype)?;
-    let rt = handles::dtype(call, recvtype)?;
+    let st = resolve::dtype(call, sendtype)?;
+    let rt = resolve::dtype(call, recvtype)?;
     ptr::count(call, "sendcount", sendcount)?;
     ptr::count(call, "recvcount", recvcount)?;
     for (i, &(src, tag)) in ins.iter().enumerate() {
@@ -1085,8 +1040,8 @@ fn alltoallv(
     let (mut pl, (ins, outs)) = plan(call, comm)?;
     no_in_place(call, "sendbuf", sendbuf)?;
     no_in_place(call, "recvbuf", recvbuf)?;
-    let st = handles::dtype(call, sendtype)?;
-    let rt = handles::dtype(call, recvtype)?;
+    let st = resolve::dtype(call, sendtype)?;
+    let rt = resolve::dtype(call, recvtype)?;
     let sc = counts(call, "sendcounts", sendcounts, outs.len())?;
     let sd = ptr::slice(call, "sdispls", sdispls, outs.len())?;
     let rc = counts(call, "recvcounts", recvcounts, ins.len())?;
@@ -1127,12 +1082,12 @@ fn alltoallw(
     let rd = ptr::slice(call, "rdispls", rdispls, ins.len())?;
     let rts = ptr::slice(call, "recvtypes", recvtypes, ins.len())?;
     for (i, &(src, tag)) in ins.iter().enumerate() {
-        let t = handles::dtype(call, rts[i])?;
+        let t = resolve::dtype(call, rts[i])?;
         let v = view_at(call, "recvbuf", recvbuf, rd[i], rc[i], &t, true)?;
         pl.recvs.push((v, src, tag));
     }
     for (i, &(dst, tag)) in outs.iter().enumerate() {
-        let t = handles::dtype(call, sts[i])?;
+        let t = resolve::dtype(call, sts[i])?;
         let v = view_at(call, "sendbuf", sendbuf, sd[i], sc[i], &t, false)?;
         pl.sends.push((v, dst, tag));
     }

@@ -23,33 +23,10 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use gmpi::{Error, ErrorClass, Order, UserDatatype};
 
-use crate::handles::{self, *};
+use crate::abi::*;
 use crate::ptr;
-
-// ---- constants of mpi.h ----
-
-const MPI_COMBINER_NAMED: c_int = 1;
-const MPI_COMBINER_DUP: c_int = 2;
-const MPI_COMBINER_CONTIGUOUS: c_int = 3;
-const MPI_COMBINER_VECTOR: c_int = 4;
-const MPI_COMBINER_HVECTOR: c_int = 6;
-const MPI_COMBINER_INDEXED: c_int = 7;
-const MPI_COMBINER_HINDEXED: c_int = 9;
-const MPI_COMBINER_INDEXED_BLOCK: c_int = 10;
-const MPI_COMBINER_STRUCT: c_int = 12;
-const MPI_COMBINER_SUBARRAY: c_int = 13;
-const MPI_COMBINER_DARRAY: c_int = 14;
-const MPI_COMBINER_RESIZED: c_int = 18;
-const MPI_COMBINER_HINDEXED_BLOCK: c_int = 19;
-
-const MPI_DISTRIBUTE_BLOCK: c_int = 121;
-const MPI_DISTRIBUTE_CYCLIC: c_int = 122;
-const MPI_DISTRIBUTE_NONE: c_int = 123;
-const MPI_DISTRIBUTE_DFLT_DARG: c_int = -49767;
-
-const MPI_TYPECLASS_REAL: c_int = 1;
-const MPI_TYPECLASS_INTEGER: c_int = 2;
-const MPI_TYPECLASS_COMPLEX: c_int = 3;
+use crate::resolve;
+use crate::tables::*;
 
 /// Longest type signature (runs of one predefined type) `external32`
 /// conversion builds for one element.
@@ -91,7 +68,7 @@ fn predef_names() -> MutexGuard<'static, HashMap<MPI_Datatype, String>> {
     PREDEF_NAMES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-use crate::attrs;
+use crate::cache;
 
 /// A runtime error, with this process's rank added to the message when the
 /// runtime could not name it.
@@ -106,7 +83,7 @@ fn ranked(e: Error) -> Error {
 /// The datatype argument `what` = `h`: the runtime type and the part it is
 /// in a construction tree.
 fn type_arg(call: &str, what: &str, h: MPI_Datatype) -> Result<(UserDatatype, Part), Error> {
-    let dt = handles::dtype(call, h).map_err(|_| {
+    let dt = resolve::dtype(call, h).map_err(|_| {
         err(
             ErrorClass::Type,
             call,
@@ -123,7 +100,7 @@ fn type_arg(call: &str, what: &str, h: MPI_Datatype) -> Result<(UserDatatype, Pa
 }
 
 fn part_of(h: MPI_Datatype) -> Part {
-    if handles::predefined(h).is_some() {
+    if resolve::predefined(h).is_some() {
         return Part::Named(h);
     }
     match nodes().get(&h) {
@@ -159,7 +136,7 @@ fn register(
     if committed {
         dt.commit();
     }
-    let h = handles::new_type(dt.clone(), env.clone());
+    let h = new_type(dt.clone(), env.clone());
     let node = Node {
         dt,
         env,
@@ -543,7 +520,7 @@ fn ext_len(f: &[Field]) -> usize {
 /// The size of a part of a type.
 fn part_size(p: &Part) -> usize {
     match p {
-        Part::Named(h) => handles::predefined(*h).map_or(0, |(d, _)| d.size()),
+        Part::Named(h) => resolve::predefined(*h).map_or(0, |(d, _)| d.size()),
         Part::Derived(n) => n.dt.size(),
     }
 }
@@ -590,7 +567,7 @@ fn push_repeat(
 fn signature(call: &str, p: &Part) -> Result<Vec<(MPI_Datatype, u64)>, Error> {
     let node = match p {
         Part::Named(h) => {
-            if handles::predefined(*h).is_none() {
+            if resolve::predefined(*h).is_none() {
                 return Err(err(
                     ErrorClass::Type,
                     call,
@@ -639,7 +616,7 @@ fn ext32(call: &str, datarep: *const c_char, p: &Part) -> Result<Ext32, Error> {
     let mut runs = Vec::with_capacity(sig.len());
     let mut size: usize = 0;
     for (h, n) in sig {
-        let name = handles::predefined(h).map_or("?", |(_, name)| name);
+        let name = resolve::predefined(h).map_or("?", |(_, name)| name);
         let f = ext32_fields(name).ok_or_else(|| {
             err(
                 ErrorClass::Unsupported,
@@ -763,36 +740,36 @@ fn narrow(
 // ---- Type_match_size ----
 
 const REAL_TYPES: &[MPI_Datatype] = &[
-    0x4c000427, // MPI_REAL4
-    0x4c000829, // MPI_REAL8
-    0x4c00102b, // MPI_REAL16
-    0x4c00041c, // MPI_REAL
-    0x4c00081f, // MPI_DOUBLE_PRECISION
-    0x4c00040a, // MPI_FLOAT
-    0x4c00080b, // MPI_DOUBLE
-    0x4c00100c, // MPI_LONG_DOUBLE
+    MPI_REAL4,
+    MPI_REAL8,
+    MPI_REAL16,
+    MPI_REAL,
+    MPI_DOUBLE_PRECISION,
+    MPI_FLOAT,
+    MPI_DOUBLE,
+    MPI_LONG_DOUBLE,
 ];
 const INTEGER_TYPES: &[MPI_Datatype] = &[
-    0x4c00012d, // MPI_INTEGER1
-    0x4c00022f, // MPI_INTEGER2
-    0x4c000430, // MPI_INTEGER4
-    0x4c000831, // MPI_INTEGER8
-    0x4c00041b, // MPI_INTEGER
-    0x4c000101, // MPI_CHAR
-    0x4c000203, // MPI_SHORT
-    0x4c000405, // MPI_INT
-    0x4c000807, // MPI_LONG
-    0x4c000809, // MPI_LONG_LONG_INT
+    MPI_INTEGER1,
+    MPI_INTEGER2,
+    MPI_INTEGER4,
+    MPI_INTEGER8,
+    MPI_INTEGER,
+    MPI_CHAR,
+    MPI_SHORT,
+    MPI_INT,
+    MPI_LONG,
+    MPI_LONG_LONG_INT,
 ];
 const COMPLEX_TYPES: &[MPI_Datatype] = &[
-    0x4c000828, // MPI_COMPLEX8
-    0x4c00102a, // MPI_COMPLEX16
-    0x4c00202c, // MPI_COMPLEX32
-    0x4c00081e, // MPI_COMPLEX
-    0x4c001022, // MPI_DOUBLE_COMPLEX
-    0x4c000840, // MPI_C_FLOAT_COMPLEX
-    0x4c001041, // MPI_C_DOUBLE_COMPLEX
-    0x4c002042, // MPI_C_LONG_DOUBLE_COMPLEX
+    MPI_COMPLEX8,
+    MPI_COMPLEX16,
+    MPI_COMPLEX32,
+    MPI_COMPLEX,
+    MPI_DOUBLE_COMPLEX,
+    MPI_C_FLOAT_COMPLEX,
+    MPI_C_DOUBLE_COMPLEX,
+    MPI_C_LONG_DOUBLE_COMPLEX,
 ];
 
 // ---- the entry points ----
@@ -938,8 +915,8 @@ mpi_fn! {
         let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
         let committed = old.is_committed();
         let h = register(old.dup(), env(MPI_COMBINER_DUP, vec![], vec![], vec![oldtype]), vec![p], committed);
-        if let Err(e) = attrs::copy_type_attrs(oldtype, h) {
-            let _ = attrs::delete_type_attrs(h);
+        if let Err(e) = cache::copy_type_attrs(oldtype, h) {
+            let _ = cache::delete_type_attrs(h);
             free_handle(h);
             return Err(e);
         }
@@ -949,7 +926,7 @@ mpi_fn! {
     fn Type_commit(datatype: *mut MPI_Datatype) {
         let h = ptr::read(CALL, "datatype", datatype)?;
         type_arg(CALL, "datatype", h)?;
-        if handles::predefined(h).is_some() {
+        if resolve::predefined(h).is_some() {
             return Ok(());
         }
         if let Some(i) = decode(Kind::Datatype, h) {
@@ -966,10 +943,10 @@ mpi_fn! {
     fn Type_free(datatype: *mut MPI_Datatype) {
         let h = ptr::read(CALL, "datatype", datatype)?;
         type_arg(CALL, "datatype", h)?;
-        if let Some((_, name)) = handles::predefined(h) {
+        if let Some((_, name)) = resolve::predefined(h) {
             return Err(err(ErrorClass::Type, CALL, format!("datatype is the predefined {name}, which cannot be freed")));
         }
-        attrs::delete_type_attrs(h)?;
+        cache::delete_type_attrs(h)?;
         free_handle(h);
         ptr::write(CALL, "datatype", datatype, MPI_DATATYPE_NULL)
     }
@@ -1013,7 +990,7 @@ mpi_fn! {
         if resultlen.is_null() {
             return Err(err(ErrorClass::Arg, CALL, "resultlen is NULL"));
         }
-        let name = match handles::predefined(datatype) {
+        let name = match resolve::predefined(datatype) {
             Some((_, n)) => predef_names().get(&datatype).cloned().unwrap_or_else(|| n.to_string()),
             None => decode(Kind::Datatype, datatype)
                 .and_then(|i| state().types.get(i).map(|o| o.name.clone()))
@@ -1030,7 +1007,7 @@ mpi_fn! {
             cut -= 1;
         }
         name.truncate(cut);
-        if handles::predefined(datatype).is_some() {
+        if resolve::predefined(datatype).is_some() {
             predef_names().insert(datatype, name);
             return Ok(());
         }
@@ -1062,7 +1039,7 @@ mpi_fn! {
         let ma = ptr::len(CALL, "max_addresses", max_addresses)?;
         let md = ptr::len(CALL, "max_datatypes", max_datatypes)?;
         let Some(e) = user_env(datatype) else {
-            let name = handles::predefined(datatype).map_or("", |(_, n)| n);
+            let name = resolve::predefined(datatype).map_or("", |(_, n)| n);
             return Err(err(ErrorClass::Arg, CALL, format!(
                 "datatype is the predefined {name} (combiner MPI_COMBINER_NAMED), which has no contents")));
         };
@@ -1106,7 +1083,7 @@ mpi_fn! {
                 "typeclass = {typeclass} is not MPI_TYPECLASS_REAL, _INTEGER or _COMPLEX"))),
         };
         let found = list.iter().copied().find(|&h| {
-            handles::predefined(h).is_some_and(|(d, _)| d.size() as i64 == size as i64)
+            resolve::predefined(h).is_some_and(|(d, _)| d.size() as i64 == size as i64)
         });
         match found {
             Some(h) => ptr::write(CALL, "datatype", datatype, h),
@@ -1118,29 +1095,29 @@ mpi_fn! {
     fn Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) {
         // The smallest IEEE real with at least `p` decimal digits and
         // decimal exponent range `r` (MPI_UNDEFINED: no requirement).
-        let h = f90_pick(CALL, &[(6, 37, 0x4c000427), (15, 307, 0x4c000829)], p, r, "real")?;
-        ptr::write(CALL, "newtype", newtype, f90_type(15, &[p, r], h))
+        let h = f90_pick(CALL, &[(6, 37, MPI_REAL4), (15, 307, MPI_REAL8)], p, r, "real")?;
+        ptr::write(CALL, "newtype", newtype, f90_type(MPI_COMBINER_F90_REAL, &[p, r], h))
     }
 
     fn Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) {
-        let h = f90_pick(CALL, &[(6, 37, 0x4c000828), (15, 307, 0x4c00102a)], p, r, "complex")?;
-        ptr::write(CALL, "newtype", newtype, f90_type(16, &[p, r], h))
+        let h = f90_pick(CALL, &[(6, 37, MPI_COMPLEX8), (15, 307, MPI_COMPLEX16)], p, r, "complex")?;
+        ptr::write(CALL, "newtype", newtype, f90_type(MPI_COMBINER_F90_COMPLEX, &[p, r], h))
     }
 
     fn Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) {
         let h = f90_pick(
             CALL,
-            &[(0, 2, 0x4c00012d), (0, 4, 0x4c00022f), (0, 9, 0x4c000430), (0, 18, 0x4c000831)],
+            &[(0, 2, MPI_INTEGER1), (0, 4, MPI_INTEGER2), (0, 9, MPI_INTEGER4), (0, 18, MPI_INTEGER8)],
             MPI_UNDEFINED,
             r,
             "integer",
         )?;
-        ptr::write(CALL, "newtype", newtype, f90_type(17, &[r], h))
+        ptr::write(CALL, "newtype", newtype, f90_type(MPI_COMBINER_F90_INTEGER, &[r], h))
     }
 
     fn Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int,
         position: *mut c_int, comm: MPI_Comm) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let outsize = ptr::len(CALL, "outsize", outsize)?;
         let pos = ptr::read(CALL, "position", position)?;
@@ -1163,7 +1140,7 @@ mpi_fn! {
 
     fn Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int,
         datatype: MPI_Datatype, comm: MPI_Comm) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let insize = ptr::len(CALL, "insize", insize)?;
         let pos = ptr::read(CALL, "position", position)?;
@@ -1185,7 +1162,7 @@ mpi_fn! {
     }
 
     fn Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) {
-        handles::comm(CALL, comm)?;
+        resolve::comm(CALL, comm)?;
         let n = ptr::count(CALL, "incount", incount)?;
         let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let bytes = t.pack_size(n).map_err(ranked)?;
@@ -1259,7 +1236,7 @@ mpi_fn! {
 
 /// The envelope of user type `h` (`None` for a predefined type).
 fn user_env(h: MPI_Datatype) -> Option<Envelope> {
-    if handles::predefined(h).is_some() {
+    if resolve::predefined(h).is_some() {
         return None;
     }
     decode(Kind::Datatype, h).and_then(|i| state().types.get(i).map(|o| o.env.clone()))
@@ -1277,14 +1254,14 @@ fn f90_type(combiner: c_int, params: &[c_int], base: MPI_Datatype) -> MPI_Dataty
     if let Some(&h) = cache.get(&key) {
         return h;
     }
-    let (dt, _) = handles::predefined(base).expect("a predefined Fortran type");
+    let (dt, _) = resolve::predefined(base).expect("a predefined Fortran type");
     let env = Envelope {
         combiner,
         ints: params.to_vec(),
         aints: Vec::new(),
         types: Vec::new(),
     };
-    let h = handles::new_type(dt.clone(), env);
+    let h = new_type(dt.clone(), env);
     cache.insert(key, h);
     h
 }
@@ -1295,7 +1272,7 @@ fn f90_type(combiner: c_int, params: &[c_int], base: MPI_Datatype) -> MPI_Dataty
 /// (its envelope says `MPI_COMBINER_NAMED`).
 fn f90_pick(
     call: &str,
-    kinds: &[(c_int, c_int, u32)],
+    kinds: &[(c_int, c_int, MPI_Datatype)],
     p: c_int,
     r: c_int,
     what: &str,
@@ -1310,7 +1287,7 @@ fn f90_pick(
     kinds
         .iter()
         .find(|&&(kp, kr, _)| (p == MPI_UNDEFINED || p <= kp) && (r == MPI_UNDEFINED || r <= kr))
-        .map(|&(_, _, h)| h as MPI_Datatype)
+        .map(|&(_, _, h)| h)
         .ok_or_else(|| {
             err(
                 ErrorClass::Arg,
@@ -1328,7 +1305,7 @@ mod tests {
     fn match_size_tables_name_the_right_types() {
         let names = |l: &[MPI_Datatype]| -> Vec<&str> {
             l.iter()
-                .map(|&h| handles::predefined(h).expect("predefined").1)
+                .map(|&h| resolve::predefined(h).expect("predefined").1)
                 .collect()
         };
         assert_eq!(
@@ -1353,7 +1330,7 @@ mod tests {
     #[test]
     fn ext32_fields_cover_the_native_size() {
         for h in REAL_TYPES.iter().chain(INTEGER_TYPES).chain(COMPLEX_TYPES) {
-            let (d, name) = handles::predefined(*h).expect("predefined");
+            let (d, name) = resolve::predefined(*h).expect("predefined");
             if let Some(f) = ext32_fields(name) {
                 let native: usize = f
                     .iter()

@@ -5,8 +5,6 @@
 //! `MPI_Comm_join`, `MPI_Comm_disconnect`), the sessions model
 //! (`MPI_Session_*`, `MPI_Group_from_session_pset`,
 //! `MPI_Comm_create_from_group`) and generalized requests.
-//! (`MPI_Intercomm_create_from_groups`, which is implemented, sits here for
-//! the error-handler frame it shares with the sessions calls.)
 //!
 //! Each has its exact C signature, so binaries that reference it load and
 //! run until they call it; the call then fails with
@@ -29,23 +27,15 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use gmpi::{Error, ErrorClass};
 
+use crate::abi::*;
 use crate::errors;
-use crate::handles::{self, *};
+use crate::frame;
 use crate::ptr;
-
-/// `MPI_File`: a pointer in the MPICH ABI (`struct ADIOI_FileD *`).
-pub type MPI_File = *mut c_void;
-/// `MPI_Session`.
-pub type MPI_Session = c_int;
-/// A C callback argument the call never invokes.
-pub type Callback = Option<unsafe extern "C" fn()>;
-
-const MPI_FILE_NULL: MPI_File = std::ptr::null_mut();
+use crate::tables::*;
 
 const ONE_SIDED: &str = "one-sided communication";
 const IO: &str = "MPI-IO";
@@ -55,7 +45,7 @@ const GREQUEST: &str = "generalized requests";
 
 /// The error of an unsupported call of `family`.
 fn unsupported(call: &str, family: &str) -> Error {
-    handles::err(
+    err(
         ErrorClass::Unsupported,
         call,
         format!("{family} is not supported by gmpi yet"),
@@ -67,7 +57,7 @@ fn unsupported(call: &str, family: &str) -> Error {
 fn target(comm: MPI_Comm) {
     let known = comm_slot(comm).is_some_and(|i| state().comms.get(i).is_some());
     if known {
-        handles::set_target(comm);
+        errors::set_target(comm);
     }
 }
 
@@ -78,79 +68,13 @@ fn target_at(comm: *mut MPI_Comm) {
     }
 }
 
-/// Define `PMPI_X` (the body, returning the C code itself) and `MPI_X`
-/// forwarding to it, for the calls whose errors do not go to a
-/// communicator's handler.
-macro_rules! direct_fn {
-    () => {};
-    (fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
-        paste::paste! {
-            #[no_mangle]
-            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> c_int {
-                const CALL: &str = concat!("MPI_", stringify!($name));
-                $body
-            }
-            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
-            #[no_mangle]
-            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> c_int {
-                [<PMPI_ $name>]($($a),*)
-            }
-        }
-        direct_fn!($($rest)*);
-    };
-}
-
-/// Run `f` (after checking that MPI is initialized, if `need_init`); hand an
-/// error to the error handler `errh`. Only the predefined handlers apply
-/// here: `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT` end the job, any
-/// other returns the code.
-fn run(
-    call: &str,
-    need_init: bool,
-    errh: MPI_Errhandler,
-    f: impl FnOnce() -> Result<(), Error>,
-) -> c_int {
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        if need_init && !errors::initialized() {
-            return Err(handles::err(
-                ErrorClass::Other,
-                call,
-                "MPI is not initialized (call MPI_Init first)",
-            ));
-        }
-        if need_init && errors::finalized() {
-            return Err(handles::err(
-                ErrorClass::Other,
-                call,
-                "MPI has been finalized",
-            ));
-        }
-        f()
-    }));
-    let e = match r {
-        Ok(Ok(())) => return MPI_SUCCESS,
-        Ok(Err(e)) => e,
-        Err(_) => handles::err(ErrorClass::Intern, call, "internal error: a panic"),
-    };
-    let code = errors::code_of(&e);
-    match errh {
-        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => gmpi::abort(code, &e.to_string()),
-        _ => code,
-    }
-}
-
 /// The error handler of `MPI_FILE_NULL` (`MPI_ERRORS_RETURN` unless the
 /// program set another).
 static FILE_ERRH: AtomicI32 = AtomicI32::new(MPI_ERRORS_RETURN);
 
 /// Run the body of a file call; errors go to `MPI_FILE_NULL`'s handler.
 fn file_call(call: &str, f: impl FnOnce() -> Result<(), Error>) -> c_int {
-    run(call, true, FILE_ERRH.load(Ordering::Relaxed), f)
-}
-
-/// Run the body of a call that is given its error handler.
-fn errh_call(call: &str, errh: MPI_Errhandler, f: impl FnOnce() -> Result<(), Error>) -> c_int {
-    run(call, false, errh, f)
+    frame::run(call, true, FILE_ERRH.load(Ordering::Relaxed), f)
 }
 
 /// Check the file argument of the error-handler calls: only `MPI_FILE_NULL`
@@ -159,7 +83,7 @@ fn file_null(call: &str, fh: MPI_File) -> Result<(), Error> {
     if fh == MPI_FILE_NULL {
         Ok(())
     } else {
-        Err(handles::err(
+        Err(err(
             ErrorClass::Arg,
             call,
             format!("file = {fh:p} is not a valid file (gmpi opens no files: MPI-IO is not supported yet)"),
@@ -172,7 +96,7 @@ direct_fn! {
         file_call(CALL, || {
             file_null(CALL, file)?;
             if !matches!(errhandler, MPI_ERRORS_RETURN | MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT) {
-                return Err(handles::err(ErrorClass::Arg, CALL, format!("errhandler = {errhandler:#x} is not a file error handler (gmpi has only the predefined ones for files)")));
+                return Err(err(ErrorClass::Arg, CALL, format!("errhandler = {errhandler:#x} is not a file error handler (gmpi has only the predefined ones for files)")));
             }
             FILE_ERRH.store(errhandler, Ordering::Relaxed);
             Ok(())
@@ -190,12 +114,12 @@ direct_fn! {
         file_call(CALL, || {
             file_null(CALL, fh)?;
             if errors::class_of(errorcode).is_none() {
-                return Err(handles::err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
+                return Err(err(ErrorClass::Arg, CALL, format!("errorcode = {errorcode} is not an MPI error code")));
             }
             let h = FILE_ERRH.load(Ordering::Relaxed);
             if matches!(h, MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT) {
                 let msg = errors::string_of(errorcode).unwrap_or_else(|| format!("error code {errorcode}"));
-                gmpi::abort(errorcode, &format!("MPI_File_call_errhandler: {msg} (on rank {})", handles::world_rank()));
+                gmpi::abort(errorcode, &format!("MPI_File_call_errhandler: {msg} (on rank {})", world_rank()));
             }
             Ok(())
         })
@@ -203,7 +127,7 @@ direct_fn! {
 }
 
 /// `MPI_File_c2f`: the Fortran handle of a file (0 for `MPI_FILE_NULL`,
-/// the only file handle there is).
+/// the only file handle there is). Safe: it never dereferences `file`.
 #[no_mangle]
 pub extern "C" fn PMPI_File_c2f(_file: MPI_File) -> MPI_Fint {
     0
@@ -317,11 +241,11 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_call_errhandler(_win: MPI_Win, _errorcode: c_int) {
+    safe fn Win_call_errhandler(_win: MPI_Win, _errorcode: c_int) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_complete(_win: MPI_Win) {
+    safe fn Win_complete(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -343,7 +267,7 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_delete_attr(_win: MPI_Win, _win_keyval: c_int) {
+    safe fn Win_delete_attr(_win: MPI_Win, _win_keyval: c_int) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -351,23 +275,23 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_fence(_assert: c_int, _win: MPI_Win) {
+    safe fn Win_fence(_assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_flush(_rank: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush_all(_win: MPI_Win) {
+    safe fn Win_flush_all(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush_local(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_flush_local(_rank: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_flush_local_all(_win: MPI_Win) {
+    safe fn Win_flush_local_all(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -399,15 +323,15 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_lock_all(_assert: c_int, _win: MPI_Win) {
+    safe fn Win_lock_all(_assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_post(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_post(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -415,11 +339,11 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_set_errhandler(_win: MPI_Win, _errhandler: MPI_Errhandler) {
+    safe fn Win_set_errhandler(_win: MPI_Win, _errhandler: MPI_Errhandler) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_set_info(_win: MPI_Win, _info: MPI_Info) {
+    safe fn Win_set_info(_win: MPI_Win, _info: MPI_Info) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -431,11 +355,11 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_start(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_start(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_sync(_win: MPI_Win) {
+    safe fn Win_sync(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -443,15 +367,15 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_unlock(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_unlock(_rank: c_int, _win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_unlock_all(_win: MPI_Win) {
+    safe fn Win_unlock_all(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_wait(_win: MPI_Win) {
+    safe fn Win_wait(_win: MPI_Win) {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -460,7 +384,7 @@ mpi_fn! {
 // ---- Generalized requests ----
 
 mpi_fn! {
-    fn Grequest_complete(_request: MPI_Request) {
+    safe fn Grequest_complete(_request: MPI_Request) {
         Err(unsupported(CALL, GREQUEST))
     }
 
@@ -524,17 +448,6 @@ mpi_fn! {
 
 }
 
-// ---- Intercommunicator construction ----
-
-direct_fn! {
-    // Implemented (in comm.rs); here for the error-handler frame it shares
-    // with the other calls that are given their handler.
-    fn Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) {
-        errh_call(CALL, errhandler, || crate::comm::intercomm_from_groups(CALL, local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm))
-    }
-
-}
-
 // ---- Sessions ----
 
 mpi_fn! {
@@ -542,7 +455,7 @@ mpi_fn! {
         Err(unsupported(CALL, SESSIONS))
     }
 
-    noinit fn Session_call_errhandler(_session: MPI_Session, _errorcode: c_int) {
+    noinit safe fn Session_call_errhandler(_session: MPI_Session, _errorcode: c_int) {
         Err(unsupported(CALL, SESSIONS))
     }
 
@@ -574,7 +487,7 @@ mpi_fn! {
         Err(unsupported(CALL, SESSIONS))
     }
 
-    noinit fn Session_set_errhandler(_session: MPI_Session, _errhandler: MPI_Errhandler) {
+    noinit safe fn Session_set_errhandler(_session: MPI_Session, _errhandler: MPI_Errhandler) {
         Err(unsupported(CALL, SESSIONS))
     }
 
@@ -582,11 +495,11 @@ mpi_fn! {
 
 direct_fn! {
     fn Comm_create_from_group(_group: MPI_Group, _stringtag: *const c_char, _info: MPI_Info, errhandler: MPI_Errhandler, _newcomm: *mut MPI_Comm) {
-        errh_call(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
+        frame::with_errhandler(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
     }
 
     fn Session_init(_info: MPI_Info, errhandler: MPI_Errhandler, _session: *mut MPI_Session) {
-        errh_call(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
+        frame::with_errhandler(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
     }
 
 }

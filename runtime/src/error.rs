@@ -4,68 +4,67 @@
 
 use std::fmt;
 
-/// MPI error classes (values as in the MPICH ABI, so the C layer can return
-/// them unchanged).
+/// MPI error classes. They carry no numbers: each C ABI maps them to its own
+/// (`gmpi-capi`'s `abi` module holds the MPICH ABI's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-#[repr(i32)]
 pub enum ErrorClass {
     /// `MPI_ERR_BUFFER`: invalid buffer pointer.
-    Buffer = 1,
+    Buffer,
     /// `MPI_ERR_COUNT`: invalid count.
-    Count = 2,
+    Count,
     /// `MPI_ERR_TYPE`: invalid datatype.
-    Type = 3,
+    Type,
     /// `MPI_ERR_TAG`: invalid tag.
-    Tag = 4,
+    Tag,
     /// `MPI_ERR_COMM`: invalid communicator.
-    Comm = 5,
+    Comm,
     /// `MPI_ERR_RANK`: invalid rank.
-    Rank = 6,
+    Rank,
     /// `MPI_ERR_ROOT`: invalid root.
-    Root = 7,
+    Root,
     /// `MPI_ERR_GROUP`: invalid group.
-    Group = 8,
+    Group,
     /// `MPI_ERR_OP`: invalid operation.
-    Op = 9,
+    Op,
     /// `MPI_ERR_TRUNCATE`: message truncated on receive.
-    Truncate = 14,
+    Truncate,
     /// `MPI_ERR_OTHER`: known error not in this list.
-    Other = 15,
+    Other,
     /// `MPI_ERR_INTERN`: internal error.
-    Intern = 16,
+    Intern,
     /// `MPI_ERR_IN_STATUS`: error code is in status.
-    InStatus = 17,
+    InStatus,
     /// `MPI_ERR_PENDING`: pending request.
-    Pending = 18,
+    Pending,
     /// `MPI_ERR_REQUEST`: invalid request.
-    Request = 19,
+    Request,
     /// `MPI_ERR_ARG`: invalid argument.
-    Arg = 12,
+    Arg,
     /// `MPI_ERR_TOPOLOGY`: invalid topology.
-    Topology = 10,
+    Topology,
     /// `MPI_ERR_DIMS`: invalid dimensions.
-    Dims = 11,
+    Dims,
     /// `MPI_ERR_UNKNOWN`: unknown error.
-    Unknown = 13,
+    Unknown,
     /// `MPI_ERR_INFO_KEY`: invalid info key.
-    InfoKey = 29,
+    InfoKey,
     /// `MPI_ERR_INFO_VALUE`: invalid info value.
-    InfoValue = 30,
+    InfoValue,
     /// `MPI_ERR_INFO_NOKEY`: the info key is not defined.
-    InfoNokey = 31,
+    InfoNokey,
     /// `MPI_ERR_NO_MEM`: out of memory.
-    NoMem = 34,
+    NoMem,
     /// `MPI_ERR_INFO`: invalid info object.
-    Info = 28,
+    Info,
     /// `MPI_ERR_UNSUPPORTED_OPERATION`.
-    Unsupported = 44,
+    Unsupported,
     /// `MPI_ERR_KEYVAL`: invalid attribute key.
-    Keyval = 48,
+    Keyval,
     /// `MPI_ERR_WIN`: invalid window.
-    Win = 45,
+    Win,
     /// `MPI_ERR_PROC_FAILED` (ULFM): a peer process failed.
-    ProcFailed = 101,
+    ProcFailed,
 }
 
 impl ErrorClass {
@@ -103,12 +102,8 @@ impl ErrorClass {
         }
     }
 
-    /// The integer code (MPICH ABI value).
-    pub fn code(self) -> i32 {
-        self as i32
-    }
-
-    /// Every class, for mapping codes back to classes.
+    /// Every class (for a table that maps each one, such as a C ABI's
+    /// numbers).
     pub const ALL: [ErrorClass; 28] = [
         ErrorClass::Buffer,
         ErrorClass::Count,
@@ -139,11 +134,6 @@ impl ErrorClass {
         ErrorClass::Keyval,
         ErrorClass::ProcFailed,
     ];
-
-    /// The class with MPI code `code`, if it is one of gmpi's.
-    pub fn from_code(code: i32) -> Option<ErrorClass> {
-        Self::ALL.into_iter().find(|c| c.code() == code)
-    }
 }
 
 /// A gmpi error: an MPI error class and a message naming the call, the
@@ -220,7 +210,7 @@ mod tests {
             3,
             "invalid destination rank 9 (size 4)",
         );
-        assert_eq!(e.class().code(), 6);
+        assert_eq!(e.class(), ErrorClass::Rank);
         let s = e.to_string();
         assert!(
             s.contains("MPI_Send")

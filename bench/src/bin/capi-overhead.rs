@@ -21,11 +21,11 @@ use std::ffi::{c_char, c_int, c_void};
 use std::hint::black_box;
 use std::time::Instant;
 
-use mpi::handles::{MPI_Status, MPI_BYTE, MPI_COMM_WORLD, MPI_STATUS_IGNORE};
+use mpi::abi::{MPI_Status, MPI_BYTE, MPI_COMM_WORLD, MPI_STATUS_IGNORE};
 
-type SendFn = extern "C" fn(*const c_void, c_int, c_int, c_int, c_int, c_int) -> c_int;
+type SendFn = unsafe extern "C" fn(*const c_void, c_int, c_int, c_int, c_int, c_int) -> c_int;
 type RecvFn =
-    extern "C" fn(*mut c_void, c_int, c_int, c_int, c_int, c_int, *mut MPI_Status) -> c_int;
+    unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, c_int, c_int, *mut MPI_Status) -> c_int;
 
 fn arg(i: usize, default: usize) -> usize {
     std::env::args()
@@ -48,24 +48,29 @@ fn main() {
 
     // The C entry points, called through pointers the optimizer cannot see
     // through, as a C caller's PLT call.
-    let init: extern "C" fn(*mut c_int, *mut *mut *mut c_char) -> c_int =
+    let init: unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char) -> c_int =
         black_box(mpi::entry_points::PMPI_Init);
     let finalize: extern "C" fn() -> c_int = black_box(mpi::entry_points::PMPI_Finalize);
     let c_send: SendFn = black_box(mpi::entry_points::PMPI_Send as SendFn);
     let c_recv: RecvFn = black_box(mpi::entry_points::PMPI_Recv as RecvFn);
     let mut rank: c_int = -1;
     let mut size: c_int = 0;
-    assert_eq!(init(std::ptr::null_mut(), std::ptr::null_mut()), 0);
-    assert_eq!(
-        mpi::entry_points::PMPI_Comm_rank(MPI_COMM_WORLD, &mut rank),
-        0
-    );
-    assert_eq!(
-        mpi::entry_points::PMPI_Comm_size(MPI_COMM_WORLD, &mut size),
-        0
-    );
+    // SAFETY: MPI_Init accepts NULL for argc and argv.
+    let rc = unsafe { init(std::ptr::null_mut(), std::ptr::null_mut()) };
+    assert_eq!(rc, 0);
+    // SAFETY: `rank` and `size` are writable ints.
+    unsafe {
+        assert_eq!(
+            mpi::entry_points::PMPI_Comm_rank(MPI_COMM_WORLD, &mut rank),
+            0
+        );
+        assert_eq!(
+            mpi::entry_points::PMPI_Comm_size(MPI_COMM_WORLD, &mut size),
+            0
+        );
+    }
     assert!(size >= 2, "gmpi-capi-overhead needs at least 2 ranks");
-    let world = mpi::handles::fast_comm(MPI_COMM_WORLD).expect("MPI_COMM_WORLD after MPI_Init");
+    let world = mpi::resolve::fast_comm(MPI_COMM_WORLD).expect("MPI_COMM_WORLD after MPI_Init");
     let peer = 1 - rank;
     let status_ignore = MPI_STATUS_IGNORE as *mut MPI_Status;
 
@@ -76,20 +81,23 @@ fn main() {
         for _ in 0..n {
             let p = buf.as_mut_ptr() as *mut c_void;
             match (c, rank) {
-                (true, 0) => {
+                // SAFETY: `p` points to the 8 bytes of `buf`, lent to each
+                // blocking call; MPI_STATUS_IGNORE is a status it accepts.
+                (true, 0) => unsafe {
                     assert_eq!(c_send(p, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD), 0);
                     assert_eq!(
                         c_recv(p, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, status_ignore),
                         0
                     );
-                }
-                (true, 1) => {
+                },
+                // SAFETY: as above.
+                (true, 1) => unsafe {
                     assert_eq!(
                         c_recv(p, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, status_ignore),
                         0
                     );
                     assert_eq!(c_send(p, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD), 0);
-                }
+                },
                 (false, 0) => {
                     world.send(&buf[..], peer, 0).expect("send");
                     world.recv(&mut buf[..], peer, 0).expect("recv");

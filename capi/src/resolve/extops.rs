@@ -52,10 +52,9 @@ use std::collections::BTreeSet;
 
 use gmpi::{Error, ErrorClass, Op};
 
-use crate::handles::{
-    self, decode, err, Kind, MPI_Datatype, MPI_Op, MPI_BAND, MPI_BOR, MPI_BXOR, MPI_LAND, MPI_LOR,
-    MPI_LXOR, MPI_MAX, MPI_MAXLOC, MPI_MIN, MPI_MINLOC, MPI_PROD, MPI_SUM,
-};
+use crate::abi::*;
+use crate::resolve::datatype::predefined;
+use crate::tables::{err, state};
 
 /// A kind of datatype this module reduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,15 +79,17 @@ enum Ext {
 
 /// The kind of predefined datatype `h`, if this module handles it.
 fn kind_of(h: MPI_Datatype) -> Option<Ext> {
-    Some(match h as u32 {
-        0x4c000840 | 0x4c000834 | 0x4c00081e | 0x4c000828 => Ext::ComplexF32,
-        0x4c001041 | 0x4c001035 | 0x4c001022 | 0x4c00102a => Ext::ComplexF64,
-        0x4c00100c => Ext::LongDouble,
-        0x4c002042 | 0x4c002036 => Ext::ComplexLongDouble,
-        0x4c00102b | 0x4c00202c => Ext::Quad,
-        0x4c000821 => Ext::TwoReal,
-        0x4c001023 => Ext::TwoDouble,
-        0x8c000004 => Ext::LongDoubleInt,
+    Some(match h {
+        MPI_C_FLOAT_COMPLEX | MPI_CXX_FLOAT_COMPLEX | MPI_COMPLEX | MPI_COMPLEX8 => Ext::ComplexF32,
+        MPI_C_DOUBLE_COMPLEX | MPI_CXX_DOUBLE_COMPLEX | MPI_DOUBLE_COMPLEX | MPI_COMPLEX16 => {
+            Ext::ComplexF64
+        }
+        MPI_LONG_DOUBLE => Ext::LongDouble,
+        MPI_C_LONG_DOUBLE_COMPLEX | MPI_CXX_LONG_DOUBLE_COMPLEX => Ext::ComplexLongDouble,
+        MPI_REAL16 | MPI_COMPLEX32 => Ext::Quad,
+        MPI_2REAL => Ext::TwoReal,
+        MPI_2DOUBLE_PRECISION => Ext::TwoDouble,
+        MPI_LONG_DOUBLE_INT => Ext::LongDoubleInt,
         _ => return None,
     })
 }
@@ -110,7 +111,7 @@ fn element_kind(h: MPI_Datatype) -> Option<(Ext, MPI_Datatype)> {
     decode(Kind::Datatype, h)?;
     // Walk the construction tree (each handle once) under the table lock;
     // nothing here calls the runtime.
-    let st = handles::state();
+    let st = state();
     let mut seen = BTreeSet::new();
     let mut todo = vec![h];
     let mut found: Option<(Ext, MPI_Datatype)> = None;
@@ -137,7 +138,7 @@ fn element_kind(h: MPI_Datatype) -> Option<(Ext, MPI_Datatype)> {
 
 /// The name of predefined datatype `h`.
 fn type_name(h: MPI_Datatype) -> &'static str {
-    handles::predefined(h).map_or("this datatype", |(_, n)| n)
+    predefined(h).map_or("this datatype", |(_, n)| n)
 }
 
 fn op_name(h: MPI_Op) -> &'static str {
@@ -297,7 +298,7 @@ mod x87 {
     use std::ffi::c_int;
 
     use super::{Ext, Kernel};
-    use crate::handles::{MPI_MAX, MPI_MAXLOC, MPI_MIN, MPI_MINLOC, MPI_PROD, MPI_SUM};
+    use crate::abi::{MPI_MAX, MPI_MAXLOC, MPI_MIN, MPI_MINLOC, MPI_PROD, MPI_SUM};
 
     /// An 80-bit extended value: the significant bytes of a `long double`.
     pub type F80 = [u8; 10];
@@ -601,7 +602,7 @@ mod tests {
         #[test]
         fn kernels_keep_padding_and_break_ties() {
             use super::super::Ext;
-            use crate::handles::{MPI_MAX, MPI_MINLOC, MPI_PROD, MPI_SUM};
+            use crate::abi::{MPI_MAX, MPI_MINLOC, MPI_PROD, MPI_SUM};
             let slot = |v: f64, pad: u8| [&ext(v)[..], &[pad; 6]].concat();
             let (_, sum) = kernel(Ext::LongDouble, MPI_SUM).unwrap();
             let a = [slot(1.0, 0xaa), slot(2.0, 0xaa)].concat();
