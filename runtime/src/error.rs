@@ -138,11 +138,26 @@ impl ErrorClass {
 
 /// A gmpi error: an MPI error class and a message naming the call, the
 /// argument and the rank.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Where a lower layer raised it, [`std::error::Error::source`] is that
+/// layer's typed error (a [`gmpi_pml::PmlError`]: a peer that broke the
+/// protocol, a local transport or device failure, …), for programs that
+/// inspect it; the message already names every cause, as MPI's error
+/// strings must. Two errors are equal when their class and message are.
+#[derive(Debug, Clone)]
 pub struct Error {
     class: ErrorClass,
     msg: String,
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        self.class == other.class && self.msg == other.msg
+    }
+}
+
+impl Eq for Error {}
 
 impl Error {
     /// An error of `class` raised by `call` on `rank`.
@@ -152,7 +167,11 @@ impl Error {
         } else {
             format!("{call}: {what}")
         };
-        Self { class, msg }
+        Self {
+            class,
+            msg,
+            source: None,
+        }
     }
 
     /// The MPI error class.
@@ -167,7 +186,11 @@ impl Error {
 
     /// An error with exactly this message (no call or rank added).
     pub fn with_message(class: ErrorClass, msg: String) -> Self {
-        Self { class, msg }
+        Self {
+            class,
+            msg,
+            source: None,
+        }
     }
 
     /// Map a pml error raised under `call` on `rank`: the one place that
@@ -183,7 +206,9 @@ impl Error {
             P::Peer { .. } => ErrorClass::Intern,
             P::Transport { .. } | P::Device { .. } => ErrorClass::Other,
         };
-        Self::new(class, call, rank, gmpi_pml::error::chain(&e))
+        let mut err = Self::new(class, call, rank, gmpi_pml::error::chain(&e));
+        err.source = Some(std::sync::Arc::new(e));
+        err
     }
 }
 
@@ -193,7 +218,13 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// Result with a gmpi [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -225,5 +256,25 @@ mod tests {
             0,
         );
         assert_eq!(t.class(), ErrorClass::Truncate);
+        // The pml's error stays reachable, typed, with its causes.
+        let p = Error::from_pml(
+            gmpi_pml::PmlError::Transport {
+                peer: 1,
+                source: gmpi_btl::BtlError::Os("connection reset".into()),
+            },
+            "MPI_Send",
+            0,
+        );
+        assert_eq!(p.class(), ErrorClass::Other);
+        assert!(p.message().contains("connection reset"), "{p}");
+        let src = std::error::Error::source(&p).expect("the pml error");
+        assert!(matches!(
+            src.downcast_ref::<gmpi_pml::PmlError>(),
+            Some(gmpi_pml::PmlError::Transport { peer: 1, .. })
+        ));
+        assert!(
+            std::error::Error::source(src).is_some(),
+            "and the transport's below it"
+        );
     }
 }

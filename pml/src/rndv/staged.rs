@@ -13,8 +13,8 @@
 
 use crate::action::Action;
 use crate::memory::HostWrite;
-use crate::request::{Matched, RecvState};
 use crate::protocol::Protocol;
+use crate::request::{Matched, RecvState};
 use crate::{MemKind, Pml, PmlError, ReqId};
 
 /// How the log names a streamed receive: `rndv/staged` where device memory
