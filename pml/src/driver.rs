@@ -29,7 +29,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit, Wake};
+use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Rank, Submit, Wake};
 use gmpi_gpu::{Gpu, IpcDesc, MemKind};
 
 use crate::{
@@ -654,20 +654,28 @@ impl<M: MemAccess> Driver<M> {
                 desc,
                 offset,
                 dst,
-                dst_kind,
                 len,
                 token,
                 alone,
+                ..
             } => {
                 self.quiet[btl] = false;
                 let b = &mut self.btls[btl];
-                let res = self.mem.with_write(dst, len, dst_kind, |d| {
+                let d = LocalMem { addr: dst, len };
+                // SAFETY: `dst` is the buffer of a receive request in its
+                // Pulling state (host memory, or device memory the btl
+                // registered for GPUDirect), which the runtime keeps alive
+                // and leaves alone until the request completes; the request
+                // completes only after this get's Done, error, GetComplete
+                // or GetFailed (the pml's `handle_get_*`).
+                #[allow(unsafe_code)]
+                let res = unsafe {
                     if alone {
                         b.get_alone(peer, &desc, offset, d, token)
                     } else {
                         b.get(peer, &desc, offset, d, token)
                     }
-                });
+                };
                 match res {
                     Ok(Submit::Done) => {
                         self.pml.handle_get_done(token);

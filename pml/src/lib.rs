@@ -18,7 +18,9 @@
 //!   request queries [`Pml::test`] / [`Pml::is_complete`].
 //! - User memory is touched only through the [`Memory`] the caller passes in
 //!   (writes) or by the driver when it executes a [`Payload::Mem`] (reads), so
-//!   the pml itself holds addresses, never references, and needs no `unsafe`.
+//!   the pml itself holds addresses, never references, and needs no `unsafe`;
+//!   the driver's one `unsafe` block lends a receive buffer to
+//!   [`gmpi_btl::Btl::get`], whose contract the receive's life cycle keeps.
 //! - After any input, drain `poll_action` and execute every action *in order*.
 //!   An action whose btl answers `NoResource` is retried later, and the actions
 //!   behind it for the same peer wait behind it.
@@ -42,7 +44,7 @@
 //! whatever path each message takes: every MATCH/RNDV carries a per-peer
 //! sequence number and early arrivals wait in an out-of-order stash.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod driver;
 pub mod header;
