@@ -31,6 +31,8 @@
 //!   exchanges (allreduce/allgather/gather) and small broadcasts of one
 //!   communicator whose ranks share a node (epoch counters and per-rank
 //!   slots; no `unsafe`: its raw byte access goes through `segment.rs`).
+//! - `conformance.rs` (tests only): `gmpi_btl::conformance`'s checks
+//!   against two ranks on threads;
 //! - `tests/rings.rs`: several ranks on threads of one process;
 //!   `tests/coll.rs`: the collective area, participants on threads;
 //!   `tests/process.rs`: two real processes (futex wake-up, CMA);
@@ -96,6 +98,8 @@
 
 mod cma;
 mod coll;
+#[cfg(test)]
+mod conformance;
 mod coop;
 mod layout;
 mod segment;

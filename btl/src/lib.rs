@@ -12,6 +12,9 @@
 //! - `loopback.rs`: the `self` transport (a rank sending to itself).
 //! - `sim.rs`: a deterministic simulated fabric of N ranks for tests, with
 //!   injectable back-pressure, reordering between transports and peer failure.
+//! - `conformance.rs` (feature `conformance`): the checks every btl's tests
+//!   run against it, through this trait only (`tests/conformance.rs` runs
+//!   them against `sim` and `loopback`).
 //!
 //! Contract, in short:
 //! - [`Btl::send`] takes a fragment as a gather list of byte slices and returns
@@ -60,6 +63,8 @@
 // with which the default `get_alone` hands its caller's contract on to `get`.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod loopback;
 pub mod sim;
 
