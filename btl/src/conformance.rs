@@ -6,9 +6,13 @@
 //! memory a get may write, a way to kill an endpoint) and run the checks,
 //! one `#[test]` each, with [`conformance_tests!`](crate::conformance_tests):
 //!
-//! ```ignore
+//! ```text
 //! gmpi_btl::conformance_tests!(default_config, || MyFixture::new(MyConfig::default()));
 //! ```
+//!
+//! (`btl/tests/conformance.rs` does it for the simulated fabric and
+//! loopback, `btl-shm/src/conformance.rs` and `btl-tcp/tests/conformance.rs`
+//! for shm and tcp.)
 //!
 //! The checks:
 //! - [`ordering`]: fragments of mixed sizes (0 B, 1 B, the eager limit,
