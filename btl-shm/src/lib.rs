@@ -18,8 +18,12 @@
 //! - `lib.rs`: [`ShmConfig`], [`ShmBtl`] (bootstrap, the [`Btl`] impl, the
 //!   doorbell protocol of [`Btl::wait`]).
 //! - `layout.rs`: segment layout, record format, ring sizing (pure arithmetic).
-//! - `segment.rs`: the only `unsafe` code: the mapping, the ring ends
-//!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`/`process_vm_writev`.
+//! - `segment.rs`: the only `unsafe` operations: the mapping, the ring ends
+//!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`/`process_vm_writev`,
+//!   and `Dst::lend`, which turns a get's [`gmpi_btl::LocalMem`] into memory
+//!   they may write. (`lib.rs`'s [`Btl::get`]/[`Btl::get_alone`] are
+//!   `unsafe fn`s whose one block each hands their caller's contract to
+//!   `Dst::lend`.)
 //! - `cma.rs`: the single-copy read and write and their start-up probes.
 //! - `coop.rs`: cooperative gets: chunks claimed by both processes through
 //!   a slot in the segment, the helper's requests, completion.
@@ -27,6 +31,8 @@
 //!   exchanges (allreduce/allgather/gather) and small broadcasts of one
 //!   communicator whose ranks share a node (epoch counters and per-rank
 //!   slots; no `unsafe`: its raw byte access goes through `segment.rs`).
+//! - `conformance.rs` (tests only): `gmpi_btl::conformance`'s checks
+//!   against two ranks on threads;
 //! - `tests/rings.rs`: several ranks on threads of one process;
 //!   `tests/coll.rs`: the collective area, participants on threads;
 //!   `tests/process.rs`: two real processes (futex wake-up, CMA);
@@ -92,6 +98,8 @@
 
 mod cma;
 mod coll;
+#[cfg(test)]
+mod conformance;
 mod coop;
 mod layout;
 mod segment;
@@ -103,7 +111,7 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gmpi_btl::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit, Wake};
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Rank, Submit, Wake};
 
 use crate::coop::{Coop, CoopCfg, Request, Start};
 use crate::layout::Layout;
@@ -487,7 +495,7 @@ impl ShmBtl {
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: Dst,
         token: u64,
         helped: bool,
     ) -> Result<Submit, BtlError> {
@@ -519,7 +527,7 @@ impl ShmBtl {
                         local,
                         remote,
                         offset,
-                        dst: Dst::lent(dst),
+                        dst,
                     });
                     // Ask the owner for help; it may be asleep or busy, and
                     // a full ring only means no help: either way we copy
@@ -533,7 +541,7 @@ impl ShmBtl {
                 }
             }
         }
-        cma::read_exact(remote.key, addr, Dst::lent(dst)).map_err(BtlError::GetFailed)?;
+        cma::read_exact(remote.key, addr, dst).map_err(BtlError::GetFailed)?;
         Ok(Submit::Done)
     }
 }
@@ -874,14 +882,20 @@ impl Btl for ShmBtl {
         })
     }
 
-    fn get(
+    /// [`Btl::get`]: synchronous below [`ShmConfig::coop_min`] bytes,
+    /// cooperative (`Queued`) from there when the owner can help.
+    #[allow(unsafe_code)]
+    unsafe fn get(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
+        // SAFETY: our caller lends `dst` as `Btl::get` requires, which is
+        // what `Dst::lend` asks.
+        let dst = unsafe { Dst::lend(dst) };
         self.get_maybe_helped(peer, remote, offset, dst, token, true)
     }
 
@@ -890,15 +904,18 @@ impl Btl for ShmBtl {
     /// all of it is in its own cache; from there on it is cooperative as any
     /// get (the data no longer stays in one core's cache, and two cores
     /// copy faster than one).
-    fn get_alone(
+    #[allow(unsafe_code)]
+    unsafe fn get_alone(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        let helped = dst.len() >= ALONE_MAX;
+        let helped = dst.len >= ALONE_MAX;
+        // SAFETY: as in `get`.
+        let dst = unsafe { Dst::lend(dst) };
         self.get_maybe_helped(peer, remote, offset, dst, token, helped)
     }
 
@@ -1229,13 +1246,17 @@ mod tests {
     }
 
     #[test]
+    #[allow(unsafe_code)] // lends `dst` to a get
     fn cooperative_get_fails_when_its_peer_fails() {
         use std::os::unix::fs::FileExt;
         let (mut a, mut b, f) = pair_with_file(&ShmConfig::default());
         let src = vec![7u8; 1 << 20];
         let desc = a.register(src.as_ptr() as u64, src.len() as u64).unwrap();
         let mut dst = vec![0u8; src.len()];
-        assert_eq!(b.get(10, &desc, 0, &mut dst, 42), Ok(Submit::Queued));
+        // SAFETY: `dst` is not touched again, and lives until the explicit
+        // drop at the end, after the GetFailed that ends the get.
+        let got = unsafe { b.get(10, &desc, 0, LocalMem::of(&mut dst), 42) };
+        assert_eq!(got, Ok(Submit::Queued));
         // Rank 10's ring to us turns out corrupt before we copied anything.
         let ring = a.layout.ring(0, 1) + layout::RING_CTRL_BYTES;
         f.write_at(&0x0bad_0bad_0bad_0badu64.to_le_bytes(), ring as u64)

@@ -43,6 +43,8 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gmpi_btl::LocalMem;
+
 use crate::layout::{self, Kind, RING_CTRL_BYTES, RING_HEAD, RING_WANT};
 
 /// A shared, writable mapping of the whole segment file.
@@ -652,8 +654,8 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 /// Local memory that a cross-memory copy may write: a range of this process
 /// lent to the btl for writing, either borrowed for the call ([`Dst::lent`] of
 /// a `&mut [u8]`) or lent by the [`gmpi_btl::Btl::get`] contract until the get
-/// completes (a `Queued` get: the caller keeps the memory valid and does not
-/// touch it until `GetComplete`/`GetFailed`).
+/// completes ([`Dst::lend`]: for a `Queued` get, the caller keeps the memory
+/// valid and does not touch it until `GetComplete`/`GetFailed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Dst {
     addr: u64,
@@ -667,6 +669,22 @@ impl Dst {
         Self {
             addr: dst.as_mut_ptr() as u64,
             len: dst.len(),
+        }
+    }
+
+    /// The destination of a [`gmpi_btl::Btl::get`], lent for as long as the
+    /// get runs: the only way a [`LocalMem`] becomes memory that
+    /// [`vm_read`] (and a helping peer's `process_vm_writev`) may write.
+    ///
+    /// # Safety
+    /// `mem` is lent as `Btl::get`'s `# Safety` requires: valid for writes of
+    /// `mem.len` bytes, read or written by nothing else until the get
+    /// completes (its `Done` or error, or for a queued get its
+    /// `GetComplete`/`GetFailed`), and kept valid until then.
+    pub(crate) unsafe fn lend(mem: LocalMem) -> Self {
+        Self {
+            addr: mem.addr,
+            len: mem.len,
         }
     }
 
@@ -712,9 +730,9 @@ pub(crate) fn vm_read(pid: i32, remote: u64, dst: Dst) -> io::Result<usize> {
         iov_len: dst.len,
     };
     // SAFETY: the local iovec describes `dst`, memory of this process lent
-    // to us for writing (borrowed mutably for the call, or lent until a
-    // queued get completes: see `Dst`), so the kernel's writes alias no live
-    // reference; the kernel checks that it is mapped and writable (EFAULT
+    // to us for writing (borrowed mutably for the call, or lent until the get
+    // completes by `Btl::get`'s contract: see `Dst::lend`), so the kernel's
+    // writes alias no live reference; the kernel checks that it is mapped and writable (EFAULT
     // otherwise). The remote iovec is only interpreted by the kernel in the
     // other process's address space (faults there are reported as EFAULT).
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };

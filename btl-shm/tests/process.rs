@@ -5,8 +5,8 @@
 //! Shows the cross-process futex wake-up (the receiver sleeps in `wait` and
 //! uses no CPU until the sender's `send` wakes it), the wake-up of a sender
 //! blocked on a full ring, and CMA `get` across processes.
-
-#![forbid(unsafe_code)]
+//!
+//! `unsafe` only to lend destination buffers to `Btl::get`.
 
 mod common;
 
@@ -16,7 +16,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::unique_path;
-use gmpi_btl::{Btl, BtlError, Event, MemDesc, Submit};
+use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Submit};
 use gmpi_btl_shm::{ShmBtl, ShmConfig};
 
 const ENV_PATH: &str = "GMPI_SHM_TEST_PATH";
@@ -210,7 +210,10 @@ fn child_wake_up_and_cma_get() {
             (BUF_LEN - 3, 3),
         ] {
             let mut dst = vec![0u8; len];
-            match btl.get(0, &desc, off as u64, &mut dst, 1) {
+            // SAFETY: `dst` is next read once the get is over (at once, or
+            // at its completion event below) and lives to the end of the
+            // iteration.
+            match unsafe { btl.get(0, &desc, off as u64, LocalMem::of(&mut dst), 1) } {
                 Ok(Submit::Done) => {}
                 // A cooperative get: the parent, waiting in recv_one(),
                 // writes part of it.
@@ -238,19 +241,18 @@ fn child_wake_up_and_cma_get() {
             ..desc
         };
         let mut dst = [0u8; 8];
-        assert!(matches!(
-            btl.get(0, &bad, 0, &mut dst, 2),
-            Err(BtlError::GetFailed(_))
-        ));
+        // SAFETY: `dst` outlives the call, and the get fails at once
+        // (asserted).
+        let got = unsafe { btl.get(0, &bad, 0, LocalMem::of(&mut dst), 2) };
+        assert!(matches!(got, Err(BtlError::GetFailed(_))));
         b"get-ok"
     } else {
         eprintln!("child: CMA unavailable: {}", btl.cma_status());
         assert!(!btl.caps().get);
         let mut dst = [0u8; 8];
-        assert!(matches!(
-            btl.get(0, &desc, 0, &mut dst, 2),
-            Err(BtlError::GetFailed(_))
-        ));
+        // SAFETY: as above.
+        let got = unsafe { btl.get(0, &desc, 0, LocalMem::of(&mut dst), 2) };
+        assert!(matches!(got, Err(BtlError::GetFailed(_))));
         b"get-fallback"
     };
     assert_eq!(btl.send(0, &[reply], 0), Ok(Submit::Done));

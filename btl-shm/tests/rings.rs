@@ -1,7 +1,8 @@
 //! Several ranks in one process (one thread each for bootstrap): ordering,
 //! sizes, back-pressure, wrap-around, all-to-all, bootstrap hygiene, get.
-
-#![forbid(unsafe_code)]
+//!
+//! `unsafe` only to lend destination buffers to `Btl::get`, whose contract
+//! each call site's `SAFETY` comment shows kept.
 
 mod common;
 
@@ -13,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use gmpi_btl::{Btl, BtlError, Event, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Rank, Submit};
 use gmpi_btl_shm::{ShmBtl, ShmConfig, ALONE_MAX, MAX_FRAGS_PER_PROGRESS};
 
 #[test]
@@ -423,21 +424,23 @@ fn get_reads_registered_memory() {
         );
         assert!(dst == src[off..off + len], "offset {off} len {len}");
     }
-    let mut dst = vec![0u8; 16];
+    let mut buf = vec![0u8; 16];
+    let dst = LocalMem::of(&mut buf);
+    // Every get below fails at once (asserted): nothing writes `dst` after
+    // the call, and `dst` outlives it.
     let end = src.len() as u64 - 8;
-    assert!(matches!(
-        b[1].get(0, &desc, end, &mut dst, 0),
-        Err(BtlError::GetFailed(_))
-    ));
-    assert!(matches!(
-        b[1].get(0, &desc, u64::MAX, &mut dst, 0),
-        Err(BtlError::GetFailed(_))
-    ));
+    // SAFETY: see above.
+    let got = unsafe { b[1].get(0, &desc, end, dst, 0) };
+    assert!(matches!(got, Err(BtlError::GetFailed(_))));
+    // SAFETY: see above.
+    let got = unsafe { b[1].get(0, &desc, u64::MAX, dst, 0) };
+    assert!(matches!(got, Err(BtlError::GetFailed(_))));
     let bad = MemDesc {
         key: i32::MAX as u64,
         ..desc
     };
-    let e = b[1].get(0, &bad, 0, &mut dst, 0).unwrap_err();
+    // SAFETY: see above.
+    let e = unsafe { b[1].get(0, &bad, 0, dst, 0) }.unwrap_err();
     assert!(
         matches!(e, BtlError::GetFailed(ref m) if m.contains("pid")),
         "{e}"
@@ -447,14 +450,12 @@ fn get_reads_registered_memory() {
         len: 64,
         key: desc.key,
     };
-    assert!(matches!(
-        b[1].get(0, &unmapped, 0, &mut dst, 0),
-        Err(BtlError::GetFailed(_))
-    ));
-    assert_eq!(
-        b[1].get(9, &desc, 0, &mut dst, 0),
-        Err(BtlError::Unreachable(9))
-    );
+    // SAFETY: see above.
+    let got = unsafe { b[1].get(0, &unmapped, 0, dst, 0) };
+    assert!(matches!(got, Err(BtlError::GetFailed(_))));
+    // SAFETY: see above.
+    let got = unsafe { b[1].get(9, &desc, 0, dst, 0) };
+    assert_eq!(got, Err(BtlError::Unreachable(9)));
 }
 
 #[test]
@@ -477,10 +478,9 @@ fn cma_off_by_configuration() {
         key: 1,
     };
     let mut dst = [0u8; 4];
-    assert!(matches!(
-        b[1].get(0, &desc, 0, &mut dst, 0),
-        Err(BtlError::GetFailed(_))
-    ));
+    // SAFETY: `dst` outlives the call, and the get fails at once (asserted).
+    let got = unsafe { b[1].get(0, &desc, 0, LocalMem::of(&mut dst), 0) };
+    assert!(matches!(got, Err(BtlError::GetFailed(_))));
 }
 
 /// Mutable references to two different ranks.
@@ -507,7 +507,9 @@ fn get_to_end(
     dst: &mut [u8],
     token: u64,
 ) -> Result<(), BtlError> {
-    match getter.get(peer, desc, off, dst, token)? {
+    // SAFETY: `dst` is borrowed for this whole function, which returns only
+    // once the get is over (at once, or at its completion event).
+    match unsafe { getter.get(peer, desc, off, LocalMem::of(dst), token) }? {
         Submit::Done => Ok(()),
         Submit::Queued => {
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -574,11 +576,10 @@ fn cooperative_get_helped_first_alone_or_never() {
                 .unwrap();
             let mut dst = vec![0u8; len];
             let (owner, getter) = two(&mut b, 0, 1);
-            assert_eq!(
-                getter.get(0, &desc, off as u64, &mut dst, 5),
-                Ok(Submit::Queued),
-                "{len} bytes"
-            );
+            // SAFETY: `dst` is next read after the get's completion event
+            // (below), and lives to the end of the iteration.
+            let got = unsafe { getter.get(0, &desc, off as u64, LocalMem::of(&mut dst), 5) };
+            assert_eq!(got, Ok(Submit::Queued), "{len} bytes");
             assert!(getter.caps().get);
             // Nothing pending for the pml, but wait() must not sleep now.
             let t = Instant::now();
@@ -650,7 +651,9 @@ fn cooperative_gets_on_two_threads_and_a_full_window() {
         let mut dst: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
         let mut queued = 0;
         for (k, d) in dst.iter_mut().enumerate() {
-            match getter.get(0, &descs[k], 0, d, 100 + k as u64).unwrap() {
+            // SAFETY: `dst` is next read after every get has finished
+            // (`finish_gets` below), and lives to the end of the round.
+            match unsafe { getter.get(0, &descs[k], 0, LocalMem::of(d), 100 + k as u64) }.unwrap() {
                 Submit::Queued => queued += 1,
                 Submit::Done => {}
                 Submit::NoResource => panic!("refused"),
@@ -681,7 +684,9 @@ fn get_alone_is_never_cooperative_below_alone_max() {
     // Large enough to be cooperative, but the caller reduces it next: the
     // getter copies it all, at once, and asks the owner for nothing.
     let mut dst = vec![0u8; ALONE_MAX - 1];
-    assert_eq!(getter.get_alone(0, &desc, 1, &mut dst, 3), Ok(Submit::Done));
+    // SAFETY: `dst` outlives the call, and the get is synchronous (asserted).
+    let got = unsafe { getter.get_alone(0, &desc, 1, LocalMem::of(&mut dst), 3) };
+    assert_eq!(got, Ok(Submit::Done));
     assert_eq!(dst, src[1..]);
     assert_eq!(owner.progress(&mut |e| panic!("{e:?}")), 0, "no request");
     assert_eq!(getter.progress(&mut |e| panic!("{e:?}")), 0);
@@ -689,10 +694,15 @@ fn get_alone_is_never_cooperative_below_alone_max() {
     for (token, alone) in [(4, false), (5, true)] {
         let len = if alone { ALONE_MAX } else { ALONE_MAX - 1 };
         let mut dst = vec![0u8; len];
-        let got = if alone {
-            getter.get_alone(0, &desc, 0, &mut dst, token)
-        } else {
-            getter.get(0, &desc, 0, &mut dst, token)
+        let d = LocalMem::of(&mut dst);
+        // SAFETY: `dst` is next read after the get's completion event
+        // (`finish_gets` below), and lives to the end of the iteration.
+        let got = unsafe {
+            if alone {
+                getter.get_alone(0, &desc, 0, d, token)
+            } else {
+                getter.get(0, &desc, 0, d, token)
+            }
         };
         assert_eq!(got, Ok(Submit::Queued), "alone: {alone}");
         assert!(
@@ -712,7 +722,10 @@ fn cooperative_get_of_unreadable_memory_fails_after_a_retry() {
     let (owner, getter) = two(&mut b, 0, 1);
     // With and without the owner's (failing) help.
     for helped in [true, false] {
-        assert_eq!(getter.get(0, &desc, 0, &mut dst, 7), Ok(Submit::Queued));
+        // SAFETY: `dst` is not read; it lives past the get's completion
+        // event (`finish_gets` below).
+        let got = unsafe { getter.get(0, &desc, 0, LocalMem::of(&mut dst), 7) };
+        assert_eq!(got, Ok(Submit::Queued));
         if helped {
             assert!(owner.progress(&mut |e| panic!("{e:?}")) > 0);
         }
@@ -747,7 +760,9 @@ fn cooperative_gets_off_by_configuration_or_on_one_side() {
         .register(src.as_ptr() as u64, src.len() as u64)
         .unwrap();
     let mut dst = vec![0u8; src.len()];
-    assert_eq!(b[1].get(0, &desc, 0, &mut dst, 1), Ok(Submit::Done));
+    // SAFETY: `dst` outlives the call, and the get is synchronous (asserted).
+    let got = unsafe { b[1].get(0, &desc, 0, LocalMem::of(&mut dst), 1) };
+    assert_eq!(got, Ok(Submit::Done));
     assert_eq!(dst, src);
     // On for the getter only: the owner ignores the request, the getter
     // copies everything.
@@ -761,7 +776,10 @@ fn cooperative_gets_off_by_configuration_or_on_one_side() {
         .register(src.as_ptr() as u64, src.len() as u64)
         .unwrap();
     let mut dst = vec![0u8; src.len()];
-    assert_eq!(b[1].get(0, &desc, 0, &mut dst, 2), Ok(Submit::Queued));
+    // SAFETY: `dst` is next read after the get's completion event
+    // (`finish_gets` below), and lives to the end of the test.
+    let got = unsafe { b[1].get(0, &desc, 0, LocalMem::of(&mut dst), 2) };
+    assert_eq!(got, Ok(Submit::Queued));
     assert_eq!(
         b[0].progress(&mut |e| panic!("{e:?}")),
         0,

@@ -12,6 +12,9 @@
 //! - `loopback.rs`: the `self` transport (a rank sending to itself).
 //! - `sim.rs`: a deterministic simulated fabric of N ranks for tests, with
 //!   injectable back-pressure, reordering between transports and peer failure.
+//! - `conformance.rs` (feature `conformance`): the checks every btl's tests
+//!   run against it, through this trait only (`tests/conformance.rs` runs
+//!   them against `sim` and `loopback`).
 //!
 //! Contract, in short:
 //! - [`Btl::send`] takes a fragment as a gather list of byte slices and returns
@@ -24,15 +27,17 @@
 //!   refuse (`NoResource`), never answer `Queued`.
 //! - Fragments between one pair of ranks on one btl arrive in the order they
 //!   were submitted. Nothing is promised across two btls.
-//! - [`Btl::get`] reads `dst.len()` bytes from a peer's registered memory
-//!   ([`MemDesc`], produced by the peer's [`Btl::register`]) into local memory.
-//!   It answers `Done` (the bytes are there) or `Queued`: the bytes then land
+//! - [`Btl::get`] reads `dst.len` bytes from a peer's registered memory
+//!   ([`MemDesc`], produced by the peer's [`Btl::register`]) into local
+//!   memory ([`LocalMem`], an address and a length, not a borrow). It
+//!   answers `Done` (the bytes are there) or `Queued`: the bytes then land
 //!   until [`Event::GetComplete`] or [`Event::GetFailed`] with the same
 //!   token, and the caller keeps `dst`'s memory valid and untouched until
-//!   then (shm's cooperative gets, RDMA reads). The owner of the memory may
-//!   take part in a queued get from its own [`Btl::progress`] (shm: it
-//!   writes part of it), so its registered memory must stay valid until the
-//!   pml's FIN, as it does.
+//!   then (shm's cooperative gets, RDMA reads). That outlives any borrow the
+//!   call could take, so `get` is an `unsafe fn` whose `# Safety` section is
+//!   this contract. The owner of the memory may take part in a queued get
+//!   from its own [`Btl::progress`] (shm: it writes part of it), so its
+//!   registered memory must stay valid until the pml's FIN, as it does.
 //! - [`Btl::progress`] hands received fragments and completions to a callback;
 //!   a fragment's bytes are only valid during that callback.
 //! - Streamed fragments: a fragment submitted with [`Btl::send_stream`] (the
@@ -53,8 +58,13 @@
 //!   outside, such as `self`, has nothing to do). The driver picks the
 //!   sleeper; a btl need not know which others exist.
 
-#![forbid(unsafe_code)]
+// `unsafe` appears only where the trait's get methods are declared
+// `unsafe fn` (and where the test double implements them), plus the one block
+// with which the default `get_alone` hands its caller's contract on to `get`.
+#![deny(unsafe_code)]
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod loopback;
 pub mod sim;
 
@@ -172,6 +182,32 @@ impl MemDesc {
             len: f(8),
             key: f(16),
         })
+    }
+}
+
+/// Local memory that a [`Btl::get`] writes: `len` bytes at `addr` in this
+/// process's address space (in the simulated fabric, an address of the
+/// rank's [`sim::SimMemory`]).
+///
+/// A plain description, not a borrow: building one is safe, lending it to a
+/// get is not (see [`Btl::get`]'s `# Safety`). A queued get keeps writing
+/// after the call returns, which no Rust borrow taken by the call could
+/// express.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LocalMem {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl LocalMem {
+    /// The memory of `buf` (its address and length; the borrow ends here).
+    pub fn of(buf: &mut [u8]) -> Self {
+        Self {
+            addr: buf.as_mut_ptr() as u64,
+            len: buf.len(),
+        }
     }
 }
 
@@ -319,13 +355,27 @@ pub trait Btl: Send {
         None
     }
 
-    /// Read `dst.len()` bytes at `offset` within the peer's memory `remote`.
-    fn get(
+    /// Read `dst.len` bytes at `offset` within the peer's memory `remote`
+    /// into `dst`. Answers [`Submit::Done`] (the bytes are in place),
+    /// [`Submit::Queued`] (they land until [`Event::GetComplete`] or
+    /// [`Event::GetFailed`] with `token`) or an error (nothing to wait for;
+    /// a read outside `remote` is one). The default: [`BtlError::Unsupported`].
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `dst.len` bytes, and nothing else reads
+    /// or writes it from the call until the get completes: when the call
+    /// returns for `Done` or an error; for `Queued`, when [`Btl::progress`]
+    /// reports `GetComplete` or `GetFailed` with the same `token`, and the
+    /// caller keeps the memory valid (allocated, not freed or unmapped)
+    /// until then. The btl, or the peer that owns `remote` (shm's
+    /// cooperative get), writes it meanwhile.
+    #[allow(unsafe_code)]
+    unsafe fn get(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
         let _ = (peer, remote, offset, dst, token);
@@ -339,15 +389,20 @@ pub trait Btl: Send {
     /// from where the reduction then pulls it line by line, and the owner's
     /// next share must pull those lines back: at 256 KiB that made
     /// `MPI_Reduce` twice as slow.) The default is [`Btl::get`].
-    fn get_alone(
+    ///
+    /// # Safety
+    /// As for [`Btl::get`].
+    #[allow(unsafe_code)]
+    unsafe fn get_alone(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        self.get(peer, remote, offset, dst, token)
+        // SAFETY: our caller's contract is the one `get` asks for.
+        unsafe { self.get(peer, remote, offset, dst, token) }
     }
 
     /// Report what has happened since the last call. Returns how many events

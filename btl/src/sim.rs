@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::{Btl, BtlError, Capabilities, Event, MemDesc, Rank, Submit};
+use crate::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Rank, Submit};
 
 /// A simulated address space: disjoint byte vectors at fake addresses.
 #[derive(Debug, Default)]
@@ -67,6 +67,16 @@ impl SimMemory {
             region.len()
         );
         (base, off)
+    }
+
+    /// Whether `len` bytes at `addr` lie inside one allocated region.
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        let Some((&base, region)) = self.regions.range(..=addr).next_back() else {
+            return false;
+        };
+        (addr - base)
+            .checked_add(len)
+            .is_some_and(|end| end <= region.len() as u64)
     }
 
     /// Borrow `len` bytes at `addr`. Panics on an access outside a region:
@@ -267,6 +277,65 @@ pub struct SimBtl {
     st: Arc<Mutex<State>>,
 }
 
+impl SimBtl {
+    /// [`Btl::get`] as a safe call: the simulated fabric reaches `dst`
+    /// through this rank's [`SimMemory`], by address, never by pointer
+    /// (an address outside its regions panics, as any bad local access in
+    /// the simulation does). A read outside `remote`, or of peer memory that
+    /// is not allocated, fails with [`BtlError::GetFailed`].
+    pub fn get_into(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let mut st = self.st.lk();
+        if !self.caps.get {
+            return Err(BtlError::Unsupported(self.caps.name));
+        }
+        if peer >= st.n {
+            return Err(BtlError::Unreachable(peer));
+        }
+        if st.dead[peer as usize] {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        let src = remote.addr.checked_add(offset);
+        let in_desc = offset
+            .checked_add(dst.len as u64)
+            .is_some_and(|end| end <= remote.len);
+        let mem = st.memories[peer as usize].clone();
+        let readable = src.is_some_and(|a| mem.lk().contains(a, dst.len as u64));
+        if !in_desc || remote.key != u64::from(peer) || !readable {
+            return Err(BtlError::GetFailed(format!(
+                "bad descriptor for rank {peer}: {remote:?} + {offset}"
+            )));
+        }
+        if st.fail_gets {
+            if st.queued {
+                st.completions
+                    .entry((self.lane, self.me))
+                    .or_default()
+                    .push((false, token, Some(BtlError::GetFailed("injected".into()))));
+                return Ok(Submit::Queued);
+            }
+            return Err(BtlError::GetFailed("injected failure".into()));
+        }
+        // Through a copy: `peer` may be this rank (one lock at a time).
+        let bytes = mem.lk().read(remote.addr + offset, dst.len).to_vec();
+        st.memories[self.me as usize].lk().write(dst.addr, &bytes);
+        if st.queued {
+            st.completions
+                .entry((self.lane, self.me))
+                .or_default()
+                .push((false, token, None));
+            return Ok(Submit::Queued);
+        }
+        Ok(Submit::Done)
+    }
+}
+
 impl Btl for SimBtl {
     fn caps(&self) -> &Capabilities {
         &self.caps
@@ -321,58 +390,33 @@ impl Btl for SimBtl {
         })
     }
 
-    fn get(
+    /// [`Btl::get`]: reads the peer's [`SimMemory`] and writes `dst` in
+    /// this rank's own, by address. Nothing else is needed for the trait's
+    /// `unsafe` contract to hold.
+    #[allow(unsafe_code)]
+    unsafe fn get(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        let mut st = self.st.lk();
-        if !self.caps.get {
-            return Err(BtlError::Unsupported(self.caps.name));
-        }
-        if st.dead[peer as usize] {
-            return Err(BtlError::PeerFailed(peer));
-        }
-        if offset + dst.len() as u64 > remote.len || remote.key != u64::from(peer) {
-            return Err(BtlError::GetFailed(format!(
-                "bad descriptor for rank {peer}: {remote:?} + {offset}"
-            )));
-        }
-        if st.fail_gets {
-            if st.queued {
-                st.completions
-                    .entry((self.lane, self.me))
-                    .or_default()
-                    .push((false, token, Some(BtlError::GetFailed("injected".into()))));
-                return Ok(Submit::Queued);
-            }
-            return Err(BtlError::GetFailed("injected failure".into()));
-        }
-        let mem = st.memories[peer as usize].clone();
-        dst.copy_from_slice(mem.lk().read(remote.addr + offset, dst.len()));
-        if st.queued {
-            st.completions
-                .entry((self.lane, self.me))
-                .or_default()
-                .push((false, token, None));
-            return Ok(Submit::Queued);
-        }
-        Ok(Submit::Done)
+        self.get_into(peer, remote, offset, dst, token)
     }
 
-    fn get_alone(
+    /// [`Btl::get_alone`]: counted ([`Fabric::alone_gets`]), then as `get`.
+    #[allow(unsafe_code)]
+    unsafe fn get_alone(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: &mut [u8],
+        dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
         self.st.lk().alone_gets += 1;
-        self.get(peer, remote, offset, dst, token)
+        self.get_into(peer, remote, offset, dst, token)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
@@ -501,9 +545,10 @@ mod tests {
         let mut a1 = f.endpoint(1, 0, Fabric::shm_caps(64, 256));
         let addr = f.memory(0).lock().unwrap().alloc_with(b"hello world");
         let d = a0.register(addr, 11).unwrap();
-        let mut buf = [0u8; 5];
-        assert_eq!(a1.get(0, &d, 6, &mut buf, 1), Ok(Submit::Done));
-        assert_eq!(&buf, b"world");
-        assert!(a1.get(0, &d, 8, &mut buf, 1).is_err());
+        let buf = f.memory(1).lock().unwrap().alloc(5);
+        let dst = LocalMem { addr: buf, len: 5 };
+        assert_eq!(a1.get_into(0, &d, 6, dst, 1), Ok(Submit::Done));
+        assert_eq!(f.memory(1).lock().unwrap().read(buf, 5), b"world");
+        assert!(a1.get_into(0, &d, 8, dst, 1).is_err());
     }
 }

@@ -1,5 +1,7 @@
-//! User buffers as raw memory: the one runtime module with `unsafe` besides
-//! the `unsafe impl`s of `datatype.rs`.
+//! User buffers as raw memory: the runtime module with `unsafe` (besides the
+//! `unsafe impl`s of `datatype.rs`, and the one call of the unsafe
+//! `Btl::get` in `progress/execute.rs`, which relies on the lifetime rule
+//! below).
 //!
 //! The pml holds user buffers by address. Every address it hands back comes
 //! from a slice the runtime registered while a borrow of that slice is alive:

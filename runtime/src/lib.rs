@@ -61,8 +61,9 @@
 //! - `watch.rs`: the local-peer watch that ends the job when a rank of this
 //!   node is gone without finalizing, under launchers that would not.
 //! - `buffer.rs`: user buffers as raw memory: the [`Buffer`] traits, views
-//!   `(memory, count, datatype)`, [`TypedBuf`] (with `datatype.rs`, the only
-//!   `unsafe` code in this crate).
+//!   `(memory, count, datatype)`, [`TypedBuf`] (with `datatype.rs` and the
+//!   one `Btl::get` call in `progress/execute.rs`, the only `unsafe` code in
+//!   this crate).
 //! - `cuda.rs` (feature `cuda`): `cudarc`'s `CudaSlice`, `CudaView` and
 //!   `CudaViewMut` as buffers, ordered after the work queued on their
 //!   stream; `cudarc` itself is re-exported as [`cudarc`].

@@ -16,7 +16,7 @@
 
 use std::os::fd::AsFd;
 
-use gmpi_btl::{Btl, BtlError, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, LocalMem, Rank, Submit};
 use gmpi_pml::{Action, DeviceFault, MemKind, Payload, PmlError};
 
 use super::{Driver, HostMemory};
@@ -110,13 +110,22 @@ impl<H: HostMemory> Driver<H> {
             } => {
                 self.quiet[btl] = false;
                 let b = &mut self.btls[btl];
-                let res = self.host.with_write(dst, len, |d| {
+                let d = LocalMem { addr: dst, len };
+                // SAFETY: the pml emits a get only into the buffer of a
+                // receive request in its `AwaitPull` state (host memory, or
+                // device memory the btl registered for GPUDirect), which the
+                // runtime keeps alive and leaves alone until the request
+                // completes (`buffer.rs`: a blocking call holds the borrow,
+                // a `Request` holds it until done); the request completes
+                // only after this get's `Done`, error, `GetComplete` or
+                // `GetFailed` (the pml's `handle_get_*`).
+                let res = unsafe {
                     if alone {
                         b.get_alone(peer, &desc, offset, d, token)
                     } else {
                         b.get(peer, &desc, offset, d, token)
                     }
-                });
+                };
                 match res {
                     Ok(Submit::Done) => {
                         self.pml.handle_get_done(token);
