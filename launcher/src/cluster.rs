@@ -24,6 +24,10 @@
 //! to every proxy, which stops its ranks, removes the job's `/dev/shm` files on its
 //! host and answers `Done`. The root then closes the connections and reaps the launch
 //! agents. Exit status as for a local job; 1 when a host cannot be reached or is lost.
+//!
+//! The loop is the reactor's (`reactor.rs`); what is the root's own: the proxies'
+//! connections and launch agents, the barriers joined across hosts and the broadcast
+//! of their keys, the judgement of the whole job.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -36,22 +40,21 @@ use std::process::{ChildStderr, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags};
+use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
-use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
 use crate::agent::{tail_text, Starter, PROXY_FLAG};
 use crate::control::{
-    self, auth_mac, auth_verify, Conn, ConnError, ExitKind, LaunchSpec, Secret, Side, Stream,
-    ToProxy, ToRoot, HEARTBEAT_TIMEOUT,
+    self, auth_mac, auth_verify, Conn, ConnError, LaunchSpec, Secret, Side, Stream, ToProxy,
+    ToRoot, HEARTBEAT_TIMEOUT,
 };
 use crate::hosts::{self, HostRanks};
-use crate::job::{JobSpec, EXIT_CANNOT_START, EXIT_TIMEOUT, MIN_TICK};
+use crate::job::{JobSpec, EXIT_CANNOT_START, EXIT_TIMEOUT};
 use crate::output::{LineForwarder, Sink};
 use crate::rank::{judge_exit, Verdict};
-use crate::sys;
+use crate::reactor::{Deadlines, Handler, PollSet, Reactor};
+use crate::sys::{self, ExitKind};
 
 /// How long a host's proxy has to call back once its launch was asked for.
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(8);
@@ -111,18 +114,18 @@ pub fn run(spec: ClusterSpec<'_>) -> i32 {
         }
     };
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-    let signals = match sys::signal_fd() {
-        Ok(s) => s,
+    // Before the output thread starts: it must not take the signals.
+    let mut reactor = match Reactor::new() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("gmpirun: cannot set up signal handling: {e}");
             return 1;
         }
     };
-    sys::become_subreaper();
 
-    let mut root = Root::new(spec, job_id, secret, exe, listener, port, signals);
+    let mut root = Root::new(spec, job_id, secret, exe, listener, port);
     root.start();
-    root.event_loop();
+    reactor.run(&mut root);
     root.finish()
 }
 
@@ -206,7 +209,6 @@ enum Phase {
 
 #[derive(Debug, Clone, Copy)]
 enum Token {
-    Signal,
     Stdin,
     Listener,
     Pending(usize),
@@ -227,7 +229,6 @@ struct Root<'a> {
     /// How proxies are started (see [`ClusterSpec::starter`]).
     starter: Starter,
     fanout: usize,
-    signals: SignalFd,
     hosts: Vec<Host>,
     pending: Vec<Pending>,
     ranks: Vec<RankInfo>,
@@ -238,7 +239,9 @@ struct Root<'a> {
     fence_puts: Vec<(String, String)>,
     key_host: HashMap<String, usize>,
     process_mapping: String,
-    /// gmpirun's stdin: still open, and bytes sent but not yet acknowledged.
+    /// gmpirun's stdin, for rank 0's proxy: whether it is still open, and the bytes
+    /// sent but not yet acknowledged.
+    stdin: io::Stdin,
     stdin_open: bool,
     stdin_in_flight: usize,
     phase: Phase,
@@ -255,7 +258,6 @@ impl<'a> Root<'a> {
         exe: PathBuf,
         listener: TcpListener,
         port: u16,
-        signals: SignalFd,
     ) -> Self {
         let me = sys::hostname();
         let my_addrs = sys::local_addresses();
@@ -313,7 +315,6 @@ impl<'a> Root<'a> {
             addrs,
             starter: spec.starter,
             fanout,
-            signals,
             hosts,
             pending: Vec::new(),
             ranks,
@@ -324,6 +325,7 @@ impl<'a> Root<'a> {
             fence_puts: Vec::new(),
             key_host: HashMap::new(),
             process_mapping: hosts::process_mapping(&node_of),
+            stdin: io::stdin(),
             stdin_open: true,
             stdin_in_flight: 0,
             phase: Phase::Running,
@@ -462,63 +464,6 @@ impl<'a> Root<'a> {
         }
     }
 
-    // ---- the loop -------------------------------------------------------------------
-
-    fn event_loop(&mut self) {
-        while self.phase != Phase::Done {
-            let timeout = self.poll_timeout();
-            let ready = match self.poll_once(timeout) {
-                Ok(ready) => ready,
-                Err(e) => {
-                    self.note(format!("poll failed: {e}; ending the job"));
-                    self.fail(1, String::new());
-                    Vec::new()
-                }
-            };
-            for (token, revents) in ready {
-                self.dispatch(token, revents);
-            }
-            self.advance(Instant::now());
-        }
-    }
-
-    fn poll_once(&self, timeout: Option<Duration>) -> nix::Result<Vec<(Token, PollFlags)>> {
-        let input = PollFlags::POLLIN;
-        let mut tokens = vec![Token::Signal];
-        let mut fds = vec![PollFd::new(self.signals.as_fd(), input)];
-        let stdin = io::stdin();
-        if self.stdin_wanted() {
-            tokens.push(Token::Stdin);
-            fds.push(PollFd::new(stdin.as_fd(), input));
-        }
-        if self.phase == Phase::Running || matches!(self.phase, Phase::Ending { .. }) {
-            tokens.push(Token::Listener);
-            fds.push(PollFd::new(self.listener.as_fd(), input));
-        }
-        for (i, p) in self.pending.iter().enumerate() {
-            tokens.push(Token::Pending(i));
-            fds.push(PollFd::new(p.conn.as_fd(), p.conn.poll_flags()));
-        }
-        // Back-pressure: while gmpirun's own output is backed up, leave the proxies'
-        // messages in their sockets (their senders then stop reading the ranks).
-        let paused = self.sink.queued() > OUT_PAUSE;
-        for (h, host) in self.hosts.iter().enumerate() {
-            if let Some(conn) = &host.conn {
-                let mut flags = conn.poll_flags();
-                if paused {
-                    flags.remove(PollFlags::POLLIN);
-                }
-                tokens.push(Token::Host(h));
-                fds.push(PollFd::new(conn.as_fd(), flags));
-            }
-            if let Some(err) = host.agent.as_ref().and_then(|a| a.stderr.as_ref()) {
-                tokens.push(Token::AgentErr(h));
-                fds.push(PollFd::new(err.as_fd(), input));
-            }
-        }
-        sys::poll_tokens(tokens, &mut fds, timeout)
-    }
-
     /// Whether to read gmpirun's stdin now: rank 0's proxy is up and has room.
     fn stdin_wanted(&self) -> bool {
         let host0 = &self.hosts[self.ranks[0].host];
@@ -528,105 +473,7 @@ impl<'a> Root<'a> {
             && self.stdin_in_flight < STDIN_WINDOW
     }
 
-    fn poll_timeout(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        match self.phase {
-            Phase::Running => consider(self.spec.timeout.map(|t| self.started + t)),
-            Phase::Ending { deadline } => consider(Some(deadline)),
-            // Agents may exit without a SIGCHLD we can attribute: look every tick.
-            Phase::Closing { .. } => consider(Some(now)),
-            Phase::Done => {}
-        }
-        for p in &self.pending {
-            consider(Some(p.deadline));
-        }
-        for host in &self.hosts {
-            if let HostState::Waiting { deadline } = host.state {
-                consider(deadline);
-            }
-            if let Some(conn) = &host.conn {
-                consider(Some(conn.next_heartbeat()));
-                consider(Some(conn.last_recv + HEARTBEAT_TIMEOUT));
-            }
-        }
-        for (o, e) in &self.out {
-            consider(o.flush_deadline());
-            consider(e.flush_deadline());
-        }
-        if self.sink.queued() > OUT_PAUSE {
-            // Look again soon whether the output has drained.
-            consider(Some(now));
-        }
-        next.map(|t| t.saturating_duration_since(now).max(MIN_TICK))
-    }
-
-    fn dispatch(&mut self, token: Token, revents: PollFlags) {
-        match token {
-            Token::Signal => self.read_signals(),
-            Token::Stdin => self.read_stdin(),
-            Token::Listener => self.accept(),
-            Token::Pending(i) => self.pending_ready(i),
-            Token::Host(h) => {
-                if revents.contains(PollFlags::POLLOUT) {
-                    if let Some(conn) = &mut self.hosts[h].conn {
-                        let _ = conn.flush();
-                    }
-                }
-                if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                    self.read_host(h);
-                }
-            }
-            Token::AgentErr(h) => self.read_agent_stderr(h),
-        }
-    }
-
-    // ---- signals and launch agents --------------------------------------------------
-
-    fn read_signals(&mut self) {
-        while let Ok(Some(info)) = self.signals.read_signal() {
-            let signo = info.ssi_signo as i32;
-            match Signal::try_from(signo) {
-                Ok(Signal::SIGCHLD) => self.reap(),
-                Err(_) => {}
-                Ok(sig) => {
-                    if self.failure.is_none() {
-                        self.fail(128 + signo, format!("received {}", sig.as_str()));
-                    } else if let Phase::Ending { .. } = self.phase {
-                        // Asked again: the proxies stop waiting politely.
-                        self.broadcast(&ToProxy::End);
-                    }
-                }
-            }
-        }
-    }
-
-    fn reap(&mut self) {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(status) => {
-                    let Some(pid) = status.pid() else { return };
-                    let Some(kind) = ExitKind::from_wait(&status) else {
-                        continue;
-                    };
-                    let found = self
-                        .hosts
-                        .iter()
-                        .position(|host| host.agent.as_ref().is_some_and(|a| a.pid == pid));
-                    if let Some(h) = found {
-                        self.agent_exited(h, kind);
-                    }
-                }
-                Err(Errno::EINTR) => {}
-                Err(_) => return,
-            }
-        }
-    }
+    // ---- launch agents --------------------------------------------------------------
 
     fn agent_exited(&mut self, h: usize, status: ExitKind) {
         self.read_agent_stderr(h);
@@ -1028,7 +875,7 @@ impl<'a> Root<'a> {
     fn read_stdin(&mut self) {
         let mut chunk = vec![0u8; 65536];
         let h = self.ranks[0].host;
-        match nix::unistd::read(io::stdin().as_fd(), &mut chunk) {
+        match nix::unistd::read(self.stdin.as_fd(), &mut chunk) {
             Ok(0) => {
                 self.stdin_open = false;
                 if let Some(conn) = &mut self.hosts[h].conn {
@@ -1094,6 +941,150 @@ impl<'a> Root<'a> {
                 }
             }
         }
+    }
+
+    /// Every proxy is done: close the connections and the agents' stdin, so proxies
+    /// and agents exit by themselves.
+    fn start_closing(&mut self, now: Instant) {
+        self.pending.clear();
+        for host in &mut self.hosts {
+            if let Some(conn) = &mut host.conn {
+                let _ = conn.flush();
+            }
+            host.conn = None;
+            if let Some(agent) = &mut host.agent {
+                agent.stdin = None;
+                // The agent of a lost host may wait on a dead network: do not wait.
+                if host.state == HostState::Gone && agent.status.is_none() {
+                    sys::signal_group(agent.pid, Signal::SIGTERM);
+                }
+            }
+        }
+        self.phase = Phase::Closing {
+            term_at: now + AGENT_GRACE,
+            killed: false,
+        };
+    }
+
+    fn finish(mut self) -> i32 {
+        for (o, e) in &mut self.out {
+            o.finish(&mut self.sink.out());
+            e.finish(&mut self.sink.err());
+        }
+        for h in 0..self.hosts.len() {
+            self.read_agent_stderr(h);
+        }
+        sys::remove_shm_segments(&format!("gmpi-{}", self.job_id));
+        self.sink.close();
+        self.failure.unwrap_or(0)
+    }
+}
+
+impl Handler for Root<'_> {
+    type Token = Token;
+
+    fn finished(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    fn watch<'a>(&'a self, set: &mut PollSet<'a, Token>) {
+        if self.stdin_wanted() {
+            set.read(Token::Stdin, self.stdin.as_fd());
+        }
+        if self.phase == Phase::Running || matches!(self.phase, Phase::Ending { .. }) {
+            set.read(Token::Listener, self.listener.as_fd());
+        }
+        for (i, p) in self.pending.iter().enumerate() {
+            set.watch(Token::Pending(i), p.conn.as_fd(), p.conn.poll_flags());
+        }
+        // Back-pressure: while gmpirun's own output is backed up, leave the proxies'
+        // messages in their sockets (their senders then stop reading the ranks).
+        let paused = self.sink.queued() > OUT_PAUSE;
+        for (h, host) in self.hosts.iter().enumerate() {
+            if let Some(conn) = &host.conn {
+                let mut events = conn.poll_flags();
+                if paused {
+                    events.remove(PollFlags::POLLIN);
+                }
+                set.watch(Token::Host(h), conn.as_fd(), events);
+            }
+            if let Some(err) = host.agent.as_ref().and_then(|a| a.stderr.as_ref()) {
+                set.read(Token::AgentErr(h), err.as_fd());
+            }
+        }
+    }
+
+    fn deadlines(&self, next: &mut Deadlines) {
+        match self.phase {
+            Phase::Running => next.at_opt(self.spec.timeout.map(|t| self.started + t)),
+            Phase::Ending { deadline } => next.at(deadline),
+            // Agents may exit without a SIGCHLD we can attribute: look every tick.
+            Phase::Closing { .. } => next.tick(),
+            Phase::Done => {}
+        }
+        for p in &self.pending {
+            next.at(p.deadline);
+        }
+        for host in &self.hosts {
+            if let HostState::Waiting { deadline } = host.state {
+                next.at_opt(deadline);
+            }
+            if let Some(conn) = &host.conn {
+                next.at(conn.next_heartbeat());
+                next.at(conn.last_recv + HEARTBEAT_TIMEOUT);
+            }
+        }
+        for (o, e) in &self.out {
+            next.at_opt(o.flush_deadline());
+            next.at_opt(e.flush_deadline());
+        }
+        if self.sink.queued() > OUT_PAUSE {
+            // Look again soon whether the output has drained.
+            next.tick();
+        }
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        if self.failure.is_none() {
+            self.fail(128 + sig as i32, format!("received {}", sig.as_str()));
+        } else if let Phase::Ending { .. } = self.phase {
+            // Asked again: the proxies stop waiting politely.
+            self.broadcast(&ToProxy::End);
+        }
+    }
+
+    fn ready(&mut self, token: Token, events: PollFlags) {
+        match token {
+            Token::Stdin => self.read_stdin(),
+            Token::Listener => self.accept(),
+            Token::Pending(i) => self.pending_ready(i),
+            Token::Host(h) => {
+                if events.contains(PollFlags::POLLOUT) {
+                    if let Some(conn) = &mut self.hosts[h].conn {
+                        let _ = conn.flush();
+                    }
+                }
+                if events.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+                    self.read_host(h);
+                }
+            }
+            Token::AgentErr(h) => self.read_agent_stderr(h),
+        }
+    }
+
+    fn reaped(&mut self, pid: Pid, how: ExitKind) {
+        let found = self
+            .hosts
+            .iter()
+            .position(|host| host.agent.as_ref().is_some_and(|a| a.pid == pid));
+        if let Some(h) = found {
+            self.agent_exited(h, how);
+        }
+    }
+
+    fn poll_failed(&mut self, error: Errno) {
+        self.note(format!("poll failed: {error}; ending the job"));
+        self.fail(1, String::new());
     }
 
     fn advance(&mut self, now: Instant) {
@@ -1228,46 +1219,9 @@ impl<'a> Root<'a> {
                         killed: true,
                     };
                 }
-                self.reap();
             }
             Phase::Done => {}
         }
-    }
-
-    /// Every proxy is done: close the connections and the agents' stdin, so proxies
-    /// and agents exit by themselves.
-    fn start_closing(&mut self, now: Instant) {
-        self.pending.clear();
-        for host in &mut self.hosts {
-            if let Some(conn) = &mut host.conn {
-                let _ = conn.flush();
-            }
-            host.conn = None;
-            if let Some(agent) = &mut host.agent {
-                agent.stdin = None;
-                // The agent of a lost host may wait on a dead network: do not wait.
-                if host.state == HostState::Gone && agent.status.is_none() {
-                    sys::signal_group(agent.pid, Signal::SIGTERM);
-                }
-            }
-        }
-        self.phase = Phase::Closing {
-            term_at: now + AGENT_GRACE,
-            killed: false,
-        };
-    }
-
-    fn finish(mut self) -> i32 {
-        for (o, e) in &mut self.out {
-            o.finish(&mut self.sink.out());
-            e.finish(&mut self.sink.err());
-        }
-        for h in 0..self.hosts.len() {
-            self.read_agent_stderr(h);
-        }
-        sys::remove_shm_segments(&format!("gmpi-{}", self.job_id));
-        self.sink.close();
-        self.failure.unwrap_or(0)
     }
 }
 

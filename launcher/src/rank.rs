@@ -1,6 +1,7 @@
-//! One rank's process, shared by the local job (`job.rs`) and the per-host proxy
-//! (`proxy.rs`): finding PROGRAM, the rank's environment, spawning it with its PMI
-//! socketpair and pipes, and the launcher's ends of those (PMI lines, output forwarding).
+//! One rank's process, for the ranks of a host (`local.rs`): finding PROGRAM, the rank's
+//! environment, spawning it with its PMI socketpair and pipes, the launcher's end of the
+//! PMI socket (lines in, replies out); and the judgement of a rank's exit, shared by the
+//! local job and the root of a multi-host job (`cluster.rs`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -14,9 +15,7 @@ use gmpi_pmi::wire::MAX_LINE_LEN;
 use nix::errno::Errno;
 use nix::unistd::{access, AccessFlags, Pid};
 
-use crate::control::ExitKind;
-use crate::output::LineForwarder;
-use crate::sys;
+use crate::sys::{self, ExitKind};
 
 /// Finds the file `execvp` would run, or the error it would give.
 pub fn resolve_program(program: &OsStr, path_env: Option<&OsStr>) -> io::Result<PathBuf> {
@@ -279,26 +278,6 @@ impl PmiConn {
                     self.outbuf.clear();
                     return;
                 }
-            }
-        }
-    }
-}
-
-/// Reads what `pipe` has and forwards it; `true` at end of file (after flushing).
-pub fn forward(pipe: &mut impl Read, fwd: &mut LineForwarder, out: &mut dyn Write) -> bool {
-    let mut chunk = [0u8; 16384];
-    loop {
-        match pipe.read(&mut chunk) {
-            Ok(0) => {
-                fwd.finish(out);
-                return true;
-            }
-            Ok(n) => fwd.push(&chunk[..n], out),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => {
-                fwd.finish(out);
-                return true;
             }
         }
     }
