@@ -52,7 +52,7 @@ use crate::control::{
 use crate::hosts::{self, HostRanks};
 use crate::job::{JobSpec, EXIT_CANNOT_START, EXIT_TIMEOUT};
 use crate::output::{LineForwarder, Sink};
-use crate::rank::{judge_exit, Verdict};
+use crate::rank::{self, Outcome};
 use crate::reactor::{Deadlines, Handler, PollSet, Reactor};
 use crate::sys::{self, ExitKind};
 
@@ -245,8 +245,7 @@ struct Root<'a> {
     stdin_open: bool,
     stdin_in_flight: usize,
     phase: Phase,
-    failure: Option<i32>,
-    exited_uninit: Option<u32>,
+    outcome: Outcome,
     started: Instant,
 }
 
@@ -329,8 +328,7 @@ impl<'a> Root<'a> {
             stdin_open: true,
             stdin_in_flight: 0,
             phase: Phase::Running,
-            failure: None,
-            exited_uninit: None,
+            outcome: Outcome::default(),
             started: Instant::now(),
         }
     }
@@ -703,7 +701,7 @@ impl<'a> Root<'a> {
             host.name,
             rank_list(&host.ranks)
         );
-        if self.failure.is_none() {
+        if !self.outcome.failed() {
             self.fail(EXIT_HOST_FAILED, msg);
         } else {
             self.note(format!("warning: {msg}"));
@@ -729,13 +727,10 @@ impl<'a> Root<'a> {
             }
             ToRoot::Initialized { rank } if owns(self, rank) => {
                 self.ranks[rank as usize].initialized = true;
-                if let (Some(gone), Phase::Running) = (self.exited_uninit, self.phase) {
-                    self.fail(
-                        1,
-                        format!(
-                            "rank {gone} exited without initializing MPI while rank {rank} did"
-                        ),
-                    );
+                if self.phase == Phase::Running {
+                    if let Some((code, what)) = self.outcome.initialized(rank) {
+                        self.fail(code, what);
+                    }
                 }
             }
             ToRoot::Finalized { rank } if owns(self, rank) => {
@@ -743,20 +738,9 @@ impl<'a> Root<'a> {
             }
             ToRoot::Fence { puts } => self.fence(h, puts),
             ToRoot::Abort { rank, code, msg } if owns(self, rank) => {
-                let status = match code & 0xff {
-                    0 => 1,
-                    c => c,
-                };
-                let msg = if msg.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {msg}")
-                };
-                let name = &self.hosts[h].name;
-                self.fail(
-                    status,
-                    format!("rank {rank} on host {name} called abort with code {code}{msg}"),
-                );
+                let on = format!(" on host {}", self.hosts[h].name);
+                let (code, what) = rank::abort_failure(rank, &on, code, &msg);
+                self.fail(code, what);
             }
             ToRoot::PmiError { rank, msg } if owns(self, rank) => {
                 let name = &self.hosts[h].name;
@@ -776,7 +760,7 @@ impl<'a> Root<'a> {
                 if is_child && matches!(self.hosts[c].state, HostState::Waiting { .. }) {
                     self.hosts[c].state = HostState::Gone;
                     let name = self.hosts[c].name.clone();
-                    if self.failure.is_none() {
+                    if !self.outcome.failed() {
                         self.fail(
                             EXIT_HOST_FAILED,
                             format!("cannot start the proxy on host {name}: {msg}"),
@@ -836,7 +820,7 @@ impl<'a> Root<'a> {
 
     fn rank_exited(&mut self, rank: u32, status: ExitKind) {
         self.ranks[rank as usize].exited = true;
-        if self.failure.is_some() || self.phase != Phase::Running {
+        if self.outcome.failed() || self.phase != Phase::Running {
             return;
         }
         let info = self.ranks[rank as usize];
@@ -852,21 +836,17 @@ impl<'a> Root<'a> {
             .enumerate()
             .find(|(r, x)| *r as u32 != rank && x.initialized)
             .map(|(r, _)| r as u32);
-        let name = host.name.clone();
-        match judge_exit(
+        let verdict = rank::judge_exit(
             rank,
             pid,
-            Some(&name),
+            Some(&host.name),
             status,
             info.initialized,
             info.finalized,
             other,
-        ) {
-            Verdict::Fine => {}
-            Verdict::Uninitialized => {
-                self.exited_uninit.get_or_insert(rank);
-            }
-            Verdict::Fail(code, msg) => self.fail(code, msg),
+        );
+        if let Some((code, what)) = self.outcome.judged(rank, verdict) {
+            self.fail(code, what);
         }
     }
 
@@ -913,13 +893,12 @@ impl<'a> Root<'a> {
 
     /// Records the first failure: one message, the exit status, and the job starts ending.
     fn fail(&mut self, code: i32, what: String) {
-        if self.failure.is_some() {
+        if !self.outcome.fail(code) {
             return;
         }
         if !what.is_empty() {
             self.note(format!("{what}; ending the job"));
         }
-        self.failure = Some(code);
         if self.phase == Phase::Running {
             self.start_ending(Instant::now());
         }
@@ -976,7 +955,7 @@ impl<'a> Root<'a> {
         }
         sys::remove_shm_segments(&format!("gmpi-{}", self.job_id));
         self.sink.close();
-        self.failure.unwrap_or(0)
+        self.outcome.status()
     }
 }
 
@@ -1045,7 +1024,7 @@ impl Handler for Root<'_> {
     }
 
     fn signal(&mut self, sig: Signal) {
-        if self.failure.is_none() {
+        if !self.outcome.failed() {
             self.fail(128 + sig as i32, format!("received {}", sig.as_str()));
         } else if let Phase::Ending { .. } = self.phase {
             // Asked again: the proxies stop waiting politely.
@@ -1156,18 +1135,10 @@ impl Handler for Root<'_> {
             Phase::Running => {
                 if let Some(limit) = self.spec.timeout {
                     if now >= self.started + limit {
-                        let running: Vec<String> = self
-                            .ranks
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, r)| !r.exited)
-                            .map(|(i, _)| i.to_string())
+                        let running: Vec<u32> = (0..self.ranks.len() as u32)
+                            .filter(|&r| !self.ranks[r as usize].exited)
                             .collect();
-                        self.note(format!(
-                            "job timed out after {} s; ranks still running: {}",
-                            limit.as_secs_f64(),
-                            running.join(",")
-                        ));
+                        self.note(rank::timeout_message(limit, &running));
                         self.fail(EXIT_TIMEOUT, String::new());
                         return;
                     }

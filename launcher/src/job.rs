@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 use crate::control::Stream;
 use crate::local::{self, LocalRanks, Owner};
 use crate::output::LineForwarder;
-use crate::rank::{self, Verdict};
+use crate::rank::{self, Outcome};
 use crate::reactor::{Deadlines, Handler, PollSet, Reactor};
 use crate::sys::ExitKind;
 
@@ -111,72 +111,45 @@ struct Job<'a> {
     started: Instant,
 }
 
-/// What the job makes of what its ranks do: their output, line by line, and the first
-/// failure.
+/// What the job makes of what its ranks do: their output, line by line, and how the
+/// job goes.
 #[derive(Debug)]
 struct Listener {
     /// Per rank: stdout and stderr.
     out: Vec<(LineForwarder, LineForwarder)>,
-    /// Exit status fixed by the first failure.
-    failure: Option<i32>,
-    /// The first rank that exited successfully without ever initializing MPI: fatal as
-    /// soon as any rank initializes.
-    exited_uninit: Option<u32>,
+    outcome: Outcome,
 }
 
 impl Listener {
     /// Records the first failure: one message (unless `what` is empty) and the exit
     /// status.
     fn fail(&mut self, code: i32, what: String) {
-        if self.failure.is_some() {
-            return;
-        }
-        if !what.is_empty() {
+        if self.outcome.fail(code) && !what.is_empty() {
             eprintln!("gmpirun: {what}; ending the job");
         }
-        self.failure = Some(code);
     }
 }
 
 impl Owner for Listener {
     fn serving(&self) -> bool {
-        self.failure.is_none()
+        !self.outcome.failed()
     }
 
     fn pmi(&mut self, event: ServerOutput) {
-        match event {
-            ServerOutput::Abort { rank, code, msg } => {
-                let status = match code & 0xff {
-                    0 => 1,
-                    c => c,
-                };
-                let msg = if msg.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {msg}")
-                };
-                self.fail(
-                    status,
-                    format!("rank {rank} called abort with code {code}{msg}"),
-                );
-            }
-            ServerOutput::ProtocolError { rank, error } => self.fail(
+        let (code, what) = match event {
+            ServerOutput::Abort { rank, code, msg } => rank::abort_failure(rank, "", code, &msg),
+            ServerOutput::ProtocolError { rank, error } => (
                 1,
                 format!("rank {rank} sent a malformed PMI message: {error}"),
             ),
-            ServerOutput::Initialized { rank } => {
-                if let Some(gone) = self.exited_uninit {
-                    self.fail(
-                        1,
-                        format!(
-                            "rank {gone} exited without initializing MPI while rank {rank} did"
-                        ),
-                    );
-                }
-            }
+            ServerOutput::Initialized { rank } => match self.outcome.initialized(rank) {
+                Some(failure) => failure,
+                None => return,
+            },
             // Kept in the server's state; judged when the rank exits.
-            _ => {}
-        }
+            _ => return,
+        };
+        self.fail(code, what);
     }
 
     fn pmi_too_long(&mut self, rank: u32) {
@@ -205,15 +178,12 @@ impl Owner for Listener {
     }
 
     fn exited(&mut self, rank: u32, pid: Pid, how: ExitKind, server: &PmiServer) {
-        if self.failure.is_some() {
+        if self.outcome.failed() {
             return;
         }
-        match local::judge(server, rank, pid, how) {
-            Verdict::Fine => {}
-            Verdict::Uninitialized => {
-                self.exited_uninit.get_or_insert(rank);
-            }
-            Verdict::Fail(code, msg) => self.fail(code, msg),
+        let verdict = local::judge(server, rank, pid, how);
+        if let Some((code, what)) = self.outcome.judged(rank, verdict) {
+            self.fail(code, what);
         }
     }
 }
@@ -231,8 +201,7 @@ impl<'a> Job<'a> {
                 out: (0..spec.np)
                     .map(|r| (LineForwarder::new(r, tag), LineForwarder::new(r, tag)))
                     .collect(),
-                failure: None,
-                exited_uninit: None,
+                outcome: Outcome::default(),
             },
             stdin: io::stdin(),
             started: Instant::now(),
@@ -276,7 +245,7 @@ impl<'a> Job<'a> {
 
     /// After a failure (however it was found), the ranks end.
     fn settle(&mut self) {
-        if self.listener.failure.is_some() && self.ranks.running() {
+        if self.listener.outcome.failed() && self.ranks.running() {
             self.ranks.start_ending(Instant::now());
         }
     }
@@ -298,7 +267,7 @@ impl<'a> Job<'a> {
             o.finish(&mut io::stdout());
             e.finish(&mut io::stderr());
         }
-        self.listener.failure.unwrap_or(0)
+        self.listener.outcome.status()
     }
 }
 
@@ -328,7 +297,7 @@ impl Handler for Job<'_> {
     }
 
     fn signal(&mut self, sig: Signal) {
-        if self.listener.failure.is_none() {
+        if !self.listener.outcome.failed() {
             self.fail(128 + sig as i32, format!("received {}", sig.as_str()));
         } else {
             // Asked again: stop waiting politely.
@@ -362,13 +331,8 @@ impl Handler for Job<'_> {
         if self.ranks.running() {
             let limit = self.spec.timeout;
             if let Some(limit) = limit.filter(|&l| now >= self.started + l) {
-                let running: Vec<String> =
-                    self.ranks.not_exited().iter().map(u32::to_string).collect();
-                eprintln!(
-                    "gmpirun: job timed out after {} s; ranks still running: {}",
-                    limit.as_secs_f64(),
-                    running.join(",")
-                );
+                let running = self.ranks.not_exited();
+                eprintln!("gmpirun: {}", rank::timeout_message(limit, &running));
                 self.fail(EXIT_TIMEOUT, String::new());
             } else if self.ranks.all_exited() {
                 // Clean finish: still sweep up anything the ranks left behind.
