@@ -30,13 +30,11 @@
 //! of their keys, the judgement of the whole job.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -44,7 +42,7 @@ use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::agent::{tail_text, Starter, PROXY_FLAG};
+use crate::agent::{self, tail_text, Agent, Starter, TAIL_MAX};
 use crate::control::{
     self, auth_mac, auth_verify, Conn, ConnError, LaunchSpec, Secret, Side, Stream, ToProxy,
     ToRoot, HEARTBEAT_TIMEOUT,
@@ -66,8 +64,6 @@ const END_TIMEOUT: Duration = Duration::from_secs(6);
 const AGENT_GRACE: Duration = Duration::from_secs(2);
 /// Most bytes of stdin in flight to rank 0's proxy.
 const STDIN_WINDOW: usize = 1 << 20;
-/// Last bytes of a launch agent's stderr kept for messages.
-const TAIL_MAX: usize = 2048;
 /// Stop reading the proxies while this much output waits for gmpirun's stdout/stderr.
 const OUT_PAUSE: usize = 16 << 20;
 /// Exit status when a host cannot be reached or is lost.
@@ -142,23 +138,6 @@ enum HostState {
     Gone,
 }
 
-/// A launch agent (or local proxy) the root started.
-#[derive(Debug)]
-struct Agent {
-    pid: Pid,
-    /// Kept open: its end tells the proxy that gmpirun is gone.
-    stdin: Option<ChildStdin>,
-    stderr: Option<ChildStderr>,
-    /// Last bytes of its stderr.
-    tail: Vec<u8>,
-    /// Partial line of stderr, printed once complete (after the call-back).
-    line: Vec<u8>,
-    /// How it ended, once reaped.
-    status: Option<ExitKind>,
-    /// `ssh` or `the proxy`, for messages.
-    what: String,
-}
-
 #[derive(Debug)]
 struct Host {
     name: String,
@@ -166,7 +145,10 @@ struct Host {
     local: bool,
     /// Hosts whose proxies this host's proxy starts.
     children: Vec<usize>,
+    /// The launch agent (or local proxy) the root started for it.
     agent: Option<Agent>,
+    /// Partial line of the agent's stderr, printed once complete (after the call-back).
+    line: Vec<u8>,
     conn: Option<Conn>,
     state: HostState,
     /// Its share of the current PMI barrier is complete.
@@ -281,6 +263,7 @@ impl<'a> Root<'a> {
                 local: !srun && hosts::is_local(&hr.name, &me, &my_addrs),
                 children: Vec::new(),
                 agent: None,
+                line: Vec::new(),
                 conn: None,
                 state: HostState::Waiting { deadline: None },
                 fenced: false,
@@ -357,25 +340,12 @@ impl<'a> Root<'a> {
             Starter::Local => Ipv4Addr::LOCALHOST.to_string(),
             Starter::RemoteShell(_) | Starter::Srun(_) => self.addrs.clone(),
         };
-        let argv: Vec<OsString> = vec![
-            self.exe.clone().into_os_string(),
-            PROXY_FLAG.into(),
-            h.to_string().into(),
-            self.port.to_string().into(),
-            addrs.into(),
-        ];
+        let argv = agent::proxy_argv(&self.exe, h, self.port, &addrs);
         let name = self.hosts[h].name.clone();
-        let mut cmd = starter.command(&name, &argv);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        sys::prepare_helper(&mut cmd);
-        let what = starter.what();
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
+        let agent = match Agent::start(&starter, &name, &argv, &self.secret.to_hex()) {
+            Ok(a) => a,
+            Err((program, e)) => {
                 self.hosts[h].state = HostState::Gone;
-                let program = cmd.get_program().to_string_lossy().into_owned();
                 self.fail(
                     EXIT_HOST_FAILED,
                     format!("cannot start the proxy on host {name}: cannot run {program}: {e}"),
@@ -383,26 +353,8 @@ impl<'a> Root<'a> {
                 return;
             }
         };
-        let mut stdin = child.stdin.take();
-        if let Some(pipe) = &mut stdin {
-            // 65 bytes into a fresh pipe: never blocks. A failure shows as the agent's
-            // exit or a missing call-back.
-            let _ = pipe.write_all(format!("{}\n", self.secret.to_hex()).as_bytes());
-        }
-        let stderr = child.stderr.take();
-        if let Some(e) = &stderr {
-            let _ = sys::set_nonblocking(e);
-        }
         let host = &mut self.hosts[h];
-        host.agent = Some(Agent {
-            pid: Pid::from_raw(child.id() as i32),
-            stdin,
-            stderr,
-            tail: Vec::new(),
-            line: Vec::new(),
-            status: None,
-            what,
-        });
+        host.agent = Some(agent);
         host.state = HostState::Waiting {
             deadline: Some(Instant::now() + CALLBACK_TIMEOUT),
         };
@@ -508,52 +460,24 @@ impl<'a> Root<'a> {
 
     fn read_agent_stderr(&mut self, h: usize) {
         let up = !matches!(self.hosts[h].state, HostState::Waiting { .. });
-        let name = self.hosts[h].name.clone();
-        let Some(agent) = &mut self.hosts[h].agent else {
+        let host = &mut self.hosts[h];
+        let Some(agent) = host.agent.as_mut().filter(|a| a.stderr.is_some()) else {
             return;
         };
-        let Some(pipe) = &mut agent.stderr else {
-            return;
-        };
-        let mut chunk = [0u8; 4096];
-        let mut eof = false;
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    agent.tail.extend_from_slice(&chunk[..n]);
-                    if agent.tail.len() > TAIL_MAX {
-                        let cut = agent.tail.len() - TAIL_MAX;
-                        agent.tail.drain(..cut);
-                    }
-                    agent.line.extend_from_slice(&chunk[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    eof = true;
-                    break;
-                }
-            }
-        }
+        let line = &mut host.line;
+        agent.read_stderr(|bytes| line.extend_from_slice(bytes));
         // Once the proxy runs, what the agent or the proxy says goes to our stderr;
         // before, it is kept for the message if the start fails.
         if up {
-            while let Some(end) = agent.line.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = agent.line.drain(..=end).collect();
-                let text = String::from_utf8_lossy(&line);
-                let msg = format!("gmpirun: host {name}: {}\n", text.trim_end());
+            while let Some(end) = line.iter().position(|&b| b == b'\n') {
+                let text: Vec<u8> = line.drain(..=end).collect();
+                let text = String::from_utf8_lossy(&text);
+                let msg = format!("gmpirun: host {}: {}\n", host.name, text.trim_end());
                 let _ = self.sink.err().write_all(msg.as_bytes());
             }
         }
-        if agent.line.len() > TAIL_MAX {
-            agent.line.clear();
-        }
-        if eof {
-            agent.stderr = None;
+        if line.len() > TAIL_MAX {
+            line.clear();
         }
     }
 
@@ -663,9 +587,7 @@ impl<'a> Root<'a> {
         host.conn = Some(conn);
         host.state = HostState::Up;
         // Its agent's words so far were start-up noise or nothing; later ones are shown.
-        if let Some(a) = &mut host.agent {
-            a.line.clear();
-        }
+        host.line.clear();
     }
 
     fn read_host(&mut self, h: usize) {

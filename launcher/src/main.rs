@@ -25,7 +25,9 @@
 //!   `poll` set keyed by tokens, deadlines, the signalfd, reaping children.
 //! - `control.rs`: the root ↔ proxy wire protocol: HMAC handshake on the job secret,
 //!   framed messages, heartbeats.
-//! - `agent.rs`: how a proxy is started on a host (directly, `ssh` and alike, `srun`).
+//! - `agent.rs`: how a proxy is started on a host (directly, `ssh` and alike, `srun`),
+//!   and the started agent (secret on its stdin, its stderr's tail), for `cluster.rs`
+//!   and `proxy.rs`.
 //! - `rank.rs`: one rank's process (environment, spawning, PMI socket) and the
 //!   judgement of its exit, shared by `job.rs` and `cluster.rs`.
 //! - `output.rs`: per-rank line forwarding (`[rank] ` tags, partial lines).

@@ -22,12 +22,11 @@
 //! reactor's (`reactor.rs`).
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use gmpi_pmi::wire::MAX_LINE_LEN;
@@ -37,7 +36,7 @@ use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::agent::{tail_text, Starter, PROXY_FLAG};
+use crate::agent::{self, tail_text, Agent, Starter, PROXY_FLAG};
 use crate::control::{
     self, auth_mac, auth_verify, Conn, ConnError, LaunchSpec, Secret, Side, Stream, ToProxy,
     ToRoot, HEARTBEAT_TIMEOUT,
@@ -57,8 +56,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 const AGENT_GRACE: Duration = Duration::from_secs(1);
 /// Stop reading the ranks' output while this much waits to go to the root.
 const OUT_HIGH: usize = 8 << 20;
-/// Last bytes of a child agent's stderr kept for messages.
-const TAIL_MAX: usize = 2048;
 
 /// Writes a line to stderr, ignoring failure: once gmpirun is gone, the SSH channel
 /// behind stderr may be closed too, and the proxy must still end its ranks.
@@ -249,13 +246,7 @@ fn handshake(
 #[derive(Debug)]
 struct ChildAgent {
     host: u32,
-    pid: Pid,
-    /// Kept open: its end tells the child that this proxy is gone.
-    stdin: Option<ChildStdin>,
-    stderr: Option<ChildStderr>,
-    tail: Vec<u8>,
-    status: Option<ExitKind>,
-    what: String,
+    agent: Agent,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,40 +395,13 @@ impl Proxy {
             }
         };
         let starter = Starter::RemoteShell(self.spec.agent.clone());
+        let secret_hex = self.secret.to_hex();
         for (id, name) in self.spec.children.clone() {
-            let argv: Vec<OsString> = vec![
-                exe.clone().into_os_string(),
-                PROXY_FLAG.into(),
-                id.to_string().into(),
-                self.spec.root_port.to_string().into(),
-                self.spec.root_addrs.clone().into(),
-            ];
-            let mut cmd = starter.command(&name, &argv);
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            sys::prepare_helper(&mut cmd);
-            match cmd.spawn() {
-                Ok(mut child) => {
-                    let mut stdin = child.stdin.take();
-                    if let Some(pipe) = &mut stdin {
-                        let _ = pipe.write_all(format!("{}\n", self.secret.to_hex()).as_bytes());
-                    }
-                    let stderr = child.stderr.take();
-                    if let Some(e) = &stderr {
-                        let _ = sys::set_nonblocking(e);
-                    }
-                    self.children.push(ChildAgent {
-                        host: id,
-                        pid: Pid::from_raw(child.id() as i32),
-                        stdin,
-                        stderr,
-                        tail: Vec::new(),
-                        status: None,
-                        what: starter.what(),
-                    });
-                }
-                Err(e) => {
+            let (port, addrs) = (self.spec.root_port, &self.spec.root_addrs);
+            let argv = agent::proxy_argv(&exe, id as usize, port, addrs);
+            match Agent::start(&starter, &name, &argv, &secret_hex) {
+                Ok(agent) => self.children.push(ChildAgent { host: id, agent }),
+                Err((_, e)) => {
                     let msg = format!(
                         "cannot run {} on host {}: {e}",
                         starter.what(),
@@ -518,59 +482,30 @@ impl Proxy {
     // ---- children -------------------------------------------------------------------
 
     fn child_exited(&mut self, j: usize, status: ExitKind) {
-        self.read_child_stderr(j);
-        let child = &mut self.children[j];
-        child.status = Some(status);
-        child.stdin = None;
+        // Kept for the message: the child's own messages and the agent's (`ssh: connect
+        // to host ...`).
+        self.children[j].agent.read_stderr(|_| {});
+        let ChildAgent { host, agent } = &mut self.children[j];
+        agent.status = Some(status);
+        agent.stdin = None;
         if self.phase == Phase::Ranks && self.ranks.running() {
             let msg = format!(
                 "{} (started by host {}) {}{}",
-                child.what,
+                agent.what,
                 self.spec.host_name,
                 status.describe(),
-                tail_text(&child.tail)
+                tail_text(&agent.tail)
             );
-            let host = child.host;
+            let host = *host;
             self.root.send(&ToRoot::ChildFailed { host, msg });
         }
     }
 
-    fn read_child_stderr(&mut self, j: usize) {
-        let child = &mut self.children[j];
-        let Some(pipe) = &mut child.stderr else {
-            return;
-        };
-        // Kept for the message if the child fails: the child's own messages and the
-        // agent's (`ssh: connect to host ...`).
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => {
-                    child.stderr = None;
-                    return;
-                }
-                Ok(n) => {
-                    child.tail.extend_from_slice(&chunk[..n]);
-                    if child.tail.len() > TAIL_MAX {
-                        let cut = child.tail.len() - TAIL_MAX;
-                        child.tail.drain(..cut);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    child.stderr = None;
-                    return;
-                }
-            }
-        }
-    }
-
     fn start_stopping(&mut self, now: Instant) {
-        for child in &mut self.children {
-            child.stdin = None;
-            if child.status.is_none() {
-                sys::signal_group(child.pid, Signal::SIGTERM);
+        for ChildAgent { agent, .. } in &mut self.children {
+            agent.stdin = None;
+            if agent.status.is_none() {
+                sys::signal_group(agent.pid, Signal::SIGTERM);
             }
         }
         self.phase = Phase::Stopping {
@@ -675,7 +610,7 @@ impl Handler for Proxy {
             .is_none_or(|c| c.pending() < OUT_HIGH);
         self.ranks.watch(set, Token::Ranks, read_output);
         for (j, child) in self.children.iter().enumerate() {
-            if let Some(err) = &child.stderr {
+            if let Some(err) = &child.agent.stderr {
                 set.read(Token::ChildErr(j), err.as_fd());
             }
         }
@@ -723,7 +658,7 @@ impl Handler for Proxy {
                 }
             }
             Token::Ranks(t) => self.ranks.ready(t, events, &mut self.root),
-            Token::ChildErr(j) => self.read_child_stderr(j),
+            Token::ChildErr(j) => self.children[j].agent.read_stderr(|_| {}),
         }
     }
 
@@ -731,7 +666,7 @@ impl Handler for Proxy {
         if self.ranks.reaped(pid, how, &mut self.root) {
             return;
         }
-        if let Some(j) = self.children.iter().position(|c| c.pid == pid) {
+        if let Some(j) = self.children.iter().position(|c| c.agent.pid == pid) {
             self.child_exited(j, how);
         }
     }
@@ -751,7 +686,7 @@ impl Handler for Proxy {
         }
         match self.phase {
             Phase::Ranks => {
-                let agents: Vec<Pid> = self.children.iter().map(|c| c.pid).collect();
+                let agents: Vec<Pid> = self.children.iter().map(|c| c.agent.pid).collect();
                 self.ranks.advance(now, &agents);
                 if !self.ranks.done() {
                     return;
@@ -775,8 +710,8 @@ impl Handler for Proxy {
                 let running: Vec<Pid> = self
                     .children
                     .iter()
-                    .filter(|c| c.status.is_none())
-                    .map(|c| c.pid)
+                    .filter(|c| c.agent.status.is_none())
+                    .map(|c| c.agent.pid)
                     .collect();
                 if running.is_empty() {
                     self.phase = Phase::Finished;
