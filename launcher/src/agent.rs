@@ -5,18 +5,27 @@
 //! `--launch-agent` / `GMPI_SSH`), or, inside a Slurm allocation, as a one-task Slurm
 //! step on that host (`srun --nodelist=HOST --nodes=1 --ntasks=1 --overlap ...`, so that
 //! Slurm accounts for every process of the job and cleans up after it). Everything
-//! after it is the same: the command's stdin carries the job secret and then stays open
-//! (its end tells the proxy that gmpirun is gone; srun forwards its stdin to the task),
-//! its stderr is kept for error messages, and the proxy calls gmpirun back over TCP.
+//! after it is the same, for the root and for a proxy that starts its children
+//! ([`Agent::start`]): the command's stdin carries the job secret and then stays open
+//! (its end tells the proxy that its starter is gone; srun forwards its stdin to the
+//! task), its stderr is kept for error messages, and the proxy calls gmpirun back over
+//! TCP.
 
 use std::ffi::OsString;
+use std::io::{self, Read, Write};
 use std::path::Path;
-use std::process::Command;
+use std::process::{ChildStderr, ChildStdin, Command, Stdio};
+
+use nix::unistd::Pid;
+
+use crate::sys::{self, ExitKind};
 
 /// The hidden first argument that puts gmpirun in proxy mode.
 pub const PROXY_FLAG: &str = "--internal-proxy";
 /// `ssh -o ConnectTimeout=` added by gmpirun: an unreachable host fails within this.
 pub const SSH_CONNECT_TIMEOUT_S: u32 = 5;
+/// Last bytes of an agent's stderr kept for messages.
+pub const TAIL_MAX: usize = 2048;
 
 /// How a proxy is started on one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +93,101 @@ impl Starter {
             Starter::Local => "the proxy".to_owned(),
             Starter::RemoteShell(agent) | Starter::Srun(agent) => agent[0].clone(),
         }
+    }
+}
+
+/// The words that run gmpirun's proxy mode for host `host_id`, calling back to `port` at
+/// `addrs` (comma-separated): `exe --internal-proxy HOST_ID PORT ADDRS`.
+pub fn proxy_argv(exe: &Path, host_id: usize, port: u16, addrs: &str) -> Vec<OsString> {
+    vec![
+        exe.as_os_str().to_owned(),
+        PROXY_FLAG.into(),
+        host_id.to_string().into(),
+        port.to_string().into(),
+        addrs.into(),
+    ]
+}
+
+/// A started launch agent (or a proxy started directly).
+#[derive(Debug)]
+pub struct Agent {
+    /// Its process id (leader of its own process group).
+    pub pid: Pid,
+    /// Kept open: its end tells the proxy that its starter is gone.
+    pub stdin: Option<ChildStdin>,
+    /// Its stderr (non-blocking), until its end.
+    pub stderr: Option<ChildStderr>,
+    /// The last [`TAIL_MAX`] bytes of its stderr.
+    pub tail: Vec<u8>,
+    /// How it ended, once reaped.
+    pub status: Option<ExitKind>,
+    /// What runs the proxy ([`Starter::what`]), for messages.
+    pub what: String,
+}
+
+impl Agent {
+    /// Runs `proxy_argv` on `host` as `starter` says, in its own process group, killed if
+    /// gmpirun dies, and writes the job secret (`secret_hex`) on its stdin. `Err` names
+    /// the program that could not be run.
+    pub fn start(
+        starter: &Starter,
+        host: &str,
+        proxy_argv: &[OsString],
+        secret_hex: &str,
+    ) -> Result<Self, (String, io::Error)> {
+        let mut cmd = starter.command(host, proxy_argv);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        sys::prepare_helper(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| (cmd.get_program().to_string_lossy().into_owned(), e))?;
+        let mut stdin = child.stdin.take();
+        if let Some(pipe) = &mut stdin {
+            // 65 bytes into a fresh pipe: never blocks. A failure shows as the agent's
+            // exit or a missing call-back.
+            let _ = pipe.write_all(format!("{secret_hex}\n").as_bytes());
+        }
+        let stderr = child.stderr.take();
+        if let Some(e) = &stderr {
+            let _ = sys::set_nonblocking(e);
+        }
+        // `child` is dropped without waiting: it is reaped by pid with waitpid.
+        Ok(Self {
+            pid: Pid::from_raw(child.id() as i32),
+            stdin,
+            stderr,
+            tail: Vec::new(),
+            status: None,
+            what: starter.what(),
+        })
+    }
+
+    /// Reads what its stderr has, keeps the tail, and hands each piece to `also`.
+    pub fn read_stderr(&mut self, mut also: impl FnMut(&[u8])) {
+        let Some(pipe) = &mut self.stderr else {
+            return;
+        };
+        let mut chunk = [0u8; 4096];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.tail.extend_from_slice(&chunk[..n]);
+                    if self.tail.len() > TAIL_MAX {
+                        let cut = self.tail.len() - TAIL_MAX;
+                        self.tail.drain(..cut);
+                    }
+                    also(&chunk[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => break,
+            }
+        }
+        // End of file, or a broken pipe.
+        self.stderr = None;
     }
 }
 

@@ -24,34 +24,35 @@
 //! to every proxy, which stops its ranks, removes the job's `/dev/shm` files on its
 //! host and answers `Done`. The root then closes the connections and reaps the launch
 //! agents. Exit status as for a local job; 1 when a host cannot be reached or is lost.
+//!
+//! The loop is the reactor's (`reactor.rs`); what is the root's own: the proxies'
+//! connections and launch agents, the barriers joined across hosts and the broadcast
+//! of their keys, the judgement of the whole job.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags};
+use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
-use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
-use crate::agent::{tail_text, Starter, PROXY_FLAG};
+use crate::agent::{self, tail_text, Agent, Starter, TAIL_MAX};
 use crate::control::{
-    self, auth_mac, auth_verify, Conn, ConnError, ExitKind, LaunchSpec, Secret, Side, Stream,
-    ToProxy, ToRoot, HEARTBEAT_TIMEOUT,
+    self, auth_mac, auth_verify, Conn, ConnError, LaunchSpec, Secret, Side, Stream, ToProxy,
+    ToRoot, HEARTBEAT_TIMEOUT,
 };
 use crate::hosts::{self, HostRanks};
-use crate::job::{JobSpec, EXIT_CANNOT_START, EXIT_TIMEOUT, MIN_TICK};
+use crate::job::{JobSpec, EXIT_CANNOT_START, EXIT_TIMEOUT};
 use crate::output::{LineForwarder, Sink};
-use crate::rank::{judge_exit, Verdict};
-use crate::sys;
+use crate::rank::{self, Outcome};
+use crate::reactor::{Deadlines, Handler, PollSet, Reactor};
+use crate::sys::{self, ExitKind};
 
 /// How long a host's proxy has to call back once its launch was asked for.
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(8);
@@ -63,8 +64,6 @@ const END_TIMEOUT: Duration = Duration::from_secs(6);
 const AGENT_GRACE: Duration = Duration::from_secs(2);
 /// Most bytes of stdin in flight to rank 0's proxy.
 const STDIN_WINDOW: usize = 1 << 20;
-/// Last bytes of a launch agent's stderr kept for messages.
-const TAIL_MAX: usize = 2048;
 /// Stop reading the proxies while this much output waits for gmpirun's stdout/stderr.
 const OUT_PAUSE: usize = 16 << 20;
 /// Exit status when a host cannot be reached or is lost.
@@ -111,18 +110,18 @@ pub fn run(spec: ClusterSpec<'_>) -> i32 {
         }
     };
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-    let signals = match sys::signal_fd() {
-        Ok(s) => s,
+    // Before the output thread starts: it must not take the signals.
+    let mut reactor = match Reactor::new() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("gmpirun: cannot set up signal handling: {e}");
             return 1;
         }
     };
-    sys::become_subreaper();
 
-    let mut root = Root::new(spec, job_id, secret, exe, listener, port, signals);
+    let mut root = Root::new(spec, job_id, secret, exe, listener, port);
     root.start();
-    root.event_loop();
+    reactor.run(&mut root);
     root.finish()
 }
 
@@ -139,23 +138,6 @@ enum HostState {
     Gone,
 }
 
-/// A launch agent (or local proxy) the root started.
-#[derive(Debug)]
-struct Agent {
-    pid: Pid,
-    /// Kept open: its end tells the proxy that gmpirun is gone.
-    stdin: Option<ChildStdin>,
-    stderr: Option<ChildStderr>,
-    /// Last bytes of its stderr.
-    tail: Vec<u8>,
-    /// Partial line of stderr, printed once complete (after the call-back).
-    line: Vec<u8>,
-    /// How it ended, once reaped.
-    status: Option<ExitKind>,
-    /// `ssh` or `the proxy`, for messages.
-    what: String,
-}
-
 #[derive(Debug)]
 struct Host {
     name: String,
@@ -163,7 +145,10 @@ struct Host {
     local: bool,
     /// Hosts whose proxies this host's proxy starts.
     children: Vec<usize>,
+    /// The launch agent (or local proxy) the root started for it.
     agent: Option<Agent>,
+    /// Partial line of the agent's stderr, printed once complete (after the call-back).
+    line: Vec<u8>,
     conn: Option<Conn>,
     state: HostState,
     /// Its share of the current PMI barrier is complete.
@@ -206,7 +191,6 @@ enum Phase {
 
 #[derive(Debug, Clone, Copy)]
 enum Token {
-    Signal,
     Stdin,
     Listener,
     Pending(usize),
@@ -227,7 +211,6 @@ struct Root<'a> {
     /// How proxies are started (see [`ClusterSpec::starter`]).
     starter: Starter,
     fanout: usize,
-    signals: SignalFd,
     hosts: Vec<Host>,
     pending: Vec<Pending>,
     ranks: Vec<RankInfo>,
@@ -238,12 +221,13 @@ struct Root<'a> {
     fence_puts: Vec<(String, String)>,
     key_host: HashMap<String, usize>,
     process_mapping: String,
-    /// gmpirun's stdin: still open, and bytes sent but not yet acknowledged.
+    /// gmpirun's stdin, for rank 0's proxy: whether it is still open, and the bytes
+    /// sent but not yet acknowledged.
+    stdin: io::Stdin,
     stdin_open: bool,
     stdin_in_flight: usize,
     phase: Phase,
-    failure: Option<i32>,
-    exited_uninit: Option<u32>,
+    outcome: Outcome,
     started: Instant,
 }
 
@@ -255,7 +239,6 @@ impl<'a> Root<'a> {
         exe: PathBuf,
         listener: TcpListener,
         port: u16,
-        signals: SignalFd,
     ) -> Self {
         let me = sys::hostname();
         let my_addrs = sys::local_addresses();
@@ -280,6 +263,7 @@ impl<'a> Root<'a> {
                 local: !srun && hosts::is_local(&hr.name, &me, &my_addrs),
                 children: Vec::new(),
                 agent: None,
+                line: Vec::new(),
                 conn: None,
                 state: HostState::Waiting { deadline: None },
                 fenced: false,
@@ -313,7 +297,6 @@ impl<'a> Root<'a> {
             addrs,
             starter: spec.starter,
             fanout,
-            signals,
             hosts,
             pending: Vec::new(),
             ranks,
@@ -324,11 +307,11 @@ impl<'a> Root<'a> {
             fence_puts: Vec::new(),
             key_host: HashMap::new(),
             process_mapping: hosts::process_mapping(&node_of),
+            stdin: io::stdin(),
             stdin_open: true,
             stdin_in_flight: 0,
             phase: Phase::Running,
-            failure: None,
-            exited_uninit: None,
+            outcome: Outcome::default(),
             started: Instant::now(),
         }
     }
@@ -357,25 +340,12 @@ impl<'a> Root<'a> {
             Starter::Local => Ipv4Addr::LOCALHOST.to_string(),
             Starter::RemoteShell(_) | Starter::Srun(_) => self.addrs.clone(),
         };
-        let argv: Vec<OsString> = vec![
-            self.exe.clone().into_os_string(),
-            PROXY_FLAG.into(),
-            h.to_string().into(),
-            self.port.to_string().into(),
-            addrs.into(),
-        ];
+        let argv = agent::proxy_argv(&self.exe, h, self.port, &addrs);
         let name = self.hosts[h].name.clone();
-        let mut cmd = starter.command(&name, &argv);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        sys::prepare_helper(&mut cmd);
-        let what = starter.what();
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
+        let agent = match Agent::start(&starter, &name, &argv, &self.secret.to_hex()) {
+            Ok(a) => a,
+            Err((program, e)) => {
                 self.hosts[h].state = HostState::Gone;
-                let program = cmd.get_program().to_string_lossy().into_owned();
                 self.fail(
                     EXIT_HOST_FAILED,
                     format!("cannot start the proxy on host {name}: cannot run {program}: {e}"),
@@ -383,26 +353,8 @@ impl<'a> Root<'a> {
                 return;
             }
         };
-        let mut stdin = child.stdin.take();
-        if let Some(pipe) = &mut stdin {
-            // 65 bytes into a fresh pipe: never blocks. A failure shows as the agent's
-            // exit or a missing call-back.
-            let _ = pipe.write_all(format!("{}\n", self.secret.to_hex()).as_bytes());
-        }
-        let stderr = child.stderr.take();
-        if let Some(e) = &stderr {
-            let _ = sys::set_nonblocking(e);
-        }
         let host = &mut self.hosts[h];
-        host.agent = Some(Agent {
-            pid: Pid::from_raw(child.id() as i32),
-            stdin,
-            stderr,
-            tail: Vec::new(),
-            line: Vec::new(),
-            status: None,
-            what,
-        });
+        host.agent = Some(agent);
         host.state = HostState::Waiting {
             deadline: Some(Instant::now() + CALLBACK_TIMEOUT),
         };
@@ -462,63 +414,6 @@ impl<'a> Root<'a> {
         }
     }
 
-    // ---- the loop -------------------------------------------------------------------
-
-    fn event_loop(&mut self) {
-        while self.phase != Phase::Done {
-            let timeout = self.poll_timeout();
-            let ready = match self.poll_once(timeout) {
-                Ok(ready) => ready,
-                Err(e) => {
-                    self.note(format!("poll failed: {e}; ending the job"));
-                    self.fail(1, String::new());
-                    Vec::new()
-                }
-            };
-            for (token, revents) in ready {
-                self.dispatch(token, revents);
-            }
-            self.advance(Instant::now());
-        }
-    }
-
-    fn poll_once(&self, timeout: Option<Duration>) -> nix::Result<Vec<(Token, PollFlags)>> {
-        let input = PollFlags::POLLIN;
-        let mut tokens = vec![Token::Signal];
-        let mut fds = vec![PollFd::new(self.signals.as_fd(), input)];
-        let stdin = io::stdin();
-        if self.stdin_wanted() {
-            tokens.push(Token::Stdin);
-            fds.push(PollFd::new(stdin.as_fd(), input));
-        }
-        if self.phase == Phase::Running || matches!(self.phase, Phase::Ending { .. }) {
-            tokens.push(Token::Listener);
-            fds.push(PollFd::new(self.listener.as_fd(), input));
-        }
-        for (i, p) in self.pending.iter().enumerate() {
-            tokens.push(Token::Pending(i));
-            fds.push(PollFd::new(p.conn.as_fd(), p.conn.poll_flags()));
-        }
-        // Back-pressure: while gmpirun's own output is backed up, leave the proxies'
-        // messages in their sockets (their senders then stop reading the ranks).
-        let paused = self.sink.queued() > OUT_PAUSE;
-        for (h, host) in self.hosts.iter().enumerate() {
-            if let Some(conn) = &host.conn {
-                let mut flags = conn.poll_flags();
-                if paused {
-                    flags.remove(PollFlags::POLLIN);
-                }
-                tokens.push(Token::Host(h));
-                fds.push(PollFd::new(conn.as_fd(), flags));
-            }
-            if let Some(err) = host.agent.as_ref().and_then(|a| a.stderr.as_ref()) {
-                tokens.push(Token::AgentErr(h));
-                fds.push(PollFd::new(err.as_fd(), input));
-            }
-        }
-        sys::poll_tokens(tokens, &mut fds, timeout)
-    }
-
     /// Whether to read gmpirun's stdin now: rank 0's proxy is up and has room.
     fn stdin_wanted(&self) -> bool {
         let host0 = &self.hosts[self.ranks[0].host];
@@ -528,105 +423,7 @@ impl<'a> Root<'a> {
             && self.stdin_in_flight < STDIN_WINDOW
     }
 
-    fn poll_timeout(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        match self.phase {
-            Phase::Running => consider(self.spec.timeout.map(|t| self.started + t)),
-            Phase::Ending { deadline } => consider(Some(deadline)),
-            // Agents may exit without a SIGCHLD we can attribute: look every tick.
-            Phase::Closing { .. } => consider(Some(now)),
-            Phase::Done => {}
-        }
-        for p in &self.pending {
-            consider(Some(p.deadline));
-        }
-        for host in &self.hosts {
-            if let HostState::Waiting { deadline } = host.state {
-                consider(deadline);
-            }
-            if let Some(conn) = &host.conn {
-                consider(Some(conn.next_heartbeat()));
-                consider(Some(conn.last_recv + HEARTBEAT_TIMEOUT));
-            }
-        }
-        for (o, e) in &self.out {
-            consider(o.flush_deadline());
-            consider(e.flush_deadline());
-        }
-        if self.sink.queued() > OUT_PAUSE {
-            // Look again soon whether the output has drained.
-            consider(Some(now));
-        }
-        next.map(|t| t.saturating_duration_since(now).max(MIN_TICK))
-    }
-
-    fn dispatch(&mut self, token: Token, revents: PollFlags) {
-        match token {
-            Token::Signal => self.read_signals(),
-            Token::Stdin => self.read_stdin(),
-            Token::Listener => self.accept(),
-            Token::Pending(i) => self.pending_ready(i),
-            Token::Host(h) => {
-                if revents.contains(PollFlags::POLLOUT) {
-                    if let Some(conn) = &mut self.hosts[h].conn {
-                        let _ = conn.flush();
-                    }
-                }
-                if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                    self.read_host(h);
-                }
-            }
-            Token::AgentErr(h) => self.read_agent_stderr(h),
-        }
-    }
-
-    // ---- signals and launch agents --------------------------------------------------
-
-    fn read_signals(&mut self) {
-        while let Ok(Some(info)) = self.signals.read_signal() {
-            let signo = info.ssi_signo as i32;
-            match Signal::try_from(signo) {
-                Ok(Signal::SIGCHLD) => self.reap(),
-                Err(_) => {}
-                Ok(sig) => {
-                    if self.failure.is_none() {
-                        self.fail(128 + signo, format!("received {}", sig.as_str()));
-                    } else if let Phase::Ending { .. } = self.phase {
-                        // Asked again: the proxies stop waiting politely.
-                        self.broadcast(&ToProxy::End);
-                    }
-                }
-            }
-        }
-    }
-
-    fn reap(&mut self) {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(status) => {
-                    let Some(pid) = status.pid() else { return };
-                    let Some(kind) = ExitKind::from_wait(&status) else {
-                        continue;
-                    };
-                    let found = self
-                        .hosts
-                        .iter()
-                        .position(|host| host.agent.as_ref().is_some_and(|a| a.pid == pid));
-                    if let Some(h) = found {
-                        self.agent_exited(h, kind);
-                    }
-                }
-                Err(Errno::EINTR) => {}
-                Err(_) => return,
-            }
-        }
-    }
+    // ---- launch agents --------------------------------------------------------------
 
     fn agent_exited(&mut self, h: usize, status: ExitKind) {
         self.read_agent_stderr(h);
@@ -663,52 +460,24 @@ impl<'a> Root<'a> {
 
     fn read_agent_stderr(&mut self, h: usize) {
         let up = !matches!(self.hosts[h].state, HostState::Waiting { .. });
-        let name = self.hosts[h].name.clone();
-        let Some(agent) = &mut self.hosts[h].agent else {
+        let host = &mut self.hosts[h];
+        let Some(agent) = host.agent.as_mut().filter(|a| a.stderr.is_some()) else {
             return;
         };
-        let Some(pipe) = &mut agent.stderr else {
-            return;
-        };
-        let mut chunk = [0u8; 4096];
-        let mut eof = false;
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    agent.tail.extend_from_slice(&chunk[..n]);
-                    if agent.tail.len() > TAIL_MAX {
-                        let cut = agent.tail.len() - TAIL_MAX;
-                        agent.tail.drain(..cut);
-                    }
-                    agent.line.extend_from_slice(&chunk[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    eof = true;
-                    break;
-                }
-            }
-        }
+        let line = &mut host.line;
+        agent.read_stderr(|bytes| line.extend_from_slice(bytes));
         // Once the proxy runs, what the agent or the proxy says goes to our stderr;
         // before, it is kept for the message if the start fails.
         if up {
-            while let Some(end) = agent.line.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = agent.line.drain(..=end).collect();
-                let text = String::from_utf8_lossy(&line);
-                let msg = format!("gmpirun: host {name}: {}\n", text.trim_end());
+            while let Some(end) = line.iter().position(|&b| b == b'\n') {
+                let text: Vec<u8> = line.drain(..=end).collect();
+                let text = String::from_utf8_lossy(&text);
+                let msg = format!("gmpirun: host {}: {}\n", host.name, text.trim_end());
                 let _ = self.sink.err().write_all(msg.as_bytes());
             }
         }
-        if agent.line.len() > TAIL_MAX {
-            agent.line.clear();
-        }
-        if eof {
-            agent.stderr = None;
+        if line.len() > TAIL_MAX {
+            line.clear();
         }
     }
 
@@ -818,9 +587,7 @@ impl<'a> Root<'a> {
         host.conn = Some(conn);
         host.state = HostState::Up;
         // Its agent's words so far were start-up noise or nothing; later ones are shown.
-        if let Some(a) = &mut host.agent {
-            a.line.clear();
-        }
+        host.line.clear();
     }
 
     fn read_host(&mut self, h: usize) {
@@ -856,7 +623,7 @@ impl<'a> Root<'a> {
             host.name,
             rank_list(&host.ranks)
         );
-        if self.failure.is_none() {
+        if !self.outcome.failed() {
             self.fail(EXIT_HOST_FAILED, msg);
         } else {
             self.note(format!("warning: {msg}"));
@@ -882,13 +649,10 @@ impl<'a> Root<'a> {
             }
             ToRoot::Initialized { rank } if owns(self, rank) => {
                 self.ranks[rank as usize].initialized = true;
-                if let (Some(gone), Phase::Running) = (self.exited_uninit, self.phase) {
-                    self.fail(
-                        1,
-                        format!(
-                            "rank {gone} exited without initializing MPI while rank {rank} did"
-                        ),
-                    );
+                if self.phase == Phase::Running {
+                    if let Some((code, what)) = self.outcome.initialized(rank) {
+                        self.fail(code, what);
+                    }
                 }
             }
             ToRoot::Finalized { rank } if owns(self, rank) => {
@@ -896,20 +660,9 @@ impl<'a> Root<'a> {
             }
             ToRoot::Fence { puts } => self.fence(h, puts),
             ToRoot::Abort { rank, code, msg } if owns(self, rank) => {
-                let status = match code & 0xff {
-                    0 => 1,
-                    c => c,
-                };
-                let msg = if msg.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {msg}")
-                };
-                let name = &self.hosts[h].name;
-                self.fail(
-                    status,
-                    format!("rank {rank} on host {name} called abort with code {code}{msg}"),
-                );
+                let on = format!(" on host {}", self.hosts[h].name);
+                let (code, what) = rank::abort_failure(rank, &on, code, &msg);
+                self.fail(code, what);
             }
             ToRoot::PmiError { rank, msg } if owns(self, rank) => {
                 let name = &self.hosts[h].name;
@@ -929,7 +682,7 @@ impl<'a> Root<'a> {
                 if is_child && matches!(self.hosts[c].state, HostState::Waiting { .. }) {
                     self.hosts[c].state = HostState::Gone;
                     let name = self.hosts[c].name.clone();
-                    if self.failure.is_none() {
+                    if !self.outcome.failed() {
                         self.fail(
                             EXIT_HOST_FAILED,
                             format!("cannot start the proxy on host {name}: {msg}"),
@@ -989,7 +742,7 @@ impl<'a> Root<'a> {
 
     fn rank_exited(&mut self, rank: u32, status: ExitKind) {
         self.ranks[rank as usize].exited = true;
-        if self.failure.is_some() || self.phase != Phase::Running {
+        if self.outcome.failed() || self.phase != Phase::Running {
             return;
         }
         let info = self.ranks[rank as usize];
@@ -1005,21 +758,17 @@ impl<'a> Root<'a> {
             .enumerate()
             .find(|(r, x)| *r as u32 != rank && x.initialized)
             .map(|(r, _)| r as u32);
-        let name = host.name.clone();
-        match judge_exit(
+        let verdict = rank::judge_exit(
             rank,
             pid,
-            Some(&name),
+            Some(&host.name),
             status,
             info.initialized,
             info.finalized,
             other,
-        ) {
-            Verdict::Fine => {}
-            Verdict::Uninitialized => {
-                self.exited_uninit.get_or_insert(rank);
-            }
-            Verdict::Fail(code, msg) => self.fail(code, msg),
+        );
+        if let Some((code, what)) = self.outcome.judged(rank, verdict) {
+            self.fail(code, what);
         }
     }
 
@@ -1028,7 +777,7 @@ impl<'a> Root<'a> {
     fn read_stdin(&mut self) {
         let mut chunk = vec![0u8; 65536];
         let h = self.ranks[0].host;
-        match nix::unistd::read(io::stdin().as_fd(), &mut chunk) {
+        match nix::unistd::read(self.stdin.as_fd(), &mut chunk) {
             Ok(0) => {
                 self.stdin_open = false;
                 if let Some(conn) = &mut self.hosts[h].conn {
@@ -1066,13 +815,12 @@ impl<'a> Root<'a> {
 
     /// Records the first failure: one message, the exit status, and the job starts ending.
     fn fail(&mut self, code: i32, what: String) {
-        if self.failure.is_some() {
+        if !self.outcome.fail(code) {
             return;
         }
         if !what.is_empty() {
             self.note(format!("{what}; ending the job"));
         }
-        self.failure = Some(code);
         if self.phase == Phase::Running {
             self.start_ending(Instant::now());
         }
@@ -1094,6 +842,150 @@ impl<'a> Root<'a> {
                 }
             }
         }
+    }
+
+    /// Every proxy is done: close the connections and the agents' stdin, so proxies
+    /// and agents exit by themselves.
+    fn start_closing(&mut self, now: Instant) {
+        self.pending.clear();
+        for host in &mut self.hosts {
+            if let Some(conn) = &mut host.conn {
+                let _ = conn.flush();
+            }
+            host.conn = None;
+            if let Some(agent) = &mut host.agent {
+                agent.stdin = None;
+                // The agent of a lost host may wait on a dead network: do not wait.
+                if host.state == HostState::Gone && agent.status.is_none() {
+                    sys::signal_group(agent.pid, Signal::SIGTERM);
+                }
+            }
+        }
+        self.phase = Phase::Closing {
+            term_at: now + AGENT_GRACE,
+            killed: false,
+        };
+    }
+
+    fn finish(mut self) -> i32 {
+        for (o, e) in &mut self.out {
+            o.finish(&mut self.sink.out());
+            e.finish(&mut self.sink.err());
+        }
+        for h in 0..self.hosts.len() {
+            self.read_agent_stderr(h);
+        }
+        sys::remove_shm_segments(&format!("gmpi-{}", self.job_id));
+        self.sink.close();
+        self.outcome.status()
+    }
+}
+
+impl Handler for Root<'_> {
+    type Token = Token;
+
+    fn finished(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    fn watch<'a>(&'a self, set: &mut PollSet<'a, Token>) {
+        if self.stdin_wanted() {
+            set.read(Token::Stdin, self.stdin.as_fd());
+        }
+        if self.phase == Phase::Running || matches!(self.phase, Phase::Ending { .. }) {
+            set.read(Token::Listener, self.listener.as_fd());
+        }
+        for (i, p) in self.pending.iter().enumerate() {
+            set.watch(Token::Pending(i), p.conn.as_fd(), p.conn.poll_flags());
+        }
+        // Back-pressure: while gmpirun's own output is backed up, leave the proxies'
+        // messages in their sockets (their senders then stop reading the ranks).
+        let paused = self.sink.queued() > OUT_PAUSE;
+        for (h, host) in self.hosts.iter().enumerate() {
+            if let Some(conn) = &host.conn {
+                let mut events = conn.poll_flags();
+                if paused {
+                    events.remove(PollFlags::POLLIN);
+                }
+                set.watch(Token::Host(h), conn.as_fd(), events);
+            }
+            if let Some(err) = host.agent.as_ref().and_then(|a| a.stderr.as_ref()) {
+                set.read(Token::AgentErr(h), err.as_fd());
+            }
+        }
+    }
+
+    fn deadlines(&self, next: &mut Deadlines) {
+        match self.phase {
+            Phase::Running => next.at_opt(self.spec.timeout.map(|t| self.started + t)),
+            Phase::Ending { deadline } => next.at(deadline),
+            // Agents may exit without a SIGCHLD we can attribute: look every tick.
+            Phase::Closing { .. } => next.tick(),
+            Phase::Done => {}
+        }
+        for p in &self.pending {
+            next.at(p.deadline);
+        }
+        for host in &self.hosts {
+            if let HostState::Waiting { deadline } = host.state {
+                next.at_opt(deadline);
+            }
+            if let Some(conn) = &host.conn {
+                next.at(conn.next_heartbeat());
+                next.at(conn.last_recv + HEARTBEAT_TIMEOUT);
+            }
+        }
+        for (o, e) in &self.out {
+            next.at_opt(o.flush_deadline());
+            next.at_opt(e.flush_deadline());
+        }
+        if self.sink.queued() > OUT_PAUSE {
+            // Look again soon whether the output has drained.
+            next.tick();
+        }
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        if !self.outcome.failed() {
+            self.fail(128 + sig as i32, format!("received {}", sig.as_str()));
+        } else if let Phase::Ending { .. } = self.phase {
+            // Asked again: the proxies stop waiting politely.
+            self.broadcast(&ToProxy::End);
+        }
+    }
+
+    fn ready(&mut self, token: Token, events: PollFlags) {
+        match token {
+            Token::Stdin => self.read_stdin(),
+            Token::Listener => self.accept(),
+            Token::Pending(i) => self.pending_ready(i),
+            Token::Host(h) => {
+                if events.contains(PollFlags::POLLOUT) {
+                    if let Some(conn) = &mut self.hosts[h].conn {
+                        let _ = conn.flush();
+                    }
+                }
+                if events.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+                    self.read_host(h);
+                }
+            }
+            Token::AgentErr(h) => self.read_agent_stderr(h),
+        }
+    }
+
+    fn reaped(&mut self, pid: Pid, how: ExitKind) {
+        let found = self
+            .hosts
+            .iter()
+            .position(|host| host.agent.as_ref().is_some_and(|a| a.pid == pid));
+        if let Some(h) = found {
+            self.agent_exited(h, how);
+        }
+    }
+
+    fn poll_failed(&mut self, error: Errno) {
+        self.note(format!("poll failed: {error}; ending the job"));
+        self.fail(1, String::new());
     }
 
     fn advance(&mut self, now: Instant) {
@@ -1165,18 +1057,10 @@ impl<'a> Root<'a> {
             Phase::Running => {
                 if let Some(limit) = self.spec.timeout {
                     if now >= self.started + limit {
-                        let running: Vec<String> = self
-                            .ranks
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, r)| !r.exited)
-                            .map(|(i, _)| i.to_string())
+                        let running: Vec<u32> = (0..self.ranks.len() as u32)
+                            .filter(|&r| !self.ranks[r as usize].exited)
                             .collect();
-                        self.note(format!(
-                            "job timed out after {} s; ranks still running: {}",
-                            limit.as_secs_f64(),
-                            running.join(",")
-                        ));
+                        self.note(rank::timeout_message(limit, &running));
                         self.fail(EXIT_TIMEOUT, String::new());
                         return;
                     }
@@ -1228,46 +1112,9 @@ impl<'a> Root<'a> {
                         killed: true,
                     };
                 }
-                self.reap();
             }
             Phase::Done => {}
         }
-    }
-
-    /// Every proxy is done: close the connections and the agents' stdin, so proxies
-    /// and agents exit by themselves.
-    fn start_closing(&mut self, now: Instant) {
-        self.pending.clear();
-        for host in &mut self.hosts {
-            if let Some(conn) = &mut host.conn {
-                let _ = conn.flush();
-            }
-            host.conn = None;
-            if let Some(agent) = &mut host.agent {
-                agent.stdin = None;
-                // The agent of a lost host may wait on a dead network: do not wait.
-                if host.state == HostState::Gone && agent.status.is_none() {
-                    sys::signal_group(agent.pid, Signal::SIGTERM);
-                }
-            }
-        }
-        self.phase = Phase::Closing {
-            term_at: now + AGENT_GRACE,
-            killed: false,
-        };
-    }
-
-    fn finish(mut self) -> i32 {
-        for (o, e) in &mut self.out {
-            o.finish(&mut self.sink.out());
-            e.finish(&mut self.sink.err());
-        }
-        for h in 0..self.hosts.len() {
-            self.read_agent_stderr(h);
-        }
-        sys::remove_shm_segments(&format!("gmpi-{}", self.job_id));
-        self.sink.close();
-        self.failure.unwrap_or(0)
     }
 }
 

@@ -24,8 +24,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use sha2::Sha256;
+
+use crate::sys::{self, ExitKind};
 
 /// Version of this protocol; root and proxies are the same binary, so a mismatch means
 /// the hosts do not share gmpirun's path after all.
@@ -164,39 +166,6 @@ pub enum Stream {
     Stdout,
     /// Standard error.
     Stderr,
-}
-
-/// How a rank ended, as `waitpid` said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitKind {
-    /// Exited with this status.
-    Code(i32),
-    /// Killed by this signal number.
-    Signal(i32),
-}
-
-impl ExitKind {
-    /// `exited with status N` / `was killed by signal N (SIGX)`.
-    pub fn describe(self) -> String {
-        match self {
-            ExitKind::Code(c) => format!("exited with status {c}"),
-            ExitKind::Signal(s) => {
-                let name = nix::sys::signal::Signal::try_from(s).map_or("unknown", |s| s.as_str());
-                format!("was killed by signal {s} ({name})")
-            }
-        }
-    }
-
-    /// How a reaped child ended; `None` for a status that is not an end (stopped,
-    /// continued).
-    pub fn from_wait(status: &nix::sys::wait::WaitStatus) -> Option<Self> {
-        use nix::sys::wait::WaitStatus;
-        match *status {
-            WaitStatus::Exited(_, code) => Some(ExitKind::Code(code)),
-            WaitStatus::Signaled(_, sig, _) => Some(ExitKind::Signal(sig as i32)),
-            _ => None,
-        }
-    }
 }
 
 /// What the root tells a proxy to run.
@@ -920,11 +889,8 @@ impl Conn {
             if self.flush().is_err() {
                 return Err(ConnError::Closed);
             }
-            let mut fds = [PollFd::new(self.stream.as_fd(), self.poll_flags())];
-            let wait = PollTimeout::try_from(deadline - now).unwrap_or(PollTimeout::MAX);
-            match poll(&mut fds, wait) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(ConnError::Io(e.into())),
+            if let Err(e) = sys::wait_fd(self.stream.as_fd(), self.poll_flags(), deadline) {
+                return Err(ConnError::Io(e.into()));
             }
             if let Some(e) = self.read_available() {
                 if let Some(m) = decode_first(&mut self.inbuf).map_err(ConnError::Malformed)? {

@@ -1,48 +1,35 @@
-//! One local job: spawn the ranks, then a single-threaded `poll` loop until all is over.
+//! One local job: every rank on this node, no proxies.
 //!
-//! The loop watches a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP), every rank's PMI
-//! socket (driving the sans-IO [`PmiServer`]), every rank's stdout and stderr pipe, and
-//! gmpirun's stdin (forwarded to rank 0). It never spins: it blocks in `poll` until an
-//! event or the next deadline, and never sleeps less than [`MIN_TICK`].
-//!
-//! Phases: `Running` until every rank has exited or one fails. The first failure prints
-//! one message and fixes the exit status; then (and also after a clean finish, to sweep
-//! up whatever the ranks left running) `Ending`: SIGTERM to every rank's process group,
-//! SIGKILL after [`TERM_GRACE`], until every rank is reaped and every group is gone;
-//! then the output pipes are drained (at most [`DRAIN_GRACE`]), partial lines flushed,
-//! and the job's `/dev/shm/gmpi-<jobid>*` files removed.
+//! The ranks are [`LocalRanks`] (`local.rs`: their processes, PMI sockets, output pipes
+//! and their ending), served the whole job's PMI (`PmiServer::new`); the loop is the
+//! reactor's (`reactor.rs`). What is the job's own: gmpirun's stdin, forwarded to rank
+//! 0; the ranks' output, forwarded line by line to gmpirun's stdout and stderr
+//! (`output.rs`); and the judgement of what they do. The first failure (a failing exit,
+//! an abort, a malformed PMI message, a signal, `--timeout`) prints one message, fixes
+//! the exit status and ends the ranks; a clean finish (every rank exited) ends them too,
+//! to sweep up whatever they left running. Once they are ended and their output
+//! drained, partial lines are flushed.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::process::{ChildStderr, ChildStdin, ChildStdout};
 use std::time::{Duration, Instant};
 
 use gmpi_pmi::wire::MAX_LINE_LEN;
 use gmpi_pmi::{PmiServer, ServerOutput};
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags};
+use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
-use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::control::ExitKind;
+use crate::control::Stream;
+use crate::local::{self, LocalRanks, Owner};
 use crate::output::LineForwarder;
-use crate::rank::{self, forward, judge_exit, PmiConn, Verdict};
-use crate::sys;
+use crate::rank::{self, Outcome};
+use crate::reactor::{Deadlines, Handler, PollSet, Reactor};
+use crate::sys::ExitKind;
 
-/// Time between SIGTERM and SIGKILL when ending a job.
-pub const TERM_GRACE: Duration = Duration::from_millis(500);
-/// How long to wait, once everything is reaped, for output pipes still held open by
-/// processes that escaped their group.
-pub const DRAIN_GRACE: Duration = Duration::from_millis(300);
-/// After SIGKILL, how long to wait for the last processes before giving up on them.
-const KILL_GRACE: Duration = Duration::from_secs(2);
-/// Shortest `poll` timeout, so gmpirun never busy-waits.
-pub const MIN_TICK: Duration = Duration::from_millis(50);
 /// Exit status when PROGRAM cannot be started.
 pub const EXIT_CANNOT_START: i32 = 127;
 /// Exit status after `--timeout`.
@@ -91,73 +78,25 @@ pub fn run(spec: &JobSpec) -> i32 {
             return 1;
         }
     };
-    let secret = secret.to_hex();
-    let signals = match sys::signal_fd() {
-        Ok(s) => s,
+    let mut reactor = match Reactor::new() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("gmpirun: cannot set up signal handling: {e}");
             return 1;
         }
     };
-    sys::become_subreaper();
-
-    let mut job = Job::new(spec, job_id, secret, signals);
+    let mut job = Job::new(spec, job_id, secret.to_hex());
     job.spawn_all(&program);
-    job.event_loop();
+    reactor.run(&mut job);
     job.finish()
-}
-
-/// One forwarded output pipe.
-#[derive(Debug)]
-struct OutPipe<P> {
-    pipe: P,
-    fwd: LineForwarder,
-}
-
-/// One rank's process and its connections.
-#[derive(Debug)]
-struct RankProc {
-    pid: Pid,
-    exited: bool,
-    pmi: Option<PmiConn>,
-    stdout: Option<OutPipe<ChildStdout>>,
-    stderr: Option<OutPipe<ChildStderr>>,
-}
-
-/// gmpirun's stdin, forwarded to rank 0.
-#[derive(Debug, Default)]
-struct StdinFwd {
-    /// Still reading gmpirun's stdin.
-    open: bool,
-    /// Rank 0's stdin pipe, while it is open.
-    pipe: Option<ChildStdin>,
-    /// Read but not yet written to the pipe.
-    buf: Vec<u8>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Running,
-    Ending {
-        kill_at: Instant,
-        killed: bool,
-        give_up_at: Option<Instant>,
-    },
-    Draining {
-        until: Instant,
-    },
-    Done,
 }
 
 /// What a `poll` entry stands for.
 #[derive(Debug, Clone, Copy)]
 enum Token {
-    Signal,
+    /// gmpirun's stdin.
     Stdin,
-    StdinPipe,
-    Pmi(usize),
-    Stdout(usize),
-    Stderr(usize),
+    Ranks(local::Token),
 }
 
 #[derive(Debug)]
@@ -166,47 +105,128 @@ struct Job<'a> {
     job_id: String,
     /// The job secret in hex (`GMPI_JOB_SECRET`).
     secret: String,
-    signals: SignalFd,
-    server: PmiServer,
-    ranks: Vec<RankProc>,
-    by_pid: HashMap<Pid, usize>,
-    stdin: StdinFwd,
-    phase: Phase,
-    /// Exit status fixed by the first failure.
-    failure: Option<i32>,
-    /// The first rank that exited successfully without ever initializing
-    /// MPI: fatal as soon as any rank initializes.
-    exited_uninit: Option<u32>,
+    ranks: LocalRanks,
+    listener: Listener,
+    stdin: io::Stdin,
     started: Instant,
-    /// No child process of gmpirun remains (waitpid said ECHILD).
-    no_children: bool,
 }
 
-impl<'a> Job<'a> {
-    fn new(spec: &'a JobSpec, job_id: String, secret: String, signals: SignalFd) -> Self {
-        let kvsname = format!("gmpi_{job_id}");
-        Self {
-            spec,
-            server: PmiServer::new(spec.np, kvsname, 0, spec.np),
-            job_id,
-            secret,
-            signals,
-            ranks: Vec::new(),
-            by_pid: HashMap::new(),
-            stdin: StdinFwd::default(),
-            phase: Phase::Running,
-            failure: None,
-            exited_uninit: None,
-            started: Instant::now(),
-            no_children: false,
+/// What the job makes of what its ranks do: their output, line by line, and how the
+/// job goes.
+#[derive(Debug)]
+struct Listener {
+    /// Per rank: stdout and stderr.
+    out: Vec<(LineForwarder, LineForwarder)>,
+    outcome: Outcome,
+}
+
+impl Listener {
+    /// Records the first failure: one message (unless `what` is empty) and the exit
+    /// status.
+    fn fail(&mut self, code: i32, what: String) {
+        if self.outcome.fail(code) && !what.is_empty() {
+            eprintln!("gmpirun: {what}; ending the job");
+        }
+    }
+}
+
+impl Owner for Listener {
+    fn serving(&self) -> bool {
+        !self.outcome.failed()
+    }
+
+    fn pmi(&mut self, event: ServerOutput) {
+        let (code, what) = match event {
+            ServerOutput::Abort { rank, code, msg } => rank::abort_failure(rank, "", code, &msg),
+            ServerOutput::ProtocolError { rank, error } => (
+                1,
+                format!("rank {rank} sent a malformed PMI message: {error}"),
+            ),
+            ServerOutput::Initialized { rank } => match self.outcome.initialized(rank) {
+                Some(failure) => failure,
+                None => return,
+            },
+            // Kept in the server's state; judged when the rank exits.
+            _ => return,
+        };
+        self.fail(code, what);
+    }
+
+    fn pmi_too_long(&mut self, rank: u32) {
+        self.fail(
+            1,
+            format!(
+                "rank {rank} sent a malformed PMI message: line longer than {MAX_LINE_LEN} bytes"
+            ),
+        );
+    }
+
+    fn output(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+        let (o, e) = &mut self.out[rank as usize];
+        match stream {
+            Stream::Stdout => o.push(data, &mut io::stdout()),
+            Stream::Stderr => e.push(data, &mut io::stderr()),
         }
     }
 
-    // ---- start-up -------------------------------------------------------------------
+    fn output_closed(&mut self, rank: u32, stream: Stream) {
+        let (o, e) = &mut self.out[rank as usize];
+        match stream {
+            Stream::Stdout => o.finish(&mut io::stdout()),
+            Stream::Stderr => e.finish(&mut io::stderr()),
+        }
+    }
+
+    fn exited(&mut self, rank: u32, pid: Pid, how: ExitKind, server: &PmiServer) {
+        if self.outcome.failed() {
+            return;
+        }
+        let verdict = local::judge(server, rank, pid, how);
+        if let Some((code, what)) = self.outcome.judged(rank, verdict) {
+            self.fail(code, what);
+        }
+    }
+}
+
+impl<'a> Job<'a> {
+    fn new(spec: &'a JobSpec, job_id: String, secret: String) -> Self {
+        let server = PmiServer::new(spec.np, format!("gmpi_{job_id}"), 0, spec.np);
+        let tag = spec.tag_output;
+        Self {
+            spec,
+            ranks: LocalRanks::new("gmpirun".to_owned(), job_id.clone(), server),
+            job_id,
+            secret,
+            listener: Listener {
+                out: (0..spec.np)
+                    .map(|r| (LineForwarder::new(r, tag), LineForwarder::new(r, tag)))
+                    .collect(),
+                outcome: Outcome::default(),
+            },
+            stdin: io::stdin(),
+            started: Instant::now(),
+        }
+    }
 
     fn spawn_all(&mut self, program: &Path) {
-        for r in 0..self.spec.np {
-            if let Err(e) = self.spawn_rank(r, program) {
+        let n = self.spec.np;
+        let prog = rank::Program {
+            path: program,
+            argv0: &self.spec.program,
+            args: &self.spec.args,
+            env: &self.spec.exports,
+        };
+        for r in 0..n {
+            let place = rank::Placement {
+                rank: r,
+                size: n,
+                local_rank: r,
+                local_size: n,
+                node_id: 0,
+                job_id: &self.job_id,
+                secret_hex: &self.secret,
+            };
+            if let Err(e) = self.ranks.spawn(&prog, &place) {
                 self.fail(
                     EXIT_CANNOT_START,
                     format!("cannot start {}: {e}", self.spec.program.to_string_lossy()),
@@ -217,469 +237,108 @@ impl<'a> Job<'a> {
         self.started = Instant::now();
     }
 
-    fn spawn_rank(&mut self, r: u32, program: &Path) -> io::Result<()> {
-        let n = self.spec.np;
-        let prog = rank::Program {
-            path: program,
-            argv0: &self.spec.program,
-            args: &self.spec.args,
-            env: &self.spec.exports,
-        };
-        let place = rank::Placement {
-            rank: r,
-            size: n,
-            local_rank: r,
-            local_size: n,
-            node_id: 0,
-            job_id: &self.job_id,
-            secret_hex: &self.secret,
-        };
-        let child = rank::spawn(&prog, &place, r == 0)?;
-        if let Some(pipe) = child.stdin {
-            self.stdin = StdinFwd {
-                open: true,
-                pipe: Some(pipe),
-                buf: Vec::new(),
-            };
-        }
-        let tag = self.spec.tag_output;
-        self.by_pid.insert(child.pid, self.ranks.len());
-        self.ranks.push(RankProc {
-            pid: child.pid,
-            exited: false,
-            pmi: Some(child.pmi),
-            stdout: Some(OutPipe {
-                pipe: child.stdout,
-                fwd: LineForwarder::new(r, tag),
-            }),
-            stderr: Some(OutPipe {
-                pipe: child.stderr,
-                fwd: LineForwarder::new(r, tag),
-            }),
-        });
-        Ok(())
-    }
-
-    // ---- the loop -------------------------------------------------------------------
-
-    fn event_loop(&mut self) {
-        while self.phase != Phase::Done {
-            let timeout = self.poll_timeout();
-            let ready = match self.poll_once(timeout) {
-                Ok(ready) => ready,
-                Err(e) => {
-                    eprintln!("gmpirun: poll failed: {e}; ending the job");
-                    self.fail(1, String::new());
-                    Vec::new()
-                }
-            };
-            for (token, revents) in ready {
-                self.dispatch(token, revents);
-            }
-            self.reap();
-            self.advance(Instant::now());
-        }
-    }
-
-    /// Polls every open descriptor; returns the ready ones.
-    fn poll_once(&self, timeout: Option<Duration>) -> nix::Result<Vec<(Token, PollFlags)>> {
-        let input = PollFlags::POLLIN;
-        let mut tokens = vec![Token::Signal];
-        let mut fds = vec![PollFd::new(self.signals.as_fd(), input)];
-        let stdin = io::stdin();
-        if let Some(pipe) = &self.stdin.pipe {
-            if !self.stdin.buf.is_empty() {
-                tokens.push(Token::StdinPipe);
-                fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLOUT));
-            } else if self.stdin.open && self.phase == Phase::Running {
-                tokens.push(Token::Stdin);
-                fds.push(PollFd::new(stdin.as_fd(), input));
-            }
-        }
-        for (i, rank) in self.ranks.iter().enumerate() {
-            if let Some(pmi) = &rank.pmi {
-                let mut flags = input;
-                if pmi.wants_write() {
-                    flags |= PollFlags::POLLOUT;
-                }
-                tokens.push(Token::Pmi(i));
-                fds.push(PollFd::new(pmi.sock.as_fd(), flags));
-            }
-            if let Some(out) = &rank.stdout {
-                tokens.push(Token::Stdout(i));
-                fds.push(PollFd::new(out.pipe.as_fd(), input));
-            }
-            if let Some(err) = &rank.stderr {
-                tokens.push(Token::Stderr(i));
-                fds.push(PollFd::new(err.pipe.as_fd(), input));
-            }
-        }
-        sys::poll_tokens(tokens, &mut fds, timeout)
-    }
-
-    /// Time until the next deadline (never under [`MIN_TICK`]); `None` blocks.
-    fn poll_timeout(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        match self.phase {
-            Phase::Running => consider(self.spec.timeout.map(|t| self.started + t)),
-            // Groups may empty without a SIGCHLD to us: look again every tick.
-            Phase::Ending { .. } => consider(Some(now)),
-            Phase::Draining { until } => consider(Some(until)),
-            Phase::Done => {}
-        }
-        for rank in &self.ranks {
-            consider(rank.stdout.as_ref().and_then(|o| o.fwd.flush_deadline()));
-            consider(rank.stderr.as_ref().and_then(|o| o.fwd.flush_deadline()));
-        }
-        next.map(|t| t.saturating_duration_since(now).max(MIN_TICK))
-    }
-
-    fn dispatch(&mut self, token: Token, revents: PollFlags) {
-        match token {
-            Token::Signal => self.read_signals(),
-            Token::Stdin => self.read_stdin(),
-            Token::StdinPipe => self.write_stdin_pipe(),
-            Token::Pmi(i) => {
-                if revents.intersects(PollFlags::POLLOUT) {
-                    self.flush_pmi(i);
-                }
-                if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                    self.read_pmi(i);
-                }
-            }
-            Token::Stdout(i) => self.read_stdout(i),
-            Token::Stderr(i) => self.read_stderr(i),
-        }
-    }
-
-    // ---- signals and children -------------------------------------------------------
-
-    fn read_signals(&mut self) {
-        while let Ok(Some(info)) = self.signals.read_signal() {
-            let signo = info.ssi_signo as i32;
-            match Signal::try_from(signo) {
-                Ok(Signal::SIGCHLD) | Err(_) => {}
-                Ok(sig) => {
-                    if self.failure.is_none() {
-                        self.fail(128 + signo, format!("received {}", sig.as_str()));
-                    } else if let Phase::Ending { kill_at, .. } = &mut self.phase {
-                        // Asked again: stop waiting politely.
-                        *kill_at = Instant::now();
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reaps every child that has exited.
-    fn reap(&mut self) {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => return,
-                Ok(status) => {
-                    let Some(pid) = status.pid() else { return };
-                    if let Some(&i) = self.by_pid.get(&pid) {
-                        self.rank_exited(i, status);
-                    }
-                }
-                Err(Errno::EINTR) => {}
-                Err(_) => {
-                    // ECHILD: nothing left to wait for.
-                    self.no_children = true;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn rank_exited(&mut self, i: usize, status: WaitStatus) {
-        self.ranks[i].exited = true;
-        // What the rank wrote before dying is all readable now: take it into account
-        // before judging (an abort line, its last output).
-        self.read_pmi(i);
-        self.read_stdout(i);
-        self.read_stderr(i);
-        if self.failure.is_some() || self.phase != Phase::Running {
-            return;
-        }
-        let Some(status) = ExitKind::from_wait(&status) else {
-            return;
-        };
-        let rank = i as u32;
-        let pid = self.ranks[i].pid.as_raw() as u32;
-        let other = (0..self.server.size()).find(|&r| r != rank && self.server.is_initialized(r));
-        match judge_exit(
-            rank,
-            Some(pid),
-            None,
-            status,
-            self.server.is_initialized(rank),
-            self.server.is_finalized(rank),
-            other,
-        ) {
-            Verdict::Fine => {}
-            Verdict::Uninitialized => {
-                self.exited_uninit.get_or_insert(rank);
-            }
-            Verdict::Fail(code, msg) => self.fail(code, msg),
-        }
-    }
-
-    /// Records the first failure: one message, the exit status, and the job starts ending.
+    /// Records the first failure, and the ranks start ending.
     fn fail(&mut self, code: i32, what: String) {
-        if self.failure.is_some() {
-            return;
-        }
-        if !what.is_empty() {
-            eprintln!("gmpirun: {what}; ending the job");
-        }
-        self.failure = Some(code);
-        if self.phase == Phase::Running {
-            self.start_ending(Instant::now());
-        }
+        self.listener.fail(code, what);
+        self.settle();
     }
 
-    fn start_ending(&mut self, now: Instant) {
-        self.stdin.pipe = None;
-        self.stdin.open = false;
-        for rank in &self.ranks {
-            sys::signal_group(rank.pid, Signal::SIGTERM);
-        }
-        self.phase = Phase::Ending {
-            kill_at: now + TERM_GRACE,
-            killed: false,
-            give_up_at: None,
-        };
-    }
-
-    /// Moves between phases on time and on what is left.
-    fn advance(&mut self, now: Instant) {
-        for rank in &mut self.ranks {
-            if let Some(o) = &mut rank.stdout {
-                o.fwd.flush_if_quiet(now, &mut io::stdout());
-            }
-            if let Some(o) = &mut rank.stderr {
-                o.fwd.flush_if_quiet(now, &mut io::stderr());
-            }
-        }
-        match self.phase {
-            Phase::Running => {
-                if let Some(limit) = self.spec.timeout {
-                    if now >= self.started + limit {
-                        let running: Vec<String> = self
-                            .ranks
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, r)| !r.exited)
-                            .map(|(i, _)| i.to_string())
-                            .collect();
-                        eprintln!(
-                            "gmpirun: job timed out after {} s; ranks still running: {}",
-                            limit.as_secs_f64(),
-                            running.join(",")
-                        );
-                        self.fail(EXIT_TIMEOUT, String::new());
-                        return;
-                    }
-                }
-                if self.ranks.iter().all(|r| r.exited) {
-                    // Clean finish: still sweep up anything the ranks left behind.
-                    self.start_ending(now);
-                    self.advance(now);
-                }
-            }
-            Phase::Ending {
-                kill_at,
-                killed,
-                give_up_at,
-            } => {
-                let ranks_gone = self.ranks.iter().all(|r| r.exited);
-                let groups_gone = !self.ranks.iter().any(|r| sys::group_exists(r.pid));
-                if ranks_gone && groups_gone && self.no_children {
-                    self.phase = Phase::Draining {
-                        until: now + DRAIN_GRACE,
-                    };
-                    self.advance(now);
-                } else if !killed && now >= kill_at {
-                    for rank in &self.ranks {
-                        sys::signal_group(rank.pid, Signal::SIGKILL);
-                    }
-                    sys::kill_children(Signal::SIGKILL);
-                    self.phase = Phase::Ending {
-                        kill_at,
-                        killed: true,
-                        give_up_at: Some(now + KILL_GRACE),
-                    };
-                } else if give_up_at.is_some_and(|t| now >= t) {
-                    eprintln!("gmpirun: warning: some processes of the job could not be ended");
-                    self.phase = Phase::Draining {
-                        until: now + DRAIN_GRACE,
-                    };
-                }
-            }
-            Phase::Draining { until } => {
-                let open = self
-                    .ranks
-                    .iter()
-                    .any(|r| r.stdout.is_some() || r.stderr.is_some());
-                if !open || now >= until {
-                    self.phase = Phase::Done;
-                }
-            }
-            Phase::Done => {}
-        }
-    }
-
-    /// Flushes what is held, removes the job's shared-memory files, gives the status.
-    fn finish(mut self) -> i32 {
-        for rank in &mut self.ranks {
-            if let Some(o) = &mut rank.stdout {
-                o.fwd.finish(&mut io::stdout());
-            }
-            if let Some(o) = &mut rank.stderr {
-                o.fwd.finish(&mut io::stderr());
-            }
-        }
-        sys::remove_shm_segments(&format!("gmpi-{}", self.job_id));
-        self.failure.unwrap_or(0)
-    }
-
-    // ---- PMI ------------------------------------------------------------------------
-
-    fn read_pmi(&mut self, i: usize) {
-        let Some(pmi) = &mut self.ranks[i].pmi else {
-            return;
-        };
-        let input = pmi.read_lines();
-        if input.closed || input.too_long {
-            self.ranks[i].pmi = None;
-        }
-        for line in input.lines {
-            self.handle_pmi_line(i, &line);
-        }
-        if input.too_long {
-            self.fail(
-                1,
-                format!(
-                    "rank {i} sent a malformed PMI message: line longer than {MAX_LINE_LEN} bytes"
-                ),
-            );
-        }
-    }
-
-    fn handle_pmi_line(&mut self, i: usize, line: &[u8]) {
-        if self.phase != Phase::Running {
-            return;
-        }
-        for out in self.server.handle(i as u32, line) {
-            match out {
-                ServerOutput::Reply { rank, line } => {
-                    if let Some(pmi) = &mut self.ranks[rank as usize].pmi {
-                        pmi.send(&line);
-                    }
-                }
-                ServerOutput::Abort { rank, code, msg } => {
-                    let status = match code & 0xff {
-                        0 => 1,
-                        c => c,
-                    };
-                    let msg = if msg.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {msg}")
-                    };
-                    self.fail(
-                        status,
-                        format!("rank {rank} called abort with code {code}{msg}"),
-                    );
-                }
-                ServerOutput::ProtocolError { rank, error } => self.fail(
-                    1,
-                    format!("rank {rank} sent a malformed PMI message: {error}"),
-                ),
-                ServerOutput::Initialized { rank } => {
-                    if let Some(gone) = self.exited_uninit {
-                        self.fail(
-                            1,
-                            format!(
-                                "rank {gone} exited without initializing MPI while rank {rank} did"
-                            ),
-                        );
-                    }
-                }
-                // Kept in the server's state; judged when the rank exits.
-                _ => {}
-            }
-        }
-    }
-
-    fn flush_pmi(&mut self, i: usize) {
-        if let Some(pmi) = &mut self.ranks[i].pmi {
-            pmi.flush();
-        }
-    }
-
-    // ---- output and input -----------------------------------------------------------
-
-    fn read_stdout(&mut self, i: usize) {
-        if let Some(out) = &mut self.ranks[i].stdout {
-            if forward(&mut out.pipe, &mut out.fwd, &mut io::stdout()) {
-                self.ranks[i].stdout = None;
-            }
-        }
-    }
-
-    fn read_stderr(&mut self, i: usize) {
-        if let Some(out) = &mut self.ranks[i].stderr {
-            if forward(&mut out.pipe, &mut out.fwd, &mut io::stderr()) {
-                self.ranks[i].stderr = None;
-            }
+    /// After a failure (however it was found), the ranks end.
+    fn settle(&mut self) {
+        if self.listener.outcome.failed() && self.ranks.running() {
+            self.ranks.start_ending(Instant::now());
         }
     }
 
     fn read_stdin(&mut self) {
         let mut chunk = vec![0u8; 65536];
-        match nix::unistd::read(io::stdin().as_fd(), &mut chunk) {
-            Ok(0) => self.stdin.open = false,
-            Ok(n) => {
-                self.stdin.buf.extend_from_slice(&chunk[..n]);
-                self.write_stdin_pipe();
-            }
+        match nix::unistd::read(self.stdin.as_fd(), &mut chunk) {
+            Ok(0) => self.ranks.stdin_end(),
+            Ok(n) => self.ranks.stdin_data(&chunk[..n], &mut self.listener),
             Err(Errno::EINTR | Errno::EAGAIN) => {}
             // Closed or unreadable stdin: rank 0 simply sees end of file.
-            Err(_) => self.stdin.open = false,
-        }
-        if !self.stdin.open && self.stdin.buf.is_empty() {
-            self.stdin.pipe = None;
+            Err(_) => self.ranks.stdin_end(),
         }
     }
 
-    fn write_stdin_pipe(&mut self) {
-        let Some(pipe) = &mut self.stdin.pipe else {
-            return;
-        };
-        while !self.stdin.buf.is_empty() {
-            match pipe.write(&self.stdin.buf) {
-                Ok(n) => {
-                    self.stdin.buf.drain(..n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    // Rank 0 closed its stdin: stop forwarding.
-                    self.stdin = StdinFwd::default();
-                    return;
-                }
+    /// Flushes what is held and gives the exit status.
+    fn finish(mut self) -> i32 {
+        for (o, e) in &mut self.listener.out {
+            o.finish(&mut io::stdout());
+            e.finish(&mut io::stderr());
+        }
+        self.listener.outcome.status()
+    }
+}
+
+impl Handler for Job<'_> {
+    type Token = Token;
+
+    fn finished(&self) -> bool {
+        self.ranks.done()
+    }
+
+    fn watch<'a>(&'a self, set: &mut PollSet<'a, Token>) {
+        if self.ranks.stdin_wanted() {
+            set.read(Token::Stdin, self.stdin.as_fd());
+        }
+        self.ranks.watch(set, Token::Ranks, true);
+    }
+
+    fn deadlines(&self, next: &mut Deadlines) {
+        if self.ranks.running() {
+            next.at_opt(self.spec.timeout.map(|t| self.started + t));
+        }
+        self.ranks.deadlines(next);
+        for (o, e) in &self.listener.out {
+            next.at_opt(o.flush_deadline());
+            next.at_opt(e.flush_deadline());
+        }
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        if !self.listener.outcome.failed() {
+            self.fail(128 + sig as i32, format!("received {}", sig.as_str()));
+        } else {
+            // Asked again: stop waiting politely.
+            self.ranks.end(Instant::now());
+        }
+    }
+
+    fn ready(&mut self, token: Token, events: PollFlags) {
+        match token {
+            Token::Stdin => self.read_stdin(),
+            Token::Ranks(t) => self.ranks.ready(t, events, &mut self.listener),
+        }
+        self.settle();
+    }
+
+    fn reaped(&mut self, pid: Pid, how: ExitKind) {
+        self.ranks.reaped(pid, how, &mut self.listener);
+        self.settle();
+    }
+
+    fn poll_failed(&mut self, error: Errno) {
+        eprintln!("gmpirun: poll failed: {error}; ending the job");
+        self.fail(1, String::new());
+    }
+
+    fn advance(&mut self, now: Instant) {
+        for (o, e) in &mut self.listener.out {
+            o.flush_if_quiet(now, &mut io::stdout());
+            e.flush_if_quiet(now, &mut io::stderr());
+        }
+        if self.ranks.running() {
+            let limit = self.spec.timeout;
+            if let Some(limit) = limit.filter(|&l| now >= self.started + l) {
+                let running = self.ranks.not_exited();
+                eprintln!("gmpirun: {}", rank::timeout_message(limit, &running));
+                self.fail(EXIT_TIMEOUT, String::new());
+            } else if self.ranks.all_exited() {
+                // Clean finish: still sweep up anything the ranks left behind.
+                self.ranks.start_ending(now);
             }
         }
-        if !self.stdin.open {
-            self.stdin.pipe = None;
-        }
+        self.ranks.advance(now, &[]);
     }
 }

@@ -8,24 +8,33 @@
 //! - `cli.rs`: the command line (`-n/-np`, `-x`, `--tag-output`, `--timeout`, `-H`,
 //!   `--hostfile`, `--map-by`, `-N`, `--launch-agent`, `--launcher`, `--fanout`, ...).
 //! - `hosts.rs`: host lists and hostfiles, rank placement, `PMI_process_mapping`.
-//! - `job.rs`: a job on this node (no host option): spawning the ranks and the
-//!   single-threaded `poll` event loop: PMI serving, output forwarding, stdin to rank 0,
-//!   reaping, failure handling, teardown and cleanup.
+//! - `job.rs`: a job on this node (no host option): the whole job's PMI server, stdin to
+//!   rank 0, line forwarding of the ranks' output, judging what they do (the first
+//!   failure decides), the end of the job.
 //! - `cluster.rs`: a job across hosts, the root's side: starting the per-host proxies
-//!   (a launch tree), joining their PMI barriers, forwarding output, judging exits,
-//!   detecting lost hosts, ending everything.
-//! - `proxy.rs`: the hidden proxy mode run on each host: that host's ranks, their PMI,
-//!   output and exits, child proxies; ends its ranks when the root says so or is lost.
+//!   (a launch tree), their connections, joining their PMI barriers and broadcasting
+//!   the keys, forwarding output, judging exits, detecting lost hosts, ending
+//!   everything.
+//! - `proxy.rs`: the hidden proxy mode run on each host: its link to the root (where it
+//!   reports what its ranks do), child proxies; ends its ranks when the root says so or
+//!   is lost.
+//! - `local.rs`: the ranks of one host, for `job.rs` and `proxy.rs`: their processes and
+//!   process groups, PMI connections, output pipes, rank 0's stdin, exits, and their
+//!   ending (SIGTERM, SIGKILL after a grace, drain, `/dev/shm` cleanup).
+//! - `reactor.rs`: the one event loop of `job.rs`, `cluster.rs` and `proxy.rs`: the
+//!   `poll` set keyed by tokens, deadlines, the signalfd, reaping children.
 //! - `control.rs`: the root ↔ proxy wire protocol: HMAC handshake on the job secret,
 //!   framed messages, heartbeats.
-//! - `agent.rs`: how a proxy is started on a host (directly, `ssh` and alike, `srun`).
-//! - `rank.rs`: one rank's process (environment, spawning, PMI socket, output) and the
-//!   judgement of its exit, shared by `job.rs` and `proxy.rs`/`cluster.rs`.
+//! - `agent.rs`: how a proxy is started on a host (directly, `ssh` and alike, `srun`),
+//!   and the started agent (secret on its stdin, its stderr's tail), for `cluster.rs`
+//!   and `proxy.rs`.
+//! - `rank.rs`: one rank's process (environment, spawning, PMI socket) and the
+//!   judgement of its exit, shared by `job.rs` and `cluster.rs`.
 //! - `output.rs`: per-rank line forwarding (`[rank] ` tags, partial lines).
 //! - `slurm.rs`: Slurm allocations (`SLURM_JOB_NODELIST`, `SLURM_TASKS_PER_NODE`)
 //!   expanded into `(host, slots)`: the hosts of a job run inside `salloc`/`sbatch`.
-//! - `sys.rs`: signals, descriptors, process groups, `/proc`, `/dev/shm`, interfaces:
-//!   the only `unsafe` (the `pre_exec` hook).
+//! - `sys.rs`: signals, `poll`, `waitpid`, descriptors, process groups, `/proc`,
+//!   `/dev/shm`, interfaces: the only `unsafe` (the `pre_exec` hook).
 //!
 //! Contract: exit status 0 when every rank exits 0 (after PMI finalize when it used PMI);
 //! otherwise the first failure decides: the rank's exit status, 128+N for signal N, its
@@ -44,9 +53,11 @@ mod control;
 mod doctor;
 mod hosts;
 mod job;
+mod local;
 mod output;
 mod proxy;
 mod rank;
+mod reactor;
 mod slurm;
 mod sys;
 

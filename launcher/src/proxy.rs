@@ -2,52 +2,49 @@
 //!
 //! `gmpirun --internal-proxy HOST_ID PORT ADDR[,ADDR...]` is started by the root (or by
 //! a parent proxy) through the launch agent or `srun`. It reads the job secret from its
-//! stdin (the SSH channel, or srun's forwarded stdin: never a command line), connects back to gmpirun at `ADDR:PORT`
-//! (`SSH_CONNECTION`'s client address first), and both sides prove they hold the secret
-//! (`control.rs`). Then it receives its job: it starts its child proxies (the launch
-//! tree) and its ranks, in gmpirun's working directory, with the same environment and
-//! process handling as local ranks (`rank.rs`: own process group, `PR_SET_PDEATHSIG`,
-//! `PMI_FD` socketpair).
+//! stdin (the SSH channel, or srun's forwarded stdin: never a command line), connects
+//! back to gmpirun at `ADDR:PORT` (`SSH_CONNECTION`'s client address first), and both
+//! sides prove they hold the secret (`control.rs`). Then it receives its job: it starts
+//! its child proxies (the launch tree) and its ranks, in gmpirun's working directory.
 //!
-//! While the job runs it serves PMI to its ranks with a `PmiServer::for_ranks` (every
-//! request answered here except the end of a barrier, which goes through the root),
-//! forwards their output and exits, writes forwarded stdin to rank 0, and reports the
-//! launch agents of its children that fail.
+//! Its ranks are [`LocalRanks`] (`local.rs`), run as in a local job: their own process
+//! groups, PMI served here by a `PmiServer::for_ranks` (every request answered here
+//! except the end of a barrier, which goes through the root), the same ending. What is
+//! the proxy's own: its link to the root ([`RootLink`]), where everything the ranks do
+//! is reported (output, PMI events, exits) and whence rank 0's stdin and the barriers'
+//! keys come; and the launch agents of its children, whose failures it reports.
 //!
-//! It ends its ranks (SIGTERM to their groups, SIGKILL after `TERM_GRACE`, orphans
-//! included: it is their subreaper) when the root says `End`, and on its own when the
-//! root is lost: the control connection closes or falls silent for `HEARTBEAT_TIMEOUT`,
-//! or its stdin closes (the SSH connection dropped). Then it removes the job's
-//! `/dev/shm` files on its host, answers `Done`, and once the root has closed the
-//! connection stops its children's launch agents and exits.
+//! It ends its ranks when the root says `End`, and on its own when the root is lost:
+//! the control connection closes or falls silent for `HEARTBEAT_TIMEOUT`, or its stdin
+//! closes (the SSH connection dropped). Once they are ended (and the job's `/dev/shm`
+//! files on its host removed) it answers `Done`, and once the root has closed the
+//! connection it stops its children's launch agents and exits. The loop is the
+//! reactor's (`reactor.rs`).
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 use gmpi_pmi::wire::MAX_LINE_LEN;
 use gmpi_pmi::{PmiServer, ServerOutput};
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
-use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
-use crate::agent::{tail_text, Starter, PROXY_FLAG};
+use crate::agent::{self, tail_text, Agent, Starter, PROXY_FLAG};
 use crate::control::{
-    self, auth_mac, auth_verify, Conn, ConnError, ExitKind, LaunchSpec, Secret, Side, Stream,
-    ToProxy, ToRoot, HEARTBEAT_TIMEOUT,
+    self, auth_mac, auth_verify, Conn, ConnError, LaunchSpec, Secret, Side, Stream, ToProxy,
+    ToRoot, HEARTBEAT_TIMEOUT,
 };
-use crate::job::{DRAIN_GRACE, MIN_TICK, TERM_GRACE};
-use crate::rank::{self, PmiConn};
-use crate::sys;
+use crate::local::{self, LocalRanks, Owner};
+use crate::rank;
+use crate::reactor::{Deadlines, Handler, PollSet, Reactor};
+use crate::sys::{self, ExitKind};
 
 /// How long the root has to send the secret, complete the handshake and send the job.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -55,14 +52,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// After `Done`, how long to wait for the root to close the connection.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
-/// After SIGKILL, how long to wait for the last processes before giving up on them.
-const KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long the children's launch agents get between SIGTERM and SIGKILL.
 const AGENT_GRACE: Duration = Duration::from_secs(1);
 /// Stop reading the ranks' output while this much waits to go to the root.
 const OUT_HIGH: usize = 8 << 20;
-/// Last bytes of a child agent's stderr kept for messages.
-const TAIL_MAX: usize = 2048;
 
 /// Writes a line to stderr, ignoring failure: once gmpirun is gone, the SSH channel
 /// behind stderr may be closed too, and the proxy must still end its ranks.
@@ -90,14 +83,13 @@ pub fn main(args: &[OsString]) -> i32 {
             return 1;
         }
     };
-    let signals = match sys::signal_fd() {
-        Ok(s) => s,
+    let mut reactor = match Reactor::new() {
+        Ok(r) => r,
         Err(e) => {
             say!("{label}: cannot set up signal handling: {e}");
             return 1;
         }
     };
-    sys::become_subreaper();
     let stream = match connect(&addrs, port) {
         Ok(s) => s,
         Err(e) => {
@@ -118,11 +110,11 @@ pub fn main(args: &[OsString]) -> i32 {
     };
     let (conn, spec) = spec;
     let label = format!("gmpirun proxy on host {}", spec.host_name);
-    let mut proxy = Proxy::new(*spec, conn, secret, signals, label);
+    let mut proxy = Proxy::new(*spec, conn, secret, label);
     proxy.start_children();
     proxy.start_ranks();
-    proxy.event_loop();
-    i32::from(proxy.orphaned)
+    reactor.run(&mut proxy);
+    i32::from(proxy.root.orphaned)
 }
 
 fn parse_args(args: &[OsString]) -> Result<(u32, u16, Vec<IpAddr>), String> {
@@ -158,11 +150,9 @@ fn read_secret(deadline: Instant) -> Result<Secret, String> {
         if now >= deadline {
             return Err("no job secret on stdin in time".to_owned());
         }
-        let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
-        let wait = PollTimeout::try_from(deadline - now).unwrap_or(PollTimeout::MAX);
-        match poll(&mut fds, wait) {
-            Ok(0) | Err(Errno::EINTR) => continue,
-            Ok(_) => {}
+        match sys::wait_fd(stdin.as_fd(), PollFlags::POLLIN, deadline) {
+            Ok(false) => continue,
+            Ok(true) => {}
             Err(e) => return Err(format!("cannot read the job secret: {e}")),
         }
         let mut chunk = [0u8; 128];
@@ -252,51 +242,17 @@ fn handshake(
     }
 }
 
-/// One rank of this host.
-#[derive(Debug)]
-struct ProxyRank {
-    rank: u32,
-    pid: Pid,
-    exited: bool,
-    pmi: Option<PmiConn>,
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
-}
-
 /// The launch agent of one child proxy.
 #[derive(Debug)]
 struct ChildAgent {
     host: u32,
-    pid: Pid,
-    /// Kept open: its end tells the child that this proxy is gone.
-    stdin: Option<ChildStdin>,
-    stderr: Option<ChildStderr>,
-    tail: Vec<u8>,
-    status: Option<ExitKind>,
-    what: String,
-}
-
-/// Forwarded stdin for rank 0 (when it runs here).
-#[derive(Debug, Default)]
-struct Rank0Stdin {
-    pipe: Option<ChildStdin>,
-    buf: Vec<u8>,
-    eof: bool,
+    agent: Agent,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    Running,
-    /// Stopping the ranks.
-    Ending {
-        kill_at: Instant,
-        killed: bool,
-        give_up_at: Option<Instant>,
-    },
-    /// Ranks gone; reading the rest of their output.
-    Draining {
-        until: Instant,
-    },
+    /// The ranks run, or end.
+    Ranks,
     /// `Done` sent; waiting for the root to close.
     Closing {
         until: Instant,
@@ -311,14 +267,72 @@ enum Phase {
 
 #[derive(Debug, Clone, Copy)]
 enum Token {
-    Signal,
     OwnStdin,
     Conn,
-    Pmi(usize),
-    Out(usize),
-    Err(usize),
-    Rank0Stdin,
+    Ranks(local::Token),
     ChildErr(usize),
+}
+
+/// The proxy's link to the root: the control connection, where all that this host's
+/// ranks do is reported (the [`Owner`] of its [`LocalRanks`]).
+#[derive(Debug)]
+struct RootLink {
+    conn: Option<Conn>,
+    /// The root was lost: nothing more is reported, the exit status is 1.
+    orphaned: bool,
+    done_sent: bool,
+}
+
+impl RootLink {
+    fn send(&mut self, msg: &ToRoot) {
+        if let Some(conn) = &mut self.conn {
+            conn.send(msg);
+        }
+    }
+}
+
+impl Owner for RootLink {
+    fn pmi(&mut self, event: ServerOutput) {
+        match event {
+            ServerOutput::Initialized { rank } => self.send(&ToRoot::Initialized { rank }),
+            ServerOutput::Finalized { rank } => self.send(&ToRoot::Finalized { rank }),
+            ServerOutput::BarrierReady { puts } => self.send(&ToRoot::Fence { puts }),
+            ServerOutput::Abort { rank, code, msg } => {
+                self.send(&ToRoot::Abort { rank, code, msg })
+            }
+            ServerOutput::ProtocolError { rank, error } => self.send(&ToRoot::PmiError {
+                rank,
+                msg: error.to_string(),
+            }),
+            _ => {}
+        }
+    }
+
+    fn pmi_too_long(&mut self, rank: u32) {
+        let msg = format!("line longer than {MAX_LINE_LEN} bytes");
+        self.send(&ToRoot::PmiError { rank, msg });
+    }
+
+    fn output(&mut self, rank: u32, stream: Stream, data: &[u8]) {
+        let data = data.to_vec();
+        self.send(&ToRoot::Output { rank, stream, data });
+    }
+
+    fn stdin_taken(&mut self, bytes: usize, closed: bool) {
+        if bytes > 0 {
+            self.send(&ToRoot::StdinAck {
+                bytes: bytes as u32,
+            });
+        }
+        if closed {
+            // Rank 0 closed its stdin: the root stops reading.
+            self.send(&ToRoot::StdinClosed);
+        }
+    }
+
+    fn exited(&mut self, rank: u32, _pid: Pid, how: ExitKind, _server: &PmiServer) {
+        self.send(&ToRoot::Exited { rank, status: how });
+    }
 }
 
 #[derive(Debug)]
@@ -326,23 +340,17 @@ struct Proxy {
     spec: LaunchSpec,
     secret: Secret,
     label: String,
-    conn: Option<Conn>,
-    signals: SignalFd,
-    server: PmiServer,
-    ranks: Vec<ProxyRank>,
-    by_pid: HashMap<Pid, usize>,
-    stdin: Rank0Stdin,
+    ranks: LocalRanks,
+    root: RootLink,
     children: Vec<ChildAgent>,
+    own_stdin: io::Stdin,
     /// Our own stdin (the launch channel) is still open.
     own_stdin_open: bool,
     phase: Phase,
-    /// The root was lost: nothing more is reported, the exit status is 1.
-    orphaned: bool,
-    done_sent: bool,
 }
 
 impl Proxy {
-    fn new(spec: LaunchSpec, conn: Conn, secret: Secret, signals: SignalFd, label: String) -> Self {
+    fn new(spec: LaunchSpec, conn: Conn, secret: Secret, label: String) -> Self {
         let mut server = PmiServer::for_ranks(
             spec.size,
             format!("gmpi_{}", spec.job_id),
@@ -352,27 +360,24 @@ impl Proxy {
         );
         server.set_process_mapping(spec.process_mapping.clone());
         Self {
+            ranks: LocalRanks::new(label.clone(), spec.job_id.clone(), server),
             spec,
             secret,
             label,
-            conn: Some(conn),
-            signals,
-            server,
-            ranks: Vec::new(),
-            by_pid: HashMap::new(),
-            stdin: Rank0Stdin::default(),
+            root: RootLink {
+                conn: Some(conn),
+                orphaned: false,
+                done_sent: false,
+            },
             children: Vec::new(),
+            own_stdin: io::stdin(),
             own_stdin_open: true,
-            phase: Phase::Running,
-            orphaned: false,
-            done_sent: false,
+            phase: Phase::Ranks,
         }
     }
 
     fn send(&mut self, msg: &ToRoot) {
-        if let Some(conn) = &mut self.conn {
-            conn.send(msg);
-        }
+        self.root.send(msg);
     }
 
     // ---- start-up -------------------------------------------------------------------
@@ -390,40 +395,13 @@ impl Proxy {
             }
         };
         let starter = Starter::RemoteShell(self.spec.agent.clone());
+        let secret_hex = self.secret.to_hex();
         for (id, name) in self.spec.children.clone() {
-            let argv: Vec<OsString> = vec![
-                exe.clone().into_os_string(),
-                PROXY_FLAG.into(),
-                id.to_string().into(),
-                self.spec.root_port.to_string().into(),
-                self.spec.root_addrs.clone().into(),
-            ];
-            let mut cmd = starter.command(&name, &argv);
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            sys::prepare_helper(&mut cmd);
-            match cmd.spawn() {
-                Ok(mut child) => {
-                    let mut stdin = child.stdin.take();
-                    if let Some(pipe) = &mut stdin {
-                        let _ = pipe.write_all(format!("{}\n", self.secret.to_hex()).as_bytes());
-                    }
-                    let stderr = child.stderr.take();
-                    if let Some(e) = &stderr {
-                        let _ = sys::set_nonblocking(e);
-                    }
-                    self.children.push(ChildAgent {
-                        host: id,
-                        pid: Pid::from_raw(child.id() as i32),
-                        stdin,
-                        stderr,
-                        tail: Vec::new(),
-                        status: None,
-                        what: starter.what(),
-                    });
-                }
-                Err(e) => {
+            let (port, addrs) = (self.spec.root_port, &self.spec.root_addrs);
+            let argv = agent::proxy_argv(&exe, id as usize, port, addrs);
+            match Agent::start(&starter, &name, &argv, &secret_hex) {
+                Ok(agent) => self.children.push(ChildAgent { host: id, agent }),
+                Err((_, e)) => {
                     let msg = format!(
                         "cannot run {} on host {}: {e}",
                         starter.what(),
@@ -447,7 +425,7 @@ impl Proxy {
         let cwd = PathBuf::from(OsStr::from_bytes(&self.spec.cwd));
         if let Err(e) = std::env::set_current_dir(&cwd) {
             let msg = fail(format!("cannot change to directory {}: {e}", cwd.display()));
-            return self.send(&msg);
+            return self.root.send(&msg);
         }
         let env: Vec<(String, OsString)> = self
             .spec
@@ -465,7 +443,7 @@ impl Proxy {
             Ok(p) => p,
             Err(e) => {
                 let msg = fail(e.to_string());
-                return self.send(&msg);
+                return self.root.send(&msg);
             }
         };
         let args: Vec<OsString> = self
@@ -492,259 +470,55 @@ impl Proxy {
                 job_id: &self.spec.job_id,
                 secret_hex: &secret_hex,
             };
-            let child = match rank::spawn(&prog, &place, r == 0) {
-                Ok(c) => c,
-                Err(e) => {
-                    let msg = fail(e.to_string());
-                    return self.send(&msg);
-                }
-            };
-            if let Some(pipe) = child.stdin {
-                self.stdin.pipe = Some(pipe);
+            if let Err(e) = self.ranks.spawn(&prog, &place) {
+                let msg = fail(e.to_string());
+                return self.root.send(&msg);
             }
-            self.by_pid.insert(child.pid, self.ranks.len());
-            self.ranks.push(ProxyRank {
-                rank: r,
-                pid: child.pid,
-                exited: false,
-                pmi: Some(child.pmi),
-                stdout: Some(child.stdout),
-                stderr: Some(child.stderr),
-            });
         }
-        let pids = self.ranks.iter().map(|r| r.pid.as_raw() as u32).collect();
-        self.send(&ToRoot::Started { pids });
+        let pids = self.ranks.pids();
+        self.root.send(&ToRoot::Started { pids });
     }
 
-    // ---- the loop -------------------------------------------------------------------
-
-    fn event_loop(&mut self) {
-        while self.phase != Phase::Finished {
-            let timeout = self.poll_timeout();
-            let ready = match self.poll_once(timeout) {
-                Ok(ready) => ready,
-                Err(e) => {
-                    say!("{}: poll failed: {e}", self.label);
-                    self.lost("poll failed");
-                    Vec::new()
-                }
-            };
-            for (token, revents) in ready {
-                self.dispatch(token, revents);
-            }
-            self.reap();
-            self.advance(Instant::now());
-        }
-    }
-
-    fn poll_once(&self, timeout: Option<Duration>) -> nix::Result<Vec<(Token, PollFlags)>> {
-        let input = PollFlags::POLLIN;
-        let mut tokens = vec![Token::Signal];
-        let mut fds = vec![PollFd::new(self.signals.as_fd(), input)];
-        let stdin = io::stdin();
-        if self.own_stdin_open {
-            tokens.push(Token::OwnStdin);
-            fds.push(PollFd::new(stdin.as_fd(), input));
-        }
-        if let Some(conn) = &self.conn {
-            tokens.push(Token::Conn);
-            fds.push(PollFd::new(conn.as_fd(), conn.poll_flags()));
-        }
-        // Back-pressure: while the root is slow to take output, let the ranks block.
-        let read_output = self.conn.as_ref().is_none_or(|c| c.pending() < OUT_HIGH);
-        for (i, rank) in self.ranks.iter().enumerate() {
-            if let Some(pmi) = &rank.pmi {
-                let mut flags = input;
-                if pmi.wants_write() {
-                    flags |= PollFlags::POLLOUT;
-                }
-                tokens.push(Token::Pmi(i));
-                fds.push(PollFd::new(pmi.sock.as_fd(), flags));
-            }
-            if read_output {
-                if let Some(out) = &rank.stdout {
-                    tokens.push(Token::Out(i));
-                    fds.push(PollFd::new(out.as_fd(), input));
-                }
-                if let Some(err) = &rank.stderr {
-                    tokens.push(Token::Err(i));
-                    fds.push(PollFd::new(err.as_fd(), input));
-                }
-            }
-        }
-        if let (Some(pipe), false) = (&self.stdin.pipe, self.stdin.buf.is_empty()) {
-            tokens.push(Token::Rank0Stdin);
-            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLOUT));
-        }
-        for (j, child) in self.children.iter().enumerate() {
-            if let Some(err) = &child.stderr {
-                tokens.push(Token::ChildErr(j));
-                fds.push(PollFd::new(err.as_fd(), input));
-            }
-        }
-        sys::poll_tokens(tokens, &mut fds, timeout)
-    }
-
-    fn poll_timeout(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        match self.phase {
-            Phase::Running => {}
-            // Groups may empty without a SIGCHLD to us: look again every tick.
-            Phase::Ending { .. } | Phase::Stopping { .. } => consider(Some(now)),
-            Phase::Draining { until } | Phase::Closing { until } => consider(Some(until)),
-            Phase::Finished => {}
-        }
-        if let Some(conn) = &self.conn {
-            consider(Some(conn.next_heartbeat()));
-            consider(Some(conn.last_recv + HEARTBEAT_TIMEOUT));
-        }
-        next.map(|t| t.saturating_duration_since(now).max(MIN_TICK))
-    }
-
-    fn dispatch(&mut self, token: Token, revents: PollFlags) {
-        match token {
-            Token::Signal => self.read_signals(),
-            Token::OwnStdin => self.read_own_stdin(),
-            Token::Conn => {
-                if revents.contains(PollFlags::POLLOUT) {
-                    if let Some(conn) = &mut self.conn {
-                        let _ = conn.flush();
-                    }
-                }
-                if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                    self.read_conn();
-                }
-            }
-            Token::Pmi(i) => {
-                if revents.contains(PollFlags::POLLOUT) {
-                    if let Some(pmi) = &mut self.ranks[i].pmi {
-                        pmi.flush();
-                    }
-                }
-                if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                    self.read_pmi(i);
-                }
-            }
-            Token::Out(i) => self.read_output(i, Stream::Stdout),
-            Token::Err(i) => self.read_output(i, Stream::Stderr),
-            Token::Rank0Stdin => self.write_rank0_stdin(),
-            Token::ChildErr(j) => self.read_child_stderr(j),
-        }
-    }
-
-    // ---- signals and children -------------------------------------------------------
-
-    fn read_signals(&mut self) {
-        while let Ok(Some(info)) = self.signals.read_signal() {
-            let signo = info.ssi_signo as i32;
-            match Signal::try_from(signo) {
-                Ok(Signal::SIGCHLD) | Err(_) => {}
-                Ok(sig) => match &mut self.phase {
-                    Phase::Running => {
-                        say!(
-                            "{}: received {}; ending this host's ranks",
-                            self.label,
-                            sig.as_str()
-                        );
-                        self.start_ending(Instant::now());
-                    }
-                    Phase::Ending { kill_at, .. } => *kill_at = Instant::now(),
-                    _ => {}
-                },
-            }
-        }
-    }
-
-    fn reap(&mut self) {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(status) => {
-                    let Some(pid) = status.pid() else { return };
-                    let Some(kind) = ExitKind::from_wait(&status) else {
-                        continue;
-                    };
-                    if let Some(&i) = self.by_pid.get(&pid) {
-                        self.rank_exited(i, kind);
-                    } else if let Some(j) = self.children.iter().position(|c| c.pid == pid) {
-                        self.child_exited(j, kind);
-                    }
-                }
-                Err(Errno::EINTR) => {}
-                Err(_) => return,
-            }
-        }
-    }
-
-    fn rank_exited(&mut self, i: usize, status: ExitKind) {
-        self.ranks[i].exited = true;
-        // What the rank wrote before dying is all readable now: report it first.
-        self.read_pmi(i);
-        self.read_output(i, Stream::Stdout);
-        self.read_output(i, Stream::Stderr);
-        let rank = self.ranks[i].rank;
-        self.send(&ToRoot::Exited { rank, status });
-    }
+    // ---- children -------------------------------------------------------------------
 
     fn child_exited(&mut self, j: usize, status: ExitKind) {
-        self.read_child_stderr(j);
-        let child = &mut self.children[j];
-        child.status = Some(status);
-        child.stdin = None;
-        if self.phase == Phase::Running {
+        // Kept for the message: the child's own messages and the agent's (`ssh: connect
+        // to host ...`).
+        self.children[j].agent.read_stderr(|_| {});
+        let ChildAgent { host, agent } = &mut self.children[j];
+        agent.status = Some(status);
+        agent.stdin = None;
+        if self.phase == Phase::Ranks && self.ranks.running() {
             let msg = format!(
                 "{} (started by host {}) {}{}",
-                child.what,
+                agent.what,
                 self.spec.host_name,
                 status.describe(),
-                tail_text(&child.tail)
+                tail_text(&agent.tail)
             );
-            let host = child.host;
-            self.send(&ToRoot::ChildFailed { host, msg });
+            let host = *host;
+            self.root.send(&ToRoot::ChildFailed { host, msg });
         }
     }
 
-    fn read_child_stderr(&mut self, j: usize) {
-        let child = &mut self.children[j];
-        let Some(pipe) = &mut child.stderr else {
-            return;
-        };
-        // Kept for the message if the child fails: the child's own messages and the
-        // agent's (`ssh: connect to host ...`).
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) => {
-                    child.stderr = None;
-                    return;
-                }
-                Ok(n) => {
-                    child.tail.extend_from_slice(&chunk[..n]);
-                    if child.tail.len() > TAIL_MAX {
-                        let cut = child.tail.len() - TAIL_MAX;
-                        child.tail.drain(..cut);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    child.stderr = None;
-                    return;
-                }
+    fn start_stopping(&mut self, now: Instant) {
+        for ChildAgent { agent, .. } in &mut self.children {
+            agent.stdin = None;
+            if agent.status.is_none() {
+                sys::signal_group(agent.pid, Signal::SIGTERM);
             }
         }
+        self.phase = Phase::Stopping {
+            kill_at: now + AGENT_GRACE,
+            killed: false,
+        };
     }
 
     // ---- the root -------------------------------------------------------------------
 
     fn read_own_stdin(&mut self) {
         let mut chunk = [0u8; 1024];
-        match nix::unistd::read(io::stdin().as_fd(), &mut chunk) {
+        match nix::unistd::read(self.own_stdin.as_fd(), &mut chunk) {
             // Nothing else is sent on stdin; anything is ignored.
             Ok(n) if n > 0 => {}
             Err(Errno::EINTR | Errno::EAGAIN) => {}
@@ -756,7 +530,9 @@ impl Proxy {
     }
 
     fn read_conn(&mut self) {
-        let Some(conn) = &mut self.conn else { return };
+        let Some(conn) = &mut self.root.conn else {
+            return;
+        };
         let (msgs, err) = conn.receive::<ToProxy>();
         for msg in msgs {
             self.root_message(msg);
@@ -769,39 +545,17 @@ impl Proxy {
     fn root_message(&mut self, msg: ToProxy) {
         match msg {
             ToProxy::FenceDone { puts } => {
-                if self.phase != Phase::Running {
+                if !self.ranks.running() {
                     return;
                 }
-                match self.server.barrier_release_with(puts) {
-                    Ok(outs) => self.pmi_outputs(outs),
-                    Err(e) => {
-                        let rank = self.spec.ranks[0];
-                        self.send(&ToRoot::PmiError { rank, msg: e });
-                    }
+                if let Err(msg) = self.ranks.release_barrier(puts, &mut self.root) {
+                    let rank = self.spec.ranks[0];
+                    self.root.send(&ToRoot::PmiError { rank, msg });
                 }
             }
-            ToProxy::Stdin { data } => {
-                if self.stdin.pipe.is_some() {
-                    self.stdin.buf.extend_from_slice(&data);
-                    self.write_rank0_stdin();
-                } else {
-                    self.send(&ToRoot::StdinAck {
-                        bytes: data.len() as u32,
-                    });
-                }
-            }
-            ToProxy::StdinEof => {
-                self.stdin.eof = true;
-                if self.stdin.buf.is_empty() {
-                    self.stdin.pipe = None;
-                }
-            }
-            ToProxy::End => match &mut self.phase {
-                Phase::Running => self.start_ending(Instant::now()),
-                // Asked again: stop waiting politely.
-                Phase::Ending { kill_at, .. } => *kill_at = Instant::now(),
-                _ => {}
-            },
+            ToProxy::Stdin { data } => self.ranks.stdin_data(&data, &mut self.root),
+            ToProxy::StdinEof => self.ranks.stdin_end(),
+            ToProxy::End => self.ranks.end(Instant::now()),
             ToProxy::Heartbeat => {}
             other => {
                 let what: String = format!("{other:?}").chars().take(80).collect();
@@ -812,182 +566,118 @@ impl Proxy {
 
     /// The root is gone (or closed the connection after our `Done`).
     fn lost(&mut self, why: &str) {
-        self.conn = None;
+        self.root.conn = None;
         let now = Instant::now();
-        if self.done_sent {
+        if self.root.done_sent {
             if let Phase::Closing { .. } = self.phase {
                 self.start_stopping(now);
             }
             return;
         }
-        if self.orphaned {
+        if self.root.orphaned {
             return;
         }
-        self.orphaned = true;
+        self.root.orphaned = true;
         say!(
             "{}: lost gmpirun ({why}); ending this host's ranks",
             self.label
         );
-        if self.phase == Phase::Running {
-            self.start_ending(now);
+        if self.ranks.running() {
+            self.ranks.start_ending(now);
         }
     }
+}
 
-    // ---- PMI, output, stdin ---------------------------------------------------------
+impl Handler for Proxy {
+    type Token = Token;
 
-    fn read_pmi(&mut self, i: usize) {
-        let Some(pmi) = &mut self.ranks[i].pmi else {
-            return;
-        };
-        let input = pmi.read_lines();
-        if input.closed || input.too_long {
-            self.ranks[i].pmi = None;
+    fn finished(&self) -> bool {
+        self.phase == Phase::Finished
+    }
+
+    fn watch<'a>(&'a self, set: &mut PollSet<'a, Token>) {
+        if self.own_stdin_open {
+            set.read(Token::OwnStdin, self.own_stdin.as_fd());
         }
-        let rank = self.ranks[i].rank;
-        for line in input.lines {
-            if self.phase != Phase::Running {
-                break;
+        if let Some(conn) = &self.root.conn {
+            set.watch(Token::Conn, conn.as_fd(), conn.poll_flags());
+        }
+        // Back-pressure: while the root is slow to take output, let the ranks block.
+        let read_output = self
+            .root
+            .conn
+            .as_ref()
+            .is_none_or(|c| c.pending() < OUT_HIGH);
+        self.ranks.watch(set, Token::Ranks, read_output);
+        for (j, child) in self.children.iter().enumerate() {
+            if let Some(err) = &child.agent.stderr {
+                set.read(Token::ChildErr(j), err.as_fd());
             }
-            let outs = self.server.handle(rank, &line);
-            self.pmi_outputs(outs);
-        }
-        if input.too_long {
-            let msg = format!("line longer than {MAX_LINE_LEN} bytes");
-            self.send(&ToRoot::PmiError { rank, msg });
         }
     }
 
-    fn pmi_outputs(&mut self, outs: Vec<ServerOutput>) {
-        for out in outs {
-            match out {
-                ServerOutput::Reply { rank, line } => {
-                    if let Some(r) = self.ranks.iter_mut().find(|r| r.rank == rank) {
-                        if let Some(pmi) = &mut r.pmi {
-                            pmi.send(&line);
-                        }
+    fn deadlines(&self, next: &mut Deadlines) {
+        match self.phase {
+            Phase::Ranks => self.ranks.deadlines(next),
+            Phase::Closing { until } => next.at(until),
+            // Agents may exit without a SIGCHLD we can attribute: look every tick.
+            Phase::Stopping { .. } => next.tick(),
+            Phase::Finished => {}
+        }
+        if let Some(conn) = &self.root.conn {
+            next.at(conn.next_heartbeat());
+            next.at(conn.last_recv + HEARTBEAT_TIMEOUT);
+        }
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        if self.phase != Phase::Ranks {
+            return;
+        }
+        if self.ranks.running() {
+            say!(
+                "{}: received {}; ending this host's ranks",
+                self.label,
+                sig.as_str()
+            );
+        }
+        self.ranks.end(Instant::now());
+    }
+
+    fn ready(&mut self, token: Token, events: PollFlags) {
+        match token {
+            Token::OwnStdin => self.read_own_stdin(),
+            Token::Conn => {
+                if events.contains(PollFlags::POLLOUT) {
+                    if let Some(conn) = &mut self.root.conn {
+                        let _ = conn.flush();
                     }
                 }
-                ServerOutput::Initialized { rank } => self.send(&ToRoot::Initialized { rank }),
-                ServerOutput::Finalized { rank } => self.send(&ToRoot::Finalized { rank }),
-                ServerOutput::BarrierReady { puts } => self.send(&ToRoot::Fence { puts }),
-                ServerOutput::Abort { rank, code, msg } => {
-                    self.send(&ToRoot::Abort { rank, code, msg })
+                if events.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+                    self.read_conn();
                 }
-                ServerOutput::ProtocolError { rank, error } => self.send(&ToRoot::PmiError {
-                    rank,
-                    msg: error.to_string(),
-                }),
-                _ => {}
             }
+            Token::Ranks(t) => self.ranks.ready(t, events, &mut self.root),
+            Token::ChildErr(j) => self.children[j].agent.read_stderr(|_| {}),
         }
     }
 
-    fn read_output(&mut self, i: usize, stream: Stream) {
-        let rank = self.ranks[i].rank;
-        let mut chunk = vec![0u8; 65536];
-        // A bounded number of reads per call, so one chatty rank cannot starve the rest.
-        for _ in 0..16 {
-            let result = {
-                let r = &mut self.ranks[i];
-                let pipe: Option<&mut dyn Read> = match stream {
-                    Stream::Stdout => r.stdout.as_mut().map(|p| p as &mut dyn Read),
-                    Stream::Stderr => r.stderr.as_mut().map(|p| p as &mut dyn Read),
-                };
-                let Some(pipe) = pipe else { return };
-                pipe.read(&mut chunk)
-            };
-            match result {
-                Ok(n) if n > 0 => {
-                    let data = chunk[..n].to_vec();
-                    self.send(&ToRoot::Output { rank, stream, data });
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // End of file, or a broken pipe.
-                _ => {
-                    let r = &mut self.ranks[i];
-                    match stream {
-                        Stream::Stdout => r.stdout = None,
-                        Stream::Stderr => r.stderr = None,
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    fn write_rank0_stdin(&mut self) {
-        let Some(pipe) = &mut self.stdin.pipe else {
+    fn reaped(&mut self, pid: Pid, how: ExitKind) {
+        if self.ranks.reaped(pid, how, &mut self.root) {
             return;
-        };
-        let mut written = 0usize;
-        let mut closed = false;
-        while written < self.stdin.buf.len() {
-            match pipe.write(&self.stdin.buf[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    // Rank 0 closed its stdin: drop the rest and stop the root reading.
-                    closed = true;
-                    break;
-                }
-            }
         }
-        if closed {
-            written = self.stdin.buf.len();
-            self.stdin.pipe = None;
-        }
-        self.stdin.buf.drain(..written);
-        if written > 0 {
-            self.send(&ToRoot::StdinAck {
-                bytes: written as u32,
-            });
-        }
-        if closed {
-            self.send(&ToRoot::StdinClosed);
-        } else if self.stdin.eof && self.stdin.buf.is_empty() {
-            self.stdin.pipe = None;
+        if let Some(j) = self.children.iter().position(|c| c.agent.pid == pid) {
+            self.child_exited(j, how);
         }
     }
 
-    // ---- the end --------------------------------------------------------------------
-
-    fn start_ending(&mut self, now: Instant) {
-        self.stdin = Rank0Stdin::default();
-        for rank in &self.ranks {
-            sys::signal_group(rank.pid, Signal::SIGTERM);
-        }
-        self.phase = Phase::Ending {
-            kill_at: now + TERM_GRACE,
-            killed: false,
-            give_up_at: None,
-        };
-    }
-
-    /// Children of this process that are not launch agents: orphans of the ranks.
-    fn stray_children(&self) -> Vec<Pid> {
-        sys::child_pids()
-            .into_iter()
-            .filter(|p| !self.children.iter().any(|c| c.pid == *p))
-            .collect()
-    }
-
-    fn start_stopping(&mut self, now: Instant) {
-        for child in &mut self.children {
-            child.stdin = None;
-            if child.status.is_none() {
-                sys::signal_group(child.pid, Signal::SIGTERM);
-            }
-        }
-        self.phase = Phase::Stopping {
-            kill_at: now + AGENT_GRACE,
-            killed: false,
-        };
+    fn poll_failed(&mut self, error: Errno) {
+        say!("{}: poll failed: {error}", self.label);
+        self.lost("poll failed");
     }
 
     fn advance(&mut self, now: Instant) {
-        if let Some(conn) = &mut self.conn {
+        if let Some(conn) = &mut self.root.conn {
             conn.keep_alive(now, ToRoot::Heartbeat);
             if conn.silent(now) {
                 let why = format!("nothing heard for {} s", HEARTBEAT_TIMEOUT.as_secs());
@@ -995,62 +685,24 @@ impl Proxy {
             }
         }
         match self.phase {
-            Phase::Running => {}
-            Phase::Ending {
-                kill_at,
-                killed,
-                give_up_at,
-            } => {
-                let ranks_gone = self.ranks.iter().all(|r| r.exited);
-                let groups_gone = !self.ranks.iter().any(|r| sys::group_exists(r.pid));
-                let strays = self.stray_children();
-                if ranks_gone && groups_gone && strays.is_empty() {
-                    self.phase = Phase::Draining {
-                        until: now + DRAIN_GRACE,
-                    };
-                    self.advance(now);
-                } else if !killed && now >= kill_at {
-                    for rank in &self.ranks {
-                        sys::signal_group(rank.pid, Signal::SIGKILL);
-                    }
-                    for pid in strays {
-                        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-                    }
-                    self.phase = Phase::Ending {
-                        kill_at,
-                        killed: true,
-                        give_up_at: Some(now + KILL_GRACE),
-                    };
-                } else if give_up_at.is_some_and(|t| now >= t) {
-                    say!(
-                        "{}: warning: some processes of the job could not be ended",
-                        self.label
-                    );
-                    self.phase = Phase::Draining {
-                        until: now + DRAIN_GRACE,
-                    };
+            Phase::Ranks => {
+                let agents: Vec<Pid> = self.children.iter().map(|c| c.agent.pid).collect();
+                self.ranks.advance(now, &agents);
+                if !self.ranks.done() {
+                    return;
                 }
-            }
-            Phase::Draining { until } => {
-                let open = self
-                    .ranks
-                    .iter()
-                    .any(|r| r.stdout.is_some() || r.stderr.is_some());
-                if !open || now >= until {
-                    sys::remove_shm_segments(&format!("gmpi-{}", self.spec.job_id));
-                    if self.conn.is_some() {
-                        self.send(&ToRoot::Done);
-                        self.done_sent = true;
-                        self.phase = Phase::Closing {
-                            until: now + CLOSE_WAIT,
-                        };
-                    } else {
-                        self.start_stopping(now);
-                    }
+                if self.root.conn.is_some() {
+                    self.root.send(&ToRoot::Done);
+                    self.root.done_sent = true;
+                    self.phase = Phase::Closing {
+                        until: now + CLOSE_WAIT,
+                    };
+                } else {
+                    self.start_stopping(now);
                 }
             }
             Phase::Closing { until } => {
-                if self.conn.is_none() || now >= until {
+                if self.root.conn.is_none() || now >= until {
                     self.start_stopping(now);
                 }
             }
@@ -1058,8 +710,8 @@ impl Proxy {
                 let running: Vec<Pid> = self
                     .children
                     .iter()
-                    .filter(|c| c.status.is_none())
-                    .map(|c| c.pid)
+                    .filter(|c| c.agent.status.is_none())
+                    .map(|c| c.agent.pid)
                     .collect();
                 if running.is_empty() {
                     self.phase = Phase::Finished;

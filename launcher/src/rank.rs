@@ -1,6 +1,8 @@
-//! One rank's process, shared by the local job (`job.rs`) and the per-host proxy
-//! (`proxy.rs`): finding PROGRAM, the rank's environment, spawning it with its PMI
-//! socketpair and pipes, and the launcher's ends of those (PMI lines, output forwarding).
+//! One rank's process, for the ranks of a host (`local.rs`): finding PROGRAM, the rank's
+//! environment, spawning it with its PMI socketpair and pipes, the launcher's end of the
+//! PMI socket (lines in, replies out); and the judgement of a rank's exit and of the
+//! job ([`Outcome`]: the first failure decides), shared by the local job (`job.rs`) and
+//! the root of a multi-host job (`cluster.rs`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -9,14 +11,13 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
 
 use gmpi_pmi::wire::MAX_LINE_LEN;
 use nix::errno::Errno;
 use nix::unistd::{access, AccessFlags, Pid};
 
-use crate::control::ExitKind;
-use crate::output::LineForwarder;
-use crate::sys;
+use crate::sys::{self, ExitKind};
 
 /// Finds the file `execvp` would run, or the error it would give.
 pub fn resolve_program(program: &OsStr, path_env: Option<&OsStr>) -> io::Result<PathBuf> {
@@ -284,26 +285,6 @@ impl PmiConn {
     }
 }
 
-/// Reads what `pipe` has and forwards it; `true` at end of file (after flushing).
-pub fn forward(pipe: &mut impl Read, fwd: &mut LineForwarder, out: &mut dyn Write) -> bool {
-    let mut chunk = [0u8; 16384];
-    loop {
-        match pipe.read(&mut chunk) {
-            Ok(0) => {
-                fwd.finish(out);
-                return true;
-            }
-            Ok(n) => fwd.push(&chunk[..n], out),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => {
-                fwd.finish(out);
-                return true;
-            }
-        }
-    }
-}
-
 /// What a rank's end means for the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -354,6 +335,89 @@ pub fn judge_exit(
             )
         }
     }
+}
+
+/// How a job goes, by what its ranks did: the first failure fixes the exit status.
+/// Kept by the local job and by the root of a multi-host job; each prints the messages
+/// its own way.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Exit status fixed by the first failure.
+    failure: Option<i32>,
+    /// The first rank that exited 0 without ever initializing MPI: fatal as soon as
+    /// any rank initializes.
+    exited_uninit: Option<u32>,
+}
+
+impl Outcome {
+    /// Whether the job has failed.
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+
+    /// gmpirun's exit status: the first failure's, else 0.
+    pub fn status(&self) -> i32 {
+        self.failure.unwrap_or(0)
+    }
+
+    /// Records the failure `code` if it is the first; whether it was.
+    pub fn fail(&mut self, code: i32) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
+        self.failure = Some(code);
+        true
+    }
+
+    /// Takes in the verdict on `rank`'s exit: the failure it makes, if any.
+    pub fn judged(&mut self, rank: u32, verdict: Verdict) -> Option<(i32, String)> {
+        match verdict {
+            Verdict::Fine => None,
+            Verdict::Uninitialized => {
+                self.exited_uninit.get_or_insert(rank);
+                None
+            }
+            Verdict::Fail(code, msg) => Some((code, msg)),
+        }
+    }
+
+    /// Rank `rank` initialized MPI: the failure it makes when a rank exited before
+    /// without doing so (the others would wait for that one forever).
+    pub fn initialized(&self, rank: u32) -> Option<(i32, String)> {
+        let gone = self.exited_uninit?;
+        Some((
+            1,
+            format!("rank {gone} exited without initializing MPI while rank {rank} did"),
+        ))
+    }
+}
+
+/// The failure a PMI abort of `rank` makes (`on`: ` on host X`, or empty): the low byte
+/// of its code as exit status (1 for 0), and the message.
+pub fn abort_failure(rank: u32, on: &str, code: i32, msg: &str) -> (i32, String) {
+    let status = match code & 0xff {
+        0 => 1,
+        c => c,
+    };
+    let msg = if msg.is_empty() {
+        String::new()
+    } else {
+        format!(": {msg}")
+    };
+    (
+        status,
+        format!("rank {rank}{on} called abort with code {code}{msg}"),
+    )
+}
+
+/// What `--timeout` says: the limit and the ranks still running.
+pub fn timeout_message(limit: Duration, running: &[u32]) -> String {
+    let running: Vec<String> = running.iter().map(u32::to_string).collect();
+    format!(
+        "job timed out after {} s; ranks still running: {}",
+        limit.as_secs_f64(),
+        running.join(",")
+    )
 }
 
 #[cfg(test)]
@@ -408,6 +472,49 @@ mod tests {
                 137,
                 "rank 3 (pid 42 on host n1) was killed by signal 9 (SIGKILL)".into()
             )
+        );
+    }
+
+    #[test]
+    fn the_first_failure_decides() {
+        let mut o = Outcome::default();
+        assert_eq!((o.failed(), o.status()), (false, 0));
+        assert_eq!(o.judged(2, Verdict::Fine), None);
+        assert_eq!(o.initialized(1), None);
+        assert_eq!(o.judged(2, Verdict::Uninitialized), None);
+        assert_eq!(o.judged(3, Verdict::Uninitialized), None);
+        assert_eq!(
+            o.initialized(1),
+            Some((
+                1,
+                "rank 2 exited without initializing MPI while rank 1 did".into()
+            ))
+        );
+        assert_eq!(
+            o.judged(4, Verdict::Fail(9, "x".into())),
+            Some((9, "x".into()))
+        );
+        assert!(o.fail(9));
+        assert!(!o.fail(1));
+        assert_eq!((o.failed(), o.status()), (true, 9));
+    }
+
+    #[test]
+    fn aborts_and_timeouts_are_told() {
+        assert_eq!(
+            abort_failure(3, "", 256, ""),
+            (1, "rank 3 called abort with code 256".into())
+        );
+        assert_eq!(
+            abort_failure(3, " on host n1", 7, "bad input"),
+            (
+                7,
+                "rank 3 on host n1 called abort with code 7: bad input".into()
+            )
+        );
+        assert_eq!(
+            timeout_message(Duration::from_millis(1500), &[0, 2]),
+            "job timed out after 1.5 s; ranks still running: 0,2"
         );
     }
 

@@ -4,15 +4,15 @@
 //! again in each child before `exec`), children (ranks, proxies, launch agents) are made
 //! leaders of their own process group and are killed by the kernel if their parent dies
 //! (`PR_SET_PDEATHSIG`), and a rank keeps exactly one inherited descriptor: its PMI
-//! socket. Also here: `/proc` scans for children, `/dev/shm` cleanup, the host's name
-//! and interface addresses.
+//! socket. Also here: `poll` and `waitpid` (for `reactor.rs`), `/proc` scans for
+//! children, `/dev/shm` cleanup, the host's name and interface addresses.
 
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -20,12 +20,12 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 /// `poll` the descriptors `fds`, one per token in `tokens`, for at most `timeout`
 /// (`None` blocks): the tokens that have events, with their events. An interrupted
-/// `poll` (EINTR) reports none. The one wait of every gmpirun event loop (the local
-/// job, the root of a multi-host job, a proxy).
+/// `poll` (EINTR) reports none. The one wait of gmpirun's event loop (`reactor.rs`).
 pub fn poll_tokens<T>(
     tokens: Vec<T>,
     fds: &mut [PollFd<'_>],
@@ -44,6 +44,14 @@ pub fn poll_tokens<T>(
         .zip(fds.iter())
         .filter_map(|(t, fd)| fd.revents().filter(|r| !r.is_empty()).map(|r| (t, r)))
         .collect())
+}
+
+/// Waits until `fd` has one of `events` or `deadline` passes: whether it has (an
+/// interrupted wait says no). For the handshakes, before an event loop runs.
+pub fn wait_fd(fd: BorrowedFd<'_>, events: PollFlags, deadline: Instant) -> nix::Result<bool> {
+    let wait = deadline.saturating_duration_since(Instant::now());
+    let mut fds = [PollFd::new(fd, events)];
+    Ok(!poll_tokens(vec![()], &mut fds, Some(wait))?.is_empty())
 }
 
 /// The signals gmpirun handles through its signalfd.
@@ -165,6 +173,56 @@ pub fn group_exists(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
+/// How a child ended, as `waitpid` said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// Exited with this status.
+    Code(i32),
+    /// Killed by this signal number.
+    Signal(i32),
+}
+
+impl ExitKind {
+    /// `exited with status N` / `was killed by signal N (SIGX)`.
+    pub fn describe(self) -> String {
+        match self {
+            ExitKind::Code(c) => format!("exited with status {c}"),
+            ExitKind::Signal(s) => {
+                let name = Signal::try_from(s).map_or("unknown", |s| s.as_str());
+                format!("was killed by signal {s} ({name})")
+            }
+        }
+    }
+
+    /// How a reaped child ended; `None` for a status that is not an end (stopped,
+    /// continued).
+    pub fn from_wait(status: &WaitStatus) -> Option<Self> {
+        match *status {
+            WaitStatus::Exited(_, code) => Some(ExitKind::Code(code)),
+            WaitStatus::Signaled(_, sig, _) => Some(ExitKind::Signal(sig as i32)),
+            _ => None,
+        }
+    }
+}
+
+/// Reaps one child that has ended, without blocking: `Some((pid, how))`, or `None` when
+/// no child has ended (or none is left). Statuses that are not an end are skipped.
+pub fn reap_one() -> Option<(Pid, ExitKind)> {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(status) => {
+                let pid = status.pid()?;
+                if let Some(how) = ExitKind::from_wait(&status) {
+                    return Some((pid, how));
+                }
+            }
+            Err(Errno::EINTR) => {}
+            // ECHILD: nothing left to wait for.
+            Err(_) => return None,
+        }
+    }
+}
+
 /// Raw number of a descriptor, for `PMI_FD`.
 pub fn raw(fd: &impl AsRawFd) -> RawFd {
     fd.as_raw_fd()
@@ -192,14 +250,6 @@ pub fn remove_shm_segments(prefix: &str) -> usize {
         })
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
-}
-
-/// Sends `sig` to every process whose parent is gmpirun (found in `/proc`): orphans of
-/// the ranks that left their process group. Best effort.
-pub fn kill_children(sig: Signal) {
-    for pid in child_pids() {
-        let _ = nix::sys::signal::kill(pid, sig);
-    }
 }
 
 /// Every process whose parent is this one, zombies included (from `/proc`).
