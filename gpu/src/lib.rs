@@ -10,7 +10,8 @@
 //! freed and re-allocated address never reuses a stale classification, IPC
 //! mapping or export.
 //!
-//! [`Gpu`] also moves bytes for the pml driver: device memory is read and
+//! [`Gpu`] also moves bytes for the progress driver (`runtime/src/progress/`),
+//! which runs the pml's actions: device memory is read and
 //! written through pooled pinned bounce buffers ([`Gpu::with_read`],
 //! [`Gpu::with_write`]), GDRCopy where the backend has it; CUDA IPC handles
 //! are exported ([`Gpu::ipc_export`]) and peers' handles mapped with a cache
@@ -19,8 +20,9 @@
 //! allocates device memory at start-up.
 //!
 //! File map:
-//! - `lib.rs`: [`MemKind`], [`GpuConfig`], [`Gpu`] (classification cache,
-//!   bounce pool, IPC caches).
+//! - `lib.rs`: [`GpuConfig`], [`Gpu`] (classification cache, bounce pool,
+//!   IPC caches); [`MemKind`] and [`IpcDesc`] are re-exported from
+//!   `gmpi-mem`, which the pml shares.
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
 //!   device memory; copies counted and checked).
