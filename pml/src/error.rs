@@ -13,7 +13,9 @@
 //!
 //! Every variant keeps its cause as `source()`, so a caller can print the
 //! whole chain; the runtime maps each variant to one MPI error class
-//! (`runtime/src/error.rs`, the one place that does).
+//! (`runtime/src/error.rs`, the one place that does). The causes are boxed:
+//! a `PmlError` is 24 bytes, and every completed request carries a
+//! `Result<Status, PmlError>`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -49,7 +51,7 @@ pub enum PmlError {
         peer: Rank,
         /// What it did.
         #[source]
-        source: Violation,
+        source: Box<Violation>,
     },
     /// A transport failed in this process.
     #[error("the transport towards rank {peer} failed")]
@@ -58,21 +60,11 @@ pub enum PmlError {
         peer: Rank,
         /// The transport's error.
         #[source]
-        source: BtlError,
+        source: Box<BtlError>,
     },
     /// A device-memory copy failed in this process.
-    #[error("{what} {len} bytes of device memory at {addr:#x} failed")]
-    Device {
-        /// `"reading"` or `"writing"`.
-        what: &'static str,
-        /// Device address.
-        addr: u64,
-        /// Bytes.
-        len: usize,
-        /// The gpu layer's error.
-        #[source]
-        source: DeviceFault,
-    },
+    #[error(transparent)]
+    Device(Box<DeviceError>),
 }
 
 impl PmlError {
@@ -80,9 +72,48 @@ impl PmlError {
     pub(crate) fn peer(peer: Rank, source: impl Into<Violation>) -> Self {
         PmlError::Peer {
             peer,
-            source: source.into(),
+            source: Box::new(source.into()),
         }
     }
+
+    /// A [`PmlError::Transport`] error: `source` towards `peer`.
+    pub fn transport(peer: Rank, source: BtlError) -> Self {
+        PmlError::Transport {
+            peer,
+            source: Box::new(source),
+        }
+    }
+
+    /// A [`PmlError::Device`] error: `what` (`"reading"`, `"writing"`)
+    /// `len` bytes at `addr` failed with the gpu layer's `e`.
+    pub fn device(
+        what: &'static str,
+        addr: u64,
+        len: usize,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        PmlError::Device(Box::new(DeviceError {
+            what,
+            addr,
+            len,
+            source: DeviceFault::new(e),
+        }))
+    }
+}
+
+/// A device-memory copy that failed in this process ([`PmlError::Device`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {len} bytes of device memory at {addr:#x} failed")]
+pub struct DeviceError {
+    /// `"reading"` or `"writing"`.
+    pub what: &'static str,
+    /// Device address.
+    pub addr: u64,
+    /// Bytes.
+    pub len: usize,
+    /// The gpu layer's error.
+    #[source]
+    pub source: DeviceFault,
 }
 
 /// How a peer broke the protocol.
@@ -270,21 +301,18 @@ mod tests {
             chain(&e),
             "rank 3 broke the point-to-point protocol: malformed fragment: wire version 9, this build speaks 3"
         );
-        let t = PmlError::Transport {
-            peer: 1,
-            source: BtlError::Os("connection reset".into()),
-        };
+        let t = PmlError::transport(1, BtlError::Os("connection reset".into()));
         assert_eq!(
             chain(&t),
             "the transport towards rank 1 failed: connection reset"
         );
-        let d = PmlError::Device {
-            what: "reading",
-            addr: 0x1000,
-            len: 8,
-            source: DeviceFault::new(BtlError::Os("cuMemcpy failed".into())),
-        };
+        let d = PmlError::device("reading", 0x1000, 8, BtlError::Os("cuMemcpy failed".into()));
         assert!(chain(&d).ends_with("at 0x1000 failed: cuMemcpy failed"));
         assert_eq!(d.clone(), d);
+        assert_eq!(
+            std::mem::size_of::<PmlError>(),
+            24,
+            "kept small: every outcome carries one"
+        );
     }
 }

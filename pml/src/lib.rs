@@ -73,7 +73,7 @@ use std::collections::VecDeque;
 use gmpi_btl::{Capabilities, Rank};
 
 pub use action::{Action, Payload, StreamTarget};
-pub use error::{DeviceFault, PmlError, Violation, WireError};
+pub use error::{DeviceError, DeviceFault, PmlError, Violation, WireError};
 pub use gmpi_mem::MemKind;
 pub use memory::{Buf, HostWrite};
 pub use protocol::{DeviceConfig, Plan, PlanTable, PmlConfig, Protocol, SendMode};
@@ -166,6 +166,9 @@ pub struct Pml {
     /// The blocking receive waiting in place of a request, if any
     /// ([`Pml::post_recv_direct`]).
     direct: Option<recv::Direct>,
+    /// The first failed device copy of each streamed receive that had one
+    /// (`rndv/staged.rs`), until the receive ends with it.
+    copy_faults: std::collections::HashMap<u64, PmlError>,
 }
 
 impl Pml {
@@ -183,6 +186,7 @@ impl Pml {
             next_claim: 0,
             actions: VecDeque::new(),
             direct: None,
+            copy_faults: std::collections::HashMap::new(),
         }
     }
 
@@ -351,6 +355,7 @@ impl Pml {
             .collect();
         for id in victims {
             self.matching.unpost(id);
+            self.copy_faults.remove(&id.0);
             self.reqs.complete(id, Err(PmlError::PeerFailed(peer)));
         }
         if let Some(d) = self.direct.as_mut() {

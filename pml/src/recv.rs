@@ -14,7 +14,7 @@ use gmpi_btl::Rank;
 
 use crate::matching::{self, Unexpected, UnexpectedBody};
 use crate::memory::HostWrite;
-use crate::request::{RecvReq, RecvState, Req};
+use crate::request::{self, RecvReq, RecvState, Req};
 use crate::rndv::Frag;
 use crate::wire::{Hdr, MatchHdr, F_SYNC};
 use crate::{BtlId, Buf, Payload, Pml, PmlError, ReqId, Status, Violation};
@@ -93,22 +93,19 @@ fn write_eager(
 /// `buf`.
 #[inline(always)]
 fn eager_outcome(buf: Buf, m: &MatchHdr, n: usize) -> (Status, Result<Status, PmlError>) {
-    let cap = buf.len;
-    let st = Status {
+    let st = eager_status(m, n);
+    (st, request::outcome(st, m.len, buf.len))
+}
+
+/// The status of an eager message of which `n` bytes landed.
+#[inline(always)]
+fn eager_status(m: &MatchHdr, n: usize) -> Status {
+    Status {
         source: m.src,
         tag: m.tag,
         len: n as u64,
         cancelled: false,
-    };
-    let res = if m.len > cap as u64 {
-        Err(PmlError::Truncated {
-            len: m.len,
-            cap: cap as u64,
-        })
-    } else {
-        Ok(st)
-    };
-    (st, res)
+    }
 }
 
 impl Pml {
@@ -460,13 +457,16 @@ impl Pml {
             return;
         }
         let n = payload.len().min(buf.len);
-        let (_, outcome) = eager_outcome(buf, &m, n);
         if n == 0 {
+            let (_, outcome) = eager_outcome(buf, &m, n);
             self.ack_if_sync(btl, peer, flags, &m);
             self.reqs.complete(id, outcome);
             return;
         }
-        r.state = RecvState::AwaitCopy { outcome };
+        r.state = RecvState::AwaitCopy {
+            status: eager_status(&m, n),
+            msg_len: m.len,
+        };
         self.ack_if_sync(btl, peer, flags, &m);
         self.actions.push_back(crate::Action::CopyIn {
             dst: buf.addr,

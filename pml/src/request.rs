@@ -65,7 +65,10 @@ pub(crate) struct Matched {
     pub from_device: bool,
 }
 
-/// What a receive waits on (named as [`SendState`]'s are).
+/// What a receive waits on (named as [`SendState`]'s are). Plain data, no
+/// destructor: a request's state is written on every message, and dropped
+/// on every completion. (A failed device copy's error waits beside it, in
+/// the pml's `copy_faults`.)
 #[allow(clippy::enum_variant_names)]
 #[derive(Debug)]
 pub(crate) enum RecvState {
@@ -80,16 +83,16 @@ pub(crate) enum RecvState {
     AwaitPull { m: Matched },
     /// A matched rendezvous after its CTS: `m.want - got` more bytes of
     /// fragments, and the `copies` of fragments into device memory still
-    /// in flight; `fault` is the first copy that failed.
+    /// in flight; `faulted`: a copy failed.
     AwaitFrags {
         m: Matched,
         got: u64,
         copies: u32,
-        fault: Option<PmlError>,
+        faulted: bool,
     },
-    /// An eager message into device memory: its copy in; then the receive
-    /// ends with `outcome`.
-    AwaitCopy { outcome: Result<Status, PmlError> },
+    /// An eager message of `msg_len` bytes into device memory: its copy in;
+    /// then the receive ends with `status` (or truncated).
+    AwaitCopy { status: Status, msg_len: u64 },
 }
 
 /// A receive request.
@@ -97,6 +100,21 @@ pub(crate) enum RecvState {
 pub(crate) struct RecvReq {
     pub buf: Buf,
     pub state: RecvState,
+}
+
+/// How a receive of a `msg_len`-byte message into a buffer of `cap` bytes
+/// ends: its status, or `MPI_ERR_TRUNCATE` when the message was longer (only
+/// `cap` bytes were written).
+#[inline]
+pub(crate) fn outcome(status: Status, msg_len: u64, cap: usize) -> Result<Status, PmlError> {
+    if msg_len > cap as u64 {
+        Err(PmlError::Truncated {
+            len: msg_len,
+            cap: cap as u64,
+        })
+    } else {
+        Ok(status)
+    }
 }
 
 impl RecvReq {
@@ -222,6 +240,7 @@ impl Slab {
         })
     }
 
+    #[inline]
     fn release(&mut self, id: ReqId) {
         let (i, _) = Self::split(id);
         let s = &mut self.slots[i];

@@ -204,7 +204,7 @@ impl Error {
             P::Unreachable(_) => ErrorClass::Rank,
             // A peer broke the protocol: nothing the caller did.
             P::Peer { .. } => ErrorClass::Intern,
-            P::Transport { .. } | P::Device { .. } => ErrorClass::Other,
+            P::Transport { .. } | P::Device(_) => ErrorClass::Other,
         };
         let mut err = Self::new(class, call, rank, gmpi_pml::error::chain(&e));
         err.source = Some(std::sync::Arc::new(e));
@@ -258,10 +258,7 @@ mod tests {
         assert_eq!(t.class(), ErrorClass::Truncate);
         // The pml's error stays reachable, typed, with its causes.
         let p = Error::from_pml(
-            gmpi_pml::PmlError::Transport {
-                peer: 1,
-                source: gmpi_btl::BtlError::Os("connection reset".into()),
-            },
+            gmpi_pml::PmlError::transport(1, gmpi_btl::BtlError::Os("connection reset".into())),
             "MPI_Send",
             0,
         );

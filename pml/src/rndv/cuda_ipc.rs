@@ -12,7 +12,7 @@
 use gmpi_mem::IpcDesc;
 
 use crate::action::{Action, Payload};
-use crate::request::{Matched, RecvState};
+use crate::request::Matched;
 use crate::wire::Hdr;
 use crate::{Pml, ReqId, LOG};
 
@@ -47,15 +47,9 @@ impl Pml {
     /// Copy matched rendezvous `m` out of the sender's device allocation `d`
     /// into receive `id`.
     pub(crate) fn start_ipc_copy(&mut self, id: ReqId, m: Matched, d: IpcDesc) {
-        let Some(r) = self.reqs.recv_mut(id) else {
+        let Some(buf) = self.begin_pull(id, m) else {
             return;
         };
-        let buf = r.buf;
-        r.state = RecvState::AwaitPull { m };
-        if m.want == 0 {
-            self.handle_get_done(id.0);
-            return;
-        }
         tracing::debug!(target: LOG, "recv {} B into {} memory from rank {}: rndv/cuda-ipc",
             m.want, buf.kind.name(), m.peer);
         self.actions.push_back(Action::IpcCopy {

@@ -11,7 +11,7 @@
 use gmpi_btl::MemDesc;
 
 use crate::action::Action;
-use crate::request::{Matched, RecvState};
+use crate::request::Matched;
 use crate::{Pml, ReqId, LOG};
 
 impl Pml {
@@ -25,16 +25,9 @@ impl Pml {
 
     /// Pull matched rendezvous `m` into receive `id` with the btl's get.
     pub(crate) fn start_get(&mut self, id: ReqId, m: Matched, desc: MemDesc, alone: bool) {
-        let Some(r) = self.reqs.recv_mut(id) else {
+        let Some(buf) = self.begin_pull(id, m) else {
             return;
         };
-        let buf = r.buf;
-        r.state = RecvState::AwaitPull { m };
-        if m.want == 0 {
-            // Nothing to move: release the sender at once.
-            self.handle_get_done(id.0);
-            return;
-        }
         tracing::debug!(target: LOG, "recv {} B from rank {}: rndv/get", m.want, m.peer);
         self.actions.push_back(Action::Get {
             btl: m.btl,

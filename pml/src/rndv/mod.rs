@@ -165,16 +165,22 @@ impl Pml {
         let Some(r) = self.reqs.recv_mut(id) else {
             return;
         };
-        let cap = r.buf.len as u64;
-        let res = if m.msg_len > cap {
-            Err(PmlError::Truncated {
-                len: m.msg_len,
-                cap,
-            })
-        } else {
-            Ok(m.status)
-        };
+        let res = crate::request::outcome(m.status, m.msg_len, r.buf.len);
         self.reqs.complete(id, res);
+    }
+
+    /// Receive `id` waits for a pull of matched rendezvous `m`: its buffer,
+    /// or `None` when there is nothing to pull (the sender is released at
+    /// once and the receive completes).
+    pub(crate) fn begin_pull(&mut self, id: ReqId, m: Matched) -> Option<crate::Buf> {
+        let r = self.reqs.recv_mut(id)?;
+        let buf = r.buf;
+        r.state = RecvState::AwaitPull { m };
+        if m.want == 0 {
+            self.handle_get_done(id.0);
+            return None;
+        }
+        Some(buf)
     }
 
     /// A pull (get or IPC copy) of receive `token` landed: release the

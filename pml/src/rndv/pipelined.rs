@@ -41,7 +41,7 @@ impl Pml {
             m,
             got: 0,
             copies: 0,
-            fault: None,
+            faulted: false,
         };
         tracing::debug!(target: LOG, "recv {} B from rank {}: {} (CTS)",
             m.want, m.peer, super::staged::streamed_name(&m, kind));

@@ -14,7 +14,7 @@
 use crate::action::Action;
 use crate::memory::HostWrite;
 use crate::protocol::Protocol;
-use crate::request::{Matched, RecvState};
+use crate::request::{outcome, Matched, RecvState};
 use crate::{MemKind, Pml, PmlError, ReqId};
 
 /// How the log names a streamed receive: `rndv/staged` where device memory
@@ -78,22 +78,27 @@ impl Pml {
         let Some(r) = self.reqs.recv_mut(id) else {
             return;
         };
+        let cap = r.buf.len;
         match &mut r.state {
-            RecvState::AwaitCopy { outcome } => {
-                let out = res.and(outcome.clone());
+            RecvState::AwaitCopy { status, msg_len } => {
+                let out = res.and(outcome(*status, *msg_len, cap));
                 self.reqs.complete(id, out);
             }
             RecvState::AwaitFrags {
                 m,
                 got,
                 copies,
-                fault,
+                faulted,
             } => {
                 *copies = copies.saturating_sub(1);
+                let end = *got >= m.want && *copies == 0;
                 if let Err(e) = res {
-                    fault.get_or_insert(e);
+                    if !*faulted {
+                        *faulted = true;
+                        self.copy_faults.insert(id.0, e);
+                    }
                 }
-                if *got >= m.want && *copies == 0 {
+                if end {
                     self.end_streamed(id);
                 }
             }
@@ -107,11 +112,10 @@ impl Pml {
         let Some(r) = self.reqs.recv_mut(id) else {
             return;
         };
-        let RecvState::AwaitFrags { m, fault, .. } = &mut r.state else {
+        let RecvState::AwaitFrags { m, faulted, .. } = r.state else {
             return;
         };
-        let m = *m;
-        match fault.take() {
+        match faulted.then(|| self.copy_faults.remove(&id.0)).flatten() {
             Some(e) => self.reqs.complete(id, Err(e)),
             None => self.finish_rndv_recv(id, &m),
         }

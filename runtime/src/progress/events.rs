@@ -14,6 +14,9 @@ use super::{Driver, HostMemory};
 
 impl<H: HostMemory> Driver<H> {
     /// Poll every btl that may have events; returns how many it handled.
+    /// Inlined into [`Driver::progress`]: it is the body of every wait's
+    /// spin.
+    #[inline]
     pub(super) fn poll_btls(&mut self) -> usize {
         let mut n = 0;
         for (i, btl) in self.btls.iter_mut().enumerate() {

@@ -17,7 +17,7 @@
 use std::os::fd::AsFd;
 
 use gmpi_btl::{Btl, BtlError, LocalMem, Rank, Submit};
-use gmpi_pml::{Action, DeviceFault, MemKind, Payload, PmlError};
+use gmpi_pml::{Action, MemKind, Payload, PmlError};
 
 use super::{Driver, HostMemory};
 
@@ -42,10 +42,7 @@ impl<H: HostMemory> Driver<H> {
         match e {
             BtlError::PeerFailed(p) => self.pml.handle_peer_failed(p),
             other => {
-                let err = PmlError::Transport {
-                    peer,
-                    source: other,
-                };
+                let err = PmlError::transport(peer, other);
                 tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(&err));
                 self.fatal.get_or_insert(err);
                 self.pml.handle_peer_failed(peer);
@@ -167,12 +164,7 @@ impl<H: HostMemory> Driver<H> {
                     .gpu
                     .with_write(dst, data.len(), |d| d.copy_from_slice(&data))
                     .map(|_| ())
-                    .map_err(|e| PmlError::Device {
-                        what: "writing",
-                        addr: dst,
-                        len: data.len(),
-                        source: DeviceFault::new(e),
-                    });
+                    .map_err(|e| PmlError::device("writing", dst, data.len(), e));
                 if let Err(e) = &res {
                     tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(e));
                 }
@@ -261,12 +253,7 @@ impl<H: HostMemory> Driver<H> {
         token: u64,
         e: gmpi_gpu::GpuError,
     ) {
-        let err = PmlError::Device {
-            what: "reading",
-            addr,
-            len,
-            source: DeviceFault::new(e),
-        };
+        let err = PmlError::device("reading", addr, len, e);
         tracing::error!(target: "pml", "{} ({} memory)", gmpi_pml::error::chain(&err), kind.name());
         if token != 0 {
             self.pml.handle_send_failed(token, err.clone());

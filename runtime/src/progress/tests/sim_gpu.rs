@@ -346,3 +346,54 @@ fn staged_pipeline_keeps_chunk_order_under_back_pressure() {
         assert_eq!(c.dtoh, 2 * chunks, "seed {seed}: {c:?}");
     }
 }
+
+/// A copy into device memory that fails (here: the receive buffer was freed
+/// under the pending receive) ends that receive with a device error, eager
+/// or staged; nothing panics, the job goes on (no fatal error), and the
+/// next message gets through.
+#[test]
+fn a_failed_copy_into_the_device_fails_the_receive_not_the_process() {
+    for len in [100, 5_000] {
+        let mut w = World::new(2, false, DeviceConfig::default());
+        let data = vec![7u8; len];
+        let r = w.buffer(1, DEV, &vec![0u8; len]);
+        let rid = w.recv(1, 0, r);
+        w.cuda.free(r.addr);
+        let sid = w.send(0, 1, w.buffer(0, MemKind::Host, &data));
+        w.run();
+        match w.d[1].test(rid) {
+            Some(Err(gmpi_pml::PmlError::Device(e))) => {
+                assert_eq!((e.what, e.addr), ("writing", r.addr), "{len} B")
+            }
+            other => panic!("{len} B: {other:?}"),
+        }
+        w.d[0].test(sid).expect("send done").expect("the sender saw nothing wrong");
+        assert_eq!(w.d[1].pml.outstanding(), 0, "{len} B");
+        let r2 = w.buffer(1, DEV, &vec![0u8; len]);
+        let rid = w.recv(1, 0, r2);
+        w.send(0, 1, w.buffer(0, MemKind::Host, &data));
+        w.run();
+        w.d[1].test(rid).expect("done").expect("ok");
+        assert_eq!(w.read(1, r2), data, "{len} B");
+    }
+}
+
+/// A send whose device payload cannot be read (freed before it was sent)
+/// fails with a device error, which is also the driver's fatal error: the
+/// peer would wait for a message that never comes, so the runtime ends the
+/// job through the error handler. Never a panic.
+#[test]
+fn an_unreadable_device_payload_is_a_fatal_error_not_a_panic() {
+    let mut w = World::new(2, false, DeviceConfig::default());
+    let s = w.buffer(0, DEV, &[1u8; 100]);
+    w.cuda.free(s.addr);
+    let sid = w.send(0, 1, s);
+    match w.d[0].fatal() {
+        Some(gmpi_pml::PmlError::Device(e)) => assert_eq!((e.what, e.addr), ("reading", s.addr)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        w.d[0].test(sid),
+        Some(Err(gmpi_pml::PmlError::Device(_)))
+    ));
+}
