@@ -367,7 +367,10 @@ fn a_failed_copy_into_the_device_fails_the_receive_not_the_process() {
             }
             other => panic!("{len} B: {other:?}"),
         }
-        w.d[0].test(sid).expect("send done").expect("the sender saw nothing wrong");
+        w.d[0]
+            .test(sid)
+            .expect("send done")
+            .expect("the sender saw nothing wrong");
         assert_eq!(w.d[1].pml.outstanding(), 0, "{len} B");
         let r2 = w.buffer(1, DEV, &vec![0u8; len]);
         let rid = w.recv(1, 0, r2);
