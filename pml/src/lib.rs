@@ -163,6 +163,8 @@ pub struct Pml {
     claimed: std::collections::HashMap<u64, matching::Unexpected>,
     next_claim: u64,
     actions: VecDeque<Action>,
+    /// Empty between calls: where [`Pml::retry_refused`] parks `actions`.
+    spare: VecDeque<Action>,
     /// The blocking receive waiting in place of a request, if any
     /// ([`Pml::post_recv_direct`]).
     direct: Option<recv::Direct>,
@@ -185,6 +187,7 @@ impl Pml {
             claimed: std::collections::HashMap::new(),
             next_claim: 0,
             actions: VecDeque::new(),
+            spare: VecDeque::new(),
             direct: None,
             copy_faults: std::collections::HashMap::new(),
         }
@@ -211,9 +214,8 @@ impl Pml {
         }
         let excl = caps.exclusivity;
         let btls = &self.btls;
-        self.peers.add_route(id, excl, reaches, &|b| {
-            btls.get(b).map_or(excl, |i| i.caps.exclusivity)
-        });
+        self.peers
+            .add_route(id, excl, reaches, &|b| btls[b].caps.exclusivity);
         self.btls.push(BtlInfo { caps, plans });
         let btls = &self.btls;
         self.peers.set_inline(&|b| {
@@ -279,29 +281,24 @@ impl Pml {
         self.peers.any_pending()
     }
 
-    /// The driver could not execute `a` now (its btl answered
-    /// `NoResource`): it waits, with every later action for its peer, until
-    /// [`Pml::retry_refused`].
-    pub fn handle_refused(&mut self, a: Action) {
-        match a.peer() {
-            Some(p) => self.peers.push_pending(p, a),
-            // Only peer-bound actions are ever refused; keep the rest in
-            // line rather than lose them.
-            None => self.actions.push_front(a),
-        }
+    /// The driver could not execute `a`, an action for `peer`, now (its
+    /// btl answered `NoResource`): it waits, with every later action for
+    /// that peer, until [`Pml::retry_refused`].
+    pub fn handle_refused(&mut self, peer: Rank, a: Action) {
+        self.peers.push_pending(peer, a);
     }
 
     /// Put every refused action back in line (ahead of newer ones, each
     /// peer's in order) for [`Pml::poll_action`]. The driver calls it on
-    /// every progress pass.
+    /// every progress pass. Allocates nothing once the queues have grown:
+    /// the queue of newer actions is parked in `spare` meanwhile.
     pub fn retry_refused(&mut self) {
         if !self.peers.any_pending() {
             return;
         }
-        let back: Vec<Action> = self.peers.take_pending().collect();
-        for a in back.into_iter().rev() {
-            self.actions.push_front(a);
-        }
+        std::mem::swap(&mut self.actions, &mut self.spare);
+        self.actions.extend(self.peers.take_pending());
+        self.actions.append(&mut self.spare);
     }
 
     /// Requests not yet completed and taken.

@@ -23,9 +23,31 @@ pub(crate) enum UnexpectedBody {
     /// Eager payload, copied out of the transport.
     Eager(Vec<u8>),
     /// Rendezvous: the data stays with the sender until matched.
-    Rndv(Option<MemDesc>),
-    /// Rendezvous of device memory by CUDA IPC.
+    Rndv(RndvBody),
+}
+
+/// What a request-to-send offers its receiver, with the descriptor it
+/// carries ([`crate::protocol::Offer`] without the data).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RndvBody {
+    /// RNDV with a memory descriptor the receiver may `get`.
+    Get(MemDesc),
+    /// RNDV without one: the sender streams on clear-to-send.
+    Stream,
+    /// RNDV_IPC: device memory by CUDA IPC.
     Ipc(gmpi_mem::IpcDesc),
+}
+
+impl RndvBody {
+    /// The offer, as the protocol choice sees it.
+    pub fn offer(&self) -> crate::protocol::Offer {
+        use crate::protocol::Offer;
+        match self {
+            RndvBody::Get(_) => Offer::Get,
+            RndvBody::Stream => Offer::Stream,
+            RndvBody::Ipc(_) => Offer::Ipc,
+        }
+    }
 }
 
 /// An arrived message no receive was waiting for.
@@ -166,9 +188,8 @@ impl Matching {
     /// that already arrived stays receivable.
     pub fn drop_peer(&mut self, peer: Rank) {
         self.stash.retain(|&(p, _), _| p != peer);
-        self.unexpected.retain(|u| {
-            !(u.peer == peer && matches!(u.body, UnexpectedBody::Rndv(_) | UnexpectedBody::Ipc(_)))
-        });
+        self.unexpected
+            .retain(|u| !(u.peer == peer && matches!(u.body, UnexpectedBody::Rndv(_))));
     }
 }
 
@@ -288,7 +309,7 @@ mod tests {
     fn a_failed_peer_keeps_its_arrived_eager_data_and_loses_the_rest() {
         let mut m = Matching::new();
         m.push_unexpected(eager(1, 0));
-        m.push_unexpected(msg(1, 0, 1, 1, UnexpectedBody::Rndv(None)));
+        m.push_unexpected(msg(1, 0, 1, 1, UnexpectedBody::Rndv(RndvBody::Stream)));
         m.push_unexpected(eager(2, 0));
         m.stash(1, 9, 0, vec![]);
         m.drop_peer(1);

@@ -53,7 +53,7 @@ impl Peers {
 
     /// Add `btl` (of exclusivity `excl`) as a route to every peer `reaches`
     /// accepts: it replaces routes of lower exclusivity and joins those of
-    /// equal. `excl_of` gives a registered btl's exclusivity.
+    /// equal. `excl_of` gives an already registered btl's exclusivity.
     pub fn add_route(
         &mut self,
         btl: BtlId,
@@ -175,13 +175,11 @@ impl Peers {
         self.pending.iter_mut().flat_map(|q| q.drain(..))
     }
 
-    /// Drop what waits for `peer` (it failed); returns the tokens of the
-    /// dropped actions.
-    pub fn drop_pending(&mut self, peer: Rank) -> usize {
+    /// Drop what waits for `peer` (it failed: the requests those actions
+    /// served have failed with it).
+    pub fn drop_pending(&mut self, peer: Rank) {
         let q = &mut self.pending[peer as usize];
-        let n = q.len();
+        self.pending_count -= q.len();
         q.clear();
-        self.pending_count -= n;
-        n
     }
 }

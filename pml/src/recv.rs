@@ -12,7 +12,7 @@
 
 use gmpi_btl::Rank;
 
-use crate::matching::{self, Unexpected, UnexpectedBody};
+use crate::matching::{self, RndvBody, Unexpected, UnexpectedBody};
 use crate::memory::HostWrite;
 use crate::request::{self, RecvReq, RecvState, Req};
 use crate::rndv::Frag;
@@ -357,7 +357,10 @@ impl Pml {
             Hdr::Match { flags, m } => {
                 return self.incoming_match(btl, peer, flags, m, payload, w);
             }
-            Hdr::Rndv { flags, m, desc } => (m, flags, UnexpectedBody::Rndv(desc)),
+            Hdr::Rndv { flags, m, desc } => {
+                let body = desc.map_or(RndvBody::Stream, RndvBody::Get);
+                (m, flags, UnexpectedBody::Rndv(body))
+            }
             Hdr::RndvIpc { flags, m } => {
                 // `Hdr::decode` checked the length.
                 let d = gmpi_mem::IpcDesc::decode(payload).ok_or(PmlError::peer(
@@ -377,7 +380,7 @@ impl Pml {
                         },
                     ));
                 }
-                (m, flags, UnexpectedBody::Ipc(d))
+                (m, flags, UnexpectedBody::Rndv(RndvBody::Ipc(d)))
             }
             // The caller only hands over the three that carry an envelope.
             Hdr::Ack { .. } | Hdr::Cts { .. } | Hdr::Frag { .. } | Hdr::Fin { .. } => {
@@ -482,7 +485,7 @@ impl Pml {
             UnexpectedBody::Eager(data) => {
                 self.deliver_eager(id, u.peer, u.btl, u.m, u.flags, &data, w)
             }
-            UnexpectedBody::Rndv(_) | UnexpectedBody::Ipc(_) => self.start_rndv_recv(id, u),
+            UnexpectedBody::Rndv(body) => self.start_rndv_recv(id, u.peer, u.btl, &u.m, body),
         }
     }
 }

@@ -104,6 +104,8 @@ pub(crate) struct Engine {
     pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched>,
     pub next_sched: u64,
     pub cfg: Config,
+    /// What the collectives' algorithm choice reads of `cfg`, derived once.
+    pub coll: crate::coll::select::Settings,
 }
 
 impl std::fmt::Debug for Engine {
@@ -586,6 +588,7 @@ impl Engine {
             next_ctx: 2,
             scheds: Default::default(),
             next_sched: 1,
+            coll: crate::coll::select::Settings::of(&cfg),
             cfg,
             rank,
             size,

@@ -27,7 +27,7 @@ mod staged;
 use gmpi_btl::{MemDesc, Rank};
 
 use crate::action::{Action, Payload};
-use crate::matching::{Unexpected, UnexpectedBody};
+use crate::matching::RndvBody;
 use crate::protocol::{self, Offer, Protocol};
 use crate::request::{Matched, RecvState, SendState};
 use crate::wire::{Hdr, MatchHdr, F_SYNC};
@@ -122,40 +122,43 @@ impl Pml {
         Ok(())
     }
 
-    /// A rendezvous `u` matched receive `id`: accept it, then complete it
-    /// the way the receiver's half of the plan says.
-    pub(crate) fn start_rndv_recv(&mut self, id: ReqId, u: Unexpected) {
+    /// The request-to-send with envelope `m` from `peer` on `btl`, offering
+    /// `body`, matched receive `id`: accept it, then complete it the way the
+    /// receiver's half of the plan says.
+    pub(crate) fn start_rndv_recv(
+        &mut self,
+        id: ReqId,
+        peer: Rank,
+        btl: usize,
+        m: &MatchHdr,
+        body: RndvBody,
+    ) {
         let Some(r) = self.reqs.recv_mut(id) else {
             return;
         };
         let consumed = matches!(r.state, RecvState::AwaitMatch { consumed: true, .. });
         let buf = r.buf;
-        let want = u.m.len.min(buf.len as u64);
-        let (offer, desc, ipc) = match u.body {
-            UnexpectedBody::Rndv(Some(d)) => (Offer::Get, Some(d), None),
-            UnexpectedBody::Rndv(None) => (Offer::Stream, None, None),
-            UnexpectedBody::Ipc(d) => (Offer::Ipc, None, Some(d)),
-            UnexpectedBody::Eager(_) => return,
-        };
-        let m = Matched {
-            peer: u.peer,
-            btl: u.btl,
-            sreq: u.m.sreq,
+        let want = m.len.min(buf.len as u64);
+        let offer = body.offer();
+        let matched = Matched {
+            peer,
+            btl,
+            sreq: m.sreq,
             want,
-            msg_len: u.m.len,
+            msg_len: m.len,
             status: Status {
-                source: u.m.src,
-                tag: u.m.tag,
+                source: m.src,
+                tag: m.tag,
                 len: want,
                 cancelled: false,
             },
             from_device: offer == Offer::Ipc,
         };
-        let how = protocol::receive(offer, buf.kind, &self.btls[u.btl].caps, &self.cfg);
-        match (how, desc, ipc) {
-            (Protocol::RndvIpc, _, Some(d)) => self.start_ipc_copy(id, m, d),
-            (Protocol::RndvGet, Some(d), _) => self.start_get(id, m, d, consumed),
-            _ => self.start_streaming(id, m),
+        let how = protocol::receive(offer, buf.kind, &self.btls[btl].caps, &self.cfg);
+        match (how, body) {
+            (Protocol::RndvIpc, RndvBody::Ipc(d)) => self.start_ipc_copy(id, matched, d),
+            (Protocol::RndvGet, RndvBody::Get(d)) => self.start_get(id, matched, d, consumed),
+            _ => self.start_streaming(id, matched),
         }
     }
 

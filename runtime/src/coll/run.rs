@@ -98,7 +98,7 @@ impl Communicator {
     /// so the selector never answers [`Algo::Shm`].
     #[inline]
     pub(super) fn pick(&self, e: &Engine, call: &str, q: &Query) -> Algo {
-        selected(call, q, &Settings::of(&e.cfg))
+        selected(call, q, &e.coll)
     }
 
     /// The algorithm of a blocking call with a shared-memory path: where
@@ -112,7 +112,7 @@ impl Communicator {
         tag: i32,
         q: Query,
     ) -> Choice<'g> {
-        let s = Settings::of(&e.cfg);
+        let s = e.coll;
         if !select::area_wanted(&q, &s) {
             return Choice::Sched(selected(call, &q, &s));
         }

@@ -30,7 +30,7 @@ impl<H: HostMemory> Driver<H> {
         while let Some(a) = self.pml.poll_action() {
             match self.execute(a) {
                 None => ran += 1,
-                Some(back) => self.pml.handle_refused(back),
+                Some((peer, back)) => self.pml.handle_refused(peer, back),
             }
         }
         ran
@@ -50,8 +50,9 @@ impl<H: HostMemory> Driver<H> {
         }
     }
 
-    /// Run one action; give it back if the btl had no resources.
-    fn execute(&mut self, a: Action) -> Option<Action> {
+    /// Run one action; give it back, with its peer, if the btl had no
+    /// resources (only sends and gets go to a btl that can refuse).
+    fn execute(&mut self, a: Action) -> Option<(Rank, Action)> {
         match a {
             Action::Send {
                 btl,
@@ -129,7 +130,7 @@ impl<H: HostMemory> Driver<H> {
                         None
                     }
                     Ok(Submit::Queued) => None,
-                    Ok(Submit::NoResource) => Some(a),
+                    Ok(Submit::NoResource) => Some((peer, a)),
                     Err(BtlError::PeerFailed(p)) => {
                         self.pml.handle_peer_failed(p);
                         None
@@ -182,7 +183,7 @@ impl<H: HostMemory> Driver<H> {
         header: gmpi_pml::wire::HdrBuf,
         payload: Payload,
         token: u64,
-    ) -> Option<Action> {
+    ) -> Option<(Rank, Action)> {
         self.quiet[btl] = false;
         let b = &mut self.btls[btl];
         let stream = header.is_frag();
@@ -228,13 +229,16 @@ impl<H: HostMemory> Driver<H> {
                 None
             }
             Ok(Submit::Queued) => None,
-            Ok(Submit::NoResource) => Some(Action::Send {
-                btl,
+            Ok(Submit::NoResource) => Some((
                 peer,
-                header,
-                payload: kept.map_or(payload, Payload::Bytes),
-                token,
-            }),
+                Action::Send {
+                    btl,
+                    peer,
+                    header,
+                    payload: kept.map_or(payload, Payload::Bytes),
+                    token,
+                },
+            )),
             Err(e) => {
                 self.transport_error(peer, e);
                 None

@@ -19,7 +19,7 @@ use gmpi_btl_shm::{CollConfig, ShmColl};
 
 use super::algo;
 use super::sched::{Reduction, Sched};
-use super::select::{self, Area, Coll, Form, Settings, TINY};
+use super::select::{self, Area, Coll, Form, TINY};
 use crate::buffer::View;
 use crate::comm::{Communicator, ShmState};
 use crate::engine::{self, Engine};
@@ -110,7 +110,7 @@ impl Communicator {
                 // the first member names the area apart.
                 let path = format!("{prefix}-c{}-{}", self.inner.ctx, self.inner.world[0]);
                 let cfg = CollConfig {
-                    slot_bytes: Settings::of(&e.cfg).shm_max.max(64) + HDR,
+                    slot_bytes: e.coll.shm_max.max(64) + HDR,
                     ..CollConfig::default()
                 };
                 let (n, me) = (self.size(), self.rank());
@@ -318,19 +318,21 @@ impl Communicator {
         engine::with(CALL, |e| {
             // Only where the general path would use the area too; the tiny
             // road takes the area as it is and never sets it up.
-            let s = Settings::of(&e.cfg);
+            let s = e.coll;
             let q = self.query(Coll::Allreduce, Form::Blocking, len);
             if !select::tiny_wanted(&q, &s) {
                 return Ok(None);
             }
             let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
             let q = q.area(area_of(&g));
+            // `tiny` only takes a ready area; anything else takes the
+            // general road, which makes the same choice.
+            let ShmState::Ready(a) = &mut *g else {
+                return Ok(None);
+            };
             if !select::tiny(&q, &s) {
                 return Ok(None);
             }
-            let ShmState::Ready(a) = &mut *g else {
-                unreachable!("the selector chose an area that is not ready")
-            };
             self.next_tag();
             tracing::debug!(target: "coll", "{CALL}: shared memory, {len} B, tiny path, reduced in rank order");
             let mut buf = [0u8; HDR + TINY];
