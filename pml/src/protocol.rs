@@ -106,8 +106,9 @@ impl Protocol {
 /// Tunables of the device-memory protocols (`GMPI_GPU_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConfig {
-    /// Largest device message sent eagerly (copied through a bounce buffer);
-    /// also capped by the transport's eager limit.
+    /// Largest device message sent eagerly (copied through a bounce buffer).
+    /// Its own setting, independent of the host eager limit: capped only by
+    /// what one send of the transport carries ([`device_eager_limit`]).
     pub eager_limit: usize,
     /// Smallest device message sent by CUDA IPC between ranks of one node.
     pub ipc_threshold: usize,
@@ -223,15 +224,28 @@ impl Offer {
 
 /// The eager limit in force for a transport under a configuration.
 pub fn eager_limit(caps: &Capabilities, cfg: &PmlConfig) -> usize {
-    let cap = caps.max_send_size.saturating_sub(MAX_HDR);
-    cfg.eager_limit.unwrap_or(caps.eager_limit).min(cap)
+    cfg.eager_limit
+        .unwrap_or(caps.eager_limit)
+        .min(send_room(caps))
+}
+
+/// The eager limit for device and managed memory: `GMPI_GPU_EAGER_LIMIT`,
+/// whatever the host eager limit is, as long as one send of the transport
+/// carries it.
+pub fn device_eager_limit(caps: &Capabilities, cfg: &PmlConfig) -> usize {
+    cfg.device.eager_limit.min(send_room(caps))
+}
+
+/// Payload bytes one send of the transport carries after the largest header.
+fn send_room(caps: &Capabilities) -> usize {
+    caps.max_send_size.saturating_sub(MAX_HDR)
 }
 
 /// Payload bytes per pipelined fragment on a transport, for a message from
 /// memory of `kind` (device memory is staged in `GMPI_GPU_PIPELINE_CHUNK`
 /// pieces, or smaller where the transport's fragments are).
 fn chunk_size(caps: &Capabilities, cfg: &PmlConfig, kind: MemKind) -> usize {
-    let room = caps.max_send_size.saturating_sub(MAX_HDR).max(1);
+    let room = send_room(caps).max(1);
     let c = cfg.pipeline_chunk.map_or(room, |c| c.clamp(1, room));
     if kind.is_host() {
         c
@@ -252,7 +266,7 @@ fn sender_protocol(q: &Query, caps: &Capabilities, cfg: &PmlConfig) -> Protocol 
         // IPC on one node or GPUDirect where the transport can register
         // GPU memory; everything else is staged in chunks.
         let d = &cfg.device;
-        if q.len <= eager_limit(caps, cfg).min(d.eager_limit) {
+        if q.len <= device_eager_limit(caps, cfg) {
             return eager;
         }
         let device = matches!(q.src, MemKind::Device { .. });
@@ -330,9 +344,7 @@ impl PlanTable {
         let mut starts = vec![
             0,
             eager_limit(caps, cfg).saturating_add(1),
-            eager_limit(caps, cfg)
-                .min(cfg.device.eager_limit)
-                .saturating_add(1),
+            device_eager_limit(caps, cfg).saturating_add(1),
             cfg.device.ipc_threshold,
             get_threshold,
         ];
@@ -470,6 +482,38 @@ mod tests {
             cfg,
         )
         .protocol
+    }
+
+    #[test]
+    fn device_eager_limit_is_its_own_setting() {
+        // A transport whose host eager limit (4 KiB) is far below what one
+        // send carries (64 KiB): GMPI_GPU_EAGER_LIMIT above the host limit
+        // is honoured, and capped only by the send size.
+        let mut c = caps(false);
+        c.eager_limit = 4 << 10;
+        c.max_send_size = 64 << 10;
+        let mut cfg = PmlConfig::default();
+        cfg.device.eager_limit = 32 << 10;
+        assert_eq!(choose(32 << 10, DEV, STD, &c, &cfg), Protocol::Eager);
+        assert_eq!(
+            choose((32 << 10) + 1, DEV, STD, &c, &cfg),
+            Protocol::RndvPipelined
+        );
+        assert_eq!(
+            choose(32 << 10, MemKind::Host, STD, &c, &cfg),
+            Protocol::RndvPipelined,
+            "the host eager limit is unchanged"
+        );
+        cfg.device.eager_limit = 1 << 20;
+        let room = (64 << 10) - MAX_HDR;
+        assert_eq!(device_eager_limit(&c, &cfg), room);
+        assert_eq!(choose(room, DEV, STD, &c, &cfg), Protocol::Eager);
+        assert_eq!(
+            choose(room + 1, DEV, STD, &c, &cfg),
+            Protocol::RndvPipelined
+        );
+        let t = PlanTable::build(DEV, None, STD, &c, &cfg);
+        assert_eq!(t.eager_upto(), Some(room));
     }
 
     #[test]
@@ -781,7 +825,8 @@ mod tests {
         assert!(t
             .describe()
             .starts_with("host -> ?, standard: 0 B..4 KiB: eager"));
+        // The device eager limit (8 KiB) is its own, above the host's.
         let t = PlanTable::build(DEV, None, STD, &c, &PmlConfig::default());
-        assert_eq!(t.eager_upto(), Some(4096));
+        assert_eq!(t.eager_upto(), Some(8192));
     }
 }
