@@ -29,6 +29,8 @@ impl Loopback {
                 put: false,
                 exclusivity: 1 << 16,
                 get_threshold: usize::MAX,
+                // Device memory reaches this peer by address: the driver
+                // copies device-to-device without an IPC handle.
                 cuda_ipc: true,
                 gpudirect: false,
             },

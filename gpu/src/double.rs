@@ -10,11 +10,15 @@
 //! allocations (a copy past the end of one is an error, as on a GPU) and
 //! counted, so tests assert the number of copies each protocol makes.
 //!
-//! One `TestCuda` is shared (`Arc`) by every rank of an in-process test, the
-//! way one driver serves every process of a node.
+//! One `TestCuda`'s memory is shared by every rank of an in-process test, the
+//! way one driver serves every process of a node; each rank that plays a
+//! process of its own gets a view with its own process id
+//! ([`TestCuda::process`]). As with real CUDA, an IPC handle opens only in a
+//! process other than the one that exported it (`cuIpcOpenMemHandle` in the
+//! exporting process fails with `CUDA_ERROR_INVALID_CONTEXT`).
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::api::*;
 use crate::MemKind;
@@ -82,7 +86,9 @@ struct State {
 pub struct TestCuda {
     devices: usize,
     gdrcopy: bool,
-    st: Mutex<State>,
+    /// The process this view plays (IPC handles carry it).
+    pid: u32,
+    st: Arc<Mutex<State>>,
 }
 
 #[derive(Debug)]
@@ -138,12 +144,25 @@ impl TestCuda {
         Self {
             devices,
             gdrcopy: false,
-            st: Mutex::new(State {
+            pid: 0,
+            st: Arc::new(Mutex::new(State {
                 next: DEVICE_BASE,
                 next_id: 1,
                 next_map: MAP_BASE,
                 ..State::default()
-            }),
+            })),
+        }
+    }
+
+    /// A view of the same driver (same memory, counters and mappings) from
+    /// process `pid`: what one rank of a multi-process test uses, so that
+    /// IPC handles open in the other ranks and not in their exporter.
+    pub fn process(&self, pid: u32) -> Self {
+        Self {
+            devices: self.devices,
+            gdrcopy: self.gdrcopy,
+            pid,
+            st: Arc::clone(&self.st),
         }
     }
 
@@ -351,6 +370,7 @@ impl CudaApi for TestCuda {
         h[..8].copy_from_slice(&base.to_le_bytes());
         h[8..16].copy_from_slice(&a.buffer_id.to_le_bytes());
         h[16..24].copy_from_slice(b"gmpidbl\0");
+        h[24..28].copy_from_slice(&self.pid.to_le_bytes());
         s.counts.ipc_handles += 1;
         Ok(IpcHandle(h))
     }
@@ -359,6 +379,13 @@ impl CudaApi for TestCuda {
         let mut s = self.st();
         let f = |i: usize| u64::from_le_bytes(h.0[i..i + 8].try_into().expect("8"));
         let (base, id) = (f(0), f(8));
+        let exporter = u32::from_le_bytes(h.0[24..28].try_into().expect("4"));
+        if exporter == self.pid {
+            return Err(GpuError::Driver {
+                call: "cuIpcOpenMemHandle",
+                msg: "CUDA_ERROR_INVALID_CONTEXT: an IPC handle cannot be opened in the process that exported it".into(),
+            });
+        }
         let live = s.allocs.get(&base).filter(|a| a.buffer_id == id);
         let Some(a) = live else {
             return Err(GpuError::Driver {

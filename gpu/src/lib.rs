@@ -435,6 +435,36 @@ impl Gpu {
         })
     }
 
+    /// The descriptor of `len` device bytes at `addr` for this process
+    /// itself (a device self-send): no IPC handle is made, since CUDA cannot
+    /// open one in the process that exported it and the receiver already
+    /// shares the address space; so any device allocation qualifies,
+    /// stream-ordered pool and VMM memory too. The receiver copies from
+    /// `base + offset` directly.
+    pub fn self_desc(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
+        let api = self.need_api()?;
+        let info = self
+            .lookup(api.as_ref(), addr)
+            .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
+        if !info.contains(addr, len) {
+            return Err(GpuError::BadRange {
+                addr,
+                len,
+                why: format!(
+                    "crosses the end of its allocation ({:#x}+{})",
+                    info.base, info.size
+                ),
+            });
+        }
+        Ok(IpcDesc {
+            handle: IpcHandle([0; 64]),
+            base: info.base,
+            buffer_id: info.buffer_id,
+            offset: addr - info.base,
+            len: len as u64,
+        })
+    }
+
     /// The local address of byte `offset` of `d` (a descriptor from `peer`),
     /// mapping the peer's allocation on first use. A cached mapping of an
     /// older allocation at the same base (different buffer id) is closed

@@ -95,10 +95,18 @@ fn staged_reads_and_writes_go_through_pooled_bounce_buffers() {
 #[test]
 fn ipc_export_map_and_stale_mappings() {
     let (d, sender) = gpu();
-    let receiver = Gpu::with_api(d.clone(), GpuConfig::default());
+    // The receiver is another process of the node (its own view).
+    let receiver = Gpu::with_api(Arc::new(d.process(1)), GpuConfig::default());
     let p = d.malloc(1 << 16, 0);
     d.poke(p + 100, b"hello");
     let desc = sender.ipc_export(p + 100, 5).unwrap();
+    // As with real CUDA, the exporting process cannot open its own handle.
+    let own = sender.ipc_map(0, &desc).unwrap_err();
+    assert!(
+        own.to_string().contains("CUDA_ERROR_INVALID_CONTEXT"),
+        "{own}"
+    );
+    assert_eq!(d.counts().ipc_opens, 0);
     assert_eq!((desc.base, desc.offset, desc.len), (p, 100, 5));
     let mut wire = [0u8; IpcDesc::WIRE_LEN];
     desc.encode(&mut wire);

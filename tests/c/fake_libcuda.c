@@ -15,9 +15,12 @@
  * ranges, pinned host memory (memory type HOST), context queries, IPC
  * handles (opened as an alias of the same memory, reference counted) and
  * device facts. Kernels are not supported (CUDA_ERROR_NOT_SUPPORTED).
- * IPC handles carry the pid of the process that made them and open only in
- * that process (across processes the opener must fall back, as gmpi does to
- * its staged protocol, instead of aliasing an unrelated allocation).
+ * IPC handles carry the pid of the process that made them. As with real
+ * CUDA, the exporting process cannot open its own handle
+ * (CUDA_ERROR_INVALID_CONTEXT); and since the fake's memory is private to
+ * its process, another process cannot map it either (CUDA_ERROR_INVALID_HANDLE,
+ * counted as "ipc-foreign"): every open fails, and gmpi must fall back to its
+ * staged protocol (or, to itself, copy directly) instead of aliasing memory.
  *
  * And the calls `cudarc`'s safe API makes (CudaContext::new, streams,
  * events, alloc_zeros, clone_htod/clone_dtoh, synchronize, drop): streams
@@ -182,6 +185,7 @@ int cuGetErrorString(int rc, const char **s) {
 /* ---- the calls of gmpi-gpu's real backend ---- */
 
 #define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_NOT_SUPPORTED 801
 #define MAX_PINNED 256
@@ -213,7 +217,14 @@ static int find_pinned(CUdeviceptr p) {
 }
 
 int cuGetErrorName(int rc, const char **s) {
-    *s = rc == 0 ? "CUDA_SUCCESS" : rc == 1 ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_FAKE";
+    switch (rc) {
+    case 0: *s = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    default: *s = "CUDA_ERROR_FAKE";
+    }
     return 0;
 }
 
@@ -424,21 +435,17 @@ typedef struct {
 int cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
     int i;
     unsigned long long id;
-    memcpy(&i, h.reserved + 8, sizeof i);
     pid_t pid;
+    (void)p;
+    memcpy(&i, h.reserved + 8, sizeof i);
     memcpy(&id, h.reserved + 16, sizeof id);
     memcpy(&pid, h.reserved + 24, sizeof pid);
-    if (pid != getpid()) {
-        n_ipc_foreign++; /* another process's memory: not reachable here */
+    if (!ready() || memcmp(h.reserved, "FAKEIPC", 8) || flags != 1)
         return CUDA_ERROR_INVALID_HANDLE;
-    }
-    if (!ready() || memcmp(h.reserved, "FAKEIPC", 8) || i < 0 || i >= MAX_ALLOCS || !allocs[i].base ||
-        allocs[i].id != id || flags != 1)
-        return CUDA_ERROR_INVALID_HANDLE;
-    allocs[i].ipc_opens++;
-    n_ipc_open++;
-    *p = (CUdeviceptr)allocs[i].base;
-    return 0;
+    if (pid == getpid())
+        return CUDA_ERROR_INVALID_CONTEXT; /* CUDA: not in the exporter */
+    n_ipc_foreign++; /* another process's memory: not reachable here */
+    return CUDA_ERROR_INVALID_HANDLE;
 }
 
 int cuIpcCloseMemHandle(CUdeviceptr p) {

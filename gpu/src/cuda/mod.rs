@@ -794,13 +794,11 @@ mod tests {
         assert_eq!(api.query(pa).unwrap(), None);
         drop(pinned);
 
-        // IPC (the fake maps a handle onto the same memory).
+        // IPC: a handle is made, and, as with real CUDA, cannot be opened
+        // in the process that exported it.
         let h = api.ipc_handle(d).expect("ipc handle");
-        let m = api.ipc_open(&h).expect("ipc open");
-        let mut via = vec![0u8; 200];
-        api.copy_to_host(&mut via, m).unwrap();
-        assert_eq!(via, data);
-        api.ipc_close(m).expect("ipc close");
+        let own = api.ipc_open(&h).expect_err("opened in its exporter");
+        assert!(own.to_string().contains("INVALID_CONTEXT"), "{own}");
 
         // Managed memory cannot be exported; reductions need NVRTC and
         // kernels; no dma-buf in the fake.
@@ -839,9 +837,11 @@ mod tests {
                 .unwrap();
             let desc = gpu.ipc_export(d + 100, 50).expect("export");
             assert_eq!((desc.base, desc.offset), (d, 100));
-            let local = gpu.ipc_map(1, &desc).expect("map");
+            assert!(gpu.ipc_map(1, &desc).is_err(), "own handle opened");
+            let me = gpu.self_desc(d + 100, 50).expect("self descriptor");
+            assert_eq!((me.base, me.offset, me.buffer_id), (d, 100, desc.buffer_id));
             let mut b = [0u8; 4];
-            gpu.copy_to_host(&mut b, local).unwrap();
+            gpu.copy_to_host(&mut b, me.base + me.offset).unwrap();
             assert_eq!(b, [100, 101, 102, 103]);
             gpu.copy_to_host(&mut b, d).unwrap();
             assert_eq!(b, [9; 4]);

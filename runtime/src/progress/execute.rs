@@ -10,7 +10,10 @@
 //! - `Register`: the btl's registration of host memory, or GPUDirect
 //!   registration of device memory (a dma-buf export of the gpu layer).
 //! - `IpcExport` / `IpcCopy`: the gpu layer's CUDA IPC export, and its
-//!   (cached) open of a peer's handle followed by the copy.
+//!   (cached) open of a peer's handle followed by the copy. Towards this
+//!   rank itself (the `self` btl) there is no handle to make or open (CUDA
+//!   refuses to open one in its exporter): the descriptor names our own
+//!   address and the copy is one device-to-device copy from it.
 //! - `Get`: the btl's single-copy get into the receive buffer.
 //! - `CopyIn`: bytes into device memory.
 
@@ -82,14 +85,13 @@ impl<H: HostMemory> Driver<H> {
                 self.pml.handle_registered(token, desc);
                 None
             }
-            Action::IpcExport {
-                peer: _,
-                buf,
-                token,
-            } => {
-                let desc = self
-                    .gpu
-                    .ipc_export(buf.addr, buf.len)
+            Action::IpcExport { peer, buf, token } => {
+                let desc = if peer == self.pml.rank() {
+                    self.gpu.self_desc(buf.addr, buf.len)
+                } else {
+                    self.gpu.ipc_export(buf.addr, buf.len)
+                };
+                let desc = desc
                     .map_err(|e| tracing::debug!(target: "pml", "no CUDA IPC for {:#x}+{}: {e}; staging instead", buf.addr, buf.len))
                     .ok();
                 self.pml.handle_ipc_exported(token, desc);
@@ -275,7 +277,11 @@ impl<H: HostMemory> Driver<H> {
         dst_kind: MemKind,
         len: usize,
     ) -> Result<(), String> {
-        let src = self.gpu.ipc_map(peer, desc).map_err(|e| e.to_string())?;
+        let src = if peer == self.pml.rank() {
+            desc.base + desc.offset
+        } else {
+            self.gpu.ipc_map(peer, desc).map_err(|e| e.to_string())?
+        };
         let gpu = &self.gpu;
         let res = if dst_kind.is_host() {
             self.host

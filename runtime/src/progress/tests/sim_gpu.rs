@@ -20,6 +20,15 @@ const EAGER: usize = 256;
 const FRAG: usize = 1024;
 const DEV: MemKind = MemKind::Device { ordinal: 0 };
 
+/// The device protocols' settings of these tests: device messages up to
+/// the host eager limit go eagerly, as `expected` assumes.
+fn device() -> DeviceConfig {
+    DeviceConfig {
+        eager_limit: EAGER,
+        ..DeviceConfig::default()
+    }
+}
+
 fn caps(ipc: bool) -> Capabilities {
     Capabilities {
         name: "sim",
@@ -54,8 +63,13 @@ impl World {
                     Box::new(Loopback::new(r)),
                     Box::new(f.endpoint(r, 0, caps(ipc))),
                 ];
-                // One gpu layer per rank (its own caches), one driver for all.
-                let g = Arc::new(Gpu::with_api(cuda.clone(), GpuConfig::default()));
+                // One gpu layer per rank (its own caches), one driver for
+                // all, each rank a process of its own (IPC opens only in
+                // another process, as with CUDA).
+                let g = Arc::new(Gpu::with_api(
+                    Arc::new(cuda.process(r)),
+                    GpuConfig::default(),
+                ));
                 Driver::new(Pml::new(r, n, cfg.clone()), btls, SimMem(f.memory(r)), g)
             })
             .collect();
@@ -199,7 +213,7 @@ fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool, chunk: usize) -> (u
 fn every_combination_size_and_path() {
     let chunk = FRAG - gmpi_pml::wire::MAX_HDR;
     for ipc in [false, true] {
-        let mut w = World::new(2, ipc, DeviceConfig::default());
+        let mut w = World::new(2, ipc, device());
         for (i, &len) in [0usize, 1, 200, 256, 257, 5000, 100_000].iter().enumerate() {
             for sk in [MemKind::Host, DEV] {
                 for rk in [MemKind::Host, DEV] {
@@ -233,7 +247,7 @@ fn every_combination_size_and_path() {
 
 #[test]
 fn managed_memory_is_staged_never_ipc() {
-    let mut w = World::new(2, true, DeviceConfig::default());
+    let mut w = World::new(2, true, device());
     let data: Vec<u8> = (0..50_000u32).map(|i| i as u8).collect();
     let m = w.cuda.malloc_managed(data.len());
     w.cuda.poke(m, &data);
@@ -255,7 +269,7 @@ fn managed_memory_is_staged_never_ipc() {
 
 #[test]
 fn freed_and_reallocated_send_buffer_never_reuses_a_stale_mapping() {
-    let mut w = World::new(2, true, DeviceConfig::default());
+    let mut w = World::new(2, true, device());
     let len = 10_000;
     let r = w.buffer(1, DEV, &vec![0u8; len]);
     let mut last = 0;
@@ -287,7 +301,7 @@ fn freed_and_reallocated_send_buffer_never_reuses_a_stale_mapping() {
 
 #[test]
 fn ipc_failure_falls_back_to_staging() {
-    let mut w = World::new(2, true, DeviceConfig::default());
+    let mut w = World::new(2, true, device());
     let len = 20_000;
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let s = w.buffer(0, DEV, &data);
@@ -313,7 +327,7 @@ fn ipc_failure_falls_back_to_staging() {
 fn staged_pipeline_keeps_chunk_order_under_back_pressure() {
     let gpu = DeviceConfig {
         pipeline_chunk: 300,
-        ..DeviceConfig::default()
+        ..device()
     };
     for seed in 0..8 {
         let mut w = World::new(3, false, gpu.clone());
@@ -354,7 +368,7 @@ fn staged_pipeline_keeps_chunk_order_under_back_pressure() {
 #[test]
 fn a_failed_copy_into_the_device_fails_the_receive_not_the_process() {
     for len in [100, 5_000] {
-        let mut w = World::new(2, false, DeviceConfig::default());
+        let mut w = World::new(2, false, device());
         let data = vec![7u8; len];
         let r = w.buffer(1, DEV, &vec![0u8; len]);
         let rid = w.recv(1, 0, r);
@@ -387,7 +401,7 @@ fn a_failed_copy_into_the_device_fails_the_receive_not_the_process() {
 /// job through the error handler. Never a panic.
 #[test]
 fn an_unreadable_device_payload_is_a_fatal_error_not_a_panic() {
-    let mut w = World::new(2, false, DeviceConfig::default());
+    let mut w = World::new(2, false, device());
     let s = w.buffer(0, DEV, &[1u8; 100]);
     w.cuda.free(s.addr);
     let sid = w.send(0, 1, s);
@@ -399,4 +413,30 @@ fn an_unreadable_device_payload_is_a_fatal_error_not_a_panic() {
         w.d[0].test(sid),
         Some(Err(gmpi_pml::PmlError::Device(_)))
     ));
+}
+
+#[test]
+fn a_device_self_send_is_one_device_copy() {
+    // CUDA cannot open an IPC handle in its exporter: a rank sending device
+    // memory to itself copies device-to-device once, with no handle made or
+    // opened and nothing staged through the host.
+    let mut w = World::new(1, true, device());
+    for len in [EAGER + 1, 64 << 10, 1 << 20] {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let s = w.buffer(0, DEV, &data);
+        let r = w.buffer(0, DEV, &vec![0u8; len]);
+        let before = w.cuda.counts();
+        let rid = w.recv(0, 0, r);
+        let sid = w.send(0, 0, s);
+        w.run();
+        w.d[0].test(rid).expect("receive done").expect("ok");
+        w.d[0].test(sid).expect("send done").expect("ok");
+        assert_eq!(w.read(0, r), data, "{len} B");
+        let c = diff(&w.cuda.counts(), &before);
+        assert_eq!(
+            (c.dtod, c.dtoh, c.htod, c.ipc_handles, c.ipc_opens),
+            (1, 0, 0, 0, 0),
+            "{len} B: {c:?}"
+        );
+    }
 }
