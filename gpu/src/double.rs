@@ -78,6 +78,8 @@ struct State {
     /// IPC mappings: mapped base → (owner base, owner buffer id).
     maps: BTreeMap<u64, (u64, u64)>,
     next_map: u64,
+    /// Set: every `query` fails with this driver error (a sticky error).
+    query_error: Option<String>,
     counts: Counts,
 }
 
@@ -254,6 +256,12 @@ impl TestCuda {
             .to_vec()
     }
 
+    /// Make every pointer query fail with `msg` (as after a sticky error or
+    /// with a broken context), or answer again (`None`).
+    pub fn fail_queries(&self, msg: Option<&str>) {
+        self.st().query_error = msg.map(str::to_string);
+    }
+
     /// The calls served so far.
     pub fn counts(&self) -> Counts {
         self.st().counts.clone()
@@ -277,6 +285,12 @@ impl CudaApi for TestCuda {
     fn query(&self, addr: u64) -> Result<Option<PtrInfo>, GpuError> {
         let mut s = self.st();
         s.counts.queries += 1;
+        if let Some(msg) = &s.query_error {
+            return Err(GpuError::Driver {
+                call: "cuPointerGetAttributes",
+                msg: msg.clone(),
+            });
+        }
         let Some((base, _)) = s.find(addr) else {
             return Ok(None);
         };

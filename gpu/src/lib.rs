@@ -5,10 +5,13 @@
 //! [`MemKind::Managed`]. Without CUDA (no `libcuda`, `GMPI_CUDA=off`, or the
 //! `cuda` cargo feature off) every buffer is host memory and the answer costs
 //! one branch. With CUDA, the first question about an address is one
-//! `cuPointerGetAttributes` call; device allocations are then cached by
-//! range, and every cache hit re-checks the allocation's buffer id, so a
-//! freed and re-allocated address never reuses a stale classification, IPC
-//! mapping or export.
+//! `cuPointerGetAttributes` call; the answer is then cached (`cache.rs`:
+//! host ranges and device allocations, read lock-free, no driver call on a
+//! hit). What depends on the allocation itself (its IPC export, its base)
+//! re-checks the allocation's buffer id, so a freed and re-allocated address
+//! never reuses a stale IPC mapping or export. Only the driver's "not a CUDA
+//! pointer" answers mean host memory: any other failure of the query is an
+//! error of the call that classified ([`Gpu::classify`]).
 //!
 //! [`Gpu`] also moves bytes for the progress driver (`runtime/src/progress/`),
 //! which runs the pml's actions: device memory is read and
@@ -20,8 +23,9 @@
 //! allocates device memory at start-up.
 //!
 //! File map:
-//! - `lib.rs`: [`GpuConfig`], [`Gpu`] (classification cache, bounce pool,
-//!   IPC caches); [`MemKind`] and [`IpcDesc`] are re-exported from
+//! - `lib.rs`: [`GpuConfig`], [`Gpu`] (classification, bounce pool, IPC
+//!   caches);
+//! - `cache.rs`: the lock-free classification cache; [`MemKind`] and [`IpcDesc`] are re-exported from
 //!   `gmpi-mem`, which the pml shares.
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
@@ -33,11 +37,12 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+mod cache;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod double;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -72,15 +77,29 @@ impl std::str::FromStr for CudaMode {
     }
 }
 
-/// Tunables of the gpu layer (`GMPI_CUDA`; see the runtime's configuration).
+/// Tunables of the gpu layer (`GMPI_CUDA`, `GMPI_GPU_HOST_CACHE`; see the
+/// runtime's configuration).
 /// The device protocols' thresholds (`GMPI_GPU_EAGER_LIMIT`,
 /// `GMPI_GPU_IPC_THRESHOLD`, `GMPI_GPU_PIPELINE_CHUNK`, `GMPI_GPU_IPC`) are
 /// the pml's (`gmpi_pml::DeviceConfig`): they choose protocols, and the
 /// gpu layer only moves bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuConfig {
     /// Whether to use CUDA.
     pub mode: CudaMode,
+    /// Whether host answers of the driver are cached (`cache.rs`; off only
+    /// for programs that unmap host memory the driver may later reuse for
+    /// device memory).
+    pub host_cache: bool,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        Self {
+            mode: CudaMode::Auto,
+            host_cache: true,
+        }
+    }
 }
 
 /// Counters, for tests and the start-up log.
@@ -115,8 +134,6 @@ struct Mapped {
 
 #[derive(Debug, Default)]
 struct Caches {
-    /// Device and managed allocations by base.
-    ranges: BTreeMap<u64, PtrInfo>,
     /// Our exported handles by base: (buffer id, handle).
     exports: HashMap<u64, (u64, IpcHandle)>,
     /// Peers' mappings by (peer, their base).
@@ -128,6 +145,7 @@ struct Caches {
 pub struct Gpu {
     api: Option<Arc<dyn CudaApi>>,
     cfg: GpuConfig,
+    kinds: cache::PtrCache,
     caches: Mutex<Caches>,
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
     status: String,
@@ -153,7 +171,9 @@ impl Gpu {
             api: None,
             cfg: GpuConfig {
                 mode: CudaMode::Off,
+                ..GpuConfig::default()
             },
+            kinds: cache::PtrCache::new(false),
             caches: Mutex::default(),
             bounce: Mutex::default(),
             status: why.to_string(),
@@ -166,6 +186,7 @@ impl Gpu {
         let status = format!("{} with {} device(s)", api.name(), api.device_count());
         Self {
             api: Some(api),
+            kinds: cache::PtrCache::new(cfg.host_cache),
             cfg,
             caches: Mutex::default(),
             bounce: Mutex::default(),
@@ -226,77 +247,82 @@ impl Gpu {
         &self.status
     }
 
-    /// The kind of the `len` bytes at `addr`.
+    /// The kind of the `len` bytes at `addr`. Without CUDA one branch; with
+    /// it, a cache hit is a few atomic loads and a miss one driver query. An
+    /// error is a failure of the query other than "not a CUDA pointer" (a
+    /// sticky or context error): the buffer's kind is unknown and must not
+    /// be taken for host memory.
     #[inline]
-    pub fn classify(&self, addr: u64, len: usize) -> MemKind {
+    pub fn classify(&self, addr: u64, len: usize) -> Result<MemKind, GpuError> {
         match &self.api {
-            None => MemKind::Host,
+            None => Ok(MemKind::Host),
+            Some(_) if addr == 0 || self.kinds.is_host(addr, len) => {
+                bump(&self.stats.cache_hits);
+                Ok(MemKind::Host)
+            }
             Some(api) => self.classify_slow(api.as_ref(), addr, len),
         }
     }
 
-    /// Full pointer facts for a device or managed address (`None`: host).
-    pub fn info(&self, addr: u64) -> Option<PtrInfo> {
-        let api = self.api.as_ref()?;
-        self.lookup(api.as_ref(), addr)
-    }
-
     #[inline(never)]
-    fn classify_slow(&self, api: &dyn CudaApi, addr: u64, len: usize) -> MemKind {
-        let _ = len;
-        self.lookup(api, addr).map_or(MemKind::Host, |i| i.kind)
+    fn classify_slow(&self, api: &dyn CudaApi, addr: u64, len: usize) -> Result<MemKind, GpuError> {
+        if let Some(info) = self.kinds.device(addr) {
+            bump(&self.stats.cache_hits);
+            return Ok(info.kind);
+        }
+        Ok(self
+            .query(api, addr, len)?
+            .map_or(MemKind::Host, |i| i.kind))
     }
 
-    fn lookup(&self, api: &dyn CudaApi, addr: u64) -> Option<PtrInfo> {
+    /// Full pointer facts for a device or managed address (`None`: host),
+    /// with the allocation's buffer id re-checked (one driver call) so that
+    /// a freed and re-allocated address is seen as the new allocation.
+    pub fn info(&self, addr: u64) -> Result<Option<PtrInfo>, GpuError> {
+        match &self.api {
+            None => Ok(None),
+            Some(api) => self.lookup(api.as_ref(), addr),
+        }
+    }
+
+    fn lookup(&self, api: &dyn CudaApi, addr: u64) -> Result<Option<PtrInfo>, GpuError> {
         if addr == 0 {
-            return None;
+            return Ok(None);
         }
-        {
-            let mut c = lock(&self.caches);
-            let hit = c
-                .ranges
-                .range(..=addr)
-                .next_back()
-                .map(|(_, i)| *i)
-                .filter(|i| i.contains(addr, 1));
-            if let Some(info) = hit {
-                if api.buffer_id(addr) == Some(info.buffer_id) {
-                    bump(&self.stats.cache_hits);
-                    return Some(info);
-                }
-                // Freed (and maybe re-allocated): forget everything derived
-                // from the old allocation.
-                bump(&self.stats.stale);
-                tracing::debug!(target: LOG, "allocation at {:#x} changed (buffer id {}): cache entry dropped", info.base, info.buffer_id);
-                c.ranges.remove(&info.base);
-                c.exports.remove(&info.base);
+        if let Some(info) = self.kinds.device(addr) {
+            if api.buffer_id(addr) == Some(info.buffer_id) {
+                bump(&self.stats.cache_hits);
+                return Ok(Some(info));
             }
+            // Freed (and maybe re-allocated): forget everything derived
+            // from the old allocation.
+            bump(&self.stats.stale);
+            tracing::debug!(target: LOG, "allocation at {:#x} changed (buffer id {}): cache entry dropped", info.base, info.buffer_id);
+            self.kinds.remove_device(info.base);
+            lock(&self.caches).exports.remove(&info.base);
         }
+        self.query(api, addr, 1)
+    }
+
+    /// Ask the driver about `addr` and cache the answer.
+    fn query(&self, api: &dyn CudaApi, addr: u64, len: usize) -> Result<Option<PtrInfo>, GpuError> {
         bump(&self.stats.queries);
-        match api.query(addr) {
-            Ok(Some(info)) => {
-                let mut c = lock(&self.caches);
+        let info = api.query(addr).map_err(|e| {
+            tracing::debug!(target: LOG, "classifying {addr:#x}: {e}");
+            e
+        })?;
+        match &info {
+            None => self.kinds.insert_host(addr, len),
+            Some(i) => {
                 // A new allocation may overlap older, freed ones.
-                let end = info.base.saturating_add(info.size);
-                let dead: Vec<u64> = c
-                    .ranges
-                    .range(..end)
-                    .filter(|(_, o)| o.base.saturating_add(o.size) > info.base)
-                    .map(|(b, _)| *b)
-                    .collect();
-                for b in dead {
-                    c.ranges.remove(&b);
-                    c.exports.remove(&b);
-                }
-                c.ranges.insert(info.base, info);
-                Some(info)
-            }
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(target: LOG, "classifying {addr:#x}: {e}; treating it as host memory");
-                None
+                self.kinds.insert_device(i);
+                let end = i.base.saturating_add(i.size);
+                lock(&self.caches)
+                    .exports
+                    .retain(|b, _| *b < i.base || *b >= end || *b == i.base);
             }
         }
+        Ok(info)
     }
 
     /// Frees what the layer keeps for reuse: the pooled pinned bounce
@@ -311,8 +337,8 @@ impl Gpu {
                 let _ = api.ipc_close(m.local);
             }
             c.exports.clear();
-            c.ranges.clear();
         }
+        self.kinds.clear();
     }
 
     fn need_api(&self) -> Result<&Arc<dyn CudaApi>, GpuError> {
@@ -393,7 +419,7 @@ impl Gpu {
     pub fn ipc_export(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
         let api = self.need_api()?;
         let info = self
-            .lookup(api.as_ref(), addr)
+            .lookup(api.as_ref(), addr)?
             .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
         if !matches!(info.kind, MemKind::Device { .. }) {
             return Err(GpuError::Unsupported(format!(
@@ -444,7 +470,7 @@ impl Gpu {
     pub fn self_desc(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
         let api = self.need_api()?;
         let info = self
-            .lookup(api.as_ref(), addr)
+            .lookup(api.as_ref(), addr)?
             .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
         if !info.contains(addr, len) {
             return Err(GpuError::BadRange {

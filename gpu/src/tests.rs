@@ -13,7 +13,7 @@ fn gpu() -> (Arc<TestCuda>, Gpu) {
 fn host_only_answers_host_without_a_backend() {
     let g = Gpu::host_only("test");
     let v = [1u8; 16];
-    assert_eq!(g.classify(v.as_ptr() as u64, v.len()), MemKind::Host);
+    assert_eq!(g.classify(v.as_ptr() as u64, v.len()), Ok(MemKind::Host));
     assert!(!g.cuda_available());
     assert!(MemKind::Host.is_host_accessible());
     assert!(!MemKind::Device { ordinal: 0 }.is_host_accessible());
@@ -28,6 +28,7 @@ fn host_only_answers_host_without_a_backend() {
 fn off_loads_nothing() {
     let cfg = GpuConfig {
         mode: CudaMode::Off,
+        ..GpuConfig::default()
     };
     let g = Gpu::init(&cfg).unwrap();
     assert!(!g.cuda_available());
@@ -37,38 +38,72 @@ fn off_loads_nothing() {
 }
 
 #[test]
-fn host_memory_costs_one_query_and_device_ranges_are_cached() {
+fn classification_asks_the_driver_once_per_buffer() {
     let (d, g) = gpu();
     let v = [0u8; 64];
-    assert_eq!(g.classify(v.as_ptr() as u64, 64), MemKind::Host);
+    let h = v.as_ptr() as u64;
+    assert_eq!(g.classify(h, 64), Ok(MemKind::Host));
     assert_eq!(d.counts().queries, 1);
+    // The fast path: a host buffer seen before costs no driver call.
+    for _ in 0..100 {
+        assert_eq!(g.classify(h, 64), Ok(MemKind::Host));
+        assert_eq!(g.classify(h + 8, 8), Ok(MemKind::Host));
+    }
+    let c = d.counts();
+    assert_eq!((c.queries, c.buffer_id_checks), (1, 0), "{c:?}");
     let p = d.malloc(1 << 20, 1);
-    assert_eq!(g.classify(p + 4096, 100), MemKind::Device { ordinal: 1 });
-    assert_eq!(g.classify(p, 1 << 20), MemKind::Device { ordinal: 1 });
+    assert_eq!(
+        g.classify(p + 4096, 100),
+        Ok(MemKind::Device { ordinal: 1 })
+    );
+    assert_eq!(g.classify(p, 1 << 20), Ok(MemKind::Device { ordinal: 1 }));
     assert_eq!(
         g.classify(p + (1 << 20) - 1, 1),
-        MemKind::Device { ordinal: 1 }
+        Ok(MemKind::Device { ordinal: 1 })
     );
     let c = d.counts();
     assert_eq!(c.queries, 2, "one query for the allocation, then hits");
-    assert_eq!(c.buffer_id_checks, 2, "every hit re-checks the buffer id");
+    assert_eq!(c.buffer_id_checks, 0, "a hit makes no driver call");
     let m = d.malloc_managed(100);
-    assert_eq!(g.classify(m, 100), MemKind::Managed);
+    assert_eq!(g.classify(m, 100), Ok(MemKind::Managed));
+}
+
+#[test]
+fn a_failed_query_is_an_error_not_host_memory() {
+    let (d, g) = gpu();
+    let p = d.malloc(4096, 0);
+    d.fail_queries(Some("CUDA_ERROR_ILLEGAL_ADDRESS: sticky"));
+    let e = g.classify(p, 16).unwrap_err();
+    assert!(e.to_string().contains("cuPointerGetAttributes"), "{e}");
+    assert!(e.to_string().contains("ILLEGAL_ADDRESS"), "{e}");
+    let v = [0u8; 8];
+    assert!(
+        g.classify(v.as_ptr() as u64, 8).is_err(),
+        "not taken for host"
+    );
+    d.fail_queries(None);
+    assert_eq!(g.classify(p, 16), Ok(MemKind::Device { ordinal: 0 }));
 }
 
 #[test]
 fn freed_and_reallocated_address_is_reclassified() {
     let (d, g) = gpu();
     let p = d.malloc(4096, 0);
-    assert_eq!(g.classify(p, 4096), MemKind::Device { ordinal: 0 });
+    assert_eq!(g.classify(p, 4096), Ok(MemKind::Device { ordinal: 0 }));
     d.free(p);
     let q = d.malloc_managed(4096);
     assert_eq!(p, q, "the double reuses the address");
-    assert_eq!(g.classify(q, 4096), MemKind::Managed);
+    // What depends on the allocation re-checks its buffer id.
+    assert_eq!(g.info(q).unwrap().map(|i| i.kind), Some(MemKind::Managed));
     assert_eq!(g.counters()[2], 1, "one stale entry dropped");
+    assert_eq!(g.classify(q, 4096), Ok(MemKind::Managed));
     d.free(q);
     let r = d.malloc(4096, 1);
-    assert_eq!(g.classify(r, 4096), MemKind::Device { ordinal: 1 });
+    assert_eq!(
+        g.info(r).unwrap().map(|i| i.kind),
+        Some(MemKind::Device { ordinal: 1 })
+    );
+    assert_eq!(g.classify(r, 4096), Ok(MemKind::Device { ordinal: 1 }));
 }
 
 #[test]
@@ -171,7 +206,7 @@ fn device_reductions_and_temporaries() {
     assert!(g.reduce(ReduceOp::Bxor, ElemType::F32, a, b, 4).is_err());
     {
         let t = g.alloc_device(100, a).unwrap();
-        assert_eq!(g.classify(t.ptr, 100), MemKind::Device { ordinal: 0 });
+        assert_eq!(g.classify(t.ptr, 100), Ok(MemKind::Device { ordinal: 0 }));
     }
     assert_eq!(d.counts().frees, 1);
     assert_eq!(g.select_device(5), Ok(Some(1)));

@@ -61,7 +61,10 @@ fn device_config(gdrcopy: bool) -> DeviceConfig {
 /// The report, and whether CUDA was usable.
 pub fn report() -> (String, bool) {
     let mut o = String::new();
-    let gpu = Gpu::init(&GpuConfig { mode: CudaMode::On });
+    let gpu = Gpu::init(&GpuConfig {
+        mode: CudaMode::On,
+        ..GpuConfig::default()
+    });
     let mut gdrcopy = false;
     let _ = writeln!(o, "gmpi doctor");
     let usable = match &gpu {

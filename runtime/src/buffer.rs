@@ -180,17 +180,17 @@ impl View {
 
     /// Address of the data if it is one contiguous run.
     /// Where the buffer lives (classified by the gpu layer; one branch
-    /// without CUDA).
+    /// without CUDA). An error: the driver could not say.
     #[inline]
-    pub(crate) fn kind(&self) -> MemKind {
+    pub(crate) fn kind(&self) -> Result<MemKind, gmpi_gpu::GpuError> {
         crate::engine::gpu().classify(self.base + self.origin as u64, self.bytes())
     }
 
-    /// Whether the buffer is plain host memory (the shared-memory
-    /// collectives and the CPU pack/unpack paths need that).
+    /// Whether the buffer is known to be plain host memory (the
+    /// shared-memory collectives and the CPU pack/unpack paths need that).
     #[inline]
     pub(crate) fn is_host(&self) -> bool {
-        self.kind().is_host()
+        matches!(self.kind(), Ok(k) if k.is_host())
     }
 
     pub(crate) fn contig_addr(&self) -> Option<u64> {
@@ -241,7 +241,7 @@ impl View {
     /// on device memory are packed on the CPU from a staged copy).
     fn with_region<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         let g = crate::engine::gpu();
-        if g.classify(self.base, self.len).is_host() {
+        if matches!(g.classify(self.base, self.len), Ok(k) if k.is_host()) {
             return HostMem.with_read(self.base, self.len, f);
         }
         match g.with_read(self.base, self.len, f) {
@@ -255,7 +255,7 @@ impl View {
     /// their values).
     fn with_region_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let g = crate::engine::gpu();
-        if g.classify(self.base, self.len).is_host() {
+        if matches!(g.classify(self.base, self.len), Ok(k) if k.is_host()) {
             return HostMem.with_write(self.base, self.len, f);
         }
         let res = g.with_write(self.base, self.len, |region| {

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gmpi_pml::{Buf, RecvArgs, SendArgs, SendMode};
+use gmpi_pml::{Buf, MemKind, RecvArgs, SendArgs, SendMode};
 
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::coll::sched::{Sched, Step};
@@ -320,7 +320,7 @@ impl Communicator {
         let buf = Buf {
             addr,
             len,
-            kind: e.gpu.classify(addr, len),
+            kind: self.classify(e, call, addr, len)?,
         };
         let args = self.inner.send_args(self.inner.ctx, buf, dest, tag, mode);
         e.driver
@@ -340,7 +340,7 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Handle> {
-        let args = self.recv_args_bytes(e, addr, len, src, tag);
+        let args = self.recv_args_bytes(e, call, addr, len, src, tag)?;
         e.driver
             .post_recv(args)
             .map(Handle::Pml)
@@ -350,13 +350,30 @@ impl Communicator {
     /// The pml's arguments for a receive into the `len` contiguous bytes at
     /// `addr` (host or device, as the gpu layer classifies them).
     #[inline]
-    fn recv_args_bytes(&self, e: &Engine, addr: u64, len: usize, src: i32, tag: i32) -> RecvArgs {
+    fn recv_args_bytes(
+        &self,
+        e: &Engine,
+        call: &'static str,
+        addr: u64,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> Result<RecvArgs> {
         let buf = Buf {
             addr,
             len,
-            kind: e.gpu.classify(addr, len),
+            kind: self.classify(e, call, addr, len)?,
         };
-        self.inner.recv_args(self.inner.ctx, buf, src, tag)
+        Ok(self.inner.recv_args(self.inner.ctx, buf, src, tag))
+    }
+
+    /// Where the `len` bytes at `addr` live; a failed driver query is an
+    /// error of `call`, never host memory.
+    #[inline]
+    fn classify(&self, e: &Engine, call: &'static str, addr: u64, len: usize) -> Result<MemKind> {
+        e.gpu
+            .classify(addr, len)
+            .map_err(|err| Error::classify_failed(err, call, self.rank(), addr))
     }
 
     /// A blocking receive into the `len` contiguous bytes at `addr`: posted
@@ -370,7 +387,7 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Status> {
-        let args = self.recv_args_bytes(e, addr, len, src, tag);
+        let args = self.recv_args_bytes(e, call, addr, len, src, tag)?;
         match e.driver.post_recv_direct(args) {
             Ok(gmpi_pml::Posted::Direct) => e.wait_direct(call),
             Ok(gmpi_pml::Posted::Req(id)) => e.wait_handle(call, Handle::Pml(id)),
@@ -707,7 +724,7 @@ impl Communicator {
             let buf = Buf {
                 addr,
                 len: v.bytes(),
-                kind: engine::with(call, |e| Ok(e.gpu.classify(addr, v.bytes())))?,
+                kind: engine::with(call, |e| self.classify(e, call, addr, v.bytes()))?,
             };
             return engine::with(call, |e| {
                 e.driver

@@ -33,6 +33,7 @@
 //! | `gpu_eager_limit` | `GMPI_GPU_EAGER_LIMIT` | largest device message sent eagerly (copied through a pinned bounce buffer, or GDRCopy) | 8 KiB |
 //! | `gpu_ipc_threshold` | `GMPI_GPU_IPC_THRESHOLD` | smallest device message sent by CUDA IPC to a rank of the same node | 0 (every device message above the eager limit) |
 //! | `gpu_ipc` | `GMPI_GPU_IPC` | use CUDA IPC at all | `true` |
+//! | `gpu_host_cache` | `GMPI_GPU_HOST_CACHE` | remember buffers the CUDA driver called host memory, so they cost no driver call again; turn off only for programs that unmap host memory whose addresses CUDA may later give to device memory | `true` |
 //! | `gpu_pipeline_chunk` | `GMPI_GPU_PIPELINE_CHUNK` | chunk of the staged protocol (device memory where neither IPC nor GPUDirect applies) | 512 KiB, or the transport's largest fragment if smaller |
 //! | — | `GMPI_GPU_BIND` | `none` or `local-rank`: at `MPI_Init`, make GPU `local_rank % gpus` current (set by `gmpirun --gpu-bind`) | `none` |
 //! | — | `GMPI_JOB_SECRET` | 64 hex digits: the per-job secret tcp connections prove they hold; `gmpirun` sets it; without it (ranks started by `srun` or Hydra) rank 0 makes one and shares it through PMI | from `gmpirun` |
@@ -134,6 +135,8 @@ pub struct Config {
     pub gpu_ipc_threshold: Option<usize>,
     /// Whether CUDA IPC may be used.
     pub gpu_ipc: bool,
+    /// Whether host answers of the CUDA driver are cached.
+    pub gpu_host_cache: bool,
     /// Chunk of the staged device protocol.
     #[serde(deserialize_with = "de_size")]
     pub gpu_pipeline_chunk: Option<usize>,
@@ -144,6 +147,7 @@ impl Config {
     pub fn gpu(&self) -> Result<gmpi_gpu::GpuConfig, String> {
         Ok(gmpi_gpu::GpuConfig {
             mode: self.cuda.parse().map_err(|e| format!("cuda: {e}"))?,
+            host_cache: self.gpu_host_cache,
         })
     }
 
@@ -218,6 +222,7 @@ impl Default for Config {
             gpu_eager_limit: None,
             gpu_ipc_threshold: None,
             gpu_ipc: true,
+            gpu_host_cache: true,
             gpu_pipeline_chunk: None,
             log: None,
             coll_shm: true,
@@ -377,6 +382,10 @@ impl Config {
         }
         if let Some(v) = get("GMPI_GPU_IPC") {
             self.gpu_ipc = parse_bool(&v).map_err(|e| format!("GMPI_GPU_IPC: {e}"))?;
+        }
+        if let Some(v) = get("GMPI_GPU_HOST_CACHE") {
+            self.gpu_host_cache =
+                parse_bool(&v).map_err(|e| format!("GMPI_GPU_HOST_CACHE: {e}"))?;
         }
         if let Some(v) = get("GMPI_COLL_SHM") {
             self.coll_shm = parse_bool(&v).map_err(|e| format!("GMPI_COLL_SHM: {e}"))?;

@@ -212,6 +212,25 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The gpu layer could not say where the buffer at `addr` lives (a
+    /// sticky or context error of the driver's pointer query): raised by
+    /// `call` on `rank` as `MPI_ERR_OTHER` naming the CUDA error, since the
+    /// buffer must not be taken for host memory.
+    pub(crate) fn classify_failed(e: gmpi_gpu::GpuError, call: &str, rank: i32, addr: u64) -> Self {
+        let mut err = Self::new(
+            ErrorClass::Other,
+            call,
+            rank,
+            format_args!(
+                "cannot tell whether the buffer at {addr:#x} is host or device memory: {e}"
+            ),
+        );
+        err.source = Some(std::sync::Arc::new(e));
+        err
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.msg, self.class.name())

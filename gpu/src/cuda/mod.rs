@@ -825,9 +825,9 @@ mod tests {
         // export and mapping.
         {
             let gpu = Gpu::with_api(api.clone(), GpuConfig::default());
-            assert_eq!(gpu.classify(d + 1, 10), MemKind::Device { ordinal: 0 });
-            assert_eq!(gpu.classify(d + 2, 10), MemKind::Device { ordinal: 0 });
-            assert_eq!(gpu.classify(host.as_ptr() as u64, 10), MemKind::Host);
+            assert_eq!(gpu.classify(d + 1, 10), Ok(MemKind::Device { ordinal: 0 }));
+            assert_eq!(gpu.classify(d + 2, 10), Ok(MemKind::Device { ordinal: 0 }));
+            assert_eq!(gpu.classify(host.as_ptr() as u64, 10), Ok(MemKind::Host));
             let (sum, path) = gpu
                 .with_read(d, 200, |b| b.iter().map(|&x| u64::from(x)).sum::<u64>())
                 .unwrap();

@@ -269,7 +269,15 @@ impl Sched {
 
     /// Register a user buffer range.
     pub fn user(&mut self, addr: u64, len: usize, writable: bool) -> Region {
-        let kind = self.gpu().classify(addr, len);
+        let kind = match self.gpu().classify(addr, len) {
+            Ok(k) => k,
+            Err(e) => {
+                // The schedule fails before it runs a step, so the kind
+                // recorded here is never used.
+                self.fail(Error::classify_failed(e, self.call, self.me(), addr));
+                MemKind::Host
+            }
+        };
         if matches!(kind, MemKind::Device { .. }) && self.device_near.is_none() {
             self.device_near = Some(addr);
         }
@@ -401,7 +409,10 @@ impl Sched {
         let m = &self.mems[r.mem];
         let kind = match m {
             // Classify a device temporary for its ordinal.
-            Mem::Dev { ptr, .. } => self.gpu().classify(*ptr, 1),
+            Mem::Dev { ptr, .. } => self
+                .gpu()
+                .classify(*ptr, 1)
+                .unwrap_or(MemKind::Device { ordinal: -1 }),
             other => other.kind(),
         };
         Buf {
