@@ -13,7 +13,7 @@
 #   lib/     libmpi.so.12 (the MPICH ABI), libmpi.so libmpich.so.12 libmpich.so -> it;
 #            libmpifort.so.12 when the Fortran bindings are not inside libmpi.so;
 #            pkgconfig/{gmpi,mpi,mpich}.pc
-#   include/ mpi.h, mpif.h, mpi.mod (needs gfortran; skipped with a note without it)
+#   include/ mpi.h, mpi-ext.h, mpif.h, mpi.mod (needs gfortran; skipped with a note without it)
 #
 # Everything is copied (never linked into target/), so an installed prefix survives
 # `cargo clean`; files are replaced by rename, so re-running is safe even while

@@ -13,7 +13,9 @@
  * which compares this header against MPICH's bit for bit.
  *
  * gmpi is not MPICH: this header does not define MPICH_VERSION or any other
- * MPICH_ / MPIX_ identification macro.  Use GMPI_VERSION to detect gmpi.
+ * MPICH_ identification macro.  Use GMPI_VERSION to detect gmpi.  It does
+ * define MPICH 4.x's MPIX_GPU_SUPPORT_* constants (section 21), which
+ * programs test to find MPIX_GPU_query_support.
  *
  * Coverage: the MPI-3.1 C interface (without the MPI_T tool interface and
  * without the functions removed in MPI-3.0), plus a subset of MPI-4.0
@@ -1870,6 +1872,32 @@ int PMPI_Session_get_num_psets(MPI_Session session, MPI_Info info, int *npset_na
 int PMPI_Session_get_pset_info(MPI_Session session, const char *pset_name, MPI_Info *info);
 int PMPI_Session_init(MPI_Info info, MPI_Errhandler errhandler, MPI_Session *session);
 int PMPI_Session_set_errhandler(MPI_Session session, MPI_Errhandler errhandler);
+
+/* ==========================================================================
+ * 21. GPU-support queries (MPIX_ extensions, as MPICH 4.x declares them)
+ *
+ * Whether device memory may be passed to MPI calls in this run: for CUDA, 1
+ * when the CUDA driver is loaded with a device (GMPI_CUDA=auto or on), 0
+ * otherwise (GMPI_CUDA=off, no libcuda, no device).  gmpi has no Level Zero
+ * or HIP support: those answer 0.  All are valid before MPI_Init (the
+ * driver is probed as MPI_Init would, without creating a context) and after
+ * MPI_Finalize.  MPIX_GPU_query_support fails with MPI_ERR_ARG for a
+ * gpu_type not below or a NULL is_supported.  Open MPI's compile-time
+ * MPIX_CUDA_AWARE_SUPPORT is in <mpi-ext.h>.
+ * ========================================================================== */
+
+#define MPIX_GPU_SUPPORT_CUDA  (0)
+#define MPIX_GPU_SUPPORT_ZE    (1)
+#define MPIX_GPU_SUPPORT_HIP   (2)
+
+int MPIX_GPU_query_support(int gpu_type, int *is_supported);
+int MPIX_Query_cuda_support(void);
+int MPIX_Query_ze_support(void);
+int MPIX_Query_hip_support(void);
+int PMPIX_GPU_query_support(int gpu_type, int *is_supported);
+int PMPIX_Query_cuda_support(void);
+int PMPIX_Query_ze_support(void);
+int PMPIX_Query_hip_support(void);
 
 #if defined(__cplusplus)
 } /* extern "C" */

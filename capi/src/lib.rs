@@ -53,6 +53,8 @@
 //!    - `types.rs`: derived datatypes, pack/unpack, `external32`.
 //!    - `topo.rs`: process topologies and neighbourhood collectives.
 //!    - `info.rs`: info objects.
+//!    - `mpix.rs`: the MPIX extensions: the GPU-support queries
+//!      (`MPIX_Query_cuda_support`, `MPIX_GPU_query_support`).
 //!    - `unsupported.rs`: one-sided, MPI-IO, dynamic processes, sessions
 //!      and the other calls gmpi exports but does not implement yet: each
 //!      fails with `MPI_ERR_UNSUPPORTED_OPERATION` through the error
@@ -102,6 +104,7 @@ mod coll;
 mod comm;
 mod env;
 mod info;
+mod mpix;
 mod p2p;
 mod topo;
 mod types;

@@ -34,6 +34,14 @@ pub enum GpuError {
     /// handle of managed memory, or a device without IPC support).
     #[error("{0}")]
     Unsupported(String),
+    /// The device reduction kernels cannot be built or loaded: NVRTC is
+    /// absent or fails to compile them, or the driver refuses the PTX
+    /// (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION` from an NVRTC newer than the
+    /// driver). Only [`CudaApi::reduce`] reports it, and only for that cause
+    /// (never for a failed copy, launch or range): [`crate::Gpu::reduce`]
+    /// then reduces on the host.
+    #[error("device reduction kernels unavailable: {0}")]
+    KernelUnavailable(String),
     /// An address range that is not (wholly) inside one allocation.
     #[error("bad device range {addr:#x}+{len}: {why}")]
     BadRange {
@@ -322,7 +330,8 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
 
     /// `inout[i] = op(inout[i], input[i])` for `count` elements of `ty`, on
     /// the device that holds `inout`; both are device addresses. Blocks until
-    /// done.
+    /// done. [`GpuError::KernelUnavailable`] when the kernel cannot be built
+    /// or loaded (and nothing was touched).
     fn reduce(
         &self,
         op: ReduceOp,

@@ -9,6 +9,9 @@
 //! instead of its mapping would fail. Every copy is checked against the
 //! allocations (a copy past the end of one is an error, as on a GPU) and
 //! counted, so tests assert the number of copies each protocol makes.
+//! [`TestCuda::without_kernels`] makes every reduction fail as a failed
+//! NVRTC compile or module load does ([`GpuError::KernelUnavailable`]), for
+//! the tests of [`crate::Gpu::reduce`]'s host fallback.
 //!
 //! One `TestCuda`'s memory is shared by every rank of an in-process test, the
 //! way one driver serves every process of a node; each rank that plays a
@@ -22,6 +25,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::api::*;
 use crate::MemKind;
+
+/// The double's "kernel", and the reference the device tests compare
+/// against (it lives in `host_reduce.rs`, which production code uses too).
+pub use crate::host_reduce::host_reduce;
 
 /// Where the fake device address space starts.
 const DEVICE_BASE: u64 = 0x7a00_0000_0000;
@@ -53,6 +60,8 @@ pub struct Counts {
     pub ipc_closes: u64,
     /// Reduction kernels run.
     pub reduces: u64,
+    /// Reductions refused for want of kernels ([`TestCuda::without_kernels`]).
+    pub kernel_refusals: u64,
     /// Pinned buffers allocated.
     pub pinned: u64,
     /// Device allocations (by tests and by gmpi).
@@ -88,6 +97,7 @@ struct State {
 pub struct TestCuda {
     devices: usize,
     gdrcopy: bool,
+    kernels: bool,
     /// The process this view plays (IPC handles carry it).
     pid: u32,
     st: Arc<Mutex<State>>,
@@ -146,6 +156,7 @@ impl TestCuda {
         Self {
             devices,
             gdrcopy: false,
+            kernels: true,
             pid: 0,
             st: Arc::new(Mutex::new(State {
                 next: DEVICE_BASE,
@@ -163,6 +174,7 @@ impl TestCuda {
         Self {
             devices: self.devices,
             gdrcopy: self.gdrcopy,
+            kernels: self.kernels,
             pid,
             st: Arc::clone(&self.st),
         }
@@ -171,6 +183,16 @@ impl TestCuda {
     /// Pretend GDRCopy is present (copies then report [`CopyPath::GdrCopy`]).
     pub fn with_gdrcopy(mut self) -> Self {
         self.gdrcopy = true;
+        self
+    }
+
+    /// Pretend the reduction kernels cannot be built: every
+    /// [`CudaApi::reduce`] of a supported pair fails with
+    /// [`GpuError::KernelUnavailable`] (what the real backend reports when
+    /// NVRTC is absent or fails, or `cuModuleLoadData` refuses its PTX) and
+    /// runs nothing.
+    pub fn without_kernels(mut self) -> Self {
+        self.kernels = false;
         self
     }
 
@@ -432,6 +454,14 @@ impl CudaApi for TestCuda {
         input: u64,
         count: usize,
     ) -> Result<(), GpuError> {
+        op.check(ty)?;
+        if !self.kernels {
+            self.st().counts.kernel_refusals += 1;
+            return Err(GpuError::KernelUnavailable(format!(
+                "cuModuleLoadData failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (test double without kernels, {})",
+                op.name()
+            )));
+        }
         let n = count * ty.size();
         let mut s = self.st();
         let b = s.slice(input, n)?.to_vec();
@@ -471,87 +501,5 @@ impl CudaApi for TestCuda {
             dmabuf: Err("test double".into()),
             peer_access: Vec::new(),
         }
-    }
-}
-
-/// Host evaluation of a device reduction (the double's kernel, and the
-/// reference the device tests compare against).
-pub fn host_reduce(op: ReduceOp, ty: ElemType, acc: &mut [u8], inc: &[u8]) {
-    macro_rules! int {
-        ($t:ty) => {{
-            const W: usize = std::mem::size_of::<$t>();
-            for (a, b) in acc.chunks_exact_mut(W).zip(inc.chunks_exact(W)) {
-                let x = <$t>::from_ne_bytes(a.try_into().expect("width"));
-                let y = <$t>::from_ne_bytes(b.try_into().expect("width"));
-                let r: $t = match op {
-                    ReduceOp::Sum => x.wrapping_add(y),
-                    ReduceOp::Prod => x.wrapping_mul(y),
-                    ReduceOp::Min => x.min(y),
-                    ReduceOp::Max => x.max(y),
-                    ReduceOp::Land => ((x != 0) && (y != 0)) as $t,
-                    ReduceOp::Lor => ((x != 0) || (y != 0)) as $t,
-                    ReduceOp::Lxor => ((x != 0) != (y != 0)) as $t,
-                    ReduceOp::Band => x & y,
-                    ReduceOp::Bor => x | y,
-                    ReduceOp::Bxor => x ^ y,
-                };
-                a.copy_from_slice(&r.to_ne_bytes());
-            }
-        }};
-    }
-    macro_rules! float {
-        ($t:ty) => {{
-            const W: usize = std::mem::size_of::<$t>();
-            for (a, b) in acc.chunks_exact_mut(W).zip(inc.chunks_exact(W)) {
-                let x = <$t>::from_ne_bytes(a.try_into().expect("width"));
-                let y = <$t>::from_ne_bytes(b.try_into().expect("width"));
-                let t = |c: bool| if c { 1.0 } else { 0.0 };
-                let r: $t = match op {
-                    ReduceOp::Sum => x + y,
-                    ReduceOp::Prod => x * y,
-                    ReduceOp::Min => {
-                        if y < x {
-                            y
-                        } else {
-                            x
-                        }
-                    }
-                    ReduceOp::Max => {
-                        if y > x {
-                            y
-                        } else {
-                            x
-                        }
-                    }
-                    ReduceOp::Land => t(x != 0.0 && y != 0.0),
-                    ReduceOp::Lor => t(x != 0.0 || y != 0.0),
-                    ReduceOp::Lxor => t((x != 0.0) != (y != 0.0)),
-                    ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor => x,
-                };
-                a.copy_from_slice(&r.to_ne_bytes());
-            }
-        }};
-    }
-    match ty {
-        ElemType::I8 => int!(i8),
-        ElemType::U8 => int!(u8),
-        ElemType::Bool => {
-            for (a, &b) in acc.iter_mut().zip(inc) {
-                let (x, y) = (*a != 0, b != 0);
-                *a = match op {
-                    ReduceOp::Sum | ReduceOp::Lor | ReduceOp::Bor | ReduceOp::Max => x || y,
-                    ReduceOp::Prod | ReduceOp::Land | ReduceOp::Band | ReduceOp::Min => x && y,
-                    ReduceOp::Lxor | ReduceOp::Bxor => x != y,
-                } as u8;
-            }
-        }
-        ElemType::I16 => int!(i16),
-        ElemType::U16 => int!(u16),
-        ElemType::I32 => int!(i32),
-        ElemType::U32 => int!(u32),
-        ElemType::I64 => int!(i64),
-        ElemType::U64 => int!(u64),
-        ElemType::F32 => float!(f32),
-        ElemType::F64 => float!(f64),
     }
 }

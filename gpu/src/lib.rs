@@ -19,8 +19,10 @@
 //! [`Gpu::with_write`]), GDRCopy where the backend has it; CUDA IPC handles
 //! are exported ([`Gpu::ipc_export`]) and peers' handles mapped with a cache
 //! keyed by peer, base and buffer id ([`Gpu::ipc_map`]); device reductions
-//! run as kernels ([`Gpu::reduce`]). Nothing here creates a context or
-//! allocates device memory at start-up.
+//! run as kernels ([`Gpu::reduce`]), or, where the kernels cannot be built
+//! or loaded (no NVRTC, or PTX the driver refuses), on host copies of the
+//! operands, with one warning per process. Nothing here creates a context
+//! or allocates device memory at start-up.
 //!
 //! File map:
 //! - `lib.rs`: [`GpuConfig`], [`Gpu`] (classification, bounce pool, IPC
@@ -30,6 +32,8 @@
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
 //!   device memory; copies counted and checked).
+//! - `host_reduce.rs`: reductions on host bytes with the kernels' semantics
+//!   (the fallback of [`Gpu::reduce`], the double's kernel).
 //! - `cuda/`: the real backend over the CUDA driver API and NVRTC, loaded at
 //!   run time by `cudarc` (feature `cuda`, on by default); `cuda/driver.rs`
 //!   is this crate's only `unsafe` module.
@@ -41,10 +45,11 @@ mod cache;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod double;
+mod host_reduce;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use api::{CopyPath, CudaApi, ElemType, Facts, GpuError, PinnedBuf, PtrInfo, ReduceOp};
 /// The memory vocabulary shared with the pml (`gmpi-mem`).
@@ -115,6 +120,10 @@ pub struct Stats {
     pub ipc_opens: AtomicU64,
     /// Stale IPC mappings closed.
     pub ipc_stale_closed: AtomicU64,
+    /// Reductions done on host copies because the kernels are unavailable.
+    pub host_reduces: AtomicU64,
+    /// Warnings that the kernels are unavailable (at most one per layer).
+    pub kernel_warnings: AtomicU64,
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -149,6 +158,9 @@ pub struct Gpu {
     caches: Mutex<Caches>,
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
     status: String,
+    /// Why the reduction kernels cannot be used, once a reduction found out:
+    /// later reductions go straight to the host.
+    no_kernels: OnceLock<String>,
     /// Counters.
     pub stats: Stats,
 }
@@ -177,6 +189,7 @@ impl Gpu {
             caches: Mutex::default(),
             bounce: Mutex::default(),
             status: why.to_string(),
+            no_kernels: OnceLock::new(),
             stats: Stats::default(),
         }
     }
@@ -191,6 +204,7 @@ impl Gpu {
             caches: Mutex::default(),
             bounce: Mutex::default(),
             status,
+            no_kernels: OnceLock::new(),
             stats: Stats::default(),
         }
     }
@@ -562,7 +576,11 @@ impl Gpu {
         self.need_api()?.copy_to_device(dst, src)
     }
 
-    /// `inout = op(inout, input)` elementwise on the device.
+    /// `inout = op(inout, input)` elementwise on the device. If the backend
+    /// cannot build or load the kernel ([`GpuError::KernelUnavailable`]),
+    /// this and every later reduction of the layer run on host copies of the
+    /// operands instead, after one warning naming the cause; any other
+    /// error is returned.
     pub fn reduce(
         &self,
         op: ReduceOp,
@@ -575,7 +593,46 @@ impl Gpu {
         if count == 0 {
             return Ok(());
         }
-        self.need_api()?.reduce(op, ty, inout, input, count)
+        let api = self.need_api()?;
+        if self.no_kernels.get().is_none() {
+            match api.reduce(op, ty, inout, input, count) {
+                Err(GpuError::KernelUnavailable(why)) => self.kernels_unavailable(why),
+                r => return r,
+            }
+        }
+        self.reduce_on_host(api.as_ref(), op, ty, inout, input, count)
+    }
+
+    /// Remember (once) that the kernels are unavailable, and say so.
+    #[cold]
+    fn kernels_unavailable(&self, why: String) {
+        if self.no_kernels.set(why).is_ok() {
+            bump(&self.stats.kernel_warnings);
+            let why = self.no_kernels.get().map_or("", String::as_str);
+            tracing::warn!(target: LOG, "device reduction kernels unavailable ({why}); reducing device buffers on the host through copies");
+        }
+    }
+
+    /// [`Gpu::reduce`] without kernels: both operands to the host, reduce,
+    /// the result back.
+    fn reduce_on_host(
+        &self,
+        api: &dyn CudaApi,
+        op: ReduceOp,
+        ty: ElemType,
+        inout: u64,
+        input: u64,
+        count: usize,
+    ) -> Result<(), GpuError> {
+        let len = count * ty.size();
+        let mut acc = vec![0u8; len];
+        let mut inc = vec![0u8; len];
+        api.copy_to_host(&mut acc, inout)?;
+        api.copy_to_host(&mut inc, input)?;
+        host_reduce::host_reduce(op, ty, &mut acc, &inc);
+        api.copy_to_device(inout, &acc)?;
+        bump(&self.stats.host_reduces);
+        Ok(())
     }
 
     /// Device memory of `len` bytes near `near` (a collective's temporary).

@@ -212,6 +212,128 @@ fn device_reductions_and_temporaries() {
     assert_eq!(g.select_device(5), Ok(Some(1)));
 }
 
+/// `vals` in native byte order.
+fn ne<T: Copy, const N: usize>(vals: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    vals.iter().flat_map(|&v| f(v)).collect()
+}
+
+/// Where the kernels cannot be built or loaded (no NVRTC, PTX the driver
+/// refuses), reductions still give the right answer, on host copies: two
+/// copies out and one back each, no kernel, the kernel tried once, one
+/// warning for the layer.
+#[test]
+fn reductions_fall_back_to_the_host_without_kernels() {
+    let d = Arc::new(TestCuda::new(1).without_kernels());
+    let g = Gpu::with_api(d.clone(), GpuConfig::default());
+    type Case = (ReduceOp, ElemType, Vec<u8>, Vec<u8>, Vec<u8>);
+    let cases: Vec<Case> = vec![
+        (
+            ReduceOp::Sum,
+            ElemType::I32,
+            ne(&[1i32, -2, 3, i32::MAX], i32::to_ne_bytes),
+            ne(&[10i32, 20, -30, 1], i32::to_ne_bytes),
+            ne(&[11i32, 18, -27, i32::MIN], i32::to_ne_bytes),
+        ),
+        (
+            ReduceOp::Prod,
+            ElemType::F64,
+            ne(&[1.5f64, -2.0, 0.0], f64::to_ne_bytes),
+            ne(&[2.0f64, 3.0, 7.0], f64::to_ne_bytes),
+            ne(&[3.0f64, -6.0, 0.0], f64::to_ne_bytes),
+        ),
+        (
+            ReduceOp::Min,
+            ElemType::U16,
+            ne(&[5u16, 65535, 0], u16::to_ne_bytes),
+            ne(&[7u16, 1, 0], u16::to_ne_bytes),
+            ne(&[5u16, 1, 0], u16::to_ne_bytes),
+        ),
+        (
+            ReduceOp::Max,
+            ElemType::F32,
+            ne(&[-1.0f32, 2.5], f32::to_ne_bytes),
+            ne(&[-0.5f32, 2.0], f32::to_ne_bytes),
+            ne(&[-0.5f32, 2.5], f32::to_ne_bytes),
+        ),
+        (
+            ReduceOp::Bxor,
+            ElemType::U64,
+            ne(&[0xff00u64, u64::MAX], u64::to_ne_bytes),
+            ne(&[0x0ff0u64, 1], u64::to_ne_bytes),
+            ne(&[0xf0f0u64, u64::MAX - 1], u64::to_ne_bytes),
+        ),
+        (
+            ReduceOp::Lxor,
+            ElemType::Bool,
+            vec![0, 1, 1, 0],
+            vec![0, 0, 1, 1],
+            vec![0, 1, 0, 1],
+        ),
+    ];
+    for (op, ty, a, b, want) in &cases {
+        let x = d.malloc(a.len(), 0);
+        let y = d.malloc(b.len(), 0);
+        d.poke(x, a);
+        d.poke(y, b);
+        let before = d.counts();
+        g.reduce(*op, *ty, x, y, a.len() / ty.size()).unwrap();
+        assert_eq!(&d.peek(x, a.len()), want, "{op:?} on {ty:?}");
+        assert_eq!(&d.peek(y, b.len()), b, "{op:?} on {ty:?}: input changed");
+        let c = d.counts();
+        assert_eq!(
+            (
+                c.dtoh - before.dtoh,
+                c.htod - before.htod,
+                c.dtod - before.dtod
+            ),
+            (2, 1, 0),
+            "{op:?} on {ty:?}: both operands out, the result back"
+        );
+    }
+    let c = d.counts();
+    assert_eq!(c.reduces, 0, "no kernel ran");
+    assert_eq!(
+        c.kernel_refusals, 1,
+        "the kernel was tried once, not per call"
+    );
+    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    assert_eq!(n(&g.stats.host_reduces), cases.len() as u64);
+    assert_eq!(n(&g.stats.kernel_warnings), 1, "one warning per layer");
+
+    // The fallback masks no other error: a copy past an allocation's end
+    // fails, and MPI's undefined pairs stay undefined.
+    let x = d.malloc(8, 0);
+    assert!(matches!(
+        g.reduce(ReduceOp::Sum, ElemType::I32, x, x, 4),
+        Err(GpuError::BadRange { .. })
+    ));
+    assert!(matches!(
+        g.reduce(ReduceOp::Band, ElemType::F32, x, x, 2),
+        Err(GpuError::Unsupported(_))
+    ));
+    assert_eq!(n(&g.stats.host_reduces), cases.len() as u64);
+    assert_eq!(n(&g.stats.kernel_warnings), 1);
+}
+
+/// With kernels, a reduction never goes to the host, and a kernel's own
+/// error (here a range past an allocation's end) is returned, not hidden
+/// by the fallback.
+#[test]
+fn reductions_with_kernels_never_fall_back() {
+    let (d, g) = gpu();
+    let a = d.malloc(8, 0);
+    let b = d.malloc(16, 0);
+    assert!(matches!(
+        g.reduce(ReduceOp::Sum, ElemType::I32, a, b, 4),
+        Err(GpuError::BadRange { .. })
+    ));
+    g.reduce(ReduceOp::Sum, ElemType::I32, b, b, 4).unwrap();
+    let c = d.counts();
+    assert_eq!((c.reduces, c.kernel_refusals, c.dtoh, c.htod), (1, 0, 0, 0));
+    assert_eq!(g.stats.host_reduces.load(Ordering::Relaxed), 0);
+    assert_eq!(g.stats.kernel_warnings.load(Ordering::Relaxed), 0);
+}
+
 #[test]
 fn every_op_and_type_has_a_kernel_expression() {
     for op in ReduceOp::ALL {

@@ -140,6 +140,11 @@ pub(crate) fn gpu() -> &'static Gpu {
     }
 }
 
+/// The process's gpu layer if `init` made it (it outlives finalize).
+pub(crate) fn gpu_made() -> Option<&'static Gpu> {
+    GPU.get().map(|g| &**g)
+}
+
 pub(crate) fn lock() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves the state as it was; the engine
     // has no invariant a half-finished call can break that a later call could

@@ -171,6 +171,93 @@ fn fatal_error_ends_the_job_with_a_message() {
     );
 }
 
+/// `tests/c/fake_libcuda.c` (host memory posing as a one-GPU CUDA driver)
+/// built as `libcuda.so` and `libcuda.so.1` in `dir`.
+fn fake_libcuda(dir: &Path) {
+    for name in ["libcuda.so", "libcuda.so.1"] {
+        let o = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(dir.join(name))
+            .arg(repo().join("tests/c/fake_libcuda.c"))
+            .output()
+            .expect("run cc");
+        assert!(
+            o.status.success(),
+            "building the fake libcuda:\n{}",
+            text(&o)
+        );
+    }
+}
+
+/// `MPIX_Query_cuda_support` and `MPIX_GPU_query_support`
+/// (`capi/tests/c/gpu_support.c`) answer from the loaded driver, before
+/// `MPI_Init`, after it and after `MPI_Finalize`: 0 under `GMPI_CUDA=off`
+/// although a driver (the fake) is there, which is then never loaded; 1
+/// over the fake under `GMPI_CUDA=on` and `auto`. Built by `gmpicc` with
+/// `<mpi-ext.h>` (`MPIX_CUDA_AWARE_SUPPORT`), and by MPICH's `mpicc`
+/// against MPICH's header.
+#[test]
+fn mpix_gpu_support_queries() {
+    let dir = scratch("gpu-support");
+    let fake = dir.join("fake-cuda");
+    std::fs::create_dir_all(&fake).expect("fake driver dir");
+    fake_libcuda(&fake);
+    let path = format!("{}:{}", prefix().join("lib").display(), fake.display());
+    let src = repo().join("capi/tests/c");
+    let inc = format!("-I{}", src.display());
+    let gmpicc = prefix().join("bin/gmpicc");
+    let mut builds = vec![(
+        "gmpicc",
+        gmpicc.to_str().expect("utf-8 path").to_string(),
+        vec!["-std=c99", "-Wall", "-Wextra", "-Werror", "-DWITH_MPI_EXT"],
+    )];
+    if have("mpicc.mpich", "libmpich-dev") {
+        builds.push(("mpich", "mpicc.mpich".into(), vec!["-std=c99"]));
+    }
+    for (tag, cc, mut flags) in builds {
+        flags.push(&inc);
+        let exe = dir.join(format!("gpu_support-{tag}"));
+        compile(&cc, &src.join("gpu_support.c"), &exe, &flags);
+        for (mode, expect) in [("off", "0"), ("on", "1"), ("auto", "1")] {
+            let np = 2;
+            let o = run(
+                &exe,
+                np,
+                &[
+                    ("LD_LIBRARY_PATH", &path),
+                    ("GMPI_CUDA", mode),
+                    ("GPU_SUPPORT_EXPECT", expect),
+                ],
+            );
+            let what = format!("gpu_support built by {tag}, GMPI_CUDA={mode}");
+            let out = String::from_utf8_lossy(&o.stdout);
+            let err = String::from_utf8_lossy(&o.stderr);
+            let oks = (0..np)
+                .filter(|r| out.contains(&format!("OK gpu_support rank {r} cuda={expect}")))
+                .count();
+            assert!(
+                o.status.success() && oks == np,
+                "{what}: {oks} of {np} ranks OK:\n{}",
+                text(&o)
+            );
+            assert!(
+                !err.contains("fake-cuda: ERROR"),
+                "{what}: driver misuse:\n{}",
+                text(&o)
+            );
+            // The fake reports at exit in each process that initialised it.
+            let loaded = err.matches("fake-cuda: alloc ").count();
+            let want = if mode == "off" { 0 } else { np };
+            assert_eq!(
+                loaded,
+                want,
+                "{what}: processes that loaded the driver:\n{}",
+                text(&o)
+            );
+        }
+    }
+}
+
 #[test]
 fn fortran_use_mpi_and_mpif_h() {
     if !have("gfortran", "gfortran") {

@@ -223,6 +223,15 @@ pub const MPI_CXX_FLOAT_COMPLEX: MPI_Datatype = 0x4c000834;
 pub const MPI_CXX_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001035;
 pub const MPI_CXX_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002036;
 
+// ---- GPU-support queries (MPICH's MPIX extension) ----
+
+/// `MPIX_GPU_SUPPORT_CUDA`: `MPIX_GPU_query_support`'s `gpu_type` for CUDA.
+pub const MPIX_GPU_SUPPORT_CUDA: c_int = 0;
+/// `MPIX_GPU_SUPPORT_ZE`: Intel Level Zero.
+pub const MPIX_GPU_SUPPORT_ZE: c_int = 1;
+/// `MPIX_GPU_SUPPORT_HIP`: AMD HIP.
+pub const MPIX_GPU_SUPPORT_HIP: c_int = 2;
+
 // ---- special pointer values ----
 
 /// `MPI_IN_PLACE`: `(void *) -1`.

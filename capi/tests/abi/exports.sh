@@ -5,6 +5,8 @@
 #
 # Checks that `nm -D --defined-only LIB` has:
 #   - MPI_X and PMPI_X for every name X in capi/include/functions.txt;
+#   - MPIX_X and PMPIX_X for every MPIX_X function capi/include/mpi.h
+#     declares (the extensions: GPU-support queries);
 #   - MPIR_Dup_fn (what MPI_COMM_DUP_FN and friends expand to);
 #   - the data symbols MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY,
 #     MPI_F_STATUS_IGNORE, MPI_F_STATUSES_IGNORE;
@@ -23,6 +25,7 @@ export LC_ALL=C
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 functions="$here/../../include/functions.txt"
+header="$here/../../include/mpi.h"
 syms=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -38,6 +41,7 @@ fi
 lib="$1"
 [ -r "$lib" ] || { echo "exports.sh: cannot read $lib" >&2; exit 2; }
 [ -r "$functions" ] || { echo "exports.sh: cannot read $functions" >&2; exit 2; }
+[ -r "$header" ] || { echo "exports.sh: cannot read $header" >&2; exit 2; }
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -48,6 +52,10 @@ nm -D --defined-only "$lib" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort 
 # What it must define.
 {
     grep -v '^[[:space:]]*\(#\|$\)' "$functions" | while read -r f; do
+        echo "$f"
+        echo "P$f"
+    done
+    sed -n -E 's/^[A-Za-z_ ]*[ *](MPIX_[A-Za-z0-9_]+)\(.*/\1/p' "$header" | while read -r f; do
         echo "$f"
         echo "P$f"
     done

@@ -25,6 +25,12 @@
 //! (`cuIpcGetMemHandle`) does not work for them: [`CudaApi::ipc_handle`]
 //! then fails with [`GpuError::Unsupported`] and the caller falls back to the
 //! staged protocol.
+//!
+//! Reduction kernels are compiled by NVRTC on first use and loaded per
+//! context. A failure to open NVRTC, to compile, or to load the PTX
+//! (`cuModuleLoadData`: an NVRTC newer than the driver gives
+//! `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`) is [`GpuError::KernelUnavailable`],
+//! on which [`crate::Gpu::reduce`] reduces on the host instead.
 
 mod driver;
 mod kernels;
@@ -108,6 +114,19 @@ pub fn load() -> Result<Arc<dyn CudaApi>, GpuError> {
             facts: OnceLock::new(),
         }),
     }))
+}
+
+/// A failed NVRTC compile or module load (`cuModuleLoadData`,
+/// `cuModuleGetFunction`) as [`GpuError::KernelUnavailable`], so that
+/// [`crate::Gpu::reduce`] falls back to the host; other errors (context,
+/// launch, copies) keep their kind.
+fn jit_failed(e: GpuError) -> GpuError {
+    match e {
+        GpuError::Driver { call, msg } => {
+            GpuError::KernelUnavailable(format!("{call} failed: {msg}"))
+        }
+        other => other,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -259,24 +278,30 @@ impl Inner {
                 Some(p) => p.clone(),
                 None => {
                     let src = kernels::kernel_source(op, ty);
-                    let nvrtc = match self.nvrtc.get_or_init(driver::Nvrtc::open) {
-                        Ok(n) => n,
-                        Err(why) => {
-                            return Err(GpuError::Unavailable(format!(
-                                "device reductions need NVRTC: {why}"
-                            )))
-                        }
-                    };
-                    let p = Arc::new(nvrtc.compile_ptx(&src, &kernels::kernel_name(op, ty))?);
+                    let nvrtc = self.nvrtc()?;
+                    let p = Arc::new(
+                        nvrtc
+                            .compile_ptx(&src, &kernels::kernel_name(op, ty))
+                            .map_err(jit_failed)?,
+                    );
                     tracing::debug!(target: LOG, "compiled {}", kernels::kernel_name(op, ty));
                     cache.insert((op, ty), p.clone());
                     p
                 }
             }
         };
-        let f = driver::load_function(&ptx, &kernels::kernel_name(op, ty))?;
+        let f = driver::load_function(&ptx, &kernels::kernel_name(op, ty)).map_err(jit_failed)?;
         lock(&self.kernels).insert(key, f);
         Ok(f)
+    }
+
+    /// NVRTC, opened on first use; [`GpuError::KernelUnavailable`] if it
+    /// cannot be.
+    fn nvrtc(&self) -> Res<&driver::Nvrtc> {
+        self.nvrtc
+            .get_or_init(driver::Nvrtc::open)
+            .as_ref()
+            .map_err(|why| GpuError::KernelUnavailable(format!("NVRTC cannot be used: {why}")))
     }
 
     /// Copy through GDRCopy if `addr..addr+len` is small device memory that
@@ -559,11 +584,7 @@ impl CudaApi for Cuda {
         if count == 0 {
             return Ok(());
         }
-        if let Err(why) = self.inner.nvrtc.get_or_init(driver::Nvrtc::open) {
-            return Err(GpuError::Unavailable(format!(
-                "device reductions need NVRTC: {why}"
-            )));
-        }
+        self.inner.nvrtc()?;
         let ordinal = self.inner.ordinal_of(inout);
         self.inner.on_device(ordinal, |c| {
             let f = self.inner.kernel(c, op, ty)?;
@@ -800,11 +821,13 @@ mod tests {
         let own = api.ipc_open(&h).expect_err("opened in its exporter");
         assert!(own.to_string().contains("INVALID_CONTEXT"), "{own}");
 
-        // Managed memory cannot be exported; reductions need NVRTC and
-        // kernels; no dma-buf in the fake.
-        assert!(api
-            .reduce(ReduceOp::Sum, ElemType::I32, d, d + 500, 4)
-            .is_err());
+        // Reductions need kernels, which the fake never loads (and NVRTC
+        // may be absent): the failure says so, for the layer's fallback;
+        // no dma-buf in the fake.
+        assert!(matches!(
+            api.reduce(ReduceOp::Sum, ElemType::I32, d, d + 500, 4),
+            Err(GpuError::KernelUnavailable(_))
+        ));
         assert!(matches!(
             api.reduce(ReduceOp::Band, ElemType::F32, d, d, 4),
             Err(GpuError::Unsupported(_))
@@ -845,6 +868,23 @@ mod tests {
             assert_eq!(b, [100, 101, 102, 103]);
             gpu.copy_to_host(&mut b, d).unwrap();
             assert_eq!(b, [9; 4]);
+
+            // Without kernels, the layer reduces on host copies, and says
+            // so once.
+            let ints = |v: [i32; 4]| v.map(i32::to_ne_bytes).concat();
+            gpu.copy_to_device(d + 600, &ints([1, 2, 3, -4])).unwrap();
+            gpu.copy_to_device(d + 700, &ints([10, 20, 30, 40]))
+                .unwrap();
+            for _ in 0..2 {
+                gpu.reduce(ReduceOp::Sum, ElemType::I32, d + 600, d + 700, 4)
+                    .expect("host fallback");
+            }
+            let mut r = [0u8; 16];
+            gpu.copy_to_host(&mut r, d + 600).unwrap();
+            assert_eq!(r.to_vec(), ints([21, 42, 63, 76]));
+            let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            assert_eq!(n(&gpu.stats.host_reduces), 2);
+            assert_eq!(n(&gpu.stats.kernel_warnings), 1);
         }
 
         api.free_device(d).expect("free");

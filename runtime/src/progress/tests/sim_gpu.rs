@@ -177,6 +177,7 @@ fn diff(a: &Counts, b: &Counts) -> Counts {
         ipc_opens: a.ipc_opens - b.ipc_opens,
         ipc_closes: a.ipc_closes - b.ipc_closes,
         reduces: a.reduces - b.reduces,
+        kernel_refusals: a.kernel_refusals - b.kernel_refusals,
         pinned: a.pinned - b.pinned,
         mallocs: a.mallocs - b.mallocs,
         frees: a.frees - b.frees,
