@@ -171,7 +171,9 @@ fn all(w: &Communicator, mem: &Mem, m: usize) -> R {
         }
 
         // gather and scatter: block q is rank q's.
-        let all_blocks: Vec<u64> = (0..n).flat_map(|q| (0..m).map(move |i| val(q, i))).collect();
+        let all_blocks: Vec<u64> = (0..n)
+            .flat_map(|q| (0..m).map(move |i| val(q, i)))
+            .collect();
         let mut rb = mem.zeros(m * nu)?;
         buf!(&sb, s => buf_mut!(&mut rb, o => w.gather(s, o, root))).map_err(e)?;
         if r == root {
@@ -194,7 +196,9 @@ fn all(w: &Communicator, mem: &Mem, m: usize) -> R {
                 vwant[displs[q as usize] as usize + i] = val(q, i);
             }
         }
-        let vmine: Vec<u64> = (0..counts[r as usize] as usize).map(|i| val(r, i)).collect();
+        let vmine: Vec<u64> = (0..counts[r as usize] as usize)
+            .map(|i| val(r, i))
+            .collect();
         let vsb = mem.of(&vmine)?;
         let mut rb = mem.zeros(total)?;
         buf!(&vsb, s => buf_mut!(&mut rb, o => w.gatherv(s, o, &counts, &displs, root)))
@@ -221,7 +225,9 @@ fn all(w: &Communicator, mem: &Mem, m: usize) -> R {
     buf_mut!(&mut b, x => w.allreduce_in_place(x, Op::Sum)).map_err(e)?;
     same("allreduce in place", &mem.get(&b)?, &sum)?;
 
-    let all_blocks: Vec<u64> = (0..n).flat_map(|q| (0..m).map(move |i| val(q, i))).collect();
+    let all_blocks: Vec<u64> = (0..n)
+        .flat_map(|q| (0..m).map(move |i| val(q, i)))
+        .collect();
     let mut rb = mem.zeros(m * nu)?;
     buf!(&sb, s => buf_mut!(&mut rb, o => w.allgather(s, o))).map_err(e)?;
     same("allgather", &mem.get(&rb)?, &all_blocks)?;
@@ -233,15 +239,21 @@ fn all(w: &Communicator, mem: &Mem, m: usize) -> R {
             vwant[displs[q as usize] as usize + i] = val(q, i);
         }
     }
-    let vmine: Vec<u64> = (0..counts[r as usize] as usize).map(|i| val(r, i)).collect();
+    let vmine: Vec<u64> = (0..counts[r as usize] as usize)
+        .map(|i| val(r, i))
+        .collect();
     let vsb = mem.of(&vmine)?;
     let mut rb = mem.zeros(total)?;
     buf!(&vsb, s => buf_mut!(&mut rb, o => w.allgatherv(s, o, &counts, &displs))).map_err(e)?;
     same("allgatherv", &mem.get(&rb)?, &vwant)?;
 
     // alltoall: block p of rank q's send buffer goes to rank p.
-    let out: Vec<u64> = (0..n).flat_map(|p| (0..m).map(move |i| enc(r, p, i))).collect();
-    let want: Vec<u64> = (0..n).flat_map(|q| (0..m).map(move |i| enc(q, r, i))).collect();
+    let out: Vec<u64> = (0..n)
+        .flat_map(|p| (0..m).map(move |i| enc(r, p, i)))
+        .collect();
+    let want: Vec<u64> = (0..n)
+        .flat_map(|q| (0..m).map(move |i| enc(q, r, i)))
+        .collect();
     let asb = mem.of(&out)?;
     let mut rb = mem.zeros(m * nu)?;
     buf!(&asb, s => buf_mut!(&mut rb, o => w.alltoall(s, o))).map_err(e)?;
@@ -289,16 +301,12 @@ fn all(w: &Communicator, mem: &Mem, m: usize) -> R {
     let want: Vec<u64> = (at..at + counts[r as usize] as usize).map(bsum).collect();
     let isb = mem.of(&input)?;
     let mut rb = mem.zeros(want.len())?;
-    buf!(&isb, s => buf_mut!(&mut rb, o => w.reduce_scatter(s, o, &counts, Op::Sum)))
-        .map_err(e)?;
+    buf!(&isb, s => buf_mut!(&mut rb, o => w.reduce_scatter(s, o, &counts, Op::Sum))).map_err(e)?;
     same("reduce_scatter", &mem.get(&rb)?, &want)?;
 
     // scan and exscan (exscan leaves rank 0's result undefined).
-    let prefix = |upto: i32| -> Vec<u64> {
-        (0..m)
-            .map(|i| (0..upto).map(|q| val(q, i)).sum())
-            .collect()
-    };
+    let prefix =
+        |upto: i32| -> Vec<u64> { (0..m).map(|i| (0..upto).map(|q| val(q, i)).sum()).collect() };
     let mut rb = mem.zeros(m)?;
     buf!(&sb, s => buf_mut!(&mut rb, o => w.scan(s, o, Op::Sum))).map_err(e)?;
     same("scan", &mem.get(&rb)?, &prefix(r + 1))?;
@@ -373,7 +381,9 @@ fn main() {
                     let iters = iters.parse().map_err(|_| format!("bad count {iters:?}"))?;
                     repeat(&w, &s, iters)
                 }
-                _ => Err(format!("usage: gmpi-cuda-mixed [repeat ITER], not {args:?}")),
+                _ => Err(format!(
+                    "usage: gmpi-cuda-mixed [repeat ITER], not {args:?}"
+                )),
             }
         });
     match res {
