@@ -23,6 +23,8 @@
 //! - `lib.rs`: [`GpuConfig`], [`Gpu`] (classification cache, bounce pool,
 //!   IPC caches); [`MemKind`] and [`IpcDesc`] are re-exported from
 //!   `gmpi-mem`, which the pml shares.
+//! - `temp.rs`: device temporaries of the collectives ([`Gpu::alloc_device`],
+//!   [`DeviceBuf`]), pooled per [`Gpu`] by device and size class.
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
 //!   device memory; copies counted and checked).
@@ -36,6 +38,7 @@ pub mod api;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod double;
+mod temp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use api::{CopyPath, CudaApi, ElemType, Facts, GpuError, PinnedBuf, PtrInfo, ReduceOp};
 /// The memory vocabulary shared with the pml (`gmpi-mem`).
 pub use gmpi_mem::{IpcDesc, IpcHandle, MemKind};
+pub use temp::DeviceBuf;
 
 /// Tracing target of this crate.
 const LOG: &str = "gpu";
@@ -130,6 +134,7 @@ pub struct Gpu {
     cfg: GpuConfig,
     caches: Mutex<Caches>,
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
+    temps: temp::Temps,
     status: String,
     /// Counters.
     pub stats: Stats,
@@ -156,6 +161,7 @@ impl Gpu {
             },
             caches: Mutex::default(),
             bounce: Mutex::default(),
+            temps: temp::Temps::default(),
             status: why.to_string(),
             stats: Stats::default(),
         }
@@ -169,6 +175,7 @@ impl Gpu {
             cfg,
             caches: Mutex::default(),
             bounce: Mutex::default(),
+            temps: temp::Temps::default(),
             status,
             stats: Stats::default(),
         }
@@ -300,12 +307,13 @@ impl Gpu {
     }
 
     /// Frees what the layer keeps for reuse: the pooled pinned bounce
-    /// buffers and the peers' IPC mappings (and forgets the classification
-    /// and export caches). Called at `MPI_Finalize`, since the process-wide
+    /// buffers, the pooled device temporaries and the peers' IPC mappings
+    /// (and forgets the classification and export caches). Called at `MPI_Finalize`, since the process-wide
     /// layer is never dropped; later use simply allocates and maps again.
     pub fn release(&self) {
         lock(&self.bounce).clear();
         if let Some(api) = &self.api {
+            self.temps.release(api.as_ref());
             let mut c = lock(&self.caches);
             for (_, m) in c.mapped.drain() {
                 let _ = api.ipc_close(m.local);
@@ -522,16 +530,6 @@ impl Gpu {
         self.need_api()?.reduce(op, ty, inout, input, count)
     }
 
-    /// Device memory of `len` bytes near `near` (a collective's temporary).
-    pub fn alloc_device(&self, len: usize, near: u64) -> Result<DeviceBuf<'_>, GpuError> {
-        let ptr = self.need_api()?.alloc_device(len.max(1), near)?;
-        Ok(DeviceBuf {
-            gpu: self,
-            ptr,
-            len,
-        })
-    }
-
     /// Select `local_rank % devices` as this thread's device (the
     /// `--gpu-bind local-rank` policy). `Ok(None)` without CUDA devices.
     pub fn select_device(&self, local_rank: usize) -> Result<Option<i32>, GpuError> {
@@ -569,29 +567,10 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         if let Some(api) = &self.api {
+            self.temps.release(api.as_ref());
             let c = self.caches.get_mut().unwrap_or_else(|p| p.into_inner());
             for (_, m) in c.mapped.drain() {
                 let _ = api.ipc_close(m.local);
-            }
-        }
-    }
-}
-
-/// Device memory owned by gmpi (a collective's temporary), freed on drop.
-#[derive(Debug)]
-pub struct DeviceBuf<'a> {
-    gpu: &'a Gpu,
-    /// Device address.
-    pub ptr: u64,
-    /// Length in bytes.
-    pub len: usize,
-}
-
-impl Drop for DeviceBuf<'_> {
-    fn drop(&mut self) {
-        if let Some(api) = &self.gpu.api {
-            if let Err(e) = api.free_device(self.ptr) {
-                tracing::warn!(target: LOG, "freeing a temporary device buffer: {e}");
             }
         }
     }
