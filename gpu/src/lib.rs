@@ -29,6 +29,8 @@
 //!   caches);
 //! - `cache.rs`: the lock-free classification cache; [`MemKind`] and [`IpcDesc`] are re-exported from
 //!   `gmpi-mem`, which the pml shares.
+//! - `temp.rs`: device temporaries of the collectives ([`Gpu::alloc_device`],
+//!   [`DeviceBuf`]), pooled per [`Gpu`] by device and size class.
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
 //!   device memory; copies counted and checked).
@@ -46,6 +48,7 @@ mod cache;
 pub mod cuda;
 pub mod double;
 mod host_reduce;
+mod temp;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 pub use api::{CopyPath, CudaApi, ElemType, Facts, GpuError, PinnedBuf, PtrInfo, ReduceOp};
 /// The memory vocabulary shared with the pml (`gmpi-mem`).
 pub use gmpi_mem::{IpcDesc, IpcHandle, MemKind};
+pub use temp::DeviceBuf;
 
 /// Tracing target of this crate.
 const LOG: &str = "gpu";
@@ -157,6 +161,7 @@ pub struct Gpu {
     kinds: cache::PtrCache,
     caches: Mutex<Caches>,
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
+    temps: temp::Temps,
     status: String,
     /// Why the reduction kernels cannot be used, once a reduction found out:
     /// later reductions go straight to the host.
@@ -188,6 +193,7 @@ impl Gpu {
             kinds: cache::PtrCache::new(false),
             caches: Mutex::default(),
             bounce: Mutex::default(),
+            temps: temp::Temps::default(),
             status: why.to_string(),
             no_kernels: OnceLock::new(),
             stats: Stats::default(),
@@ -203,6 +209,7 @@ impl Gpu {
             cfg,
             caches: Mutex::default(),
             bounce: Mutex::default(),
+            temps: temp::Temps::default(),
             status,
             no_kernels: OnceLock::new(),
             stats: Stats::default(),
@@ -340,12 +347,13 @@ impl Gpu {
     }
 
     /// Frees what the layer keeps for reuse: the pooled pinned bounce
-    /// buffers and the peers' IPC mappings (and forgets the classification
-    /// and export caches). Called at `MPI_Finalize`, since the process-wide
+    /// buffers, the pooled device temporaries and the peers' IPC mappings
+    /// (and forgets the classification and export caches). Called at `MPI_Finalize`, since the process-wide
     /// layer is never dropped; later use simply allocates and maps again.
     pub fn release(&self) {
         lock(&self.bounce).clear();
         if let Some(api) = &self.api {
+            self.temps.release(api.as_ref());
             let mut c = lock(&self.caches);
             for (_, m) in c.mapped.drain() {
                 let _ = api.ipc_close(m.local);
@@ -635,16 +643,6 @@ impl Gpu {
         Ok(())
     }
 
-    /// Device memory of `len` bytes near `near` (a collective's temporary).
-    pub fn alloc_device(&self, len: usize, near: u64) -> Result<DeviceBuf<'_>, GpuError> {
-        let ptr = self.need_api()?.alloc_device(len.max(1), near)?;
-        Ok(DeviceBuf {
-            gpu: self,
-            ptr,
-            len,
-        })
-    }
-
     /// Select `local_rank % devices` as this thread's device (the
     /// `--gpu-bind local-rank` policy). `Ok(None)` without CUDA devices.
     pub fn select_device(&self, local_rank: usize) -> Result<Option<i32>, GpuError> {
@@ -682,29 +680,10 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         if let Some(api) = &self.api {
+            self.temps.release(api.as_ref());
             let c = self.caches.get_mut().unwrap_or_else(|p| p.into_inner());
             for (_, m) in c.mapped.drain() {
                 let _ = api.ipc_close(m.local);
-            }
-        }
-    }
-}
-
-/// Device memory owned by gmpi (a collective's temporary), freed on drop.
-#[derive(Debug)]
-pub struct DeviceBuf<'a> {
-    gpu: &'a Gpu,
-    /// Device address.
-    pub ptr: u64,
-    /// Length in bytes.
-    pub len: usize,
-}
-
-impl Drop for DeviceBuf<'_> {
-    fn drop(&mut self) {
-        if let Some(api) = &self.gpu.api {
-            if let Err(e) = api.free_device(self.ptr) {
-                tracing::warn!(target: LOG, "freeing a temporary device buffer: {e}");
             }
         }
     }

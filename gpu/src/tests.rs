@@ -208,6 +208,9 @@ fn device_reductions_and_temporaries() {
         let t = g.alloc_device(100, a).unwrap();
         assert_eq!(g.classify(t.ptr, 100), Ok(MemKind::Device { ordinal: 0 }));
     }
+    // Kept for the next collective (temp.rs), freed by release.
+    assert_eq!(d.counts().frees, 0);
+    g.release();
     assert_eq!(d.counts().frees, 1);
     assert_eq!(g.select_device(5), Ok(Some(1)));
 }

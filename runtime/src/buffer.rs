@@ -178,7 +178,6 @@ impl View {
         o + lo >= 0 && (o + hi) as usize <= self.len
     }
 
-    /// Address of the data if it is one contiguous run.
     /// Where the buffer lives (classified by the gpu layer; one branch
     /// without CUDA). An error: the driver could not say.
     #[inline]
@@ -186,32 +185,38 @@ impl View {
         crate::engine::gpu().classify(self.base + self.origin as u64, self.bytes())
     }
 
-    /// Whether the buffer is known to be plain host memory (the
-    /// shared-memory collectives and the CPU pack/unpack paths need that).
+    /// Whether the buffer is plain host memory (what the CPU may touch in
+    /// place: [`View::read_contig`], [`View::write_contig`]).
     #[inline]
     pub(crate) fn is_host(&self) -> bool {
         matches!(self.kind(), Ok(k) if k.is_host())
     }
 
+    /// Address of the data if it is one contiguous run.
     pub(crate) fn contig_addr(&self) -> Option<u64> {
         self.ty
             .is_contig()
             .then_some(self.base + self.origin as u64)
     }
 
-    /// Run `f` on the data in place if it is one contiguous run.
+    /// Run `f` on the data in place if it is one contiguous run of host
+    /// memory (`None` otherwise: [`View::pack_into`] reaches any memory).
     #[inline]
     pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let a = self.contig_addr()?;
-        Some(HostMem.with_read(a, self.bytes(), f))
+        self.is_host()
+            .then(|| HostMem.with_read(a, self.bytes(), f))
     }
 
-    /// Run `f` on the data, writable, in place if it is one contiguous run.
+    /// Run `f` on the data, writable, in place if it is one contiguous run
+    /// of host memory (`None` otherwise: [`View::unpack`] reaches any
+    /// memory).
     #[inline]
     pub(crate) fn write_contig<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         assert!(self.writable, "write into a read-only buffer");
         let a = self.contig_addr()?;
-        Some(HostMem.with_write(a, self.bytes(), f))
+        self.is_host()
+            .then(|| HostMem.with_write(a, self.bytes(), f))
     }
 
     /// The data, packed (a copy).
@@ -222,12 +227,26 @@ impl View {
         out
     }
 
-    /// Pack the data into `out` (`out.len() == self.bytes()`).
+    /// Pack the data into `out` (`out.len() == self.bytes()`), from any
+    /// memory: host memory in place; contiguous device (or managed) data in
+    /// one copy of just its bytes; a derived datatype on device memory from
+    /// a staged copy of the view's region.
     pub(crate) fn pack_into(&self, out: &mut [u8]) {
         if out.is_empty() {
             return;
         }
-        self.with_region(|region| match &self.ty {
+        let g = crate::engine::gpu();
+        let host = matches!(g.classify(self.base, self.len), Ok(k) if k.is_host());
+        if let (false, Some(a)) = (host, self.contig_addr()) {
+            if let Err(e) = g.copy_to_host(out, a) {
+                panic!(
+                    "gmpi: copying {} B out of a device buffer failed: {e}",
+                    out.len()
+                );
+            }
+            return;
+        }
+        self.with_region(host, |region| match &self.ty {
             Ty::Basic(_) => out.copy_from_slice(&region[self.origin..self.origin + out.len()]),
             Ty::Derived(u) => u
                 .desc()
@@ -237,14 +256,13 @@ impl View {
     }
 
     /// Run `f` over the view's whole memory region: in place for host
-    /// memory; for device memory, over a host copy of it (derived datatypes
-    /// on device memory are packed on the CPU from a staged copy).
-    fn with_region<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        let g = crate::engine::gpu();
-        if matches!(g.classify(self.base, self.len), Ok(k) if k.is_host()) {
+    /// memory (`host`); for device memory, over a host copy of it (derived
+    /// datatypes on device memory are packed on the CPU from a staged copy).
+    fn with_region<R>(&self, host: bool, f: impl FnOnce(&[u8]) -> R) -> R {
+        if host {
             return HostMem.with_read(self.base, self.len, f);
         }
-        match g.with_read(self.base, self.len, f) {
+        match crate::engine::gpu().with_read(self.base, self.len, f) {
             Ok((r, _)) => r,
             Err(e) => panic!("gmpi: staging a device buffer of a derived datatype failed: {e}"),
         }
@@ -253,11 +271,11 @@ impl View {
     /// Like [`View::with_region`], writable: device memory is read, changed
     /// and written back whole (so bytes between the datatype's blocks keep
     /// their values).
-    fn with_region_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        let g = crate::engine::gpu();
-        if matches!(g.classify(self.base, self.len), Ok(k) if k.is_host()) {
+    fn with_region_mut<R>(&self, host: bool, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        if host {
             return HostMem.with_write(self.base, self.len, f);
         }
+        let g = crate::engine::gpu();
         let res = g.with_write(self.base, self.len, |region| {
             g.copy_to_host(region, self.base).map(|_| f(region))
         });
@@ -270,13 +288,25 @@ impl View {
     }
 
     /// Scatter `data` (a packed prefix of at most `bytes()` bytes) into the
-    /// view's memory.
+    /// view's memory, any memory: as [`View::pack_into`] reads it
+    /// (contiguous device data in one copy of just those bytes).
     pub(crate) fn unpack(&self, data: &[u8]) {
         assert!(self.writable, "unpack into a read-only buffer");
         if data.is_empty() {
             return;
         }
-        self.with_region_mut(|region| match &self.ty {
+        let g = crate::engine::gpu();
+        let host = matches!(g.classify(self.base, self.len), Ok(k) if k.is_host());
+        if let (false, Some(a)) = (host, self.contig_addr()) {
+            if let Err(e) = g.copy_to_device(a, data) {
+                panic!(
+                    "gmpi: copying {} B into a device buffer failed: {e}",
+                    data.len()
+                );
+            }
+            return;
+        }
+        self.with_region_mut(host, |region| match &self.ty {
             Ty::Basic(_) => region[self.origin..self.origin + data.len()].copy_from_slice(data),
             Ty::Derived(u) => u
                 .desc()

@@ -41,9 +41,10 @@ for p in p2p coll realloc kinds ctx_first; do
 done
 "${CC:-cc}" "${cflags[@]}" tests/device/copybw.c -o "$carry/bin/dt_copybw" -ldl
 
-echo "build.sh: the Rust API scenario (cudarc CudaSlice through gmpi)"
-cargo build -q --release -p gmpi-tests --bin gmpi-cuda
+echo "build.sh: the Rust API scenarios (cudarc CudaSlice through gmpi; mixed host/device ranks)"
+cargo build -q --release -p gmpi-tests --bin gmpi-cuda --bin gmpi-cuda-mixed
 cp "${CARGO_TARGET_DIR:-target}/release/gmpi-cuda" "$carry/bin/gmpi-cuda"
+cp "${CARGO_TARGET_DIR:-target}/release/gmpi-cuda-mixed" "$carry/bin/gmpi-cuda-mixed"
 
 echo "build.sh: benchmark suite"
 make -s -C bench/suite MPICC="$cc" BUILD="$carry/suite-build" CFLAGS="-O2 -g0 -Wall -Wno-unused-parameter -Wno-stringop-overflow" >/dev/null

@@ -122,6 +122,9 @@ else
     # the Rust API: cudarc CudaSlice/CudaView/CudaViewMut through p2p and collectives
     step rust-api-np2 90 -- "${run[@]}" 2 "$bin/gmpi-cuda"
     step rust-api-np4 120 -- "${run[@]}" 4 "$bin/gmpi-cuda"
+    # every collective with device memory on some ranks and host memory on the others
+    step rust-mixed-np3 90 -- "${run[@]}" 3 "$bin/gmpi-cuda-mixed"
+    step rust-mixed-np4 90 -- "${run[@]}" 4 "$bin/gmpi-cuda-mixed"
     # which protocol each size used (device buffers only; both sides' logs)
     step protocols 60 GMPI_LOG=pml=debug -- "${run[@]}" 2 "$bin/dt_p2p" -k HD
     step protocols-staged 60 GMPI_LOG=pml=debug GMPI_GPU_IPC=off -- "${run[@]}" 2 "$bin/dt_p2p" -k D

@@ -1,8 +1,11 @@
 //! The Rust API on `cudarc` device buffers (`CudaSlice`, `CudaView`,
 //! `CudaViewMut`) in real gmpirun jobs, over `tests/c/fake_libcuda.c` as
 //! `libcuda.so` (host memory posing as device memory, every call checked):
-//! `gmpi-cuda` at 2 and 4 ranks. Asserts that every rank passed, that the
-//! fake saw no misuse or leak ("fake-cuda: ERROR"), and, from
+//! `gmpi-cuda` at 2 and 4 ranks; `gmpi-cuda-mixed` (every collective with
+//! device memory on some ranks and host memory on the others) at 2, 3 and 4
+//! ranks, and its repeated device collectives, whose device allocations
+//! must not grow with the number of calls. Asserts that every rank passed,
+//! that the fake saw no misuse or leak ("fake-cuda: ERROR"), and, from
 //! `GMPI_LOG=pml=debug`, that the device protocols carried the messages.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +15,7 @@ use std::sync::OnceLock;
 use gmpi_tests::{output_text, repo, run, target_dir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gmpi-cuda");
+const MIXED: &str = env!("CARGO_BIN_EXE_gmpi-cuda-mixed");
 
 /// A directory holding the fake driver as `libcuda.so` and `libcuda.so.1`
 /// (the names `cudarc` tries), built once per test binary.
@@ -38,6 +42,14 @@ fn fake_dir() -> &'static Path {
 }
 
 fn job(np: usize, extra: &[(&str, &str)]) -> String {
+    job_of(BIN, 240, np, &[], extra)
+}
+
+/// Run `bin ARGS` at `np` ranks over the fake driver with `GMPI_CUDA=on`,
+/// `GMPI_LOG=pml=debug` and `extra`, ended by gmpirun after `timeout` s;
+/// assert that every rank passed and the fake saw no misuse; the job's
+/// stderr.
+fn job_of(bin: &str, timeout: u32, np: usize, args: &[&str], extra: &[(&str, &str)]) -> String {
     let dir = fake_dir().to_str().expect("utf-8 path").to_string();
     let mut envs = vec![
         ("LD_LIBRARY_PATH", dir.as_str()),
@@ -45,21 +57,24 @@ fn job(np: usize, extra: &[(&str, &str)]) -> String {
         ("GMPI_LOG", "pml=debug"),
     ];
     envs.extend_from_slice(extra);
-    let nps = np.to_string();
-    let out = run(&["--timeout", "240", "-np", &nps, BIN], &envs);
+    let (nps, ts) = (np.to_string(), timeout.to_string());
+    let mut argv = vec!["--timeout", &ts, "-np", &nps, bin];
+    argv.extend_from_slice(args);
+    let out = run(&argv, &envs);
     let text = output_text(&out);
+    let name = Path::new(bin)
+        .file_name()
+        .map_or(bin.into(), |f| f.to_string_lossy());
     assert!(
         out.status.success(),
-        "gmpi-cuda at np {np} {extra:?} failed:\n{text}"
+        "{name} {args:?} at np {np} {extra:?} failed:\n{text}"
     );
     let so = String::from_utf8_lossy(&out.stdout);
-    let oks = so
-        .lines()
-        .filter(|l| l.contains("gmpi-cuda: OK on rank "))
-        .count();
+    let ok = format!("{name}: OK on rank ");
+    let oks = so.lines().filter(|l| l.contains(&ok)).count();
     assert_eq!(
         oks, np,
-        "gmpi-cuda at np {np}: {oks} ranks reported OK\n{text}"
+        "{name} {args:?} at np {np}: {oks} ranks reported OK\n{text}"
     );
     let se = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
@@ -113,4 +128,46 @@ fn cuda_slices_staged_without_ipc() {
     let log = job(2, &[("GMPI_GPU_IPC", "false")]);
     expect(2, &log, &["eager/cuda-copy", "rndv/staged"]);
     assert!(!log.contains("rndv/cuda-ipc"), "IPC was off");
+}
+
+/// Collectives whose ranks pass different memory kinds (device on the even
+/// ranks and host on the odd ones, then the reverse): every rank must take
+/// the same road (a rank whose choice went by its own buffers alone sent
+/// its peers down different paths, and the job hung in its first small
+/// collective). At 2, 3 and 4 ranks, every collective, every root.
+#[test]
+fn collectives_with_host_and_device_ranks_np2_np3_np4() {
+    for np in [2, 3, 4] {
+        job_of(MIXED, 120, np, &[], &[]);
+    }
+}
+
+/// Device allocations a job made, per rank, from the fake's exit reports
+/// ("fake-cuda: alloc A free F ...").
+fn allocs(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| l.split("fake-cuda: alloc ").nth(1))
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .and_then(|a| a.parse().ok())
+                .expect("an allocation count")
+        })
+        .collect()
+}
+
+/// Collectives on device buffers make their device temporaries once and
+/// reuse them: 5 and 60 calls make the same number of device allocations
+/// (each call allocated its own before), all freed by the end (the fake
+/// reports a leak as an ERROR).
+#[test]
+fn repeated_device_collectives_reuse_their_temporaries() {
+    let np = 2;
+    let few = allocs(&job_of(MIXED, 120, np, &["repeat", "5"], &[]));
+    let many = allocs(&job_of(MIXED, 120, np, &["repeat", "60"], &[]));
+    assert_eq!(few.len(), np, "a report per rank: {few:?}");
+    assert_eq!(
+        few, many,
+        "device allocations per rank grew with the number of collectives: 5 calls {few:?}, 60 calls {many:?}"
+    );
 }

@@ -110,9 +110,7 @@ impl Communicator {
         let blocks = self.allgather_args(CALL, Some(&sv), &rv)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;
-            let q = c
-                .query(Coll::Allgather, Form::Blocking, total(&blocks))
-                .host(sv.is_host() && blocks.iter().all(View::is_host));
+            let q = c.query(Coll::Allgather, Form::Blocking, total(&blocks));
             match c.choose(e, CALL, tag, q) {
                 Choice::Shm(area) => {
                     c.shm_gather(e, CALL, area, &sv, &blocks, None)?;

@@ -1,7 +1,7 @@
 //! Allreduce (`MPI_Allreduce`, `MPI_Iallreduce`, in place or not): on
 //! single-node communicators one exchange through the shared-memory area,
 //! every input combined on every rank in rank order (`shm/`; 1 to 64
-//! bytes of host memory take its tiny road, `Communicator::allreduce_tiny`);
+//! bytes take its tiny road, `Communicator::allreduce_tiny`);
 //! else recursive doubling, or from `allreduce_large` (commutative ops, an
 //! element per rank) a ring: reduce-scatter then allgather (`algo.rs`,
 //! thresholds in `select.rs`). Every rank gets the same bits.
@@ -119,11 +119,8 @@ impl Communicator {
         self.blocking(call, |c, e, tag| {
             let input = send.unwrap_or(recv);
             c.check_agree(e, call, -1, Some(op), Some(input.bytes()))?;
-            // Device buffers take the schedules (device temporaries,
-            // reductions on the GPU); the shared-memory area is for host bytes.
             let q = c
                 .allreduce_query(Form::Blocking, recv, &red)
-                .host(input.is_host() && (send.is_none() || recv.is_host()))
                 .in_place(send.is_none());
             match c.choose(e, call, tag, q) {
                 Choice::Shm(area) => {

@@ -68,7 +68,6 @@ impl Communicator {
                 Form::Blocking,
                 per_peer(sblocks.unwrap_or(rblocks)),
             )
-            .host(input.is_host() && rblocks.iter().all(View::is_host))
             .in_place(sblocks.is_none());
         match self.choose(e, call, tag, q) {
             Choice::Shm(area) => {

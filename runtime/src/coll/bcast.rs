@@ -45,9 +45,7 @@ impl Communicator {
         let v = buf.view_mut();
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
-            let q = c
-                .query(Coll::Bcast, Form::Blocking, v.bytes())
-                .host(v.is_host());
+            let q = c.query(Coll::Bcast, Form::Blocking, v.bytes());
             match c.choose(e, CALL, tag, q) {
                 Choice::Shm(area) => {
                     c.shm_bcast(e, CALL, area, &v, root)?;

@@ -69,7 +69,6 @@ impl Communicator {
             c.check_agree(e, call, root, None, Some(input.bytes()))?;
             let q = c
                 .query(Coll::Gather, Form::Blocking, input.bytes())
-                .host(input.is_host() && blocks.iter().all(View::is_host))
                 .in_place(in_place);
             match c.choose(e, call, tag, q) {
                 Choice::Shm(area) => {

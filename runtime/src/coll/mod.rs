@@ -7,10 +7,12 @@
 //! drives its schedule to the end; the `i`-forms park it in the engine,
 //! where every progress pass advances it. Single-node communicators run
 //! barrier, bcast and small reductions, gathers and alltoalls through a
-//! shared-memory area instead ([`shm`]); allreduces of at most 64 bytes of
-//! host memory take a shorter road to the same exchange
+//! shared-memory area instead ([`shm`]), whatever memory each rank passes
+//! (device bytes are staged through host memory); allreduces of at most 64
+//! bytes take a shorter road to the same exchange
 //! (`Communicator::allreduce_tiny`), since their time is mostly the call's
-//! own overhead.
+//! own overhead. The choice never depends on a rank's own memory kind, which
+//! MPI lets differ between ranks.
 //!
 //! Collective traffic uses the communicator's collective context with the
 //! collective's sequence number as tag, so it never matches user messages,

@@ -128,11 +128,7 @@ impl Communicator {
         let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, Some(&op), Some(sv.bytes()))?;
-            // Device buffers take the schedules (device temporaries,
-            // reductions on the GPU); the shared-memory area is for host bytes.
-            let q = c
-                .reduce_query(Form::Blocking, sv.bytes(), &op)
-                .host(sv.is_host() && rv.is_host());
+            let q = c.reduce_query(Form::Blocking, sv.bytes(), &op);
             match c.choose(e, CALL, tag, q) {
                 Choice::Shm(area) => {
                     c.shm_reduce(e, CALL, area, &sv, Some(&rv), &red, Some(root))?;
@@ -169,7 +165,6 @@ impl Communicator {
             c.check_agree(e, CALL, root, Some(&op), Some(v.bytes()))?;
             let q = c
                 .reduce_query(Form::Blocking, v.bytes(), &op)
-                .host(v.is_host())
                 .in_place(true);
             match c.choose(e, CALL, tag, q) {
                 Choice::Shm(area) => {

@@ -15,7 +15,8 @@
 //! (see [`gmpi_btl::Btl::get_alone`]).
 //!
 //! Device memory: user buffers are classified when registered. A schedule
-//! with a device user buffer makes its temporaries on that GPU too, so its
+//! with a device user buffer makes its temporaries on that GPU too (taken
+//! from and given back to the gpu layer's pool, `gmpi_gpu::DeviceBuf`), so its
 //! sends and receives take the pml's device paths (CUDA IPC on one node),
 //! its copies are device-to-device, and its reductions of predefined ops on
 //! basic types run as GPU kernels: the data never round-trips through the
@@ -24,7 +25,7 @@
 
 use std::sync::Arc;
 
-use gmpi_gpu::{ElemType, Gpu, GpuError, MemKind, ReduceOp};
+use gmpi_gpu::{DeviceBuf, ElemType, Gpu, GpuError, MemKind, ReduceOp};
 use gmpi_pml::{Buf, ReqId, SendMode};
 
 use crate::buffer::{HostMem, View};
@@ -46,8 +47,9 @@ pub(crate) enum Mem {
     },
     /// A temporary the schedule owns.
     Temp(Vec<u8>),
-    /// A device temporary the schedule owns (freed on drop).
-    Dev { ptr: u64 },
+    /// A device temporary the schedule owns (back to the gpu layer's pool
+    /// on drop).
+    Dev(DeviceBuf<'static>),
 }
 
 impl Mem {
@@ -55,7 +57,7 @@ impl Mem {
         match self {
             Mem::User { kind, .. } => *kind,
             Mem::Temp(_) => MemKind::Host,
-            Mem::Dev { .. } => MemKind::Device { ordinal: -1 },
+            Mem::Dev(_) => MemKind::Device { ordinal: -1 },
         }
     }
 
@@ -63,7 +65,7 @@ impl Mem {
         match self {
             Mem::User { addr, .. } => *addr,
             Mem::Temp(v) => v.as_ptr() as u64,
-            Mem::Dev { ptr, .. } => *ptr,
+            Mem::Dev(b) => b.ptr,
         }
     }
 }
@@ -294,26 +296,23 @@ impl Sched {
     }
 
     /// Scratch memory of `len` bytes whose contents are unspecified (every
-    /// caller writes before it reads). Large ones come from a per-thread pool,
-    /// so a collective called in a loop neither page-faults fresh memory in
-    /// nor zeroes it every time.
+    /// caller writes before it reads). Large host ones come from a
+    /// per-thread pool, so a collective called in a loop neither page-faults
+    /// fresh memory in nor zeroes it every time; device ones from the gpu
+    /// layer's pool (`gpu/src/temp.rs`), so it neither allocates them nor
+    /// has its peers map them anew.
     pub fn temp(&mut self, len: usize) -> Region {
         let dev = self
             .device_near
             .and_then(|near| match self.gpu().alloc_device(len, near) {
-                Ok(b) => {
-                    let ptr = b.ptr;
-                    // The schedule frees it (on drop), not the guard.
-                    std::mem::forget(b);
-                    Some(ptr)
-                }
+                Ok(b) => Some(b),
                 Err(e) => {
                     tracing::warn!(target: "coll", "{}: no device temporary of {len} B ({e}); staging through host memory", self.call);
                     None
                 }
             });
         self.mems.push(match dev {
-            Some(ptr) => Mem::Dev { ptr },
+            Some(b) => Mem::Dev(b),
             None => Mem::Temp(pool_take(len)),
         });
         Region {
@@ -409,9 +408,9 @@ impl Sched {
         let m = &self.mems[r.mem];
         let kind = match m {
             // Classify a device temporary for its ordinal.
-            Mem::Dev { ptr, .. } => self
+            Mem::Dev(b) => self
                 .gpu()
-                .classify(*ptr, 1)
+                .classify(b.ptr, 1)
                 .unwrap_or(MemKind::Device { ordinal: -1 }),
             other => other.kind(),
         };
@@ -721,16 +720,9 @@ fn pool_take(len: usize) -> Vec<u8> {
 impl Drop for Sched {
     fn drop(&mut self) {
         // Only finished schedules are dropped (a request waits for its
-        // schedule), so nothing still writes into these buffers.
+        // schedule), so nothing still reads or writes these buffers (device
+        // temporaries go back to the gpu layer's pool as they drop).
         for m in self.mems.drain(..) {
-            if let Mem::Dev { ptr, .. } = m {
-                if let Some(api) = crate::engine::gpu().api() {
-                    if let Err(e) = api.free_device(ptr) {
-                        tracing::warn!(target: "coll", "freeing a device temporary: {e}");
-                    }
-                }
-                continue;
-            }
             if let Mem::Temp(v) = m {
                 if (POOL_MIN..=POOL_MAX).contains(&v.len()) {
                     POOL.with(|p| {
@@ -795,7 +787,7 @@ fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
             }
         }
         Mem::Temp(v) => f(&mut v[r.off..r.off + r.len]),
-        Mem::Dev { .. } => match crate::engine::gpu().with_write(at, r.len, f) {
+        Mem::Dev(_) => match crate::engine::gpu().with_write(at, r.len, f) {
             Ok((x, _)) => x,
             Err(e) => staging_failed(e),
         },

@@ -4,7 +4,7 @@
 //! [`Settings`]: the thresholds of the configuration) and nothing else, so
 //! the whole choice is tested here with a table of cases.
 //!
-//! | collective | shared-memory area (single-node, blocking, host buffers, up to `coll_shm_max`) | otherwise |
+//! | collective | shared-memory area (single-node, blocking, up to `coll_shm_max`; any memory kind) | otherwise |
 //! |---|---|---|
 //! | barrier | the area's barrier | dissemination |
 //! | bcast | one exchange | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
@@ -21,11 +21,14 @@
 //! nothing to exchange.
 //!
 //! Every rank of a call must make the same choice. The inputs are the ones
-//! the collectives have always chosen by: the sizes, the configuration,
-//! the op, the form of the call and the communicator are the same on every
-//! rank; the area is set up collectively; `host` is this rank's own, so the
-//! ranks of one call are expected to pass the same kind of memory. A
-//! caller must not add inputs that may differ between ranks.
+//! every rank of a call shares: the sizes, the configuration, the op, the
+//! form of the call and the communicator; the area is set up collectively.
+//! The kind of memory a rank passes (host, device, managed) is not an
+//! input: MPI lets each rank pass its own, so a choice made by it would
+//! send ranks down different roads and hang the call. The area therefore
+//! takes every kind (`shm/` stages device and managed bytes through host
+//! memory), and the schedules move every kind. A caller must not add
+//! inputs that may differ between ranks.
 //!
 //! The area is set up (collectively) on its first use: a caller asks
 //! [`area_wanted`] first, and only then sets the area up and looks at it
@@ -99,9 +102,6 @@ pub(crate) struct Query {
     pub bytes: usize,
     /// Every member lives on this node.
     pub one_node: bool,
-    /// This rank's buffers are all host memory (the area carries host bytes;
-    /// device buffers take the schedules).
-    pub host: bool,
     /// The shared-memory area, as far as the caller has looked.
     pub area: Area,
     /// The op is commutative (reductions).
@@ -116,9 +116,9 @@ pub(crate) struct Query {
 }
 
 impl Query {
-    /// A query with the common case for the rest: several nodes, host
-    /// buffers, no area looked at, a commutative op of 1-byte elements, not
-    /// in place, not a `v` form.
+    /// A query with the common case for the rest: several nodes, no area
+    /// looked at, a commutative op of 1-byte elements, not in place, not a
+    /// `v` form.
     pub(crate) const fn new(coll: Coll, form: Form, n: i32, bytes: usize) -> Self {
         Query {
             coll,
@@ -126,7 +126,6 @@ impl Query {
             n,
             bytes,
             one_node: false,
-            host: true,
             area: Area::None,
             commutative: true,
             unit: 1,
@@ -138,11 +137,6 @@ impl Query {
     /// With [`Query::one_node`] set.
     pub(crate) const fn one_node(self, one_node: bool) -> Self {
         Query { one_node, ..self }
-    }
-
-    /// With [`Query::host`] set.
-    pub(crate) const fn host(self, host: bool) -> Self {
-        Query { host, ..self }
     }
 
     /// With [`Query::area`] set.
@@ -293,7 +287,6 @@ pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
         && q.one_node
         && q.n >= 2
         && s.shm
-        && q.host
         && area_bytes(q) <= s.shm_max
 }
 
@@ -349,8 +342,7 @@ pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
 /// Whether a blocking allreduce may take the tiny road, before looking at
 /// the area: the shared-memory choice, for 1 to [`TINY`] bytes, without
 /// `coll_check`. (The caller has already checked the rest of what the road
-/// needs: contiguous host buffers of one predefined type, an op with a
-/// kernel.)
+/// needs: contiguous buffers of one predefined type, an op with a kernel.)
 #[inline]
 pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
     q.coll == Coll::Allreduce && !s.check && (1..=TINY).contains(&q.bytes) && area_wanted(q, s)
@@ -418,8 +410,8 @@ mod tests {
 
     const D: Settings = Settings::DEFAULT;
 
-    /// A query on one node, blocking, host buffers, its area ready with the
-    /// default slot (16 KiB of data).
+    /// A query on one node, blocking, its area ready with the default slot
+    /// (16 KiB of data).
     fn node(coll: Coll, n: i32, bytes: usize) -> Query {
         nodes(coll, n, bytes).one_node(true).area(Area::Ready {
             slot: D.shm_max + HDR,
@@ -443,10 +435,6 @@ mod tests {
             form: Form::Internal,
             ..q
         }
-    }
-
-    fn device(q: Query) -> Query {
-        q.host(false)
     }
 
     fn no_area(q: Query) -> Query {
@@ -507,7 +495,8 @@ mod tests {
             ("bcast, smaller coll_shm_max", node(Bcast, 4, 1025), small_area, BcastBinomial),
             ("bcast, slot too small", slot(node(Bcast, 4, 100), 100 + HDR - 1), D, BcastBinomial),
             ("bcast, slot just big enough", slot(node(Bcast, 4, 100), 100 + HDR), D, Shm),
-            ("bcast, device buffer", device(node(Bcast, 4, 8)), D, BcastBinomial),
+            // No memory kind is asked: a device buffer takes the area as a host one does.
+            ("bcast, device buffer", node(Bcast, 4, 8), D, Shm),
             ("ibcast 8 B", nonblocking(node(Bcast, 4, 8)), D, BcastBinomial),
             ("bcast 8 B, several nodes", nodes(Bcast, 4, 8), D, BcastBinomial),
             ("bcast 0 B, several nodes", nodes(Bcast, 4, 0), D, Local),
@@ -527,7 +516,7 @@ mod tests {
             ("reduce, several nodes", nodes(Reduce, 4, 8), D, ReduceBinomial { rank_order: false }),
             ("reduce, non-commutative", noncommutative(nodes(Reduce, 4, 8)), D, ReduceBinomial { rank_order: true }),
             ("reduce, one rank", nodes(Reduce, 1, 8), D, Local),
-            ("reduce, device buffers", device(node(Reduce, 4, 8)), D, ReduceBinomial { rank_order: false }),
+            ("reduce, device buffers", node(Reduce, 4, 8), D, Shm),
             // allreduce
             ("allreduce 8 B, one node", node(Allreduce, 4, 8), D, Shm),
             ("allreduce at coll_shm_max", node(Allreduce, 4, 16 * KIB), D, Shm),
@@ -605,7 +594,6 @@ mod tests {
         let q = no_area(node(Coll::Bcast, 4, 8));
         assert!(area_wanted(&q, &D));
         assert_eq!(select(&q, &D), Algo::BcastBinomial);
-        assert!(!area_wanted(&device(q), &D));
         assert!(!area_wanted(&nonblocking(q), &D));
         assert!(!area_wanted(&nodes(Coll::Bcast, 4, 8), &D));
         assert!(!area_wanted(&node(Coll::Scatter, 4, 8), &D));

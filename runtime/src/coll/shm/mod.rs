@@ -7,9 +7,18 @@
 //! needs from every slot. Reductions combine the slots in rank order, so
 //! every rank gets the same bits.
 //!
-//! Allreduces of 1 to [`TINY`] bytes of host memory take a shorter road to
-//! the same exchange ([`Communicator::allreduce_tiny`]), since their time
-//! is mostly the call's own overhead.
+//! Any rank's buffers may be host, device or managed memory, whatever the
+//! other ranks pass (the selector does not ask: every rank must take the
+//! same road). The slots hold host bytes: a rank's device (or managed)
+//! contribution is copied out of the GPU into its slot
+//! (`wire::with_contribution`, `View::pack_into`), and what it receives is
+//! copied from the slots into the GPU (`View::unpack`: one copy per
+//! contiguous block); reductions into device memory run on the host, in the
+//! same rank order, into a host buffer that is then copied in whole.
+//!
+//! Allreduces of 1 to [`TINY`] bytes take a shorter road to the same
+//! exchange ([`Communicator::allreduce_tiny`]), since their time is mostly
+//! the call's own overhead.
 
 pub(crate) mod wire;
 
@@ -201,7 +210,9 @@ impl Communicator {
 
     /// A reduce (`root`) or allreduce (`None`) through the area: every rank
     /// publishes its input, then every rank, or the root, reduces the
-    /// inputs in rank order into `out`.
+    /// inputs in rank order into `out` (in place in host memory; into a
+    /// host buffer unpacked into `out` when it is device memory or not
+    /// contiguous).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn shm_reduce(
         &self,
@@ -281,8 +292,8 @@ impl Communicator {
         })
     }
 
-    /// The latency-bound allreduce: contiguous host buffers of one
-    /// predefined type, 1 to [`TINY`] bytes, a predefined element-wise op,
+    /// The latency-bound allreduce: contiguous buffers of one predefined
+    /// type, 1 to [`TINY`] bytes, a predefined element-wise op,
     /// on an intracommunicator whose shared-memory area is already set up,
     /// without `coll_check` ([`select::tiny`]). It is
     /// [`shm_reduce`](Self::shm_reduce)'s exchange (same header, same
@@ -290,7 +301,9 @@ impl Communicator {
     /// so ranks that take either path agree, minus what a tiny call cannot
     /// use: the op's kernel is looked up once and called directly, the
     /// contribution is built on the stack, and the result is written
-    /// straight into `recv`.
+    /// straight into `recv`. Device (or managed) buffers are copied into
+    /// the contribution and the result copied out of a stack buffer, as the
+    /// general path does.
     ///
     /// `None`, before any effect, sends the call down the general path,
     /// which makes every check (and sets the area up on first use) itself.
@@ -311,9 +324,11 @@ impl Communicator {
         }
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
         let (src, dst) = (input.contig_addr()?, recv.contig_addr()?);
-        if !recv.is_host() || send.is_some_and(|s| !s.is_host()) || self.check_live(CALL).is_err() {
+        if self.check_live(CALL).is_err() {
             return None;
         }
+        let out_host = recv.is_host();
+        let in_host = send.map_or(out_host, View::is_host);
         let me = self.rank();
         engine::with(CALL, |e| {
             // Only where the general path would use the area too; the tiny
@@ -338,11 +353,16 @@ impl Communicator {
             let mut buf = [0u8; HDR + TINY];
             let data = &mut buf[..HDR + len];
             data[..HDR].copy_from_slice(&header(kind::REDUCE, -1, Some(op), len));
-            HostMem.with_read(src, len, |d| {
-                gmpi_btl::copy_bytes(&mut data[HDR..], d)
-            });
+            if in_host {
+                HostMem.with_read(src, len, |d| {
+                    gmpi_btl::copy_bytes(&mut data[HDR..], d)
+                });
+            } else {
+                input.pack_into(&mut data[HDR..]);
+            }
             let data: &[u8] = data;
             let mut bad = None;
+            let mut staged = [0u8; TINY];
             a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
                 if slots
                     .iter()
@@ -351,13 +371,22 @@ impl Communicator {
                     bad = mismatch(CALL, me, data, slots);
                     return;
                 }
-                HostMem.with_write(dst, len, |out| {
-                    reduce_tiny(kernel, slots, out)
-                });
+                if out_host {
+                    HostMem.with_write(dst, len, |out| {
+                        reduce_tiny(kernel, slots, out)
+                    });
+                } else {
+                    reduce_tiny(kernel, slots, &mut staged[..len]);
+                }
             })?;
             match bad {
                 Some(err) => Err(err),
-                None => Ok(Some(())),
+                None => {
+                    if !out_host {
+                        recv.unpack(&staged[..len]);
+                    }
+                    Ok(Some(()))
+                }
             }
         })
         .transpose()
