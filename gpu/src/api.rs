@@ -257,6 +257,23 @@ impl ReduceOp {
     }
 }
 
+/// Which way an asynchronous staging copy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CopyDir {
+    /// Device (or managed) memory into a pinned host buffer.
+    ToHost,
+    /// A pinned host buffer into device (or managed) memory.
+    ToDevice,
+}
+
+/// A copy issued by [`CudaApi::copy_async`], ended by an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(pub u64);
+
+/// An ended asynchronous copy: its pinned buffer, handed back, and how the
+/// copy went.
+pub type Landed = (Box<dyn PinnedBuf>, Result<(), GpuError>);
+
 /// Pinned (page-locked) host memory from the backend, freed on drop.
 pub trait PinnedBuf: Send + fmt::Debug {
     /// The bytes.
@@ -311,6 +328,26 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
 
     /// Pinned host memory of at least `len` bytes.
     fn alloc_pinned(&self, len: usize) -> Result<Box<dyn PinnedBuf>, GpuError>;
+
+    /// Issue a copy of `len` bytes between the device (or managed) memory at
+    /// `dev` and the start of the pinned buffer `host` (from
+    /// [`CudaApi::alloc_pinned`]), in `dir`, on this backend's stream for
+    /// that direction and device, with an event recorded after it; returns
+    /// at once. The backend owns `host` until the copy has ended, so nothing
+    /// else can touch it meanwhile. On an error nothing was issued and the
+    /// buffer comes back with the error.
+    fn copy_async(
+        &self,
+        dir: CopyDir,
+        dev: u64,
+        host: Box<dyn PinnedBuf>,
+        len: usize,
+    ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)>;
+
+    /// `None` while the copy of `t` runs (its event has not completed);
+    /// once it has ended, its buffer and result, and the ticket is spent.
+    /// Copies on one stream end in the order they were issued.
+    fn copy_poll(&self, t: Ticket) -> Option<Landed>;
 
     /// Device memory of `len` bytes on the device that holds `near` (for a
     /// collective's temporary buffers).

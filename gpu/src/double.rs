@@ -68,6 +68,61 @@ pub struct Counts {
     pub mallocs: u64,
     /// Device frees.
     pub frees: u64,
+    /// Asynchronous copies issued ([`CudaApi::copy_async`]; each is also
+    /// counted in `dtoh` or `htod` when it lands).
+    pub async_copies: u64,
+}
+
+/// One step of the asynchronous copies, in the order it happened
+/// ([`TestCuda::trace`]): what tests read overlap and order from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trace {
+    /// A copy was issued.
+    Issued {
+        /// Its ticket.
+        ticket: Ticket,
+        /// Its direction.
+        dir: CopyDir,
+        /// Its device address.
+        dev: u64,
+        /// Its length.
+        len: usize,
+    },
+    /// A copy's event completed and the bytes moved.
+    Landed {
+        /// Its ticket.
+        ticket: Ticket,
+    },
+}
+
+/// The most copies in `dir` that were in flight at once in `trace`.
+pub fn max_in_flight(trace: &[Trace], dir: CopyDir) -> usize {
+    let mut live = std::collections::HashSet::new();
+    let mut most = 0;
+    for t in trace {
+        match *t {
+            Trace::Issued { ticket, dir: d, .. } if d == dir => {
+                live.insert(ticket);
+                most = most.max(live.len());
+            }
+            Trace::Landed { ticket } => {
+                live.remove(&ticket);
+            }
+            Trace::Issued { .. } => {}
+        }
+    }
+    most
+}
+
+/// An asynchronous copy that has not landed.
+#[derive(Debug)]
+struct Pending {
+    dir: CopyDir,
+    dev: u64,
+    host: Box<dyn PinnedBuf>,
+    len: usize,
+    /// Polls left before its event completes.
+    polls: u32,
 }
 
 #[derive(Debug)]
@@ -89,6 +144,12 @@ struct State {
     next_map: u64,
     /// Set: every `query` fails with this driver error (a sticky error).
     query_error: Option<String>,
+    /// Asynchronous copies in flight, by ticket.
+    pending: BTreeMap<Ticket, Pending>,
+    next_ticket: u64,
+    /// Polls an asynchronous copy takes to land (at least 1).
+    async_polls: u32,
+    trace: Vec<Trace>,
     counts: Counts,
 }
 
@@ -162,6 +223,7 @@ impl TestCuda {
                 next: DEVICE_BASE,
                 next_id: 1,
                 next_map: MAP_BASE,
+                async_polls: 2,
                 ..State::default()
             })),
         }
@@ -278,6 +340,23 @@ impl TestCuda {
             .to_vec()
     }
 
+    /// Asynchronous copies land on their `n`th poll (default 2, so that a
+    /// copy is seen in flight at least once).
+    pub fn with_async_polls(self, n: u32) -> Self {
+        self.st().async_polls = n.max(1);
+        self
+    }
+
+    /// The asynchronous copies so far, issued and landed, in order.
+    pub fn trace(&self) -> Vec<Trace> {
+        self.st().trace.clone()
+    }
+
+    /// Asynchronous copies issued and not yet landed.
+    pub fn copies_in_flight(&self) -> usize {
+        self.st().pending.len()
+    }
+
     /// Make every pointer query fail with `msg` (as after a sticky error or
     /// with a broken context), or answer again (`None`).
     pub fn fail_queries(&self, msg: Option<&str>) {
@@ -369,6 +448,78 @@ impl CudaApi for TestCuda {
     fn alloc_pinned(&self, len: usize) -> Result<Box<dyn PinnedBuf>, GpuError> {
         self.st().counts.pinned += 1;
         Ok(Box::new(HostBuf(vec![0; len])))
+    }
+
+    fn copy_async(
+        &self,
+        dir: CopyDir,
+        dev: u64,
+        mut host: Box<dyn PinnedBuf>,
+        len: usize,
+    ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
+        let mut s = self.st();
+        if host.as_mut_slice().len() < len {
+            return Err((bad(dev, len, "longer than its pinned buffer"), host));
+        }
+        if let Err(e) = s.slice(dev, len) {
+            return Err((e, host));
+        }
+        s.next_ticket += 1;
+        let ticket = Ticket(s.next_ticket);
+        let polls = s.async_polls;
+        s.pending.insert(
+            ticket,
+            Pending {
+                dir,
+                dev,
+                host,
+                len,
+                polls,
+            },
+        );
+        s.counts.async_copies += 1;
+        s.trace.push(Trace::Issued {
+            ticket,
+            dir,
+            dev,
+            len,
+        });
+        Ok(ticket)
+    }
+
+    fn copy_poll(&self, t: Ticket) -> Option<Landed> {
+        let mut s = self.st();
+        let p = s.pending.get_mut(&t)?;
+        p.polls = p.polls.saturating_sub(1);
+        let dir = p.dir;
+        // One stream per direction: a copy lands only after every copy
+        // issued before it in its direction.
+        let earlier = s.pending.range(..t).any(|(_, q)| q.dir == dir);
+        if s.pending[&t].polls > 0 || earlier {
+            return None;
+        }
+        let Pending {
+            dev, mut host, len, ..
+        } = s.pending.remove(&t).expect("pending");
+        let res = match dir {
+            CopyDir::ToHost => s.slice(dev, len).map(|d| {
+                let d = d.to_vec();
+                host.as_mut_slice()[..len].copy_from_slice(&d);
+            }),
+            CopyDir::ToDevice => {
+                let src = host.as_mut_slice()[..len].to_vec();
+                s.slice(dev, len).map(|d| d.copy_from_slice(&src))
+            }
+        };
+        if res.is_ok() {
+            match dir {
+                CopyDir::ToHost => s.counts.dtoh += 1,
+                CopyDir::ToDevice => s.counts.htod += 1,
+            }
+            s.counts.bytes += len as u64;
+        }
+        s.trace.push(Trace::Landed { ticket: t });
+        Some((host, res))
     }
 
     fn alloc_device(&self, len: usize, near: u64) -> Result<u64, GpuError> {

@@ -27,7 +27,9 @@
 //! File map:
 //! - `lib.rs`: [`GpuConfig`], [`Gpu`] (classification, bounce pool, IPC
 //!   caches);
-//! - `cache.rs`: the lock-free classification cache; [`MemKind`] and [`IpcDesc`] are re-exported from
+//! - `cache.rs`: the lock-free classification cache;
+//! - `stage.rs`: pinned staging slots and the asynchronous copies in and
+//!   out of them (the staged pipeline's building blocks); [`MemKind`] and [`IpcDesc`] are re-exported from
 //!   `gmpi-mem`, which the pml shares.
 //! - `temp.rs`: device temporaries of the collectives ([`Gpu::alloc_device`],
 //!   [`DeviceBuf`]), pooled per [`Gpu`] by device and size class.
@@ -48,13 +50,17 @@ mod cache;
 pub mod cuda;
 pub mod double;
 mod host_reduce;
+pub mod stage;
 mod temp;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-pub use api::{CopyPath, CudaApi, ElemType, Facts, GpuError, PinnedBuf, PtrInfo, ReduceOp};
+pub use api::{
+    CopyDir, CopyPath, CudaApi, ElemType, Facts, GpuError, Landed, PinnedBuf, PtrInfo, ReduceOp,
+    Ticket,
+};
 /// The memory vocabulary shared with the pml (`gmpi-mem`).
 pub use gmpi_mem::{IpcDesc, IpcHandle, MemKind};
 pub use temp::DeviceBuf;
@@ -128,6 +134,8 @@ pub struct Stats {
     pub host_reduces: AtomicU64,
     /// Warnings that the kernels are unavailable (at most one per layer).
     pub kernel_warnings: AtomicU64,
+    /// Pinned staging slots allocated (`stage.rs`).
+    pub slots_made: AtomicU64,
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -161,6 +169,7 @@ pub struct Gpu {
     kinds: cache::PtrCache,
     caches: Mutex<Caches>,
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
+    slots: stage::Slots,
     temps: temp::Temps,
     status: String,
     /// Why the reduction kernels cannot be used, once a reduction found out:
@@ -193,6 +202,7 @@ impl Gpu {
             kinds: cache::PtrCache::new(false),
             caches: Mutex::default(),
             bounce: Mutex::default(),
+            slots: stage::Slots::default(),
             temps: temp::Temps::default(),
             status: why.to_string(),
             no_kernels: OnceLock::new(),
@@ -209,6 +219,7 @@ impl Gpu {
             cfg,
             caches: Mutex::default(),
             bounce: Mutex::default(),
+            slots: stage::Slots::default(),
             temps: temp::Temps::default(),
             status,
             no_kernels: OnceLock::new(),
@@ -352,6 +363,7 @@ impl Gpu {
     /// layer is never dropped; later use simply allocates and maps again.
     pub fn release(&self) {
         lock(&self.bounce).clear();
+        self.slots.clear();
         if let Some(api) = &self.api {
             self.temps.release(api.as_ref());
             let mut c = lock(&self.caches);

@@ -23,7 +23,7 @@ use std::ptr;
 
 use cudarc::driver::sys as cu;
 
-use crate::api::GpuError;
+use crate::api::{GpuError, PinnedBuf};
 
 /// Result of this module.
 pub(crate) type Res<T> = Result<T, GpuError>;
@@ -66,6 +66,15 @@ pub(crate) const DRIVER_SYMBOLS: &[&str] = &[
     "cuLaunchKernel",
     "cuStreamSynchronize",
     "cuPointerSetAttribute",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyHtoDAsync_v2",
 ];
 
 /// `cuCtxGetId` (CUDA 12.0): without it, contexts are told apart by handle.
@@ -487,6 +496,148 @@ pub(crate) fn sync_default_stream() -> Res<()> {
     check("cuStreamSynchronize", unsafe {
         cu::cuStreamSynchronize(ptr::null_mut())
     })
+}
+
+/// A stream of the current context (`cuStreamCreate(NON_BLOCKING)`), for
+/// the staging copies of one direction; destroyed on drop.
+#[derive(Debug)]
+pub(crate) struct Stream(cu::CUstream);
+
+// SAFETY: a stream handle may be used from any thread; the backend issues
+// on it under its lock.
+unsafe impl Send for Stream {}
+// SAFETY: as above; the handle is never mutated.
+unsafe impl Sync for Stream {}
+
+/// `cuStreamCreate(CU_STREAM_NON_BLOCKING)` in the current context.
+pub(crate) fn stream_create() -> Res<Stream> {
+    let mut s: cu::CUstream = ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    check("cuStreamCreate", unsafe {
+        cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+    })?;
+    Ok(Stream(s))
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: a stream this value created; nothing uses it after this.
+        let _ = unsafe { cu::cuStreamDestroy_v2(self.0) };
+    }
+}
+
+/// An asynchronous copy between device memory and a pinned buffer, with the
+/// event recorded after it. It owns the buffer until the event has
+/// completed, so nothing can touch the bytes the DMA engine is moving; if
+/// dropped before, it waits for the event first.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    event: cu::CUevent,
+    host: Option<Box<dyn PinnedBuf>>,
+}
+
+// SAFETY: the event handle may be queried from any thread; the buffer is
+// `Send`.
+unsafe impl Send for InFlight {}
+
+impl InFlight {
+    /// Issue `len` bytes from `dev` into `host` (`to_host`) or from `host`
+    /// into `dev` on `s`, then record an event. On an error nothing is in
+    /// flight and the buffer comes back.
+    pub(crate) fn issue(
+        to_host: bool,
+        dev: u64,
+        mut host: Box<dyn PinnedBuf>,
+        len: usize,
+        s: &Stream,
+    ) -> Result<Self, (GpuError, Box<dyn PinnedBuf>)> {
+        let buf = host.as_mut_slice();
+        if buf.len() < len {
+            return Err((
+                GpuError::BadRange {
+                    addr: dev,
+                    len,
+                    why: "longer than its pinned buffer".into(),
+                },
+                host,
+            ));
+        }
+        let p = buf.as_mut_ptr();
+        // SAFETY: `p` is `len` bytes of the pinned buffer `host`, which this
+        // value owns (a heap allocation that does not move with the box)
+        // and keeps, unread and unwritten, until the event recorded below
+        // has completed (`poll`, or `drop`, which waits for it).
+        let r = unsafe {
+            if to_host {
+                cu::cuMemcpyDtoHAsync_v2(p.cast(), dev, len, s.0)
+            } else {
+                cu::cuMemcpyHtoDAsync_v2(dev, p.cast(), len, s.0)
+            }
+        };
+        let call = if to_host {
+            "cuMemcpyDtoHAsync_v2"
+        } else {
+            "cuMemcpyHtoDAsync_v2"
+        };
+        if let Err(e) = check(call, r) {
+            return Err((e, host));
+        }
+        let mut event: cu::CUevent = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        let made = check("cuEventCreate", unsafe {
+            cu::cuEventCreate(
+                &mut event,
+                cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint,
+            )
+        })
+        // SAFETY: the event just made, on the stream the copy went to.
+        .and_then(|()| check("cuEventRecord", unsafe { cu::cuEventRecord(event, s.0) }));
+        if let Err(e) = made {
+            // The copy was issued: wait for it before handing the buffer
+            // back.
+            // SAFETY: the stream the copy went to.
+            let _ = unsafe { cu::cuStreamSynchronize(s.0) };
+            if !event.is_null() {
+                // SAFETY: the event made above, not recorded.
+                let _ = unsafe { cu::cuEventDestroy_v2(event) };
+            }
+            return Err((e, host));
+        }
+        Ok(Self {
+            event,
+            host: Some(host),
+        })
+    }
+
+    /// `None` while the copy runs; then the buffer and how it went.
+    pub(crate) fn poll(&mut self) -> Option<(Box<dyn PinnedBuf>, Res<()>)> {
+        // SAFETY: the event this value recorded.
+        let r = unsafe { cu::cuEventQuery(self.event) };
+        let res = match r {
+            cu::CUresult::CUDA_ERROR_NOT_READY => return None,
+            cu::CUresult::CUDA_SUCCESS => Ok(()),
+            r => {
+                // A failed copy or a broken context: make sure the engine
+                // is done with the buffer before it is handed back.
+                // SAFETY: as above.
+                let _ = unsafe { cu::cuEventSynchronize(self.event) };
+                check("cuEventQuery", r)
+            }
+        };
+        self.host.take().map(|h| (h, res))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.host.is_some() {
+            // SAFETY: the event this value recorded: wait until the DMA
+            // engine no longer uses the buffer dropped next.
+            let _ = unsafe { cu::cuEventSynchronize(self.event) };
+        }
+        // SAFETY: the event this value made; nothing uses it after this.
+        let _ = unsafe { cu::cuEventDestroy_v2(self.event) };
+    }
 }
 
 /// Pinned host memory from `cuMemHostAlloc(PORTABLE)`, freed with

@@ -107,6 +107,9 @@ pub fn load() -> Result<Arc<dyn CudaApi>, GpuError> {
             ptx: Mutex::default(),
             kernels: Mutex::default(),
             ipc_ctx: Mutex::default(),
+            streams: Mutex::default(),
+            inflight: Mutex::default(),
+            next_ticket: std::sync::atomic::AtomicU64::new(0),
             gdr: gdr.map(|g| GdrState {
                 gdr: g,
                 pins: Mutex::default(),
@@ -175,6 +178,12 @@ struct Inner {
     kernels: Mutex<HashMap<(u64, ReduceOp, ElemType), driver::Func>>,
     /// The context each IPC mapping was opened in.
     ipc_ctx: Mutex<HashMap<u64, Ctx>>,
+    /// The staging streams, by device ordinal and direction (to host?),
+    /// made on first use.
+    streams: Mutex<HashMap<(i32, bool), Arc<driver::Stream>>>,
+    /// Asynchronous copies in flight, by ticket.
+    inflight: Mutex<HashMap<Ticket, driver::InFlight>>,
+    next_ticket: std::sync::atomic::AtomicU64,
     /// GDRCopy, or why not.
     gdr: Result<GdrState, String>,
     /// [`CudaApi::facts`], gathered once (they do not change while the
@@ -523,6 +532,51 @@ impl CudaApi for Cuda {
         }))
     }
 
+    fn copy_async(
+        &self,
+        dir: CopyDir,
+        dev: u64,
+        host: Box<dyn PinnedBuf>,
+        len: usize,
+    ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
+        let to_host = dir == CopyDir::ToHost;
+        let ordinal = self.inner.ordinal_of(dev);
+        let mut host = Some(host);
+        let issued = self.inner.on_device(ordinal, |_| {
+            let stream = {
+                let mut m = lock(&self.inner.streams);
+                match m.get(&(ordinal, to_host)) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = Arc::new(driver::stream_create()?);
+                        m.insert((ordinal, to_host), s.clone());
+                        s
+                    }
+                }
+            };
+            let h = host.take().expect("the buffer is taken once");
+            match driver::InFlight::issue(to_host, dev, h, len, &stream) {
+                Ok(f) => Ok(Ok(f)),
+                Err((e, h)) => Ok(Err((e, h))),
+            }
+        });
+        let f = match issued {
+            Ok(Ok(f)) => f,
+            Ok(Err((e, h))) => return Err((e, h)),
+            Err(e) => return Err((e, host.take().expect("not issued"))),
+        };
+        let t = Ticket(self.inner.next_ticket.fetch_add(1, Ordering::Relaxed) + 1);
+        lock(&self.inner.inflight).insert(t, f);
+        Ok(t)
+    }
+
+    fn copy_poll(&self, t: Ticket) -> Option<Landed> {
+        let mut m = lock(&self.inner.inflight);
+        let landed = m.get_mut(&t)?.poll()?;
+        m.remove(&t);
+        Some(landed)
+    }
+
     fn alloc_device(&self, len: usize, near: u64) -> Result<u64, GpuError> {
         let ordinal = self.inner.ordinal_of(near);
         self.inner.on_device(ordinal, |_| driver::mem_alloc(len))
@@ -848,6 +902,34 @@ mod tests {
         // export and mapping.
         {
             let gpu = Gpu::with_api(api.clone(), GpuConfig::default());
+            // Staging: asynchronous copies through a pinned slot on the
+            // backend's streams, ended by events.
+            let slot = gpu.take_slot(256).unwrap().expect("a slot");
+            let t = gpu
+                .copy_async(CopyDir::ToHost, d, slot, 200)
+                .expect("issued");
+            let (mut slot, res) = loop {
+                if let Some(l) = gpu.copy_poll(t) {
+                    break l;
+                }
+            };
+            res.expect("landed");
+            assert_eq!(&slot.as_mut_slice()[..200], &data[..]);
+            slot.as_mut_slice()[..8].copy_from_slice(b"stagedin");
+            let t = gpu
+                .copy_async(CopyDir::ToDevice, d + 600, slot, 8)
+                .expect("issued");
+            let (slot, res) = loop {
+                if let Some(l) = gpu.copy_poll(t) {
+                    break l;
+                }
+            };
+            res.expect("landed");
+            let mut b8 = [0u8; 8];
+            api.copy_to_host(&mut b8, d + 600).unwrap();
+            assert_eq!(&b8, b"stagedin");
+            gpu.put_slot(slot);
+            gpu.release();
             assert_eq!(gpu.classify(d + 1, 10), Ok(MemKind::Device { ordinal: 0 }));
             assert_eq!(gpu.classify(d + 2, 10), Ok(MemKind::Device { ordinal: 0 }));
             assert_eq!(gpu.classify(host.as_ptr() as u64, 10), Ok(MemKind::Host));

@@ -1,0 +1,190 @@
+//! Staging through pinned host memory: a bounded pool of pinned slots, and
+//! the asynchronous copies between device memory and a slot.
+//!
+//! The staged protocols (the pml's `rndv/staged`) move device memory that
+//! no direct path reaches in chunks: the progress driver takes a slot
+//! ([`Gpu::take_slot`]), issues the device→host (or host→device) copy on
+//! the backend's stream for that direction with an event after it
+//! ([`Gpu::copy_async`]), and polls the event from its progress loop
+//! ([`Gpu::copy_poll`]): each chunk moves on as soon as its own copy has
+//! ended, while the next ones are still on the copy engine. A slot is owned
+//! by whoever holds its `Box` (the backend while a copy runs), so no byte
+//! is read while the DMA engine writes it.
+//!
+//! At most [`MAX_SLOTS`] slots are out at once: that bounds the pinned
+//! memory (`MAX_SLOTS` × the chunk) and is the staged pipeline's
+//! back-pressure (`take_slot` answers `None`; the driver retries when one
+//! comes back). Returned slots are kept for reuse and freed by
+//! [`Gpu::release`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::api::{CopyDir, GpuError, Landed, PinnedBuf, Ticket};
+use crate::{bump, lock, Gpu};
+
+/// Slots out at once, every peer and direction together.
+pub const MAX_SLOTS: usize = 16;
+
+/// The pool of staging slots.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    free: Mutex<Vec<Box<dyn PinnedBuf>>>,
+    /// Slots handed out and not yet returned.
+    out: AtomicUsize,
+}
+
+impl Slots {
+    /// Free every kept slot.
+    pub(crate) fn clear(&self) {
+        lock(&self.free).clear();
+    }
+}
+
+impl Gpu {
+    /// A pinned slot of at least `len` bytes, or `None` when [`MAX_SLOTS`]
+    /// are out (retry once one is returned).
+    pub fn take_slot(&self, len: usize) -> Result<Option<Box<dyn PinnedBuf>>, GpuError> {
+        let api = self.need_api()?;
+        let s = &self.slots;
+        if s.out.fetch_add(1, Ordering::AcqRel) >= MAX_SLOTS {
+            s.out.fetch_sub(1, Ordering::AcqRel);
+            return Ok(None);
+        }
+        let kept = {
+            let mut free = lock(&s.free);
+            let i = free.iter_mut().position(|b| b.as_mut_slice().len() >= len);
+            i.map(|i| free.swap_remove(i))
+        };
+        match kept {
+            Some(b) => Ok(Some(b)),
+            None => match api.alloc_pinned(len.max(64 << 10).next_power_of_two()) {
+                Ok(b) => {
+                    bump(&self.stats.slots_made);
+                    Ok(Some(b))
+                }
+                Err(e) => {
+                    s.out.fetch_sub(1, Ordering::AcqRel);
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    /// Give back a slot from [`Gpu::take_slot`] (kept for reuse).
+    pub fn put_slot(&self, b: Box<dyn PinnedBuf>) {
+        let s = &self.slots;
+        lock(&s.free).push(b);
+        s.out.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Slots out now (taken and not returned).
+    pub fn slots_out(&self) -> usize {
+        self.slots.out.load(Ordering::Acquire)
+    }
+
+    /// Issue an asynchronous copy of `len` bytes between device memory at
+    /// `dev` and the slot `host` ([`crate::CudaApi::copy_async`]).
+    pub fn copy_async(
+        &self,
+        dir: CopyDir,
+        dev: u64,
+        host: Box<dyn PinnedBuf>,
+        len: usize,
+    ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
+        match self.need_api() {
+            Ok(api) => api.copy_async(dir, dev, host, len),
+            Err(e) => Err((e, host)),
+        }
+    }
+
+    /// Whether the copy of `t` has ended ([`crate::CudaApi::copy_poll`]).
+    pub fn copy_poll(&self, t: Ticket) -> Option<Landed> {
+        self.api.as_ref()?.copy_poll(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::double::{max_in_flight, TestCuda, Trace};
+    use crate::GpuConfig;
+
+    #[test]
+    fn slots_are_bounded_reused_and_freed() {
+        let d = Arc::new(TestCuda::new(1));
+        let g = Gpu::with_api(d.clone(), GpuConfig::default());
+        let mut out: Vec<_> = (0..MAX_SLOTS)
+            .map(|_| g.take_slot(1 << 19).unwrap().expect("a slot"))
+            .collect();
+        assert!(g.take_slot(1).unwrap().is_none(), "back-pressure");
+        assert_eq!(g.slots_out(), MAX_SLOTS);
+        g.put_slot(out.pop().unwrap());
+        let again = g.take_slot(1 << 19).unwrap().expect("the returned one");
+        assert_eq!(d.counts().pinned, MAX_SLOTS as u64, "reused, not allocated");
+        g.put_slot(again);
+        out.into_iter().for_each(|b| g.put_slot(b));
+        assert_eq!(g.slots_out(), 0);
+        g.release();
+        assert!(lock(&g.slots.free).is_empty());
+    }
+
+    #[test]
+    fn async_copies_land_in_stream_order_and_overlap() {
+        let d = Arc::new(TestCuda::new(1));
+        let g = Gpu::with_api(d.clone(), GpuConfig::default());
+        let p = d.malloc(4 << 10, 0);
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 253) as u8).collect();
+        d.poke(p, &data);
+        let tickets: Vec<Ticket> = (0..4)
+            .map(|i| {
+                let s = g.take_slot(1024).unwrap().unwrap();
+                g.copy_async(CopyDir::ToHost, p + i * 1024, s, 1024)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(d.copies_in_flight(), 4);
+        // The last one cannot land before the first: one stream.
+        assert!(g.copy_poll(tickets[3]).is_none());
+        assert!(g.copy_poll(tickets[3]).is_none());
+        let mut got = Vec::new();
+        for t in &tickets {
+            let (mut b, res) = loop {
+                if let Some(l) = g.copy_poll(*t) {
+                    break l;
+                }
+            };
+            res.unwrap();
+            got.extend_from_slice(&b.as_mut_slice()[..1024]);
+            g.put_slot(b);
+        }
+        assert_eq!(got, data);
+        let trace = d.trace();
+        assert_eq!(max_in_flight(&trace, CopyDir::ToHost), 4);
+        let landed: Vec<Ticket> = trace
+            .iter()
+            .filter_map(|t| match t {
+                Trace::Landed { ticket } => Some(*ticket),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(landed, tickets, "in issue order");
+        // Into the device, and an error handing the slot back.
+        let mut s = g.take_slot(16).unwrap().unwrap();
+        s.as_mut_slice()[..4].copy_from_slice(b"abcd");
+        let t = g.copy_async(CopyDir::ToDevice, p, s, 4).unwrap();
+        let (b, res) = loop {
+            if let Some(l) = g.copy_poll(t) {
+                break l;
+            }
+        };
+        res.unwrap();
+        assert_eq!(d.peek(p, 4), b"abcd");
+        let (e, b) = g.copy_async(CopyDir::ToHost, p + 4090, b, 64).unwrap_err();
+        assert!(matches!(e, GpuError::BadRange { .. }), "{e}");
+        g.put_slot(b);
+        assert_eq!(g.slots_out(), 0);
+    }
+}
