@@ -291,6 +291,35 @@ impl SimBtl {
         dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
+        self.get_via(peer, remote, offset, dst, token, None)
+    }
+
+    /// Whether `remote + offset` (of `peer`) and `dst` both lie in the
+    /// simulated memories.
+    fn simulated(&self, peer: Rank, remote: &MemDesc, offset: u64, dst: LocalMem) -> (bool, bool) {
+        let st = self.st.lk();
+        let Some(mem) = st.memories.get(peer as usize) else {
+            return (true, true);
+        };
+        let src = remote.addr.checked_add(offset);
+        let r = src.is_some_and(|a| mem.lk().contains(a, dst.len as u64));
+        let d = st.memories[self.me as usize]
+            .lk()
+            .contains(dst.addr, dst.len as u64);
+        (r, d)
+    }
+
+    /// The get, reading or writing through `raw` where an address is not
+    /// simulated memory (see [`Btl::get`] on this type).
+    fn get_via(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+        mut raw: Option<&mut dyn FnMut(Raw<'_>)>,
+    ) -> Result<Submit, BtlError> {
         let mut st = self.st.lk();
         if !self.caps.get {
             return Err(BtlError::Unsupported(self.caps.name));
@@ -306,7 +335,8 @@ impl SimBtl {
             .checked_add(dst.len as u64)
             .is_some_and(|end| end <= remote.len);
         let mem = st.memories[peer as usize].clone();
-        let readable = src.is_some_and(|a| mem.lk().contains(a, dst.len as u64));
+        let simulated = src.is_some_and(|a| mem.lk().contains(a, dst.len as u64));
+        let readable = simulated || raw.is_some();
         if !in_desc || remote.key != u64::from(peer) || !readable {
             return Err(BtlError::GetFailed(format!(
                 "bad descriptor for rank {peer}: {remote:?} + {offset}"
@@ -323,8 +353,19 @@ impl SimBtl {
             return Err(BtlError::GetFailed("injected failure".into()));
         }
         // Through a copy: `peer` may be this rank (one lock at a time).
-        let bytes = mem.lk().read(remote.addr + offset, dst.len).to_vec();
-        st.memories[self.me as usize].lk().write(dst.addr, &bytes);
+        let mut bytes = vec![0u8; dst.len];
+        match (simulated, raw.as_deref_mut()) {
+            (true, _) | (false, None) => {
+                bytes.copy_from_slice(mem.lk().read(remote.addr + offset, dst.len))
+            }
+            (false, Some(f)) => f(Raw::Read(remote.addr + offset, &mut bytes)),
+        }
+        let own = st.memories[self.me as usize].clone();
+        let local = own.lk().contains(dst.addr, dst.len as u64);
+        match (local, raw) {
+            (true, _) | (false, None) => own.lk().write(dst.addr, &bytes),
+            (false, Some(f)) => f(Raw::Write(dst.addr, &bytes)),
+        }
         if st.queued {
             st.completions
                 .entry((self.lane, self.me))
@@ -334,6 +375,14 @@ impl SimBtl {
         }
         Ok(Submit::Done)
     }
+}
+
+/// An access of real memory of this process by the simulated get.
+enum Raw<'a> {
+    /// Read `.1.len()` bytes at address `.0` into `.1`.
+    Read(u64, &'a mut [u8]),
+    /// Write `.1` at address `.0`.
+    Write(u64, &'a [u8]),
 }
 
 impl Btl for SimBtl {
@@ -391,8 +440,12 @@ impl Btl for SimBtl {
     }
 
     /// [`Btl::get`]: reads the peer's [`SimMemory`] and writes `dst` in
-    /// this rank's own, by address. Nothing else is needed for the trait's
-    /// `unsafe` contract to hold.
+    /// this rank's own, by address. An address outside the simulated
+    /// memories is real memory of this process (the progress driver's
+    /// pinned staging slots, which a rank registers and a peer gets from):
+    /// read and written by pointer, under the trait's contract for `dst`
+    /// and the registering rank's for `remote` (it keeps registered memory
+    /// valid and unwritten until the peer's get has ended).
     #[allow(unsafe_code)]
     unsafe fn get(
         &mut self,
@@ -402,7 +455,22 @@ impl Btl for SimBtl {
         dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        self.get_into(peer, remote, offset, dst, token)
+        if self.simulated(peer, remote, offset, dst) == (true, true) {
+            return self.get_into(peer, remote, offset, dst, token);
+        }
+        let mut raw = |r: Raw<'_>| match r {
+            // SAFETY: real memory a rank of this process registered for
+            // this get (see above): valid for reads of these bytes.
+            Raw::Read(a, out) => out
+                .copy_from_slice(unsafe { std::slice::from_raw_parts(a as *const u8, out.len()) }),
+            // SAFETY: `dst`, which the caller keeps valid for writes of
+            // `dst.len` bytes and untouched until the get ends (the trait's
+            // contract).
+            Raw::Write(a, data) => unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), a as *mut u8, data.len())
+            },
+        };
+        self.get_via(peer, remote, offset, dst, token, Some(&mut raw))
     }
 
     /// [`Btl::get_alone`]: counted ([`Fabric::alone_gets`]), then as `get`.

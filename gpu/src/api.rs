@@ -349,6 +349,11 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
     /// Copies on one stream end in the order they were issued.
     fn copy_poll(&self, t: Ticket) -> Option<Landed>;
 
+    /// Free what the backend keeps for the staging copies (their streams;
+    /// copies still in flight are waited for): called by
+    /// [`crate::Gpu::release`] at `MPI_Finalize`. Made again on next use.
+    fn release(&self) {}
+
     /// Device memory of `len` bytes on the device that holds `near` (for a
     /// collective's temporary buffers).
     fn alloc_device(&self, len: usize, near: u64) -> Result<u64, GpuError>;

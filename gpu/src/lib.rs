@@ -365,6 +365,9 @@ impl Gpu {
         lock(&self.bounce).clear();
         self.slots.clear();
         if let Some(api) = &self.api {
+            api.release();
+        }
+        if let Some(api) = &self.api {
             self.temps.release(api.as_ref());
             let mut c = lock(&self.caches);
             for (_, m) in c.mapped.drain() {

@@ -11,11 +11,15 @@
 //! by whoever holds its `Box` (the backend while a copy runs), so no byte
 //! is read while the DMA engine writes it.
 //!
-//! At most [`MAX_SLOTS`] slots are out at once: that bounds the pinned
-//! memory (`MAX_SLOTS` × the chunk) and is the staged pipeline's
-//! back-pressure (`take_slot` answers `None`; the driver retries when one
-//! comes back). Returned slots are kept for reuse and freed by
-//! [`Gpu::release`].
+//! At most [`MAX_SLOTS`] slots per direction are out at once: that bounds
+//! the pinned memory (2 × `MAX_SLOTS` × the chunk) and is the staged
+//! pipeline's back-pressure (`take_slot` answers `None`; the driver waits
+//! until one comes back). The two directions have separate budgets because
+//! they are freed differently: a slot staging a send out is freed when the
+//! peer has pulled it, one staging a receive in when its local copy has
+//! landed; with one budget, two ranks sending to each other could each
+//! hold every slot for their sends and wait forever for the other's pulls.
+//! Returned slots are kept for reuse and freed by [`Gpu::release`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -23,15 +27,22 @@ use std::sync::Mutex;
 use crate::api::{CopyDir, GpuError, Landed, PinnedBuf, Ticket};
 use crate::{bump, lock, Gpu};
 
-/// Slots out at once, every peer and direction together.
-pub const MAX_SLOTS: usize = 16;
+/// Slots out at once per direction, every peer together.
+pub const MAX_SLOTS: usize = 8;
 
 /// The pool of staging slots.
 #[derive(Debug, Default)]
 pub(crate) struct Slots {
     free: Mutex<Vec<Box<dyn PinnedBuf>>>,
-    /// Slots handed out and not yet returned.
-    out: AtomicUsize,
+    /// Slots handed out and not yet returned: staging out, staging in.
+    out: [AtomicUsize; 2],
+}
+
+fn lane(dir: CopyDir) -> usize {
+    match dir {
+        CopyDir::ToHost => 0,
+        CopyDir::ToDevice => 1,
+    }
 }
 
 impl Slots {
@@ -42,15 +53,21 @@ impl Slots {
 }
 
 impl Gpu {
-    /// A pinned slot of at least `len` bytes, or `None` when [`MAX_SLOTS`]
-    /// are out (retry once one is returned).
-    pub fn take_slot(&self, len: usize) -> Result<Option<Box<dyn PinnedBuf>>, GpuError> {
+    /// A pinned slot of at least `len` bytes for staging in direction
+    /// `dir`, or `None` when [`MAX_SLOTS`] of that direction are out (wait
+    /// until one is returned).
+    pub fn take_slot(
+        &self,
+        dir: CopyDir,
+        len: usize,
+    ) -> Result<Option<Box<dyn PinnedBuf>>, GpuError> {
         let api = self.need_api()?;
-        let s = &self.slots;
-        if s.out.fetch_add(1, Ordering::AcqRel) >= MAX_SLOTS {
-            s.out.fetch_sub(1, Ordering::AcqRel);
+        let out = &self.slots.out[lane(dir)];
+        if out.fetch_add(1, Ordering::AcqRel) >= MAX_SLOTS {
+            out.fetch_sub(1, Ordering::AcqRel);
             return Ok(None);
         }
+        let s = &self.slots;
         let kept = {
             let mut free = lock(&s.free);
             let i = free.iter_mut().position(|b| b.as_mut_slice().len() >= len);
@@ -64,23 +81,24 @@ impl Gpu {
                     Ok(Some(b))
                 }
                 Err(e) => {
-                    s.out.fetch_sub(1, Ordering::AcqRel);
+                    out.fetch_sub(1, Ordering::AcqRel);
                     Err(e)
                 }
             },
         }
     }
 
-    /// Give back a slot from [`Gpu::take_slot`] (kept for reuse).
-    pub fn put_slot(&self, b: Box<dyn PinnedBuf>) {
+    /// Give back a slot that [`Gpu::take_slot`] gave for `dir` (kept for
+    /// reuse).
+    pub fn put_slot(&self, dir: CopyDir, b: Box<dyn PinnedBuf>) {
         let s = &self.slots;
         lock(&s.free).push(b);
-        s.out.fetch_sub(1, Ordering::AcqRel);
+        s.out[lane(dir)].fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Slots out now (taken and not returned).
-    pub fn slots_out(&self) -> usize {
-        self.slots.out.load(Ordering::Acquire)
+    /// Slots of `dir` out now (taken and not returned).
+    pub fn slots_out(&self, dir: CopyDir) -> usize {
+        self.slots.out[lane(dir)].load(Ordering::Acquire)
     }
 
     /// Issue an asynchronous copy of `len` bytes between device memory at
@@ -116,17 +134,25 @@ mod tests {
     fn slots_are_bounded_reused_and_freed() {
         let d = Arc::new(TestCuda::new(1));
         let g = Gpu::with_api(d.clone(), GpuConfig::default());
+        let up = CopyDir::ToHost;
         let mut out: Vec<_> = (0..MAX_SLOTS)
-            .map(|_| g.take_slot(1 << 19).unwrap().expect("a slot"))
+            .map(|_| g.take_slot(up, 1 << 19).unwrap().expect("a slot"))
             .collect();
-        assert!(g.take_slot(1).unwrap().is_none(), "back-pressure");
-        assert_eq!(g.slots_out(), MAX_SLOTS);
-        g.put_slot(out.pop().unwrap());
-        let again = g.take_slot(1 << 19).unwrap().expect("the returned one");
-        assert_eq!(d.counts().pinned, MAX_SLOTS as u64, "reused, not allocated");
-        g.put_slot(again);
-        out.into_iter().for_each(|b| g.put_slot(b));
-        assert_eq!(g.slots_out(), 0);
+        assert!(g.take_slot(up, 1).unwrap().is_none(), "back-pressure");
+        assert_eq!(g.slots_out(up), MAX_SLOTS);
+        // The other direction has its own budget.
+        let down = g.take_slot(CopyDir::ToDevice, 1).unwrap().expect("a slot");
+        g.put_slot(CopyDir::ToDevice, down);
+        g.put_slot(up, out.pop().unwrap());
+        let again = g.take_slot(up, 1 << 19).unwrap().expect("the returned one");
+        assert_eq!(
+            d.counts().pinned,
+            MAX_SLOTS as u64 + 1,
+            "reused, not allocated"
+        );
+        g.put_slot(up, again);
+        out.into_iter().for_each(|b| g.put_slot(up, b));
+        assert_eq!(g.slots_out(up), 0);
         g.release();
         assert!(lock(&g.slots.free).is_empty());
     }
@@ -140,7 +166,7 @@ mod tests {
         d.poke(p, &data);
         let tickets: Vec<Ticket> = (0..4)
             .map(|i| {
-                let s = g.take_slot(1024).unwrap().unwrap();
+                let s = g.take_slot(CopyDir::ToHost, 1024).unwrap().unwrap();
                 g.copy_async(CopyDir::ToHost, p + i * 1024, s, 1024)
                     .unwrap()
             })
@@ -158,7 +184,7 @@ mod tests {
             };
             res.unwrap();
             got.extend_from_slice(&b.as_mut_slice()[..1024]);
-            g.put_slot(b);
+            g.put_slot(CopyDir::ToHost, b);
         }
         assert_eq!(got, data);
         let trace = d.trace();
@@ -172,7 +198,7 @@ mod tests {
             .collect();
         assert_eq!(landed, tickets, "in issue order");
         // Into the device, and an error handing the slot back.
-        let mut s = g.take_slot(16).unwrap().unwrap();
+        let mut s = g.take_slot(CopyDir::ToDevice, 16).unwrap().unwrap();
         s.as_mut_slice()[..4].copy_from_slice(b"abcd");
         let t = g.copy_async(CopyDir::ToDevice, p, s, 4).unwrap();
         let (b, res) = loop {
@@ -184,7 +210,7 @@ mod tests {
         assert_eq!(d.peek(p, 4), b"abcd");
         let (e, b) = g.copy_async(CopyDir::ToHost, p + 4090, b, 64).unwrap_err();
         assert!(matches!(e, GpuError::BadRange { .. }), "{e}");
-        g.put_slot(b);
-        assert_eq!(g.slots_out(), 0);
+        g.put_slot(CopyDir::ToDevice, b);
+        assert_eq!(g.slots_out(CopyDir::ToDevice), 0);
     }
 }

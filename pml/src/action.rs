@@ -12,6 +12,9 @@
 //! | [`Action::Get`] | reads the peer's registered memory with the btl's get | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] (or `handle_refused`) |
 //! | [`Action::IpcCopy`] | opens (cached) the peer's IPC handle and copies from it | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] |
 //! | [`Action::CopyIn`] | copies bytes into device memory | [`crate::Pml::handle_copy_done`] |
+//! | [`Action::StageOut`] | copies a chunk of device memory into a pinned slot (asynchronously; waits for a free slot) and registers the slot with the btl | [`crate::Pml::handle_staged`] |
+//! | [`Action::Unstage`] | frees the slot of a staged chunk the peer pulled | — |
+//! | [`Action::StageIn`] | gets a peer's staged chunk (into a pinned slot and on into device memory by an asynchronous copy, for a device destination) | [`crate::Pml::handle_staged_in`] |
 //!
 //! A streamed fragment ([`gmpi_btl::Event::FragStream`]) is the one read
 //! the driver makes on the pml's word without an action: the pml answers
@@ -121,6 +124,53 @@ pub enum Action {
         /// The receive request.
         token: u64,
     },
+    /// Copy `len` bytes of device (or managed) memory at `src` into a
+    /// pinned slot, then register the slot with `btl` for `peer`'s get: the
+    /// chunk at `offset` of send `token` (`rndv/staged`).
+    StageOut {
+        /// Which btl.
+        btl: BtlId,
+        /// Who will get it.
+        peer: Rank,
+        /// Device address of the chunk.
+        src: u64,
+        /// Its length.
+        len: usize,
+        /// The send request.
+        token: u64,
+        /// Offset of the chunk in the message.
+        offset: u64,
+    },
+    /// The staged chunk at `offset` of send `token` was pulled: free its
+    /// slot.
+    Unstage {
+        /// The send request.
+        token: u64,
+        /// Offset of the chunk in the message.
+        offset: u64,
+    },
+    /// Get `len` bytes of `peer`'s staged chunk `desc` into local memory at
+    /// `dst`: directly for host memory; into a pinned slot, then by an
+    /// asynchronous copy, for device memory. The chunk at `offset` of
+    /// receive `token`.
+    StageIn {
+        /// Which btl.
+        btl: BtlId,
+        /// Owner of the chunk.
+        peer: Rank,
+        /// Where it is.
+        desc: MemDesc,
+        /// Local destination address.
+        dst: u64,
+        /// Local destination kind.
+        dst_kind: MemKind,
+        /// Length.
+        len: usize,
+        /// The receive request.
+        token: u64,
+        /// Offset of the chunk in the message.
+        offset: u64,
+    },
     /// Copy `data` into device (or managed) memory at `dst`.
     CopyIn {
         /// Destination address.
@@ -136,7 +186,10 @@ pub enum Action {
 
 impl Action {
     /// The peer whose queue this action belongs to: actions for one peer run
-    /// in the order the pml emitted them.
+    /// in the order the pml emitted them. (The staging actions have none:
+    /// the driver may hold them while it waits for a pinned slot, which
+    /// must not hold up the peer's other traffic, and an `Unstage` must run
+    /// even when the peer has failed.)
     pub fn peer(&self) -> Option<Rank> {
         match self {
             Action::Send { peer, .. }
@@ -144,7 +197,10 @@ impl Action {
             | Action::IpcExport { peer, .. }
             | Action::Get { peer, .. }
             | Action::IpcCopy { peer, .. } => Some(*peer),
-            Action::CopyIn { .. } => None,
+            Action::CopyIn { .. }
+            | Action::StageOut { .. }
+            | Action::Unstage { .. }
+            | Action::StageIn { .. } => None,
         }
     }
 }

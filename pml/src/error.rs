@@ -188,6 +188,16 @@ pub enum Violation {
     /// A streamed fragment that is not a pipelined FRAG.
     #[error("a streamed fragment that is not a FRAG")]
     StreamNotFrag,
+    /// A CHUNK_ACK for a chunk that was not offered.
+    #[error("CHUNK_ACK at {offset} for a chunk not offered (chunks of {chunk}, {offered} bytes offered)")]
+    ChunkNotOffered {
+        /// Offset in the message.
+        offset: u64,
+        /// The chunk size.
+        chunk: u64,
+        /// Bytes offered so far.
+        offered: u64,
+    },
 }
 
 /// Why a fragment does not decode.

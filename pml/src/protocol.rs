@@ -114,9 +114,14 @@ pub struct DeviceConfig {
     pub ipc_threshold: usize,
     /// Whether CUDA IPC may be used at all.
     pub ipc: bool,
-    /// Chunk of the staged (pipelined) protocol for device memory; also
-    /// capped by the transport's fragment.
+    /// Chunk of the staged protocol for device memory: what each
+    /// asynchronous copy through pinned memory moves. Pulled by the
+    /// receiver's get where the transport has one (`rndv/staged.rs`), else
+    /// streamed in the transport's fragments.
     pub pipeline_chunk: usize,
+    /// Staged chunks of one message in flight at once (copying out, offered,
+    /// being pulled).
+    pub pipeline_depth: usize,
     /// Small device messages are copied by GDRCopy (else `cuMemcpy`): only
     /// the protocols' names depend on it.
     pub gdrcopy: bool,
@@ -129,6 +134,7 @@ impl Default for DeviceConfig {
             ipc_threshold: 0,
             ipc: true,
             pipeline_chunk: 512 << 10,
+            pipeline_depth: 4,
             gdrcopy: false,
         }
     }

@@ -277,7 +277,19 @@ impl Pml {
             }
             Hdr::Ack { sreq } => self.handle_ack(peer, sreq),
             Hdr::Fin { sreq } => self.handle_fin(peer, sreq),
-            Hdr::Cts { sreq, rreq, want } => self.handle_cts(peer, sreq, rreq, want),
+            Hdr::Cts {
+                sreq,
+                rreq,
+                want,
+                pull,
+            } => self.handle_cts(peer, sreq, rreq, want, pull),
+            Hdr::Chunk {
+                rreq,
+                offset,
+                len,
+                desc,
+            } => self.handle_chunk(peer, rreq, offset, len, desc),
+            Hdr::ChunkAck { sreq, offset } => self.handle_chunk_ack(peer, sreq, offset),
             Hdr::Frag { rreq, offset } => {
                 self.handle_frag_payload(peer, Frag { rreq, offset }, &data[off..], w)
             }
@@ -383,7 +395,12 @@ impl Pml {
                 (m, flags, UnexpectedBody::Rndv(RndvBody::Ipc(d)))
             }
             // The caller only hands over the three that carry an envelope.
-            Hdr::Ack { .. } | Hdr::Cts { .. } | Hdr::Frag { .. } | Hdr::Fin { .. } => {
+            Hdr::Ack { .. }
+            | Hdr::Cts { .. }
+            | Hdr::Frag { .. }
+            | Hdr::Fin { .. }
+            | Hdr::Chunk { .. }
+            | Hdr::ChunkAck { .. } => {
                 return Ok(());
             }
         };

@@ -34,6 +34,18 @@ pub(crate) enum SendState {
     AwaitReply,
     /// Streaming after a CTS: the btl to take `left` more fragments.
     AwaitStreamed { left: u32 },
+    /// Staging after a CTS that lets the receiver pull (`rndv/staged`):
+    /// chunks of `chunk` bytes of the first `want` are staged from `next`
+    /// on, `inflight` of them are staged or being pulled, and the receiver
+    /// has acknowledged `acked` bytes; `rreq` is its request.
+    AwaitChunks {
+        rreq: u64,
+        want: u64,
+        chunk: u64,
+        next: u64,
+        acked: u64,
+        inflight: u32,
+    },
 }
 
 /// A send request.
@@ -82,8 +94,9 @@ pub(crate) enum RecvState {
     /// A matched rendezvous: the pull (a get or a CUDA IPC copy) to land.
     AwaitPull { m: Matched },
     /// A matched rendezvous after its CTS: `m.want - got` more bytes of
-    /// fragments, and the `copies` of fragments into device memory still
-    /// in flight; `faulted`: a copy failed.
+    /// fragments (or pulled chunks), and the `copies` of fragments into
+    /// device memory (or pulls of staged chunks) still in flight;
+    /// `faulted`: a copy failed.
     AwaitFrags {
         m: Matched,
         got: u64,

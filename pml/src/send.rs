@@ -204,7 +204,10 @@ impl Pml {
                 *left = left.saturating_sub(1);
                 *left == 0
             }
-            SendState::AwaitSetup { .. } | SendState::AwaitReply => false,
+            // A staged send's CHUNKs go with token 0: its ACKs end it.
+            SendState::AwaitSetup { .. }
+            | SendState::AwaitReply
+            | SendState::AwaitChunks { .. } => false,
         };
         if done {
             self.reqs.complete(id, Ok(Status::default()));

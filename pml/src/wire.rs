@@ -13,9 +13,17 @@
 //! | RNDV  | the MATCH fields, then a [`MemDesc`] if flag `HAS_DESC`     | —           |
 //! | RNDV_IPC | the MATCH fields                                         | CUDA IPC descriptor (`IpcDesc`, 96 bytes) |
 //! | ACK   | sreq u64                                                    | —           |
-//! | CTS   | sreq u64, rreq u64, want u64                                | —           |
+//! | CTS   | sreq u64, rreq u64, want u64 (flag `PULL`)                  | —           |
 //! | FRAG  | rreq u64, offset u64                                        | payload     |
 //! | FIN   | sreq u64                                                    | —           |
+//! | CHUNK | rreq u64, offset u64, len u64, then a [`MemDesc`]           | —           |
+//! | CHUNK_ACK | sreq u64, offset u64                                    | —           |
+//!
+//! CTS with flag `PULL`: the receiver's transport can `get`, so a sender
+//! whose data is device memory stages it chunk by chunk into pinned host
+//! memory and offers each chunk by a CHUNK (where to get it) instead of
+//! streaming FRAGs; the receiver answers each pulled chunk with a
+//! CHUNK_ACK, which frees its staging memory (`rndv/staged.rs`).
 //!
 //! SHORT (version 2) is the MATCH of a plain eager message, the latency
 //! path: no flags, no sender request to answer (`sreq` 0) and a length that
@@ -53,11 +61,15 @@ const T_FIN: u8 = 6;
 const T_RNDV_IPC: u8 = 7;
 const T_SHORT: u8 = 8;
 const T_TINY: u8 = 9;
+const T_CHUNK: u8 = 10;
+const T_CHUNK_ACK: u8 = 11;
 
 /// Flag: the sender wants an ACK when the message is matched (synchronous mode).
 pub const F_SYNC: u8 = 1;
 /// Flag: a RNDV header carries a memory descriptor for `get`.
 pub const F_HAS_DESC: u8 = 2;
+/// Flag: a CTS's receiver can `get` staged chunks (CHUNK) instead of FRAGs.
+pub const F_PULL: u8 = 4;
 
 /// The envelope and identity of a message, shared by MATCH and RNDV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +112,8 @@ pub enum Hdr {
         /// Sender request.
         sreq: u64,
     },
-    /// Clear to send: stream `want` bytes as FRAGs to `rreq`.
+    /// Clear to send: stream `want` bytes as FRAGs to `rreq` (or, `pull`,
+    /// offer staged chunks by CHUNK).
     Cts {
         /// Sender request.
         sreq: u64,
@@ -108,6 +121,26 @@ pub enum Hdr {
         rreq: u64,
         /// Bytes the receiver accepts.
         want: u64,
+        /// The receiver can get staged chunks (flag `F_PULL`).
+        pull: bool,
+    },
+    /// A staged chunk of the message is ready for the receiver's get.
+    Chunk {
+        /// Receiver request.
+        rreq: u64,
+        /// Offset of the chunk in the message.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// Where to get it (the sender's pinned staging memory).
+        desc: MemDesc,
+    },
+    /// The chunk at `offset` was pulled: its staging memory is free.
+    ChunkAck {
+        /// Sender request.
+        sreq: u64,
+        /// Offset of the chunk in the message.
+        offset: u64,
     },
     /// A chunk of a pipelined rendezvous.
     Frag {
@@ -167,6 +200,8 @@ const RNDV_DESC_LEN: usize = MATCH_LEN + MemDesc::WIRE_LEN;
 const ONE_U64_LEN: usize = 12;
 const CTS_LEN: usize = 28;
 const FRAG_LEN: usize = 20;
+const CHUNK_LEN: usize = 28 + MemDesc::WIRE_LEN;
+const CHUNK_ACK_LEN: usize = 20;
 
 #[inline]
 fn put32(b: &mut [u8; MAX_HDR], o: usize, v: [u8; 4]) {
@@ -320,8 +355,14 @@ impl Hdr {
                 put64(&mut b, 4, *sreq);
                 ONE_U64_LEN
             }
-            Hdr::Cts { sreq, rreq, want } => {
+            Hdr::Cts {
+                sreq,
+                rreq,
+                want,
+                pull,
+            } => {
                 b[0] = T_CTS;
+                b[1] = if *pull { F_PULL } else { 0 };
                 put64(&mut b, 4, *sreq);
                 put64(&mut b, 12, *rreq);
                 put64(&mut b, 20, *want);
@@ -332,6 +373,27 @@ impl Hdr {
                 put64(&mut b, 4, *rreq);
                 put64(&mut b, 12, *offset);
                 FRAG_LEN
+            }
+            Hdr::Chunk {
+                rreq,
+                offset,
+                len,
+                desc,
+            } => {
+                b[0] = T_CHUNK;
+                put64(&mut b, 4, *rreq);
+                put64(&mut b, 12, *offset);
+                put64(&mut b, 20, *len);
+                put64(&mut b, 28, desc.addr);
+                put64(&mut b, 36, desc.len);
+                put64(&mut b, 44, desc.key);
+                CHUNK_LEN
+            }
+            Hdr::ChunkAck { sreq, offset } => {
+                b[0] = T_CHUNK_ACK;
+                put64(&mut b, 4, *sreq);
+                put64(&mut b, 12, *offset);
+                CHUNK_ACK_LEN
             }
         };
         HdrBuf {
@@ -460,13 +522,43 @@ impl Hdr {
             }
             T_CTS => {
                 need(CTS_LEN, "CTS")?;
+                if flags & !F_PULL != 0 {
+                    return Err(WireError::Flags { what: "CTS", flags });
+                }
                 (
                     Hdr::Cts {
                         sreq: get64(b, 4),
                         rreq: get64(b, 12),
                         want: get64(b, 20),
+                        pull: flags & F_PULL != 0,
                     },
                     CTS_LEN,
+                )
+            }
+            T_CHUNK => {
+                need(CHUNK_LEN, "CHUNK")?;
+                (
+                    Hdr::Chunk {
+                        rreq: get64(b, 4),
+                        offset: get64(b, 12),
+                        len: get64(b, 20),
+                        desc: MemDesc {
+                            addr: get64(b, 28),
+                            len: get64(b, 36),
+                            key: get64(b, 44),
+                        },
+                    },
+                    CHUNK_LEN,
+                )
+            }
+            T_CHUNK_ACK => {
+                need(CHUNK_ACK_LEN, "CHUNK_ACK")?;
+                (
+                    Hdr::ChunkAck {
+                        sreq: get64(b, 4),
+                        offset: get64(b, 12),
+                    },
+                    CHUNK_ACK_LEN,
                 )
             }
             T_FRAG => {
@@ -545,9 +637,26 @@ mod tests {
                 sreq: 1,
                 rreq: 2,
                 want: 3,
+                pull: false,
+            },
+            Hdr::Cts {
+                sreq: 1,
+                rreq: 2,
+                want: 3,
+                pull: true,
             },
             Hdr::Frag { rreq: 4, offset: 5 },
             Hdr::Fin { sreq: 6 },
+            Hdr::Chunk {
+                rreq: 7,
+                offset: 1 << 33,
+                len: 512 << 10,
+                desc: d,
+            },
+            Hdr::ChunkAck {
+                sreq: 8,
+                offset: 1 << 33,
+            },
         ] {
             let e = h.encode();
             let (back, off) = Hdr::decode(e.as_bytes()).unwrap();

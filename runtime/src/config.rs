@@ -34,7 +34,8 @@
 //! | `gpu_ipc_threshold` | `GMPI_GPU_IPC_THRESHOLD` | smallest device message sent by CUDA IPC to a rank of the same node | 0 (every device message above the eager limit) |
 //! | `gpu_ipc` | `GMPI_GPU_IPC` | use CUDA IPC at all | `true` |
 //! | `gpu_host_cache` | `GMPI_GPU_HOST_CACHE` | remember buffers the CUDA driver called host memory, so they cost no driver call again; turn off only for programs that unmap host memory whose addresses CUDA may later give to device memory | `true` |
-//! | `gpu_pipeline_chunk` | `GMPI_GPU_PIPELINE_CHUNK` | chunk of the staged protocol (device memory where neither IPC nor GPUDirect applies) | 512 KiB, or the transport's largest fragment if smaller |
+//! | `gpu_pipeline_chunk` | `GMPI_GPU_PIPELINE_CHUNK` | chunk of the staged protocol (device memory where neither IPC nor GPUDirect applies): each asynchronous copy through pinned memory, pulled by the receiver's get where the transport has one (shm); streamed in the transport's fragments where not (tcp) | 512 KiB |
+//! | `gpu_pipeline_depth` | `GMPI_GPU_PIPELINE_DEPTH` | staged chunks of one message in flight at once | 4 |
 //! | — | `GMPI_GPU_BIND` | `none` or `local-rank`: at `MPI_Init`, make GPU `local_rank % gpus` current (set by `gmpirun --gpu-bind`) | `none` |
 //! | — | `GMPI_JOB_SECRET` | 64 hex digits: the per-job secret tcp connections prove they hold; `gmpirun` sets it; without it (ranks started by `srun` or Hydra) rank 0 makes one and shares it through PMI | from `gmpirun` |
 
@@ -140,6 +141,8 @@ pub struct Config {
     /// Chunk of the staged device protocol.
     #[serde(deserialize_with = "de_size")]
     pub gpu_pipeline_chunk: Option<usize>,
+    /// Staged chunks of one message in flight.
+    pub gpu_pipeline_depth: Option<usize>,
 }
 
 impl Config {
@@ -160,6 +163,7 @@ impl Config {
             ipc_threshold: self.gpu_ipc_threshold.unwrap_or(d.ipc_threshold),
             ipc: self.gpu_ipc,
             pipeline_chunk: self.gpu_pipeline_chunk.unwrap_or(d.pipeline_chunk).max(1),
+            pipeline_depth: self.gpu_pipeline_depth.unwrap_or(d.pipeline_depth).max(1),
             gdrcopy,
         }
     }
@@ -224,6 +228,7 @@ impl Default for Config {
             gpu_ipc: true,
             gpu_host_cache: true,
             gpu_pipeline_chunk: None,
+            gpu_pipeline_depth: None,
             log: None,
             coll_shm: true,
             coll_shm_max: None,
@@ -382,6 +387,17 @@ impl Config {
         }
         if let Some(v) = get("GMPI_GPU_IPC") {
             self.gpu_ipc = parse_bool(&v).map_err(|e| format!("GMPI_GPU_IPC: {e}"))?;
+        }
+        if let Some(v) = get("GMPI_GPU_PIPELINE_DEPTH") {
+            let n = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    format!("GMPI_GPU_PIPELINE_DEPTH: expected a count of at least 1, got {v:?}")
+                })?;
+            self.gpu_pipeline_depth = Some(n);
         }
         if let Some(v) = get("GMPI_GPU_HOST_CACHE") {
             self.gpu_host_cache =

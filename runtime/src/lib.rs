@@ -62,7 +62,7 @@
 //!   node is gone without finalizing, under launchers that would not.
 //! - `buffer.rs`: user buffers as raw memory: the [`Buffer`] traits, views
 //!   `(memory, count, datatype)`, [`TypedBuf`] (with `datatype.rs` and the
-//!   one `Btl::get` call in `progress/execute.rs`, the only `unsafe` code in
+//!   `Btl::get` calls in `progress/execute.rs`, the only `unsafe` code in
 //!   this crate).
 //! - `cuda.rs` (feature `cuda`): `cudarc`'s `CudaSlice`, `CudaView` and
 //!   `CudaViewMut` as buffers, ordered after the work queued on their

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -107,12 +108,64 @@ int cuCtxSynchronize(void) {
     return ready() ? 0 : 3;
 }
 
+/*
+ * "Device" memory comes from an address range reserved at the first
+ * allocation and never given to malloc, as a real driver reserves its
+ * unified address range up front: device and host addresses never alias,
+ * and a freed device address is only ever reused for device memory (first
+ * fit over the freed ranges, so reuse happens, as with a real allocator).
+ * Freed ranges are returned to the kernel (MADV_DONTNEED).
+ */
+#define ARENA_SIZE (64ULL << 30)
+#define GRAIN (64 << 10)
+static char *arena;
+static size_t arena_next;
+static struct {
+    size_t off, size;
+} holes[MAX_ALLOCS];
+static int n_holes;
+
+static char *arena_alloc(size_t n) {
+    size_t size = ((n ? n : 1) + GRAIN - 1) / GRAIN * GRAIN;
+    if (!arena) {
+        void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (a == MAP_FAILED)
+            return NULL;
+        arena = a;
+    }
+    for (int h = 0; h < n_holes; h++) {
+        if (holes[h].size >= size) {
+            char *p = arena + holes[h].off;
+            holes[h].off += size;
+            holes[h].size -= size;
+            if (!holes[h].size)
+                holes[h] = holes[--n_holes];
+            return p;
+        }
+    }
+    if (arena_next + size > ARENA_SIZE)
+        return NULL;
+    arena_next += size;
+    return arena + arena_next - size;
+}
+
+static void arena_free(char *p, size_t n) {
+    size_t size = ((n ? n : 1) + GRAIN - 1) / GRAIN * GRAIN;
+    madvise(p, size, MADV_DONTNEED);
+    if (n_holes < MAX_ALLOCS) {
+        holes[n_holes].off = (size_t)(p - arena);
+        holes[n_holes].size = size;
+        n_holes++;
+    }
+}
+
 static int alloc(CUdeviceptr *p, size_t n, int managed) {
     if (!ready())
         return 3;
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (!allocs[i].base) {
-            allocs[i].base = malloc(n ? n : 1);
+            allocs[i].base = arena_alloc(n);
             allocs[i].size = n;
             allocs[i].id = next_id++;
             allocs[i].managed = managed;
@@ -137,7 +190,7 @@ int cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
 int cuMemFree_v2(CUdeviceptr p) {
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].base && (CUdeviceptr)allocs[i].base == p) {
-            free(allocs[i].base);
+            arena_free(allocs[i].base, allocs[i].size);
             allocs[i].base = NULL;
             n_free++;
             return 0;

@@ -96,16 +96,20 @@ fn expect(np: usize, log: &str, paths: &[&str]) {
     for path in paths {
         assert!(log.contains(path), "np {np}: the log never names {path:?}");
     }
-    // cudarc's event tracking ran on the second stream.
-    assert!(
-        log.contains("fake-cuda: streams 1 events"),
-        "np {np}: no second stream"
-    );
+    // cudarc's event tracking ran on a second stream (and gmpi's staging
+    // copies on streams of their own).
+    let streams = log
+        .lines()
+        .filter_map(|l| l.split("fake-cuda: streams ").nth(1))
+        .filter_map(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .max();
+    assert!(streams.is_some_and(|n| n >= 1), "np {np}: no second stream");
 }
 
 /// Same-node device messages above the eager limit try CUDA IPC first; the
-/// fake's handles open only in the process that made them (as memory of
-/// another process is unreachable), so every such message must fall back.
+/// fake's handles open in no process (not in their exporter, as with CUDA,
+/// and its memory is unreachable from another), so every such message must
+/// fall back.
 #[test]
 fn cuda_slices_through_the_rust_api_np2_np4() {
     for np in [2, 4] {

@@ -570,6 +570,13 @@ impl CudaApi for Cuda {
         Ok(t)
     }
 
+    fn release(&self) {
+        // In-flight copies wait for their events as they drop, before the
+        // streams they ran on are destroyed.
+        lock(&self.inner.inflight).clear();
+        lock(&self.inner.streams).clear();
+    }
+
     fn copy_poll(&self, t: Ticket) -> Option<Landed> {
         let mut m = lock(&self.inner.inflight);
         let landed = m.get_mut(&t)?.poll()?;
@@ -904,7 +911,10 @@ mod tests {
             let gpu = Gpu::with_api(api.clone(), GpuConfig::default());
             // Staging: asynchronous copies through a pinned slot on the
             // backend's streams, ended by events.
-            let slot = gpu.take_slot(256).unwrap().expect("a slot");
+            let slot = gpu
+                .take_slot(CopyDir::ToHost, 256)
+                .unwrap()
+                .expect("a slot");
             let t = gpu
                 .copy_async(CopyDir::ToHost, d, slot, 200)
                 .expect("issued");
@@ -928,7 +938,7 @@ mod tests {
             let mut b8 = [0u8; 8];
             api.copy_to_host(&mut b8, d + 600).unwrap();
             assert_eq!(&b8, b"stagedin");
-            gpu.put_slot(slot);
+            gpu.put_slot(CopyDir::ToHost, slot);
             gpu.release();
             assert_eq!(gpu.classify(d + 1, 10), Ok(MemKind::Device { ordinal: 0 }));
             assert_eq!(gpu.classify(d + 2, 10), Ok(MemKind::Device { ordinal: 0 }));

@@ -10,7 +10,9 @@
 //! ([`Pml::handle_frag_payload`], or, streamed, where
 //! [`Pml::stream_target`] says, reported by [`Pml::handle_stream_read`]);
 //! the receive ends when `want` bytes are in. From or into device memory
-//! the same protocol is staged through host memory (`staged.rs`).
+//! the same protocol is staged through host memory (`staged.rs`); where
+//! the receiver's transport can `get`, its CTS says so (`PULL`) and a
+//! sender of device memory offers staged chunks to pull instead of FRAGs.
 
 use gmpi_btl::Rank;
 
@@ -45,10 +47,12 @@ impl Pml {
         };
         tracing::debug!(target: LOG, "recv {} B from rank {}: {} (CTS)",
             m.want, m.peer, super::staged::streamed_name(&m, kind));
+        let caps = &self.btls[m.btl].caps;
         let hdr = Hdr::Cts {
             sreq: m.sreq,
             rreq: id.0,
             want: m.want,
+            pull: caps.get && self.cfg.use_get,
         };
         self.push_send(m.btl, m.peer, hdr, Payload::None, 0);
         if m.want == 0 {
@@ -57,13 +61,15 @@ impl Pml {
     }
 
     /// CTS: the receiver grants `want` bytes of send `sreq` to its receive
-    /// `rreq`: stream them.
+    /// `rreq`: stream them (or, `pull` and device memory, stage them for
+    /// the receiver's get: `staged.rs`).
     pub(crate) fn handle_cts(
         &mut self,
         peer: Rank,
         sreq: u64,
         rreq: u64,
         want: u64,
+        pull: bool,
     ) -> Result<(), PmlError> {
         let id = ReqId(sreq);
         let s = self.send_req_of(peer, id, "CTS")?;
@@ -78,6 +84,10 @@ impl Pml {
                     len: s.buf.len,
                 },
             ));
+        }
+        if pull && !s.buf.kind.is_host() {
+            self.start_staged_send(id, rreq, want);
+            return Ok(());
         }
         let (btl, buf, chunk) = (s.btl, s.buf, s.plan.chunk.max(1));
         let want = want as usize;
@@ -168,7 +178,7 @@ impl Pml {
     /// The receive that a FRAG of `plen` bytes at `offset` from `peer` is
     /// for: one streaming from that rank, with the bytes inside what it
     /// granted.
-    fn frag_recv_of(
+    pub(crate) fn frag_recv_of(
         &mut self,
         peer: Rank,
         id: ReqId,

@@ -2,20 +2,41 @@
 //! rendezvous where either buffer is on a GPU and no direct path (CUDA IPC,
 //! GPUDirect) exists or worked.
 //!
-//! Sender: nothing differs in the pml. Its FRAG payloads name device memory
-//! and the driver reads each chunk through the gpu layer's pinned bounce
-//! buffers as it submits it (the chunk is `GMPI_GPU_PIPELINE_CHUNK`, capped
-//! by the transport's fragment: `protocol.rs`).
-//! Receiver: each chunk that lands is copied into device memory by an
-//! `Action::CopyIn` ([`Pml::copy_chunk_in`]); the receive ends when every
-//! byte has arrived and every copy has ended ([`Pml::handle_copy_done`],
-//! which also ends an eager message into device memory).
+//! Where the receiver's transport can `get` (its CTS says `PULL`), a sender
+//! of device memory stages it chunk by chunk ([`crate::DeviceConfig`]'s
+//! `pipeline_chunk`, not the transport's fragment):
+//! - sender: [`Pml::start_staged_send`] keeps `pipeline_depth` chunks in
+//!   flight, each an `Action::StageOut` (the driver copies it into a pinned
+//!   slot asynchronously and registers the slot); [`Pml::handle_staged`]
+//!   offers each staged chunk by a CHUNK as soon as its copy has ended;
+//!   [`Pml::handle_chunk_ack`] frees the chunk's slot (`Action::Unstage`),
+//!   stages the next one, and ends the send at the last;
+//! - receiver: [`Pml::handle_chunk`] has the driver get the chunk
+//!   (`Action::StageIn`: straight into host memory, or into a pinned slot
+//!   and on into device memory by an asynchronous copy), and
+//!   [`Pml::handle_staged_in`] acknowledges it (CHUNK_ACK) and ends the
+//!   receive at the last byte.
+//!
+//! So the copy out of the sender's GPU, the get and the copy into the
+//! receiver's GPU of consecutive chunks overlap.
+//!
+//! Otherwise (no get: tcp) the sender streams FRAGs whose payloads name
+//! device memory, read by the driver through the gpu layer's pinned bounce
+//! buffers as it submits each (the chunk then capped by the transport's
+//! fragment: `protocol.rs`), and the receiver copies each chunk that lands
+//! into device memory by an `Action::CopyIn` ([`Pml::copy_chunk_in`]); the
+//! receive ends when every byte has arrived and every copy has ended
+//! ([`Pml::handle_copy_done`], which also ends an eager message into device
+//! memory).
 
-use crate::action::Action;
+use gmpi_btl::{MemDesc, Rank};
+
+use crate::action::{Action, Payload};
 use crate::memory::HostWrite;
 use crate::protocol::Protocol;
-use crate::request::{outcome, Matched, RecvState};
-use crate::{MemKind, Pml, PmlError, ReqId};
+use crate::request::{outcome, Matched, RecvState, SendState};
+use crate::wire::Hdr;
+use crate::{MemKind, Pml, PmlError, ReqId, Status, Violation, LOG};
 
 /// How the log names a streamed receive: `rndv/staged` where device memory
 /// is staged through host buffers on either side (the sender's data is
@@ -118,6 +139,215 @@ impl Pml {
         match faulted.then(|| self.copy_faults.remove(&id.0)).flatten() {
             Some(e) => self.reqs.complete(id, Err(e)),
             None => self.finish_rndv_recv(id, &m),
+        }
+    }
+}
+
+impl Pml {
+    /// Sender: a CTS that lets the receiver pull, for a send of device
+    /// memory: stage its first `want` bytes chunk by chunk.
+    pub(crate) fn start_staged_send(&mut self, id: ReqId, rreq: u64, want: u64) {
+        let chunk = self.cfg.device.pipeline_chunk.max(1) as u64;
+        let Some(s) = self.reqs.send_mut(id) else {
+            return;
+        };
+        s.state = SendState::AwaitChunks {
+            rreq,
+            want,
+            chunk,
+            next: 0,
+            acked: 0,
+            inflight: 0,
+        };
+        tracing::debug!(target: LOG, "CTS from rank {}: staging {want} B in {} chunks of {chunk} B for its get",
+            s.peer, want.div_ceil(chunk));
+        if want == 0 {
+            self.reqs.complete(id, Ok(Status::default()));
+            return;
+        }
+        self.stage_more(id);
+    }
+
+    /// Keep `pipeline_depth` chunks of staged send `id` in flight.
+    fn stage_more(&mut self, id: ReqId) {
+        let depth = self.cfg.device.pipeline_depth.max(1) as u32;
+        while let Some(s) = self.reqs.send_mut(id) {
+            let SendState::AwaitChunks {
+                want,
+                chunk,
+                next,
+                inflight,
+                ..
+            } = &mut s.state
+            else {
+                return;
+            };
+            if *inflight >= depth || *next >= *want {
+                return;
+            }
+            let offset = *next;
+            let len = (*chunk).min(*want - offset);
+            *next += len;
+            *inflight += 1;
+            let a = Action::StageOut {
+                btl: s.btl,
+                peer: s.peer,
+                src: s.buf.addr + offset,
+                len: len as usize,
+                token: id.0,
+                offset,
+            };
+            self.actions.push_back(a);
+        }
+    }
+
+    /// The driver staged the chunk at `offset` of send `token` into a
+    /// pinned slot the receiver can get as `desc` (or failed to): offer it.
+    pub fn handle_staged(&mut self, token: u64, offset: u64, res: Result<MemDesc, PmlError>) {
+        let id = ReqId(token);
+        let live = self.reqs.send_mut(id).and_then(|s| match s.state {
+            SendState::AwaitChunks {
+                rreq, want, chunk, ..
+            } => Some((s.btl, s.peer, rreq, chunk.min(want - offset))),
+            _ => None,
+        });
+        let Some((btl, peer, rreq, len)) = live else {
+            // The send has ended (its peer failed): nobody will pull it.
+            if res.is_ok() {
+                self.actions.push_back(Action::Unstage { token, offset });
+            }
+            return;
+        };
+        match res {
+            Ok(desc) => {
+                let hdr = Hdr::Chunk {
+                    rreq,
+                    offset,
+                    len,
+                    desc,
+                };
+                self.push_send(btl, peer, hdr, Payload::None, 0);
+            }
+            // The receiver waits for this chunk in vain: the driver keeps
+            // the error as fatal to the job.
+            Err(e) => self.reqs.complete(id, Err(e)),
+        }
+    }
+
+    /// Sender: the receiver pulled the chunk at `offset` of send `sreq`.
+    pub(crate) fn handle_chunk_ack(
+        &mut self,
+        peer: Rank,
+        sreq: u64,
+        offset: u64,
+    ) -> Result<(), PmlError> {
+        let id = ReqId(sreq);
+        let s = self.send_req_of(peer, id, "CHUNK_ACK")?;
+        let SendState::AwaitChunks {
+            want,
+            chunk,
+            next,
+            acked,
+            inflight,
+            ..
+        } = &mut s.state
+        else {
+            return Err(PmlError::peer(
+                peer,
+                Violation::OutOfPlace { what: "CHUNK_ACK" },
+            ));
+        };
+        if offset >= *next || !offset.is_multiple_of(*chunk) || *inflight == 0 {
+            return Err(PmlError::peer(
+                peer,
+                Violation::ChunkNotOffered {
+                    offset,
+                    chunk: *chunk,
+                    offered: *next,
+                },
+            ));
+        }
+        *acked += (*chunk).min(*want - offset);
+        *inflight -= 1;
+        let done = *acked >= *want;
+        self.actions.push_back(Action::Unstage {
+            token: sreq,
+            offset,
+        });
+        if done {
+            self.reqs.complete(id, Ok(Status::default()));
+        } else {
+            self.stage_more(id);
+        }
+        Ok(())
+    }
+
+    /// Receiver: the sender offers its staged chunk at `offset` (`len`
+    /// bytes, at `desc`): have the driver get it.
+    pub(crate) fn handle_chunk(
+        &mut self,
+        peer: Rank,
+        rreq: u64,
+        offset: u64,
+        len: u64,
+        desc: MemDesc,
+    ) -> Result<(), PmlError> {
+        let id = ReqId(rreq);
+        let r = self.frag_recv_of(peer, id, offset, len as usize)?;
+        let (dst, dst_kind) = (r.buf.addr + offset, r.buf.kind);
+        let RecvState::AwaitFrags { m, copies, .. } = &mut r.state else {
+            return Ok(());
+        };
+        *copies += 1;
+        let btl = m.btl;
+        self.actions.push_back(Action::StageIn {
+            btl,
+            peer,
+            desc,
+            dst,
+            dst_kind,
+            len: len as usize,
+            token: rreq,
+            offset,
+        });
+        Ok(())
+    }
+
+    /// The staged chunk at `offset` (`len` bytes) of receive `token` is in
+    /// place (or failed): acknowledge it, and end the receive at the last.
+    pub fn handle_staged_in(
+        &mut self,
+        token: u64,
+        offset: u64,
+        len: usize,
+        res: Result<(), PmlError>,
+    ) {
+        let id = ReqId(token);
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let RecvState::AwaitFrags {
+            m,
+            got,
+            copies,
+            faulted,
+        } = &mut r.state
+        else {
+            return;
+        };
+        *got += len as u64;
+        *copies = copies.saturating_sub(1);
+        if let Err(e) = res {
+            if !*faulted {
+                *faulted = true;
+                self.copy_faults.insert(id.0, e);
+            }
+        }
+        let end = *got >= m.want && *copies == 0;
+        let (btl, peer, sreq) = (m.btl, m.peer, m.sreq);
+        self.push_send(btl, peer, Hdr::ChunkAck { sreq, offset }, Payload::None, 0);
+        if end {
+            self.end_streamed(id);
         }
     }
 }

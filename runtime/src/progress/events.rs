@@ -26,6 +26,7 @@ impl<H: HostMemory> Driver<H> {
             let pml = &mut self.pml;
             let host = &mut self.host;
             let fatal = &mut self.fatal;
+            let staging = &mut self.staging;
             let got = btl.progress(&mut |ev| {
                 let res = match ev {
                     Event::Frag { peer, data } => pml.handle_frag(i, peer, data, host),
@@ -40,6 +41,14 @@ impl<H: HostMemory> Driver<H> {
                         .map(|t| read_stream(pml, host, &t, body)),
                     Event::SendComplete { token } => {
                         pml.handle_send_done(token);
+                        Ok(())
+                    }
+                    Event::GetComplete { token } if staging.owns(token) => {
+                        staging.get_ended(token, Ok(()));
+                        Ok(())
+                    }
+                    Event::GetFailed { token, error } if staging.owns(token) => {
+                        staging.get_ended(token, Err(error.to_string()));
                         Ok(())
                     }
                     Event::GetComplete { token } => {

@@ -16,6 +16,8 @@
 //!   address and the copy is one device-to-device copy from it.
 //! - `Get`: the btl's single-copy get into the receive buffer.
 //! - `CopyIn`: bytes into device memory.
+//! - `StageOut` / `Unstage` / `StageIn`: the staged pipeline, run by
+//!   `staging.rs` (its gets go through [`Driver::stage_get`] here).
 
 use std::os::fd::AsFd;
 
@@ -157,6 +159,50 @@ impl<H: HostMemory> Driver<H> {
                 }
                 None
             }
+            Action::StageOut {
+                btl,
+                peer,
+                src,
+                len,
+                token,
+                offset,
+            } => {
+                self.staging.stage_out(super::staging::Out {
+                    btl,
+                    peer,
+                    src,
+                    len,
+                    token,
+                    offset,
+                });
+                None
+            }
+            Action::Unstage { token, offset } => {
+                self.unstage(token, offset);
+                None
+            }
+            Action::StageIn {
+                btl,
+                peer,
+                desc,
+                dst,
+                dst_kind,
+                len,
+                token,
+                offset,
+            } => {
+                self.staging.stage_in(super::staging::In {
+                    btl,
+                    peer,
+                    desc,
+                    dst,
+                    dst_kind,
+                    len,
+                    token,
+                    offset,
+                });
+                None
+            }
             Action::CopyIn {
                 dst,
                 dst_kind: _,
@@ -265,6 +311,28 @@ impl<H: HostMemory> Driver<H> {
             self.pml.handle_send_failed(token, err.clone());
         }
         self.fatal.get_or_insert(err);
+    }
+
+    /// The staged pipeline's get of `len` bytes of `peer`'s staged chunk
+    /// `desc` into `dst` (`staging.rs`), with `token` for a queued get's
+    /// event.
+    pub(super) fn stage_get(
+        &mut self,
+        btl: usize,
+        peer: Rank,
+        desc: &gmpi_btl::MemDesc,
+        dst: u64,
+        len: usize,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        self.quiet[btl] = false;
+        // SAFETY: `dst` is either a pinned slot `staging.rs` owns and keeps,
+        // untouched, until the get ends (in its `in_gets` while queued), or
+        // the host buffer of a receive request in `AwaitFrags`, which the
+        // runtime keeps alive and leaves alone until the request completes;
+        // it completes only after this chunk's `handle_staged_in`, which
+        // `staging.rs` calls once the get has ended.
+        unsafe { self.btls[btl].get(peer, desc, 0, LocalMem { addr: dst, len }, token) }
     }
 
     /// Copy `len` bytes of `peer`'s IPC-exported memory `desc` into local

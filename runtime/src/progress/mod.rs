@@ -32,6 +32,7 @@ mod events;
 mod execute;
 pub(crate) mod memory;
 mod sleep;
+mod staging;
 
 #[cfg(test)]
 mod tests;
@@ -60,6 +61,8 @@ pub(crate) struct Driver<H> {
     quiet: Vec<bool>,
     /// Per btl: [`Btl::passive`].
     passive: Vec<bool>,
+    /// The staged pipeline's work in progress (`staging.rs`).
+    staging: staging::Staging,
 }
 
 impl<H> std::fmt::Debug for Driver<H> {
@@ -91,6 +94,7 @@ impl<H: HostMemory> Driver<H> {
             quiet: passive.clone(),
             passive,
             btls,
+            staging: staging::Staging::default(),
         }
     }
 
@@ -188,9 +192,10 @@ impl<H: HostMemory> Driver<H> {
         self.pml.test(id)
     }
 
-    /// Whether work is queued (actions not run yet, or refused for now).
+    /// Whether work is queued (actions not run yet, or refused for now, or
+    /// staged copies and gets in flight).
     pub fn has_pending(&self) -> bool {
-        self.pml.has_refused() || self.pml.has_actions()
+        self.pml.has_refused() || self.pml.has_actions() || self.staging.busy()
     }
 
     /// One progress pass: refused actions again, then every btl. Returns the
@@ -205,6 +210,10 @@ impl<H: HostMemory> Driver<H> {
         }
         n += self.poll_btls();
         self.flush();
+        if self.staging.active() {
+            n += self.pump_staging();
+            self.flush();
+        }
         n
     }
 
@@ -215,7 +224,8 @@ impl<H: HostMemory> Driver<H> {
     /// sender's doorbell), and the timeout bounds the sleep for any btl that
     /// cannot tell.
     pub fn wait(&mut self, timeout: Duration) {
-        if self.pml.has_actions() {
+        // Staged copies end by events only polling sees.
+        if self.pml.has_actions() || self.staging.busy() {
             return;
         }
         match &self.sleep {

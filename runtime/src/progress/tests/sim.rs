@@ -560,6 +560,7 @@ fn malformed_fragments_are_errors_not_panics() {
             sreq: 1 << 32,
             rreq: 1,
             want: 5,
+            pull: false,
         }
         .encode()
         .as_bytes()

@@ -20,11 +20,17 @@ const EAGER: usize = 256;
 const FRAG: usize = 1024;
 const DEV: MemKind = MemKind::Device { ordinal: 0 };
 
+/// The staged chunk of these tests: neither the transport's fragment nor
+/// a divisor of the sizes sent.
+const STAGE: usize = 2_000;
+
 /// The device protocols' settings of these tests: device messages up to
-/// the host eager limit go eagerly, as `expected` assumes.
+/// the host eager limit go eagerly, as `expected` assumes; staged chunks of
+/// [`STAGE`] bytes.
 fn device() -> DeviceConfig {
     DeviceConfig {
         eager_limit: EAGER,
+        pipeline_chunk: STAGE,
         ..DeviceConfig::default()
     }
 }
@@ -181,6 +187,7 @@ fn diff(a: &Counts, b: &Counts) -> Counts {
         pinned: a.pinned - b.pinned,
         mallocs: a.mallocs - b.mallocs,
         frees: a.frees - b.frees,
+        async_copies: a.async_copies - b.async_copies,
     }
 }
 
@@ -200,14 +207,15 @@ fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool, chunk: usize) -> (u
         // CUDA IPC: the receiver copies straight from the mapping.
         return if rd { (0, 0, 1, 1) } else { (1, 0, 0, 1) };
     }
-    // Staged (or a host sender's stream into a device receiver): a copy per
-    // chunk on each device side.
-    (
-        if sd { chunks } else { 0 },
-        if rd { chunks } else { 0 },
-        0,
-        0,
-    )
+    if sd {
+        // Staged: the transport can get, so the sender copies each chunk of
+        // STAGE bytes out of its GPU and the receiver pulls it (and copies
+        // it into its GPU).
+        let staged = len.div_ceil(STAGE) as u64;
+        return (staged, if rd { staged } else { 0 }, 0, 0);
+    }
+    // A host sender's stream into a device receiver: a copy in per fragment.
+    (0, if rd { chunks } else { 0 }, 0, 0)
 }
 
 #[test]
@@ -265,7 +273,11 @@ fn managed_memory_is_staged_never_ipc() {
     assert_eq!(w.read(1, r), data);
     let c = w.cuda.counts();
     assert_eq!(c.ipc_handles, 0);
-    assert!(c.dtoh > 1, "staged in chunks: {c:?}");
+    assert_eq!(
+        c.dtoh,
+        50_000u64.div_ceil(STAGE as u64),
+        "staged in chunks: {c:?}"
+    );
 }
 
 #[test]
@@ -439,5 +451,70 @@ fn a_device_self_send_is_one_device_copy() {
             (1, 0, 0, 0, 0),
             "{len} B: {c:?}"
         );
+    }
+}
+
+#[test]
+fn staged_copies_overlap_and_every_slot_comes_back() {
+    use gmpi_gpu::double::max_in_flight;
+    use gmpi_gpu::CopyDir;
+    // Device to device without IPC: every chunk is copied out of the
+    // sender's GPU, pulled by the receiver's get and copied into its GPU,
+    // several chunks at each stage at once (the pipeline depth), and the
+    // three senders together want more pinned slots than the gpu layer
+    // lends (back-pressure).
+    for seed in 0..4 {
+        let mut w = World::new(4, false, device());
+        w.f.set_seed(seed);
+        w.f.set_queued(seed % 2 == 1);
+        let len = 41 * STAGE + 17;
+        let datas: Vec<Vec<u8>> = (1..4u32)
+            .map(|s| {
+                (0..len)
+                    .map(|i| (i as u32 * s + seed as u32) as u8)
+                    .collect()
+            })
+            .collect();
+        let mut recvs = Vec::new();
+        for (k, d) in datas.iter().enumerate() {
+            let src = k as u32 + 1;
+            let sb = w.buffer(src, DEV, d);
+            let rb = w.buffer(0, DEV, &vec![0u8; len]);
+            recvs.push((w.recv(0, src, rb), rb));
+            w.send(src, 0, sb);
+        }
+        let before = w.cuda.counts();
+        w.run();
+        for ((id, rb), d) in recvs.into_iter().zip(&datas) {
+            w.d[0].test(id).expect("receive done").expect("ok");
+            assert_eq!(&w.read(0, rb), d, "seed {seed}");
+        }
+        let c = diff(&w.cuda.counts(), &before);
+        let chunks = 3 * len.div_ceil(STAGE) as u64;
+        assert_eq!(
+            (c.dtoh, c.htod, c.async_copies),
+            (chunks, chunks, 2 * chunks),
+            "{c:?}"
+        );
+        let trace = w.cuda.trace();
+        let depth = DeviceConfig::default().pipeline_depth;
+        assert!(
+            max_in_flight(&trace, CopyDir::ToHost) >= 2,
+            "copies out overlap"
+        );
+        assert!(max_in_flight(&trace, CopyDir::ToHost) <= 3 * depth);
+        assert!(
+            max_in_flight(&trace, CopyDir::ToDevice) >= 2,
+            "copies in overlap"
+        );
+        assert!(
+            max_in_flight(&trace, CopyDir::ToDevice) <= gmpi_gpu::stage::MAX_SLOTS,
+            "bounded by the incoming slots"
+        );
+        for d in &w.d {
+            assert_eq!(d.gpu.slots_out(CopyDir::ToHost), 0, "every slot back");
+            assert_eq!(d.gpu.slots_out(CopyDir::ToDevice), 0);
+            assert_eq!(d.staging.offered(), 0);
+        }
     }
 }

@@ -1,0 +1,352 @@
+//! The driver's half of the staged pipeline (the pml's `rndv/staged`):
+//! device memory moved in chunks through pinned slots of the gpu layer
+//! (`gmpi_gpu::stage`), every copy asynchronous and polled here, so the copy
+//! out of one GPU, the get between the ranks and the copy into the other
+//! GPU of consecutive chunks overlap.
+//!
+//! - `StageOut`: waits for a slot of the outgoing budget, copies the chunk
+//!   out of the GPU (`copy_async`), and when that copy's event completes
+//!   registers the slot with the btl and answers `handle_staged`; the slot
+//!   is kept, offered, until the pml's `Unstage` (the peer pulled it) or
+//!   until the peer fails.
+//! - `StageIn`: gets the peer's chunk straight into host memory, or, for a
+//!   device destination, into a slot of the incoming budget and on into
+//!   the GPU by an asynchronous copy; answers `handle_staged_in` when the
+//!   bytes are in place. A get the btl queues ends with its event
+//!   (`GetComplete`/`GetFailed` with a token of this module's).
+//!
+//! Waiting for a slot or for the btl never holds up other actions: the
+//! waiting work is kept here and retried on every progress pass (the
+//! budgets are per direction, see `gmpi_gpu::stage`, so two ranks sending
+//! to each other cannot each hold the slots the other needs).
+
+use std::collections::{HashMap, VecDeque};
+
+use gmpi_btl::{MemDesc, Rank, Submit};
+use gmpi_gpu::{CopyDir, PinnedBuf, Ticket};
+use gmpi_pml::{MemKind, PmlError};
+
+use super::{Driver, HostMemory};
+
+/// Tokens of this module's gets carry this bit (the pml's request ids
+/// never reach it: their high half is a generation counted from 1).
+const TOKEN_BIT: u64 = 1 << 63;
+
+/// A chunk to stage out of the GPU (an `Action::StageOut`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Out {
+    pub btl: usize,
+    pub peer: Rank,
+    pub src: u64,
+    pub len: usize,
+    pub token: u64,
+    pub offset: u64,
+}
+
+/// A staged chunk to get (an `Action::StageIn`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct In {
+    pub btl: usize,
+    pub peer: Rank,
+    pub desc: MemDesc,
+    pub dst: u64,
+    pub dst_kind: MemKind,
+    pub len: usize,
+    pub token: u64,
+    pub offset: u64,
+}
+
+/// The staged pipeline's work in progress. See the module documentation.
+#[derive(Debug, Default)]
+pub(super) struct Staging {
+    /// Chunks waiting for an outgoing slot, in order.
+    out_wait: VecDeque<Out>,
+    /// Copies out of the GPU in flight.
+    out_copies: Vec<(Ticket, Out)>,
+    /// Staged slots offered to peers, by (send token, offset).
+    offered: HashMap<(u64, u64), (Rank, Box<dyn PinnedBuf>)>,
+    /// Chunks waiting for an incoming slot or for the btl, in order.
+    in_wait: VecDeque<In>,
+    /// Gets the btl queued, by this module's token: the chunk, and its slot
+    /// (a device destination).
+    in_gets: HashMap<u64, (In, Option<Box<dyn PinnedBuf>>)>,
+    /// Queued gets that ended (btl events), to finish on the next pump.
+    gets_ended: Vec<(u64, Result<(), String>)>,
+    /// Copies into the GPU in flight.
+    in_copies: Vec<(Ticket, In)>,
+    next_token: u64,
+}
+
+impl Staging {
+    /// Whether anything is waiting or in flight (the driver must keep
+    /// polling rather than sleep in a btl).
+    pub fn busy(&self) -> bool {
+        !(self.out_wait.is_empty()
+            && self.out_copies.is_empty()
+            && self.in_wait.is_empty()
+            && self.in_gets.is_empty()
+            && self.gets_ended.is_empty()
+            && self.in_copies.is_empty())
+    }
+
+    /// Whether there is anything to pump: work waiting or in flight, or
+    /// slots offered (freed when their peer fails).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.busy() || !self.offered.is_empty()
+    }
+
+    pub fn stage_out(&mut self, o: Out) {
+        self.out_wait.push_back(o);
+    }
+
+    pub fn stage_in(&mut self, i: In) {
+        self.in_wait.push_back(i);
+    }
+
+    /// Whether `token` is one of this module's gets.
+    pub fn owns(&self, token: u64) -> bool {
+        token & TOKEN_BIT != 0 && self.in_gets.contains_key(&token)
+    }
+
+    /// A queued get of this module's ended (from a btl event).
+    pub fn get_ended(&mut self, token: u64, res: Result<(), String>) {
+        self.gets_ended.push((token, res));
+    }
+
+    /// Slots offered and not yet freed (tests).
+    #[cfg(test)]
+    pub fn offered(&self) -> usize {
+        self.offered.len()
+    }
+}
+
+impl<H: HostMemory> Driver<H> {
+    /// Advance the staged pipeline: start what waits, poll the copies'
+    /// events, answer the pml. Returns how many steps ended.
+    pub(super) fn pump_staging(&mut self) -> usize {
+        let mut n = self.start_outs();
+        n += self.poll_outs();
+        n += self.start_ins();
+        n += self.finish_gets();
+        n += self.poll_ins();
+        self.forget_failed_peers();
+        n
+    }
+
+    /// Free a staged slot the peer pulled (`Action::Unstage`).
+    pub(super) fn unstage(&mut self, token: u64, offset: u64) {
+        if let Some((_, slot)) = self.staging.offered.remove(&(token, offset)) {
+            self.gpu.put_slot(CopyDir::ToHost, slot);
+        }
+    }
+
+    fn start_outs(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(o) = self.staging.out_wait.front().copied() {
+            let slot = match self.gpu.take_slot(CopyDir::ToHost, o.len) {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(e) => {
+                    self.staging.out_wait.pop_front();
+                    self.out_failed(o, e);
+                    continue;
+                }
+            };
+            self.staging.out_wait.pop_front();
+            n += 1;
+            match self.gpu.copy_async(CopyDir::ToHost, o.src, slot, o.len) {
+                Ok(t) => self.staging.out_copies.push((t, o)),
+                Err((e, slot)) => {
+                    self.gpu.put_slot(CopyDir::ToHost, slot);
+                    self.out_failed(o, e);
+                }
+            }
+        }
+        n
+    }
+
+    fn poll_outs(&mut self) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.staging.out_copies.len() {
+            let (t, o) = self.staging.out_copies[i];
+            let Some((mut slot, res)) = self.gpu.copy_poll(t) else {
+                i += 1;
+                continue;
+            };
+            self.staging.out_copies.remove(i);
+            n += 1;
+            if let Err(e) = res {
+                self.gpu.put_slot(CopyDir::ToHost, slot);
+                self.out_failed(o, e);
+                continue;
+            }
+            let addr = slot.as_mut_slice().as_mut_ptr() as u64;
+            match self.btls[o.btl].register(addr, o.len as u64) {
+                Some(desc) => {
+                    self.quiet[o.btl] = false;
+                    self.staging
+                        .offered
+                        .insert((o.token, o.offset), (o.peer, slot));
+                    self.pml.handle_staged(o.token, o.offset, Ok(desc));
+                }
+                None => {
+                    self.gpu.put_slot(CopyDir::ToHost, slot);
+                    let e = gmpi_gpu::GpuError::Unsupported(format!(
+                        "the {} transport cannot expose a staging slot",
+                        self.btls[o.btl].caps().name
+                    ));
+                    self.out_failed(o, e);
+                }
+            }
+        }
+        n
+    }
+
+    fn start_ins(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(i) = self.staging.in_wait.front().copied() {
+            if self.pml.peer_failed(i.peer) {
+                self.staging.in_wait.pop_front();
+                continue;
+            }
+            let mut slot = None;
+            if !i.dst_kind.is_host() {
+                match self.gpu.take_slot(CopyDir::ToDevice, i.len) {
+                    Ok(Some(s)) => slot = Some(s),
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.staging.in_wait.pop_front();
+                        self.in_failed(i, PmlError::device("staging in", i.dst, i.len, e));
+                        continue;
+                    }
+                }
+            }
+            self.staging.next_token += 1;
+            let token = TOKEN_BIT | self.staging.next_token;
+            let dst = match slot.as_mut() {
+                Some(s) => s.as_mut_slice().as_mut_ptr() as u64,
+                None => i.dst,
+            };
+            match self.stage_get(i.btl, i.peer, &i.desc, dst, i.len, token) {
+                Ok(Submit::Done) => {
+                    self.staging.in_wait.pop_front();
+                    n += 1;
+                    self.got_chunk(i, slot);
+                }
+                Ok(Submit::Queued) => {
+                    self.staging.in_wait.pop_front();
+                    self.staging.in_gets.insert(token, (i, slot));
+                }
+                Ok(Submit::NoResource) => {
+                    if let Some(s) = slot {
+                        self.gpu.put_slot(CopyDir::ToDevice, s);
+                    }
+                    break;
+                }
+                Err(e) => {
+                    self.staging.in_wait.pop_front();
+                    if let Some(s) = slot {
+                        self.gpu.put_slot(CopyDir::ToDevice, s);
+                    }
+                    self.in_failed(i, PmlError::transport(i.peer, e));
+                }
+            }
+        }
+        n
+    }
+
+    fn finish_gets(&mut self) -> usize {
+        let ended = std::mem::take(&mut self.staging.gets_ended);
+        let n = ended.len();
+        for (token, res) in ended {
+            let Some((i, slot)) = self.staging.in_gets.remove(&token) else {
+                continue;
+            };
+            match res {
+                Ok(()) => self.got_chunk(i, slot),
+                Err(why) => {
+                    if let Some(s) = slot {
+                        self.gpu.put_slot(CopyDir::ToDevice, s);
+                    }
+                    let e = PmlError::transport(i.peer, gmpi_btl::BtlError::GetFailed(why));
+                    self.in_failed(i, e);
+                }
+            }
+        }
+        n
+    }
+
+    /// The get of chunk `i` landed: in place (host memory), or in `slot`,
+    /// to be copied on into the GPU.
+    fn got_chunk(&mut self, i: In, slot: Option<Box<dyn PinnedBuf>>) {
+        let Some(slot) = slot else {
+            self.pml.handle_staged_in(i.token, i.offset, i.len, Ok(()));
+            return;
+        };
+        match self.gpu.copy_async(CopyDir::ToDevice, i.dst, slot, i.len) {
+            Ok(t) => self.staging.in_copies.push((t, i)),
+            Err((e, slot)) => {
+                self.gpu.put_slot(CopyDir::ToDevice, slot);
+                self.in_failed(i, PmlError::device("writing", i.dst, i.len, e));
+            }
+        }
+    }
+
+    fn poll_ins(&mut self) -> usize {
+        let mut n = 0;
+        let mut k = 0;
+        while k < self.staging.in_copies.len() {
+            let (t, i) = self.staging.in_copies[k];
+            let Some((slot, res)) = self.gpu.copy_poll(t) else {
+                k += 1;
+                continue;
+            };
+            self.staging.in_copies.remove(k);
+            self.gpu.put_slot(CopyDir::ToDevice, slot);
+            n += 1;
+            match res {
+                Ok(()) => self.pml.handle_staged_in(i.token, i.offset, i.len, Ok(())),
+                Err(e) => self.in_failed(i, PmlError::device("writing", i.dst, i.len, e)),
+            }
+        }
+        n
+    }
+
+    /// Free the slots offered to peers that failed (nobody will pull them).
+    fn forget_failed_peers(&mut self) {
+        if self.staging.offered.is_empty() {
+            return;
+        }
+        let pml = &self.pml;
+        let gone: Vec<(u64, u64)> = self
+            .staging
+            .offered
+            .iter()
+            .filter(|(_, (peer, _))| pml.peer_failed(*peer))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Some((_, slot)) = self.staging.offered.remove(&k) {
+                self.gpu.put_slot(CopyDir::ToHost, slot);
+            }
+        }
+    }
+
+    /// Staging chunk `o` out of the GPU failed: its send fails, and since
+    /// the receiver waits for that chunk, the job cannot go on.
+    fn out_failed(&mut self, o: Out, e: gmpi_gpu::GpuError) {
+        let err = PmlError::device("reading", o.src, o.len, e);
+        tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(&err));
+        self.pml.handle_staged(o.token, o.offset, Err(err.clone()));
+        self.fatal.get_or_insert(err);
+    }
+
+    /// Getting chunk `i` failed: its receive fails with `e` (the chunk is
+    /// still acknowledged, so the sender frees its slot and ends).
+    fn in_failed(&mut self, i: In, e: PmlError) {
+        tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(&e));
+        self.pml.handle_staged_in(i.token, i.offset, i.len, Err(e));
+    }
+}
