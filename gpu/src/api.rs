@@ -361,6 +361,16 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
     /// Free memory from [`CudaApi::alloc_device`].
     fn free_device(&self, ptr: u64) -> Result<(), GpuError>;
 
+    /// Whether legacy CUDA IPC ([`CudaApi::ipc_handle`]) can export the
+    /// device allocation holding `addr`
+    /// (`CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE`): true for
+    /// `cuMemAlloc`/`cudaMalloc` memory; false for stream-ordered pool
+    /// memory (`cuMemAllocAsync`/`cudaMallocAsync`, hence every `cudarc`
+    /// `CudaSlice` on a device with memory pools), VMM memory
+    /// (`cuMemCreate` + `cuMemMap`) and managed memory. An error where the
+    /// driver cannot tell (an older driver without the attribute).
+    fn ipc_capable(&self, addr: u64) -> Result<bool, GpuError>;
+
     /// The IPC handle of the allocation starting at `base`.
     fn ipc_handle(&self, base: u64) -> Result<IpcHandle, GpuError>;
 

@@ -18,7 +18,11 @@
 //! process of its own gets a view with its own process id
 //! ([`TestCuda::process`]). As with real CUDA, an IPC handle opens only in a
 //! process other than the one that exported it (`cuIpcOpenMemHandle` in the
-//! exporting process fails with `CUDA_ERROR_INVALID_CONTEXT`).
+//! exporting process fails with `CUDA_ERROR_INVALID_CONTEXT`). As with real
+//! CUDA, legacy IPC exports only `cudaMalloc` memory: stream-ordered pool
+//! memory ([`TestCuda::malloc_async`]), VMM memory
+//! ([`TestCuda::malloc_vmm`]) and managed memory are device memory to
+//! [`CudaApi::query`] but not [`CudaApi::ipc_capable`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -130,6 +134,9 @@ struct Alloc {
     data: Vec<u8>,
     kind: MemKind,
     buffer_id: u64,
+    /// Legacy CUDA IPC can export it (`cudaMalloc` memory; not pool, VMM
+    /// or managed memory).
+    legacy_ipc: bool,
 }
 
 #[derive(Debug, Default)]
@@ -270,7 +277,7 @@ impl TestCuda {
         }
     }
 
-    fn alloc(&self, len: usize, kind: MemKind) -> u64 {
+    fn alloc(&self, len: usize, kind: MemKind, legacy_ipc: bool) -> u64 {
         let mut s = self.st();
         let size = (len as u64).max(1).div_ceil(GRAIN) * GRAIN;
         // Reuse the lowest freed range that fits, as allocators do: this is
@@ -299,6 +306,7 @@ impl TestCuda {
                 data: vec![0; len],
                 kind,
                 buffer_id: id,
+                legacy_ipc,
             },
         );
         base
@@ -307,12 +315,31 @@ impl TestCuda {
     /// `cudaMalloc` on device `ordinal`.
     pub fn malloc(&self, len: usize, ordinal: i32) -> u64 {
         assert!((ordinal as usize) < self.devices, "no device {ordinal}");
-        self.alloc(len, MemKind::Device { ordinal })
+        self.alloc(len, MemKind::Device { ordinal }, true)
+    }
+
+    /// `cudaMallocAsync` on device `ordinal`: stream-ordered memory from
+    /// the device's default pool (what `cudarc` allocates every
+    /// `CudaSlice` with where the device has memory pools). Device memory
+    /// like any other, except that legacy CUDA IPC cannot export it:
+    /// [`CudaApi::ipc_capable`] is false and [`CudaApi::ipc_handle`] fails
+    /// with `CUDA_ERROR_INVALID_VALUE`, as on the driver.
+    pub fn malloc_async(&self, len: usize, ordinal: i32) -> u64 {
+        assert!((ordinal as usize) < self.devices, "no device {ordinal}");
+        self.alloc(len, MemKind::Device { ordinal }, false)
+    }
+
+    /// A VMM allocation (`cuMemCreate` + `cuMemAddressReserve` +
+    /// `cuMemMap`) on device `ordinal`: as [`TestCuda::malloc_async`], not
+    /// legacy-IPC-capable.
+    pub fn malloc_vmm(&self, len: usize, ordinal: i32) -> u64 {
+        assert!((ordinal as usize) < self.devices, "no device {ordinal}");
+        self.alloc(len, MemKind::Device { ordinal }, false)
     }
 
     /// `cudaMallocManaged`.
     pub fn malloc_managed(&self, len: usize) -> u64 {
-        self.alloc(len, MemKind::Managed)
+        self.alloc(len, MemKind::Managed, false)
     }
 
     /// `cudaFree`. Panics on an address that is not an allocation's base.
@@ -541,6 +568,15 @@ impl CudaApi for TestCuda {
         Ok(())
     }
 
+    fn ipc_capable(&self, addr: u64) -> Result<bool, GpuError> {
+        let s = self.st();
+        let (base, _) = s.find(addr).ok_or_else(|| GpuError::Driver {
+            call: "cuPointerGetAttribute",
+            msg: "CUDA_ERROR_INVALID_VALUE: not device memory".into(),
+        })?;
+        Ok(s.allocs[&base].legacy_ipc)
+    }
+
     fn ipc_handle(&self, base: u64) -> Result<IpcHandle, GpuError> {
         let mut s = self.st();
         let a = s
@@ -551,6 +587,12 @@ impl CudaApi for TestCuda {
             return Err(GpuError::Driver {
                 call: "cuIpcGetMemHandle",
                 msg: "CUDA_ERROR_INVALID_VALUE: managed memory".into(),
+            });
+        }
+        if !a.legacy_ipc {
+            return Err(GpuError::Driver {
+                call: "cuIpcGetMemHandle",
+                msg: "CUDA_ERROR_INVALID_VALUE: not legacy-IPC-capable (stream-ordered pool or VMM memory)".into(),
             });
         }
         let mut h = [0u8; 64];

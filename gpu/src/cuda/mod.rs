@@ -22,9 +22,9 @@
 //! `HOST`) are host memory. Stream-ordered (`cudaMallocAsync` pool) and VMM
 //! (`cuMemCreate`/`cuMemMap`) allocations classify as device memory (their
 //! buffer id and range attributes work), but legacy CUDA IPC
-//! (`cuIpcGetMemHandle`) does not work for them: [`CudaApi::ipc_handle`]
-//! then fails with [`GpuError::Unsupported`] and the caller falls back to the
-//! staged protocol.
+//! (`cuIpcGetMemHandle`) does not work for them: [`CudaApi::ipc_capable`]
+//! says so (`CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE`), and
+//! [`CudaApi::ipc_handle`] fails with [`GpuError::Unsupported`].
 //!
 //! Reduction kernels are compiled by NVRTC on first use and loaded per
 //! context. A failure to open NVRTC, to compile, or to load the PTX
@@ -594,6 +594,10 @@ impl CudaApi for Cuda {
         self.inner.on_device(ordinal, |_| driver::mem_free(ptr))
     }
 
+    fn ipc_capable(&self, addr: u64) -> Result<bool, GpuError> {
+        driver::pointer_ipc_capable(addr)
+    }
+
     /// Fails with [`GpuError::Unsupported`] for allocations legacy CUDA IPC
     /// cannot export (stream-ordered pool and VMM memory).
     fn ipc_handle(&self, base: u64) -> Result<IpcHandle, GpuError> {
@@ -878,6 +882,8 @@ mod tests {
 
         // IPC: a handle is made, and, as with real CUDA, cannot be opened
         // in the process that exported it.
+        assert_eq!(api.ipc_capable(d + 10), Ok(true), "cuMemAlloc memory");
+        assert!(api.ipc_capable(host.as_ptr() as u64).is_err());
         let h = api.ipc_handle(d).expect("ipc handle");
         let own = api.ipc_open(&h).expect_err("opened in its exporter");
         assert!(own.to_string().contains("INVALID_CONTEXT"), "{own}");
