@@ -17,7 +17,9 @@
 //! which runs the pml's actions: device memory is read and
 //! written through pooled pinned bounce buffers ([`Gpu::with_read`],
 //! [`Gpu::with_write`]), GDRCopy where the backend has it; CUDA IPC handles
-//! are exported ([`Gpu::ipc_export`]) and peers' handles mapped with a cache
+//! are exported ([`Gpu::ipc_export`]; memory legacy IPC cannot export, such
+//! as `cudaMallocAsync` pool memory, through a device staging buffer:
+//! [`Gpu::ipc_export_to`]) and peers' handles mapped with a cache
 //! keyed by peer, base and buffer id ([`Gpu::ipc_map`]); device reductions
 //! run as kernels ([`Gpu::reduce`]), or, where the kernels cannot be built
 //! or loaded (no NVRTC, or PTX the driver refuses), on host copies of the
@@ -34,6 +36,8 @@
 //! - `temp.rs`: device temporaries of the collectives ([`Gpu::alloc_device`],
 //!   [`DeviceBuf`]), pooled per [`Gpu`] by device and size class.
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
+//! - `staging.rs`: per-peer device staging buffers for memory legacy CUDA
+//!   IPC cannot export ([`Gpu::ipc_export_to`], [`Lease`]).
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
 //!   device memory; copies counted and checked).
 //! - `host_reduce.rs`: reductions on host bytes with the kernels' semantics
@@ -51,6 +55,7 @@ pub mod cuda;
 pub mod double;
 mod host_reduce;
 pub mod stage;
+mod staging;
 mod temp;
 
 use std::collections::HashMap;
@@ -63,6 +68,9 @@ pub use api::{
 };
 /// The memory vocabulary shared with the pml (`gmpi-mem`).
 pub use gmpi_mem::{IpcDesc, IpcHandle, MemKind};
+pub use staging::{
+    size_class, Export, Lease, StagingStats, KEEP_BYTES, KEEP_PER_PEER, MIN_STAGING,
+};
 pub use temp::DeviceBuf;
 
 /// Tracing target of this crate.
@@ -171,6 +179,7 @@ pub struct Gpu {
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
     slots: stage::Slots,
     temps: temp::Temps,
+    staging: staging::Staging,
     status: String,
     /// Why the reduction kernels cannot be used, once a reduction found out:
     /// later reductions go straight to the host.
@@ -204,6 +213,7 @@ impl Gpu {
             bounce: Mutex::default(),
             slots: stage::Slots::default(),
             temps: temp::Temps::default(),
+            staging: staging::Staging::default(),
             status: why.to_string(),
             no_kernels: OnceLock::new(),
             stats: Stats::default(),
@@ -214,6 +224,7 @@ impl Gpu {
     pub fn with_api(api: Arc<dyn CudaApi>, cfg: GpuConfig) -> Self {
         let status = format!("{} with {} device(s)", api.name(), api.device_count());
         Self {
+            staging: staging::Staging::new(&api),
             api: Some(api),
             kinds: cache::PtrCache::new(cfg.host_cache),
             cfg,
@@ -358,12 +369,14 @@ impl Gpu {
     }
 
     /// Frees what the layer keeps for reuse: the pooled pinned bounce
-    /// buffers, the pooled device temporaries and the peers' IPC mappings
-    /// (and forgets the classification and export caches). Called at `MPI_Finalize`, since the process-wide
+    /// buffers, the pooled device temporaries, the device staging buffers
+    /// and the peers' IPC mappings (and forgets the classification and
+    /// export caches). Called at `MPI_Finalize`, since the process-wide
     /// layer is never dropped; later use simply allocates and maps again.
     pub fn release(&self) {
         lock(&self.bounce).clear();
         self.slots.clear();
+        self.staging.release();
         if let Some(api) = &self.api {
             api.release();
         }
@@ -562,8 +575,10 @@ impl Gpu {
         Ok(local + d.offset)
     }
 
-    /// Close every mapping of `peer`'s memory (the peer failed or left).
+    /// Close every mapping of `peer`'s memory and free the staging buffers
+    /// kept for it (the peer failed or left).
     pub fn ipc_forget_peer(&self, peer: u32) {
+        self.staging.forget_peer(peer);
         let Some(api) = &self.api else { return };
         let gone: Vec<Mapped> = {
             let mut c = lock(&self.caches);

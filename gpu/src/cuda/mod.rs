@@ -24,7 +24,9 @@
 //! buffer id and range attributes work), but legacy CUDA IPC
 //! (`cuIpcGetMemHandle`) does not work for them: [`CudaApi::ipc_capable`]
 //! says so (`CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE`), and
-//! [`CudaApi::ipc_handle`] fails with [`GpuError::Unsupported`].
+//! [`CudaApi::ipc_handle`] fails with [`GpuError::Unsupported`]; the gpu
+//! layer then copies such memory into a device staging buffer of its own
+//! (`staging.rs`) and exports that.
 //!
 //! Reduction kernels are compiled by NVRTC on first use and loaded per
 //! context. A failure to open NVRTC, to compile, or to load the PTX
@@ -959,6 +961,11 @@ mod tests {
             let desc = gpu.ipc_export(d + 100, 50).expect("export");
             assert_eq!((desc.base, desc.offset), (d, 100));
             assert!(gpu.ipc_map(1, &desc).is_err(), "own handle opened");
+            let to = gpu
+                .ipc_export_to(1, d + 100, 50)
+                .expect("export for rank 1");
+            assert!(to.lease.is_none(), "exported itself, not staged");
+            assert_eq!(to.desc, desc);
             let me = gpu.self_desc(d + 100, 50).expect("self descriptor");
             assert_eq!((me.base, me.offset, me.buffer_id), (d, 100, desc.buffer_id));
             let mut b = [0u8; 4];
