@@ -11,10 +11,12 @@
 //! | [`Action::IpcExport`] | makes the CUDA IPC descriptor of device memory | [`crate::Pml::handle_ipc_exported`] |
 //! | [`Action::Get`] | reads the peer's registered memory with the btl's get | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] (or `handle_refused`) |
 //! | [`Action::IpcCopy`] | opens (cached) the peer's IPC handle and copies from it | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] |
+//! | [`Action::IpcRelease`] | lets go of what it exported for the send (a device staging buffer) | — |
 //! | [`Action::CopyIn`] | copies bytes into device memory | [`crate::Pml::handle_copy_done`] |
 //! | [`Action::StageOut`] | copies a chunk of device memory into a pinned slot (asynchronously; waits for a free slot) and registers the slot with the btl | [`crate::Pml::handle_staged`] |
 //! | [`Action::Unstage`] | frees the slot of a staged chunk the peer pulled | — |
 //! | [`Action::StageIn`] | gets a peer's staged chunk (into a pinned slot and on into device memory by an asynchronous copy, for a device destination) | [`crate::Pml::handle_staged_in`] |
+//! | [`Action::ForgetPeer`] | drops what it keeps for a failed peer (IPC mappings, staging buffers) | — |
 //!
 //! A streamed fragment ([`gmpi_btl::Event::FragStream`]) is the one read
 //! the driver makes on the pml's word without an action: the pml answers
@@ -171,6 +173,15 @@ pub enum Action {
         /// Offset of the chunk in the message.
         offset: u64,
     },
+    /// The receiver no longer reads what [`Action::IpcExport`] exported
+    /// for send `token` (it copied and sent FIN, asked for the stream
+    /// instead, or failed): what the driver exported it from (a device
+    /// staging buffer, where the memory itself could not be exported) may
+    /// serve another send.
+    IpcRelease {
+        /// The send request.
+        token: u64,
+    },
     /// Copy `data` into device (or managed) memory at `dst`.
     CopyIn {
         /// Destination address.
@@ -182,14 +193,21 @@ pub enum Action {
         /// The receive request.
         token: u64,
     },
+    /// `peer` failed: drop what the driver keeps for it (mappings of its
+    /// device memory, staging buffers made for it).
+    ForgetPeer {
+        /// The failed peer.
+        peer: Rank,
+    },
 }
 
 impl Action {
     /// The peer whose queue this action belongs to: actions for one peer run
     /// in the order the pml emitted them. (The staging actions have none:
     /// the driver may hold them while it waits for a pinned slot, which
-    /// must not hold up the peer's other traffic, and an `Unstage` must run
-    /// even when the peer has failed.)
+    /// must not hold up the peer's other traffic; local clean-up
+    /// (`Unstage`, `IpcRelease`, `ForgetPeer`) must run even when the peer
+    /// has failed.)
     pub fn peer(&self) -> Option<Rank> {
         match self {
             Action::Send { peer, .. }
@@ -200,7 +218,9 @@ impl Action {
             Action::CopyIn { .. }
             | Action::StageOut { .. }
             | Action::Unstage { .. }
-            | Action::StageIn { .. } => None,
+            | Action::StageIn { .. }
+            | Action::IpcRelease { .. }
+            | Action::ForgetPeer { .. } => None,
         }
     }
 }

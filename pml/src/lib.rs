@@ -18,7 +18,8 @@
 //!   [`Pml::handle_peer_failed`].
 //! - Answers to actions ([`action`] has the table): `handle_send_done`,
 //!   `handle_refused`, `handle_registered`, `handle_ipc_exported`,
-//!   `handle_get_done`, `handle_get_failed`, `handle_copy_done`.
+//!   `handle_get_done`, `handle_get_failed`, `handle_copy_done`
+//!   (`IpcRelease` and `ForgetPeer`, clean-up, need no answer).
 //! - Outputs: [`Pml::poll_action`], drained and executed in order after any
 //!   input (and [`Pml::retry_refused`] on every progress pass), and the
 //!   request queries [`Pml::is_complete`] / [`Pml::test`].
@@ -341,11 +342,18 @@ impl Pml {
             return;
         }
         tracing::debug!(target: LOG, "rank {peer} failed");
+        let mut exports = Vec::new();
         let victims: Vec<ReqId> = self
             .reqs
             .iter()
-            .filter(|(_, r)| match r {
-                request::Req::Send(s) => s.peer == peer,
+            .filter(|(id, r)| match r {
+                request::Req::Send(s) if s.peer == peer => {
+                    if Self::holds_export(s) {
+                        exports.push(id.0);
+                    }
+                    true
+                }
+                request::Req::Send(_) => false,
                 request::Req::Recv(r) => r.depends_on() == Some(peer),
             })
             .map(|(id, _)| id)
@@ -363,6 +371,10 @@ impl Pml {
         self.matching.drop_peer(peer);
         self.actions.retain(|a| a.peer() != Some(peer));
         self.peers.drop_pending(peer);
+        for token in exports {
+            self.release_export(token);
+        }
+        self.actions.push_back(Action::ForgetPeer { peer });
     }
 
     /// Whether `peer` has failed.

@@ -7,7 +7,8 @@
 //! `AwaitSetup`; the driver's answer (`get.rs`, `cuda_ipc.rs`) sends the
 //! request-to-send ([`Pml::send_rts`]) or, if the set-up failed, falls back
 //! to the plan's fallback. Then the send waits for FIN (the receiver pulled
-//! the data: [`Pml::handle_fin`]) or CTS (stream it: `pipelined.rs`).
+//! the data: [`Pml::handle_fin`]) or CTS (stream it: `pipelined.rs`); either
+//! ends an IPC export's use (`Action::IpcRelease`, `cuda_ipc.rs`).
 //!
 //! Receiver: a request-to-send is matched like an eager message
 //! (`recv.rs`); [`Pml::start_rndv_recv`] then asks the receiver's half of
@@ -117,6 +118,9 @@ impl Pml {
         let s = self.send_req_of(peer, id, "FIN")?;
         if s.state != SendState::AwaitReply {
             return Err(PmlError::peer(peer, Violation::OutOfPlace { what: "FIN" }));
+        }
+        if Self::holds_export(s) {
+            self.release_export(sreq);
         }
         self.reqs.complete(id, Ok(Status::default()));
         Ok(())

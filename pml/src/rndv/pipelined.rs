@@ -85,6 +85,14 @@ impl Pml {
                 },
             ));
         }
+        if Self::holds_export(s) {
+            // The receiver gave up on the IPC copy: the stream (or the
+            // staged chunks) read the send buffer itself.
+            self.release_export(sreq);
+        }
+        let Some(s) = self.reqs.send_mut(id) else {
+            return Ok(());
+        };
         if pull && !s.buf.kind.is_host() {
             self.start_staged_send(id, rreq, want);
             return Ok(());

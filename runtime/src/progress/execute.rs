@@ -14,6 +14,8 @@
 //!   rank itself (the `self` btl) there is no handle to make or open (CUDA
 //!   refuses to open one in its exporter): the descriptor names our own
 //!   address and the copy is one device-to-device copy from it.
+//! - `ForgetPeer`: the gpu layer drops a failed peer's mappings and
+//!   staging buffers.
 //! - `Get`: the btl's single-copy get into the receive buffer.
 //! - `CopyIn`: bytes into device memory.
 //! - `StageOut` / `Unstage` / `StageIn`: the staged pipeline, run by
@@ -97,6 +99,12 @@ impl<H: HostMemory> Driver<H> {
                     .map_err(|e| tracing::debug!(target: "pml", "no CUDA IPC for {:#x}+{}: {e}; staging instead", buf.addr, buf.len))
                     .ok();
                 self.pml.handle_ipc_exported(token, desc);
+                None
+            }
+            // Exports are the allocations' own handles: nothing to let go.
+            Action::IpcRelease { .. } => None,
+            Action::ForgetPeer { peer } => {
+                self.gpu.ipc_forget_peer(peer);
                 None
             }
             Action::Get {
