@@ -10,7 +10,10 @@
 //! - `Register`: the btl's registration of host memory, or GPUDirect
 //!   registration of device memory (a dma-buf export of the gpu layer).
 //! - `IpcExport` / `IpcCopy`: the gpu layer's CUDA IPC export, and its
-//!   (cached) open of a peer's handle followed by the copy. Towards this
+//!   (cached) open of a peer's handle followed by the copy. Memory legacy
+//!   IPC cannot export (pool, VMM) is copied into a device staging buffer
+//!   of the peer's (`Gpu::ipc_export_to`) whose lease the driver keeps by
+//!   send until `IpcRelease` (the receiver is done with it). Towards this
 //!   rank itself (the `self` btl) there is no handle to make or open (CUDA
 //!   refuses to open one in its exporter): the descriptor names our own
 //!   address and the copy is one device-to-device copy from it.
@@ -93,7 +96,13 @@ impl<H: HostMemory> Driver<H> {
                 let desc = if peer == self.pml.rank() {
                     self.gpu.self_desc(buf.addr, buf.len)
                 } else {
-                    self.gpu.ipc_export(buf.addr, buf.len)
+                    self.gpu.ipc_export_to(peer, buf.addr, buf.len).map(|e| {
+                        if let Some(lease) = e.lease {
+                            tracing::debug!(target: "pml", "send {} B to rank {peer}: not legacy-IPC-capable memory, exported through a device staging buffer", buf.len);
+                            self.leases.insert(token, lease);
+                        }
+                        e.desc
+                    })
                 };
                 let desc = desc
                     .map_err(|e| tracing::debug!(target: "pml", "no CUDA IPC for {:#x}+{}: {e}; staging instead", buf.addr, buf.len))
@@ -101,8 +110,11 @@ impl<H: HostMemory> Driver<H> {
                 self.pml.handle_ipc_exported(token, desc);
                 None
             }
-            // Exports are the allocations' own handles: nothing to let go.
-            Action::IpcRelease { .. } => None,
+            Action::IpcRelease { token } => {
+                // Dropping the lease hands its staging buffer back.
+                self.leases.remove(&token);
+                None
+            }
             Action::ForgetPeer { peer } => {
                 self.gpu.ipc_forget_peer(peer);
                 None

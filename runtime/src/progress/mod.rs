@@ -37,11 +37,12 @@ mod staging;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gmpi_btl::{Btl, Submit};
-use gmpi_gpu::Gpu;
+use gmpi_gpu::{Gpu, Lease};
 use gmpi_pml::{Buf, Pml, PmlError, Posted, RecvArgs, ReqId, SendArgs, Status};
 
 pub(crate) use memory::HostMemory;
@@ -54,6 +55,9 @@ pub(crate) struct Driver<H> {
     btls: Vec<Box<dyn Btl>>,
     host: H,
     gpu: Arc<Gpu>,
+    /// Device staging buffers leased by IPC sends, by send request, until
+    /// the pml's `IpcRelease` (`execute.rs`).
+    leases: HashMap<u64, Lease>,
     fatal: Option<PmlError>,
     sleep: Option<Sleep>,
     /// Per btl: passive ([`Btl::passive`]) and nothing submitted to it
@@ -89,6 +93,7 @@ impl<H: HostMemory> Driver<H> {
             pml,
             host,
             gpu,
+            leases: HashMap::new(),
             fatal: None,
             sleep: Sleep::pick(&btls),
             quiet: passive.clone(),

@@ -1,8 +1,10 @@
 //! Device memory through the pml, over the simulated fabric and the gpu
 //! layer's test double: for every H/D combination and size, the protocol
 //! chosen, the data delivered, and the number of device copies each side
-//! made; CUDA IPC's caches when an address is freed and re-allocated; and
-//! the staged pipeline's chunk order under back-pressure and reordering.
+//! made; CUDA IPC's caches when an address is freed and re-allocated;
+//! memory legacy IPC cannot export (pool, VMM) through device staging
+//! buffers, whose leases always come back; and the staged pipeline's chunk
+//! order under back-pressure and reordering.
 
 use std::sync::Arc;
 
@@ -57,6 +59,12 @@ struct World {
 
 impl World {
     fn new(n: u32, ipc: bool, device: DeviceConfig) -> Self {
+        Self::with_processes(n, ipc, device, |r| r)
+    }
+
+    /// Ranks that play process `pid(rank)` of the node: ranks of one
+    /// process cannot open each other's IPC handles.
+    fn with_processes(n: u32, ipc: bool, device: DeviceConfig, pid: impl Fn(u32) -> u32) -> Self {
         let f = Fabric::new(n, 1);
         let cuda = Arc::new(TestCuda::new(1));
         let cfg = PmlConfig {
@@ -73,7 +81,7 @@ impl World {
                 // all, each rank a process of its own (IPC opens only in
                 // another process, as with CUDA).
                 let g = Arc::new(Gpu::with_api(
-                    Arc::new(cuda.process(r)),
+                    Arc::new(cuda.process(pid(r))),
                     GpuConfig::default(),
                 ));
                 Driver::new(Pml::new(r, n, cfg.clone()), btls, SimMem(f.memory(r)), g)
@@ -154,10 +162,27 @@ impl World {
     /// Send `len` bytes from `sk` memory on rank 0 to `rk` memory on rank 1;
     /// check the bytes; return the device calls the transfer made.
     fn transfer(&mut self, sk: MemKind, rk: MemKind, len: usize, seed: u8) -> Counts {
-        let data: Vec<u8> = (0..len)
-            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-            .collect();
+        let data = pattern(len, seed);
         let s = self.buffer(0, sk, &data);
+        self.transfer_from(s, &data, rk)
+    }
+
+    /// Device memory from `alloc` (the double's `malloc`, `malloc_async`,
+    /// …) on device 0 holding `data`.
+    fn device_buffer(&self, alloc: Alloc, data: &[u8]) -> Buf {
+        let p = alloc(&self.cuda, data.len(), 0);
+        self.cuda.poke(p, data);
+        Buf {
+            addr: p,
+            len: data.len(),
+            kind: DEV,
+        }
+    }
+
+    /// Send `s` (holding `data`) from rank 0 to `rk` memory on rank 1, as
+    /// [`World::transfer`].
+    fn transfer_from(&mut self, s: Buf, data: &[u8], rk: MemKind) -> Counts {
+        let len = data.len();
         let r = self.buffer(1, rk, &vec![0u8; len]);
         let before = self.cuda.counts();
         let rid = self.recv(1, 0, r);
@@ -166,9 +191,21 @@ impl World {
         let st = self.d[1].test(rid).expect("receive done").expect("ok");
         assert_eq!(st.len, len as u64);
         self.d[0].test(sid).expect("send done").expect("ok");
-        assert_eq!(self.read(1, r), data, "{sk:?} -> {rk:?}, {len} B");
+        assert_eq!(self.read(1, r), data, "{:?} -> {rk:?}, {len} B", s.kind);
         diff(&self.cuda.counts(), &before)
     }
+
+    /// Staging leases held by rank `r`'s driver, and by its gpu layer.
+    fn leases(&self, r: u32) -> (usize, usize) {
+        let d = &self.d[r as usize];
+        (d.leases.len(), d.gpu.staging_stats().leased)
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
 }
 
 fn diff(a: &Counts, b: &Counts) -> Counts {
@@ -278,6 +315,163 @@ fn managed_memory_is_staged_never_ipc() {
         50_000u64.div_ceil(STAGE as u64),
         "staged in chunks: {c:?}"
     );
+    assert_eq!(
+        w.d[0].gpu.staging_stats(),
+        gmpi_gpu::StagingStats::default(),
+        "no device staging for managed memory"
+    );
+}
+
+/// A device allocator of the double (`malloc`, `malloc_async`, …).
+type Alloc = fn(&TestCuda, usize, i32) -> u64;
+
+/// The allocators of device memory legacy CUDA IPC cannot export.
+const NOT_IPC_CAPABLE: [(&str, Alloc); 2] = [
+    ("pool", TestCuda::malloc_async),
+    ("vmm", TestCuda::malloc_vmm),
+];
+
+#[test]
+fn pool_and_vmm_memory_take_the_device_path_through_a_staging_buffer() {
+    let mut w = World::new(2, true, device());
+    let sizes = [
+        EAGER + 1,
+        5000,
+        100_000,
+        gmpi_gpu::MIN_STAGING,
+        gmpi_gpu::MIN_STAGING + 1,
+        1 << 20,
+    ];
+    // Staging buffers made so far, by size class: a new one costs one
+    // allocation, one handle and one open at the receiver; later messages
+    // reuse it (and the receiver's mapping).
+    let mut made = std::collections::HashSet::new();
+    for (what, alloc) in NOT_IPC_CAPABLE {
+        for rk in [DEV, MemKind::Host] {
+            for (i, &len) in sizes.iter().enumerate() {
+                let data = pattern(len, i as u8);
+                let s = w.device_buffer(alloc, &data);
+                assert_eq!(
+                    w.d[0].pml.protocol_for(1, len, DEV, SendMode::Standard),
+                    Some(Protocol::RndvIpc)
+                );
+                let c = w.transfer_from(s, &data, rk);
+                let new = u64::from(made.insert(gmpi_gpu::size_class(len)));
+                // One device-to-device copy into the staging buffer; the
+                // receiver copies out of it into its device (or host)
+                // memory. Nothing is staged through the host.
+                let (dtoh, dtod) = if rk.is_host() { (1, 1) } else { (0, 2) };
+                assert_eq!(
+                    (
+                        c.dtoh,
+                        c.htod,
+                        c.dtod,
+                        c.ipc_opens,
+                        c.ipc_handles,
+                        c.mallocs
+                    ),
+                    (dtoh, 0, dtod, new, new, new),
+                    "{what} -> {rk:?}, {len} B: {c:?}"
+                );
+                assert_eq!(w.leases(0), (0, 0), "{what}, {len} B: lease returned");
+            }
+        }
+    }
+    assert_eq!(w.d[0].gpu.staging_stats().buffers, 3);
+    assert_eq!(w.cuda.counts().ipc_closes, 0, "mappings stay cached");
+}
+
+#[test]
+fn concurrent_pool_sends_to_one_peer_each_lease_a_buffer_of_their_own() {
+    let mut w = World::new(2, true, device());
+    let len = 30_000;
+    let datas: Vec<Vec<u8>> = (0..3).map(|i| pattern(len, 10 + i)).collect();
+    let srcs: Vec<Buf> = datas
+        .iter()
+        .map(|d| w.device_buffer(TestCuda::malloc_async, d))
+        .collect();
+    let before = w.cuda.counts();
+    // All three are exported before the receiver matches any.
+    let sids: Vec<ReqId> = srcs.iter().map(|&s| w.send(0, 1, s)).collect();
+    w.run();
+    assert_eq!(w.leases(0), (3, 3));
+    let rbufs: Vec<Buf> = (0..3).map(|_| w.buffer(1, DEV, &vec![0u8; len])).collect();
+    let rids: Vec<ReqId> = rbufs.iter().map(|&r| w.recv(1, 0, r)).collect();
+    w.run();
+    for i in 0..3 {
+        w.d[1].test(rids[i]).expect("receive done").expect("ok");
+        w.d[0].test(sids[i]).expect("send done").expect("ok");
+        assert_eq!(w.read(1, rbufs[i]), datas[i], "message {i}");
+    }
+    let c = diff(&w.cuda.counts(), &before);
+    assert_eq!((c.dtoh, c.htod, c.dtod, c.ipc_opens), (0, 0, 6, 3), "{c:?}");
+    assert_eq!(w.leases(0), (0, 0));
+    assert_eq!(w.d[0].gpu.staging_stats().buffers, 3);
+}
+
+#[test]
+fn a_staging_buffer_the_receiver_cannot_open_is_released_and_the_message_staged() {
+    // As on the fake driver: no rank can open another's handle (all play
+    // one process), so the receiver falls back to `rndv/staged`.
+    let mut w = World::with_processes(2, true, device(), |_| 0);
+    let len = 100_000;
+    let data = pattern(len, 3);
+    let s = w.device_buffer(TestCuda::malloc_async, &data);
+    let c = w.transfer_from(s, &data, DEV);
+    // The staging copy, then the staged pipeline from the pool memory
+    // itself: a chunk at a time out of the GPU and into the receiver's.
+    let chunks = len.div_ceil(STAGE) as u64;
+    assert_eq!(
+        (c.dtod, c.ipc_opens, c.dtoh, c.htod),
+        (1, 0, chunks, chunks),
+        "{c:?}"
+    );
+    assert_eq!(w.leases(0), (0, 0), "released at the CTS");
+}
+
+#[test]
+fn a_failed_peer_returns_the_lease_and_its_staging_buffers_and_mappings_go() {
+    let mut w = World::new(2, true, device());
+    let len = 50_000;
+    // Rank 0 maps a staging buffer of rank 1's.
+    let data = pattern(len, 5);
+    let s1 = {
+        let p = w.cuda.malloc_async(len, 0);
+        w.cuda.poke(p, &data);
+        Buf {
+            addr: p,
+            len,
+            kind: DEV,
+        }
+    };
+    let r0 = w.buffer(0, DEV, &vec![0u8; len]);
+    let rid = w.recv(0, 1, r0);
+    w.send(1, 0, s1);
+    w.run();
+    w.d[0].test(rid).expect("done").expect("ok");
+    assert_eq!(w.read(0, r0), data);
+    assert_eq!(w.cuda.open_mappings(), 1);
+    // Rank 0's send to rank 1 waits for a receive that never comes.
+    let s0 = w.device_buffer(TestCuda::malloc_async, &data);
+    let sid = w.send(0, 1, s0);
+    w.run();
+    assert_eq!(w.leases(0), (1, 1));
+    assert_eq!(w.d[0].gpu.staging_stats().buffers, 1);
+    let frees = w.cuda.counts().frees;
+    w.f.kill(1);
+    w.run();
+    assert_eq!(
+        w.d[0].test(sid),
+        Some(Err(gmpi_pml::PmlError::PeerFailed(1)))
+    );
+    assert_eq!(w.leases(0), (0, 0));
+    assert_eq!(
+        w.d[0].gpu.staging_stats().buffers,
+        0,
+        "rank 1's staging buffer freed"
+    );
+    assert_eq!(w.cuda.counts().frees - frees, 1);
+    assert_eq!(w.cuda.open_mappings(), 0, "rank 1's memory unmapped");
 }
 
 #[test]
@@ -434,23 +628,35 @@ fn a_device_self_send_is_one_device_copy() {
     // memory to itself copies device-to-device once, with no handle made or
     // opened and nothing staged through the host.
     let mut w = World::new(1, true, device());
-    for len in [EAGER + 1, 64 << 10, 1 << 20] {
-        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        let s = w.buffer(0, DEV, &data);
-        let r = w.buffer(0, DEV, &vec![0u8; len]);
-        let before = w.cuda.counts();
-        let rid = w.recv(0, 0, r);
-        let sid = w.send(0, 0, s);
-        w.run();
-        w.d[0].test(rid).expect("receive done").expect("ok");
-        w.d[0].test(sid).expect("send done").expect("ok");
-        assert_eq!(w.read(0, r), data, "{len} B");
-        let c = diff(&w.cuda.counts(), &before);
-        assert_eq!(
-            (c.dtod, c.dtoh, c.htod, c.ipc_handles, c.ipc_opens),
-            (1, 0, 0, 0, 0),
-            "{len} B: {c:?}"
-        );
+    let allocs = [
+        ("cudaMalloc", TestCuda::malloc as Alloc),
+        NOT_IPC_CAPABLE[0],
+        NOT_IPC_CAPABLE[1],
+    ];
+    for (what, alloc) in allocs {
+        for len in [EAGER + 1, 64 << 10, 1 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let s = w.device_buffer(alloc, &data);
+            let r = w.buffer(0, DEV, &vec![0u8; len]);
+            let before = w.cuda.counts();
+            let rid = w.recv(0, 0, r);
+            let sid = w.send(0, 0, s);
+            w.run();
+            w.d[0].test(rid).expect("receive done").expect("ok");
+            w.d[0].test(sid).expect("send done").expect("ok");
+            assert_eq!(w.read(0, r), data, "{what}, {len} B");
+            let c = diff(&w.cuda.counts(), &before);
+            assert_eq!(
+                (c.dtod, c.dtoh, c.htod, c.ipc_handles, c.ipc_opens),
+                (1, 0, 0, 0, 0),
+                "{what}, {len} B: {c:?}"
+            );
+            assert_eq!(
+                w.d[0].gpu.staging_stats().buffers,
+                0,
+                "no staging to itself"
+            );
+        }
     }
 }
 
