@@ -9,7 +9,8 @@
 //! - `mod.rs`: [`Driver`]: posting sends and receives (with the inline send
 //!   path), one progress pass, waiting.
 //! - `execute.rs`: running the pml's actions (sends, registrations, IPC
-//!   export, gets, IPC copies, device copies) and answering each.
+//!   export and its release, gets, IPC copies, device copies, a failed
+//!   peer's clean-up) and answering each.
 //! - `events.rs`: the btls' events turned into pml inputs (fragments,
 //!   streamed fragments read straight into the receive buffer, completions,
 //!   failures).
