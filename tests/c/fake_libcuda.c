@@ -29,6 +29,8 @@
  * For tests/device it also has own contexts (cuCtxCreate_v2, the same fake
  * context), streams and stream-ordered allocations (cuMemAllocAsync: not
  * exportable by IPC, as pool memory on a real driver) and cuMemcpyDtoD_v2.
+ * With FAKE_CUDA_MEMORY_POOLS=1 the device reports memory pools, so that
+ * cudarc allocates its CudaSlices from them as it does on real GPUs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,7 +304,12 @@ int cuDeviceGetPCIBusId(char *id, int len, int dev) {
 }
 
 int cuDeviceGetAttribute(int *v, int attr, int dev) {
-    *v = 0; /* no dma-buf, nothing else asked */
+    /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED only where
+     * FAKE_CUDA_MEMORY_POOLS is set: cudarc then allocates every CudaSlice
+     * with cuMemAllocAsync, as on a real GPU (memory legacy IPC cannot
+     * export). No dma-buf; nothing else asked. */
+    const char *pools = getenv("FAKE_CUDA_MEMORY_POOLS");
+    *v = attr == 115 && pools && *pools && strcmp(pools, "0");
     return 0;
 }
 

@@ -126,6 +126,26 @@ fn cuda_slices_through_the_rust_api_np2_np4() {
     }
 }
 
+/// Where the device has memory pools, `cudarc` allocates every `CudaSlice`
+/// with `cuMemAllocAsync`, which legacy CUDA IPC cannot export: the sender
+/// copies it device to device into a staging buffer of its own (`cuMemAlloc`)
+/// and exports that. The fake cannot open a handle in another process, so
+/// the receiver still falls back to the stream; the fake's exit report
+/// checks that every staging buffer was freed (at `MPI_Finalize`).
+#[test]
+fn cuda_slices_from_memory_pools_export_through_a_staging_buffer() {
+    let log = job(2, &[("FAKE_CUDA_MEMORY_POOLS", "1")]);
+    expect(
+        2,
+        &log,
+        &[
+            "rndv/cuda-ipc",
+            "exported through a device staging buffer",
+            "falling back to rndv/staged",
+        ],
+    );
+}
+
 /// Without IPC, the staged (pipelined through pinned memory) protocol.
 #[test]
 fn cuda_slices_staged_without_ipc() {
