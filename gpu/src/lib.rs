@@ -36,7 +36,7 @@
 //! - `temp.rs`: device temporaries of the collectives ([`Gpu::alloc_device`],
 //!   [`DeviceBuf`]), pooled per [`Gpu`] by device and size class.
 //! - `api.rs`: the [`CudaApi`] trait every backend implements, and its types.
-//! - `staging.rs`: per-peer device staging buffers for memory legacy CUDA
+//! - `ipc_staging.rs`: per-peer device staging buffers for memory legacy CUDA
 //!   IPC cannot export ([`Gpu::ipc_export_to`], [`Lease`]).
 //! - `double.rs`: [`double::TestCuda`], the test double (host memory tagged as
 //!   device memory; copies counted and checked).
@@ -54,8 +54,8 @@ mod cache;
 pub mod cuda;
 pub mod double;
 mod host_reduce;
+mod ipc_staging;
 pub mod stage;
-mod staging;
 mod temp;
 
 use std::collections::HashMap;
@@ -68,7 +68,7 @@ pub use api::{
 };
 /// The memory vocabulary shared with the pml (`gmpi-mem`).
 pub use gmpi_mem::{IpcDesc, IpcHandle, MemKind};
-pub use staging::{
+pub use ipc_staging::{
     size_class, Export, Lease, StagingStats, KEEP_BYTES, KEEP_PER_PEER, MIN_STAGING,
 };
 pub use temp::DeviceBuf;
@@ -179,7 +179,7 @@ pub struct Gpu {
     bounce: Mutex<Vec<Box<dyn PinnedBuf>>>,
     slots: stage::Slots,
     temps: temp::Temps,
-    staging: staging::Staging,
+    ipc_staging: ipc_staging::Staging,
     status: String,
     /// Why the reduction kernels cannot be used, once a reduction found out:
     /// later reductions go straight to the host.
@@ -213,7 +213,7 @@ impl Gpu {
             bounce: Mutex::default(),
             slots: stage::Slots::default(),
             temps: temp::Temps::default(),
-            staging: staging::Staging::default(),
+            ipc_staging: ipc_staging::Staging::default(),
             status: why.to_string(),
             no_kernels: OnceLock::new(),
             stats: Stats::default(),
@@ -224,7 +224,7 @@ impl Gpu {
     pub fn with_api(api: Arc<dyn CudaApi>, cfg: GpuConfig) -> Self {
         let status = format!("{} with {} device(s)", api.name(), api.device_count());
         Self {
-            staging: staging::Staging::new(&api),
+            ipc_staging: ipc_staging::Staging::new(&api),
             api: Some(api),
             kinds: cache::PtrCache::new(cfg.host_cache),
             cfg,
@@ -376,7 +376,7 @@ impl Gpu {
     pub fn release(&self) {
         lock(&self.bounce).clear();
         self.slots.clear();
-        self.staging.release();
+        self.ipc_staging.release();
         if let Some(api) = &self.api {
             api.release();
         }
@@ -578,7 +578,7 @@ impl Gpu {
     /// Close every mapping of `peer`'s memory and free the staging buffers
     /// kept for it (the peer failed or left).
     pub fn ipc_forget_peer(&self, peer: u32) {
-        self.staging.forget_peer(peer);
+        self.ipc_staging.forget_peer(peer);
         let Some(api) = &self.api else { return };
         let gone: Vec<Mapped> = {
             let mut c = lock(&self.caches);

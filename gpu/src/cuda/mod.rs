@@ -26,7 +26,7 @@
 //! says so (`CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE`), and
 //! [`CudaApi::ipc_handle`] fails with [`GpuError::Unsupported`]; the gpu
 //! layer then copies such memory into a device staging buffer of its own
-//! (`staging.rs`) and exports that.
+//! (`ipc_staging.rs`) and exports that.
 //!
 //! Reduction kernels are compiled by NVRTC on first use and loaded per
 //! context. A failure to open NVRTC, to compile, or to load the PTX

@@ -362,8 +362,8 @@ impl Gpu {
                 info.kind.name()
             )));
         };
-        let i = match &self.staging.inner {
-            Some(i) if !self.staging.legacy_ipc(i, &info) => i,
+        let i = match &self.ipc_staging.inner {
+            Some(i) if !self.ipc_staging.legacy_ipc(i, &info) => i,
             _ => {
                 return Ok(Export {
                     desc: self.ipc_export(addr, len)?,
@@ -381,7 +381,7 @@ impl Gpu {
                 ),
             });
         }
-        let lease = self.staging.take(i, peer, ordinal, len, addr)?;
+        let lease = self.ipc_staging.take(i, peer, ordinal, len, addr)?;
         self.copy_device(lease.ptr, addr, len)?;
         let desc = self.ipc_export(lease.ptr, len)?;
         tracing::trace!(target: LOG, "{len} B at {addr:#x} for rank {peer}: not legacy-IPC-capable, staged in {:#x}", lease.ptr);
@@ -393,7 +393,7 @@ impl Gpu {
 
     /// The staging buffers now.
     pub fn staging_stats(&self) -> StagingStats {
-        let Some(i) = &self.staging.inner else {
+        let Some(i) = &self.ipc_staging.inner else {
             return StagingStats::default();
         };
         let p = lock(&i.pool);
