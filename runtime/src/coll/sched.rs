@@ -577,14 +577,15 @@ impl Sched {
                                     host_reduce_fallback(&e);
                                     false
                                 }
+                                // A failed kernel, or a failed copy of the
+                                // gpu layer's host fallback: the device's
+                                // failure, not gmpi's.
                                 Err(e) => {
-                                    let msg = format!("device reduction failed: {e}");
-                                    self.fail(Error::new(
-                                        ErrorClass::Intern,
-                                        self.call,
-                                        self.me(),
-                                        msg,
-                                    ));
+                                    let what = format_args!(
+                                        "reducing {} B of device memory at {a:#x} into {b:#x}",
+                                        lo.len
+                                    );
+                                    self.fail(Error::device_copy(e, self.call, self.me(), what));
                                     true
                                 }
                             }
@@ -970,6 +971,10 @@ mod tests {
 
         impl World {
             fn new() -> Self {
+                Self::over(TestCuda::new(1))
+            }
+
+            fn over(cuda: TestCuda) -> Self {
                 let comm = Arc::new(CommInner {
                     ctx: 0,
                     coll_ctx: 1,
@@ -988,7 +993,7 @@ mod tests {
                     HostMem,
                     Arc::new(Gpu::host_only("test")),
                 );
-                let cuda = Arc::new(TestCuda::new(1));
+                let cuda = Arc::new(cuda);
                 let g = Box::leak(Box::new(Gpu::with_api(cuda.clone(), GpuConfig::default())));
                 Self { comm, d, cuda, g }
             }
@@ -1084,6 +1089,29 @@ mod tests {
             w.cuda.fail_copies(Some(STICKY));
             let what = format!("copying 64 B from device memory at {a:#x} to {b:#x}");
             check(w.run(&mut s), "cuMemcpyDtoD_v2", &what);
+            assert_eq!(after, vec![0; 8]);
+        }
+
+        #[test]
+        fn a_failed_device_reduction_fails_the_schedule() {
+            // No kernels: the gpu layer reduces on host copies it makes
+            // itself, and those fail.
+            let mut w = World::over(TestCuda::new(1).without_kernels());
+            let (a, b, mut after) = (w.dev(), w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            s.red = Some(Reduction {
+                op: Op::Sum,
+                dt: I32,
+                unit: 4,
+            });
+            let lo = s.user(a, 64, false);
+            let hi = s.user(b, 64, true);
+            s.reduce(lo, hi);
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!("reducing 64 B of device memory at {a:#x} into {b:#x}");
+            check(w.run(&mut s), "cuMemcpyDtoH_v2", &what);
+            assert_eq!(w.cuda.peek(b, 64), vec![1; 64]);
             assert_eq!(after, vec![0; 8]);
         }
 
