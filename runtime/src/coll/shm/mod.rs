@@ -17,8 +17,9 @@
 //! same rank order, into a host buffer that is then copied in whole. A
 //! failed device copy is the call's error on its rank (`MPI_ERR_OTHER`); a
 //! rank that could not copy its contribution out still takes part in the
-//! exchange, marked failed, so that the others fail too instead of waiting
-//! for it (`wire::with_contribution`).
+//! exchange (so the others do not wait for it), marked failed (so they fail
+//! too, naming it, instead of using the data it does not have:
+//! `wire::with_contribution`).
 //!
 //! Allreduces of 1 to [`TINY`] bytes take a shorter road to the same
 //! exchange ([`Communicator::allreduce_tiny`]), since their time is mostly

@@ -15,8 +15,9 @@
 //! same way instead of reading garbage. `coll_check` gathers the same
 //! header through the schedules and compares it the same way. A rank whose
 //! contribution could not be packed (a failed device copy) still takes
-//! part, with [`kind::FAILED`] in its header: it returns its own error, and
-//! the others fail naming it instead of waiting for it forever.
+//! part, so the others do not wait for it forever, with [`kind::FAILED`] in
+//! its header: it returns its own error, and the others fail naming it
+//! instead of using the data it does not have.
 
 use crate::buffer::View;
 use crate::error::{Error, ErrorClass};
@@ -191,9 +192,9 @@ mod tests {
         let healthy = with_contribution(&g, CALL, 0, hdr, Some(&v), |d| Ok(d.to_vec())).unwrap();
         assert_eq!(healthy[..HDR], hdr);
 
-        // Rank 1 cannot copy its data out: it still publishes (a marked
-        // header, so its peers do not wait for it), then returns its own
-        // error.
+        // Rank 1 cannot copy its data out: it still publishes (so its
+        // peers do not wait for it), with a marked header (so they do not
+        // use what it published), then returns its own error.
         cuda.fail_copies(Some("CUDA_ERROR_ILLEGAL_ADDRESS: sticky"));
         let mut published = None;
         let e = with_contribution(&g, CALL, 1, hdr, Some(&v), |d| {
