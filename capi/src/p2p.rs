@@ -80,7 +80,7 @@ fn bsend(
         }
         Ok(None) => true,
     });
-    let data: Box<[u8]> = gmpi_packed(v).into_boxed_slice();
+    let data: Box<[u8]> = gmpi_packed(call, c, v)?.into_boxed_slice();
     let charge = data.len() + MPI_BSEND_OVERHEAD as usize;
     if att.used + charge > att.size {
         return Err(err(
@@ -106,12 +106,13 @@ fn bsend(
     Ok(())
 }
 
-/// A view's data, packed.
-fn gmpi_packed(v: &View) -> Vec<u8> {
+/// A view's data, packed, for `call` on `c` (an error if a copy out of
+/// device memory fails).
+fn gmpi_packed(call: &str, c: &Communicator, v: &View) -> Result<Vec<u8>, Error> {
     let n = v.packed_size();
     let mut out = vec![0u8; n];
-    v.pack_to(&mut out);
-    out
+    v.pack_to(call, c.rank(), &mut out)?;
+    Ok(out)
 }
 
 // ---- sends and receives ----
@@ -364,7 +365,7 @@ mpi_fn! {
         let c = resolve::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
         // Send a copy, receive in place.
-        let copy = gmpi_packed(&v);
+        let copy = gmpi_packed(CALL, &c, &v)?;
         let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
@@ -1415,7 +1416,7 @@ mpi_fn! {
         let c = resolve::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
         // Send a copy (kept beside the request), receive in place.
-        let copy: Box<Vec<u8>> = Box::new(gmpi_packed(&v));
+        let copy: Box<Vec<u8>> = Box::new(gmpi_packed(CALL, &c, &v)?);
         let s = ptr::detach_req(c.isend(&copy[..], dest, sendtag)?);
         let r = ptr::detach_req(c.irecv(&mut v, source, recvtag)?);
         let mut a = Active::group(r, vec![s], comm);

@@ -1117,7 +1117,7 @@ mpi_fn! {
 
     fn Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int,
         position: *mut c_int, comm: MPI_Comm) {
-        resolve::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let outsize = ptr::len(CALL, "outsize", outsize)?;
         let pos = ptr::read(CALL, "position", position)?;
@@ -1133,14 +1133,14 @@ mpi_fn! {
         let end = c_int::try_from(pos + need).expect("at most outsize");
         if need > 0 {
             let out = ptr::slice_mut(CALL, "outbuf", outbuf.cast::<u8>(), outsize)?;
-            v.pack_to(&mut out[pos..pos + need]);
+            v.pack_to(CALL, c.rank(), &mut out[pos..pos + need])?;
         }
         ptr::write(CALL, "position", position, end)
     }
 
     fn Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int,
         datatype: MPI_Datatype, comm: MPI_Comm) {
-        resolve::comm(CALL, comm)?;
+        let c = resolve::comm(CALL, comm)?;
         let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let insize = ptr::len(CALL, "insize", insize)?;
         let pos = ptr::read(CALL, "position", position)?;
@@ -1156,7 +1156,7 @@ mpi_fn! {
         let end = c_int::try_from(pos + need).expect("at most insize");
         if need > 0 {
             let data = ptr::slice(CALL, "inbuf", inbuf.cast::<u8>(), insize)?;
-            v.unpack_from(&data[pos..pos + need]);
+            v.unpack_from(CALL, c.rank(), &data[pos..pos + need])?;
         }
         ptr::write(CALL, "position", position, end)
     }
@@ -1190,7 +1190,7 @@ mpi_fn! {
         }
         if need > 0 {
             let mut native = vec![0u8; v.packed_size()];
-            v.pack_to(&mut native);
+            v.pack_to(CALL, world_rank(), &mut native)?;
             let out = ptr::slice_mut(CALL, "outbuf", outbuf.cast::<u8>(), outsize)?;
             convert(CALL, &e, n, &mut native, &mut out[pos..pos + need], true)?;
         }
@@ -1219,7 +1219,7 @@ mpi_fn! {
             let mut ext = data[pos..pos + need].to_vec();
             let mut native = vec![0u8; v.packed_size()];
             convert(CALL, &e, n, &mut native, &mut ext, false)?;
-            v.unpack_from(&native);
+            v.unpack_from(CALL, world_rank(), &native)?;
         }
         ptr::write(CALL, "position", position, (pos + need) as MPI_Aint)
     }

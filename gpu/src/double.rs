@@ -11,7 +11,9 @@
 //! counted, so tests assert the number of copies each protocol makes.
 //! [`TestCuda::without_kernels`] makes every reduction fail as a failed
 //! NVRTC compile or module load does ([`GpuError::KernelUnavailable`]), for
-//! the tests of [`crate::Gpu::reduce`]'s host fallback.
+//! the tests of [`crate::Gpu::reduce`]'s host fallback;
+//! [`TestCuda::fail_queries`] and [`TestCuda::fail_copies`] make pointer
+//! queries or copies fail as after a sticky driver error.
 //!
 //! One `TestCuda`'s memory is shared by every rank of an in-process test, the
 //! way one driver serves every process of a node; each rank that plays a
@@ -157,6 +159,9 @@ struct State {
     /// Polls an asynchronous copy takes to land (at least 1).
     async_polls: u32,
     trace: Vec<Trace>,
+    /// Set: every copy (to, from or between device memory) fails with this
+    /// driver error.
+    copy_error: Option<String>,
     counts: Counts,
 }
 
@@ -189,6 +194,17 @@ fn bad(addr: u64, len: usize, why: &str) -> GpuError {
 }
 
 impl State {
+    /// The error [`TestCuda::fail_copies`] set, as driver `call` reports it.
+    fn copy_failure(&self, call: &'static str) -> Result<(), GpuError> {
+        match &self.copy_error {
+            Some(msg) => Err(GpuError::Driver {
+                call,
+                msg: msg.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The allocation holding `addr` (through an IPC mapping too) and the
     /// offset in it.
     fn find(&self, addr: u64) -> Option<(u64, u64)> {
@@ -390,6 +406,14 @@ impl TestCuda {
         self.st().query_error = msg.map(str::to_string);
     }
 
+    /// Make every copy to, from or between device memory fail with `msg`
+    /// (as after a sticky error, or an illegal address a kernel left), or
+    /// copy again (`None`): synchronous copies fail, asynchronous ones are
+    /// refused when issued. Failed copies copy nothing and are not counted.
+    pub fn fail_copies(&self, msg: Option<&str>) {
+        self.st().copy_error = msg.map(str::to_string);
+    }
+
     /// The calls served so far.
     pub fn counts(&self) -> Counts {
         self.st().counts.clone()
@@ -449,6 +473,7 @@ impl CudaApi for TestCuda {
 
     fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<CopyPath, GpuError> {
         let mut s = self.st();
+        s.copy_failure("cuMemcpyDtoH_v2")?;
         dst.copy_from_slice(s.slice(src, dst.len())?);
         s.counts.dtoh += 1;
         s.counts.bytes += dst.len() as u64;
@@ -457,6 +482,7 @@ impl CudaApi for TestCuda {
 
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<CopyPath, GpuError> {
         let mut s = self.st();
+        s.copy_failure("cuMemcpyHtoD_v2")?;
         s.slice(dst, src.len())?.copy_from_slice(src);
         s.counts.htod += 1;
         s.counts.bytes += src.len() as u64;
@@ -465,6 +491,7 @@ impl CudaApi for TestCuda {
 
     fn copy_device(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
         let mut s = self.st();
+        s.copy_failure("cuMemcpyDtoD_v2")?;
         let tmp = s.slice(src, len)?.to_vec();
         s.slice(dst, len)?.copy_from_slice(&tmp);
         s.counts.dtod += 1;
@@ -485,6 +512,13 @@ impl CudaApi for TestCuda {
         len: usize,
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
         let mut s = self.st();
+        let call = match dir {
+            CopyDir::ToHost => "cuMemcpyDtoHAsync_v2",
+            CopyDir::ToDevice => "cuMemcpyHtoDAsync_v2",
+        };
+        if let Err(e) = s.copy_failure(call) {
+            return Err((e, host));
+        }
         if host.as_mut_slice().len() < len {
             return Err((bad(dev, len, "longer than its pinned buffer"), host));
         }

@@ -14,7 +14,7 @@
 
 use std::marker::PhantomData;
 
-use gmpi_gpu::MemKind;
+use gmpi_gpu::{Gpu, GpuError, MemKind};
 
 use crate::progress::HostMemory;
 
@@ -186,7 +186,9 @@ impl View {
     }
 
     /// Whether the buffer is plain host memory (what the CPU may touch in
-    /// place: [`View::read_contig`], [`View::write_contig`]).
+    /// place: [`View::write_contig`]). `false` too when the gpu layer
+    /// cannot say: the fallback, [`View::unpack`], classifies again and
+    /// returns that error.
     #[inline]
     pub(crate) fn is_host(&self) -> bool {
         matches!(self.kind(), Ok(k) if k.is_host())
@@ -197,15 +199,6 @@ impl View {
         self.ty
             .is_contig()
             .then_some(self.base + self.origin as u64)
-    }
-
-    /// Run `f` on the data in place if it is one contiguous run of host
-    /// memory (`None` otherwise: [`View::pack_into`] reaches any memory).
-    #[inline]
-    pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let a = self.contig_addr()?;
-        self.is_host()
-            .then(|| HostMem.with_read(a, self.bytes(), f))
     }
 
     /// Run `f` on the data, writable, in place if it is one contiguous run
@@ -219,34 +212,58 @@ impl View {
             .then(|| HostMem.with_write(a, self.bytes(), f))
     }
 
-    /// The data, packed (a copy).
-    pub(crate) fn pack(&self) -> Vec<u8> {
-        let n = self.bytes();
-        let mut out = vec![0u8; n];
-        self.pack_into(&mut out);
-        out
+    /// Whether the view's whole region is host memory, for `call` on
+    /// `rank`: an error where the gpu layer cannot say (the region must not
+    /// be taken for device memory and copied either).
+    fn region_is_host(&self, g: &Gpu, call: &str, rank: i32) -> crate::Result<bool> {
+        g.classify(self.base, self.len)
+            .map(MemKind::is_host)
+            .map_err(|e| crate::Error::classify_failed(e, call, rank, self.base))
+    }
+
+    /// The data, packed (a copy). A failed device copy is an error of
+    /// `call` on `rank` (as for [`View::pack_into`]).
+    pub(crate) fn pack(&self, call: &str, rank: i32) -> crate::Result<Vec<u8>> {
+        self.pack_with(crate::engine::gpu(), call, rank)
+    }
+
+    /// [`View::pack`] through the gpu layer `g`.
+    pub(crate) fn pack_with(&self, g: &Gpu, call: &str, rank: i32) -> crate::Result<Vec<u8>> {
+        let mut out = vec![0u8; self.bytes()];
+        self.pack_into_with(g, call, rank, &mut out)?;
+        Ok(out)
     }
 
     /// Pack the data into `out` (`out.len() == self.bytes()`), from any
     /// memory: host memory in place; contiguous device (or managed) data in
     /// one copy of just its bytes; a derived datatype on device memory from
-    /// a staged copy of the view's region.
-    pub(crate) fn pack_into(&self, out: &mut [u8]) {
+    /// a staged copy of the view's region. An error of `call` on `rank`
+    /// (`MPI_ERR_OTHER`) if the gpu layer cannot classify the memory or a
+    /// copy out of the device fails.
+    pub(crate) fn pack_into(&self, call: &str, rank: i32, out: &mut [u8]) -> crate::Result<()> {
+        self.pack_into_with(crate::engine::gpu(), call, rank, out)
+    }
+
+    /// [`View::pack_into`] through the gpu layer `g`.
+    pub(crate) fn pack_into_with(
+        &self,
+        g: &Gpu,
+        call: &str,
+        rank: i32,
+        out: &mut [u8],
+    ) -> crate::Result<()> {
         if out.is_empty() {
-            return;
+            return Ok(());
         }
-        let g = crate::engine::gpu();
-        let host = matches!(g.classify(self.base, self.len), Ok(k) if k.is_host());
+        let host = self.region_is_host(g, call, rank)?;
         if let (false, Some(a)) = (host, self.contig_addr()) {
-            if let Err(e) = g.copy_to_host(out, a) {
-                panic!(
-                    "gmpi: copying {} B out of a device buffer failed: {e}",
-                    out.len()
-                );
-            }
-            return;
+            g.copy_to_host(out, a).map_err(|e| {
+                let what = format_args!("copying {} B out of device memory at {a:#x}", out.len());
+                crate::Error::device_copy(e, call, rank, what)
+            })?;
+            return Ok(());
         }
-        self.with_region(host, |region| match &self.ty {
+        self.with_region(g, host, call, rank, |region| match &self.ty {
             Ty::Basic(_) => out.copy_from_slice(&region[self.origin..self.origin + out.len()]),
             Ty::Derived(u) => u
                 .desc()
@@ -258,55 +275,86 @@ impl View {
     /// Run `f` over the view's whole memory region: in place for host
     /// memory (`host`); for device memory, over a host copy of it (derived
     /// datatypes on device memory are packed on the CPU from a staged copy).
-    fn with_region<R>(&self, host: bool, f: impl FnOnce(&[u8]) -> R) -> R {
+    fn with_region<R>(
+        &self,
+        g: &Gpu,
+        host: bool,
+        call: &str,
+        rank: i32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> crate::Result<R> {
         if host {
-            return HostMem.with_read(self.base, self.len, f);
+            return Ok(HostMem.with_read(self.base, self.len, f));
         }
-        match crate::engine::gpu().with_read(self.base, self.len, f) {
-            Ok((r, _)) => r,
-            Err(e) => panic!("gmpi: staging a device buffer of a derived datatype failed: {e}"),
+        match g.with_read(self.base, self.len, f) {
+            Ok((r, _)) => Ok(r),
+            Err(e) => Err(self.staging_failed(e, call, rank, "out of")),
         }
     }
 
     /// Like [`View::with_region`], writable: device memory is read, changed
     /// and written back whole (so bytes between the datatype's blocks keep
-    /// their values).
-    fn with_region_mut<R>(&self, host: bool, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    /// their values). If reading it fails, nothing is written back.
+    fn with_region_mut<R>(
+        &self,
+        g: &Gpu,
+        host: bool,
+        call: &str,
+        rank: i32,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> crate::Result<R> {
         if host {
-            return HostMem.with_write(self.base, self.len, f);
+            return Ok(HostMem.with_write(self.base, self.len, f));
         }
-        let g = crate::engine::gpu();
-        let res = g.with_write(self.base, self.len, |region| {
-            g.copy_to_host(region, self.base).map(|_| f(region))
-        });
-        match res {
-            Ok((Ok(r), _)) => r,
-            Ok((Err(e), _)) | Err(e) => {
-                panic!("gmpi: staging a device buffer of a derived datatype failed: {e}")
-            }
-        }
+        let mut region = vec![0u8; self.len];
+        g.copy_to_host(&mut region, self.base)
+            .map_err(|e| self.staging_failed(e, call, rank, "out of"))?;
+        let r = f(&mut region);
+        g.copy_to_device(self.base, &region)
+            .map_err(|e| self.staging_failed(e, call, rank, "back into"))?;
+        Ok(r)
+    }
+
+    /// The error of a failed copy of the view's whole region (`dir`: "out
+    /// of" or "back into" device memory).
+    fn staging_failed(&self, e: GpuError, call: &str, rank: i32, dir: &str) -> crate::Error {
+        let what = format_args!(
+            "staging the {} B region of a derived datatype {dir} device memory at {:#x}",
+            self.len, self.base
+        );
+        crate::Error::device_copy(e, call, rank, what)
     }
 
     /// Scatter `data` (a packed prefix of at most `bytes()` bytes) into the
     /// view's memory, any memory: as [`View::pack_into`] reads it
-    /// (contiguous device data in one copy of just those bytes).
-    pub(crate) fn unpack(&self, data: &[u8]) {
+    /// (contiguous device data in one copy of just those bytes). An error
+    /// of `call` on `rank` (`MPI_ERR_OTHER`) if the gpu layer cannot
+    /// classify the memory or a device copy fails.
+    pub(crate) fn unpack(&self, call: &str, rank: i32, data: &[u8]) -> crate::Result<()> {
+        self.unpack_with(crate::engine::gpu(), call, rank, data)
+    }
+
+    /// [`View::unpack`] through the gpu layer `g`.
+    pub(crate) fn unpack_with(
+        &self,
+        g: &Gpu,
+        call: &str,
+        rank: i32,
+        data: &[u8],
+    ) -> crate::Result<()> {
         assert!(self.writable, "unpack into a read-only buffer");
         if data.is_empty() {
-            return;
+            return Ok(());
         }
-        let g = crate::engine::gpu();
-        let host = matches!(g.classify(self.base, self.len), Ok(k) if k.is_host());
+        let host = self.region_is_host(g, call, rank)?;
         if let (false, Some(a)) = (host, self.contig_addr()) {
-            if let Err(e) = g.copy_to_device(a, data) {
-                panic!(
-                    "gmpi: copying {} B into a device buffer failed: {e}",
-                    data.len()
-                );
-            }
-            return;
+            g.copy_to_device(a, data).map_err(|e| {
+                let what = format_args!("copying {} B into device memory at {a:#x}", data.len());
+                crate::Error::device_copy(e, call, rank, what)
+            })?;
+            return Ok(());
         }
-        self.with_region_mut(host, |region| match &self.ty {
+        self.with_region_mut(g, host, call, rank, |region| match &self.ty {
             Ty::Basic(_) => region[self.origin..self.origin + data.len()].copy_from_slice(data),
             Ty::Derived(u) => u
                 .desc()
@@ -857,16 +905,20 @@ impl View {
         self.bytes()
     }
 
-    /// Pack the data into `out` (`out.len() == packed_size()`).
+    /// Pack the data into `out` (`out.len() == packed_size()`), for `call`
+    /// on `rank`: `MPI_ERR_OTHER` if the memory cannot be classified or a
+    /// copy out of device memory fails.
     #[doc(hidden)]
-    pub fn pack_to(&self, out: &mut [u8]) {
-        self.pack_into(out)
+    pub fn pack_to(&self, call: &str, rank: i32, out: &mut [u8]) -> crate::Result<()> {
+        self.pack_into(call, rank, out)
     }
 
-    /// Scatter packed `data` (at most `packed_size()` bytes) into the view.
+    /// Scatter packed `data` (at most `packed_size()` bytes) into the view,
+    /// for `call` on `rank`: `MPI_ERR_OTHER` if the memory cannot be
+    /// classified or a device copy fails.
     #[doc(hidden)]
-    pub fn unpack_from(&self, data: &[u8]) {
-        self.unpack(data)
+    pub fn unpack_from(&self, call: &str, rank: i32, data: &[u8]) -> crate::Result<()> {
+        self.unpack(call, rank, data)
     }
 }
 
@@ -934,6 +986,157 @@ mod tests {
         assert_eq!(cast_slice::<bool>(&[0, 2]), None);
         assert_eq!(from_bytes::<bool>(&[0, 2, 1]), [false, true, true]);
         assert!(from_bytes::<[u8; 0]>(&[1, 2]).is_empty());
+    }
+
+    mod device {
+        use std::sync::Arc;
+
+        use gmpi_gpu::double::TestCuda;
+        use gmpi_gpu::{Gpu, GpuConfig, GpuError};
+
+        use super::super::{Ty, View};
+        use crate::datatype::{Datatype, Primitive};
+        use crate::typemap::UserDatatype;
+        use crate::ErrorClass;
+
+        const I32: Datatype = Datatype::Primitive(Primitive::I32);
+
+        /// A gpu layer over the test double, and 64 B of its device memory
+        /// holding 0, 1, … 63.
+        fn setup() -> (Arc<TestCuda>, Gpu, u64) {
+            let cuda = Arc::new(TestCuda::new(1));
+            let g = Gpu::with_api(cuda.clone(), GpuConfig::default());
+            let p = cuda.malloc(64, 0);
+            cuda.poke(p, &(0..64).collect::<Vec<u8>>());
+            (cuda, g, p)
+        }
+
+        /// 16 `i32`s at `p`, contiguous.
+        fn contig(p: u64) -> View {
+            View {
+                base: p,
+                len: 64,
+                origin: 0,
+                count: 16,
+                ty: Ty::Basic(I32),
+                writable: true,
+            }
+        }
+
+        /// Every other `i32` of the 64 B at `p` (a vector type: packed on
+        /// the host from a staged copy of the whole region).
+        fn strided(p: u64) -> View {
+            let t = UserDatatype::vector(8, 1, 2, &I32).unwrap().committed();
+            View {
+                base: p,
+                len: 60,
+                origin: 0,
+                count: 1,
+                ty: Ty::Derived(t),
+                writable: true,
+            }
+        }
+
+        /// An error of a failed device copy: `MPI_ERR_OTHER`, naming the
+        /// call, the rank, the driver call and what was copied, with the
+        /// gpu layer's error as its source.
+        fn check_copy_error(e: &crate::Error, driver_call: &str, what: &str) {
+            assert_eq!(e.class(), ErrorClass::Other, "{e}");
+            let m = e.message();
+            for part in [
+                "MPI_Pack",
+                "on rank 3",
+                driver_call,
+                "CUDA_ERROR_ILLEGAL_ADDRESS",
+                what,
+            ] {
+                assert!(m.contains(part), "{m:?} does not name {part:?}");
+            }
+            let src = std::error::Error::source(e).expect("the gpu layer's error");
+            assert!(
+                matches!(src.downcast_ref::<GpuError>(), Some(GpuError::Driver { call, .. }) if *call == driver_call),
+                "{src:?}"
+            );
+        }
+
+        #[test]
+        fn pack_and_unpack_of_device_memory_return_failed_copies() {
+            let (cuda, g, p) = setup();
+            let (v, w) = (contig(p), strided(p));
+            // Working copies first: the views reach the double's memory.
+            assert_eq!(v.pack_with(&g, "MPI_Pack", 3).unwrap(), cuda.peek(p, 64));
+            let every_other: Vec<u8> = (0..64).filter(|i| i % 8 < 4).collect();
+            assert_eq!(w.pack_with(&g, "MPI_Pack", 3).unwrap(), every_other);
+
+            cuda.fail_copies(Some("CUDA_ERROR_ILLEGAL_ADDRESS: sticky"));
+            let before = cuda.peek(p, 64);
+            let at = format!("{p:#x}");
+            let e = v.pack_with(&g, "MPI_Pack", 3).unwrap_err();
+            check_copy_error(
+                &e,
+                "cuMemcpyDtoH_v2",
+                &format!("copying 64 B out of device memory at {at}"),
+            );
+            let e = v.unpack_with(&g, "MPI_Pack", 3, &[7; 64]).unwrap_err();
+            check_copy_error(
+                &e,
+                "cuMemcpyHtoD_v2",
+                &format!("copying 64 B into device memory at {at}"),
+            );
+            let staged = format!(
+                "staging the 60 B region of a derived datatype out of device memory at {at}"
+            );
+            let e = w.pack_with(&g, "MPI_Pack", 3).unwrap_err();
+            check_copy_error(&e, "cuMemcpyDtoH_v2", &staged);
+            // The region is read before it is changed and written back: a
+            // failed read writes nothing.
+            let e = w.unpack_with(&g, "MPI_Pack", 3, &[7; 32]).unwrap_err();
+            check_copy_error(&e, "cuMemcpyDtoH_v2", &staged);
+            let mut out = [0u8; 32];
+            let e = w.pack_into_with(&g, "MPI_Pack", 3, &mut out).unwrap_err();
+            check_copy_error(&e, "cuMemcpyDtoH_v2", &staged);
+            assert_eq!(
+                cuda.peek(p, 64),
+                before,
+                "a failed unpack wrote device memory"
+            );
+
+            // Copies work again: so do pack and unpack.
+            cuda.fail_copies(None);
+            w.unpack_with(&g, "MPI_Unpack", 3, &[7; 32]).unwrap();
+            let got = cuda.peek(p, 64);
+            assert!(got
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == if i % 8 < 4 && i < 60 { 7 } else { i as u8 }));
+        }
+
+        #[test]
+        fn pack_and_unpack_return_a_failed_classification_as_that_error() {
+            let (cuda, g, p) = setup();
+            cuda.fail_queries(Some("CUDA_ERROR_ILLEGAL_ADDRESS: sticky"));
+            let (v, w) = (contig(p), strided(p));
+            let mut out = [0u8; 64];
+            let errs = [
+                v.pack_with(&g, "MPI_Pack", 3).unwrap_err(),
+                v.pack_into_with(&g, "MPI_Pack", 3, &mut out).unwrap_err(),
+                v.unpack_with(&g, "MPI_Pack", 3, &[1; 64]).unwrap_err(),
+                w.pack_with(&g, "MPI_Pack", 3).unwrap_err(),
+                w.unpack_with(&g, "MPI_Pack", 3, &[1; 32]).unwrap_err(),
+            ];
+            let queried = GpuError::Driver {
+                call: "cuPointerGetAttributes",
+                msg: "CUDA_ERROR_ILLEGAL_ADDRESS: sticky".into(),
+            };
+            let want = crate::Error::classify_failed(queried, "MPI_Pack", 3, p);
+            for e in &errs {
+                assert_eq!(*e, want);
+                assert!(std::error::Error::source(e).is_some(), "{e}");
+            }
+            // Nothing was copied (no memory was taken for device memory).
+            let c = cuda.counts();
+            assert_eq!((c.dtoh, c.htod), (0, 0), "{c:?}");
+        }
     }
 
     /// `v` as bytes: 8-aligned memory for the alignment cases.

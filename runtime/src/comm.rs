@@ -410,8 +410,9 @@ impl Communicator {
         if let Some(addr) = v.contig_addr() {
             return self.start_send_bytes(e, call, addr, v.bytes(), dest, tag, mode);
         }
+        let data = v.pack(call, self.rank())?;
         let mut s = Sched::p2p(call, &self.inner, tag, mode);
-        let r = s.temp_from(v.pack());
+        let r = s.temp_from(data);
         s.push(Step::Send(r, dest));
         s.push(Step::Wait);
         Ok(Some(e.park(s)))
@@ -744,7 +745,7 @@ impl Communicator {
             let h = e.driver.mrecv(id, buf).map(Handle::Pml).ok_or_else(bad)?;
             e.wait_handle(call, h)
         })?;
-        v.unpack(&tmp[..st.bytes.min(tmp.len())]);
+        v.unpack(call, rank, &tmp[..st.bytes.min(tmp.len())])?;
         Ok(Err(st))
     }
 

@@ -229,6 +229,27 @@ impl Error {
         err.source = Some(std::sync::Arc::new(e));
         err
     }
+
+    /// A copy into or out of device memory failed: raised by `call` on
+    /// `rank` as `MPI_ERR_OTHER`, the message naming what was copied
+    /// (`what`: the bytes, the direction and the device address, e.g.
+    /// "copying 64 B out of device memory at 0x7a0000000000") and the CUDA
+    /// error, which is also its [`std::error::Error::source`].
+    pub(crate) fn device_copy(
+        e: gmpi_gpu::GpuError,
+        call: &str,
+        rank: i32,
+        what: impl fmt::Display,
+    ) -> Self {
+        let mut err = Self::new(
+            ErrorClass::Other,
+            call,
+            rank,
+            format_args!("{what} failed: {e}"),
+        );
+        err.source = Some(std::sync::Arc::new(e));
+        err
+    }
 }
 
 impl fmt::Display for Error {

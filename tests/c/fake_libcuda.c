@@ -212,7 +212,30 @@ int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
     return 0;
 }
 
+/* FAKE_CUDA_FAIL_DTOH_BYTES=N: every cuMemcpyDtoH_v2 (and so
+ * cuMemcpyDtoHAsync_v2) of exactly N bytes fails with
+ * CUDA_ERROR_ILLEGAL_ADDRESS and copies nothing, as after a sticky error;
+ * with FAKE_CUDA_FAIL_RANK=R, only in the process whose GMPI_RANK is R. For
+ * the tests of how gmpi reports a failed device copy (an injected failure,
+ * not a misuse: no ERROR is printed). */
+#define CUDA_ERROR_ILLEGAL_ADDRESS 700
+static int dtoh_fails(size_t n) {
+    static int known;
+    static long long bytes = -1;
+    if (!known) {
+        const char *b = getenv("FAKE_CUDA_FAIL_DTOH_BYTES");
+        const char *r = getenv("FAKE_CUDA_FAIL_RANK");
+        const char *me = getenv("GMPI_RANK");
+        if (b && (!r || (me && strcmp(r, me) == 0)))
+            bytes = atoll(b);
+        known = 1;
+    }
+    return bytes >= 0 && (size_t)bytes == n;
+}
+
 int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+    if (dtoh_fails(n))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (!ready() || !valid(src, n)) {
         error("cuMemcpyDtoH outside an allocation", src, n);
         return 1;

@@ -4,7 +4,8 @@
 //! `gmpi-cuda` at 2 and 4 ranks; `gmpi-cuda-mixed` (every collective with
 //! device memory on some ranks and host memory on the others) at 2, 3 and 4
 //! ranks, and its repeated device collectives, whose device allocations
-//! must not grow with the number of calls. Asserts that every rank passed,
+//! must not grow with the number of calls; `gmpi-cuda-copyerr`, whose
+//! device copy the fake fails, at 2 and 3 ranks. Asserts that every rank passed,
 //! that the fake saw no misuse or leak ("fake-cuda: ERROR"), and, from
 //! `GMPI_LOG=pml=debug`, that the device protocols carried the messages.
 
@@ -16,6 +17,7 @@ use gmpi_tests::{output_text, repo, run, target_dir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gmpi-cuda");
 const MIXED: &str = env!("CARGO_BIN_EXE_gmpi-cuda-mixed");
+const COPYERR: &str = env!("CARGO_BIN_EXE_gmpi-cuda-copyerr");
 
 /// A directory holding the fake driver as `libcuda.so` and `libcuda.so.1`
 /// (the names `cudarc` tries), built once per test binary.
@@ -194,4 +196,19 @@ fn repeated_device_collectives_reuse_their_temporaries() {
         few, many,
         "device allocations per rank grew with the number of collectives: 5 calls {few:?}, 60 calls {many:?}"
     );
+}
+
+/// A copy out of device memory that fails inside a collective
+/// (`FAKE_CUDA_FAIL_DTOH_BYTES`: the fake's `cuMemcpyDtoH_v2` of that size
+/// fails) is the call's `MPI_ERR_OTHER` on every rank, not a panic that
+/// ends the job: on every rank at once, then on rank 1 alone, whose peers
+/// fail naming it instead of waiting for it or using its missing data. The
+/// job goes on after it (the binary checks all of that and reports OK).
+#[test]
+fn a_failed_device_copy_is_an_mpi_error_not_a_panic() {
+    let fail = ("FAKE_CUDA_FAIL_DTOH_BYTES", "1004");
+    for np in [2, 3] {
+        job_of(COPYERR, 60, np, &[], &[fail]);
+        job_of(COPYERR, 60, np, &[], &[fail, ("FAKE_CUDA_FAIL_RANK", "1")]);
+    }
 }

@@ -37,7 +37,7 @@ impl Communicator {
         let (n, me) = (self.size(), self.rank());
         let sr: Vec<Region> = match sblocks {
             Some(sb) => sb.iter().map(|b| s.input(b)).collect(),
-            None => rblocks.iter().map(|b| s.temp_from(b.pack())).collect(),
+            None => rblocks.iter().map(|b| s.packed(b)).collect(),
         };
         let rr: Vec<Region> = rblocks.iter().map(|b| st.out(&mut s, b)).collect();
         let pairwise = match algo {

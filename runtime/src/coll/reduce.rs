@@ -251,10 +251,9 @@ pub fn reduce_local<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         ));
     }
     let red = reduction(CALL, -1, &op, &ov.ty)?;
-    let a = iv.pack();
-    let mut b = ov.pack();
+    let a = iv.pack(CALL, -1)?;
+    let mut b = ov.pack(CALL, -1)?;
     let cnt = b.len() / red.unit;
     crate::op::apply_datatype(&red.op, red.dt, cnt, &a, &mut b);
-    ov.unpack(&b);
-    Ok(())
+    ov.unpack(CALL, -1, &b)
 }

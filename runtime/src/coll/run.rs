@@ -42,7 +42,7 @@ impl Staged {
         match v.contig_addr() {
             Some(a) => s.user(a, v.bytes(), true),
             None => {
-                let r = s.temp_from(v.pack());
+                let r = s.packed(v);
                 self.0.push((r, v.clone()));
                 r
             }

@@ -201,6 +201,9 @@ pub(crate) struct Sched {
     /// [`Sched::reduced_next`] has looked for it: every receive of a group
     /// shares it, so a group of n receives is scanned once, not n times.
     group_wait: Option<usize>,
+    /// The gpu layer it classifies, copies and reduces with (the process's;
+    /// a test double's in unit tests).
+    gpu: &'static Gpu,
 }
 
 impl Sched {
@@ -224,7 +227,21 @@ impl Sched {
             in_local: false,
             device_near: None,
             group_wait: None,
+            gpu: crate::engine::gpu(),
         }
+    }
+
+    /// The schedule over the gpu layer `g` instead of the process's (unit
+    /// tests over the gpu layer's test double). Before any memory is
+    /// registered, which `g` classifies.
+    #[cfg(test)]
+    pub fn on_gpu(mut self, g: &'static Gpu) -> Self {
+        debug_assert!(
+            self.mems.is_empty(),
+            "memory registered on another gpu layer"
+        );
+        self.gpu = g;
+        self
     }
 
     /// A schedule on an intercommunicator whose [`Step::Local`] phases run
@@ -334,11 +351,25 @@ impl Sched {
     }
 
     /// A region holding the data of a view to read: the user memory itself
-    /// when contiguous, else a packed copy made now.
+    /// when contiguous, else a packed copy made now ([`Sched::packed`]).
     pub fn input(&mut self, v: &View) -> Region {
         match v.contig_addr() {
             Some(a) => self.user(a, v.bytes(), false),
-            None => self.temp_from(v.pack()),
+            None => self.packed(v),
+        }
+    }
+
+    /// A temporary holding the view's data packed now. If that fails (the
+    /// memory cannot be classified, or a copy out of the device fails), the
+    /// schedule fails before it runs a step, and the temporary holds zeros
+    /// that no step reads.
+    pub fn packed(&mut self, v: &View) -> Region {
+        match v.pack_with(self.gpu, self.call, self.me()) {
+            Ok(data) => self.temp_from(data),
+            Err(e) => {
+                self.fail(e);
+                self.temp_from(vec![0u8; v.bytes()])
+            }
         }
     }
 
@@ -401,7 +432,7 @@ impl Sched {
     }
 
     fn gpu(&self) -> &'static Gpu {
-        crate::engine::gpu()
+        self.gpu
     }
 
     fn buf(&self, r: Region) -> Buf {
@@ -429,37 +460,61 @@ impl Sched {
             .then(|| (ma.addr() + a.off as u64, mb.addr() + b.off as u64))
     }
 
-    fn read<R>(&self, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
-        read_mem(&self.mems[r.mem], r, f)
+    /// Run `f` on the bytes of `r`; an error if staging them out of device
+    /// memory fails (`f` then does not run).
+    fn read<R>(&self, r: Region, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        read_mem(self.gpu, &self.mems[r.mem], r, f).map_err(|e| e.error(self.call, self.me()))
+    }
+
+    /// Let `f` write the bytes of `r`; an error if staging them into device
+    /// memory fails.
+    fn write<R>(&mut self, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let (call, me) = (self.call, self.me());
+        write_mem(self.gpu, &mut self.mems[r.mem], r, f).map_err(|e| e.error(call, me))
     }
 
     /// Run `f` on the bytes of `src` (read) and `dst` (read and written: a
     /// reduction's inout). Device memory is written through a write-only
-    /// staging buffer, so there its current bytes are read in first.
-    fn reduce_into(&mut self, src: Region, dst: Region, f: impl FnOnce(&[u8], &mut [u8])) {
+    /// staging buffer, so there its current bytes are read in first. An
+    /// error if a staged copy fails (nothing is written after a failed
+    /// read).
+    fn reduce_into(
+        &mut self,
+        src: Region,
+        dst: Region,
+        f: impl FnOnce(&[u8], &mut [u8]),
+    ) -> Result<()> {
         if self.mems[dst.mem].kind().is_host() {
             return self.read_write(src, dst, f);
         }
-        let mut acc = self.read(dst, |d| d.to_vec());
-        self.read(src, |s| f(s, &mut acc));
-        write_mem(&mut self.mems[dst.mem], dst, |d| d.copy_from_slice(&acc));
+        let mut acc = self.read(dst, |d| d.to_vec())?;
+        self.read(src, |s| f(s, &mut acc))?;
+        self.write(dst, |d| d.copy_from_slice(&acc))
     }
 
     /// Run `f` on the bytes of `src` (read) and `dst` (written; its previous
-    /// contents are not given where it is device memory).
-    fn read_write(&mut self, src: Region, dst: Region, f: impl FnOnce(&[u8], &mut [u8])) {
+    /// contents are not given where it is device memory). An error if a
+    /// staged copy fails (nothing is written after a failed read).
+    fn read_write(
+        &mut self,
+        src: Region,
+        dst: Region,
+        f: impl FnOnce(&[u8], &mut [u8]),
+    ) -> Result<()> {
         if src.mem == dst.mem {
             // One memory: copy the source out to keep the borrows apart.
-            let tmp = self.read(src, |s| s.to_vec());
-            write_mem(&mut self.mems[dst.mem], dst, |d| f(&tmp, d));
-            return;
+            let tmp = self.read(src, |s| s.to_vec())?;
+            return self.write(dst, |d| f(&tmp, d));
         }
         // Take the destination out of the table so the borrows are disjoint.
+        let g = self.gpu;
         let mut d = std::mem::replace(&mut self.mems[dst.mem], Mem::Temp(Vec::new()));
-        read_mem(&self.mems[src.mem], src, |s| {
-            write_mem(&mut d, dst, |o| f(s, o))
+        let res = read_mem(g, &self.mems[src.mem], src, |s| {
+            write_mem(g, &mut d, dst, |o| f(s, o))
         });
         self.mems[dst.mem] = d;
+        res.and_then(|w| w)
+            .map_err(|e| e.error(self.call, self.me()))
     }
 
     fn fail(&mut self, e: Error) {
@@ -522,14 +577,15 @@ impl Sched {
                                     host_reduce_fallback(&e);
                                     false
                                 }
+                                // A failed kernel, or a failed copy of the
+                                // gpu layer's host fallback: the device's
+                                // failure, not gmpi's.
                                 Err(e) => {
-                                    let msg = format!("device reduction failed: {e}");
-                                    self.fail(Error::new(
-                                        ErrorClass::Intern,
-                                        self.call,
-                                        self.me(),
-                                        msg,
-                                    ));
+                                    let what = format_args!(
+                                        "reducing {} B of device memory at {a:#x} into {b:#x}",
+                                        lo.len
+                                    );
+                                    self.fail(Error::device_copy(e, self.call, self.me(), what));
                                     true
                                 }
                             }
@@ -537,7 +593,7 @@ impl Sched {
                         _ => false,
                     };
                     if !on_gpu {
-                        self.reduce_into(lo, hi, |a, b| {
+                        let res = self.reduce_into(lo, hi, |a, b| {
                             crate::op::apply_datatype(
                                 &red.op,
                                 red.dt,
@@ -546,6 +602,9 @@ impl Sched {
                                 b,
                             )
                         });
+                        if let Err(e) = res {
+                            self.fail(e);
+                        }
                     }
                     true
                 }
@@ -553,16 +612,19 @@ impl Sched {
                     match self.on_device(*src, *dst) {
                         Some((a, b)) => {
                             if let Err(e) = self.gpu().copy_device(b, a, src.len) {
-                                let msg = format!("device copy failed: {e}");
-                                self.fail(Error::new(
-                                    ErrorClass::Intern,
-                                    self.call,
-                                    self.me(),
-                                    msg,
-                                ));
+                                let what = format_args!(
+                                    "copying {} B from device memory at {a:#x} to {b:#x}",
+                                    src.len
+                                );
+                                self.fail(Error::device_copy(e, self.call, self.me(), what));
                             }
                         }
-                        None => self.read_write(*src, *dst, |a, b| b.copy_from_slice(a)),
+                        None => {
+                            if let Err(e) = self.read_write(*src, *dst, |a, b| b.copy_from_slice(a))
+                            {
+                                self.fail(e);
+                            }
+                        }
                     }
                     true
                 }
@@ -576,7 +638,11 @@ impl Sched {
                     } else {
                         src.len
                     };
-                    self.read(src.sub(0, n), |s| view.unpack(s));
+                    let (g, call, me) = (self.gpu, self.call, self.me());
+                    match self.read(src.sub(0, n), |s| view.unpack_with(g, call, me, s)) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) | Err(e) => self.fail(e),
+                    }
                     true
                 }
             };
@@ -745,11 +811,29 @@ impl Drop for Sched {
     }
 }
 
-/// A staged device access failed: the collective's data is lost and the job
-/// cannot go on (as for the pml's device copies).
-#[cold]
-fn staging_failed(e: GpuError) -> ! {
-    panic!("gmpi: staging a collective's device buffer failed: {e}")
+/// A staged access to device memory that failed: the gpu layer's error
+/// and the bytes it was moving. The schedule fails with it
+/// ([`Staging::error`]).
+#[derive(Debug)]
+struct Staging {
+    e: GpuError,
+    addr: u64,
+    len: usize,
+    /// Into device memory (a write), or out of it (a read).
+    into: bool,
+}
+
+impl Staging {
+    /// The schedule's error: `call` failed on `rank` (`MPI_ERR_OTHER`).
+    #[cold]
+    fn error(self, call: &str, rank: i32) -> Error {
+        let dir = if self.into { "into" } else { "out of" };
+        let what = format_args!(
+            "staging {} B {dir} device memory at {:#x}",
+            self.len, self.addr
+        );
+        Error::device_copy(self.e, call, rank, what)
+    }
 }
 
 /// Says once per process that device reductions run on the CPU, and why.
@@ -760,38 +844,66 @@ fn host_reduce_fallback(e: &GpuError) {
     });
 }
 
-fn read_mem<R>(m: &Mem, r: Region, f: impl FnOnce(&[u8]) -> R) -> R {
+/// Run `f` on the bytes of `r` in `m`: in place in host memory, on a
+/// staged copy of device memory through `g` (`f` does not run if the copy
+/// fails).
+fn read_mem<R>(g: &Gpu, m: &Mem, r: Region, f: impl FnOnce(&[u8]) -> R) -> Result<R, Staging> {
     let at = m.addr() + r.off as u64;
     match m {
-        Mem::User { kind, .. } if kind.is_host() => HostMem.with_read(at, r.len, f),
-        Mem::Temp(v) => f(&v[r.off..r.off + r.len]),
-        _ => match crate::engine::gpu().with_read(at, r.len, f) {
-            Ok((x, _)) => x,
-            Err(e) => staging_failed(e),
-        },
+        Mem::User { kind, .. } if kind.is_host() => Ok(HostMem.with_read(at, r.len, f)),
+        Mem::Temp(v) => Ok(f(&v[r.off..r.off + r.len])),
+        _ => g
+            .with_read(at, r.len, f)
+            .map(|(x, _)| x)
+            .map_err(|e| Staging {
+                e,
+                addr: at,
+                len: r.len,
+                into: false,
+            }),
     }
 }
 
-fn write_mem<R>(m: &mut Mem, r: Region, f: impl FnOnce(&mut [u8]) -> R) -> R {
+/// Let `f` write the bytes of `r` in `m`: in place in host memory, through
+/// a staging buffer copied into device memory by `g` (an error if that copy
+/// fails).
+fn write_mem<R>(
+    g: &Gpu,
+    m: &mut Mem,
+    r: Region,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> Result<R, Staging> {
     let at = m.addr() + r.off as u64;
     match m {
         Mem::User { writable, kind, .. } => {
             assert!(*writable, "a schedule wrote a read-only buffer");
             if kind.is_host() {
-                HostMem.with_write(at, r.len, f)
+                Ok(HostMem.with_write(at, r.len, f))
             } else {
-                match crate::engine::gpu().with_write(at, r.len, f) {
-                    Ok((x, _)) => x,
-                    Err(e) => staging_failed(e),
-                }
+                staged_write(g, at, r.len, f)
             }
         }
-        Mem::Temp(v) => f(&mut v[r.off..r.off + r.len]),
-        Mem::Dev(_) => match crate::engine::gpu().with_write(at, r.len, f) {
-            Ok((x, _)) => x,
-            Err(e) => staging_failed(e),
-        },
+        Mem::Temp(v) => Ok(f(&mut v[r.off..r.off + r.len])),
+        Mem::Dev(_) => staged_write(g, at, r.len, f),
     }
+}
+
+/// `f` fills a staging buffer that `g` copies into the `len` device bytes at
+/// `at`.
+fn staged_write<R>(
+    g: &Gpu,
+    at: u64,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> Result<R, Staging> {
+    g.with_write(at, len, f)
+        .map(|(x, _)| x)
+        .map_err(|e| Staging {
+            e,
+            addr: at,
+            len,
+            into: true,
+        })
 }
 
 /// Position of the first `Wait` in `steps`: the end of the group of
@@ -825,6 +937,257 @@ mod tests {
 
     fn reg(mem: usize, off: usize, len: usize) -> Region {
         Region { mem, off, len }
+    }
+
+    /// Device copies that fail inside a schedule fail the schedule: its
+    /// result is the error, and no later step runs.
+    mod device {
+        use std::sync::atomic::{AtomicBool, AtomicU32};
+        use std::sync::{Arc, Mutex};
+
+        use gmpi_btl::loopback::Loopback;
+        use gmpi_gpu::double::TestCuda;
+        use gmpi_gpu::{Gpu, GpuConfig, GpuError};
+        use gmpi_pml::{Pml, PmlConfig};
+
+        use super::super::*;
+        use crate::buffer::Ty;
+        use crate::comm::ShmState;
+        use crate::datatype::Primitive;
+        use crate::typemap::UserDatatype;
+
+        const CALL: &str = "MPI_Allreduce";
+        const I32: Datatype = Datatype::Primitive(Primitive::I32);
+        const STICKY: &str = "CUDA_ERROR_ILLEGAL_ADDRESS: sticky";
+
+        /// A one-rank world, its driver, and a gpu layer over a test
+        /// double (the schedules' own; the driver is not asked to copy).
+        struct World {
+            comm: Arc<CommInner>,
+            d: Driver<HostMem>,
+            cuda: Arc<TestCuda>,
+            g: &'static Gpu,
+        }
+
+        impl World {
+            fn new() -> Self {
+                Self::over(TestCuda::new(1))
+            }
+
+            fn over(cuda: TestCuda) -> Self {
+                let comm = Arc::new(CommInner {
+                    ctx: 0,
+                    coll_ctx: 1,
+                    rank: 0,
+                    size: 1,
+                    world: vec![0],
+                    single_node: true,
+                    coll_seq: AtomicU32::new(0),
+                    freed: AtomicBool::new(false),
+                    shm: Mutex::new(ShmState::Unavailable),
+                    remote: None,
+                });
+                let d = Driver::new(
+                    Pml::new(0, 1, PmlConfig::default()),
+                    vec![Box::new(Loopback::new(0))],
+                    HostMem,
+                    Arc::new(Gpu::host_only("test")),
+                );
+                let cuda = Arc::new(cuda);
+                let g = Box::leak(Box::new(Gpu::with_api(cuda.clone(), GpuConfig::default())));
+                Self { comm, d, cuda, g }
+            }
+
+            fn sched(&self) -> Sched {
+                Sched::new(CALL, &self.comm, 0).on_gpu(self.g)
+            }
+
+            /// 64 B of device memory holding 1s.
+            fn dev(&self) -> u64 {
+                let p = self.cuda.malloc(64, 0);
+                self.cuda.poke(p, &[1; 64]);
+                p
+            }
+
+            /// Run `s` to its end: its result.
+            fn run(&mut self, s: &mut Sched) -> Result<Option<Status>> {
+                for _ in 0..10 {
+                    s.advance(&mut self.d);
+                    if s.is_done() {
+                        return s.result();
+                    }
+                }
+                panic!("the schedule never finished");
+            }
+        }
+
+        /// `r`, the result of a schedule whose device copies failed: an
+        /// `MPI_ERR_OTHER` naming the call, the rank, the driver call and
+        /// what was copied, with the gpu layer's error as its source.
+        fn check(r: Result<Option<Status>>, driver_call: &str, what: &str) {
+            let e = r.expect_err("the schedule failed");
+            assert_eq!(e.class(), ErrorClass::Other, "{e}");
+            let m = e.message();
+            for part in [CALL, "on rank 0", driver_call, STICKY, what] {
+                assert!(m.contains(part), "{m:?} does not name {part:?}");
+            }
+            let src = std::error::Error::source(&e).expect("the gpu layer's error");
+            assert!(
+                matches!(src.downcast_ref::<GpuError>(), Some(GpuError::Driver { call, .. }) if *call == driver_call),
+                "{src:?}"
+            );
+        }
+
+        /// After the step under test, a copy of 9s into `out` that must not
+        /// run once the schedule failed.
+        fn then_copy_nines(s: &mut Sched, out: &mut [u8]) {
+            let nines = s.temp_from(vec![9; out.len()]);
+            let o = s.user(out.as_mut_ptr() as u64, out.len(), true);
+            s.copy(nines, o);
+        }
+
+        #[test]
+        fn a_failed_staged_read_fails_the_schedule() {
+            let mut w = World::new();
+            let (p, mut host, mut after) = (w.dev(), vec![0u8; 64], vec![0u8; 8]);
+            let mut s = w.sched();
+            let src = s.user(p, 64, false);
+            let dst = s.user(host.as_mut_ptr() as u64, 64, true);
+            s.copy(src, dst);
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!("staging 64 B out of device memory at {p:#x}");
+            check(w.run(&mut s), "cuMemcpyDtoH_v2", &what);
+            assert_eq!((host, after), (vec![0; 64], vec![0; 8]));
+        }
+
+        #[test]
+        fn a_failed_staged_write_fails_the_schedule() {
+            let mut w = World::new();
+            let (p, mut after) = (w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            let src = s.temp_from(vec![5; 64]);
+            let dst = s.user(p, 64, true);
+            s.copy(src, dst);
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!("staging 64 B into device memory at {p:#x}");
+            check(w.run(&mut s), "cuMemcpyHtoD_v2", &what);
+            assert_eq!(w.cuda.peek(p, 64), vec![1; 64]);
+            assert_eq!(after, vec![0; 8]);
+        }
+
+        #[test]
+        fn a_failed_device_to_device_copy_fails_the_schedule() {
+            let mut w = World::new();
+            let (a, b, mut after) = (w.dev(), w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            let src = s.user(a, 64, false);
+            let dst = s.user(b, 64, true);
+            s.copy(src, dst);
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!("copying 64 B from device memory at {a:#x} to {b:#x}");
+            check(w.run(&mut s), "cuMemcpyDtoD_v2", &what);
+            assert_eq!(after, vec![0; 8]);
+        }
+
+        #[test]
+        fn a_failed_device_reduction_fails_the_schedule() {
+            // No kernels: the gpu layer reduces on host copies it makes
+            // itself, and those fail.
+            let mut w = World::over(TestCuda::new(1).without_kernels());
+            let (a, b, mut after) = (w.dev(), w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            s.red = Some(Reduction {
+                op: Op::Sum,
+                dt: I32,
+                unit: 4,
+            });
+            let lo = s.user(a, 64, false);
+            let hi = s.user(b, 64, true);
+            s.reduce(lo, hi);
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!("reducing 64 B of device memory at {a:#x} into {b:#x}");
+            check(w.run(&mut s), "cuMemcpyDtoH_v2", &what);
+            assert_eq!(w.cuda.peek(b, 64), vec![1; 64]);
+            assert_eq!(after, vec![0; 8]);
+        }
+
+        #[test]
+        fn a_failed_copy_of_a_host_reduction_fails_the_schedule() {
+            let mut w = World::new();
+            let (p, mut after) = (w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            s.red = Some(Reduction {
+                op: Op::Sum,
+                dt: I32,
+                unit: 4,
+            });
+            // A host operand: the reduction runs on the CPU, through staged
+            // copies of the device one.
+            let lo = s.temp_from(vec![2; 64]);
+            let hi = s.user(p, 64, true);
+            s.reduce(lo, hi);
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!("staging 64 B out of device memory at {p:#x}");
+            check(w.run(&mut s), "cuMemcpyDtoH_v2", &what);
+            assert_eq!(w.cuda.peek(p, 64), vec![1; 64]);
+            assert_eq!(after, vec![0; 8]);
+        }
+
+        /// Every other `i32` of the 60 B at `p`.
+        fn strided(p: u64) -> View {
+            View {
+                base: p,
+                len: 60,
+                origin: 0,
+                count: 1,
+                ty: Ty::Derived(UserDatatype::vector(8, 1, 2, &I32).unwrap().committed()),
+                writable: true,
+            }
+        }
+
+        #[test]
+        fn a_failed_unpack_into_device_memory_fails_the_schedule() {
+            let mut w = World::new();
+            let (p, mut after) = (w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            let src = s.temp_from(vec![3; 32]);
+            s.push(Step::Unpack {
+                src,
+                view: strided(p),
+                received: false,
+            });
+            then_copy_nines(&mut s, &mut after);
+            w.cuda.fail_copies(Some(STICKY));
+            let what = format!(
+                "staging the 60 B region of a derived datatype out of device memory at {p:#x}"
+            );
+            check(w.run(&mut s), "cuMemcpyDtoH_v2", &what);
+            assert_eq!(w.cuda.peek(p, 64), vec![1; 64]);
+            assert_eq!(after, vec![0; 8]);
+        }
+
+        #[test]
+        fn a_failed_pack_of_an_input_fails_the_schedule_before_it_runs() {
+            let mut w = World::new();
+            let (p, mut after) = (w.dev(), vec![0u8; 8]);
+            let mut s = w.sched();
+            w.cuda.fail_copies(Some(STICKY));
+            let r = s.input(&strided(p));
+            let mut out = vec![0u8; 32];
+            let o = s.user(out.as_mut_ptr() as u64, 32, true);
+            s.copy(r, o);
+            then_copy_nines(&mut s, &mut after);
+            let what = format!(
+                "staging the 60 B region of a derived datatype out of device memory at {p:#x}"
+            );
+            check(w.run(&mut s), "cuMemcpyDtoH_v2", &what);
+            assert_eq!((out, after), (vec![0; 32], vec![0; 8]));
+        }
     }
 
     #[test]

@@ -14,7 +14,12 @@
 //! (`wire::with_contribution`, `View::pack_into`), and what it receives is
 //! copied from the slots into the GPU (`View::unpack`: one copy per
 //! contiguous block); reductions into device memory run on the host, in the
-//! same rank order, into a host buffer that is then copied in whole.
+//! same rank order, into a host buffer that is then copied in whole. A
+//! failed device copy is the call's error on its rank (`MPI_ERR_OTHER`); a
+//! rank that could not copy its contribution out still takes part in the
+//! exchange (so the others do not wait for it), marked failed (so they fail
+//! too, naming it, instead of using the data it does not have:
+//! `wire::with_contribution`).
 //!
 //! Allreduces of 1 to [`TINY`] bytes take a shorter road to the same
 //! exchange ([`Communicator::allreduce_tiny`]), since their time is mostly
@@ -154,17 +159,14 @@ impl Communicator {
         area: &mut ShmArea<'_>,
         hdr: [u8; HDR],
         input: Option<&View>,
-        f: impl FnOnce(&[&[u8]]),
+        f: impl FnOnce(&[&[u8]]) -> Result<()>,
     ) -> Result<()> {
         let me = self.rank();
         let a = area.coll();
-        with_contribution(hdr, input, |data| {
+        with_contribution(engine::gpu(), call, me, hdr, input, |data| {
             let mut bad = None;
             a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
-                bad = mismatch(call, me, data, slots);
-                if bad.is_none() {
-                    f(slots);
-                }
+                bad = mismatch(call, me, data, slots).map_or_else(|| f(slots).err(), Some);
             })?;
             bad.map_or(Ok(()), Err)
         })
@@ -202,8 +204,9 @@ impl Communicator {
             (me == root).then_some(v),
             |slots| {
                 if me != root {
-                    v.unpack(&slots[root as usize][HDR..]);
+                    v.unpack(call, me, &slots[root as usize][HDR..])?;
                 }
+                Ok(())
             },
         )
     }
@@ -239,9 +242,10 @@ impl Communicator {
                     staged = Some(r);
                 }
             }
+            Ok(())
         })?;
         if let (Some(o), Some(r)) = (out, staged) {
-            o.unpack(&r);
+            o.unpack(call, me, &r)?;
         }
         Ok(())
     }
@@ -263,9 +267,10 @@ impl Communicator {
         self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
             if root.is_none_or(|r| r == me) {
                 for (b, s) in blocks.iter().zip(slots) {
-                    b.unpack(&s[HDR..]);
+                    b.unpack(call, me, &s[HDR..])?;
                 }
             }
+            Ok(())
         })
     }
 
@@ -281,14 +286,15 @@ impl Communicator {
         input: &View,
         rblocks: &[View],
     ) -> Result<()> {
-        let total = input.bytes();
+        let (me, total) = (self.rank(), input.bytes());
         let block = total / rblocks.len();
-        let at = HDR + self.rank() as usize * block;
+        let at = HDR + me as usize * block;
         let hdr = header(kind::ALLTOALL, -1, None, total);
         self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
             for (b, s) in rblocks.iter().zip(slots) {
-                b.unpack(&s[at..at + block]);
+                b.unpack(call, me, &s[at..at + block])?;
             }
+            Ok(())
         })
     }
 
@@ -327,8 +333,13 @@ impl Communicator {
         if self.check_live(CALL).is_err() {
             return None;
         }
-        let out_host = recv.is_host();
-        let in_host = send.map_or(out_host, View::is_host);
+        // Memory the gpu layer cannot classify takes the general path,
+        // which fails with that error.
+        let out_host = recv.kind().ok()?.is_host();
+        let in_host = match send {
+            Some(s) => s.kind().ok()?.is_host(),
+            None => out_host,
+        };
         let me = self.rank();
         engine::with(CALL, |e| {
             // Only where the general path would use the area too; the tiny
@@ -353,20 +364,27 @@ impl Communicator {
             let mut buf = [0u8; HDR + TINY];
             let data = &mut buf[..HDR + len];
             data[..HDR].copy_from_slice(&header(kind::REDUCE, -1, Some(op), len));
-            if in_host {
+            // A contribution that cannot be copied out of the device still
+            // takes part, marked failed (`wire::with_contribution`).
+            let packed = if in_host {
                 HostMem.with_read(src, len, |d| {
                     gmpi_btl::copy_bytes(&mut data[HDR..], d)
                 });
+                Ok(())
             } else {
-                input.pack_into(&mut data[HDR..]);
+                input.pack_into(CALL, me, &mut data[HDR..])
+            };
+            if packed.is_err() {
+                wire::poison(data);
             }
             let data: &[u8] = data;
             let mut bad = None;
             let mut staged = [0u8; TINY];
-            a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
-                if slots
-                    .iter()
-                    .any(|s| s.len() != data.len() || s[..HDR] != data[..HDR])
+            let exchanged = a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
+                if packed.is_err()
+                    || slots
+                        .iter()
+                        .any(|s| s.len() != data.len() || s[..HDR] != data[..HDR])
                 {
                     bad = mismatch(CALL, me, data, slots);
                     return;
@@ -378,12 +396,14 @@ impl Communicator {
                 } else {
                     reduce_tiny(kernel, slots, &mut staged[..len]);
                 }
-            })?;
+            });
+            packed?;
+            exchanged?;
             match bad {
                 Some(err) => Err(err),
                 None => {
                     if !out_host {
-                        recv.unpack(&staged[..len]);
+                        recv.unpack(CALL, me, &staged[..len])?;
                     }
                     Ok(Some(()))
                 }

@@ -4,7 +4,7 @@
 //!
 //! | bytes | field (little-endian) |
 //! |---|---|
-//! | 0..4 | collective ([`kind`]): 0 the `coll_check` agreement, 1 reduce/allreduce, 2 gather/allgather, 3 bcast, 4 alltoall |
+//! | 0..4 | collective ([`kind`]): 0 the `coll_check` agreement, 1 reduce/allreduce, 2 gather/allgather, 3 bcast, 4 alltoall; 5 this rank could not copy its data out of device memory |
 //! | 4..8 | root (-1: none) |
 //! | 8..12 | op: 0 none, 1 `SUM` … 14 `NO_OP`, 15 user-defined (see [`header`]) |
 //! | 12..16 | bytes of data that follow (`coll_check`: `u32::MAX` for the `v` forms, whose sizes differ by rank) |
@@ -13,7 +13,11 @@
 //! using any data ([`mismatch`]), so ranks that called different
 //! collectives, or passed different roots, ops or sizes, all fail the
 //! same way instead of reading garbage. `coll_check` gathers the same
-//! header through the schedules and compares it the same way.
+//! header through the schedules and compares it the same way. A rank whose
+//! contribution could not be packed (a failed device copy) still takes
+//! part, so the others do not wait for it forever, with [`kind::FAILED`] in
+//! its header: it returns its own error, and the others fail naming it
+//! instead of using the data it does not have.
 
 use crate::buffer::View;
 use crate::error::{Error, ErrorClass};
@@ -35,6 +39,9 @@ pub(crate) mod kind {
     pub(crate) const GATHER: u32 = 2;
     pub(crate) const BCAST: u32 = 3;
     pub(crate) const ALLTOALL: u32 = 4;
+    /// In place of the collective's kind: this rank's data is missing (a
+    /// copy out of device memory failed), so nobody may use the exchange.
+    pub(crate) const FAILED: u32 = 5;
 }
 
 /// The header of a shared-memory exchange.
@@ -64,14 +71,20 @@ pub(crate) fn header(kind: u32, root: i32, op: Option<&Op>, len: usize) -> [u8; 
     h
 }
 
-/// Run `f` on this rank's contribution to a shared-memory exchange: `hdr`,
-/// then `input`'s bytes packed (nothing for `None`). Small contributions are
-/// assembled on the stack, larger ones in one allocation.
+/// Run `f` on this rank's contribution to a shared-memory exchange of
+/// `call` on rank `me`: `hdr`, then `input`'s bytes packed through the gpu
+/// layer `g` (nothing for `None`). Small contributions are assembled on the stack, larger ones in
+/// one allocation. If packing fails, `f` still runs, on a contribution
+/// marked [`kind::FAILED`] ([`poison`]), and the packing error is returned
+/// whatever `f` returns.
 pub(crate) fn with_contribution<R>(
+    g: &gmpi_gpu::Gpu,
+    call: &str,
+    me: i32,
     hdr: [u8; HDR],
     input: Option<&View>,
-    f: impl FnOnce(&[u8]) -> R,
-) -> R {
+    f: impl FnOnce(&[u8]) -> Result<R, Error>,
+) -> Result<R, Error> {
     let len = input.map_or(0, View::bytes);
     let mut small = [0u8; 256];
     let mut big = Vec::new();
@@ -82,23 +95,42 @@ pub(crate) fn with_contribution<R>(
         &mut big
     };
     data[..HDR].copy_from_slice(&hdr);
-    if let Some(v) = input {
-        if v.read_contig(|d| data[HDR..].copy_from_slice(d)).is_none() {
-            v.pack_into(&mut data[HDR..]);
-        }
+    // (Host data, contiguous or not, is copied in place in one pass.)
+    let packed = match input {
+        Some(v) => v.pack_into_with(g, call, me, &mut data[HDR..]),
+        None => Ok(()),
+    };
+    if packed.is_err() {
+        poison(data);
     }
-    f(data)
+    let r = f(data);
+    packed?;
+    r
+}
+
+/// Mark a contribution whose data could not be packed: every rank's
+/// [`mismatch`] then fails the exchange.
+pub(crate) fn poison(data: &mut [u8]) {
+    data[0..4].copy_from_slice(&kind::FAILED.to_le_bytes());
 }
 
 /// Compare every rank's header with ours (the header carries the length,
-/// so sizes are compared too): the first difference as an error.
+/// so sizes are compared too): the first difference as an error. A
+/// contribution marked [`kind::FAILED`], ours or another rank's, is an
+/// error too, even where every rank's is.
 pub(crate) fn mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Option<Error> {
     let field = |h: &[u8], i: usize| i32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let failed = |h: &[u8]| h.len() >= HDR && field(h, 0) == kind::FAILED as i32;
     let (r, s) = slots
         .iter()
         .enumerate()
-        .find(|(_, s)| s.len() < HDR || s[..HDR] != mine[..HDR])?;
-    let (class, what) = if s.len() < HDR || field(s, 0) != field(mine, 0) {
+        .find(|(_, s)| s.len() < HDR || s[..HDR] != mine[..HDR] || failed(s))?;
+    let (class, what) = if failed(s) {
+        (
+            ErrorClass::Other,
+            "could not copy its data out of device memory".to_string(),
+        )
+    } else if s.len() < HDR || field(s, 0) != field(mine, 0) {
         (
             ErrorClass::Other,
             "called a different collective".to_string(),
@@ -128,4 +160,70 @@ pub(crate) fn mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Opt
         )
     };
     Some(Error::new(class, call, me, format!("rank {r} {what}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use gmpi_gpu::double::TestCuda;
+    use gmpi_gpu::{Gpu, GpuConfig};
+
+    use super::*;
+    use crate::buffer::Ty;
+    use crate::datatype::{Datatype, Primitive};
+
+    const CALL: &str = "MPI_Allgather";
+
+    #[test]
+    fn a_failed_contribution_still_takes_part_and_fails_every_rank() {
+        let cuda = Arc::new(TestCuda::new(1));
+        let g = Gpu::with_api(cuda.clone(), GpuConfig::default());
+        let p = cuda.malloc(64, 0);
+        let v = View {
+            base: p,
+            len: 64,
+            origin: 0,
+            count: 16,
+            ty: Ty::Basic(Datatype::Primitive(Primitive::I32)),
+            writable: false,
+        };
+        let hdr = header(kind::GATHER, -1, None, 64);
+        let healthy = with_contribution(&g, CALL, 0, hdr, Some(&v), |d| Ok(d.to_vec())).unwrap();
+        assert_eq!(healthy[..HDR], hdr);
+
+        // Rank 1 cannot copy its data out: it still publishes (so its
+        // peers do not wait for it), with a marked header (so they do not
+        // use what it published), then returns its own error.
+        cuda.fail_copies(Some("CUDA_ERROR_ILLEGAL_ADDRESS: sticky"));
+        let mut published = None;
+        let e = with_contribution(&g, CALL, 1, hdr, Some(&v), |d| {
+            published = Some(d.to_vec());
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Other);
+        assert!(
+            e.message().contains("cuMemcpyDtoH_v2") && e.message().contains("on rank 1"),
+            "{e}"
+        );
+        let failed = published.expect("the failed rank published");
+        assert_eq!(failed.len(), healthy.len());
+        assert_ne!(failed[..HDR], hdr);
+
+        // Every rank sees the exchange fail: the healthy ones naming the
+        // failed rank, the failed one (whose error wins) too, and so would
+        // ranks that all failed.
+        let slots = [&healthy[..], &failed[..]];
+        let e = mismatch(CALL, 0, &healthy, &slots).expect("rank 0 sees the failure");
+        assert_eq!(e.class(), ErrorClass::Other);
+        assert!(
+            e.message()
+                .contains("rank 1 could not copy its data out of device memory"),
+            "{e}"
+        );
+        assert!(mismatch(CALL, 1, &failed, &slots).is_some());
+        assert!(mismatch(CALL, 1, &failed, &[&failed[..], &failed[..]]).is_some());
+        assert!(mismatch(CALL, 0, &healthy, &[&healthy[..], &healthy[..]]).is_none());
+    }
 }
