@@ -170,6 +170,10 @@ struct State {
 pub struct TestCuda {
     devices: usize,
     gdrcopy: bool,
+    /// What one pointer query (`query`, `buffer_id`) costs, spent spinning:
+    /// the cost model benchmarks use (a real `cuPointerGetAttributes` takes
+    /// a few hundred nanoseconds).
+    call_cost: std::time::Duration,
     kernels: bool,
     /// The process this view plays (IPC handles carry it).
     pid: u32,
@@ -240,6 +244,7 @@ impl TestCuda {
         Self {
             devices,
             gdrcopy: false,
+            call_cost: std::time::Duration::ZERO,
             kernels: true,
             pid: 0,
             st: Arc::new(Mutex::new(State {
@@ -259,6 +264,7 @@ impl TestCuda {
         Self {
             devices: self.devices,
             gdrcopy: self.gdrcopy,
+            call_cost: self.call_cost,
             kernels: self.kernels,
             pid,
             st: Arc::clone(&self.st),
@@ -383,6 +389,23 @@ impl TestCuda {
             .to_vec()
     }
 
+    /// Make every pointer query cost `d` (spent spinning), as a driver call
+    /// does: the cost model of the classification benchmark.
+    pub fn with_call_cost(mut self, d: std::time::Duration) -> Self {
+        self.call_cost = d;
+        self
+    }
+
+    fn spend_call_cost(&self) {
+        if self.call_cost.is_zero() {
+            return;
+        }
+        let t = std::time::Instant::now();
+        while t.elapsed() < self.call_cost {
+            std::hint::spin_loop();
+        }
+    }
+
     /// Asynchronous copies land on their `n`th poll (default 2, so that a
     /// copy is seen in flight at least once).
     pub fn with_async_polls(self, n: u32) -> Self {
@@ -435,6 +458,7 @@ impl CudaApi for TestCuda {
     }
 
     fn query(&self, addr: u64) -> Result<Option<PtrInfo>, GpuError> {
+        self.spend_call_cost();
         let mut s = self.st();
         s.counts.queries += 1;
         if let Some(msg) = &s.query_error {
@@ -465,6 +489,7 @@ impl CudaApi for TestCuda {
     }
 
     fn buffer_id(&self, addr: u64) -> Option<u64> {
+        self.spend_call_cost();
         let mut s = self.st();
         s.counts.buffer_id_checks += 1;
         let (base, _) = s.find(addr)?;
