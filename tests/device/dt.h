@@ -274,23 +274,34 @@ static int dt_on_host(char kind) {
     return kind == 'H' || kind == 'P';
 }
 
-/* Copies between a buffer of any kind and host memory. */
+/* Copies between a buffer of any kind and host memory.
+ *
+ * Both synchronize the context around the copy. cuMemcpyHtoD from pageable
+ * memory may return before the DMA into device memory has finished, so
+ * without the synchronization a fill could still be in flight when the MPI
+ * call (or a peer, through CUDA IPC, on another stream) reads the buffer:
+ * the test's race, not gmpi's. Likewise a readback after the MPI call must
+ * not overtake work the runtime queued on its own (non-blocking) streams. */
 static void dt_put(void *dst, const void *src, size_t n, char kind) {
     if (!n)
         return;
-    if (dt_on_host(kind))
+    if (dt_on_host(kind)) {
         memcpy(dst, src, n);
-    else
-        cu_check(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n), "cuMemcpyHtoD");
+        return;
+    }
+    cu_check(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n), "cuMemcpyHtoD");
+    cu_check(cu.CtxSynchronize(), "cuCtxSynchronize");
 }
 
 static void dt_get(void *dst, const void *src, size_t n, char kind) {
     if (!n)
         return;
-    if (dt_on_host(kind))
+    if (dt_on_host(kind)) {
         memcpy(dst, src, n);
-    else
-        cu_check(cu.MemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n), "cuMemcpyDtoH");
+        return;
+    }
+    cu_check(cu.CtxSynchronize(), "cuCtxSynchronize");
+    cu_check(cu.MemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n), "cuMemcpyDtoH");
 }
 
 static void dt_memset(void *dst, int v, size_t n, char kind) {
