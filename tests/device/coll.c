@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     /* element counts: one, a few pages, and the largest that fits in -M */
     size_t counts[3] = {1, 1000, 0};
     int ncounts = 2;
-    for (int t = 0; t < T_NTYPES; t++)
+    for (int t = 0; t < T_NBASIC; t++)
         for (int o = 0; o < O_NOPS; o++) {
             if (!dt_op_valid(o, t))
                 continue;
@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
                           dt_op_names[o], dt_type_names[t], counts[i]);
             }
         }
-    for (int t = 0; t < T_NTYPES; t++) {
+    for (int t = 0; t < T_NBASIC; t++) {
         size_t big = max / dt_type_sizes[t];
         for (int ip = 0; ip < 2; ip++)
             for (int nb = 0; nb < 2; nb++) {
@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
             }
     }
     static const int rops[] = {O_SUM, O_PROD, O_MIN, O_BXOR};
-    for (int t = 0; t < T_NTYPES; t++)
+    for (int t = 0; t < T_NBASIC; t++)
         for (size_t q = 0; q < sizeof rops / sizeof rops[0]; q++) {
             int o = rops[q];
             if (!dt_op_valid(o, t))

@@ -8,7 +8,9 @@
  *
  * Memory kinds: 'H' host (malloc), 'D' device (cuMemAlloc), 'M' managed
  * (cuMemAllocManaged), 'A' stream-ordered (cuMemAllocAsync on a stream,
- * synchronized before use), 'P' pinned host (cuMemHostAlloc).
+ * synchronized before use), 'P' pinned host (cuMemHostAlloc); 'X', mixed,
+ * is not a kind of its own: dt_rank_kind() makes it 'D' on even ranks and
+ * 'H' on odd ranks, so every exchange pairs device and host ranks.
  *
  * Results: dt_result() reduces one case's error count over all ranks; rank 0
  * prints "PASS name" or "FAIL name (N wrong)"; dt_summary() prints
@@ -214,8 +216,19 @@ static const char *dt_kind_name(char k) {
         return "async";
     case 'P':
         return "pinned";
+    case 'X':
+        return "mixed";
     }
     return "?";
+}
+
+/* The kind this rank uses for `k`: 'X' (mixed) is device memory on even
+ * ranks and host memory on odd ranks; any other kind is itself. After
+ * MPI_Init. */
+static char dt_rank_kind(char k) {
+    if (k != 'X')
+        return k;
+    return dt_rank() % 2 ? 'H' : 'D';
 }
 
 static int dt_kind_available(char k) {
