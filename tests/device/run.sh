@@ -205,8 +205,10 @@ write_summary() {
                 echo
                 echo "### $kind (rows: size; columns: setting)"
                 echo '```'
-                local files
-                files=$(find "$logs" -name "sweep-$kind-*.log" | sort -t- -k3 -n)
+                local files f
+                # by setting (the number after the last dash), whatever the folder's name
+                files=$(for f in "$logs"/sweep-"$kind"-*.log; do [ -e "$f" ] && echo "${f##*-} $f"; done |
+                    sort -n | cut -d' ' -f2-)
                 [ -n "$files" ] || { echo '```'; continue; }
                 printf '%-10s' size
                 for f in $files; do printf ' %12s' "$(basename "$f" .log | sed "s/sweep-$kind-//")"; done
@@ -284,7 +286,7 @@ elif part correctness; then
     step realloc-np2 30 -- "${run[@]}" 2 "$bin/dt_realloc" -M 16M
     step realloc-np4 30 -- "${run[@]}" 4 "$bin/dt_realloc" -M 4M -n 6
     step realloc-np2-staged 30 GMPI_GPU_IPC=off -- "${run[@]}" 2 "$bin/dt_realloc" -M 4M -n 6
-    step kinds-np2 30 -- "${run[@]}" 2 "$bin/dt_kinds" -M 64M
+    step kinds-np2 50 -- "${run[@]}" 2 "$bin/dt_kinds" -M 64M
     step kinds-np4 30 -- "${run[@]}" 4 "$bin/dt_kinds" -M 4M
     step ctx-first-np2 20 -- "${run[@]}" 2 "$bin/dt_ctx_first" -M 64M
     step ctx-first-np4 20 -- "${run[@]}" 4 "$bin/dt_ctx_first"
@@ -316,12 +318,12 @@ if part perf && [ "$quick" = 0 ]; then
     step perf-copybw 20 -- "$bin/dt_copybw" 8 4M 64M
     # host 8 B latency, CUDA loaded (auto) vs GMPI_CUDA=off, alternated twice
     for i in 1 2; do
-        step "perf-lat8-cuda-$i" 15 -- "${run[@]}" 2 "$bin/gb_latency" -m 8:8 -i 100000 -x 10000
-        step "perf-lat8-off-$i" 15 GMPI_CUDA=off -- "${run[@]}" 2 "$bin/gb_latency" -m 8:8 -i 100000 -x 10000
+        step "perf-lat8-cuda-$i" 10 -- "${run[@]}" 2 "$bin/gb_latency" -m 8:8 -i 20000 -x 2000
+        step "perf-lat8-off-$i" 10 GMPI_CUDA=off -- "${run[@]}" 2 "$bin/gb_latency" -m 8:8 -i 20000 -x 2000
     done
     step perf-bw-DD 20 -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D D -m 4194304:67108864 -i 20:10 -x 3:2 -W 8
     # the same through the Rust API (cudarc CudaSlice), 8 B .. 64 MiB
-    step perf-bw-rust 20 -- "${run[@]}" 2 "$bin/gmpi-cuda-bw" 64M
+    step perf-bw-rust 20 -- "${run[@]}" 2 "$bin/gmpi-cuda-bw" 64M 128M
     step perf-bw-HH 20 -- "${run[@]}" 2 "$bin/gb_bw" -m 4194304:67108864 -i 20:10 -x 3:2 -W 8
     step perf-bw-DH 20 -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D H -m 4194304:67108864 -i 20:10 -x 3:2 -W 8
     step perf-bw-DD-staged 20 GMPI_GPU_IPC=off -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D D -m 4194304:67108864 -i 10:5 -x 2:1 -W 4
