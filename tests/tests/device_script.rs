@@ -8,9 +8,11 @@
 //! open the handle (the fake's memory is private to a process), the staged
 //! rendezvous with IPC off, collectives with device
 //! temporaries and CPU reductions (the fake has no kernels). Every byte is
-//! checked by the programs; here every step must pass and the fake must
-//! report no misuse (unknown pointers, leaks of allocations, pinned buffers,
-//! streams, contexts or IPC mappings).
+//! checked by the programs; here every step must pass (the mixed host/device
+//! collectives with `GMPI_COLL_SHM=false`, every reduction type and op, the
+//! Rust bandwidth program), the fake must report no misuse (unknown pointers,
+//! leaks of allocations, pinned buffers, streams, contexts or IPC mappings),
+//! and `$OUT` must hold the three files the device machine can return.
 
 use gmpi_tests::{output_text as text, repo};
 use std::path::{Path, PathBuf};
