@@ -36,15 +36,16 @@ cc=$carry/prefix/bin/gmpicc
 cflags=(-O2 -g0 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function)
 
 echo "build.sh: test programs"
-for p in p2p coll realloc kinds ctx_first; do
+for p in p2p coll ops realloc kinds ctx_first; do
     "$cc" "${cflags[@]}" "tests/device/$p.c" -o "$carry/bin/dt_$p" -ldl
 done
 "${CC:-cc}" "${cflags[@]}" tests/device/copybw.c -o "$carry/bin/dt_copybw" -ldl
 
-echo "build.sh: the Rust API scenarios (cudarc CudaSlice through gmpi; mixed host/device ranks)"
-cargo build -q --release -p gmpi-tests --bin gmpi-cuda --bin gmpi-cuda-mixed
-cp "${CARGO_TARGET_DIR:-target}/release/gmpi-cuda" "$carry/bin/gmpi-cuda"
-cp "${CARGO_TARGET_DIR:-target}/release/gmpi-cuda-mixed" "$carry/bin/gmpi-cuda-mixed"
+echo "build.sh: the Rust API scenarios and bandwidth (cudarc CudaSlice through gmpi; mixed host/device ranks)"
+cargo build -q --release -p gmpi-tests --bin gmpi-cuda --bin gmpi-cuda-mixed --bin gmpi-cuda-bw
+for b in gmpi-cuda gmpi-cuda-mixed gmpi-cuda-bw; do
+    cp "$target/release/$b" "$carry/bin/$b"
+done
 
 echo "build.sh: benchmark suite"
 make -s -C bench/suite MPICC="$cc" BUILD="$carry/suite-build" CFLAGS="-O2 -g0 -Wall -Wno-unused-parameter -Wno-stringop-overflow" >/dev/null
@@ -78,12 +79,12 @@ rm -f "$carry/install.log"
 size=$(du -sm "$carry" | cut -f1)
 echo "build.sh: $carry is $size MiB (the carry limit is 64 MiB)"
 [ "$size" -lt 64 ] || { echo "build.sh: too large to carry" >&2; exit 1; }
-: "$target"
 cat <<EOM
 
 Run it on the device machine (one call, under 600 s):
   run tool: command = "bash tests/device/run.sh $carry_rel"
             carry   = ["$carry_rel"]
-            timeout_s = 600
-Results come back under \$OUT: summary.md (tables), logs/, steps.tsv.
+            timeout_s = 360   (the run stops starting steps at 300 s)
+Results come back under \$OUT: summary.md (tables), steps.tsv, logs.tar.gz.
+The full run takes about 300 s (DEVICE_BUDGET_S), so a second run fits in the session.
 EOM

@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
             dt_result(dt_ring(sizes[i], pairs[p][0], pairs[p][1], (int)(i % 2), seed), "own context %c->%c %zu B",
                       pairs[p][0], pairs[p][1], sizes[i]);
         }
-    for (int t = 0; t < T_NTYPES; t++) {
+    for (int t = 0; t < T_NBASIC; t++) {
         size_t counts[] = {1, 1000, max / dt_type_sizes[t]};
         for (int i = 0; i < 3; i++) {
             seed += 7;

@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
             CK(cudaDeviceSynchronize());
             MPI_Sendrecv(s, (int)n, MPI_BYTE, (rank_ + 1) % nranks, 1, d, (int)n, MPI_BYTE,
                          (rank_ + nranks - 1) % nranks, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CK(cudaDeviceSynchronize()); /* before the readback: nothing of the call may be in flight */
             CK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
             size_t bad = 0;
             unsigned from = (unsigned)((rank_ + nranks - 1) % nranks);
@@ -97,7 +98,10 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < cnt; i++)
                 f[i] = (float)((i + rank_) % 100);
             CK(cudaMemcpy(s, f.data(), cnt * sizeof(float), cudaMemcpyHostToDevice));
+            /* a pageable cudaMemcpy may return before its DMA lands: finish it before MPI reads s */
+            CK(cudaDeviceSynchronize());
             MPI_Allreduce(s, d, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(f.data(), d, cnt * sizeof(float), cudaMemcpyDeviceToHost));
             bad = 0;
             for (size_t i = 0; i < cnt; i++) {

@@ -8,7 +8,9 @@
  *
  * Memory kinds: 'H' host (malloc), 'D' device (cuMemAlloc), 'M' managed
  * (cuMemAllocManaged), 'A' stream-ordered (cuMemAllocAsync on a stream,
- * synchronized before use), 'P' pinned host (cuMemHostAlloc).
+ * synchronized before use), 'P' pinned host (cuMemHostAlloc); 'X', mixed,
+ * is not a kind of its own: dt_rank_kind() makes it 'D' on even ranks and
+ * 'H' on odd ranks, so every exchange pairs device and host ranks.
  *
  * Results: dt_result() reduces one case's error count over all ranks; rank 0
  * prints "PASS name" or "FAIL name (N wrong)"; dt_summary() prints
@@ -214,8 +216,19 @@ static const char *dt_kind_name(char k) {
         return "async";
     case 'P':
         return "pinned";
+    case 'X':
+        return "mixed";
     }
     return "?";
+}
+
+/* The kind this rank uses for `k`: 'X' (mixed) is device memory on even
+ * ranks and host memory on odd ranks; any other kind is itself. After
+ * MPI_Init. */
+static char dt_rank_kind(char k) {
+    if (k != 'X')
+        return k;
+    return dt_rank() % 2 ? 'H' : 'D';
 }
 
 static int dt_kind_available(char k) {
@@ -274,23 +287,34 @@ static int dt_on_host(char kind) {
     return kind == 'H' || kind == 'P';
 }
 
-/* Copies between a buffer of any kind and host memory. */
+/* Copies between a buffer of any kind and host memory.
+ *
+ * Both synchronize the context around the copy. cuMemcpyHtoD from pageable
+ * memory may return before the DMA into device memory has finished, so
+ * without the synchronization a fill could still be in flight when the MPI
+ * call (or a peer, through CUDA IPC, on another stream) reads the buffer:
+ * the test's race, not gmpi's. Likewise a readback after the MPI call must
+ * not overtake work the runtime queued on its own (non-blocking) streams. */
 static void dt_put(void *dst, const void *src, size_t n, char kind) {
     if (!n)
         return;
-    if (dt_on_host(kind))
+    if (dt_on_host(kind)) {
         memcpy(dst, src, n);
-    else
-        cu_check(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n), "cuMemcpyHtoD");
+        return;
+    }
+    cu_check(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n), "cuMemcpyHtoD");
+    cu_check(cu.CtxSynchronize(), "cuCtxSynchronize");
 }
 
 static void dt_get(void *dst, const void *src, size_t n, char kind) {
     if (!n)
         return;
-    if (dt_on_host(kind))
+    if (dt_on_host(kind)) {
         memcpy(dst, src, n);
-    else
-        cu_check(cu.MemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n), "cuMemcpyDtoH");
+        return;
+    }
+    cu_check(cu.CtxSynchronize(), "cuCtxSynchronize");
+    cu_check(cu.MemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n), "cuMemcpyDtoH");
 }
 
 static void dt_memset(void *dst, int v, size_t n, char kind) {

@@ -66,15 +66,55 @@ static size_t dt_ring(size_t size, char sk, char rk, int nonblocking, uint32_t s
 
 /* ---- typed reductions ----------------------------------------------------- */
 
-enum dt_type { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_NTYPES };
+/* The first T_NBASIC types are the set most programs sweep (int, long, float,
+ * double); dt_ops sweeps them all: every C integer type of fixed width,
+ * MPI_C_BOOL and both floating-point types (gmpi's device kernels cover
+ * exactly these). MPI defines no half-precision type, so there is no f16. */
+enum dt_type {
+    T_INT, T_LONG, T_FLOAT, T_DOUBLE,
+    T_INT8, T_UINT8, T_INT16, T_UINT16, T_INT32, T_UINT32, T_INT64, T_UINT64, T_BOOL,
+    T_NTYPES
+};
+#define T_NBASIC 4
 enum dt_op { O_SUM, O_PROD, O_MIN, O_MAX, O_LAND, O_LOR, O_LXOR, O_BAND, O_BOR, O_BXOR, O_NOPS };
 
-static const char *dt_type_names[] = {"int", "long", "float", "double"};
+static const char *dt_type_names[] = {"int",    "long",  "float",  "double", "int8",   "uint8", "int16",
+                                      "uint16", "int32", "uint32", "int64",  "uint64", "bool"};
 static const char *dt_op_names[] = {"sum", "prod", "min", "max", "land", "lor", "lxor", "band", "bor", "bxor"};
-static const size_t dt_type_sizes[] = {sizeof(int), sizeof(long), sizeof(float), sizeof(double)};
+static const size_t dt_type_sizes[] = {sizeof(int),      sizeof(long),     sizeof(float),   sizeof(double),
+                                       sizeof(int8_t),   sizeof(uint8_t),  sizeof(int16_t), sizeof(uint16_t),
+                                       sizeof(int32_t),  sizeof(uint32_t), sizeof(int64_t), sizeof(uint64_t),
+                                       sizeof(_Bool)};
 
 static MPI_Datatype dt_mpi_type(int t) {
-    return t == T_INT ? MPI_INT : t == T_LONG ? MPI_LONG : t == T_FLOAT ? MPI_FLOAT : MPI_DOUBLE;
+    switch (t) {
+    case T_INT:
+        return MPI_INT;
+    case T_LONG:
+        return MPI_LONG;
+    case T_FLOAT:
+        return MPI_FLOAT;
+    case T_DOUBLE:
+        return MPI_DOUBLE;
+    case T_INT8:
+        return MPI_INT8_T;
+    case T_UINT8:
+        return MPI_UINT8_T;
+    case T_INT16:
+        return MPI_INT16_T;
+    case T_UINT16:
+        return MPI_UINT16_T;
+    case T_INT32:
+        return MPI_INT32_T;
+    case T_UINT32:
+        return MPI_UINT32_T;
+    case T_INT64:
+        return MPI_INT64_T;
+    case T_UINT64:
+        return MPI_UINT64_T;
+    default:
+        return MPI_C_BOOL;
+    }
 }
 
 static MPI_Op dt_mpi_op(int o) {
@@ -85,29 +125,65 @@ static MPI_Op dt_mpi_op(int o) {
     return ops[o];
 }
 
-/* Whether MPI defines op on type (logical and bitwise ops: integers only). */
-static int dt_op_valid(int o, int t) {
-    return o <= O_MAX || t == T_INT || t == T_LONG;
+static int dt_is_float(int t) {
+    return t == T_FLOAT || t == T_DOUBLE;
 }
 
-/* The contribution of `rank` at element i, an integer value exact in every type. */
-static long long dt_value(int o, int rank, size_t i, uint32_t seed) {
+static int dt_is_unsigned(int t) {
+    return t == T_UINT8 || t == T_UINT16 || t == T_UINT32 || t == T_UINT64;
+}
+
+/* Whether MPI defines op on type (MPI 4.1, 6.9.2): sum, prod, min, max on
+ * integers and floating point; logical ops on integers and C_BOOL (C_BOOL:
+ * logical ops only); bitwise ops on integers. */
+static int dt_op_valid(int o, int t) {
+    if (t == T_BOOL)
+        return o == O_LAND || o == O_LOR || o == O_LXOR;
+    return o <= O_MAX || !dt_is_float(t);
+}
+
+/* The contribution of `rank` at element i: an integer value exact in type t
+ * whose reduction over up to 16 ranks stays in range (no overflow, and exact
+ * in float and double), so a host reference in long long is the answer. */
+static long long dt_value(int t, int o, int rank, size_t i, uint32_t seed) {
     uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)rank * 40503u ^ seed * 97u;
     h ^= h >> 13;
+    int u = dt_is_unsigned(t);
+    int bits = (int)dt_type_sizes[t] * 8;
     switch (o) {
     case O_SUM:
-        return (long long)(h % 2001) - 1000;
-    case O_PROD:
-        return (h % 5 == 0 ? -1 : 1) * (long long)(1 + h % 2);
+        if (bits == 8)
+            return u ? (long long)(h % 16) : (long long)(h % 15) - 7;
+        return u ? (long long)(h % 2001) : (long long)(h % 2001) - 1000;
+    case O_PROD: {
+        /* factors 1 and 2 (and -1 for signed types); a 2 only from the first
+         * ranks, few enough that the product fits the type */
+        int twos = t == T_FLOAT ? 23 : t == T_DOUBLE ? 52 : bits - 2 + u;
+        long long f = rank < twos ? (long long)(1 + h % 2) : 1;
+        return !u && h % 5 == 0 ? -f : f;
+    }
     case O_MIN:
     case O_MAX:
-        return (long long)(h % 100001) - 50000;
+        if (bits == 8)
+            return u ? (long long)(h % 251) : (long long)(h % 201) - 100;
+        if (bits == 16)
+            return u ? (long long)(h % 65001) : (long long)(h % 60001) - 30000;
+        return u ? (long long)(h % 100001) : (long long)(h % 100001) - 50000;
     case O_LAND:
     case O_LOR:
     case O_LXOR:
+        if (t == T_BOOL)
+            return (h % 4) != 0; /* C_BOOL holds 0 or 1 */
         return (h % 4) != 0 ? (long long)(h % 3) : 0; /* mostly true, some false */
     default:
-        return (long long)(h & 0xffffff);
+        /* bitwise: every bit of the type, the sign bit included */
+        if (bits == 8)
+            return u ? (long long)(h & 0xff) : (long long)(int8_t)(h & 0xff);
+        if (bits == 16)
+            return u ? (long long)(h & 0xffff) : (long long)(int16_t)(h & 0xffff);
+        if (bits == 32)
+            return u ? (long long)h : (long long)(int32_t)h;
+        return (long long)((uint64_t)h << 32 ^ (uint64_t)(h * 2246822519u));
     }
 }
 
@@ -148,24 +224,102 @@ static void dt_store(void *p, int t, size_t i, long long v) {
     case T_FLOAT:
         ((float *)p)[i] = (float)v;
         break;
-    default:
+    case T_DOUBLE:
         ((double *)p)[i] = (double)v;
+        break;
+    case T_INT8:
+        ((int8_t *)p)[i] = (int8_t)v;
+        break;
+    case T_UINT8:
+        ((uint8_t *)p)[i] = (uint8_t)v;
+        break;
+    case T_INT16:
+        ((int16_t *)p)[i] = (int16_t)v;
+        break;
+    case T_UINT16:
+        ((uint16_t *)p)[i] = (uint16_t)v;
+        break;
+    case T_INT32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        break;
+    case T_UINT32:
+        ((uint32_t *)p)[i] = (uint32_t)v;
+        break;
+    case T_INT64:
+        ((int64_t *)p)[i] = (int64_t)v;
+        break;
+    case T_UINT64:
+        ((uint64_t *)p)[i] = (uint64_t)v;
+        break;
+    default:
+        ((_Bool *)p)[i] = v != 0;
     }
+}
+
+/* Element i of a typed array, printed (for error messages). */
+static const char *dt_show(const void *p, int t, size_t i, char *buf, size_t len) {
+    switch (t) {
+    case T_FLOAT:
+        snprintf(buf, len, "%g", (double)((const float *)p)[i]);
+        break;
+    case T_DOUBLE:
+        snprintf(buf, len, "%g", ((const double *)p)[i]);
+        break;
+    case T_UINT64:
+        snprintf(buf, len, "%llu", (unsigned long long)((const uint64_t *)p)[i]);
+        break;
+    default: {
+        long long v = 0;
+        switch (t) {
+        case T_INT:
+            v = ((const int *)p)[i];
+            break;
+        case T_LONG:
+            v = ((const long *)p)[i];
+            break;
+        case T_INT8:
+            v = ((const int8_t *)p)[i];
+            break;
+        case T_UINT8:
+            v = ((const uint8_t *)p)[i];
+            break;
+        case T_INT16:
+            v = ((const int16_t *)p)[i];
+            break;
+        case T_UINT16:
+            v = ((const uint16_t *)p)[i];
+            break;
+        case T_INT32:
+            v = ((const int32_t *)p)[i];
+            break;
+        case T_UINT32:
+            v = ((const uint32_t *)p)[i];
+            break;
+        case T_INT64:
+            v = ((const int64_t *)p)[i];
+            break;
+        default: /* bool: the byte, so a 2 shows */
+            v = ((const unsigned char *)p)[i];
+        }
+        snprintf(buf, len, "%lld", v);
+    }
+    }
+    return buf;
 }
 
 /* Fills a host array with rank's contributions. */
 static void dt_fill_values(void *p, int t, int o, int rank, size_t count, uint32_t seed) {
     for (size_t i = 0; i < count; i++)
-        dt_store(p, t, i, dt_value(o, rank, i, seed));
+        dt_store(p, t, i, dt_value(t, o, rank, i, seed));
 }
 
 /* The reduction over ranks [0, upto] of element i. Logical ops give 0/1. */
-static long long dt_reference(int o, int upto, size_t i, uint32_t seed) {
-    long long acc = dt_value(o, 0, i, seed);
+static long long dt_reference(int t, int o, int upto, size_t i, uint32_t seed) {
+    long long acc = dt_value(t, o, 0, i, seed);
     if (o >= O_LAND && o <= O_LXOR)
         acc = acc != 0;
     for (int r = 1; r <= upto; r++)
-        acc = dt_combine(o, acc, dt_value(o, r, i, seed));
+        acc = dt_combine(o, acc, dt_value(t, o, r, i, seed));
     return acc;
 }
 
@@ -176,16 +330,13 @@ static size_t dt_check_values(const void *p, int t, int o, int upto, size_t firs
     size_t bad = 0;
     unsigned char want[sizeof(double)];
     for (size_t i = 0; i < count; i++) {
-        dt_store(want, t, 0, dt_reference(o, upto, first + i, seed));
+        dt_store(want, t, 0, dt_reference(t, o, upto, first + i, seed));
         const unsigned char *got = (const unsigned char *)p + i * dt_type_sizes[t];
         if (memcmp(got, want, dt_type_sizes[t])) {
             if (!bad) {
-                double g = t == T_INT ? *(const int *)(const void *)got
-                           : t == T_LONG ? (double)*(const long *)(const void *)got
-                           : t == T_FLOAT ? *(const float *)(const void *)got
-                                          : *(const double *)(const void *)got;
-                fprintf(stderr, "%s: rank %d: %s: element %zu of %zu is %g, expected %lld\n", dt_prog, dt_rank(),
-                        what, i, count, g, dt_reference(o, upto, first + i, seed));
+                char g[32], w[32];
+                fprintf(stderr, "%s: rank %d: %s: element %zu of %zu is %s, expected %s\n", dt_prog, dt_rank(), what,
+                        i, count, dt_show(got, t, 0, g, sizeof g), dt_show(want, t, 0, w, sizeof w));
             }
             bad++;
         }

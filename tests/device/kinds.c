@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof kinds; k++) {
         if (!dt_kind_available(kinds[k]))
             continue;
-        for (int t = 0; t < T_NTYPES; t++) {
+        for (int t = 0; t < T_NBASIC; t++) {
             size_t counts[] = {1000, max / dt_type_sizes[t]};
             for (int i = 0; i < 2; i++) {
                 seed += 31;

@@ -3,9 +3,11 @@
  * receive side, default H and D: H->H, H->D, D->H, D->D), sizes 0, 1, 8 KiB,
  * 64 KiB, 1 MiB, 64 MiB (up to -M), blocking and non-blocking, as a ring
  * over all ranks. Every byte, the status and a guard after each receive
- * buffer are checked.
+ * buffer are checked. With X among the KINDS (mixed), even ranks use device
+ * memory and odd ranks host memory for that side, so `-k X` sends device to
+ * host and host to device between neighbours.
  *
- *   dt_p2p [-M MAXSIZE] [-k KINDS] [-r REPEAT]     KINDS: letters of H D M A P
+ *   dt_p2p [-M MAXSIZE] [-k KINDS] [-r REPEAT]     KINDS: letters of H D M A P X
  */
 #include "dt_cases.h"
 
@@ -39,10 +41,11 @@ int main(int argc, char **argv) {
                     for (int nb = 0; nb < 2; nb++) {
                         if (sizes[i] > max)
                             continue;
-                        if (!dt_kind_available(*sk) || !dt_kind_available(*rk))
+                        char s = dt_rank_kind(*sk), r = dt_rank_kind(*rk);
+                        if (!dt_kind_available(s) || !dt_kind_available(r))
                             continue;
                         seed += 101;
-                        dt_result(dt_ring(sizes[i], *sk, *rk, nb, seed), "%c->%c %zu B %s", *sk, *rk, sizes[i],
+                        dt_result(dt_ring(sizes[i], s, r, nb, seed), "%c->%c %zu B %s", *sk, *rk, sizes[i],
                                   nb ? "nonblocking" : "blocking");
                     }
     int rc = dt_summary();

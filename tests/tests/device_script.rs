@@ -8,9 +8,11 @@
 //! open the handle (the fake's memory is private to a process), the staged
 //! rendezvous with IPC off, collectives with device
 //! temporaries and CPU reductions (the fake has no kernels). Every byte is
-//! checked by the programs; here every step must pass and the fake must
-//! report no misuse (unknown pointers, leaks of allocations, pinned buffers,
-//! streams, contexts or IPC mappings).
+//! checked by the programs; here every step must pass (the mixed host/device
+//! collectives with `GMPI_COLL_SHM=false`, every reduction type and op, the
+//! Rust bandwidth program), the fake must report no misuse (unknown pointers,
+//! leaks of allocations, pinned buffers, streams, contexts or IPC mappings),
+//! and `$OUT` must hold the three files the device machine can return.
 
 use gmpi_tests::{output_text as text, repo};
 use std::path::{Path, PathBuf};
@@ -40,7 +42,7 @@ fn fake_driver_dir() -> PathBuf {
 
 /// A carry folder as `tests/device/build.sh` makes it, from the test
 /// prefix: `prefix` (a link), `bin/dt_*` built with its `gmpicc`, and the
-/// Rust API scenario `bin/gmpi-cuda`.
+/// Rust API scenario `bin/gmpi-cuda` and bandwidth `bin/gmpi-cuda-bw`.
 fn carry() -> PathBuf {
     let prefix = gmpi_tests::capi_prefix();
     let carry = gmpi_tests::target_dir().join("device-script-carry");
@@ -48,7 +50,7 @@ fn carry() -> PathBuf {
     std::fs::create_dir_all(carry.join("bin")).expect("carry dir");
     std::os::unix::fs::symlink(prefix, carry.join("prefix")).expect("link prefix");
     let src = repo().join("tests/device");
-    for p in ["p2p", "coll", "realloc", "kinds", "ctx_first"] {
+    for p in ["p2p", "coll", "ops", "realloc", "kinds", "ctx_first"] {
         let o = Command::new(prefix.join("bin/gmpicc"))
             .args(["-O1", "-Wall", "-Wextra", "-Werror"])
             .args(["-Wno-unused-parameter", "-Wno-unused-function"])
@@ -60,9 +62,14 @@ fn carry() -> PathBuf {
             .expect("run gmpicc");
         assert!(o.status.success(), "building {p}.c:\n{}", text(&o));
     }
-    // The Rust API scenario, as build.sh copies it.
+    // The Rust API scenario and bandwidth, as build.sh copies them.
     std::fs::copy(env!("CARGO_BIN_EXE_gmpi-cuda"), carry.join("bin/gmpi-cuda"))
         .expect("copy gmpi-cuda");
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_gmpi-cuda-bw"),
+        carry.join("bin/gmpi-cuda-bw"),
+    )
+    .expect("copy gmpi-cuda-bw");
     carry
 }
 
@@ -87,12 +94,32 @@ fn quick_device_check_passes_against_the_fake_driver() {
         .output()
         .expect("run run.sh");
     let steps = read(&out.join("steps.tsv"));
-    let logs: Vec<(String, String)> = std::fs::read_dir(out.join("logs"))
+    // The device machine returns at most 8 files: run.sh leaves three, the
+    // logs in one archive.
+    let mut files: Vec<String> = std::fs::read_dir(&out)
+        .expect("out")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["logs.tar.gz", "steps.tsv", "summary.md"], "{steps}");
+    let unpacked = gmpi_tests::target_dir().join("device-script-logs");
+    let _ = std::fs::remove_dir_all(&unpacked);
+    std::fs::create_dir_all(&unpacked).expect("logs dir");
+    let x = Command::new("tar")
+        .arg("-xzf")
+        .arg(out.join("logs.tar.gz"))
+        .arg("-C")
+        .arg(&unpacked)
+        .output()
+        .expect("run tar");
+    assert!(x.status.success(), "unpacking the logs: {}", text(&x));
+    let logs: Vec<(String, String)> = std::fs::read_dir(unpacked.join("logs"))
         .expect("logs")
         .map(|e| {
             let p = e.expect("entry").path();
             (p.display().to_string(), read(&p))
         })
+        .filter(|(p, _)| !p.ends_with("machine.txt"))
         .collect();
     let all_logs = || {
         logs.iter()
@@ -116,11 +143,15 @@ fn quick_device_check_passes_against_the_fake_driver() {
         "info-doctor",
         "p2p-np2",
         "p2p-np2-staged",
+        "p2p-np2-mixed",
         "coll-np2",
+        "coll-np2-mixed-noshm",
+        "ops-np2",
         "realloc-np2",
         "kinds-np2",
         "ctx-first-np2",
         "rust-api-np2",
+        "rust-bw-np2",
         "protocols",
         "protocols-staged",
     ] {
@@ -130,8 +161,16 @@ fn quick_device_check_passes_against_the_fake_driver() {
         assert_eq!(r[1], "ok", "step {}:\n{steps}\n{}", r[0], all_logs());
         if r[0] == "rust-api-np2" {
             // The Rust scenario prints its own verdict, one line per rank.
-            let l = read(&out.join("logs/rust-api-np2.log"));
+            let l = read(&unpacked.join("logs/rust-api-np2.log"));
             assert_eq!(l.matches("gmpi-cuda: OK on rank ").count(), 2, "{l}");
+        } else if r[0] == "rust-bw-np2" {
+            // A bandwidth row for every size 8 B .. 1 MiB, then the verdict.
+            let l = read(&unpacked.join("logs/rust-bw-np2.log"));
+            let rows = l
+                .lines()
+                .filter(|x| x.starts_with(|c: char| c.is_ascii_digit()))
+                .count();
+            assert!(rows == 18 && l.contains("gmpi-cuda-bw: OK"), "{l}");
         } else if r[0] != "info-doctor" {
             assert!(
                 r[3].contains("np=2:")
@@ -163,7 +202,7 @@ fn quick_device_check_passes_against_the_fake_driver() {
     // in another process, so the receiver falls back to the streamed
     // rendezvous, staged from device memory; with IPC off, the staged
     // rendezvous from the start.
-    let protocols = read(&out.join("logs/protocols.log"));
+    let protocols = read(&unpacked.join("logs/protocols.log"));
     for want in [
         "eager/cuda-copy",
         "rndv/cuda-ipc",
@@ -171,14 +210,16 @@ fn quick_device_check_passes_against_the_fake_driver() {
     ] {
         assert!(protocols.contains(want), "no {want}:\n{protocols}");
     }
-    let staged = read(&out.join("logs/protocols-staged.log"));
+    let staged = read(&unpacked.join("logs/protocols-staged.log"));
     assert!(
         staged.contains("rndv/staged") && !staged.contains("rndv/cuda-ipc"),
         "{staged}"
     );
     let summary = read(&out.join("summary.md"));
     assert!(
-        summary.contains("| p2p-np2 | ok |") && summary.contains("Correctness steps failed: 0"),
+        summary.contains("| p2p-np2 | ok |")
+            && summary.contains("Correctness steps failed: 0; skipped or cut for time: 0")
+            && summary.contains("\nGPU: "),
         "{summary}"
     );
 }
