@@ -55,7 +55,7 @@ fn main() {
     let cost = Duration::from_nanos(arg("--cost-ns", 300));
     let iters = arg("--iters", 2_000_000);
     let slow_iters = (iters / 100).max(1000);
-    let host = vec![0u8; 64];
+    let host = [0u8; 64];
     let h = host.as_ptr() as u64;
 
     let off = Gpu::host_only("GMPI_CUDA=off");
