@@ -15,7 +15,7 @@
 //! | [`Action::CopyIn`] | copies bytes into device memory | [`crate::Pml::handle_copy_done`] |
 //! | [`Action::StageOut`] | copies a chunk of device memory into a pinned slot (asynchronously; waits for a free slot) and registers the slot with the btl | [`crate::Pml::handle_staged`] |
 //! | [`Action::Unstage`] | frees the slot of a staged chunk the peer pulled | — |
-//! | [`Action::StageIn`] | gets a peer's staged chunk (into a pinned slot and on into device memory by an asynchronous copy, for a device destination) | [`crate::Pml::handle_staged_in`] |
+//! | [`Action::StageIn`] | gets a chunk of a peer's memory (into a pinned slot and on into device memory by an asynchronous copy, for a device destination) | [`crate::Pml::handle_staged_in`] |
 //! | [`Action::ForgetPeer`] | drops what it keeps for a failed peer (IPC mappings, staging buffers) | — |
 //!
 //! A streamed fragment ([`gmpi_btl::Event::FragStream`]) is the one read
@@ -151,17 +151,20 @@ pub enum Action {
         /// Offset of the chunk in the message.
         offset: u64,
     },
-    /// Get `len` bytes of `peer`'s staged chunk `desc` into local memory at
+    /// Get `len` bytes at `src_offset` in `peer`'s memory `desc` (a staged
+    /// chunk, or a host sender's registered buffer) into local memory at
     /// `dst`: directly for host memory; into a pinned slot, then by an
     /// asynchronous copy, for device memory. The chunk at `offset` of
     /// receive `token`.
     StageIn {
         /// Which btl.
         btl: BtlId,
-        /// Owner of the chunk.
+        /// Owner of the memory.
         peer: Rank,
         /// Where it is.
         desc: MemDesc,
+        /// Offset of the chunk within `desc`.
+        src_offset: u64,
         /// Local destination address.
         dst: u64,
         /// Local destination kind.

@@ -103,6 +103,19 @@ pub(crate) enum RecvState {
         copies: u32,
         faulted: bool,
     },
+    /// A matched rendezvous offering a get of host memory, into device
+    /// memory the transport cannot write (`rndv/staged` pulled by the
+    /// receiver): chunks from `next` on are still to get, `inflight` are
+    /// being got and copied in, `got` bytes are in place; `faulted`: one
+    /// failed.
+    AwaitPulls {
+        m: Matched,
+        desc: gmpi_btl::MemDesc,
+        next: u64,
+        got: u64,
+        inflight: u32,
+        faulted: bool,
+    },
     /// An eager message of `msg_len` bytes into device memory: its copy in;
     /// then the receive ends with `status` (or truncated).
     AwaitCopy { status: Status, msg_len: u64 },
@@ -148,7 +161,9 @@ impl RecvReq {
     pub fn depends_on(&self) -> Option<Rank> {
         match &self.state {
             RecvState::AwaitMatch { src_world, .. } => *src_world,
-            RecvState::AwaitPull { m } | RecvState::AwaitFrags { m, .. } => Some(m.peer),
+            RecvState::AwaitPull { m }
+            | RecvState::AwaitFrags { m, .. }
+            | RecvState::AwaitPulls { m, .. } => Some(m.peer),
             RecvState::AwaitCopy { .. } => None,
         }
     }

@@ -158,10 +158,17 @@ impl Pml {
             },
             from_device: offer == Offer::Ipc,
         };
-        let how = protocol::receive(offer, buf.kind, &self.btls[btl].caps, &self.cfg);
+        let caps = &self.btls[btl].caps;
+        let how = protocol::receive(offer, buf.kind, caps, &self.cfg);
+        let can_get = caps.get && self.cfg.use_get;
         match (how, body) {
             (Protocol::RndvIpc, RndvBody::Ipc(d)) => self.start_ipc_copy(id, matched, d),
             (Protocol::RndvGet, RndvBody::Get(d)) => self.start_get(id, matched, d, consumed),
+            // Host memory offered for a get, into device memory the
+            // transport cannot write: pull it through pinned slots.
+            (Protocol::RndvPipelined, RndvBody::Get(d)) if can_get => {
+                self.start_staged_pull(id, matched, d)
+            }
             _ => self.start_streaming(id, matched),
         }
     }

@@ -20,6 +20,12 @@
 //! So the copy out of the sender's GPU, the get and the copy into the
 //! receiver's GPU of consecutive chunks overlap.
 //!
+//! A host sender that offered its buffer for a get (`rndv/get`), matched by
+//! a receive into device memory the transport cannot write, is pulled the
+//! same way by the receiver alone ([`Pml::start_staged_pull`]): chunks of
+//! the sender's buffer are got into pinned slots and copied on into the GPU,
+//! `pipeline_depth` at once, and a FIN ends the send at the last.
+//!
 //! Otherwise (no get: tcp) the sender streams FRAGs whose payloads name
 //! device memory, read by the driver through the gpu layer's pinned bounce
 //! buffers as it submits each (the chunk then capped by the transport's
@@ -123,7 +129,9 @@ impl Pml {
                     self.end_streamed(id);
                 }
             }
-            RecvState::AwaitMatch { .. } | RecvState::AwaitPull { .. } => {}
+            RecvState::AwaitMatch { .. }
+            | RecvState::AwaitPull { .. }
+            | RecvState::AwaitPulls { .. } => {}
         }
     }
 
@@ -304,6 +312,7 @@ impl Pml {
             btl,
             peer,
             desc,
+            src_offset: 0,
             dst,
             dst_kind,
             len: len as usize,
@@ -313,8 +322,86 @@ impl Pml {
         Ok(())
     }
 
+    /// Receiver: pull host memory the sender offered (`desc`) into device
+    /// receive `id`, chunk by chunk through pinned slots.
+    pub(crate) fn start_staged_pull(&mut self, id: ReqId, m: Matched, desc: MemDesc) {
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        r.state = RecvState::AwaitPulls {
+            m,
+            desc,
+            next: 0,
+            got: 0,
+            inflight: 0,
+            faulted: false,
+        };
+        tracing::debug!(target: LOG, "recv {} B from rank {}: rndv/staged (pulled in chunks of {} B)",
+            m.want, m.peer, self.cfg.device.pipeline_chunk);
+        if m.want == 0 {
+            self.end_pulls(id);
+            return;
+        }
+        self.pull_more(id);
+    }
+
+    /// Keep `pipeline_depth` chunks of pulled receive `id` in flight.
+    fn pull_more(&mut self, id: ReqId) {
+        let depth = self.cfg.device.pipeline_depth.max(1) as u32;
+        let chunk = self.cfg.device.pipeline_chunk.max(1) as u64;
+        while let Some(r) = self.reqs.recv_mut(id) {
+            let (addr, kind) = (r.buf.addr, r.buf.kind);
+            let RecvState::AwaitPulls {
+                m,
+                desc,
+                next,
+                inflight,
+                ..
+            } = &mut r.state
+            else {
+                return;
+            };
+            if *inflight >= depth || *next >= m.want {
+                return;
+            }
+            let offset = *next;
+            let len = chunk.min(m.want - offset);
+            *next += len;
+            *inflight += 1;
+            let a = Action::StageIn {
+                btl: m.btl,
+                peer: m.peer,
+                desc: *desc,
+                src_offset: offset,
+                dst: addr + offset,
+                dst_kind: kind,
+                len: len as usize,
+                token: id.0,
+                offset,
+            };
+            self.actions.push_back(a);
+        }
+    }
+
+    /// Every chunk of pulled receive `id` is in place (or one failed):
+    /// release the sender (FIN) and complete.
+    fn end_pulls(&mut self, id: ReqId) {
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let RecvState::AwaitPulls { m, faulted, .. } = r.state else {
+            return;
+        };
+        self.push_send(m.btl, m.peer, Hdr::Fin { sreq: m.sreq }, Payload::None, 0);
+        match faulted.then(|| self.copy_faults.remove(&id.0)).flatten() {
+            Some(e) => self.reqs.complete(id, Err(e)),
+            None => self.finish_rndv_recv(id, &m),
+        }
+    }
+
     /// The staged chunk at `offset` (`len` bytes) of receive `token` is in
-    /// place (or failed): acknowledge it, and end the receive at the last.
+    /// place (or failed): acknowledge it (a pulled receive: pull the next),
+    /// and end the receive at the last.
     pub fn handle_staged_in(
         &mut self,
         token: u64,
@@ -326,6 +413,29 @@ impl Pml {
         let Some(r) = self.reqs.recv_mut(id) else {
             return;
         };
+        if let RecvState::AwaitPulls {
+            m,
+            got,
+            inflight,
+            faulted,
+            ..
+        } = &mut r.state
+        {
+            *got += len as u64;
+            *inflight = inflight.saturating_sub(1);
+            if let Err(e) = res {
+                if !*faulted {
+                    *faulted = true;
+                    self.copy_faults.insert(id.0, e);
+                }
+            }
+            if *got >= m.want && *inflight == 0 {
+                self.end_pulls(id);
+            } else {
+                self.pull_more(id);
+            }
+            return;
+        }
         let RecvState::AwaitFrags {
             m,
             got,

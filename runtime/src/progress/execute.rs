@@ -205,6 +205,7 @@ impl<H: HostMemory> Driver<H> {
                 btl,
                 peer,
                 desc,
+                src_offset,
                 dst,
                 dst_kind,
                 len,
@@ -215,6 +216,7 @@ impl<H: HostMemory> Driver<H> {
                     btl,
                     peer,
                     desc,
+                    src_offset,
                     dst,
                     dst_kind,
                     len,
@@ -333,14 +335,16 @@ impl<H: HostMemory> Driver<H> {
         self.fatal.get_or_insert(err);
     }
 
-    /// The staged pipeline's get of `len` bytes of `peer`'s staged chunk
-    /// `desc` into `dst` (`staging.rs`), with `token` for a queued get's
-    /// event.
+    /// The staged pipeline's get of `len` bytes at `offset` in `peer`'s
+    /// memory `desc` into `dst` (`staging.rs`), with `token` for a queued
+    /// get's event.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_get(
         &mut self,
         btl: usize,
         peer: Rank,
         desc: &gmpi_btl::MemDesc,
+        offset: u64,
         dst: u64,
         len: usize,
         token: u64,
@@ -352,7 +356,7 @@ impl<H: HostMemory> Driver<H> {
         // runtime keeps alive and leaves alone until the request completes;
         // it completes only after this chunk's `handle_staged_in`, which
         // `staging.rs` calls once the get has ended.
-        unsafe { self.btls[btl].get(peer, desc, 0, LocalMem { addr: dst, len }, token) }
+        unsafe { self.btls[btl].get(peer, desc, offset, LocalMem { addr: dst, len }, token) }
     }
 
     /// Copy `len` bytes of `peer`'s IPC-exported memory `desc` into local

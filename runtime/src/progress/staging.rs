@@ -49,6 +49,7 @@ pub(super) struct In {
     pub btl: usize,
     pub peer: Rank,
     pub desc: MemDesc,
+    pub src_offset: u64,
     pub dst: u64,
     pub dst_kind: MemKind,
     pub len: usize,
@@ -229,7 +230,7 @@ impl<H: HostMemory> Driver<H> {
                 Some(s) => s.as_mut_slice().as_mut_ptr() as u64,
                 None => i.dst,
             };
-            match self.stage_get(i.btl, i.peer, &i.desc, dst, i.len, token) {
+            match self.stage_get(i.btl, i.peer, &i.desc, i.src_offset, dst, i.len, token) {
                 Ok(Submit::Done) => {
                     self.staging.in_wait.pop_front();
                     n += 1;

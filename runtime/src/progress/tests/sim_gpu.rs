@@ -230,9 +230,8 @@ fn diff(a: &Counts, b: &Counts) -> Counts {
 
 /// The copies each protocol must make: (device-to-host, host-to-device,
 /// device-to-device, IPC opens).
-fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool, chunk: usize) -> (u64, u64, u64, u64) {
+fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool) -> (u64, u64, u64, u64) {
     let (sd, rd) = (!sk.is_host(), !rk.is_host());
-    let chunks = len.div_ceil(chunk) as u64;
     if len == 0 {
         return (0, 0, 0, 0);
     }
@@ -244,27 +243,28 @@ fn expected(sk: MemKind, rk: MemKind, len: usize, ipc: bool, chunk: usize) -> (u
         // CUDA IPC: the receiver copies straight from the mapping.
         return if rd { (0, 0, 1, 1) } else { (1, 0, 0, 1) };
     }
-    if sd {
-        // Staged: the transport can get, so the sender copies each chunk of
-        // STAGE bytes out of its GPU and the receiver pulls it (and copies
-        // it into its GPU).
-        let staged = len.div_ceil(STAGE) as u64;
-        return (staged, if rd { staged } else { 0 }, 0, 0);
-    }
-    // A host sender's stream into a device receiver: a copy in per fragment.
-    (0, if rd { chunks } else { 0 }, 0, 0)
+    // Staged: the transport can get, so the sender copies each chunk of
+    // STAGE bytes out of its GPU and the receiver pulls it (and copies it
+    // into its GPU); a host sender offers its buffer for the get, and a
+    // device receiver pulls it in chunks of STAGE bytes.
+    let staged = len.div_ceil(STAGE) as u64;
+    (
+        if sd { staged } else { 0 },
+        if rd { staged } else { 0 },
+        0,
+        0,
+    )
 }
 
 #[test]
 fn every_combination_size_and_path() {
-    let chunk = FRAG - gmpi_pml::wire::MAX_HDR;
     for ipc in [false, true] {
         let mut w = World::new(2, ipc, device());
         for (i, &len) in [0usize, 1, 200, 256, 257, 5000, 100_000].iter().enumerate() {
             for sk in [MemKind::Host, DEV] {
                 for rk in [MemKind::Host, DEV] {
                     let c = w.transfer(sk, rk, len, i as u8);
-                    let (dtoh, htod, dtod, opens) = expected(sk, rk, len, ipc, chunk);
+                    let (dtoh, htod, dtod, opens) = expected(sk, rk, len, ipc);
                     assert_eq!(
                         (c.dtoh, c.htod, c.dtod, c.ipc_opens),
                         (dtoh, htod, dtod, opens),
@@ -722,5 +722,39 @@ fn staged_copies_overlap_and_every_slot_comes_back() {
             assert_eq!(d.gpu.slots_out(CopyDir::ToDevice), 0);
             assert_eq!(d.staging.offered(), 0);
         }
+    }
+}
+
+#[test]
+fn a_host_buffer_offered_for_a_get_is_pulled_into_the_device_in_chunks() {
+    use gmpi_gpu::double::max_in_flight;
+    use gmpi_gpu::CopyDir;
+    // The sender offers its host buffer for a get; the receiver's device
+    // memory is not writable by the transport, so the receiver pulls the
+    // buffer through pinned slots, several chunks at once, each copied on
+    // into its GPU asynchronously, and a FIN ends the send.
+    for queued in [false, true] {
+        let mut w = World::new(2, false, device());
+        w.f.set_queued(queued);
+        let len = 23 * STAGE + 5;
+        let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+        let s = w.buffer(0, MemKind::Host, &data);
+        let r = w.buffer(1, DEV, &vec![0u8; len]);
+        let before = w.cuda.counts();
+        let rid = w.recv(1, 0, r);
+        let sid = w.send(0, 1, s);
+        w.run();
+        w.d[1].test(rid).expect("receive done").expect("ok");
+        w.d[0].test(sid).expect("send done").expect("ok");
+        assert_eq!(w.read(1, r), data);
+        let c = diff(&w.cuda.counts(), &before);
+        let chunks = len.div_ceil(STAGE) as u64;
+        assert_eq!(
+            (c.dtoh, c.htod, c.async_copies),
+            (0, chunks, chunks),
+            "{c:?}"
+        );
+        assert!(max_in_flight(&w.cuda.trace(), CopyDir::ToDevice) >= 2);
+        assert_eq!(w.d[1].gpu.slots_out(CopyDir::ToDevice), 0);
     }
 }
