@@ -353,14 +353,9 @@ impl Gpu {
     /// device memory for a staging buffer).
     pub fn ipc_export_to(&self, peer: u32, addr: u64, len: usize) -> Result<Export, GpuError> {
         self.need_api()?;
-        let info = self
-            .info(addr)?
-            .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
+        let info = self.allocation(addr, len, true)?;
         let MemKind::Device { ordinal } = info.kind else {
-            return Err(GpuError::Unsupported(format!(
-                "no CUDA IPC for {} memory",
-                info.kind.name()
-            )));
+            unreachable!("allocation(.., true) answers device memory only");
         };
         let i = match &self.ipc_staging.inner {
             Some(i) if !self.ipc_staging.legacy_ipc(i, &info) => i,
@@ -371,16 +366,6 @@ impl Gpu {
                 })
             }
         };
-        if !info.contains(addr, len) {
-            return Err(GpuError::BadRange {
-                addr,
-                len,
-                why: format!(
-                    "crosses the end of its allocation ({:#x}+{})",
-                    info.base, info.size
-                ),
-            });
-        }
         let lease = self.ipc_staging.take(i, peer, ordinal, len, addr)?;
         self.copy_device(lease.ptr, addr, len)?;
         let desc = self.ipc_export(lease.ptr, len)?;

@@ -464,14 +464,14 @@ impl Gpu {
         }
     }
 
-    /// The IPC descriptor of `len` device bytes at `addr`, for a peer on this
-    /// node. Fails for host or managed memory and where the driver refuses.
-    pub fn ipc_export(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
-        let api = self.need_api()?;
+    /// The allocation (re-checked: [`Gpu::info`]) that holds all of
+    /// `addr..addr+len`: an error for host memory, for a range crossing its
+    /// allocation's end and, with `device_only`, for managed memory.
+    fn allocation(&self, addr: u64, len: usize, device_only: bool) -> Result<PtrInfo, GpuError> {
         let info = self
-            .lookup(api.as_ref(), addr)?
+            .info(addr)?
             .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
-        if !matches!(info.kind, MemKind::Device { .. }) {
+        if device_only && !matches!(info.kind, MemKind::Device { .. }) {
             return Err(GpuError::Unsupported(format!(
                 "no CUDA IPC for {} memory",
                 info.kind.name()
@@ -487,6 +487,14 @@ impl Gpu {
                 ),
             });
         }
+        Ok(info)
+    }
+
+    /// The IPC descriptor of `len` device bytes at `addr`, for a peer on this
+    /// node. Fails for host or managed memory and where the driver refuses.
+    pub fn ipc_export(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
+        let api = self.need_api()?;
+        let info = self.allocation(addr, len, true)?;
         let cached = lock(&self.caches)
             .exports
             .get(&info.base)
@@ -518,20 +526,8 @@ impl Gpu {
     /// stream-ordered pool and VMM memory too. The receiver copies from
     /// `base + offset` directly.
     pub fn self_desc(&self, addr: u64, len: usize) -> Result<IpcDesc, GpuError> {
-        let api = self.need_api()?;
-        let info = self
-            .lookup(api.as_ref(), addr)?
-            .ok_or_else(|| GpuError::Unsupported(format!("{addr:#x} is not device memory")))?;
-        if !info.contains(addr, len) {
-            return Err(GpuError::BadRange {
-                addr,
-                len,
-                why: format!(
-                    "crosses the end of its allocation ({:#x}+{})",
-                    info.base, info.size
-                ),
-            });
-        }
+        self.need_api()?;
+        let info = self.allocation(addr, len, false)?;
         Ok(IpcDesc {
             handle: IpcHandle([0; 64]),
             base: info.base,
