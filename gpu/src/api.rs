@@ -332,8 +332,10 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
     /// Issue a copy of `len` bytes between the device (or managed) memory at
     /// `dev` and the start of the pinned buffer `host` (from
     /// [`CudaApi::alloc_pinned`]), in `dir`, on this backend's stream for
-    /// that direction and device, with an event recorded after it; returns
-    /// at once. The backend owns `host` until the copy has ended, so nothing
+    /// that device, direction and `lane` (the caller's choice, e.g. the
+    /// peer: copies for different lanes may run concurrently on the copy
+    /// engines; `lane` is taken modulo [`crate::stage::LANES`]), with an
+    /// event recorded after it; returns at once. The backend owns `host` until the copy has ended, so nothing
     /// else can touch it meanwhile. On an error nothing was issued and the
     /// buffer comes back with the error.
     fn copy_async(
@@ -342,11 +344,13 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
         dev: u64,
         host: Box<dyn PinnedBuf>,
         len: usize,
+        lane: u32,
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)>;
 
     /// `None` while the copy of `t` runs (its event has not completed);
     /// once it has ended, its buffer and result, and the ticket is spent.
-    /// Copies on one stream end in the order they were issued.
+    /// Copies of one stream (device, direction, lane) end in the order they
+    /// were issued.
     fn copy_poll(&self, t: Ticket) -> Option<Landed>;
 
     /// Free what the backend keeps for the staging copies (their streams;

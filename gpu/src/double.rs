@@ -101,7 +101,8 @@ pub enum Trace {
     },
 }
 
-/// The most copies in `dir` that were in flight at once in `trace`.
+/// The most copies in `dir` that were in flight at once in `trace` (every
+/// lane together).
 pub fn max_in_flight(trace: &[Trace], dir: CopyDir) -> usize {
     let mut live = std::collections::HashSet::new();
     let mut most = 0;
@@ -124,6 +125,7 @@ pub fn max_in_flight(trace: &[Trace], dir: CopyDir) -> usize {
 #[derive(Debug)]
 struct Pending {
     dir: CopyDir,
+    lane: u32,
     dev: u64,
     host: Box<dyn PinnedBuf>,
     len: usize,
@@ -535,6 +537,7 @@ impl CudaApi for TestCuda {
         dev: u64,
         mut host: Box<dyn PinnedBuf>,
         len: usize,
+        lane: u32,
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
         let mut s = self.st();
         let call = match dir {
@@ -557,6 +560,7 @@ impl CudaApi for TestCuda {
             ticket,
             Pending {
                 dir,
+                lane,
                 dev,
                 host,
                 len,
@@ -577,10 +581,13 @@ impl CudaApi for TestCuda {
         let mut s = self.st();
         let p = s.pending.get_mut(&t)?;
         p.polls = p.polls.saturating_sub(1);
-        let dir = p.dir;
-        // One stream per direction: a copy lands only after every copy
-        // issued before it in its direction.
-        let earlier = s.pending.range(..t).any(|(_, q)| q.dir == dir);
+        let (dir, lane) = (p.dir, p.lane);
+        // One stream per direction and lane: a copy lands only after every
+        // copy issued before it on its stream.
+        let earlier = s
+            .pending
+            .range(..t)
+            .any(|(_, q)| q.dir == dir && q.lane == lane);
         if s.pending[&t].polls > 0 || earlier {
             return None;
         }

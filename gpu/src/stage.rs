@@ -4,7 +4,8 @@
 //! The staged protocols (the pml's `rndv/staged`) move device memory that
 //! no direct path reaches in chunks: the progress driver takes a slot
 //! ([`Gpu::take_slot`]), issues the device→host (or host→device) copy on
-//! the backend's stream for that direction with an event after it
+//! the backend's stream for that device, direction and peer lane
+//! ([`LANES`] per device and direction) with an event after it
 //! ([`Gpu::copy_async`]), and polls the event from its progress loop
 //! ([`Gpu::copy_poll`]): each chunk moves on as soon as its own copy has
 //! ended, while the next ones are still on the copy engine. A slot is owned
@@ -29,6 +30,10 @@ use crate::{bump, lock, Gpu};
 
 /// Slots out at once per direction, every peer together.
 pub const MAX_SLOTS: usize = 8;
+
+/// Streams per device and direction: copies for peers in different lanes
+/// (`peer % LANES`) may run on different copy engines at once.
+pub const LANES: u32 = 4;
 
 /// The pool of staging slots.
 #[derive(Debug, Default)]
@@ -102,16 +107,18 @@ impl Gpu {
     }
 
     /// Issue an asynchronous copy of `len` bytes between device memory at
-    /// `dev` and the slot `host` ([`crate::CudaApi::copy_async`]).
+    /// `dev` and the slot `host` on the stream of `lane` (the peer the chunk
+    /// is for: [`crate::CudaApi::copy_async`]).
     pub fn copy_async(
         &self,
         dir: CopyDir,
         dev: u64,
         host: Box<dyn PinnedBuf>,
         len: usize,
+        lane: u32,
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
         match self.need_api() {
-            Ok(api) => api.copy_async(dir, dev, host, len),
+            Ok(api) => api.copy_async(dir, dev, host, len, lane % LANES),
             Err(e) => Err((e, host)),
         }
     }
@@ -167,7 +174,7 @@ mod tests {
         let tickets: Vec<Ticket> = (0..4)
             .map(|i| {
                 let s = g.take_slot(CopyDir::ToHost, 1024).unwrap().unwrap();
-                g.copy_async(CopyDir::ToHost, p + i * 1024, s, 1024)
+                g.copy_async(CopyDir::ToHost, p + i * 1024, s, 1024, 0)
                     .unwrap()
             })
             .collect();
@@ -175,6 +182,16 @@ mod tests {
         // The last one cannot land before the first: one stream.
         assert!(g.copy_poll(tickets[3]).is_none());
         assert!(g.copy_poll(tickets[3]).is_none());
+        // Another lane is another stream: it does not wait for lane 0.
+        let s = g.take_slot(CopyDir::ToHost, 8).unwrap().unwrap();
+        let other = g.copy_async(CopyDir::ToHost, p, s, 8, 1).unwrap();
+        let (b, res) = loop {
+            if let Some(l) = g.copy_poll(other) {
+                break l;
+            }
+        };
+        res.unwrap();
+        g.put_slot(CopyDir::ToHost, b);
         let mut got = Vec::new();
         for t in &tickets {
             let (mut b, res) = loop {
@@ -188,7 +205,11 @@ mod tests {
         }
         assert_eq!(got, data);
         let trace = d.trace();
-        assert_eq!(max_in_flight(&trace, CopyDir::ToHost), 4);
+        assert_eq!(
+            max_in_flight(&trace, CopyDir::ToHost),
+            5,
+            "four on lane 0, one on lane 1"
+        );
         let landed: Vec<Ticket> = trace
             .iter()
             .filter_map(|t| match t {
@@ -196,11 +217,12 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(landed, tickets, "in issue order");
+        assert_eq!(landed[0], other, "lane 1 landed first");
+        assert_eq!(landed[1..], tickets, "lane 0 in issue order");
         // Into the device, and an error handing the slot back.
         let mut s = g.take_slot(CopyDir::ToDevice, 16).unwrap().unwrap();
         s.as_mut_slice()[..4].copy_from_slice(b"abcd");
-        let t = g.copy_async(CopyDir::ToDevice, p, s, 4).unwrap();
+        let t = g.copy_async(CopyDir::ToDevice, p, s, 4, 0).unwrap();
         let (b, res) = loop {
             if let Some(l) = g.copy_poll(t) {
                 break l;
@@ -208,7 +230,9 @@ mod tests {
         };
         res.unwrap();
         assert_eq!(d.peek(p, 4), b"abcd");
-        let (e, b) = g.copy_async(CopyDir::ToHost, p + 4090, b, 64).unwrap_err();
+        let (e, b) = g
+            .copy_async(CopyDir::ToHost, p + 4090, b, 64, 0)
+            .unwrap_err();
         assert!(matches!(e, GpuError::BadRange { .. }), "{e}");
         g.put_slot(CopyDir::ToDevice, b);
         assert_eq!(g.slots_out(CopyDir::ToDevice), 0);

@@ -180,9 +180,9 @@ struct Inner {
     kernels: Mutex<HashMap<(u64, ReduceOp, ElemType), driver::Func>>,
     /// The context each IPC mapping was opened in.
     ipc_ctx: Mutex<HashMap<u64, Ctx>>,
-    /// The staging streams, by device ordinal and direction (to host?),
-    /// made on first use.
-    streams: Mutex<HashMap<(i32, bool), Arc<driver::Stream>>>,
+    /// The staging streams, by device ordinal, direction (to host?) and
+    /// lane, made on first use.
+    streams: Mutex<HashMap<(i32, bool, u32), Arc<driver::Stream>>>,
     /// Asynchronous copies in flight, by ticket.
     inflight: Mutex<HashMap<Ticket, driver::InFlight>>,
     next_ticket: std::sync::atomic::AtomicU64,
@@ -540,18 +540,20 @@ impl CudaApi for Cuda {
         dev: u64,
         host: Box<dyn PinnedBuf>,
         len: usize,
+        lane: u32,
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
         let to_host = dir == CopyDir::ToHost;
         let ordinal = self.inner.ordinal_of(dev);
+        let key = (ordinal, to_host, lane % crate::stage::LANES);
         let mut host = Some(host);
         let issued = self.inner.on_device(ordinal, |_| {
             let stream = {
                 let mut m = lock(&self.inner.streams);
-                match m.get(&(ordinal, to_host)) {
+                match m.get(&key) {
                     Some(s) => s.clone(),
                     None => {
                         let s = Arc::new(driver::stream_create()?);
-                        m.insert((ordinal, to_host), s.clone());
+                        m.insert(key, s.clone());
                         s
                     }
                 }
@@ -924,7 +926,7 @@ mod tests {
                 .unwrap()
                 .expect("a slot");
             let t = gpu
-                .copy_async(CopyDir::ToHost, d, slot, 200)
+                .copy_async(CopyDir::ToHost, d, slot, 200, 0)
                 .expect("issued");
             let (mut slot, res) = loop {
                 if let Some(l) = gpu.copy_poll(t) {
@@ -935,7 +937,7 @@ mod tests {
             assert_eq!(&slot.as_mut_slice()[..200], &data[..]);
             slot.as_mut_slice()[..8].copy_from_slice(b"stagedin");
             let t = gpu
-                .copy_async(CopyDir::ToDevice, d + 600, slot, 8)
+                .copy_async(CopyDir::ToDevice, d + 600, slot, 8, 1)
                 .expect("issued");
             let (slot, res) = loop {
                 if let Some(l) = gpu.copy_poll(t) {

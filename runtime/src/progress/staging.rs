@@ -5,7 +5,7 @@
 //! GPU of consecutive chunks overlap.
 //!
 //! - `StageOut`: waits for a slot of the outgoing budget, copies the chunk
-//!   out of the GPU (`copy_async`), and when that copy's event completes
+//!   out of the GPU (`copy_async`, on the stream of the peer's lane), and when that copy's event completes
 //!   registers the slot with the btl and answers `handle_staged`; the slot
 //!   is kept, offered, until the pml's `Unstage` (the peer pulled it) or
 //!   until the peer fails.
@@ -156,7 +156,10 @@ impl<H: HostMemory> Driver<H> {
             };
             self.staging.out_wait.pop_front();
             n += 1;
-            match self.gpu.copy_async(CopyDir::ToHost, o.src, slot, o.len) {
+            match self
+                .gpu
+                .copy_async(CopyDir::ToHost, o.src, slot, o.len, o.peer)
+            {
                 Ok(t) => self.staging.out_copies.push((t, o)),
                 Err((e, slot)) => {
                     self.gpu.put_slot(CopyDir::ToHost, slot);
@@ -286,7 +289,10 @@ impl<H: HostMemory> Driver<H> {
             self.pml.handle_staged_in(i.token, i.offset, i.len, Ok(()));
             return;
         };
-        match self.gpu.copy_async(CopyDir::ToDevice, i.dst, slot, i.len) {
+        match self
+            .gpu
+            .copy_async(CopyDir::ToDevice, i.dst, slot, i.len, i.peer)
+        {
             Ok(t) => self.staging.in_copies.push((t, i)),
             Err((e, slot)) => {
                 self.gpu.put_slot(CopyDir::ToDevice, slot);
