@@ -13,7 +13,7 @@
 //! | [`Action::IpcCopy`] | opens (cached) the peer's IPC handle and copies from it | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] |
 //! | [`Action::IpcRelease`] | lets go of what it exported for the send (a device staging buffer) | — |
 //! | [`Action::CopyIn`] | copies bytes into device memory | [`crate::Pml::handle_copy_done`] |
-//! | [`Action::StageOut`] | copies a chunk of device memory into a pinned slot (asynchronously; waits for a free slot) and registers the slot with the btl | [`crate::Pml::handle_staged`] |
+//! | [`Action::StageOut`] | copies a chunk of device memory into a pinned slot (asynchronously; waits for a free slot) and, to be pulled, registers the slot with the btl | [`crate::Pml::handle_staged`] |
 //! | [`Action::Unstage`] | frees the slot of a staged chunk the peer pulled | — |
 //! | [`Action::StageIn`] | gets a chunk of a peer's memory (into a pinned slot and on into device memory by an asynchronous copy, for a device destination) | [`crate::Pml::handle_staged_in`] |
 //! | [`Action::ForgetPeer`] | drops what it keeps for a failed peer (IPC mappings, staging buffers) | — |
@@ -46,6 +46,18 @@ pub enum Payload {
     /// Bytes the pml made (a CUDA IPC descriptor), or a device payload the
     /// driver already copied out before the btl refused it.
     Bytes(Vec<u8>),
+    /// `len` bytes at `at` in the staged chunk at `offset` of send `token`
+    /// (a pinned slot the driver holds until the pml's `Unstage`).
+    Staged {
+        /// The send request.
+        token: u64,
+        /// The chunk's offset in the message.
+        offset: u64,
+        /// Where the payload starts in the chunk.
+        at: usize,
+        /// Its length.
+        len: usize,
+    },
 }
 
 /// Something the driver must do. See the module documentation.
@@ -127,13 +139,17 @@ pub enum Action {
         token: u64,
     },
     /// Copy `len` bytes of device (or managed) memory at `src` into a
-    /// pinned slot, then register the slot with `btl` for `peer`'s get: the
-    /// chunk at `offset` of send `token` (`rndv/staged`).
+    /// pinned slot, then (`expose`) register the slot with `btl` for
+    /// `peer`'s get: the chunk at `offset` of send `token` (`rndv/staged`).
+    /// Unexposed, the chunk is sent from the slot in FRAGs
+    /// ([`Payload::Staged`]).
     StageOut {
         /// Which btl.
         btl: BtlId,
-        /// Who will get it.
+        /// Who it is for.
         peer: Rank,
+        /// Register the slot for the peer's get.
+        expose: bool,
         /// Device address of the chunk.
         src: u64,
         /// Its length.
@@ -195,6 +211,10 @@ pub enum Action {
         data: Vec<u8>,
         /// The receive request.
         token: u64,
+        /// A chunk of a stream, whose copy may overlap what comes next
+        /// (asynchronously, through a pinned slot), rather than an eager
+        /// message, which is copied at once.
+        overlap: bool,
     },
     /// `peer` failed: drop what the driver keeps for it (mappings of its
     /// device memory, staging buffers made for it).

@@ -493,6 +493,7 @@ impl Pml {
             dst_kind: buf.kind,
             data: payload[..n].to_vec(),
             token: id.0,
+            overlap: false,
         });
     }
 

@@ -34,10 +34,13 @@ pub(crate) enum SendState {
     AwaitReply,
     /// Streaming after a CTS: the btl to take `left` more fragments.
     AwaitStreamed { left: u32 },
-    /// Staging after a CTS that lets the receiver pull (`rndv/staged`):
-    /// chunks of `chunk` bytes of the first `want` are staged from `next`
-    /// on, `inflight` of them are staged or being pulled, and the receiver
-    /// has acknowledged `acked` bytes; `rreq` is its request.
+    /// Staging device memory after a CTS (`rndv/staged`): chunks of `chunk`
+    /// bytes of the first `want` are staged from `next` on, `inflight` of
+    /// them are staged and not yet done, `acked` bytes are done; `rreq` is
+    /// the receiver's request. `pull`: the receiver gets each chunk and
+    /// acknowledges it; else each is sent in FRAGs of `frag` bytes and is
+    /// done when the btl has taken them (`frags` of the oldest chunk so
+    /// far: they are taken in order).
     AwaitChunks {
         rreq: u64,
         want: u64,
@@ -45,6 +48,9 @@ pub(crate) enum SendState {
         next: u64,
         acked: u64,
         inflight: u32,
+        pull: bool,
+        frag: u64,
+        frags: u64,
     },
 }
 

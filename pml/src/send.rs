@@ -204,10 +204,13 @@ impl Pml {
                 *left = left.saturating_sub(1);
                 *left == 0
             }
-            // A staged send's CHUNKs go with token 0: its ACKs end it.
-            SendState::AwaitSetup { .. }
-            | SendState::AwaitReply
-            | SendState::AwaitChunks { .. } => false,
+            // A staged send's chunks end by the receiver's acknowledgements
+            // (pulled), or as their FRAGs are taken (sent).
+            SendState::AwaitChunks { .. } => {
+                self.staged_frag_taken(id);
+                return;
+            }
+            SendState::AwaitSetup { .. } | SendState::AwaitReply => false,
         };
         if done {
             self.reqs.complete(id, Ok(Status::default()));

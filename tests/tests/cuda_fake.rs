@@ -148,12 +148,36 @@ fn cuda_slices_from_memory_pools_export_through_a_staging_buffer() {
     );
 }
 
-/// Without IPC, the staged (pipelined through pinned memory) protocol.
+/// Without IPC, the staged (pipelined through pinned memory) protocol:
+/// over shared memory the receiver pulls each staged chunk by get.
 #[test]
 fn cuda_slices_staged_without_ipc() {
     let log = job(2, &[("GMPI_GPU_IPC", "false")]);
-    expect(2, &log, &["eager/cuda-copy", "rndv/staged"]);
+    expect(
+        2,
+        &log,
+        &[
+            "eager/cuda-copy",
+            "rndv/staged",
+            "staging 1048576 B in 2 chunks of 524288 B for its get",
+        ],
+    );
     assert!(!log.contains("rndv/cuda-ipc"), "IPC was off");
+}
+
+/// Over tcp (no get) the staged chunks go in the transport's fragments,
+/// each chunk as soon as it is staged.
+#[test]
+fn cuda_slices_staged_over_tcp() {
+    let log = job(2, &[("GMPI_BTL", "self,tcp")]);
+    expect(
+        2,
+        &log,
+        &[
+            "rndv/staged",
+            "staging 1048576 B in 2 chunks of 524288 B sent in fragments of",
+        ],
+    );
 }
 
 /// Collectives whose ranks pass different memory kinds (device on the even

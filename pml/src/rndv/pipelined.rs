@@ -10,9 +10,10 @@
 //! ([`Pml::handle_frag_payload`], or, streamed, where
 //! [`Pml::stream_target`] says, reported by [`Pml::handle_stream_read`]);
 //! the receive ends when `want` bytes are in. From or into device memory
-//! the same protocol is staged through host memory (`staged.rs`); where
-//! the receiver's transport can `get`, its CTS says so (`PULL`) and a
-//! sender of device memory offers staged chunks to pull instead of FRAGs.
+//! the same protocol is staged through host memory (`staged.rs`): a sender
+//! of device memory stages its chunks through pinned slots and, where the
+//! receiver's transport can `get` (its CTS says `PULL`), offers each to
+//! pull instead of sending it in FRAGs.
 
 use gmpi_btl::Rank;
 
@@ -93,8 +94,8 @@ impl Pml {
         let Some(s) = self.reqs.send_mut(id) else {
             return Ok(());
         };
-        if pull && !s.buf.kind.is_host() {
-            self.start_staged_send(id, rreq, want);
+        if !s.buf.kind.is_host() {
+            self.start_staged_send(id, rreq, want, pull);
             return Ok(());
         }
         let (btl, buf, chunk) = (s.btl, s.buf, s.plan.chunk.max(1));

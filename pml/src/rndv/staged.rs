@@ -26,14 +26,16 @@
 //! the sender's buffer are got into pinned slots and copied on into the GPU,
 //! `pipeline_depth` at once, and a FIN ends the send at the last.
 //!
-//! Otherwise (no get: tcp) the sender streams FRAGs whose payloads name
-//! device memory, read by the driver through the gpu layer's pinned bounce
-//! buffers as it submits each (the chunk then capped by the transport's
-//! fragment: `protocol.rs`), and the receiver copies each chunk that lands
-//! into device memory by an `Action::CopyIn` ([`Pml::copy_chunk_in`]); the
-//! receive ends when every byte has arrived and every copy has ended
-//! ([`Pml::handle_copy_done`], which also ends an eager message into device
-//! memory).
+//! Otherwise (no get: tcp) the sender stages its chunks the same way and
+//! sends each, as soon as it is staged, in FRAGs of the transport's
+//! fragment from the slot ([`crate::action::Payload::Staged`]); a chunk is
+//! done, and its slot freed, when the btl has taken its FRAGs
+//! ([`Pml::staged_frag_taken`]). The receiver copies each chunk that lands
+//! into device memory by an `Action::CopyIn` ([`Pml::copy_chunk_in`]), which
+//! the driver runs asynchronously through a pinned slot, overlapping the
+//! next FRAGs; the receive ends when every byte has arrived and every copy
+//! has ended ([`Pml::handle_copy_done`], which also ends an eager message
+//! into device memory, copied at once).
 
 use gmpi_btl::{MemDesc, Rank};
 
@@ -96,6 +98,7 @@ impl Pml {
             dst_kind: kind,
             data,
             token: id.0,
+            overlap: true,
         });
     }
 
@@ -152,13 +155,15 @@ impl Pml {
 }
 
 impl Pml {
-    /// Sender: a CTS that lets the receiver pull, for a send of device
-    /// memory: stage its first `want` bytes chunk by chunk.
-    pub(crate) fn start_staged_send(&mut self, id: ReqId, rreq: u64, want: u64) {
+    /// Sender: a CTS for a send of device memory: stage its first `want`
+    /// bytes chunk by chunk, for the receiver to pull (`pull`) or to send
+    /// in FRAGs.
+    pub(crate) fn start_staged_send(&mut self, id: ReqId, rreq: u64, want: u64, pull: bool) {
         let chunk = self.cfg.device.pipeline_chunk.max(1) as u64;
         let Some(s) = self.reqs.send_mut(id) else {
             return;
         };
+        let frag = s.plan.chunk.max(1) as u64;
         s.state = SendState::AwaitChunks {
             rreq,
             want,
@@ -166,9 +171,12 @@ impl Pml {
             next: 0,
             acked: 0,
             inflight: 0,
+            pull,
+            frag,
+            frags: 0,
         };
-        tracing::debug!(target: LOG, "CTS from rank {}: staging {want} B in {} chunks of {chunk} B for its get",
-            s.peer, want.div_ceil(chunk));
+        tracing::debug!(target: LOG, "CTS from rank {}: staging {want} B in {} chunks of {chunk} B {}",
+            s.peer, want.div_ceil(chunk), if pull { "for its get".to_string() } else { format!("sent in fragments of {frag} B") });
         if want == 0 {
             self.reqs.complete(id, Ok(Status::default()));
             return;
@@ -185,6 +193,7 @@ impl Pml {
                 chunk,
                 next,
                 inflight,
+                pull,
                 ..
             } = &mut s.state
             else {
@@ -200,6 +209,7 @@ impl Pml {
             let a = Action::StageOut {
                 btl: s.btl,
                 peer: s.peer,
+                expose: *pull,
                 src: s.buf.addr + offset,
                 len: len as usize,
                 token: id.0,
@@ -210,24 +220,34 @@ impl Pml {
     }
 
     /// The driver staged the chunk at `offset` of send `token` into a
-    /// pinned slot the receiver can get as `desc` (or failed to): offer it.
-    pub fn handle_staged(&mut self, token: u64, offset: u64, res: Result<MemDesc, PmlError>) {
+    /// pinned slot (exposed for the receiver's get as `desc`), or failed
+    /// to: offer it, or send it in FRAGs.
+    pub fn handle_staged(
+        &mut self,
+        token: u64,
+        offset: u64,
+        res: Result<Option<MemDesc>, PmlError>,
+    ) {
         let id = ReqId(token);
         let live = self.reqs.send_mut(id).and_then(|s| match s.state {
             SendState::AwaitChunks {
-                rreq, want, chunk, ..
-            } => Some((s.btl, s.peer, rreq, chunk.min(want - offset))),
+                rreq,
+                want,
+                chunk,
+                frag,
+                ..
+            } => Some((s.btl, s.peer, rreq, chunk.min(want - offset), frag)),
             _ => None,
         });
-        let Some((btl, peer, rreq, len)) = live else {
-            // The send has ended (its peer failed): nobody will pull it.
+        let Some((btl, peer, rreq, len, frag)) = live else {
+            // The send has ended (its peer failed): nobody will take it.
             if res.is_ok() {
                 self.actions.push_back(Action::Unstage { token, offset });
             }
             return;
         };
         match res {
-            Ok(desc) => {
+            Ok(Some(desc)) => {
                 let hdr = Hdr::Chunk {
                     rreq,
                     offset,
@@ -236,9 +256,67 @@ impl Pml {
                 };
                 self.push_send(btl, peer, hdr, Payload::None, 0);
             }
+            Ok(None) => {
+                for at in (0..len).step_by(frag as usize) {
+                    let hdr = Hdr::Frag {
+                        rreq,
+                        offset: offset + at,
+                    };
+                    let payload = Payload::Staged {
+                        token,
+                        offset,
+                        at: at as usize,
+                        len: frag.min(len - at) as usize,
+                    };
+                    self.push_send(btl, peer, hdr, payload, token);
+                }
+            }
             // The receiver waits for this chunk in vain: the driver keeps
             // the error as fatal to the job.
             Err(e) => self.reqs.complete(id, Err(e)),
+        }
+    }
+
+    /// Sender, FRAG mode: the btl took one more FRAG of staged send `id`
+    /// (they are taken in order, so the oldest chunk's FRAGs go first):
+    /// free each chunk whose FRAGs are all taken, stage the next ones, end
+    /// the send at the last.
+    pub(crate) fn staged_frag_taken(&mut self, id: ReqId) {
+        let Some(s) = self.reqs.send_mut(id) else {
+            return;
+        };
+        let SendState::AwaitChunks {
+            want,
+            chunk,
+            acked,
+            inflight,
+            pull: false,
+            frag,
+            frags,
+            ..
+        } = &mut s.state
+        else {
+            return;
+        };
+        *frags += 1;
+        loop {
+            let len = (*chunk).min(*want - *acked);
+            let need = len.div_ceil(*frag);
+            if *acked >= *want || *frags < need {
+                break;
+            }
+            *frags -= need;
+            self.actions.push_back(Action::Unstage {
+                token: id.0,
+                offset: *acked,
+            });
+            *acked += len;
+            *inflight = inflight.saturating_sub(1);
+        }
+        if *acked >= *want {
+            self.reqs.complete(id, Ok(Status::default()));
+        } else {
+            self.stage_more(id);
         }
     }
 
@@ -257,6 +335,7 @@ impl Pml {
             next,
             acked,
             inflight,
+            pull: true,
             ..
         } = &mut s.state
         else {

@@ -182,6 +182,7 @@ impl<H: HostMemory> Driver<H> {
             Action::StageOut {
                 btl,
                 peer,
+                expose,
                 src,
                 len,
                 token,
@@ -190,6 +191,7 @@ impl<H: HostMemory> Driver<H> {
                 self.staging.stage_out(super::staging::Out {
                     btl,
                     peer,
+                    expose,
                     src,
                     len,
                     token,
@@ -230,6 +232,17 @@ impl<H: HostMemory> Driver<H> {
                 dst_kind: _,
                 data,
                 token,
+                overlap: true,
+            } => {
+                self.staging.copy_in(dst, data, token);
+                None
+            }
+            Action::CopyIn {
+                dst,
+                dst_kind: _,
+                data,
+                token,
+                overlap: false,
             } => {
                 let res = self
                     .gpu
@@ -270,6 +283,17 @@ impl<H: HostMemory> Driver<H> {
         let res = match &payload {
             Payload::None => submit(b, &[header.as_bytes()]),
             Payload::Bytes(v) => submit(b, &[header.as_bytes(), v]),
+            Payload::Staged {
+                token: t,
+                offset,
+                at,
+                len,
+            } => match self.staging.offered_bytes(*t, *offset, *at, *len) {
+                Some(d) => submit(b, &[header.as_bytes(), d]),
+                // The chunk's slot is gone (its peer failed and the send
+                // with it): nothing to send.
+                None => return None,
+            },
             Payload::Mem { addr, len, kind } if kind.is_host() => {
                 self.host
                     .with_read(*addr, *len, |d| submit(b, &[header.as_bytes(), d]))

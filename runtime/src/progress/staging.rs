@@ -5,10 +5,15 @@
 //! GPU of consecutive chunks overlap.
 //!
 //! - `StageOut`: waits for a slot of the outgoing budget, copies the chunk
-//!   out of the GPU (`copy_async`, on the stream of the peer's lane), and when that copy's event completes
-//!   registers the slot with the btl and answers `handle_staged`; the slot
-//!   is kept, offered, until the pml's `Unstage` (the peer pulled it) or
+//!   out of the GPU (`copy_async`, on the stream of the peer's lane), and
+//!   when that copy's event completes registers the slot with the btl (to
+//!   be pulled; else the pml sends it in FRAGs read from the slot,
+//!   `Payload::Staged`) and answers `handle_staged`; the slot is kept until
+//!   the pml's `Unstage` (the peer pulled it, or the btl took its FRAGs) or
 //!   until the peer fails.
+//! - `CopyIn` of a streamed chunk: into a slot of the incoming budget and
+//!   on into the GPU by an asynchronous copy, answered with
+//!   `handle_copy_done` when it lands.
 //! - `StageIn`: gets the peer's chunk straight into host memory, or, for a
 //!   device destination, into a slot of the incoming budget and on into
 //!   the GPU by an asynchronous copy; answers `handle_staged_in` when the
@@ -37,6 +42,8 @@ const TOKEN_BIT: u64 = 1 << 63;
 pub(super) struct Out {
     pub btl: usize,
     pub peer: Rank,
+    /// Register the slot for the peer's get (else it is sent in FRAGs).
+    pub expose: bool,
     pub src: u64,
     pub len: usize,
     pub token: u64,
@@ -75,6 +82,11 @@ pub(super) struct Staging {
     gets_ended: Vec<(u64, Result<(), String>)>,
     /// Copies into the GPU in flight.
     in_copies: Vec<(Ticket, In)>,
+    /// Streamed chunks to copy into the GPU (`Action::CopyIn` with
+    /// `overlap`), waiting for a slot: destination, bytes, receive.
+    copy_in_wait: VecDeque<(u64, Vec<u8>, u64)>,
+    /// Those copies in flight: ticket, destination, length, receive.
+    copy_ins: Vec<(Ticket, u64, usize, u64)>,
     next_token: u64,
 }
 
@@ -87,7 +99,9 @@ impl Staging {
             && self.in_wait.is_empty()
             && self.in_gets.is_empty()
             && self.gets_ended.is_empty()
-            && self.in_copies.is_empty())
+            && self.in_copies.is_empty()
+            && self.copy_in_wait.is_empty()
+            && self.copy_ins.is_empty())
     }
 
     /// Whether there is anything to pump: work waiting or in flight, or
@@ -103,6 +117,24 @@ impl Staging {
 
     pub fn stage_in(&mut self, i: In) {
         self.in_wait.push_back(i);
+    }
+
+    /// A streamed chunk to copy into the GPU at `dst` for receive `token`.
+    pub fn copy_in(&mut self, dst: u64, data: Vec<u8>, token: u64) {
+        self.copy_in_wait.push_back((dst, data, token));
+    }
+
+    /// `len` bytes at `at` of the staged slot of chunk `offset` of send
+    /// `token` (`None`: freed, its peer failed).
+    pub fn offered_bytes(
+        &mut self,
+        token: u64,
+        offset: u64,
+        at: usize,
+        len: usize,
+    ) -> Option<&[u8]> {
+        let (_, slot) = self.offered.get_mut(&(token, offset))?;
+        slot.as_mut_slice().get(at..at + len)
     }
 
     /// Whether `token` is one of this module's gets.
@@ -131,8 +163,67 @@ impl<H: HostMemory> Driver<H> {
         n += self.start_ins();
         n += self.finish_gets();
         n += self.poll_ins();
+        n += self.start_copy_ins();
+        n += self.poll_copy_ins();
         self.forget_failed_peers();
         n
+    }
+
+    fn start_copy_ins(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((dst, data, token)) = self.staging.copy_in_wait.pop_front() {
+            let len = data.len();
+            let mut slot = match self.gpu.take_slot(CopyDir::ToDevice, len) {
+                Ok(Some(s)) => s,
+                Ok(None) => {
+                    self.staging.copy_in_wait.push_front((dst, data, token));
+                    break;
+                }
+                Err(e) => {
+                    self.copy_in_done(token, Err(PmlError::device("writing", dst, len, e)));
+                    continue;
+                }
+            };
+            n += 1;
+            slot.as_mut_slice()[..len].copy_from_slice(&data);
+            // The receive's lane: copies into one receive stay in order.
+            match self
+                .gpu
+                .copy_async(CopyDir::ToDevice, dst, slot, len, token as u32)
+            {
+                Ok(t) => self.staging.copy_ins.push((t, dst, len, token)),
+                Err((e, slot)) => {
+                    self.gpu.put_slot(CopyDir::ToDevice, slot);
+                    self.copy_in_done(token, Err(PmlError::device("writing", dst, len, e)));
+                }
+            }
+        }
+        n
+    }
+
+    fn poll_copy_ins(&mut self) -> usize {
+        let mut n = 0;
+        let mut k = 0;
+        while k < self.staging.copy_ins.len() {
+            let (t, dst, len, token) = self.staging.copy_ins[k];
+            let Some((slot, res)) = self.gpu.copy_poll(t) else {
+                k += 1;
+                continue;
+            };
+            self.staging.copy_ins.remove(k);
+            self.gpu.put_slot(CopyDir::ToDevice, slot);
+            n += 1;
+            let res = res.map_err(|e| PmlError::device("writing", dst, len, e));
+            self.copy_in_done(token, res);
+        }
+        n
+    }
+
+    fn copy_in_done(&mut self, token: u64, res: Result<(), PmlError>) {
+        if let Err(e) = &res {
+            tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(e));
+        }
+        self.pml.handle_copy_done(token, res);
     }
 
     /// Free a staged slot the peer pulled (`Action::Unstage`).
@@ -186,6 +277,14 @@ impl<H: HostMemory> Driver<H> {
                 self.out_failed(o, e);
                 continue;
             }
+            if !o.expose {
+                // Sent from the slot in FRAGs (`Payload::Staged`).
+                self.staging
+                    .offered
+                    .insert((o.token, o.offset), (o.peer, slot));
+                self.pml.handle_staged(o.token, o.offset, Ok(None));
+                continue;
+            }
             let addr = slot.as_mut_slice().as_mut_ptr() as u64;
             match self.btls[o.btl].register(addr, o.len as u64) {
                 Some(desc) => {
@@ -193,7 +292,7 @@ impl<H: HostMemory> Driver<H> {
                     self.staging
                         .offered
                         .insert((o.token, o.offset), (o.peer, slot));
-                    self.pml.handle_staged(o.token, o.offset, Ok(desc));
+                    self.pml.handle_staged(o.token, o.offset, Ok(Some(desc)));
                 }
                 None => {
                     self.gpu.put_slot(CopyDir::ToHost, slot);

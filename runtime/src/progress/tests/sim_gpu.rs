@@ -65,12 +65,17 @@ impl World {
     /// Ranks that play process `pid(rank)` of the node: ranks of one
     /// process cannot open each other's IPC handles.
     fn with_processes(n: u32, ipc: bool, device: DeviceConfig, pid: impl Fn(u32) -> u32) -> Self {
-        let f = Fabric::new(n, 1);
-        let cuda = Arc::new(TestCuda::new(1));
         let cfg = PmlConfig {
             device,
             ..PmlConfig::default()
         };
+        Self::with_config(n, ipc, cfg, pid)
+    }
+
+    /// As [`World::with_processes`], under the pml configuration `cfg`.
+    fn with_config(n: u32, ipc: bool, cfg: PmlConfig, pid: impl Fn(u32) -> u32) -> Self {
+        let f = Fabric::new(n, 1);
+        let cuda = Arc::new(TestCuda::new(1));
         let d = (0..n)
             .map(|r| {
                 let btls: Vec<Box<dyn Btl>> = vec![
@@ -756,5 +761,70 @@ fn a_host_buffer_offered_for_a_get_is_pulled_into_the_device_in_chunks() {
         );
         assert!(max_in_flight(&w.cuda.trace(), CopyDir::ToDevice) >= 2);
         assert_eq!(w.d[1].gpu.slots_out(CopyDir::ToDevice), 0);
+    }
+}
+
+#[test]
+fn without_a_get_staged_chunks_go_in_fragments_and_copy_in_asynchronously() {
+    use gmpi_gpu::double::max_in_flight;
+    use gmpi_gpu::CopyDir;
+    // A transport without get (tcp): the sender still stages chunks of
+    // STAGE bytes asynchronously and sends each from its slot in fragments
+    // as soon as it is staged; the receiver copies each fragment into its
+    // GPU asynchronously, overlapping the next ones.
+    let cfg = PmlConfig {
+        device: device(),
+        use_get: false,
+        ..PmlConfig::default()
+    };
+    let frag = (FRAG - gmpi_pml::wire::MAX_HDR) as u64;
+    for (sk, rk) in [(DEV, DEV), (DEV, MemKind::Host), (MemKind::Host, DEV)] {
+        let mut w = World::with_config(2, false, cfg.clone(), |r| r);
+        let len = 9 * STAGE + 123;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 255) as u8).collect();
+        let s = w.buffer(0, sk, &data);
+        let r = w.buffer(1, rk, &vec![0u8; len]);
+        let before = w.cuda.counts();
+        let rid = w.recv(1, 0, r);
+        let sid = w.send(0, 1, s);
+        w.run();
+        w.d[1].test(rid).expect("receive done").expect("ok");
+        w.d[0].test(sid).expect("send done").expect("ok");
+        assert_eq!(w.read(1, r), data, "{sk:?} -> {rk:?}");
+        let c = diff(&w.cuda.counts(), &before);
+        let chunks = len.div_ceil(STAGE) as u64;
+        // The fragments: STAGE-byte chunks cut in fragments (device
+        // sender), or the host sender's stream.
+        let frags = if sk.is_host() {
+            (len as u64).div_ceil(frag)
+        } else {
+            let full = (STAGE as u64).div_ceil(frag) * (len / STAGE) as u64;
+            full + ((len % STAGE) as u64).div_ceil(frag)
+        };
+        let dtoh = if sk.is_host() { 0 } else { chunks };
+        let htod = if rk.is_host() { 0 } else { frags };
+        assert_eq!(
+            (c.dtoh, c.htod, c.async_copies),
+            (dtoh, htod, dtoh + htod),
+            "{sk:?} -> {rk:?}: {c:?}"
+        );
+        let trace = w.cuda.trace();
+        if !sk.is_host() {
+            assert!(
+                max_in_flight(&trace, CopyDir::ToHost) >= 2,
+                "copies out overlap"
+            );
+        }
+        if !rk.is_host() {
+            assert!(
+                max_in_flight(&trace, CopyDir::ToDevice) >= 2,
+                "copies in overlap"
+            );
+        }
+        for d in &w.d {
+            assert_eq!(d.gpu.slots_out(CopyDir::ToHost), 0);
+            assert_eq!(d.gpu.slots_out(CopyDir::ToDevice), 0);
+            assert_eq!(d.staging.offered(), 0);
+        }
     }
 }
