@@ -231,7 +231,7 @@ impl<H: HostMemory> Driver<H> {
     /// cannot tell.
     pub fn wait(&mut self, timeout: Duration) {
         // Staged copies end by events only polling sees.
-        if self.pml.has_actions() || self.staging.busy() {
+        if self.pml.has_actions() || self.staging.needs_polling() {
             return;
         }
         match &self.sleep {

@@ -104,6 +104,18 @@ impl Staging {
             && self.copy_ins.is_empty())
     }
 
+    /// Whether something ends by an event only polling sees (a copy's CUDA
+    /// event, a get ended in a btl pass): the driver must not sleep in a
+    /// btl meanwhile. Work waiting for a slot or for the btl is not: a slot
+    /// comes back by a copy landing (polled) or by a peer's message (which
+    /// wakes a sleeping rank).
+    pub fn needs_polling(&self) -> bool {
+        !(self.out_copies.is_empty()
+            && self.in_copies.is_empty()
+            && self.copy_ins.is_empty()
+            && self.gets_ended.is_empty())
+    }
+
     /// Whether there is anything to pump: work waiting or in flight, or
     /// slots offered (freed when their peer fails).
     #[inline]
