@@ -129,10 +129,7 @@ pub fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), Error> {
 
 /// The class of `code` (`None` if it is not a code gmpi knows).
 pub fn class_of(code: c_int) -> Option<c_int> {
-    if code == MPI_SUCCESS
-        || runtime_class(code).is_some()
-        || (1..=MPI_ERR_VALUE_TOO_LARGE).contains(&code)
-    {
+    if predefined(code).is_some() {
         return Some(code);
     }
     let c = codes();
@@ -153,45 +150,10 @@ pub fn string_of(code: c_int) -> Option<String> {
     }
     drop(c);
     let class = class_of(code)?;
-    Some(match runtime_class(class) {
-        Some(k) => format!("{}: {}", k.name(), describe(class)),
-        None if class == MPI_SUCCESS => "MPI_SUCCESS: no errors".into(),
-        None => format!("error class {class}: {}", describe(class)),
+    Some(match predefined(class) {
+        Some((name, text)) => format!("{name}: {text}"),
+        None => format!("error class {class}: error"),
     })
-}
-
-fn describe(class: c_int) -> &'static str {
-    match class {
-        MPI_ERR_BUFFER => "invalid buffer pointer",
-        MPI_ERR_COUNT => "invalid count argument",
-        MPI_ERR_TYPE => "invalid datatype",
-        MPI_ERR_TAG => "invalid tag",
-        MPI_ERR_COMM => "invalid communicator",
-        MPI_ERR_RANK => "invalid rank",
-        MPI_ERR_ROOT => "invalid root",
-        MPI_ERR_GROUP => "invalid group",
-        MPI_ERR_OP => "invalid operation",
-        MPI_ERR_TOPOLOGY => "invalid topology",
-        MPI_ERR_DIMS => "invalid dimension argument",
-        MPI_ERR_ARG => "invalid argument",
-        MPI_ERR_UNKNOWN => "unknown error",
-        MPI_ERR_TRUNCATE => "message truncated",
-        MPI_ERR_OTHER => "other error",
-        MPI_ERR_INTERN => "internal error",
-        MPI_ERR_IN_STATUS => "error code is in status",
-        MPI_ERR_PENDING => "pending request",
-        MPI_ERR_REQUEST => "invalid request",
-        MPI_ERR_INFO => "invalid info object",
-        MPI_ERR_INFO_KEY => "invalid info key",
-        MPI_ERR_INFO_VALUE => "invalid info value",
-        MPI_ERR_INFO_NOKEY => "info key not defined",
-        MPI_ERR_NO_MEM => "out of memory",
-        MPI_ERR_UNSUPPORTED_OPERATION => "operation not supported by gmpi",
-        MPI_ERR_WIN => "invalid window",
-        MPI_ERR_KEYVAL => "invalid attribute key",
-        MPI_ERR_PROC_FAILED => "a process failed",
-        _ => "error",
-    }
 }
 
 /// `MPI_Add_error_class`.

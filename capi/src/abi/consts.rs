@@ -96,9 +96,6 @@ pub const MPI_ERR_NO_MEM: c_int = 34;
 pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
 pub const MPI_ERR_WIN: c_int = 45;
 pub const MPI_ERR_KEYVAL: c_int = 48;
-/// The last predefined class of MPI 4.0 (`MPI_ERR_VALUE_TOO_LARGE`): every
-/// class from 1 up to it is a valid class for `MPI_Error_class`.
-pub const MPI_ERR_VALUE_TOO_LARGE: c_int = 77;
 /// `MPIX_ERR_PROC_FAILED` (ULFM), MPICH's number.
 pub const MPI_ERR_PROC_FAILED: c_int = 101;
 pub const MPI_ERR_LASTCODE: c_int = 0x3fffffff;
