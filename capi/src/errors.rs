@@ -50,14 +50,19 @@ struct Codes {
     strings: HashMap<c_int, String>,
     /// User code → its class.
     user_codes: HashMap<c_int, c_int>,
+    /// The index of the next user class (`ERROR_DYN_MASK | index`).
     next_class: c_int,
+    /// The index of the next user code (`class | index << 8`).
     next_code: c_int,
+    /// `MPI_LASTUSEDCODE`.
+    last_used: c_int,
 }
 
 static CODES: LazyLock<Mutex<Codes>> = LazyLock::new(|| {
     Mutex::new(Codes {
-        next_class: FIRST_USER_CLASS,
-        next_code: FIRST_USER_CODE,
+        next_class: 1,
+        next_code: 1,
+        last_used: MPI_ERR_LASTCODE,
         ..Default::default()
     })
 });
@@ -133,10 +138,15 @@ pub fn class_of(code: c_int) -> Option<c_int> {
         return Some(code);
     }
     let c = codes();
-    if (FIRST_USER_CLASS..c.next_class).contains(&code) {
+    if is_user_class(&c, code) {
         return Some(code);
     }
     c.user_codes.get(&code).copied()
+}
+
+/// Whether `code` is a class `MPI_Add_error_class` handed out.
+fn is_user_class(c: &Codes, code: c_int) -> bool {
+    code & ERROR_DYN_MASK != 0 && (1..c.next_class).contains(&(code & !ERROR_DYN_MASK))
 }
 
 /// The text of `code`.
@@ -144,6 +154,11 @@ pub fn string_of(code: c_int) -> Option<String> {
     let c = codes();
     if let Some(s) = c.strings.get(&code) {
         return Some(s.clone());
+    }
+    // A user class or code has the empty string until one is added
+    // (MPI 4.0 §9.5, as MPICH).
+    if is_user_class(&c, code) || c.user_codes.contains_key(&code) {
+        return Some(String::new());
     }
     if let Some(s) = c.last.get(&code) {
         return Some(s.clone());
@@ -156,22 +171,36 @@ pub fn string_of(code: c_int) -> Option<String> {
     })
 }
 
-/// `MPI_Add_error_class`.
-pub fn add_class() -> c_int {
+/// `MPI_Add_error_class`: MPICH's numbering, `ERROR_DYN_MASK | n` (`None`
+/// when all are used).
+pub fn add_class() -> Option<c_int> {
     let mut c = codes();
-    let k = c.next_class;
+    if c.next_class >= ERROR_MAX_NCLASS {
+        return None;
+    }
+    let k = ERROR_DYN_MASK | c.next_class;
     c.next_class += 1;
-    k
+    c.last_used = c.last_used.max(k);
+    Some(k)
 }
 
-/// `MPI_Add_error_code`.
-pub fn add_code(class: c_int) -> Option<c_int> {
-    class_of(class).filter(|&k| k == class)?;
+/// `MPI_Add_error_code`: MPICH's numbering, `class | n << 8` (`Err(false)`
+/// if `class` is not a class, `Err(true)` when all codes are used).
+pub fn add_code(class: c_int) -> Result<c_int, bool> {
+    if class_of(class) != Some(class) {
+        return Err(false);
+    }
     let mut c = codes();
-    let k = c.next_code;
+    if c.next_code >= ERROR_MAX_NCODE {
+        return Err(true);
+    }
+    let k = class | (c.next_code << ERROR_GENERIC_SHIFT);
     c.next_code += 1;
     c.user_codes.insert(k, class);
-    Some(k)
+    // MPI_LASTUSEDCODE bounds every code and class in use (MPICH 4.0 only
+    // follows classes; the standard says codes too).
+    c.last_used = c.last_used.max(k);
+    Ok(k)
 }
 
 /// `MPI_Add_error_string`.
@@ -183,8 +212,8 @@ pub fn set_string(code: c_int, s: String) -> bool {
     true
 }
 
-/// The largest error code in use (`MPI_LASTUSEDCODE`).
+/// The largest error code in use (`MPI_LASTUSEDCODE`): `MPI_ERR_LASTCODE`
+/// until a class or code is added.
 pub fn last_used_code() -> c_int {
-    let c = codes();
-    (c.next_code - 1).max(c.next_class - 1)
+    codes().last_used
 }

@@ -1,6 +1,8 @@
 /* Error classes and codes: every predefined class of the MPICH ABI is
  * known to MPI_Error_class and MPI_Error_string (up to MPI_ERR_ERRHANDLER,
- * 80, the last class of MPICH 4.1+). Any np >= 1. */
+ * 80, the last class of MPICH 4.1+); classes and codes added at run time
+ * are numbered as MPICH numbers them (above MPI_ERR_LASTCODE), have the
+ * empty string, and MPI_LASTUSEDCODE follows them. Any np >= 1. */
 #define TEST_NAME "error_classes"
 #include "check.h"
 #include <string.h>
@@ -41,11 +43,72 @@ static void test_predefined(void)
     }
 }
 
+static int lastused(void)
+{
+    int *v = NULL, flag = 0;
+    CHECK_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &v, &flag));
+    CHECK(flag && v, "MPI_LASTUSEDCODE not set");
+    return flag && v ? *v : -1;
+}
+
+static void expect_string(int code, const char *want)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = -1;
+    msg[0] = 'X';
+    CHECK_MPI(MPI_Error_string(code, msg, &len));
+    CHECK(len == (int)strlen(want) && strcmp(msg, want) == 0,
+          "Error_string(%#x) = '%s' (len %d), expected '%s'", code, msg, len, want);
+}
+
+static void test_dynamic(void)
+{
+    /* Before any is added, MPI_LASTUSEDCODE is MPI_ERR_LASTCODE. */
+    CHECK(lastused() == MPI_ERR_LASTCODE, "initial MPI_LASTUSEDCODE %#x", lastused());
+
+    int c1, c2, k1, k2, k3, cls;
+    CHECK_MPI(MPI_Add_error_class(&c1));
+    CHECK(c1 > MPI_ERR_LASTCODE, "new class %#x is not above MPI_ERR_LASTCODE", c1);
+    CHECK(lastused() == c1, "MPI_LASTUSEDCODE %#x after new class %#x", lastused(), c1);
+    CHECK_MPI(MPI_Error_class(c1, &cls));
+    CHECK(cls == c1, "Error_class(new class %#x) = %#x", c1, cls);
+    expect_string(c1, "");
+
+    CHECK_MPI(MPI_Add_error_code(c1, &k1));
+    CHECK(k1 != c1 && k1 > MPI_ERR_LASTCODE, "new code %#x of class %#x", k1, c1);
+    /* (MPICH 4.0 leaves MPI_LASTUSEDCODE at the last class.) */
+    CHECK_KNOWN_BUG(lastused() >= k1, "MPI_LASTUSEDCODE %#x below new code %#x", lastused(), k1);
+    CHECK_MPI(MPI_Error_class(k1, &cls));
+    CHECK(cls == c1, "Error_class(new code %#x) = %#x, expected %#x", k1, cls, c1);
+    expect_string(k1, "");
+
+    CHECK_MPI(MPI_Add_error_class(&c2));
+    CHECK(c2 > MPI_ERR_LASTCODE && c2 != c1, "second class %#x", c2);
+    CHECK(lastused() >= c2, "MPI_LASTUSEDCODE %#x below %#x", lastused(), c2);
+    CHECK_KNOWN_BUG(lastused() >= k1, "MPI_LASTUSEDCODE %#x below %#x", lastused(), k1);
+
+    /* a code of a predefined class */
+    CHECK_MPI(MPI_Add_error_code(MPI_ERR_COMM, &k2));
+    CHECK(k2 != MPI_ERR_COMM, "new code of MPI_ERR_COMM is %#x", k2);
+    CHECK_MPI(MPI_Error_class(k2, &cls));
+    CHECK(cls == MPI_ERR_COMM, "Error_class(%#x) = %d", k2, cls);
+    CHECK(lastused() >= k2, "MPI_LASTUSEDCODE %#x below %#x", lastused(), k2);
+
+    CHECK_MPI(MPI_Add_error_code(c2, &k3));
+    CHECK_MPI(MPI_Add_error_string(k3, "third code"));
+    expect_string(k3, "third code");
+    CHECK_MPI(MPI_Add_error_string(c2, "second class"));
+    expect_string(c2, "second class");
+    expect_string(c1, "");
+    CHECK_KNOWN_BUG(lastused() >= k3, "MPI_LASTUSEDCODE %#x below %#x", lastused(), k3);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     test_predefined();
+    test_dynamic();
     REPORT_OK();
     MPI_Finalize();
     return 0;
