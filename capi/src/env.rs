@@ -156,12 +156,17 @@ mpi_fn! {
     }
 
     fn Add_error_class(errorclass: *mut c_int) {
-        ptr::write(CALL, "errorclass", errorclass, errors::add_class())
+        let Some(c) = errors::add_class() else {
+            return Err(err(ErrorClass::Other, CALL, "no more error classes (MPICH's limit is 127)"));
+        };
+        ptr::write(CALL, "errorclass", errorclass, c)
     }
 
     fn Add_error_code(errorclass: c_int, errorcode: *mut c_int) {
-        let Some(c) = errors::add_code(errorclass) else {
-            return Err(err(ErrorClass::Arg, CALL, format!("errorclass = {errorclass} is not an error class")));
+        let c = match errors::add_code(errorclass) {
+            Ok(c) => c,
+            Err(false) => return Err(err(ErrorClass::Arg, CALL, format!("errorclass = {errorclass} is not an error class"))),
+            Err(true) => return Err(err(ErrorClass::Other, CALL, "no more error codes (MPICH's limit is 2047)")),
         };
         ptr::write(CALL, "errorcode", errorcode, c)
     }

@@ -50,14 +50,19 @@ struct Codes {
     strings: HashMap<c_int, String>,
     /// User code → its class.
     user_codes: HashMap<c_int, c_int>,
+    /// The index of the next user class (`ERROR_DYN_MASK | index`).
     next_class: c_int,
+    /// The index of the next user code (`class | index << 8`).
     next_code: c_int,
+    /// `MPI_LASTUSEDCODE`.
+    last_used: c_int,
 }
 
 static CODES: LazyLock<Mutex<Codes>> = LazyLock::new(|| {
     Mutex::new(Codes {
-        next_class: FIRST_USER_CLASS,
-        next_code: FIRST_USER_CODE,
+        next_class: 1,
+        next_code: 1,
+        last_used: MPI_ERR_LASTCODE,
         ..Default::default()
     })
 });
@@ -129,17 +134,19 @@ pub fn check_errhandler(call: &str, h: MPI_Errhandler) -> Result<(), Error> {
 
 /// The class of `code` (`None` if it is not a code gmpi knows).
 pub fn class_of(code: c_int) -> Option<c_int> {
-    if code == MPI_SUCCESS
-        || runtime_class(code).is_some()
-        || (1..=MPI_ERR_VALUE_TOO_LARGE).contains(&code)
-    {
+    if predefined(code).is_some() {
         return Some(code);
     }
     let c = codes();
-    if (FIRST_USER_CLASS..c.next_class).contains(&code) {
+    if is_user_class(&c, code) {
         return Some(code);
     }
     c.user_codes.get(&code).copied()
+}
+
+/// Whether `code` is a class `MPI_Add_error_class` handed out.
+fn is_user_class(c: &Codes, code: c_int) -> bool {
+    code & ERROR_DYN_MASK != 0 && (1..c.next_class).contains(&(code & !ERROR_DYN_MASK))
 }
 
 /// The text of `code`.
@@ -148,68 +155,52 @@ pub fn string_of(code: c_int) -> Option<String> {
     if let Some(s) = c.strings.get(&code) {
         return Some(s.clone());
     }
+    // A user class or code has the empty string until one is added
+    // (MPI 4.0 §9.5, as MPICH).
+    if is_user_class(&c, code) || c.user_codes.contains_key(&code) {
+        return Some(String::new());
+    }
     if let Some(s) = c.last.get(&code) {
         return Some(s.clone());
     }
     drop(c);
     let class = class_of(code)?;
-    Some(match runtime_class(class) {
-        Some(k) => format!("{}: {}", k.name(), describe(class)),
-        None if class == MPI_SUCCESS => "MPI_SUCCESS: no errors".into(),
-        None => format!("error class {class}: {}", describe(class)),
+    Some(match predefined(class) {
+        Some((name, text)) => format!("{name}: {text}"),
+        None => format!("error class {class}: error"),
     })
 }
 
-fn describe(class: c_int) -> &'static str {
-    match class {
-        MPI_ERR_BUFFER => "invalid buffer pointer",
-        MPI_ERR_COUNT => "invalid count argument",
-        MPI_ERR_TYPE => "invalid datatype",
-        MPI_ERR_TAG => "invalid tag",
-        MPI_ERR_COMM => "invalid communicator",
-        MPI_ERR_RANK => "invalid rank",
-        MPI_ERR_ROOT => "invalid root",
-        MPI_ERR_GROUP => "invalid group",
-        MPI_ERR_OP => "invalid operation",
-        MPI_ERR_TOPOLOGY => "invalid topology",
-        MPI_ERR_DIMS => "invalid dimension argument",
-        MPI_ERR_ARG => "invalid argument",
-        MPI_ERR_UNKNOWN => "unknown error",
-        MPI_ERR_TRUNCATE => "message truncated",
-        MPI_ERR_OTHER => "other error",
-        MPI_ERR_INTERN => "internal error",
-        MPI_ERR_IN_STATUS => "error code is in status",
-        MPI_ERR_PENDING => "pending request",
-        MPI_ERR_REQUEST => "invalid request",
-        MPI_ERR_INFO => "invalid info object",
-        MPI_ERR_INFO_KEY => "invalid info key",
-        MPI_ERR_INFO_VALUE => "invalid info value",
-        MPI_ERR_INFO_NOKEY => "info key not defined",
-        MPI_ERR_NO_MEM => "out of memory",
-        MPI_ERR_UNSUPPORTED_OPERATION => "operation not supported by gmpi",
-        MPI_ERR_WIN => "invalid window",
-        MPI_ERR_KEYVAL => "invalid attribute key",
-        MPI_ERR_PROC_FAILED => "a process failed",
-        _ => "error",
+/// `MPI_Add_error_class`: MPICH's numbering, `ERROR_DYN_MASK | n` (`None`
+/// when all are used).
+pub fn add_class() -> Option<c_int> {
+    let mut c = codes();
+    if c.next_class >= ERROR_MAX_NCLASS {
+        return None;
     }
-}
-
-/// `MPI_Add_error_class`.
-pub fn add_class() -> c_int {
-    let mut c = codes();
-    let k = c.next_class;
+    let k = ERROR_DYN_MASK | c.next_class;
     c.next_class += 1;
-    k
+    c.last_used = c.last_used.max(k);
+    Some(k)
 }
 
-/// `MPI_Add_error_code`.
-pub fn add_code(class: c_int) -> Option<c_int> {
-    class_of(class).filter(|&k| k == class)?;
+/// `MPI_Add_error_code`: MPICH's numbering, `class | n << 8` (`Err(false)`
+/// if `class` is not a class, `Err(true)` when all codes are used).
+pub fn add_code(class: c_int) -> Result<c_int, bool> {
+    if class_of(class) != Some(class) {
+        return Err(false);
+    }
     let mut c = codes();
-    let k = c.next_code;
+    if c.next_code >= ERROR_MAX_NCODE {
+        return Err(true);
+    }
+    let k = class | (c.next_code << ERROR_GENERIC_SHIFT);
     c.next_code += 1;
     c.user_codes.insert(k, class);
-    Some(k)
+    // MPI_LASTUSEDCODE bounds every code and class in use (MPICH 4.0 only
+    // follows classes; the standard says codes too).
+    c.last_used = c.last_used.max(k);
+    Ok(k)
 }
 
 /// `MPI_Add_error_string`.
@@ -221,8 +212,8 @@ pub fn set_string(code: c_int, s: String) -> bool {
     true
 }
 
-/// The largest error code in use (`MPI_LASTUSEDCODE`).
+/// The largest error code in use (`MPI_LASTUSEDCODE`): `MPI_ERR_LASTCODE`
+/// until a class or code is added.
 pub fn last_used_code() -> c_int {
-    let c = codes();
-    (c.next_code - 1).max(c.next_class - 1)
+    codes().last_used
 }

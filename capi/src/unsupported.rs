@@ -8,7 +8,10 @@
 //!
 //! Each has its exact C signature, so binaries that reference it load and
 //! run until they call it; the call then fails with
-//! `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it. Where the errors
+//! `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it, after the
+//! argument checks MPICH makes first (an invalid communicator is
+//! `MPI_ERR_COMM`, `MPI_WIN_NULL` `MPI_ERR_WIN`, `MPI_REQUEST_NULL` in
+//! `MPI_Grequest_complete` `MPI_ERR_REQUEST`). Where the errors
 //! go follows the standard:
 //! - most calls raise it on the error handler of the communicator they name
 //!   (`MPI_COMM_WORLD`'s when they name none), `MPI_ERRORS_ARE_FATAL` unless
@@ -35,6 +38,7 @@ use crate::abi::*;
 use crate::errors;
 use crate::frame;
 use crate::ptr;
+use crate::resolve;
 use crate::tables::*;
 
 const ONE_SIDED: &str = "one-sided communication";
@@ -52,20 +56,14 @@ fn unsupported(call: &str, family: &str) -> Error {
     )
 }
 
-/// Errors of the current call go to `comm`'s error handler if `comm` names
-/// a communicator (else to `MPI_COMM_WORLD`'s).
-fn target(comm: MPI_Comm) {
-    let known = comm_slot(comm).is_some_and(|i| state().comms.get(i).is_some());
-    if known {
-        errors::set_target(comm);
+/// Check a window argument: `MPI_WIN_NULL` is an `MPI_ERR_WIN` error
+/// before the call is found unsupported (argument checks come first, as in
+/// MPICH).
+fn win_arg(call: &str, win: MPI_Win) -> Result<(), Error> {
+    if win == MPI_WIN_NULL {
+        return Err(err(ErrorClass::Win, call, "win is MPI_WIN_NULL"));
     }
-}
-
-/// [`target`] for a communicator passed by pointer.
-fn target_at(comm: *mut MPI_Comm) {
-    if let Ok(c) = ptr::read("", "comm", comm.cast_const()) {
-        target(c);
-    }
+    Ok(())
 }
 
 /// The error handler of `MPI_FILE_NULL` (`MPI_ERRORS_RETURN` unless the
@@ -187,75 +185,88 @@ pub static MPI_F_STATUSES_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
 // ---- One-sided communication ----
 
 mpi_fn! {
-    fn Accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win) {
+    fn Accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Compare_and_swap(_origin_addr: *const c_void, _compare_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _win: MPI_Win) {
+    fn Compare_and_swap(_origin_addr: *const c_void, _compare_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Fetch_and_op(_origin_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _op: MPI_Op, _win: MPI_Win) {
+    fn Fetch_and_op(_origin_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _op: MPI_Op, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Get(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win) {
+    fn Get(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Get_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win) {
+    fn Get_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Put(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win) {
+    fn Put(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Raccumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win, _request: *mut MPI_Request) {
+    fn Raccumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win, _request: *mut MPI_Request) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Rget(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win, _request: *mut MPI_Request) {
+    fn Rget(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win, _request: *mut MPI_Request) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Rget_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, _win: MPI_Win, _request: *mut MPI_Request) {
+    fn Rget_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win, _request: *mut MPI_Request) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Rput(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _win: MPI_Win, _request: *mut MPI_Request) {
+    fn Rput(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win, _request: *mut MPI_Request) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
     fn Win_allocate(_size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _baseptr: *mut c_void, _win: *mut MPI_Win) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
     fn Win_allocate_shared(_size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _baseptr: *mut c_void, _win: *mut MPI_Win) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_attach(_win: MPI_Win, _base: *mut c_void, _size: MPI_Aint) {
+    fn Win_attach(win: MPI_Win, _base: *mut c_void, _size: MPI_Aint) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_call_errhandler(_win: MPI_Win, _errorcode: c_int) {
+    safe fn Win_call_errhandler(win: MPI_Win, _errorcode: c_int) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_complete(_win: MPI_Win) {
+    safe fn Win_complete(win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
     fn Win_create(_base: *mut c_void, _size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _win: *mut MPI_Win) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
     fn Win_create_dynamic(_info: MPI_Info, comm: MPI_Comm, _win: *mut MPI_Win) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -267,35 +278,43 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_delete_attr(_win: MPI_Win, _win_keyval: c_int) {
+    safe fn Win_delete_attr(win: MPI_Win, _win_keyval: c_int) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_detach(_win: MPI_Win, _base: *const c_void) {
+    fn Win_detach(win: MPI_Win, _base: *const c_void) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_fence(_assert: c_int, _win: MPI_Win) {
+    safe fn Win_fence(_assert: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_flush(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_flush(_rank: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_flush_all(_win: MPI_Win) {
+    safe fn Win_flush_all(win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_flush_local(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_flush_local(_rank: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_flush_local_all(_win: MPI_Win) {
+    safe fn Win_flush_local_all(win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_free(_win: *mut MPI_Win) {
+    fn Win_free(win: *mut MPI_Win) {
+        win_arg(CALL, ptr::read(CALL, "win", win.cast_const())?)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -303,79 +322,98 @@ mpi_fn! {
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_get_attr(_win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void, _flag: *mut c_int) {
+    fn Win_get_attr(win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void, _flag: *mut c_int) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_get_errhandler(_win: MPI_Win, _errhandler: *mut MPI_Errhandler) {
+    fn Win_get_errhandler(win: MPI_Win, _errhandler: *mut MPI_Errhandler) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_get_group(_win: MPI_Win, _group: *mut MPI_Group) {
+    fn Win_get_group(win: MPI_Win, _group: *mut MPI_Group) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_get_info(_win: MPI_Win, _info_used: *mut MPI_Info) {
+    fn Win_get_info(win: MPI_Win, _info_used: *mut MPI_Info) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_get_name(_win: MPI_Win, _win_name: *mut c_char, _resultlen: *mut c_int) {
+    fn Win_get_name(win: MPI_Win, _win_name: *mut c_char, _resultlen: *mut c_int) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_lock_all(_assert: c_int, _win: MPI_Win) {
+    safe fn Win_lock_all(_assert: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_post(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_post(_group: MPI_Group, _assert: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_set_attr(_win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void) {
+    fn Win_set_attr(win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_set_errhandler(_win: MPI_Win, _errhandler: MPI_Errhandler) {
+    safe fn Win_set_errhandler(win: MPI_Win, _errhandler: MPI_Errhandler) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_set_info(_win: MPI_Win, _info: MPI_Info) {
+    safe fn Win_set_info(win: MPI_Win, _info: MPI_Info) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_set_name(_win: MPI_Win, _win_name: *const c_char) {
+    fn Win_set_name(win: MPI_Win, _win_name: *const c_char) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_shared_query(_win: MPI_Win, _rank: c_int, _size: *mut MPI_Aint, _disp_unit: *mut c_int, _baseptr: *mut c_void) {
+    fn Win_shared_query(win: MPI_Win, _rank: c_int, _size: *mut MPI_Aint, _disp_unit: *mut c_int, _baseptr: *mut c_void) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_start(_group: MPI_Group, _assert: c_int, _win: MPI_Win) {
+    safe fn Win_start(_group: MPI_Group, _assert: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_sync(_win: MPI_Win) {
+    safe fn Win_sync(win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    fn Win_test(_win: MPI_Win, _flag: *mut c_int) {
+    fn Win_test(win: MPI_Win, _flag: *mut c_int) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_unlock(_rank: c_int, _win: MPI_Win) {
+    safe fn Win_unlock(_rank: c_int, win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_unlock_all(_win: MPI_Win) {
+    safe fn Win_unlock_all(win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
-    safe fn Win_wait(_win: MPI_Win) {
+    safe fn Win_wait(win: MPI_Win) {
+        win_arg(CALL, win)?;
         Err(unsupported(CALL, ONE_SIDED))
     }
 
@@ -384,7 +422,10 @@ mpi_fn! {
 // ---- Generalized requests ----
 
 mpi_fn! {
-    safe fn Grequest_complete(_request: MPI_Request) {
+    safe fn Grequest_complete(request: MPI_Request) {
+        if request == MPI_REQUEST_NULL {
+            return Err(err(ErrorClass::Request, CALL, "request is MPI_REQUEST_NULL"));
+        }
         Err(unsupported(CALL, GREQUEST))
     }
 
@@ -402,17 +443,17 @@ mpi_fn! {
     }
 
     fn Comm_accept(_port_name: *const c_char, _info: MPI_Info, _root: c_int, comm: MPI_Comm, _newcomm: *mut MPI_Comm) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, DYNAMIC))
     }
 
     fn Comm_connect(_port_name: *const c_char, _info: MPI_Info, _root: c_int, comm: MPI_Comm, _newcomm: *mut MPI_Comm) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, DYNAMIC))
     }
 
     fn Comm_disconnect(comm: *mut MPI_Comm) {
-        target_at(comm);
+        resolve::comm(CALL, ptr::read(CALL, "comm", comm.cast_const())?)?;
         Err(unsupported(CALL, DYNAMIC))
     }
 
@@ -421,12 +462,12 @@ mpi_fn! {
     }
 
     fn Comm_spawn(_command: *const c_char, _argv: *mut *mut c_char, _maxprocs: c_int, _info: MPI_Info, _root: c_int, comm: MPI_Comm, _intercomm: *mut MPI_Comm, _array_of_errcodes: *mut c_int) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, DYNAMIC))
     }
 
     fn Comm_spawn_multiple(_count: c_int, _array_of_commands: *mut *mut c_char, _array_of_argv: *mut *mut *mut c_char, _array_of_maxprocs: *const c_int, _array_of_info: *const MPI_Info, _root: c_int, comm: MPI_Comm, _intercomm: *mut MPI_Comm, _array_of_errcodes: *mut c_int) {
-        target(comm);
+        resolve::comm(CALL, comm)?;
         Err(unsupported(CALL, DYNAMIC))
     }
 

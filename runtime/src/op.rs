@@ -63,9 +63,14 @@ impl fmt::Debug for UserOp {
 /// | operation | datatypes |
 /// |---|---|
 /// | `Sum`, `Prod` | integers, floats |
-/// | `Min`, `Max` | integers, floats, `Char` |
+/// | `Min`, `Max` | integers, floats |
 /// | `Land`, `Lor`, `Lxor` | integers, `Bool` |
 /// | `Band`, `Bor`, `Bxor` | integers, `Byte` |
+///
+/// `Char` (`MPI_CHAR`, `MPI_CHARACTER`) counts as an integer (a signed
+/// byte): the standard lists it for no reduction, but MPICH takes it for
+/// every one (its `MPIR_OP_TYPE_GROUP_C_INTEGER_EXTRA`), and programs such
+/// as OSU's reduction benchmarks use it.
 /// | `MinLoc`, `MaxLoc` | the pair types (`FloatInt`, `DoubleInt`, `LongInt`, `TwoInt`, `ShortInt`) |
 /// | `User` | any |
 /// | `Replace`, `NoOp` | none: one-sided (accumulate) operations only |
@@ -276,7 +281,6 @@ enum Class {
     Float,
     Bool,
     Byte,
-    Char,
     Pair,
 }
 
@@ -295,11 +299,11 @@ fn class(p: Primitive) -> Class {
         | P::I128
         | P::U128
         | P::ISize
-        | P::USize => Class::Int,
+        | P::USize
+        | P::Char => Class::Int,
         P::F32 | P::F64 => Class::Float,
         P::Bool => Class::Bool,
         P::Byte => Class::Byte,
-        P::Char => Class::Char,
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => Class::Pair,
     }
 }
@@ -330,7 +334,7 @@ fn defined(op: &Op, prim: Primitive) -> Option<bool> {
     let c = class(prim);
     Some(match op {
         Op::Sum | Op::Prod => matches!(c, C::Int | C::Float),
-        Op::Min | Op::Max => matches!(c, C::Int | C::Float | C::Char),
+        Op::Min | Op::Max => matches!(c, C::Int | C::Float),
         Op::Land | Op::Lor | Op::Lxor => matches!(c, C::Int | C::Bool),
         Op::Band | Op::Bor | Op::Bxor => matches!(c, C::Int | C::Byte),
         Op::MinLoc | Op::MaxLoc => c == C::Pair,
@@ -637,8 +641,9 @@ mod tests {
     }
 
     /// Valid (predefined op, datatype) pairs: 12 integer types × 10 ops,
-    /// 2 float types × 4, `Char` 2, `Bool` 3, `Byte` 3, 5 pair types × 2.
-    const PREDEFINED_VALID: usize = 120 + 8 + 2 + 3 + 3 + 10;
+    /// 2 float types × 4, `Char` 10 (as MPICH), `Bool` 3, `Byte` 3, 5 pair
+    /// types × 2.
+    const PREDEFINED_VALID: usize = 120 + 8 + 10 + 3 + 3 + 10;
 
     fn predefined() -> Vec<Op> {
         use Op::*;
@@ -673,10 +678,11 @@ mod tests {
         ];
         let is_int = ints.contains(&p);
         match op {
-            Op::Sum | Op::Prod => is_int || floats.contains(&p),
-            Op::Min | Op::Max => is_int || floats.contains(&p) || p == P::Char,
-            Op::Land | Op::Lor | Op::Lxor => is_int || p == P::Bool,
-            Op::Band | Op::Bor | Op::Bxor => is_int || p == P::Byte,
+            // MPICH takes MPI_CHAR as a C integer.
+            Op::Sum | Op::Prod => is_int || p == P::Char || floats.contains(&p),
+            Op::Min | Op::Max => is_int || p == P::Char || floats.contains(&p),
+            Op::Land | Op::Lor | Op::Lxor => is_int || p == P::Char || p == P::Bool,
+            Op::Band | Op::Bor | Op::Bxor => is_int || p == P::Char || p == P::Byte,
             Op::MinLoc | Op::MaxLoc => pairs.contains(&p),
             Op::User(_) => true,
             Op::Replace | Op::NoOp => false,

@@ -96,19 +96,23 @@ pub const MPI_ERR_NO_MEM: c_int = 34;
 pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
 pub const MPI_ERR_WIN: c_int = 45;
 pub const MPI_ERR_KEYVAL: c_int = 48;
-/// The last predefined class of MPI 4.0 (`MPI_ERR_VALUE_TOO_LARGE`): every
-/// class from 1 up to it is a valid class for `MPI_Error_class`.
-pub const MPI_ERR_VALUE_TOO_LARGE: c_int = 77;
 /// `MPIX_ERR_PROC_FAILED` (ULFM), MPICH's number.
 pub const MPI_ERR_PROC_FAILED: c_int = 101;
 pub const MPI_ERR_LASTCODE: c_int = 0x3fffffff;
 
-/// The first error class `MPI_Add_error_class` hands out: above every
-/// MPICH class.
-pub const FIRST_USER_CLASS: c_int = 0x80;
-/// The first error code `MPI_Add_error_code` hands out: above the user
-/// classes.
-pub const FIRST_USER_CODE: c_int = 0x1000;
+/// MPICH's mark of a dynamic error class or code (`ERROR_DYN_MASK`,
+/// `MPI_ERR_LASTCODE + 1`): `MPI_Add_error_class` hands out `DYN | n` for
+/// n = 1, 2, .. (below [`ERROR_MAX_NCLASS`]), all above `MPI_ERR_LASTCODE`.
+pub const ERROR_DYN_MASK: c_int = 0x4000_0000;
+/// How many dynamic classes MPICH allows (`ERROR_MAX_NCLASS`: the class
+/// bits of a code, `ERROR_CLASS_MASK` 0x7f).
+pub const ERROR_MAX_NCLASS: c_int = 128;
+/// Where the index of a dynamic code sits (`ERROR_GENERIC_SHIFT`):
+/// `MPI_Add_error_code(class)` hands out `class | (n << 8)` for n = 1, 2, ..
+/// (below [`ERROR_MAX_NCODE`]), one count over all classes.
+pub const ERROR_GENERIC_SHIFT: u32 = 8;
+/// How many dynamic codes MPICH allows (`ERROR_GENERIC_MASK` 0x7ff00).
+pub const ERROR_MAX_NCODE: c_int = 2048;
 
 // ---- predefined handles ----
 
