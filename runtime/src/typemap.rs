@@ -81,6 +81,9 @@ pub(crate) struct TypeDesc {
     /// Whether `lb`/`ub` come from explicit (sticky) markers set by a
     /// resize somewhere in the type's construction.
     explicit: bool,
+    /// The largest C alignment of the basic types it is made of (1 if
+    /// none): what a struct's extent is rounded up to.
+    align: usize,
 }
 
 impl fmt::Debug for TypeDesc {
@@ -112,6 +115,8 @@ struct Builder {
     /// Bounds of the other components: their data, widened by a struct's
     /// alignment padding.
     soft: Option<(i128, i128)>,
+    /// The largest alignment of the components with data.
+    align: usize,
 }
 
 fn widen(b: &mut Option<(i128, i128)>, lo: i128, hi: i128) {
@@ -154,6 +159,7 @@ impl Builder {
             data: None,
             marks: None,
             soft: None,
+            align: 1,
         }
     }
 
@@ -196,6 +202,7 @@ impl Builder {
         if child.size == 0 {
             return Ok(());
         }
+        self.align = self.align.max(child.align);
         let (lo, hi) = (
             disp + child.true_lb as i128 + lo_k,
             disp + child.true_ub as i128 + hi_k,
@@ -276,6 +283,7 @@ impl Builder {
             is_contig: false,
             name: short_name(name),
             explicit,
+            align: self.align,
         };
         d.is_contig = d.compute_contig();
         Ok(d)
@@ -306,6 +314,10 @@ impl TypeDesc {
             is_contig: false,
             name,
             explicit: false,
+            align: match dt {
+                Datatype::Primitive(p) => align_of(p),
+                Datatype::Opaque { .. } => 1,
+            },
         };
         d.is_contig = d.compute_contig();
         d
@@ -554,6 +566,7 @@ impl TypeDesc {
             is_contig: false,
             name: short_name(name),
             explicit: true,
+            align: self.align,
         };
         d.is_contig = d.compute_contig();
         d
@@ -907,13 +920,7 @@ impl UserDatatype {
             .map(|((&b, &disp), t)| (disp as i128, b, &*t.desc));
         let mut d = Self::build(CALL, name, parts)?;
         if !d.explicit {
-            let align = types
-                .iter()
-                .zip(&bls)
-                .filter(|(_, &b)| b > 0)
-                .flat_map(|(t, _)| t.desc.sig.iter().map(|&(p, _)| align_of(p)))
-                .max()
-                .unwrap_or(1) as isize;
+            let align = d.align as isize;
             let ext = d.extent();
             let pad = (align - ext.rem_euclid(align)) % align;
             if pad > 0 {
@@ -922,6 +929,47 @@ impl UserDatatype {
             }
         }
         Ok(Self::new(d))
+    }
+
+    /// A predefined datatype the runtime has no primitive for (C `long
+    /// double`, the complex types, the padded pair types of the C ABI),
+    /// laid out as MPI defines it: the data is the byte `blocks` (offset,
+    /// length; their sum is the size), consecutive elements are `extent`
+    /// bytes apart (lower bound 0, not a resize marker) and `align` is its C
+    /// alignment, which a struct containing it is padded to. Moved as
+    /// uninterpreted bytes; committed.
+    ///
+    /// ```
+    /// // MPI_DOUBLE_INT: {double; int}, 12 bytes of data, extent 16.
+    /// let t = gmpi::UserDatatype::predefined_bytes("MPI_DOUBLE_INT", &[(0, 8), (8, 4)], 16, 8)?;
+    /// assert_eq!((t.size(), t.extent()), (12, 16));
+    /// # Ok::<(), gmpi::Error>(())
+    /// ```
+    pub fn predefined_bytes(
+        name: &str,
+        blocks: &[(isize, usize)],
+        extent: isize,
+        align: usize,
+    ) -> Result<UserDatatype> {
+        const CALL: &str = "predefined_bytes";
+        let byte = TypeDesc::basic(Datatype::Primitive(Primitive::Byte));
+        let mut b = Builder::new(CALL);
+        for &(off, len) in blocks {
+            b.add(off as i128, len, &byte)?;
+        }
+        b.align = align.max(1);
+        let mut d = b.finish(name.to_string())?;
+        if d.lb != 0 || d.ub > extent {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                CALL,
+                -1,
+                format!("{name}: the data does not lie in 0..{extent}"),
+            ));
+        }
+        d.ub = extent;
+        d.is_contig = d.compute_contig();
+        Ok(Self::new(d).committed())
     }
 
     /// `old` with its lower bound set to `lb` and its extent to `extent`

@@ -14,8 +14,12 @@ use crate::tables::{err, state};
 #[derive(Debug, Clone, Copy)]
 enum Pre {
     P(Primitive),
-    /// Moved as bytes; no predefined reduction applies.
-    Bytes(usize),
+    /// Moved as `size` bytes of C alignment `align` (the reductions of
+    /// `extops`).
+    Bytes(usize, usize),
+    /// A pair whose MPI size leaves out its C padding: data blocks
+    /// (offset, length), extent, alignment (moved as bytes; `extops`).
+    Pair(&'static [(isize, usize)], isize, usize),
 }
 
 use Primitive as P;
@@ -35,7 +39,7 @@ const PREDEFINED: &[(MPI_Datatype, &str, Pre)] = &[
     (MPI_UNSIGNED_LONG, "MPI_UNSIGNED_LONG", Pre::P(P::U64)),
     (MPI_FLOAT, "MPI_FLOAT", Pre::P(P::F32)),
     (MPI_DOUBLE, "MPI_DOUBLE", Pre::P(P::F64)),
-    (MPI_LONG_DOUBLE, "MPI_LONG_DOUBLE", Pre::Bytes(16)),
+    (MPI_LONG_DOUBLE, "MPI_LONG_DOUBLE", Pre::Bytes(16, 16)),
     (MPI_LONG_LONG_INT, "MPI_LONG_LONG_INT", Pre::P(P::I64)),
     (
         MPI_UNSIGNED_LONG_LONG,
@@ -44,31 +48,47 @@ const PREDEFINED: &[(MPI_Datatype, &str, Pre)] = &[
     ),
     (MPI_PACKED, "MPI_PACKED", Pre::P(P::Byte)),
     (MPI_FLOAT_INT, "MPI_FLOAT_INT", Pre::P(P::FloatInt)),
-    (MPI_DOUBLE_INT, "MPI_DOUBLE_INT", Pre::P(P::DoubleInt)),
-    (MPI_LONG_INT, "MPI_LONG_INT", Pre::P(P::LongInt)),
-    (MPI_SHORT_INT, "MPI_SHORT_INT", Pre::P(P::ShortInt)),
+    (
+        MPI_DOUBLE_INT,
+        "MPI_DOUBLE_INT",
+        Pre::Pair(&[(0, 8), (8, 4)], 16, 8),
+    ),
+    (
+        MPI_LONG_INT,
+        "MPI_LONG_INT",
+        Pre::Pair(&[(0, 8), (8, 4)], 16, 8),
+    ),
+    (
+        MPI_SHORT_INT,
+        "MPI_SHORT_INT",
+        Pre::Pair(&[(0, 2), (4, 4)], 8, 4),
+    ),
     (MPI_2INT, "MPI_2INT", Pre::P(P::TwoInt)),
-    (MPI_LONG_DOUBLE_INT, "MPI_LONG_DOUBLE_INT", Pre::Bytes(32)),
-    (MPI_COMPLEX, "MPI_COMPLEX", Pre::Bytes(8)),
-    (MPI_DOUBLE_COMPLEX, "MPI_DOUBLE_COMPLEX", Pre::Bytes(16)),
+    (
+        MPI_LONG_DOUBLE_INT,
+        "MPI_LONG_DOUBLE_INT",
+        Pre::Pair(&[(0, 16), (16, 4)], 32, 16),
+    ),
+    (MPI_COMPLEX, "MPI_COMPLEX", Pre::Bytes(8, 4)),
+    (MPI_DOUBLE_COMPLEX, "MPI_DOUBLE_COMPLEX", Pre::Bytes(16, 8)),
     (MPI_LOGICAL, "MPI_LOGICAL", Pre::P(P::I32)),
     (MPI_REAL, "MPI_REAL", Pre::P(P::F32)),
     (MPI_DOUBLE_PRECISION, "MPI_DOUBLE_PRECISION", Pre::P(P::F64)),
     (MPI_INTEGER, "MPI_INTEGER", Pre::P(P::I32)),
     (MPI_2INTEGER, "MPI_2INTEGER", Pre::P(P::TwoInt)),
-    (MPI_2REAL, "MPI_2REAL", Pre::Bytes(8)),
+    (MPI_2REAL, "MPI_2REAL", Pre::Bytes(8, 4)),
     (
         MPI_2DOUBLE_PRECISION,
         "MPI_2DOUBLE_PRECISION",
-        Pre::Bytes(16),
+        Pre::Bytes(16, 8),
     ),
     (MPI_CHARACTER, "MPI_CHARACTER", Pre::P(P::Char)),
     (MPI_REAL4, "MPI_REAL4", Pre::P(P::F32)),
     (MPI_REAL8, "MPI_REAL8", Pre::P(P::F64)),
-    (MPI_REAL16, "MPI_REAL16", Pre::Bytes(16)),
-    (MPI_COMPLEX8, "MPI_COMPLEX8", Pre::Bytes(8)),
-    (MPI_COMPLEX16, "MPI_COMPLEX16", Pre::Bytes(16)),
-    (MPI_COMPLEX32, "MPI_COMPLEX32", Pre::Bytes(32)),
+    (MPI_REAL16, "MPI_REAL16", Pre::Bytes(16, 16)),
+    (MPI_COMPLEX8, "MPI_COMPLEX8", Pre::Bytes(8, 4)),
+    (MPI_COMPLEX16, "MPI_COMPLEX16", Pre::Bytes(16, 8)),
+    (MPI_COMPLEX32, "MPI_COMPLEX32", Pre::Bytes(32, 16)),
     (MPI_INTEGER1, "MPI_INTEGER1", Pre::P(P::I8)),
     (MPI_INTEGER2, "MPI_INTEGER2", Pre::P(P::I16)),
     (MPI_INTEGER4, "MPI_INTEGER4", Pre::P(P::I32)),
@@ -82,12 +102,16 @@ const PREDEFINED: &[(MPI_Datatype, &str, Pre)] = &[
     (MPI_UINT32_T, "MPI_UINT32_T", Pre::P(P::U32)),
     (MPI_UINT64_T, "MPI_UINT64_T", Pre::P(P::U64)),
     (MPI_C_BOOL, "MPI_C_BOOL", Pre::P(P::Bool)),
-    (MPI_C_FLOAT_COMPLEX, "MPI_C_FLOAT_COMPLEX", Pre::Bytes(8)),
-    (MPI_C_DOUBLE_COMPLEX, "MPI_C_DOUBLE_COMPLEX", Pre::Bytes(16)),
+    (MPI_C_FLOAT_COMPLEX, "MPI_C_FLOAT_COMPLEX", Pre::Bytes(8, 4)),
+    (
+        MPI_C_DOUBLE_COMPLEX,
+        "MPI_C_DOUBLE_COMPLEX",
+        Pre::Bytes(16, 8),
+    ),
     (
         MPI_C_LONG_DOUBLE_COMPLEX,
         "MPI_C_LONG_DOUBLE_COMPLEX",
-        Pre::Bytes(32),
+        Pre::Bytes(32, 16),
     ),
     (MPI_AINT, "MPI_AINT", Pre::P(P::ISize)),
     (MPI_OFFSET, "MPI_OFFSET", Pre::P(P::I64)),
@@ -96,17 +120,17 @@ const PREDEFINED: &[(MPI_Datatype, &str, Pre)] = &[
     (
         MPI_CXX_FLOAT_COMPLEX,
         "MPI_CXX_FLOAT_COMPLEX",
-        Pre::Bytes(8),
+        Pre::Bytes(8, 4),
     ),
     (
         MPI_CXX_DOUBLE_COMPLEX,
         "MPI_CXX_DOUBLE_COMPLEX",
-        Pre::Bytes(16),
+        Pre::Bytes(16, 8),
     ),
     (
         MPI_CXX_LONG_DOUBLE_COMPLEX,
         "MPI_CXX_LONG_DOUBLE_COMPLEX",
-        Pre::Bytes(32),
+        Pre::Bytes(32, 16),
     ),
 ];
 
@@ -123,13 +147,17 @@ static PREDEF: LazyLock<Predefined> = LazyLock::new(|| {
     let mut by_slot = vec![None; 256];
     let mut basic = Box::new([(MPI_DATATYPE_NULL, None); 256]);
     for &(h, name, pre) in PREDEFINED {
-        let dt = match pre {
-            Pre::P(p) => Datatype::Primitive(p),
-            Pre::Bytes(size) => Datatype::Opaque { size },
+        let layout = |blocks: &[(isize, usize)], extent: isize, align: usize| {
+            UserDatatype::predefined_bytes(name, blocks, extent, align)
+                .expect("a valid predefined layout")
+        };
+        let udt = match pre {
+            Pre::P(p) => UserDatatype::from(Datatype::Primitive(p)),
+            Pre::Bytes(size, align) => layout(&[(0, size)], size as isize, align),
+            Pre::Pair(blocks, extent, align) => layout(blocks, extent, align),
         };
         let slot = datatype_slot(h).expect("a predefined handle");
         debug_assert!(by_slot[slot].is_none(), "{name} collides");
-        let udt = UserDatatype::from(dt);
         basic[slot] = (h, gmpi::View::raw_basic(&udt));
         by_slot[slot] = Some((h, name, udt));
     }

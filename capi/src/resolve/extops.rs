@@ -14,7 +14,7 @@
 //! | complex double (`MPI_C_DOUBLE_COMPLEX`, `MPI_DOUBLE_COMPLEX`, `MPI_COMPLEX16`, `MPI_CXX_DOUBLE_COMPLEX`) | `MPI_SUM`, `MPI_PROD` |
 //! | `MPI_LONG_DOUBLE` | `MPI_SUM`, `MPI_PROD`, `MPI_MAX`, `MPI_MIN` |
 //! | `MPI_C_LONG_DOUBLE_COMPLEX`, `MPI_CXX_LONG_DOUBLE_COMPLEX` | `MPI_SUM`, `MPI_PROD` |
-//! | `MPI_2REAL`, `MPI_2DOUBLE_PRECISION`, `MPI_LONG_DOUBLE_INT` | `MPI_MINLOC`, `MPI_MAXLOC` |
+//! | `MPI_2REAL`, `MPI_2DOUBLE_PRECISION`, `MPI_LONG_DOUBLE_INT`, `MPI_DOUBLE_INT`, `MPI_LONG_INT`, `MPI_SHORT_INT` | `MPI_MINLOC`, `MPI_MAXLOC` |
 //!
 //! Any other predefined reduction on them is an `MPI_ERR_OP` error
 //! ("MPI_MAX is not defined for MPI_C_DOUBLE_COMPLEX"). `MPI_REPLACE` and
@@ -43,7 +43,11 @@
 //!   copied, as the runtime does for its pair types. For `MPI_2REAL` and
 //!   `MPI_2DOUBLE_PRECISION` the index is a `REAL`/`DOUBLE PRECISION` too;
 //!   `MPI_LONG_DOUBLE_INT` is C's `struct { long double v; int i; }`: the
-//!   value at 0, the `int` at 16, 32 bytes.
+//!   value at 0, the `int` at 16. `MPI_DOUBLE_INT`, `MPI_LONG_INT` and
+//!   `MPI_SHORT_INT` are here too: like `MPI_LONG_DOUBLE_INT` their MPI size
+//!   leaves out the C padding (12, 12, 6 and 20 bytes, extents 16, 16, 8
+//!   and 32), so the kernels see packed pairs, the index right after the
+//!   value.
 //! - `MPI_REAL16` and `MPI_COMPLEX32` are IEEE binary128 (gfortran's
 //!   `REAL(16)`), which gmpi has no arithmetic for: every predefined
 //!   reduction on them is an `MPI_ERR_OP` error saying so.
@@ -73,8 +77,14 @@ enum Ext {
     TwoReal,
     /// `f64` value, `f64` index.
     TwoDouble,
-    /// long double value, `int` index at 16, 32 bytes.
+    /// long double value, `int` index at 16: 20 bytes packed.
     LongDoubleInt,
+    /// `f64` value, `int` index at 8: 12 bytes packed.
+    DoubleInt,
+    /// `i64` value, `int` index at 8: 12 bytes packed.
+    LongInt,
+    /// `i16` value, `int` index at 2: 6 bytes packed.
+    ShortInt,
 }
 
 /// The kind of predefined datatype `h`, if this module handles it.
@@ -90,6 +100,9 @@ fn kind_of(h: MPI_Datatype) -> Option<Ext> {
         MPI_2REAL => Ext::TwoReal,
         MPI_2DOUBLE_PRECISION => Ext::TwoDouble,
         MPI_LONG_DOUBLE_INT => Ext::LongDoubleInt,
+        MPI_DOUBLE_INT => Ext::DoubleInt,
+        MPI_LONG_INT => Ext::LongInt,
+        MPI_SHORT_INT => Ext::ShortInt,
         _ => return None,
     })
 }
@@ -180,6 +193,12 @@ pub fn predefined_op(call: &str, h: MPI_Op, dt_h: MPI_Datatype) -> Option<Result
         (Ext::TwoReal, MPI_MAXLOC) => Some((8, loc_pair::<f32, true>)),
         (Ext::TwoDouble, MPI_MINLOC) => Some((16, loc_pair::<f64, false>)),
         (Ext::TwoDouble, MPI_MAXLOC) => Some((16, loc_pair::<f64, true>)),
+        (Ext::DoubleInt, MPI_MINLOC) => Some((12, loc_int::<f64, false>)),
+        (Ext::DoubleInt, MPI_MAXLOC) => Some((12, loc_int::<f64, true>)),
+        (Ext::LongInt, MPI_MINLOC) => Some((12, loc_int::<i64, false>)),
+        (Ext::LongInt, MPI_MAXLOC) => Some((12, loc_int::<i64, true>)),
+        (Ext::ShortInt, MPI_MINLOC) => Some((6, loc_int::<i16, false>)),
+        (Ext::ShortInt, MPI_MAXLOC) => Some((6, loc_int::<i16, true>)),
         (Ext::LongDouble | Ext::ComplexLongDouble | Ext::LongDoubleInt, _) => x87::kernel(kind, h),
         _ => None,
     };
@@ -285,6 +304,40 @@ fn loc_pair<T: Real, const MAX: bool>(a: &[u8], b: &mut [u8]) {
         let (u, v) = (T::load(x), T::load(y));
         let better = if MAX { u > v } else { u < v };
         if better || (u == v && T::load(&x[s..]) < T::load(&y[s..])) {
+            y.copy_from_slice(x);
+        }
+    }
+}
+
+/// A pair's value: `f64`, `i64` or `i16` in native byte order.
+trait PairValue: Copy + PartialOrd {
+    const BYTES: usize;
+    fn load(b: &[u8]) -> Self;
+}
+
+macro_rules! pair_value {
+    ($($t:ty),*) => {$(
+        impl PairValue for $t {
+            const BYTES: usize = std::mem::size_of::<$t>();
+            fn load(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(b[..Self::BYTES].try_into().expect("a value"))
+            }
+        }
+    )*};
+}
+pair_value!(f64, i64, i16);
+
+/// MINLOC (`MAX` false) or MAXLOC on packed `{T value; int index}` pairs
+/// (`MPI_DOUBLE_INT`, `MPI_LONG_INT`, `MPI_SHORT_INT`: the index right after
+/// the value, as MPI packs them, without the C padding).
+fn loc_int<T: PairValue, const MAX: bool>(a: &[u8], b: &mut [u8]) {
+    let s = T::BYTES;
+    let idx = |x: &[u8]| i32::from_ne_bytes(x[s..s + 4].try_into().expect("an int"));
+    for (x, y) in a.chunks_exact(s + 4).zip(b.chunks_exact_mut(s + 4)) {
+        let (u, v) = (PairValue::load(x), PairValue::load(y));
+        let (u, v): (T, T) = (u, v);
+        let better = if MAX { u > v } else { u < v };
+        if better || (u == v && idx(x) < idx(y)) {
             y.copy_from_slice(x);
         }
     }
@@ -452,7 +505,7 @@ mod x87 {
             std::cmp::Ordering::Less
         };
         let idx = |s: &[u8]| i32::from_ne_bytes(s[16..20].try_into().expect("an int"));
-        for (x, y) in a.chunks_exact(32).zip(b.chunks_exact_mut(32)) {
+        for (x, y) in a.chunks_exact(20).zip(b.chunks_exact_mut(20)) {
             let c = cmp(&load(x), &load(y));
             if c == Some(want) || (c == Some(std::cmp::Ordering::Equal) && idx(x) < idx(y)) {
                 y.copy_from_slice(x);
@@ -469,8 +522,8 @@ mod x87 {
             (Ext::LongDouble, MPI_MIN) => (16, ld_minmax::<false>),
             (Ext::ComplexLongDouble, MPI_SUM) => (32, ldc_sum),
             (Ext::ComplexLongDouble, MPI_PROD) => (32, ldc_prod),
-            (Ext::LongDoubleInt, MPI_MINLOC) => (32, ldi_loc::<false>),
-            (Ext::LongDoubleInt, MPI_MAXLOC) => (32, ldi_loc::<true>),
+            (Ext::LongDoubleInt, MPI_MINLOC) => (20, ldi_loc::<false>),
+            (Ext::LongDoubleInt, MPI_MAXLOC) => (20, ldi_loc::<true>),
             _ => return None,
         })
     }
@@ -620,7 +673,7 @@ mod tests {
             prod(&a, &mut b);
             assert_eq!(b, [slot(11.0, 0), slot(2.0, 0)].concat());
             let (_, minloc) = kernel(Ext::LongDoubleInt, MPI_MINLOC).unwrap();
-            let pair = |v: f64, i: i32| [&ext(v)[..], &[0; 6], &i.to_ne_bytes(), &[0; 12]].concat();
+            let pair = |v: f64, i: i32| [&ext(v)[..], &[0; 6], &i.to_ne_bytes()].concat();
             let a = [pair(1.0, 4), pair(1.0, 1), pair(0.5, 9)].concat();
             let mut b = [pair(1.0, 2), pair(1.0, 3), pair(2.0, 0)].concat();
             minloc(&a, &mut b);
