@@ -125,12 +125,12 @@ pub fn max_in_flight(trace: &[Trace], dir: CopyDir) -> usize {
 #[derive(Debug)]
 struct Pending {
     dir: CopyDir,
-    lane: u32,
     dev: u64,
     host: Box<dyn PinnedBuf>,
     len: usize,
-    /// Polls left before its event completes.
-    polls: u32,
+    /// The poll count (every `copy_poll` call, any ticket) at which its
+    /// event has completed.
+    due: u64,
 }
 
 #[derive(Debug)]
@@ -158,8 +158,11 @@ struct State {
     /// Asynchronous copies in flight, by ticket.
     pending: BTreeMap<Ticket, Pending>,
     next_ticket: u64,
-    /// Polls an asynchronous copy takes to land (at least 1).
+    /// Polls (of any ticket) an asynchronous copy takes to complete (at
+    /// least 1).
     async_polls: u32,
+    /// `copy_poll` calls so far: the double's clock.
+    polls: u64,
     trace: Vec<Trace>,
     /// Set: every copy (to, from or between device memory) fails with this
     /// driver error.
@@ -408,8 +411,10 @@ impl TestCuda {
         }
     }
 
-    /// Asynchronous copies land on their `n`th poll (default 2, so that a
-    /// copy is seen in flight at least once).
+    /// An asynchronous copy completes `n` polls (of any copy: the double's
+    /// clock) after it was issued (default 2, so that a copy is seen in
+    /// flight at least once); copies complete in issue order, and are seen
+    /// complete whenever they are next polled.
     pub fn with_async_polls(self, n: u32) -> Self {
         self.st().async_polls = n.max(1);
         self
@@ -537,7 +542,9 @@ impl CudaApi for TestCuda {
         dev: u64,
         mut host: Box<dyn PinnedBuf>,
         len: usize,
-        lane: u32,
+        // Every copy completes by the double's one clock, in issue order;
+        // streams (lanes) need no more modelling than that.
+        _lane: u32,
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
         let mut s = self.st();
         let call = match dir {
@@ -555,16 +562,15 @@ impl CudaApi for TestCuda {
         }
         s.next_ticket += 1;
         let ticket = Ticket(s.next_ticket);
-        let polls = s.async_polls;
+        let due = s.polls + u64::from(s.async_polls);
         s.pending.insert(
             ticket,
             Pending {
                 dir,
-                lane,
                 dev,
                 host,
                 len,
-                polls,
+                due,
             },
         );
         s.counts.async_copies += 1;
@@ -579,18 +585,16 @@ impl CudaApi for TestCuda {
 
     fn copy_poll(&self, t: Ticket) -> Option<Landed> {
         let mut s = self.st();
-        let p = s.pending.get_mut(&t)?;
-        p.polls = p.polls.saturating_sub(1);
-        let (dir, lane) = (p.dir, p.lane);
-        // One stream per direction and lane: a copy lands only after every
-        // copy issued before it on its stream.
-        let earlier = s
-            .pending
-            .range(..t)
-            .any(|(_, q)| q.dir == dir && q.lane == lane);
-        if s.pending[&t].polls > 0 || earlier {
+        s.polls += 1;
+        let now = s.polls;
+        let p = s.pending.get(&t)?;
+        // Copies of one stream complete in issue order (their due times
+        // grow with it), but, as with CUDA events, a later copy may be seen
+        // complete before anyone asks about an earlier one.
+        if p.due > now {
             return None;
         }
+        let dir = p.dir;
         let Pending {
             dev, mut host, len, ..
         } = s.pending.remove(&t).expect("pending");

@@ -50,6 +50,11 @@ fn lane(dir: CopyDir) -> usize {
     }
 }
 
+/// The sizes of the kept slots, in order.
+fn sizes(free: &mut [Box<dyn PinnedBuf>]) -> Vec<usize> {
+    free.iter_mut().map(|b| b.as_mut_slice().len()).collect()
+}
+
 impl Slots {
     /// Free every kept slot.
     pub(crate) fn clear(&self) {
@@ -74,8 +79,15 @@ impl Gpu {
         }
         let s = &self.slots;
         let kept = {
+            // The smallest kept slot that fits, so that a small copy does
+            // not take a chunk-sized slot the next chunk then lacks.
             let mut free = lock(&s.free);
-            let i = free.iter_mut().position(|b| b.as_mut_slice().len() >= len);
+            let i = sizes(&mut free)
+                .into_iter()
+                .enumerate()
+                .filter(|&(_, n)| n >= len)
+                .min_by_key(|&(_, n)| n)
+                .map(|(i, _)| i);
             i.map(|i| free.swap_remove(i))
         };
         match kept {
@@ -95,9 +107,21 @@ impl Gpu {
 
     /// Give back a slot that [`Gpu::take_slot`] gave for `dir` (kept for
     /// reuse).
-    pub fn put_slot(&self, dir: CopyDir, b: Box<dyn PinnedBuf>) {
+    pub fn put_slot(&self, dir: CopyDir, mut b: Box<dyn PinnedBuf>) {
         let s = &self.slots;
-        lock(&s.free).push(b);
+        {
+            let mut free = lock(&s.free);
+            free.push(b);
+            // Keep at most as many as can be out at once (both
+            // directions); past that, free the smallest.
+            if free.len() > 2 * MAX_SLOTS {
+                let sizes = sizes(&mut free);
+                if let Some(i) = (0..sizes.len()).min_by_key(|&i| sizes[i]) {
+                    b = free.swap_remove(i);
+                    drop(b);
+                }
+            }
+        }
         s.out[lane(dir)].fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -165,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn async_copies_land_in_stream_order_and_overlap() {
+    fn async_copies_overlap_and_may_be_seen_out_of_order() {
         let d = Arc::new(TestCuda::new(1));
         let g = Gpu::with_api(d.clone(), GpuConfig::default());
         let p = d.malloc(4 << 10, 0);
@@ -179,37 +203,25 @@ mod tests {
             })
             .collect();
         assert_eq!(d.copies_in_flight(), 4);
-        // The last one cannot land before the first: one stream.
+        // Not complete at once; then the last is seen complete before
+        // anyone asked about the first (as with CUDA events): callers must
+        // not take the order they see copies land in for their issue order.
         assert!(g.copy_poll(tickets[3]).is_none());
-        assert!(g.copy_poll(tickets[3]).is_none());
-        // Another lane is another stream: it does not wait for lane 0.
-        let s = g.take_slot(CopyDir::ToHost, 8).unwrap().unwrap();
-        let other = g.copy_async(CopyDir::ToHost, p, s, 8, 1).unwrap();
-        let (b, res) = loop {
-            if let Some(l) = g.copy_poll(other) {
-                break l;
-            }
-        };
+        let (mut last, res) = g.copy_poll(tickets[3]).expect("complete by now");
         res.unwrap();
-        g.put_slot(CopyDir::ToHost, b);
+        assert_eq!(&last.as_mut_slice()[..1024], &data[3072..]);
+        g.put_slot(CopyDir::ToHost, last);
+        assert_eq!(d.copies_in_flight(), 3);
         let mut got = Vec::new();
-        for t in &tickets {
-            let (mut b, res) = loop {
-                if let Some(l) = g.copy_poll(*t) {
-                    break l;
-                }
-            };
+        for t in &tickets[..3] {
+            let (mut b, res) = g.copy_poll(*t).expect("earlier ones complete too");
             res.unwrap();
             got.extend_from_slice(&b.as_mut_slice()[..1024]);
             g.put_slot(CopyDir::ToHost, b);
         }
-        assert_eq!(got, data);
+        assert_eq!(got, data[..3072]);
         let trace = d.trace();
-        assert_eq!(
-            max_in_flight(&trace, CopyDir::ToHost),
-            5,
-            "four on lane 0, one on lane 1"
-        );
+        assert_eq!(max_in_flight(&trace, CopyDir::ToHost), 4);
         let landed: Vec<Ticket> = trace
             .iter()
             .filter_map(|t| match t {
@@ -217,8 +229,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(landed[0], other, "lane 1 landed first");
-        assert_eq!(landed[1..], tickets, "lane 0 in issue order");
+        assert_eq!(landed, [tickets[3], tickets[0], tickets[1], tickets[2]]);
         // Into the device, and an error handing the slot back.
         let mut s = g.take_slot(CopyDir::ToDevice, 16).unwrap().unwrap();
         s.as_mut_slice()[..4].copy_from_slice(b"abcd");

@@ -79,6 +79,7 @@ pub use gmpi_mem::MemKind;
 pub use memory::{Buf, HostWrite};
 pub use protocol::{DeviceConfig, Plan, PlanTable, PmlConfig, Protocol, SendMode};
 pub use recv::{DirectEnd, Posted, RecvArgs};
+pub use rndv::MAX_DEPTH;
 pub use send::SendArgs;
 
 use matching::Matching;
@@ -305,6 +306,13 @@ impl Pml {
     /// Requests not yet completed and taken.
     pub fn outstanding(&self) -> usize {
         self.reqs.len()
+    }
+
+    /// Whether the request with token `token` (an action's) is still in
+    /// flight: the driver drops staging work for one that has ended.
+    #[inline]
+    pub fn in_flight(&self, token: u64) -> bool {
+        self.reqs.in_flight(ReqId(token))
     }
 
     /// Whether a request has completed (without taking it).

@@ -51,6 +51,10 @@ pub(crate) enum SendState {
         pull: bool,
         frag: u64,
         frags: u64,
+        /// Pulled: the chunks after the first `acked` bytes already
+        /// acknowledged (bit i: chunk `acked / chunk + i`), so a duplicate
+        /// or unoffered acknowledgement is refused.
+        mask: u64,
     },
 }
 
@@ -295,6 +299,13 @@ impl Slab {
         } else {
             s.result = Some(res);
         }
+    }
+
+    /// Whether `id` is a request still in flight (not completed, not
+    /// released).
+    #[inline]
+    pub fn in_flight(&self, id: ReqId) -> bool {
+        self.slot(id).is_some_and(|s| s.result.is_none())
     }
 
     #[inline]

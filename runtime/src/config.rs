@@ -35,7 +35,7 @@
 //! | `gpu_ipc` | `GMPI_GPU_IPC` | use CUDA IPC at all | `true` |
 //! | `gpu_host_cache` | `GMPI_GPU_HOST_CACHE` | remember buffers the CUDA driver called host memory, so they cost no driver call again; turn off only for programs that unmap host memory whose addresses CUDA may later give to device memory | `true` |
 //! | `gpu_pipeline_chunk` | `GMPI_GPU_PIPELINE_CHUNK` | chunk of the staged protocol (device memory where neither IPC nor GPUDirect applies): each asynchronous copy through pinned memory, pulled by the receiver's get where the transport has one (shm); streamed in the transport's fragments where not (tcp) | 512 KiB |
-//! | `gpu_pipeline_depth` | `GMPI_GPU_PIPELINE_DEPTH` | staged chunks of one message in flight at once | 4 |
+//! | `gpu_pipeline_depth` | `GMPI_GPU_PIPELINE_DEPTH` | staged chunks of one message in flight at once (1 to 64) | 4 |
 //! | — | `GMPI_GPU_BIND` | `none` or `local-rank`: at `MPI_Init`, make GPU `local_rank % gpus` current (set by `gmpirun --gpu-bind`) | `none` |
 //! | — | `GMPI_JOB_SECRET` | 64 hex digits: the per-job secret tcp connections prove they hold; `gmpirun` sets it; without it (ranks started by `srun` or Hydra) rank 0 makes one and shares it through PMI | from `gmpirun` |
 
@@ -393,9 +393,12 @@ impl Config {
                 .trim()
                 .parse::<usize>()
                 .ok()
-                .filter(|n| *n > 0)
+                .filter(|n| (1..=gmpi_pml::MAX_DEPTH).contains(n))
                 .ok_or_else(|| {
-                    format!("GMPI_GPU_PIPELINE_DEPTH: expected a count of at least 1, got {v:?}")
+                    format!(
+                        "GMPI_GPU_PIPELINE_DEPTH: expected a count from 1 to {}, got {v:?}",
+                        gmpi_pml::MAX_DEPTH
+                    )
                 })?;
             self.gpu_pipeline_depth = Some(n);
         }

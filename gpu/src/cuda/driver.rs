@@ -498,8 +498,11 @@ pub(crate) fn sync_default_stream() -> Res<()> {
     })
 }
 
-/// A stream of the current context (`cuStreamCreate(NON_BLOCKING)`), for
-/// the staging copies of one direction; destroyed on drop.
+/// A stream of the current context (`cuStreamCreate`, a blocking stream:
+/// its copies wait for work queued before them on the legacy default
+/// stream, as the synchronous copies they replace did, so a program that
+/// filled a buffer on the default stream and called MPI sends the new
+/// bytes), for the staging copies of one direction; destroyed on drop.
 #[derive(Debug)]
 pub(crate) struct Stream(cu::CUstream);
 
@@ -509,12 +512,12 @@ unsafe impl Send for Stream {}
 // SAFETY: as above; the handle is never mutated.
 unsafe impl Sync for Stream {}
 
-/// `cuStreamCreate(CU_STREAM_NON_BLOCKING)` in the current context.
+/// `cuStreamCreate(CU_STREAM_DEFAULT)` in the current context.
 pub(crate) fn stream_create() -> Res<Stream> {
     let mut s: cu::CUstream = ptr::null_mut();
     // SAFETY: valid out-pointer.
     check("cuStreamCreate", unsafe {
-        cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+        cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_DEFAULT as c_uint)
     })?;
     Ok(Stream(s))
 }
@@ -630,10 +633,16 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if self.host.is_some() {
+        if let Some(host) = self.host.take() {
             // SAFETY: the event this value recorded: wait until the DMA
             // engine no longer uses the buffer dropped next.
-            let _ = unsafe { cu::cuEventSynchronize(self.event) };
+            let r = unsafe { cu::cuEventSynchronize(self.event) };
+            if r != cu::CUresult::CUDA_SUCCESS {
+                // Whether the engine is done with it is unknown: leak the
+                // pinned buffer rather than free memory a copy may write.
+                tracing::warn!(target: "gpu", "cuEventSynchronize failed ({}): leaking a pinned staging buffer", error_text(r));
+                std::mem::forget(host);
+            }
         }
         // SAFETY: the event this value made; nothing uses it after this.
         let _ = unsafe { cu::cuEventDestroy_v2(self.event) };

@@ -180,9 +180,10 @@ struct Inner {
     kernels: Mutex<HashMap<(u64, ReduceOp, ElemType), driver::Func>>,
     /// The context each IPC mapping was opened in.
     ipc_ctx: Mutex<HashMap<u64, Ctx>>,
-    /// The staging streams, by device ordinal, direction (to host?) and
-    /// lane, made on first use.
-    streams: Mutex<HashMap<(i32, bool, u32), Arc<driver::Stream>>>,
+    /// The staging streams, by context (a stream belongs to the context it
+    /// was made in, and the copy's event is made in the current one),
+    /// direction (to host?) and lane, made on first use.
+    streams: Mutex<HashMap<(u64, bool, u32), Arc<driver::Stream>>>,
     /// Asynchronous copies in flight, by ticket.
     inflight: Mutex<HashMap<Ticket, driver::InFlight>>,
     next_ticket: std::sync::atomic::AtomicU64,
@@ -544,9 +545,14 @@ impl CudaApi for Cuda {
     ) -> Result<Ticket, (GpuError, Box<dyn PinnedBuf>)> {
         let to_host = dir == CopyDir::ToHost;
         let ordinal = self.inner.ordinal_of(dev);
-        let key = (ordinal, to_host, lane % crate::stage::LANES);
         let mut host = Some(host);
-        let issued = self.inner.on_device(ordinal, |_| {
+        let issued = self.inner.on_device(ordinal, |c| {
+            let ctx_key = if self.inner.has_ctx_id {
+                driver::ctx_unique_id(c)?
+            } else {
+                c.id() as u64
+            };
+            let key = (ctx_key, to_host, lane % crate::stage::LANES);
             let stream = {
                 let mut m = lock(&self.inner.streams);
                 match m.get(&key) {

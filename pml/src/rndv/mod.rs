@@ -35,6 +35,7 @@ use crate::wire::{Hdr, MatchHdr, F_SYNC};
 use crate::{Pml, PmlError, ReqId, Status, Violation, LOG};
 
 pub(crate) use pipelined::Frag;
+pub use staged::MAX_DEPTH;
 
 impl Pml {
     /// A rendezvous whose buffer needs `setup` (registration or IPC export)

@@ -154,6 +154,10 @@ impl Pml {
     }
 }
 
+/// Most staged chunks of one message in flight (the sender tracks their
+/// acknowledgements in a 64-bit window).
+pub const MAX_DEPTH: usize = 64;
+
 impl Pml {
     /// Sender: a CTS for a send of device memory: stage its first `want`
     /// bytes chunk by chunk, for the receiver to pull (`pull`) or to send
@@ -174,6 +178,7 @@ impl Pml {
             pull,
             frag,
             frags: 0,
+            mask: 0,
         };
         tracing::debug!(target: LOG, "CTS from rank {}: staging {want} B in {} chunks of {chunk} B {}",
             s.peer, want.div_ceil(chunk), if pull { "for its get".to_string() } else { format!("sent in fragments of {frag} B") });
@@ -186,7 +191,7 @@ impl Pml {
 
     /// Keep `pipeline_depth` chunks of staged send `id` in flight.
     fn stage_more(&mut self, id: ReqId) {
-        let depth = self.cfg.device.pipeline_depth.max(1) as u32;
+        let depth = self.cfg.device.pipeline_depth.clamp(1, MAX_DEPTH) as u32;
         while let Some(s) = self.reqs.send_mut(id) {
             let SendState::AwaitChunks {
                 want,
@@ -336,6 +341,7 @@ impl Pml {
             acked,
             inflight,
             pull: true,
+            mask,
             ..
         } = &mut s.state
         else {
@@ -344,7 +350,11 @@ impl Pml {
                 Violation::OutOfPlace { what: "CHUNK_ACK" },
             ));
         };
-        if offset >= *next || !offset.is_multiple_of(*chunk) || *inflight == 0 {
+        // The chunk's place in the window of chunks offered and not yet
+        // acknowledged in order: each may be acknowledged once.
+        let bit = (offset / *chunk).checked_sub(*acked / *chunk);
+        let fresh = bit.filter(|&b| b < 64 && *mask & (1 << b) == 0);
+        let Some(bit) = fresh.filter(|_| offset < *next && offset.is_multiple_of(*chunk)) else {
             return Err(PmlError::peer(
                 peer,
                 Violation::ChunkNotOffered {
@@ -353,8 +363,12 @@ impl Pml {
                     offered: *next,
                 },
             ));
+        };
+        *mask |= 1 << bit;
+        while *mask & 1 == 1 {
+            *mask >>= 1;
+            *acked = (*acked + *chunk).min(*want);
         }
-        *acked += (*chunk).min(*want - offset);
         *inflight -= 1;
         let done = *acked >= *want;
         self.actions.push_back(Action::Unstage {
@@ -426,7 +440,7 @@ impl Pml {
 
     /// Keep `pipeline_depth` chunks of pulled receive `id` in flight.
     fn pull_more(&mut self, id: ReqId) {
-        let depth = self.cfg.device.pipeline_depth.max(1) as u32;
+        let depth = self.cfg.device.pipeline_depth.clamp(1, MAX_DEPTH) as u32;
         let chunk = self.cfg.device.pipeline_chunk.max(1) as u64;
         while let Some(r) = self.reqs.recv_mut(id) {
             let (addr, kind) = (r.buf.addr, r.buf.kind);
@@ -538,5 +552,112 @@ impl Pml {
         if end {
             self.end_streamed(id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gmpi_btl::{Capabilities, MemDesc};
+
+    use crate::action::Action;
+    use crate::memory::{Buf, HostWrite};
+    use crate::wire::Hdr;
+    use crate::{MemKind, Pml, PmlConfig, PmlError, ReqId, SendArgs, SendMode, Violation};
+
+    struct NoHost;
+    impl HostWrite for NoHost {
+        fn write(&mut self, _: u64, _: &[u8]) {}
+    }
+
+    /// A rank 0 sending `len` bytes of device memory to rank 1 over a btl
+    /// with get, after rank 1's CTS with PULL: the pml and the send.
+    fn staged_send(len: usize) -> (Pml, ReqId) {
+        let mut cfg = PmlConfig::default();
+        cfg.device.pipeline_chunk = 100;
+        cfg.device.pipeline_depth = 4;
+        cfg.device.eager_limit = 16;
+        let mut p = Pml::new(0, 2, cfg);
+        let caps = Capabilities {
+            name: "t",
+            eager_limit: 16,
+            max_send_size: 4096,
+            get: true,
+            put: false,
+            exclusivity: 1,
+            get_threshold: 16,
+            cuda_ipc: false,
+            gpudirect: false,
+        };
+        p.add_btl(caps, &|r| r == 1);
+        let buf = Buf {
+            addr: 0x7a00_0000_0000,
+            len,
+            kind: MemKind::Device { ordinal: 0 },
+        };
+        let id = p
+            .post_send(SendArgs {
+                ctx: 0,
+                src: 0,
+                dest: 1,
+                tag: 1,
+                buf,
+                mode: SendMode::Standard,
+            })
+            .expect("posted");
+        while p.poll_action().is_some() {}
+        let cts = Hdr::Cts {
+            sreq: id.0,
+            rreq: 99,
+            want: len as u64,
+            pull: true,
+        };
+        p.handle_frag(0, 1, cts.encode().as_bytes(), &mut NoHost)
+            .expect("CTS");
+        (p, id)
+    }
+
+    fn ack(p: &mut Pml, id: ReqId, offset: u64) -> Result<(), PmlError> {
+        let h = Hdr::ChunkAck { sreq: id.0, offset };
+        p.handle_frag(0, 1, h.encode().as_bytes(), &mut NoHost)
+    }
+
+    fn not_offered(r: Result<(), PmlError>) -> bool {
+        matches!(r, Err(PmlError::Peer { ref source, .. }) if matches!(**source, Violation::ChunkNotOffered { .. }))
+    }
+
+    #[test]
+    fn each_offered_chunk_is_acknowledged_once_in_any_order() {
+        let (mut p, id) = staged_send(350);
+        let mut staged = Vec::new();
+        while let Some(a) = p.poll_action() {
+            if let Action::StageOut { offset, token, .. } = a {
+                staged.push((token, offset));
+            }
+        }
+        assert_eq!(staged.len(), 4, "pipeline depth");
+        let desc = MemDesc {
+            addr: 1,
+            len: 100,
+            key: 0,
+        };
+        for &(token, offset) in &staged {
+            p.handle_staged(token, offset, Ok(Some(desc)));
+        }
+        while p.poll_action().is_some() {}
+        // Out of order is fine; twice is not; an unoffered one is not.
+        ack(&mut p, id, 200).expect("chunk 2");
+        assert!(not_offered(ack(&mut p, id, 200)), "a duplicate");
+        assert!(not_offered(ack(&mut p, id, 50)), "not a chunk's offset");
+        assert!(not_offered(ack(&mut p, id, 400)), "never offered");
+        ack(&mut p, id, 0).expect("chunk 0");
+        ack(&mut p, id, 100).expect("chunk 1");
+        assert!(
+            not_offered(ack(&mut p, id, 100)),
+            "a duplicate below the window"
+        );
+        assert!(!p.is_complete(id));
+        ack(&mut p, id, 300).expect("the last, partial chunk");
+        assert!(p.is_complete(id), "every byte acknowledged");
+        assert!(p.test(id).expect("done").is_ok());
     }
 }

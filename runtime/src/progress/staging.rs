@@ -28,7 +28,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use gmpi_btl::{MemDesc, Rank, Submit};
-use gmpi_gpu::{CopyDir, PinnedBuf, Ticket};
+use gmpi_gpu::{CopyDir, Landed, PinnedBuf, Ticket};
 use gmpi_pml::{MemKind, PmlError};
 
 use super::{Driver, HostMemory};
@@ -69,8 +69,10 @@ pub(super) struct In {
 pub(super) struct Staging {
     /// Chunks waiting for an outgoing slot, in order.
     out_wait: VecDeque<Out>,
-    /// Copies out of the GPU in flight.
-    out_copies: Vec<(Ticket, Out)>,
+    /// Copies out of the GPU in flight, in issue order, each with its
+    /// landing once seen (held until every earlier chunk of its send has
+    /// been reported: see `poll_outs`).
+    out_copies: Vec<(Ticket, Out, Option<Landed>)>,
     /// Staged slots offered to peers, by (send token, offset).
     offered: HashMap<(u64, u64), (Rank, Box<dyn PinnedBuf>)>,
     /// Chunks waiting for an incoming slot or for the btl, in order.
@@ -184,6 +186,10 @@ impl<H: HostMemory> Driver<H> {
     fn start_copy_ins(&mut self) -> usize {
         let mut n = 0;
         while let Some((dst, data, token)) = self.staging.copy_in_wait.pop_front() {
+            // A receive that ended meanwhile: its memory is no longer ours.
+            if !self.pml.in_flight(token) {
+                continue;
+            }
             let len = data.len();
             let mut slot = match self.gpu.take_slot(CopyDir::ToDevice, len) {
                 Ok(Some(s)) => s,
@@ -248,6 +254,12 @@ impl<H: HostMemory> Driver<H> {
     fn start_outs(&mut self) -> usize {
         let mut n = 0;
         while let Some(o) = self.staging.out_wait.front().copied() {
+            // A send that ended meanwhile (its peer failed): its buffer may
+            // be freed already; nothing is read from it.
+            if !self.pml.in_flight(o.token) {
+                self.staging.out_wait.pop_front();
+                continue;
+            }
             let slot = match self.gpu.take_slot(CopyDir::ToHost, o.len) {
                 Ok(Some(s)) => s,
                 Ok(None) => break,
@@ -263,7 +275,7 @@ impl<H: HostMemory> Driver<H> {
                 .gpu
                 .copy_async(CopyDir::ToHost, o.src, slot, o.len, o.peer)
             {
-                Ok(t) => self.staging.out_copies.push((t, o)),
+                Ok(t) => self.staging.out_copies.push((t, o, None)),
                 Err((e, slot)) => {
                     self.gpu.put_slot(CopyDir::ToHost, slot);
                     self.out_failed(o, e);
@@ -273,16 +285,31 @@ impl<H: HostMemory> Driver<H> {
         n
     }
 
+    /// Poll the copies out of the GPU, and hand each staged chunk to the pml
+    /// in the order its send issued them: the events of one stream complete
+    /// in order, but polling may see a later one done before an earlier one
+    /// is asked, and a send's FRAGs must go out chunk by chunk (the pml
+    /// counts them in order).
     fn poll_outs(&mut self) -> usize {
+        for (t, _, landed) in self.staging.out_copies.iter_mut() {
+            if landed.is_none() {
+                *landed = self.gpu.copy_poll(*t);
+            }
+        }
         let mut n = 0;
+        let mut waiting: Vec<u64> = Vec::new();
         let mut i = 0;
         while i < self.staging.out_copies.len() {
-            let (t, o) = self.staging.out_copies[i];
-            let Some((mut slot, res)) = self.gpu.copy_poll(t) else {
+            let (_, o, landed) = &self.staging.out_copies[i];
+            if landed.is_none() || waiting.contains(&o.token) {
+                waiting.push(o.token);
                 i += 1;
                 continue;
+            }
+            let (_, o, landed) = self.staging.out_copies.remove(i);
+            let Some((mut slot, res)) = landed else {
+                continue;
             };
-            self.staging.out_copies.remove(i);
             n += 1;
             if let Err(e) = res {
                 self.gpu.put_slot(CopyDir::ToHost, slot);
@@ -322,7 +349,7 @@ impl<H: HostMemory> Driver<H> {
     fn start_ins(&mut self) -> usize {
         let mut n = 0;
         while let Some(i) = self.staging.in_wait.front().copied() {
-            if self.pml.peer_failed(i.peer) {
+            if self.pml.peer_failed(i.peer) || !self.pml.in_flight(i.token) {
                 self.staging.in_wait.pop_front();
                 continue;
             }
@@ -453,9 +480,14 @@ impl<H: HostMemory> Driver<H> {
     }
 
     /// Staging chunk `o` out of the GPU failed: its send fails, and since
-    /// the receiver waits for that chunk, the job cannot go on.
+    /// the receiver waits for that chunk, the job cannot go on (unless the
+    /// send had ended already: then nobody waits for it).
     fn out_failed(&mut self, o: Out, e: gmpi_gpu::GpuError) {
         let err = PmlError::device("reading", o.src, o.len, e);
+        if !self.pml.in_flight(o.token) {
+            tracing::debug!(target: "pml", "{} (the send had ended)", gmpi_pml::error::chain(&err));
+            return;
+        }
         tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(&err));
         self.pml.handle_staged(o.token, o.offset, Err(err.clone()));
         self.fatal.get_or_insert(err);
