@@ -116,8 +116,9 @@ pub(crate) enum RecvState {
     /// A matched rendezvous offering a get of host memory, into device
     /// memory the transport cannot write (`rndv/staged` pulled by the
     /// receiver): chunks from `next` on are still to get, `inflight` are
-    /// being got and copied in, `got` bytes are in place; `faulted`: one
-    /// failed.
+    /// being got and copied in, `got` bytes are in place; `faulted`: a
+    /// copy into the device failed; `stream`: a get failed, so once the
+    /// pulls in flight have ended the sender is asked to stream instead.
     AwaitPulls {
         m: Matched,
         desc: gmpi_btl::MemDesc,
@@ -125,6 +126,7 @@ pub(crate) enum RecvState {
         got: u64,
         inflight: u32,
         faulted: bool,
+        stream: bool,
     },
     /// An eager message of `msg_len` bytes into device memory: its copy in;
     /// then the receive ends with `status` (or truncated).

@@ -428,6 +428,7 @@ impl Pml {
             got: 0,
             inflight: 0,
             faulted: false,
+            stream: false,
         };
         tracing::debug!(target: LOG, "recv {} B from rank {}: rndv/staged (pulled in chunks of {} B)",
             m.want, m.peer, self.cfg.device.pipeline_chunk);
@@ -449,12 +450,13 @@ impl Pml {
                 desc,
                 next,
                 inflight,
+                stream,
                 ..
             } = &mut r.state
             else {
                 return;
             };
-            if *inflight >= depth || *next >= m.want {
+            if *stream || *inflight >= depth || *next >= m.want {
                 return;
             }
             let offset = *next;
@@ -511,18 +513,39 @@ impl Pml {
             got,
             inflight,
             faulted,
+            stream,
             ..
         } = &mut r.state
         {
             *got += len as u64;
             *inflight = inflight.saturating_sub(1);
-            if let Err(e) = res {
-                if !*faulted {
-                    *faulted = true;
-                    self.copy_faults.insert(id.0, e);
+            match res {
+                Ok(()) => {}
+                // The get failed (the transport could not read the
+                // sender's memory): as a failed `rndv/get` does, fall back
+                // to the stream, once the pulls in flight have ended.
+                Err(PmlError::Transport { .. }) if !*faulted => {
+                    if !*stream {
+                        tracing::debug!(target: LOG, "pull from rank {} failed; falling back to {}",
+                            m.peer, streamed_name(m, r.buf.kind));
+                    }
+                    *stream = true;
+                }
+                Err(e) => {
+                    if !*faulted {
+                        *faulted = true;
+                        self.copy_faults.insert(id.0, e);
+                    }
                 }
             }
-            if *got >= m.want && *inflight == 0 {
+            let (m, fall_back) = (*m, *stream && !*faulted);
+            if *inflight > 0 {
+                if !*stream {
+                    self.pull_more(id);
+                }
+            } else if fall_back {
+                self.start_streaming(id, m);
+            } else if *got >= m.want || *faulted || *stream {
                 self.end_pulls(id);
             } else {
                 self.pull_more(id);

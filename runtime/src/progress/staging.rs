@@ -493,10 +493,12 @@ impl<H: HostMemory> Driver<H> {
         self.fatal.get_or_insert(err);
     }
 
-    /// Getting chunk `i` failed: its receive fails with `e` (the chunk is
-    /// still acknowledged, so the sender frees its slot and ends).
+    /// Getting chunk `i` failed: the pml decides (a failed get of a host
+    /// sender's buffer falls back to the stream; otherwise the receive
+    /// fails with `e`, and a staged chunk is still acknowledged so that the
+    /// sender frees its slot and ends).
     fn in_failed(&mut self, i: In, e: PmlError) {
-        tracing::error!(target: "pml", "{}", gmpi_pml::error::chain(&e));
+        tracing::debug!(target: "pml", "{}", gmpi_pml::error::chain(&e));
         self.pml.handle_staged_in(i.token, i.offset, i.len, Err(e));
     }
 }

@@ -828,3 +828,26 @@ fn without_a_get_staged_chunks_go_in_fragments_and_copy_in_asynchronously() {
         }
     }
 }
+
+#[test]
+fn a_failed_staged_pull_falls_back_to_the_stream() {
+    // As a failed rndv/get does: the receiver's pulls of a host sender's
+    // buffer fail (the transport cannot read it), so once the pulls in
+    // flight have ended it asks for the stream, and the message arrives.
+    for queued in [false, true] {
+        let mut w = World::new(2, false, device());
+        w.f.set_queued(queued);
+        w.f.fail_gets(true);
+        let len = 7 * STAGE + 3;
+        let data: Vec<u8> = (0..len).map(|i| (i % 199) as u8).collect();
+        let s = w.buffer(0, MemKind::Host, &data);
+        let r = w.buffer(1, DEV, &vec![0u8; len]);
+        let rid = w.recv(1, 0, r);
+        let sid = w.send(0, 1, s);
+        w.run();
+        w.d[1].test(rid).expect("receive done").expect("ok");
+        w.d[0].test(sid).expect("send done").expect("ok");
+        assert_eq!(w.read(1, r), data, "queued {queued}");
+        assert_eq!(w.d[1].gpu.slots_out(gmpi_gpu::CopyDir::ToDevice), 0);
+    }
+}
