@@ -120,14 +120,19 @@ fn gmpi_packed(call: &str, c: &Communicator, v: &View) -> Result<Vec<u8>, Error>
 fn send_view(
     call: &str,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
 ) -> Result<View, Error> {
     let t = resolve::dtype(call, dt)?;
     ptr::buf(call, "buf", buf, count, &t, false)
 }
 
-fn recv_view(call: &str, buf: *mut c_void, count: c_int, dt: MPI_Datatype) -> Result<View, Error> {
+fn recv_view(
+    call: &str,
+    buf: *mut c_void,
+    count: MPI_Count,
+    dt: MPI_Datatype,
+) -> Result<View, Error> {
     let t = resolve::dtype(call, dt)?;
     ptr::buf(call, "buf", buf, count, &t, true)
 }
@@ -135,7 +140,7 @@ fn recv_view(call: &str, buf: *mut c_void, count: c_int, dt: MPI_Datatype) -> Re
 fn blocking_send(
     call: &'static str,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -155,7 +160,7 @@ fn blocking_send(
 fn nonblocking_send(
     call: &'static str,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -181,7 +186,7 @@ fn nonblocking_send(
 fn nonblocking_recv(
     call: &'static str,
     buf: *mut c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     src: c_int,
     tag: c_int,
@@ -215,7 +220,7 @@ fn out_req(call: &str, request: *mut MPI_Request, a: Active) -> Result<(), Error
 fn send_fast(
     call: &'static str,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -233,7 +238,7 @@ fn send_fast(
 fn recv_fast(
     call: &'static str,
     buf: *mut c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     src: c_int,
     tag: c_int,
@@ -255,7 +260,7 @@ fn recv_fast(
 fn isend_fast(
     call: &'static str,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     dest: c_int,
     tag: c_int,
@@ -275,7 +280,7 @@ fn isend_fast(
 fn irecv_fast(
     call: &'static str,
     buf: *mut c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     src: c_int,
     tag: c_int,
@@ -292,50 +297,50 @@ fn irecv_fast(
 
 mpi_fn! {
     fn Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
-        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
+        send_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Standard)
     } {
-        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
+        blocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Standard)
     }
     fn Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
-        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
+        send_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Sync)
     } {
-        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
+        blocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Sync)
     }
     fn Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
-        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
+        send_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Ready)
     } {
-        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
+        blocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Ready)
     }
     fn Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
-        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)
+        blocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Buffered)
     }
     fn Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
-        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard, request)
+        isend_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Standard, request)
     } {
-        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)?;
+        let a = nonblocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Standard)?;
         out_req(CALL, request, a)
     }
     fn Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
-        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync, request)
+        isend_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Sync, request)
     } {
-        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)?;
+        let a = nonblocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Sync)?;
         out_req(CALL, request, a)
     }
     fn Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
-        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready, request)
+        isend_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Ready, request)
     } {
-        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)?;
+        let a = nonblocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Ready)?;
         out_req(CALL, request, a)
     }
     fn Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)?;
+        let a = nonblocking_send(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Buffered)?;
         out_req(CALL, request, a)
     }
     fn Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) fast {
-        recv_fast(CALL, buf, count, datatype, source, tag, comm, status)
+        recv_fast(CALL, buf, count.into(), datatype, source, tag, comm, status)
     } {
         let c = resolve::comm(CALL, comm)?;
-        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
         let st = c.recv(&mut v, source, tag)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
@@ -343,17 +348,17 @@ mpi_fn! {
         Ok(())
     }
     fn Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
-        irecv_fast(CALL, buf, count, datatype, source, tag, comm, request)
+        irecv_fast(CALL, buf, count.into(), datatype, source, tag, comm, request)
     } {
-        let a = nonblocking_recv(CALL, buf, count, datatype, source, tag, comm)?;
+        let a = nonblocking_recv(CALL, buf, count.into(), datatype, source, tag, comm)?;
         out_req(CALL, request, a)
     }
     fn Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, status: *mut MPI_Status) {
         let c = resolve::comm(CALL, comm)?;
-        let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
-        let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
+        let sv = send_view(CALL, sendbuf, sendcount.into(), sendtype)?;
+        let mut rv = recv_view(CALL, recvbuf, recvcount.into(), recvtype)?;
         let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
         let mut s = MPI_Status::empty();
         s.set(&st);
@@ -363,7 +368,7 @@ mpi_fn! {
     fn Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
         let c = resolve::comm(CALL, comm)?;
-        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
         // Send a copy, receive in place.
         let copy = gmpi_packed(CALL, &c, &v)?;
         let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
@@ -423,7 +428,7 @@ mpi_fn! {
     }
     fn Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) {
         let (comm, msg) = take_message(CALL, message)?;
-        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
         let c = resolve::comm(CALL, comm)?;
         let st = c.mrecv(msg, &mut v)?;
         let mut s = MPI_Status::empty();
@@ -433,7 +438,7 @@ mpi_fn! {
     }
     fn Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) {
         let (comm, msg) = take_message(CALL, message)?;
-        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
         let c = resolve::comm(CALL, comm)?;
         let r = c.imrecv(msg, &mut v)?;
         out_req(CALL, request, Active::new(ptr::detach_req(r), comm))
@@ -461,14 +466,8 @@ mpi_fn! {
         ptr::write(CALL, "size", size, att.size as c_int)
     }
     fn Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
-        let s = ptr::read_status(CALL, status)?;
-        let t = resolve::dtype(CALL, datatype)?;
-        let n = match t.size() {
-            0 => 0,
-            sz if s.bytes() % sz as u64 == 0 => i32::try_from(s.bytes() / sz as u64).unwrap_or(MPI_UNDEFINED),
-            _ => MPI_UNDEFINED,
-        };
-        ptr::write(CALL, "count", count, n)
+        let n = count_of(CALL, status, datatype)?;
+        ptr::write(CALL, "count", count, i32::try_from(n).unwrap_or(MPI_UNDEFINED))
     }
     fn Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
         let n = elements(CALL, status, datatype)?;
@@ -493,6 +492,20 @@ mpi_fn! {
         let s = ptr::read_status(CALL, status)?;
         ptr::write(CALL, "flag", flag, s.cancelled() as c_int)
     }
+}
+
+/// The count of whole `dt`s the status's bytes make (`MPI_UNDEFINED` if
+/// they make no whole number).
+fn count_of(call: &str, status: *const MPI_Status, dt: MPI_Datatype) -> Result<MPI_Count, Error> {
+    let s = ptr::read_status(call, status)?;
+    let t = resolve::dtype(call, dt)?;
+    Ok(match t.size() {
+        0 => 0,
+        sz if s.bytes() % sz as u64 == 0 => {
+            MPI_Count::try_from(s.bytes() / sz as u64).unwrap_or(MPI_UNDEFINED as MPI_Count)
+        }
+        _ => MPI_UNDEFINED as MPI_Count,
+    })
 }
 
 fn elements(call: &str, status: *const MPI_Status, dt: MPI_Datatype) -> Result<MPI_Count, Error> {
@@ -567,7 +580,7 @@ fn persistent(
     call: &str,
     kind: SpecKind,
     buf: *const c_void,
-    count: c_int,
+    count: MPI_Count,
     dt: MPI_Datatype,
     peer: c_int,
     tag: c_int,
@@ -653,19 +666,19 @@ fn start(call: &'static str, h: MPI_Request) -> Result<(), Error> {
 
 mpi_fn! {
     fn Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        persistent(CALL, SpecKind::Send(Mode::Standard), buf, count, datatype, dest, tag, comm, request)
+        persistent(CALL, SpecKind::Send(Mode::Standard), buf, count.into(), datatype, dest, tag, comm, request)
     }
     fn Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        persistent(CALL, SpecKind::Send(Mode::Sync), buf, count, datatype, dest, tag, comm, request)
+        persistent(CALL, SpecKind::Send(Mode::Sync), buf, count.into(), datatype, dest, tag, comm, request)
     }
     fn Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        persistent(CALL, SpecKind::Send(Mode::Ready), buf, count, datatype, dest, tag, comm, request)
+        persistent(CALL, SpecKind::Send(Mode::Ready), buf, count.into(), datatype, dest, tag, comm, request)
     }
     fn Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        persistent(CALL, SpecKind::Send(Mode::Buffered), buf, count, datatype, dest, tag, comm, request)
+        persistent(CALL, SpecKind::Send(Mode::Buffered), buf, count.into(), datatype, dest, tag, comm, request)
     }
     fn Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        persistent(CALL, SpecKind::Recv, buf, count, datatype, source, tag, comm, request)
+        persistent(CALL, SpecKind::Recv, buf, count.into(), datatype, source, tag, comm, request)
     }
     fn Start(request: *mut MPI_Request) {
         let h = ptr::read(CALL, "request", request)?;
@@ -1404,6 +1417,118 @@ mpi_fn! {
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, request: *mut MPI_Request) {
         let c = resolve::comm(CALL, comm)?;
+        let sv = send_view(CALL, sendbuf, sendcount.into(), sendtype)?;
+        let mut rv = recv_view(CALL, recvbuf, recvcount.into(), recvtype)?;
+        // The receive is the request's status; the send completes with it.
+        let r = ptr::detach_req(c.irecv(&mut rv, source, recvtag)?);
+        let s = ptr::detach_req(c.isend(&sv, dest, sendtag)?);
+        out_req(CALL, request, Active::group(r, vec![s], comm))
+    }
+    fn Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = resolve::comm(CALL, comm)?;
+        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
+        // Send a copy (kept beside the request), receive in place.
+        let copy: Box<Vec<u8>> = Box::new(gmpi_packed(CALL, &c, &v)?);
+        let s = ptr::detach_req(c.isend(&copy[..], dest, sendtag)?);
+        let r = ptr::detach_req(c.irecv(&mut v, source, recvtag)?);
+        let mut a = Active::group(r, vec![s], comm);
+        a.keep = Some(copy);
+        out_req(CALL, request, a)
+    }
+}
+
+// ---- the large-count calls (MPI-4's `_c` variants) ----
+//
+// The same bodies as the `int` calls above, over `MPI_Count` counts: the
+// helpers take `MPI_Count`, and `count` widens an `int` there.
+
+mpi_fn! {
+    fn Send_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
+        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
+    } {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)
+    }
+    fn Ssend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
+        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
+    } {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)
+    }
+    fn Rsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
+        send_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
+    } {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)
+    }
+    fn Bsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) {
+        blocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)
+    }
+    fn Isend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard, request)
+    } {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Standard)?;
+        out_req(CALL, request, a)
+    }
+    fn Issend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync, request)
+    } {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Sync)?;
+        out_req(CALL, request, a)
+    }
+    fn Irsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        isend_fast(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready, request)
+    } {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Ready)?;
+        out_req(CALL, request, a)
+    }
+    fn Ibsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        let a = nonblocking_send(CALL, buf, count, datatype, dest, tag, comm, Mode::Buffered)?;
+        out_req(CALL, request, a)
+    }
+    fn Recv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) fast {
+        recv_fast(CALL, buf, count, datatype, source, tag, comm, status)
+    } {
+        let c = resolve::comm(CALL, comm)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let st = c.recv(&mut v, source, tag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Irecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        irecv_fast(CALL, buf, count, datatype, source, tag, comm, request)
+    } {
+        let a = nonblocking_recv(CALL, buf, count, datatype, source, tag, comm)?;
+        out_req(CALL, request, a)
+    }
+    fn Sendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+        comm: MPI_Comm, status: *mut MPI_Status) {
+        let c = resolve::comm(CALL, comm)?;
+        let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
+        let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
+        let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
+        let c = resolve::comm(CALL, comm)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        // Send a copy, receive in place.
+        let copy = gmpi_packed(CALL, &c, &v)?;
+        let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+        recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+        comm: MPI_Comm, request: *mut MPI_Request) {
+        let c = resolve::comm(CALL, comm)?;
         let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
         let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
         // The receive is the request's status; the send completes with it.
@@ -1411,7 +1536,7 @@ mpi_fn! {
         let s = ptr::detach_req(c.isend(&sv, dest, sendtag)?);
         out_req(CALL, request, Active::group(r, vec![s], comm))
     }
-    fn Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
+    fn Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         let c = resolve::comm(CALL, comm)?;
         let mut v = recv_view(CALL, buf, count, datatype)?;
@@ -1422,5 +1547,45 @@ mpi_fn! {
         let mut a = Active::group(r, vec![s], comm);
         a.keep = Some(copy);
         out_req(CALL, request, a)
+    }
+    fn Mrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) {
+        let (comm, msg) = take_message(CALL, message)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let c = resolve::comm(CALL, comm)?;
+        let st = c.mrecv(msg, &mut v)?;
+        let mut s = MPI_Status::empty();
+        s.set(&st);
+        ptr::status(status, &s);
+        Ok(())
+    }
+    fn Imrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) {
+        let (comm, msg) = take_message(CALL, message)?;
+        let mut v = recv_view(CALL, buf, count, datatype)?;
+        let c = resolve::comm(CALL, comm)?;
+        let r = c.imrecv(msg, &mut v)?;
+        out_req(CALL, request, Active::new(ptr::detach_req(r), comm))
+    }
+    fn Send_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Standard), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Ssend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Sync), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Rsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Ready), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Bsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Send(Mode::Buffered), buf, count, datatype, dest, tag, comm, request)
+    }
+    fn Recv_init_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        persistent(CALL, SpecKind::Recv, buf, count, datatype, source, tag, comm, request)
+    }
+    fn Get_count_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) {
+        let n = count_of(CALL, status, datatype)?;
+        ptr::write(CALL, "count", count, n)
+    }
+    fn Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) {
+        let n = elements(CALL, status, datatype)?;
+        ptr::write(CALL, "count", count, n)
     }
 }

@@ -22,7 +22,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use gmpi::{Communicator, Datatype, Error, ErrorClass, Request, UserDatatype, View};
 
 use crate::abi::{
-    CommErrFn, CopyFn, DeleteFn, MPI_Datatype, MPI_Status, UserFn, MPI_IN_PLACE, MPI_STATUS_IGNORE,
+    CommErrFn, CopyFn, DeleteFn, MPI_Count, MPI_Datatype, MPI_Status, UserFn, MPI_IN_PLACE,
+    MPI_STATUS_IGNORE,
 };
 use crate::tables::err;
 
@@ -70,8 +71,10 @@ pub fn slice_mut<'a, T>(call: &str, what: &str, p: *mut T, n: usize) -> Result<&
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }
 
-/// A C count argument as `usize` (`MPI_ERR_COUNT` if negative).
-pub fn count(call: &str, what: &str, n: c_int) -> Result<usize, Error> {
+/// A C count argument, an `int` or an `MPI_Count` (the `_c` calls), as
+/// `usize` (`MPI_ERR_COUNT` if negative).
+pub fn count(call: &str, what: &str, n: impl Into<MPI_Count>) -> Result<usize, Error> {
+    let n: MPI_Count = n.into();
     usize::try_from(n)
         .map_err(|_| err(ErrorClass::Count, call, format!("{what} = {n} is negative")))
 }
@@ -126,11 +129,20 @@ pub fn buf(
     call: &str,
     what: &str,
     p: *const c_void,
-    count: c_int,
+    count: impl Into<MPI_Count>,
     dt: &UserDatatype,
     writable: bool,
 ) -> Result<View, Error> {
+    let count: MPI_Count = count.into();
     let n = self::count(call, "count", count)?;
+    let span = dt.size().max(dt.extent().unsigned_abs()) as u128;
+    if n as u128 * span > isize::MAX as u128 {
+        return Err(err(
+            ErrorClass::Count,
+            call,
+            format!("count = {count} is too large: {what} would span more than the address space"),
+        ));
+    }
     if in_place(p) {
         return Err(err(
             ErrorClass::Buffer,
@@ -153,7 +165,14 @@ pub fn buf(
         let lo = dt.true_lb() as i128 + spread.min(0);
         if lo > 0 {
             let lo = lo as isize;
-            let shifted = shifted_type(count, dt, -lo)?;
+            let whole = c_int::try_from(count).map_err(|_| {
+                err(
+                    ErrorClass::Count,
+                    call,
+                    format!("count = {count} is too large for a buffer at MPI_BOTTOM"),
+                )
+            })?;
+            let shifted = shifted_type(whole, dt, -lo)?;
             // SAFETY: as below; these are the same bytes the caller lends.
             return unsafe { View::from_raw(call, lo as usize, 1, &shifted, writable) };
         }
@@ -171,8 +190,17 @@ pub fn buf(
 /// `None` for anything else: the caller falls back to [`buf`], which checks
 /// it in full.
 #[inline]
-pub fn fast_buf(p: *const c_void, count: c_int, d: Datatype, writable: bool) -> Option<View> {
+pub fn fast_buf(
+    p: *const c_void,
+    count: impl Into<MPI_Count>,
+    d: Datatype,
+    writable: bool,
+) -> Option<View> {
+    let count: MPI_Count = count.into();
     if count < 0 || in_place(p) || (p.is_null() && count != 0) {
+        return None;
+    }
+    if count as u128 * d.size() as u128 > isize::MAX as u128 {
         return None;
     }
     // SAFETY: as in `buf`: the caller lends `count` elements of `dt` at `p`
@@ -185,11 +213,14 @@ pub fn fast_buf(p: *const c_void, count: c_int, d: Datatype, writable: bool) -> 
 /// runtime views as a basic type) when the buffer passes [`buf`]'s checks
 /// outright, as for [`fast_buf`]; `None` otherwise.
 #[inline(always)]
-pub fn fast_bytes(p: *const c_void, count: c_int, size: usize) -> Option<usize> {
+pub fn fast_bytes(p: *const c_void, count: impl Into<MPI_Count>, size: usize) -> Option<usize> {
+    let count: MPI_Count = count.into();
     if count < 0 || in_place(p) || (p.is_null() && count != 0) {
         return None;
     }
-    Some(count as usize * size)
+    (count as usize)
+        .checked_mul(size)
+        .filter(|&len| len <= isize::MAX as usize)
 }
 
 /// `MPI_Send`/`MPI_Ssend` of the `len` bytes at `p` (from [`fast_bytes`]).

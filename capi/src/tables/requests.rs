@@ -11,7 +11,7 @@ use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Error, Request};
 
-use crate::abi::{MPI_Comm, MPI_Datatype, MPI_Status};
+use crate::abi::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Status};
 
 /// What a request slot holds.
 #[derive(Debug)]
@@ -122,7 +122,8 @@ pub struct Spec {
     pub kind: SpecKind,
     /// The caller's buffer, read at each start.
     pub buf: usize,
-    pub count: c_int,
+    /// An `int` count, or an `MPI_Count` (the `_c` calls).
+    pub count: MPI_Count,
     pub dt: MPI_Datatype,
     pub peer: c_int,
     pub tag: c_int,
