@@ -742,17 +742,7 @@ fn a_host_buffer_offered_for_a_get_is_pulled_into_the_device_in_chunks() {
         let mut w = World::new(2, false, device());
         w.f.set_queued(queued);
         let len = 23 * STAGE + 5;
-        let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
-        let s = w.buffer(0, MemKind::Host, &data);
-        let r = w.buffer(1, DEV, &vec![0u8; len]);
-        let before = w.cuda.counts();
-        let rid = w.recv(1, 0, r);
-        let sid = w.send(0, 1, s);
-        w.run();
-        w.d[1].test(rid).expect("receive done").expect("ok");
-        w.d[0].test(sid).expect("send done").expect("ok");
-        assert_eq!(w.read(1, r), data);
-        let c = diff(&w.cuda.counts(), &before);
+        let c = w.transfer(MemKind::Host, DEV, len, 3);
         let chunks = len.div_ceil(STAGE) as u64;
         assert_eq!(
             (c.dtoh, c.htod, c.async_copies),
@@ -781,17 +771,7 @@ fn without_a_get_staged_chunks_go_in_fragments_and_copy_in_asynchronously() {
     for (sk, rk) in [(DEV, DEV), (DEV, MemKind::Host), (MemKind::Host, DEV)] {
         let mut w = World::with_config(2, false, cfg.clone(), |r| r);
         let len = 9 * STAGE + 123;
-        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 255) as u8).collect();
-        let s = w.buffer(0, sk, &data);
-        let r = w.buffer(1, rk, &vec![0u8; len]);
-        let before = w.cuda.counts();
-        let rid = w.recv(1, 0, r);
-        let sid = w.send(0, 1, s);
-        w.run();
-        w.d[1].test(rid).expect("receive done").expect("ok");
-        w.d[0].test(sid).expect("send done").expect("ok");
-        assert_eq!(w.read(1, r), data, "{sk:?} -> {rk:?}");
-        let c = diff(&w.cuda.counts(), &before);
+        let c = w.transfer(sk, rk, len, 7);
         let chunks = len.div_ceil(STAGE) as u64;
         // The fragments: STAGE-byte chunks cut in fragments (device
         // sender), or the host sender's stream.
@@ -838,16 +818,7 @@ fn a_failed_staged_pull_falls_back_to_the_stream() {
         let mut w = World::new(2, false, device());
         w.f.set_queued(queued);
         w.f.fail_gets(true);
-        let len = 7 * STAGE + 3;
-        let data: Vec<u8> = (0..len).map(|i| (i % 199) as u8).collect();
-        let s = w.buffer(0, MemKind::Host, &data);
-        let r = w.buffer(1, DEV, &vec![0u8; len]);
-        let rid = w.recv(1, 0, r);
-        let sid = w.send(0, 1, s);
-        w.run();
-        w.d[1].test(rid).expect("receive done").expect("ok");
-        w.d[0].test(sid).expect("send done").expect("ok");
-        assert_eq!(w.read(1, r), data, "queued {queued}");
+        w.transfer(MemKind::Host, DEV, 7 * STAGE + 3, 9);
         assert_eq!(w.d[1].gpu.slots_out(gmpi_gpu::CopyDir::ToDevice), 0);
     }
 }
