@@ -10,6 +10,13 @@
 //! only the data buffers must outlive the call. `MPI_Alltoallw` views each
 //! side as the byte range its blocks cover (which may exceed a C `int`), so
 //! datatypes holding absolute addresses (`MPI_BOTTOM`) work too.
+//!
+//! Each body is shared by the classic entry point and its MPI-4 `_c` twin
+//! (`MPI_Count` counts, `MPI_Count`/`MPI_Aint` arrays): the twin's counts and
+//! displacements are narrowed to the `int`s the classic path takes, where
+//! and as far as that path reads them, and one that has no `int` fails with
+//! `MPI_ERR_COUNT` (alltoallw's byte displacements are taken whole). As the
+//! runtime copies the arrays, the converted ones need not outlive the call.
 
 use std::ffi::{c_int, c_void};
 
@@ -195,16 +202,60 @@ fn out(
     ptr::write(call, "request", request, new_request(a))
 }
 
+/// An element of a count or displacement array: `int` for the classic
+/// calls, `MPI_Count`/`MPI_Aint` for the `_c` ones.
+trait Wide: Copy {
+    fn wide(self) -> i128;
+}
+impl Wide for c_int {
+    fn wide(self) -> i128 {
+        self as i128
+    }
+}
+impl Wide for MPI_Count {
+    fn wide(self) -> i128 {
+        self as i128
+    }
+}
+impl Wide for MPI_Aint {
+    fn wide(self) -> i128 {
+        self as i128
+    }
+}
+
+/// A `_c` call's scalar count as the `int` the classic call's code path
+/// takes (`MPI_ERR_COUNT` if it has none; a negative one that fits is left
+/// for that path's own check).
+fn int(call: &str, what: &str, n: impl Wide) -> Result<c_int, Error> {
+    let n = n.wide();
+    c_int::try_from(n).map_err(|_| {
+        err(
+            ErrorClass::Count,
+            call,
+            format!("{what} = {n} does not fit in an int (large counts are not supported here)"),
+        )
+    })
+}
+
+/// The array of `n` counts or displacements at `p`, as `int`s.
+fn ints<T: Wide>(call: &str, what: &str, p: *const T, n: usize) -> Result<Vec<c_int>, Error> {
+    ptr::slice(call, what, p, n)?
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| int(call, &format!("{what}[{i}]"), v))
+        .collect()
+}
+
 /// Count and displacement arrays of a vector collective, one entry per rank.
-fn arrays<'a>(
+fn arrays<C: Wide, D: Wide>(
     call: &str,
     n: usize,
-    counts: (&str, *const c_int),
-    displs: (&str, *const c_int),
-) -> Result<(&'a [c_int], &'a [c_int]), Error> {
+    counts: (&str, *const C),
+    displs: (&str, *const D),
+) -> Result<(Vec<c_int>, Vec<c_int>), Error> {
     Ok((
-        ptr::slice(call, counts.0, counts.1, n)?,
-        ptr::slice(call, displs.0, displs.1, n)?,
+        ints(call, counts.0, counts.1, n)?,
+        ints(call, displs.0, displs.1, n)?,
     ))
 }
 
@@ -374,20 +425,20 @@ fn gather_io(
 
 /// `MPI_Gatherv`/`MPI_Igatherv`, with the root's counts and displacements.
 #[allow(clippy::too_many_arguments)]
-fn gatherv_io<'a>(
+fn gatherv_io<C: Wide, D: Wide>(
     call: &str,
     c: &Communicator,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
+    recvcounts: *const C,
+    displs: *const D,
     recvtype: MPI_Datatype,
     root: c_int,
-) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+) -> Result<(Io, Vec<c_int>, Vec<c_int>), Error> {
     if idle(c, root) {
-        return Ok((idle_io(call)?, &[], &[]));
+        return Ok((idle_io(call)?, vec![], vec![]));
     }
     let root_here = is_root(c, root);
     let (counts, ds) = if root_here {
@@ -398,10 +449,10 @@ fn gatherv_io<'a>(
             ("displs", displs),
         )?
     } else {
-        (&[][..], &[][..])
+        (vec![], vec![])
     };
     if c.is_inter() && root_here && !ptr::in_place(sendbuf) {
-        let buf = vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
+        let buf = vview(call, "recvbuf", recvbuf, &counts, &ds, recvtype, true)?;
         return Ok((
             Io {
                 send: Some(none(call)?),
@@ -415,12 +466,12 @@ fn gatherv_io<'a>(
         if !root_here {
             return Err(not_root(call, "sendbuf"));
         }
-        let buf = vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
+        let buf = vview(call, "recvbuf", recvbuf, &counts, &ds, recvtype, true)?;
         return Ok((Io { send: None, buf }, counts, ds));
     }
     let send = Some(sview(call, "sendbuf", sendbuf, sendcount, sendtype)?);
     let buf = if root_here {
-        vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?
+        vview(call, "recvbuf", recvbuf, &counts, &ds, recvtype, true)?
     } else {
         rview(call, "recvbuf", std::ptr::null_mut(), 0, MPI_BYTE)?
     };
@@ -473,20 +524,20 @@ fn scatter_io(
 /// `MPI_Scatterv`/`MPI_Iscatterv`, with the root's counts and
 /// displacements; in place, `buf` is the send buffer.
 #[allow(clippy::too_many_arguments)]
-fn scatterv_io<'a>(
+fn scatterv_io<C: Wide, D: Wide>(
     call: &str,
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    displs: *const c_int,
+    sendcounts: *const C,
+    displs: *const D,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
     recvcount: c_int,
     recvtype: MPI_Datatype,
     root: c_int,
-) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+) -> Result<(Io, Vec<c_int>, Vec<c_int>), Error> {
     if idle(c, root) {
-        return Ok((idle_io(call)?, &[], &[]));
+        return Ok((idle_io(call)?, vec![], vec![]));
     }
     let root_here = is_root(c, root);
     let (counts, ds) = if root_here {
@@ -497,11 +548,11 @@ fn scatterv_io<'a>(
             ("displs", displs),
         )?
     } else {
-        (&[][..], &[][..])
+        (vec![], vec![])
     };
     if c.is_inter() && root_here && !ptr::in_place(recvbuf) {
         let send = Some(vview(
-            call, "sendbuf", sendbuf, counts, ds, sendtype, false,
+            call, "sendbuf", sendbuf, &counts, &ds, sendtype, false,
         )?);
         return Ok((
             Io {
@@ -516,11 +567,11 @@ fn scatterv_io<'a>(
         if !root_here {
             return Err(not_root(call, "recvbuf"));
         }
-        let buf = vview(call, "sendbuf", sendbuf, counts, ds, sendtype, true)?;
+        let buf = vview(call, "sendbuf", sendbuf, &counts, &ds, sendtype, true)?;
         return Ok((Io { send: None, buf }, counts, ds));
     }
     let send = Some(if root_here {
-        vview(call, "sendbuf", sendbuf, counts, ds, sendtype, false)?
+        vview(call, "sendbuf", sendbuf, &counts, &ds, sendtype, false)?
     } else {
         sview(call, "sendbuf", std::ptr::null(), 0, MPI_BYTE)?
     });
@@ -561,24 +612,24 @@ fn all_io(
 
 /// `MPI_Allgatherv`/`MPI_Iallgatherv`.
 #[allow(clippy::too_many_arguments)]
-fn allgatherv_io<'a>(
+fn allgatherv_io<C: Wide, D: Wide>(
     call: &str,
     c: &Communicator,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
+    recvcounts: *const C,
+    displs: *const D,
     recvtype: MPI_Datatype,
-) -> Result<(Io, &'a [c_int], &'a [c_int]), Error> {
+) -> Result<(Io, Vec<c_int>, Vec<c_int>), Error> {
     let (counts, ds) = arrays(
         call,
         peers(c) as usize,
         ("recvcounts", recvcounts),
         ("displs", displs),
     )?;
-    let buf = vview(call, "recvbuf", recvbuf, counts, ds, recvtype, true)?;
+    let buf = vview(call, "recvbuf", recvbuf, &counts, &ds, recvtype, true)?;
     let send = if ptr::in_place(sendbuf) {
         None
     } else {
@@ -589,43 +640,43 @@ fn allgatherv_io<'a>(
 
 /// Counts and displacements of both sides of an alltoallv (the send side's
 /// are empty in place).
-struct VArgs<'a> {
-    sc: &'a [c_int],
-    sd: &'a [c_int],
-    rc: &'a [c_int],
-    rd: &'a [c_int],
+struct VArgs {
+    sc: Vec<c_int>,
+    sd: Vec<c_int>,
+    rc: Vec<c_int>,
+    rd: Vec<c_int>,
 }
 
 /// `MPI_Alltoallv`/`MPI_Ialltoallv`.
 #[allow(clippy::too_many_arguments)]
-fn alltoallv_io<'a>(
+fn alltoallv_io<C: Wide, D: Wide>(
     call: &str,
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
+    sendcounts: *const C,
+    sdispls: *const D,
     sendtype: MPI_Datatype,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
+    recvcounts: *const C,
+    rdispls: *const D,
     recvtype: MPI_Datatype,
-) -> Result<(Io, VArgs<'a>), Error> {
+) -> Result<(Io, VArgs), Error> {
     let n = peers(c) as usize;
     let (rc, rd) = arrays(call, n, ("recvcounts", recvcounts), ("rdispls", rdispls))?;
-    let buf = vview(call, "recvbuf", recvbuf, rc, rd, recvtype, true)?;
+    let buf = vview(call, "recvbuf", recvbuf, &rc, &rd, recvtype, true)?;
     if ptr::in_place(sendbuf) {
         return Ok((
             Io { send: None, buf },
             VArgs {
-                sc: &[],
-                sd: &[],
+                sc: vec![],
+                sd: vec![],
                 rc,
                 rd,
             },
         ));
     }
     let (sc, sd) = arrays(call, n, ("sendcounts", sendcounts), ("sdispls", sdispls))?;
-    let send = Some(vview(call, "sendbuf", sendbuf, sc, sd, sendtype, false)?);
+    let send = Some(vview(call, "sendbuf", sendbuf, &sc, &sd, sendtype, false)?);
     Ok((Io { send, buf }, VArgs { sc, sd, rc, rd }))
 }
 
@@ -642,18 +693,21 @@ struct WSide {
 /// (from the lowest byte any block touches to the highest), so absolute
 /// displacements from `MPI_BOTTOM` work as well as small ones from a buffer.
 #[allow(clippy::too_many_arguments)]
-fn wside(
+fn wside<C: Wide, D: Wide>(
     call: &str,
     n: usize,
     side: &str,
     p: *const c_void,
-    counts: *const c_int,
-    displs: *const c_int,
+    counts: *const C,
+    displs: *const D,
     types: *const MPI_Datatype,
     writable: bool,
 ) -> Result<(View, WSide), Error> {
-    let cs = ptr::slice(call, &format!("{side}counts"), counts, n)?;
-    let ds = ptr::slice(call, &format!("{side}displs"), displs, n)?;
+    let cs = ints(call, &format!("{side}counts"), counts, n)?;
+    let ds: Vec<i128> = ptr::slice(call, &format!("{side}displs"), displs, n)?
+        .iter()
+        .map(|d| d.wide())
+        .collect();
     let ts = ptr::slice(call, &format!("{side}types"), types, n)?;
     // Each non-empty block's type and the byte range it touches, relative
     // to `p`.
@@ -664,7 +718,7 @@ fn wside(
         let cnt = ptr::count(call, &format!("{side}counts[{i}]"), cs[i])? as i128;
         let mut range = None;
         if cnt > 0 && t.size() > 0 {
-            let (d, lb, ext) = (ds[i] as i128, t.true_lb() as i128, t.extent() as i128);
+            let (d, lb, ext) = (ds[i], t.true_lb() as i128, t.extent() as i128);
             let lo = d + lb + ext.min(0) * (cnt - 1);
             let hi = d + lb + t.true_extent() as i128 + ext.max(0) * (cnt - 1);
             span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
@@ -687,11 +741,11 @@ fn wside(
     // matter; a block whose displacement lies below the view (a datatype
     // holding absolute addresses, from `MPI_BOTTOM`) is re-expressed as one
     // element of a type shifted to start at its data.
-    let mut counts = cs.to_vec();
+    let mut counts = cs.clone();
     let mut displs = Vec::with_capacity(n);
     let mut types = Vec::with_capacity(n);
     for (i, (t, range)) in blocks.into_iter().enumerate() {
-        let d = ds[i] as i128;
+        let d = ds[i];
         match range {
             None => {
                 displs.push(0);
@@ -722,16 +776,16 @@ fn wside(
 
 /// `MPI_Alltoallw`/`MPI_Ialltoallw`: in place, the receive side alone.
 #[allow(clippy::too_many_arguments)]
-fn alltoallw_io(
+fn alltoallw_io<C: Wide, D: Wide>(
     call: &str,
     c: &Communicator,
     sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
+    sendcounts: *const C,
+    sdispls: *const D,
     sendtypes: *const MPI_Datatype,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
+    recvcounts: *const C,
+    rdispls: *const D,
     recvtypes: *const MPI_Datatype,
 ) -> Result<(Io, WSide, WSide), Error> {
     let n = peers(c) as usize;
@@ -776,15 +830,15 @@ fn reduce_scatter_block_io(
 
 /// `MPI_Reduce_scatter`/`MPI_Ireduce_scatter`, with the counts: in place,
 /// `buf` holds the whole input.
-fn reduce_scatter_io<'a>(
+fn reduce_scatter_io<C: Wide>(
     call: &str,
     c: &Communicator,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
+    recvcounts: *const C,
     dt: MPI_Datatype,
-) -> Result<(Io, &'a [c_int]), Error> {
-    let counts = ptr::slice(call, "recvcounts", recvcounts, c.size() as usize)?;
+) -> Result<(Io, Vec<c_int>), Error> {
+    let counts = ints(call, "recvcounts", recvcounts, c.size() as usize)?;
     let mut total: c_int = 0;
     for (i, &k) in counts.iter().enumerate() {
         ptr::count(call, &format!("recvcounts[{i}]"), k)?;
@@ -801,6 +855,783 @@ fn reduce_scatter_io<'a>(
     Ok((Io { send, buf }, counts))
 }
 
+// The bodies of the collectives, each shared by the classic (`int`) entry
+// point and its `_c` (`MPI_Count`) twin: scalar counts are narrowed to
+// `int` once the communicator is known, count and displacement arrays
+// where (and as far as) the classic path reads them (`arrays`, `ints`).
+
+fn bcast(
+    call: &str,
+    buffer: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let mut v = if idle(&c, root) {
+        none(call)?
+    } else {
+        rview(call, "buffer", buffer, int(call, "count", count)?, datatype)?
+    };
+    c.bcast(&mut v, root)
+}
+fn ibcast(
+    call: &str,
+    buffer: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let mut v = if idle(&c, root) {
+        none(call)?
+    } else {
+        rview(call, "buffer", buffer, int(call, "count", count)?, datatype)?
+    };
+    let r = c.ibcast(&mut v, root)?;
+    out(call, comm, r, request)
+}
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    // (Nothing is significant at a rank that takes no part.)
+    let o = if idle(&c, root) {
+        Op::Sum
+    } else {
+        op_for(call, op, datatype)?
+    };
+    let count = if idle(&c, root) {
+        0
+    } else {
+        int(call, "count", count)?
+    };
+    let mut io = reduce_io(call, &c, sendbuf, recvbuf, count, datatype, root)?;
+    match &io.send {
+        None => c.reduce_in_place(&mut io.buf, o, root),
+        Some(sv) => c.reduce(sv, &mut io.buf, o, root),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn ireduce(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    // (Nothing is significant at a rank that takes no part.)
+    let o = if idle(&c, root) {
+        Op::Sum
+    } else {
+        op_for(call, op, datatype)?
+    };
+    let count = if idle(&c, root) {
+        0
+    } else {
+        int(call, "count", count)?
+    };
+    let mut io = reduce_io(call, &c, sendbuf, recvbuf, count, datatype, root)?;
+    let r = match &io.send {
+        None => c.ireduce_in_place(&mut io.buf, o, root)?,
+        Some(sv) => c.ireduce(sv, &mut io.buf, o, root)?,
+    };
+    out(call, comm, r, request)
+}
+fn allreduce(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let mut io = same_io(call, sendbuf, recvbuf, int(call, "count", count)?, datatype)?;
+    match &io.send {
+        None => c.allreduce_in_place(&mut io.buf, o),
+        Some(sv) => c.allreduce(sv, &mut io.buf, o),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn iallreduce(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let mut io = same_io(call, sendbuf, recvbuf, int(call, "count", count)?, datatype)?;
+    let r = match &io.send {
+        None => c.iallreduce_in_place(&mut io.buf, o)?,
+        Some(sv) => c.iallreduce(sv, &mut io.buf, o)?,
+    };
+    out(call, comm, r, request)
+}
+fn reduce_local(
+    call: &str,
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+) -> Result<(), Error> {
+    let o = op_for(call, op, datatype)?;
+    let count = int(call, "count", count)?;
+    let iv = sview(call, "inbuf", inbuf, count, datatype)?;
+    let mut io = rview(call, "inoutbuf", inoutbuf, count, datatype)?;
+    gmpi::reduce_local(&iv, &mut io, o)
+}
+/// The scalar counts of a rooted collective, narrowed only where
+/// significant (elsewhere 0, which the classic path ignores there too).
+fn rooted_counts(
+    call: &str,
+    c: &Communicator,
+    root: c_int,
+    sendbuf: *const c_void,
+    send: (&str, impl Wide),
+    recv: (&str, impl Wide),
+) -> Result<(c_int, c_int), Error> {
+    if idle(c, root) {
+        return Ok((0, 0));
+    }
+    let s = if ptr::in_place(sendbuf) || (c.is_inter() && is_root(c, root)) {
+        0
+    } else {
+        int(call, send.0, send.1)?
+    };
+    let r = if is_root(c, root) {
+        int(call, recv.0, recv.1)?
+    } else {
+        0
+    };
+    Ok((s, r))
+}
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, recvcount) = rooted_counts(
+        call,
+        &c,
+        root,
+        sendbuf,
+        ("sendcount", sendcount),
+        ("recvcount", recvcount),
+    )?;
+    let mut io = gather_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+    )?;
+    match &io.send {
+        None => c.gather_in_place(&mut io.buf, root),
+        Some(sv) => c.gather(sv, &mut io.buf, root),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn igather(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, recvcount) = rooted_counts(
+        call,
+        &c,
+        root,
+        sendbuf,
+        ("sendcount", sendcount),
+        ("recvcount", recvcount),
+    )?;
+    let mut io = gather_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+    )?;
+    let r = match &io.send {
+        None => c.igather_in_place(&mut io.buf, root)?,
+        Some(sv) => c.igather(sv, &mut io.buf, root)?,
+    };
+    out(call, comm, r, request)
+}
+#[allow(clippy::too_many_arguments)]
+fn gatherv(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const impl Wide,
+    displs: *const impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, _) = rooted_counts(call, &c, root, sendbuf, ("sendcount", sendcount), ("", 0))?;
+    let (mut io, counts, ds) = gatherv_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+    )?;
+    match &io.send {
+        None => c.gatherv_in_place(&mut io.buf, &counts, &ds, root),
+        Some(sv) => c.gatherv(sv, &mut io.buf, &counts, &ds, root),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn igatherv(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const impl Wide,
+    displs: *const impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, _) = rooted_counts(call, &c, root, sendbuf, ("sendcount", sendcount), ("", 0))?;
+    let (mut io, counts, ds) = gatherv_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+    )?;
+    let r = match &io.send {
+        None => c.igatherv_in_place(&mut io.buf, &counts, &ds, root)?,
+        Some(sv) => c.igatherv(sv, &mut io.buf, &counts, &ds, root)?,
+    };
+    out(call, comm, r, request)
+}
+/// As [`rooted_counts`], for the scatters (`MPI_IN_PLACE` is `recvbuf`).
+fn scatter_counts(
+    call: &str,
+    c: &Communicator,
+    root: c_int,
+    recvbuf: *mut c_void,
+    send: (&str, impl Wide),
+    recv: (&str, impl Wide),
+) -> Result<(c_int, c_int), Error> {
+    if idle(c, root) {
+        return Ok((0, 0));
+    }
+    let s = if is_root(c, root) {
+        int(call, send.0, send.1)?
+    } else {
+        0
+    };
+    let r = if ptr::in_place(recvbuf) || (c.is_inter() && is_root(c, root)) {
+        0
+    } else {
+        int(call, recv.0, recv.1)?
+    };
+    Ok((s, r))
+}
+#[allow(clippy::too_many_arguments)]
+fn scatter(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, recvcount) = scatter_counts(
+        call,
+        &c,
+        root,
+        recvbuf,
+        ("sendcount", sendcount),
+        ("recvcount", recvcount),
+    )?;
+    let mut io = scatter_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+    )?;
+    match &io.send {
+        None => c.scatter_in_place(&mut io.buf, root),
+        Some(sv) => c.scatter(sv, &mut io.buf, root),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn iscatter(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, recvcount) = scatter_counts(
+        call,
+        &c,
+        root,
+        recvbuf,
+        ("sendcount", sendcount),
+        ("recvcount", recvcount),
+    )?;
+    let mut io = scatter_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+    )?;
+    let r = match &io.send {
+        None => c.iscatter_in_place(&mut io.buf, root)?,
+        Some(sv) => c.iscatter(sv, &mut io.buf, root)?,
+    };
+    out(call, comm, r, request)
+}
+#[allow(clippy::too_many_arguments)]
+fn scatterv(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const impl Wide,
+    displs: *const impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (_, recvcount) =
+        scatter_counts(call, &c, root, recvbuf, ("", 0), ("recvcount", recvcount))?;
+    let (mut io, counts, ds) = scatterv_io(
+        call, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+    )?;
+    match &io.send {
+        None => c.scatterv_in_place(&mut io.buf, &counts, &ds, root),
+        Some(sv) => c.scatterv(sv, &counts, &ds, &mut io.buf, root),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn iscatterv(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const impl Wide,
+    displs: *const impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (_, recvcount) =
+        scatter_counts(call, &c, root, recvbuf, ("", 0), ("recvcount", recvcount))?;
+    let (mut io, counts, ds) = scatterv_io(
+        call, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+    )?;
+    let r = match &io.send {
+        None => c.iscatterv_in_place(&mut io.buf, &counts, &ds, root)?,
+        Some(sv) => c.iscatterv(sv, &counts, &ds, &mut io.buf, root)?,
+    };
+    out(call, comm, r, request)
+}
+/// The scalar counts of an allgather or alltoall (`sendcount` is not
+/// significant in place).
+fn all_counts(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    recvcount: impl Wide,
+) -> Result<(c_int, c_int), Error> {
+    let s = if ptr::in_place(sendbuf) {
+        0
+    } else {
+        int(call, "sendcount", sendcount)?
+    };
+    Ok((s, int(call, "recvcount", recvcount)?))
+}
+/// `MPI_Allgather` (`alltoall` false) and `MPI_Alltoall`.
+#[allow(clippy::too_many_arguments)]
+fn allgather_alltoall(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    alltoall: bool,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, recvcount) = all_counts(call, sendbuf, sendcount, recvcount)?;
+    let blocks = if alltoall { peers(&c) } else { 1 };
+    let mut io = all_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, blocks,
+    )?;
+    match (&io.send, alltoall) {
+        (None, false) => c.allgather_in_place(&mut io.buf),
+        (Some(sv), false) => c.allgather(sv, &mut io.buf),
+        (None, true) => c.alltoall_in_place(&mut io.buf),
+        (Some(sv), true) => c.alltoall(sv, &mut io.buf),
+    }
+}
+/// `MPI_Iallgather` (`alltoall` false) and `MPI_Ialltoall`.
+#[allow(clippy::too_many_arguments)]
+fn iallgather_alltoall(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    alltoall: bool,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, recvcount) = all_counts(call, sendbuf, sendcount, recvcount)?;
+    let blocks = if alltoall { peers(&c) } else { 1 };
+    let mut io = all_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, blocks,
+    )?;
+    let r = match (&io.send, alltoall) {
+        (None, false) => c.iallgather_in_place(&mut io.buf)?,
+        (Some(sv), false) => c.iallgather(sv, &mut io.buf)?,
+        (None, true) => c.ialltoall_in_place(&mut io.buf)?,
+        (Some(sv), true) => c.ialltoall(sv, &mut io.buf)?,
+    };
+    out(call, comm, r, request)
+}
+#[allow(clippy::too_many_arguments)]
+fn allgatherv(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const impl Wide,
+    displs: *const impl Wide,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, _) = all_counts(call, sendbuf, sendcount, 0)?;
+    let (mut io, counts, ds) = allgatherv_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+    )?;
+    match &io.send {
+        None => c.allgatherv_in_place(&mut io.buf, &counts, &ds),
+        Some(sv) => c.allgatherv(sv, &mut io.buf, &counts, &ds),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn iallgatherv(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: impl Wide,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const impl Wide,
+    displs: *const impl Wide,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (sendcount, _) = all_counts(call, sendbuf, sendcount, 0)?;
+    let (mut io, counts, ds) = allgatherv_io(
+        call, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+    )?;
+    let r = match &io.send {
+        None => c.iallgatherv_in_place(&mut io.buf, &counts, &ds)?,
+        Some(sv) => c.iallgatherv(sv, &mut io.buf, &counts, &ds)?,
+    };
+    out(call, comm, r, request)
+}
+#[allow(clippy::too_many_arguments)]
+fn alltoallv<C: Wide, D: Wide>(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const C,
+    sdispls: *const D,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const C,
+    rdispls: *const D,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (mut io, a) = alltoallv_io(
+        call, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+    )?;
+    match &io.send {
+        None => c.alltoallv_in_place(&mut io.buf, &a.rc, &a.rd),
+        Some(sv) => c.alltoallv(sv, &a.sc, &a.sd, &mut io.buf, &a.rc, &a.rd),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn ialltoallv<C: Wide, D: Wide>(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const C,
+    sdispls: *const D,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const C,
+    rdispls: *const D,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (mut io, a) = alltoallv_io(
+        call, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+    )?;
+    let r = match &io.send {
+        None => c.ialltoallv_in_place(&mut io.buf, &a.rc, &a.rd)?,
+        Some(sv) => c.ialltoallv(sv, &a.sc, &a.sd, &mut io.buf, &a.rc, &a.rd)?,
+    };
+    out(call, comm, r, request)
+}
+#[allow(clippy::too_many_arguments)]
+fn alltoallw<C: Wide, D: Wide>(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const C,
+    sdispls: *const D,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const C,
+    rdispls: *const D,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (mut io, s, r) = alltoallw_io(
+        call, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+    )?;
+    match &io.send {
+        None => c.alltoallw_in_place(&mut io.buf, &r.counts, &r.displs, &r.types),
+        Some(sv) => c.alltoallw(
+            sv,
+            &s.counts,
+            &s.displs,
+            &s.types,
+            &mut io.buf,
+            &r.counts,
+            &r.displs,
+            &r.types,
+        ),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn ialltoallw<C: Wide, D: Wide>(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const C,
+    sdispls: *const D,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const C,
+    rdispls: *const D,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let (mut io, s, rw) = alltoallw_io(
+        call, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+    )?;
+    let r = match &io.send {
+        None => c.ialltoallw_in_place(&mut io.buf, &rw.counts, &rw.displs, &rw.types)?,
+        Some(sv) => c.ialltoallw(
+            sv,
+            &s.counts,
+            &s.displs,
+            &s.types,
+            &mut io.buf,
+            &rw.counts,
+            &rw.displs,
+            &rw.types,
+        )?,
+    };
+    out(call, comm, r, request)
+}
+fn reduce_scatter_block(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let mut io = reduce_scatter_block_io(
+        call,
+        &c,
+        sendbuf,
+        recvbuf,
+        int(call, "recvcount", recvcount)?,
+        datatype,
+    )?;
+    match &io.send {
+        None => c.reduce_scatter_block_in_place(&mut io.buf, o),
+        Some(sv) => c.reduce_scatter_block(sv, &mut io.buf, o),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn ireduce_scatter_block(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let mut io = reduce_scatter_block_io(
+        call,
+        &c,
+        sendbuf,
+        recvbuf,
+        int(call, "recvcount", recvcount)?,
+        datatype,
+    )?;
+    let r = match &io.send {
+        None => c.ireduce_scatter_block_in_place(&mut io.buf, o)?,
+        Some(sv) => c.ireduce_scatter_block(sv, &mut io.buf, o)?,
+    };
+    out(call, comm, r, request)
+}
+fn reduce_scatter(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let (mut io, counts) = reduce_scatter_io(call, &c, sendbuf, recvbuf, recvcounts, datatype)?;
+    match &io.send {
+        None => c.reduce_scatter_in_place(&mut io.buf, &counts, o),
+        Some(sv) => c.reduce_scatter(sv, &mut io.buf, &counts, o),
+    }
+}
+#[allow(clippy::too_many_arguments)]
+fn ireduce_scatter(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let (mut io, counts) = reduce_scatter_io(call, &c, sendbuf, recvbuf, recvcounts, datatype)?;
+    let r = match &io.send {
+        None => c.ireduce_scatter_in_place(&mut io.buf, &counts, o)?,
+        Some(sv) => c.ireduce_scatter(sv, &mut io.buf, &counts, o)?,
+    };
+    out(call, comm, r, request)
+}
+/// `MPI_Scan` (`ex` false) and `MPI_Exscan`.
+#[allow(clippy::too_many_arguments)]
+fn scan(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    ex: bool,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let mut io = same_io(call, sendbuf, recvbuf, int(call, "count", count)?, datatype)?;
+    match (&io.send, ex) {
+        (None, false) => c.scan_in_place(&mut io.buf, o),
+        (Some(sv), false) => c.scan(sv, &mut io.buf, o),
+        (None, true) => c.exscan_in_place(&mut io.buf, o),
+        (Some(sv), true) => c.exscan(sv, &mut io.buf, o),
+    }
+}
+/// `MPI_Iscan` (`ex` false) and `MPI_Iexscan`.
+#[allow(clippy::too_many_arguments)]
+fn iscan(
+    call: &str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: impl Wide,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    ex: bool,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let o = op_for(call, op, datatype)?;
+    let mut io = same_io(call, sendbuf, recvbuf, int(call, "count", count)?, datatype)?;
+    let r = match (&io.send, ex) {
+        (None, false) => c.iscan_in_place(&mut io.buf, o)?,
+        (Some(sv), false) => c.iscan(sv, &mut io.buf, o)?,
+        (None, true) => c.iexscan_in_place(&mut io.buf, o)?,
+        (Some(sv), true) => c.iexscan(sv, &mut io.buf, o)?,
+    };
+    out(call, comm, r, request)
+}
+
 mpi_fn! {
     safe fn Barrier(comm: MPI_Comm) {
         resolve::comm(CALL, comm)?.barrier()
@@ -811,296 +1642,209 @@ mpi_fn! {
         out(CALL, comm, r, request)
     }
     fn Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut v = if idle(&c, root) { none(CALL)? } else { rview(CALL, "buffer", buffer, count, datatype)? };
-        c.bcast(&mut v, root)
+        bcast(CALL, buffer, count, datatype, root, comm)
     }
     fn Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut v = if idle(&c, root) { none(CALL)? } else { rview(CALL, "buffer", buffer, count, datatype)? };
-        let r = c.ibcast(&mut v, root)?;
-        out(CALL, comm, r, request)
+        ibcast(CALL, buffer, count, datatype, root, comm, request)
     }
     fn Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        // (Nothing is significant at a rank that takes no part.)
-        let o = if idle(&c, root) { Op::Sum } else { op_for(CALL, op, datatype)? };
-        let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
-        match &io.send {
-            None => c.reduce_in_place(&mut io.buf, o, root),
-            Some(sv) => c.reduce(sv, &mut io.buf, o, root),
-        }
+        reduce(CALL, sendbuf, recvbuf, count, datatype, op, root, comm)
     }
     fn Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        // (Nothing is significant at a rank that takes no part.)
-        let o = if idle(&c, root) { Op::Sum } else { op_for(CALL, op, datatype)? };
-        let mut io = reduce_io(CALL, &c, sendbuf, recvbuf, count, datatype, root)?;
-        let r = match &io.send {
-            None => c.ireduce_in_place(&mut io.buf, o, root)?,
-            Some(sv) => c.ireduce(sv, &mut io.buf, o, root)?,
-        };
-        out(CALL, comm, r, request)
+        ireduce(CALL, sendbuf, recvbuf, count, datatype, op, root, comm, request)
     }
     fn Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) fast {
         allreduce_fast(CALL, sendbuf, recvbuf, count, datatype, op, comm)
     } {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
-        match &io.send {
-            None => c.allreduce_in_place(&mut io.buf, o),
-            Some(sv) => c.allreduce(sv, &mut io.buf, o),
-        }
+        allreduce(CALL, sendbuf, recvbuf, count, datatype, op, comm)
     }
     fn Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
-        let r = match &io.send {
-            None => c.iallreduce_in_place(&mut io.buf, o)?,
-            Some(sv) => c.iallreduce(sv, &mut io.buf, o)?,
-        };
-        out(CALL, comm, r, request)
+        iallreduce(CALL, sendbuf, recvbuf, count, datatype, op, comm, request)
     }
     fn Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) {
-        let o = op_for(CALL, op, datatype)?;
-        let iv = sview(CALL, "inbuf", inbuf, count, datatype)?;
-        let mut io = rview(CALL, "inoutbuf", inoutbuf, count, datatype)?;
-        gmpi::reduce_local(&iv, &mut io, o)
+        reduce_local(CALL, inbuf, inoutbuf, count, datatype, op)
     }
     fn Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = gather_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
-        match &io.send {
-            None => c.gather_in_place(&mut io.buf, root),
-            Some(sv) => c.gather(sv, &mut io.buf, root),
-        }
+        gather(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
     }
     fn Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = gather_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
-        let r = match &io.send {
-            None => c.igather_in_place(&mut io.buf, root)?,
-            Some(sv) => c.igather(sv, &mut io.buf, root)?,
-        };
-        out(CALL, comm, r, request)
+        igather(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
     }
     fn Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, counts, ds) = gatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root)?;
-        match &io.send {
-            None => c.gatherv_in_place(&mut io.buf, counts, ds, root),
-            Some(sv) => c.gatherv(sv, &mut io.buf, counts, ds, root),
-        }
+        gatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
     }
     fn Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, counts, ds) = gatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root)?;
-        let r = match &io.send {
-            None => c.igatherv_in_place(&mut io.buf, counts, ds, root)?,
-            Some(sv) => c.igatherv(sv, &mut io.buf, counts, ds, root)?,
-        };
-        out(CALL, comm, r, request)
+        igatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
     }
     fn Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = scatter_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
-        match &io.send {
-            None => c.scatter_in_place(&mut io.buf, root),
-            Some(sv) => c.scatter(sv, &mut io.buf, root),
-        }
+        scatter(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
     }
     fn Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = scatter_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root)?;
-        let r = match &io.send {
-            None => c.iscatter_in_place(&mut io.buf, root)?,
-            Some(sv) => c.iscatter(sv, &mut io.buf, root)?,
-        };
-        out(CALL, comm, r, request)
+        iscatter(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
     }
     fn Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, counts, ds) = scatterv_io(CALL, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root)?;
-        match &io.send {
-            None => c.scatterv_in_place(&mut io.buf, counts, ds, root),
-            Some(sv) => c.scatterv(sv, counts, ds, &mut io.buf, root),
-        }
+        scatterv(CALL, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
     }
     fn Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, counts, ds) = scatterv_io(CALL, &c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root)?;
-        let r = match &io.send {
-            None => c.iscatterv_in_place(&mut io.buf, counts, ds, root)?,
-            Some(sv) => c.iscatterv(sv, counts, ds, &mut io.buf, root)?,
-        };
-        out(CALL, comm, r, request)
+        iscatterv(CALL, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
     }
     fn Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
         all_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false)
     } {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
-        match &io.send {
-            None => c.allgather_in_place(&mut io.buf),
-            Some(sv) => c.allgather(sv, &mut io.buf),
-        }
+        allgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false)
     }
     fn Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 1)?;
-        let r = match &io.send {
-            None => c.iallgather_in_place(&mut io.buf)?,
-            Some(sv) => c.iallgather(sv, &mut io.buf)?,
-        };
-        out(CALL, comm, r, request)
+        iallgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false, request)
     }
     fn Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, counts, ds) = allgatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype)?;
-        match &io.send {
-            None => c.allgatherv_in_place(&mut io.buf, counts, ds),
-            Some(sv) => c.allgatherv(sv, &mut io.buf, counts, ds),
-        }
+        allgatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
     }
     fn Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, counts, ds) = allgatherv_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype)?;
-        let r = match &io.send {
-            None => c.iallgatherv_in_place(&mut io.buf, counts, ds)?,
-            Some(sv) => c.iallgatherv(sv, &mut io.buf, counts, ds)?,
-        };
-        out(CALL, comm, r, request)
+        iallgatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request)
     }
     fn Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
         all_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true)
     } {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
-        match &io.send {
-            None => c.alltoall_in_place(&mut io.buf),
-            Some(sv) => c.alltoall(sv, &mut io.buf),
-        }
+        allgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true)
     }
     fn Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut io = all_io(CALL, &c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, peers(&c))?;
-        let r = match &io.send {
-            None => c.ialltoall_in_place(&mut io.buf)?,
-            Some(sv) => c.ialltoall(sv, &mut io.buf)?,
-        };
-        out(CALL, comm, r, request)
+        iallgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true, request)
     }
     fn Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, a) = alltoallv_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype)?;
-        match &io.send {
-            None => c.alltoallv_in_place(&mut io.buf, a.rc, a.rd),
-            Some(sv) => c.alltoallv(sv, a.sc, a.sd, &mut io.buf, a.rc, a.rd),
-        }
+        alltoallv(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
     }
     fn Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, a) = alltoallv_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype)?;
-        let r = match &io.send {
-            None => c.ialltoallv_in_place(&mut io.buf, a.rc, a.rd)?,
-            Some(sv) => c.ialltoallv(sv, a.sc, a.sd, &mut io.buf, a.rc, a.rd)?,
-        };
-        out(CALL, comm, r, request)
+        ialltoallv(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
     }
     fn Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, s, r) = alltoallw_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes)?;
-        match &io.send {
-            None => c.alltoallw_in_place(&mut io.buf, &r.counts, &r.displs, &r.types),
-            Some(sv) => c.alltoallw(sv, &s.counts, &s.displs, &s.types, &mut io.buf, &r.counts, &r.displs, &r.types),
-        }
+        alltoallw(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
     }
     fn Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let (mut io, s, rw) = alltoallw_io(CALL, &c, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes)?;
-        let r = match &io.send {
-            None => c.ialltoallw_in_place(&mut io.buf, &rw.counts, &rw.displs, &rw.types)?,
-            Some(sv) => c.ialltoallw(sv, &s.counts, &s.displs, &s.types, &mut io.buf, &rw.counts, &rw.displs, &rw.types)?,
-        };
-        out(CALL, comm, r, request)
+        ialltoallw(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
     }
     fn Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = reduce_scatter_block_io(CALL, &c, sendbuf, recvbuf, recvcount, datatype)?;
-        match &io.send {
-            None => c.reduce_scatter_block_in_place(&mut io.buf, o),
-            Some(sv) => c.reduce_scatter_block(sv, &mut io.buf, o),
-        }
+        reduce_scatter_block(CALL, sendbuf, recvbuf, recvcount, datatype, op, comm)
     }
     fn Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = reduce_scatter_block_io(CALL, &c, sendbuf, recvbuf, recvcount, datatype)?;
-        let r = match &io.send {
-            None => c.ireduce_scatter_block_in_place(&mut io.buf, o)?,
-            Some(sv) => c.ireduce_scatter_block(sv, &mut io.buf, o)?,
-        };
-        out(CALL, comm, r, request)
+        ireduce_scatter_block(CALL, sendbuf, recvbuf, recvcount, datatype, op, comm, request)
     }
     fn Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let (mut io, counts) = reduce_scatter_io(CALL, &c, sendbuf, recvbuf, recvcounts, datatype)?;
-        match &io.send {
-            None => c.reduce_scatter_in_place(&mut io.buf, counts, o),
-            Some(sv) => c.reduce_scatter(sv, &mut io.buf, counts, o),
-        }
+        reduce_scatter(CALL, sendbuf, recvbuf, recvcounts, datatype, op, comm)
     }
     fn Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let (mut io, counts) = reduce_scatter_io(CALL, &c, sendbuf, recvbuf, recvcounts, datatype)?;
-        let r = match &io.send {
-            None => c.ireduce_scatter_in_place(&mut io.buf, counts, o)?,
-            Some(sv) => c.ireduce_scatter(sv, &mut io.buf, counts, o)?,
-        };
-        out(CALL, comm, r, request)
+        ireduce_scatter(CALL, sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
     }
     fn Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
-        match &io.send {
-            None => c.scan_in_place(&mut io.buf, o),
-            Some(sv) => c.scan(sv, &mut io.buf, o),
-        }
+        scan(CALL, sendbuf, recvbuf, count, datatype, op, comm, false)
     }
     fn Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
-        let r = match &io.send {
-            None => c.iscan_in_place(&mut io.buf, o)?,
-            Some(sv) => c.iscan(sv, &mut io.buf, o)?,
-        };
-        out(CALL, comm, r, request)
+        iscan(CALL, sendbuf, recvbuf, count, datatype, op, comm, false, request)
     }
     fn Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
-        match &io.send {
-            None => c.exscan_in_place(&mut io.buf, o),
-            Some(sv) => c.exscan(sv, &mut io.buf, o),
-        }
+        scan(CALL, sendbuf, recvbuf, count, datatype, op, comm, true)
     }
     fn Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let o = op_for(CALL, op, datatype)?;
-        let mut io = same_io(CALL, sendbuf, recvbuf, count, datatype)?;
-        let r = match &io.send {
-            None => c.iexscan_in_place(&mut io.buf, o)?,
-            Some(sv) => c.iexscan(sv, &mut io.buf, o)?,
-        };
-        out(CALL, comm, r, request)
+        iscan(CALL, sendbuf, recvbuf, count, datatype, op, comm, true, request)
+    }
+    // The large-count (`MPI_Count`) twins.
+    fn Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+        bcast(CALL, buffer, count, datatype, root, comm)
+    }
+    fn Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        ibcast(CALL, buffer, count, datatype, root, comm, request)
+    }
+    fn Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) {
+        reduce(CALL, sendbuf, recvbuf, count, datatype, op, root, comm)
+    }
+    fn Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        ireduce(CALL, sendbuf, recvbuf, count, datatype, op, root, comm, request)
+    }
+    fn Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+        allreduce(CALL, sendbuf, recvbuf, count, datatype, op, comm)
+    }
+    fn Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        iallreduce(CALL, sendbuf, recvbuf, count, datatype, op, comm, request)
+    }
+    fn Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) {
+        reduce_local(CALL, inbuf, inoutbuf, count, datatype, op)
+    }
+    fn Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+        gather(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    }
+    fn Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        igather(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+    }
+    fn Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+        gatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
+    }
+    fn Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        igatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
+    }
+    fn Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+        scatter(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    }
+    fn Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        iscatter(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+    }
+    fn Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+        scatterv(CALL, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    }
+    fn Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
+        iscatterv(CALL, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+    }
+    fn Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        allgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false)
+    }
+    fn Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        iallgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false, request)
+    }
+    fn Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        allgatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
+    }
+    fn Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        iallgatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request)
+    }
+    fn Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        allgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true)
+    }
+    fn Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        iallgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true, request)
+    }
+    fn Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        alltoallv(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+    }
+    fn Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        ialltoallv(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
+    }
+    fn Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) {
+        alltoallw(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
+    }
+    fn Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        ialltoallw(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
+    }
+    fn Reduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+        reduce_scatter_block(CALL, sendbuf, recvbuf, recvcount, datatype, op, comm)
+    }
+    fn Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        ireduce_scatter_block(CALL, sendbuf, recvbuf, recvcount, datatype, op, comm, request)
+    }
+    fn Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+        reduce_scatter(CALL, sendbuf, recvbuf, recvcounts, datatype, op, comm)
+    }
+    fn Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        ireduce_scatter(CALL, sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
+    }
+    fn Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+        scan(CALL, sendbuf, recvbuf, count, datatype, op, comm, false)
+    }
+    fn Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        iscan(CALL, sendbuf, recvbuf, count, datatype, op, comm, false, request)
+    }
+    fn Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+        scan(CALL, sendbuf, recvbuf, count, datatype, op, comm, true)
+    }
+    fn Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+        iscan(CALL, sendbuf, recvbuf, count, datatype, op, comm, true, request)
     }
     fn Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut MPI_Op) {
         let Some(f) = user_fn else {

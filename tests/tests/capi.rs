@@ -76,7 +76,15 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 6] = ["p2p", "coll", "types", "comms", "errors", "largecount"];
+const C_TESTS: [&str; 7] = [
+    "p2p",
+    "coll",
+    "types",
+    "comms",
+    "errors",
+    "largecount",
+    "largecount_coll",
+];
 
 /// Build the C test programs with `cc` and run each at every `nps`.
 fn c_suite(cc: &str, flags: &[&str], tag: &str, nps: &[usize]) {
