@@ -1021,11 +1021,7 @@ mpi_fn! {
 
     fn Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int,
         num_datatypes: *mut c_int, combiner: *mut c_int) {
-        type_arg(CALL, "datatype", datatype)?;
-        let (c, ni, na, nd) = match user_env(datatype) {
-            Some(e) => (e.combiner, e.ints.len(), e.aints.len(), e.types.len()),
-            None => (MPI_COMBINER_NAMED, 0, 0, 0),
-        };
+        let (c, ni, na, nd) = envelope(CALL, datatype)?;
         ptr::write(CALL, "num_integers", num_integers, ni as c_int)?;
         ptr::write(CALL, "num_addresses", num_addresses, na as c_int)?;
         ptr::write(CALL, "num_datatypes", num_datatypes, nd as c_int)?;
@@ -1034,44 +1030,37 @@ mpi_fn! {
 
     fn Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int,
         array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) {
-        type_arg(CALL, "datatype", datatype)?;
         let mi = ptr::len(CALL, "max_integers", max_integers)?;
         let ma = ptr::len(CALL, "max_addresses", max_addresses)?;
         let md = ptr::len(CALL, "max_datatypes", max_datatypes)?;
-        let Some(e) = user_env(datatype) else {
-            let name = resolve::predefined(datatype).map_or("", |(_, n)| n);
-            return Err(err(ErrorClass::Arg, CALL, format!(
-                "datatype is the predefined {name} (combiner MPI_COMBINER_NAMED), which has no contents")));
-        };
-        for (what, have, need) in [("max_integers", mi, e.ints.len()), ("max_addresses", ma, e.aints.len()),
-            ("max_datatypes", md, e.types.len())] {
-            if have < need {
-                return Err(err(ErrorClass::Arg, CALL, format!("{what} = {have} but the datatype has {need}")));
-            }
-        }
-        let ints = ptr::slice_mut(CALL, "array_of_integers", array_of_integers, e.ints.len())?;
-        let aints = ptr::slice_mut(CALL, "array_of_addresses", array_of_addresses, e.aints.len())?;
-        let types = ptr::slice_mut(CALL, "array_of_datatypes", array_of_datatypes, e.types.len())?;
-        ints.copy_from_slice(&e.ints);
-        aints.copy_from_slice(&e.aints);
-        // Derived types come back as new handles the caller frees;
-        // predefined ones as themselves.
-        let parts: Vec<Part> = match nodes().get(&datatype) {
-            Some(n) => n.parts.clone(),
-            None => e.types.iter().map(|&h| Part::Named(h)).collect(),
-        };
-        for (k, (&h, p)) in e.types.iter().zip(parts).enumerate() {
-            types[k] = match p {
-                Part::Derived(n) => register(
-                    n.dt.clone(),
-                    n.env.clone(),
-                    n.parts.clone(),
-                    n.committed.load(Ordering::Relaxed),
-                ),
-                Part::Named(_) => h,
-            };
-        }
-        Ok(())
+        contents(CALL, datatype, (mi, array_of_integers), (ma, array_of_addresses), md, array_of_datatypes)
+    }
+
+    // MPI-4's large-count decoding: the envelope also counts MPI_Count
+    // values, which only the `_c` constructors record; gmpi has none of
+    // those, so there are always 0 and the ints, addresses and types are
+    // the int calls' own.
+    fn Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count,
+        num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) {
+        let (c, ni, na, nd) = envelope(CALL, datatype)?;
+        ptr::write(CALL, "num_integers", num_integers, ni as MPI_Count)?;
+        ptr::write(CALL, "num_addresses", num_addresses, na as MPI_Count)?;
+        ptr::write(CALL, "num_large_counts", num_large_counts, 0)?;
+        ptr::write(CALL, "num_datatypes", num_datatypes, nd as MPI_Count)?;
+        ptr::write(CALL, "combiner", combiner, c)
+    }
+
+    fn Type_get_contents_c(datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count,
+        max_large_counts: MPI_Count, max_datatypes: MPI_Count, array_of_integers: *mut c_int,
+        array_of_addresses: *mut MPI_Aint, array_of_large_counts: *mut MPI_Count,
+        array_of_datatypes: *mut MPI_Datatype) {
+        let mi = size_arg(CALL, "max_integers", max_integers)?;
+        let ma = size_arg(CALL, "max_addresses", max_addresses)?;
+        size_arg(CALL, "max_large_counts", max_large_counts)?;
+        let md = size_arg(CALL, "max_datatypes", max_datatypes)?;
+        // No large counts to store: array_of_large_counts is not touched.
+        let _ = array_of_large_counts;
+        contents(CALL, datatype, (mi, array_of_integers), (ma, array_of_addresses), md, array_of_datatypes)
     }
 
     fn Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) {
@@ -1117,55 +1106,22 @@ mpi_fn! {
 
     fn Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int,
         position: *mut c_int, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let outsize = ptr::len(CALL, "outsize", outsize)?;
         let pos = ptr::read(CALL, "position", position)?;
-        let pos = usize::try_from(pos).ok().filter(|&p| p <= outsize).ok_or_else(|| err(ErrorClass::Arg, CALL,
-            format!("*position = {pos} is not in 0..={outsize} (outsize)")))?;
-        let v = ptr::buf(CALL, "inbuf", inbuf, incount, &t, false).map_err(ranked)?;
-        let need = v.packed_size();
-        if need > outsize - pos {
-            return Err(err(ErrorClass::Arg, CALL, format!(
-                "outbuf has {} bytes after *position = {pos} but {incount} element(s) pack into {need}",
-                outsize - pos)));
-        }
-        let end = c_int::try_from(pos + need).expect("at most outsize");
-        if need > 0 {
-            let out = ptr::slice_mut(CALL, "outbuf", outbuf.cast::<u8>(), outsize)?;
-            v.pack_to(CALL, c.rank(), &mut out[pos..pos + need])?;
-        }
-        ptr::write(CALL, "position", position, end)
+        let end = pack(CALL, inbuf, incount.into(), datatype, outbuf, outsize, pos.into(), comm)?;
+        ptr::write(CALL, "position", position, c_int::try_from(end).expect("at most outsize"))
     }
 
     fn Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int,
         datatype: MPI_Datatype, comm: MPI_Comm) {
-        let c = resolve::comm(CALL, comm)?;
-        let (t, _) = type_arg(CALL, "datatype", datatype)?;
         let insize = ptr::len(CALL, "insize", insize)?;
         let pos = ptr::read(CALL, "position", position)?;
-        let pos = usize::try_from(pos).ok().filter(|&p| p <= insize).ok_or_else(|| err(ErrorClass::Arg, CALL,
-            format!("*position = {pos} is not in 0..={insize} (insize)")))?;
-        let v = ptr::buf(CALL, "outbuf", outbuf, outcount, &t, true).map_err(ranked)?;
-        let need = v.packed_size();
-        if need > insize - pos {
-            return Err(err(ErrorClass::Truncate, CALL, format!(
-                "inbuf has {} bytes after *position = {pos} but {outcount} element(s) need {need}",
-                insize - pos)));
-        }
-        let end = c_int::try_from(pos + need).expect("at most insize");
-        if need > 0 {
-            let data = ptr::slice(CALL, "inbuf", inbuf.cast::<u8>(), insize)?;
-            v.unpack_from(CALL, c.rank(), &data[pos..pos + need])?;
-        }
-        ptr::write(CALL, "position", position, end)
+        let end = unpack(CALL, inbuf, insize, pos.into(), outbuf, outcount.into(), datatype, comm)?;
+        ptr::write(CALL, "position", position, c_int::try_from(end).expect("at most insize"))
     }
 
     fn Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) {
-        resolve::comm(CALL, comm)?;
-        let n = ptr::count(CALL, "incount", incount)?;
-        let (t, _) = type_arg(CALL, "datatype", datatype)?;
-        let bytes = t.pack_size(n).map_err(ranked)?;
+        let bytes = pack_size(CALL, incount.into(), datatype, comm)?;
         let bytes = c_int::try_from(bytes).map_err(|_| err(ErrorClass::Count, CALL, format!(
             "{incount} element(s) pack into {bytes} bytes, more than an int can hold")))?;
         ptr::write(CALL, "size", size, bytes)
@@ -1173,65 +1129,369 @@ mpi_fn! {
 
     fn Pack_external(datarep: *const c_char, inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype,
         outbuf: *mut c_void, outsize: MPI_Aint, position: *mut MPI_Aint) {
-        let (t, p) = type_arg(CALL, "datatype", datatype)?;
-        let e = ext32(CALL, datarep, &p)?;
-        let outsize = usize::try_from(outsize).map_err(|_| err(ErrorClass::Arg, CALL,
-            format!("outsize = {outsize} is negative")))?;
         let pos = ptr::read(CALL, "position", position)?;
-        let pos = usize::try_from(pos).ok().filter(|&q| q <= outsize).ok_or_else(|| err(ErrorClass::Arg, CALL,
-            format!("*position = {pos} is not in 0..={outsize} (outsize)")))?;
-        let v = ptr::buf(CALL, "inbuf", inbuf, incount, &t, false).map_err(ranked)?;
-        let n = incount as usize;
-        let need = e.size.checked_mul(n).ok_or_else(|| err(ErrorClass::Count, CALL, "the external32 size overflows"))?;
-        if need > outsize - pos {
-            return Err(err(ErrorClass::Arg, CALL, format!(
-                "outbuf has {} bytes after *position = {pos} but {incount} element(s) need {need} in external32",
-                outsize - pos)));
-        }
-        if need > 0 {
-            let mut native = vec![0u8; v.packed_size()];
-            v.pack_to(CALL, world_rank(), &mut native)?;
-            let out = ptr::slice_mut(CALL, "outbuf", outbuf.cast::<u8>(), outsize)?;
-            convert(CALL, &e, n, &mut native, &mut out[pos..pos + need], true)?;
-        }
-        ptr::write(CALL, "position", position, (pos + need) as MPI_Aint)
+        let end = pack_external(CALL, datarep, inbuf, incount.into(), datatype, outbuf, outsize as MPI_Count,
+            pos as MPI_Count)?;
+        ptr::write(CALL, "position", position, end as MPI_Aint)
     }
 
     fn Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Aint, position: *mut MPI_Aint,
         outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype) {
-        let (t, p) = type_arg(CALL, "datatype", datatype)?;
-        let e = ext32(CALL, datarep, &p)?;
-        let insize = usize::try_from(insize).map_err(|_| err(ErrorClass::Arg, CALL,
-            format!("insize = {insize} is negative")))?;
         let pos = ptr::read(CALL, "position", position)?;
-        let pos = usize::try_from(pos).ok().filter(|&q| q <= insize).ok_or_else(|| err(ErrorClass::Arg, CALL,
-            format!("*position = {pos} is not in 0..={insize} (insize)")))?;
-        let v = ptr::buf(CALL, "outbuf", outbuf, outcount, &t, true).map_err(ranked)?;
-        let n = outcount as usize;
-        let need = e.size.checked_mul(n).ok_or_else(|| err(ErrorClass::Count, CALL, "the external32 size overflows"))?;
-        if need > insize - pos {
-            return Err(err(ErrorClass::Truncate, CALL, format!(
-                "inbuf has {} bytes after *position = {pos} but {outcount} element(s) need {need} in external32",
-                insize - pos)));
-        }
-        if need > 0 {
-            let data = ptr::slice(CALL, "inbuf", inbuf.cast::<u8>(), insize)?;
-            let mut ext = data[pos..pos + need].to_vec();
-            let mut native = vec![0u8; v.packed_size()];
-            convert(CALL, &e, n, &mut native, &mut ext, false)?;
-            v.unpack_from(CALL, world_rank(), &native)?;
-        }
-        ptr::write(CALL, "position", position, (pos + need) as MPI_Aint)
+        let end = unpack_external(CALL, datarep, inbuf, insize as MPI_Count, pos as MPI_Count, outbuf,
+            outcount.into(), datatype)?;
+        ptr::write(CALL, "position", position, end as MPI_Aint)
     }
 
     fn Pack_external_size(datarep: *const c_char, incount: c_int, datatype: MPI_Datatype, size: *mut MPI_Aint) {
-        let n = ptr::count(CALL, "incount", incount)?;
-        let (_, p) = type_arg(CALL, "datatype", datatype)?;
-        let e = ext32(CALL, datarep, &p)?;
-        let bytes = e.size.checked_mul(n).and_then(|b| MPI_Aint::try_from(b).ok())
-            .ok_or_else(|| err(ErrorClass::Count, CALL, "the external32 size overflows MPI_Aint"))?;
+        let bytes = pack_external_size(CALL, datarep, incount.into(), datatype)?;
+        ptr::write(CALL, "size", size, bytes as MPI_Aint)
+    }
+
+    // The large-count (`MPI_Count`) twins: the same code paths, with sizes,
+    // extents and positions written at full width.
+    fn Type_size_c(datatype: MPI_Datatype, size: *mut MPI_Count) {
+        let (t, _) = type_arg(CALL, "datatype", datatype)?;
+        ptr::write(CALL, "size", size, t.size() as MPI_Count)
+    }
+
+    fn Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) {
+        let (t, _) = type_arg(CALL, "datatype", datatype)?;
+        ptr::write(CALL, "lb", lb, t.lb() as MPI_Count)?;
+        ptr::write(CALL, "extent", extent, t.extent() as MPI_Count)
+    }
+
+    fn Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) {
+        let (t, _) = type_arg(CALL, "datatype", datatype)?;
+        ptr::write(CALL, "true_lb", true_lb, t.true_lb() as MPI_Count)?;
+        ptr::write(CALL, "true_extent", true_extent, t.true_extent() as MPI_Count)
+    }
+
+    fn Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void,
+        outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) {
+        let outsize = size_arg(CALL, "outsize", outsize)?;
+        let pos = ptr::read(CALL, "position", position)?;
+        let end = pack(CALL, inbuf, incount, datatype, outbuf, outsize, pos, comm)?;
+        ptr::write(CALL, "position", position, end as MPI_Count)
+    }
+
+    fn Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void,
+        outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) {
+        let insize = size_arg(CALL, "insize", insize)?;
+        let pos = ptr::read(CALL, "position", position)?;
+        let end = unpack(CALL, inbuf, insize, pos, outbuf, outcount, datatype, comm)?;
+        ptr::write(CALL, "position", position, end as MPI_Count)
+    }
+
+    fn Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) {
+        let bytes = pack_size(CALL, incount, datatype, comm)?;
+        let bytes = MPI_Count::try_from(bytes).map_err(|_| err(ErrorClass::Count, CALL, format!(
+            "{incount} element(s) pack into {bytes} bytes, more than an MPI_Count can hold")))?;
         ptr::write(CALL, "size", size, bytes)
     }
+
+    fn Pack_external_c(datarep: *const c_char, inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype,
+        outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count) {
+        let pos = ptr::read(CALL, "position", position)?;
+        let end = pack_external(CALL, datarep, inbuf, incount, datatype, outbuf, outsize, pos)?;
+        ptr::write(CALL, "position", position, end as MPI_Count)
+    }
+
+    fn Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count,
+        outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype) {
+        let pos = ptr::read(CALL, "position", position)?;
+        let end = unpack_external(CALL, datarep, inbuf, insize, pos, outbuf, outcount, datatype)?;
+        ptr::write(CALL, "position", position, end as MPI_Count)
+    }
+
+    fn Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, datatype: MPI_Datatype, size: *mut MPI_Count) {
+        let bytes = pack_external_size(CALL, datarep, incount, datatype)?;
+        ptr::write(CALL, "size", size, bytes as MPI_Count)
+    }
+}
+
+// ---- decoding, shared by the int calls and their `_c` twins ----
+
+/// `MPI_Type_get_envelope(_c)`: the combiner and the numbers of ints,
+/// addresses and datatypes.
+fn envelope(call: &str, datatype: MPI_Datatype) -> Result<(c_int, usize, usize, usize), Error> {
+    type_arg(call, "datatype", datatype)?;
+    Ok(match user_env(datatype) {
+        Some(e) => (e.combiner, e.ints.len(), e.aints.len(), e.types.len()),
+        None => (MPI_COMBINER_NAMED, 0, 0, 0),
+    })
+}
+
+/// `MPI_Type_get_contents(_c)` into arrays of the given capacities.
+fn contents(
+    call: &str,
+    datatype: MPI_Datatype,
+    (mi, array_of_integers): (usize, *mut c_int),
+    (ma, array_of_addresses): (usize, *mut MPI_Aint),
+    md: usize,
+    array_of_datatypes: *mut MPI_Datatype,
+) -> Result<(), Error> {
+    type_arg(call, "datatype", datatype)?;
+    let Some(e) = user_env(datatype) else {
+        let name = resolve::predefined(datatype).map_or("", |(_, n)| n);
+        return Err(err(ErrorClass::Arg, call, format!(
+            "datatype is the predefined {name} (combiner MPI_COMBINER_NAMED), which has no contents")));
+    };
+    for (what, have, need) in [
+        ("max_integers", mi, e.ints.len()),
+        ("max_addresses", ma, e.aints.len()),
+        ("max_datatypes", md, e.types.len()),
+    ] {
+        if have < need {
+            return Err(err(
+                ErrorClass::Arg,
+                call,
+                format!("{what} = {have} but the datatype has {need}"),
+            ));
+        }
+    }
+    let ints = ptr::slice_mut(call, "array_of_integers", array_of_integers, e.ints.len())?;
+    let aints = ptr::slice_mut(
+        call,
+        "array_of_addresses",
+        array_of_addresses,
+        e.aints.len(),
+    )?;
+    let types = ptr::slice_mut(
+        call,
+        "array_of_datatypes",
+        array_of_datatypes,
+        e.types.len(),
+    )?;
+    ints.copy_from_slice(&e.ints);
+    aints.copy_from_slice(&e.aints);
+    // Derived types come back as new handles the caller frees;
+    // predefined ones as themselves.
+    let parts: Vec<Part> = match nodes().get(&datatype) {
+        Some(n) => n.parts.clone(),
+        None => e.types.iter().map(|&h| Part::Named(h)).collect(),
+    };
+    for (k, (&h, p)) in e.types.iter().zip(parts).enumerate() {
+        types[k] = match p {
+            Part::Derived(n) => register(
+                n.dt.clone(),
+                n.env.clone(),
+                n.parts.clone(),
+                n.committed.load(Ordering::Relaxed),
+            ),
+            Part::Named(_) => h,
+        };
+    }
+    Ok(())
+}
+
+// ---- packing, shared by the int calls and their `_c` twins ----
+
+/// A `_c` call's buffer size argument (`MPI_ERR_ARG` if negative, as the
+/// int calls' `ptr::len`).
+fn size_arg(call: &str, what: &str, n: MPI_Count) -> Result<usize, Error> {
+    usize::try_from(n).map_err(|_| err(ErrorClass::Arg, call, format!("{what} = {n} is negative")))
+}
+
+/// `*position` = `pos` checked against the buffer size `size`.
+fn position_arg(call: &str, pos: MPI_Count, size: usize, what: &str) -> Result<usize, Error> {
+    usize::try_from(pos)
+        .ok()
+        .filter(|&p| p <= size)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                call,
+                format!("*position = {pos} is not in 0..={size} ({what})"),
+            )
+        })
+}
+
+/// `MPI_Pack(_c)`: pack `incount` elements into `outbuf` at `pos`; the new position.
+#[allow(clippy::too_many_arguments)]
+fn pack(
+    call: &str,
+    inbuf: *const c_void,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: usize,
+    pos: MPI_Count,
+    comm: MPI_Comm,
+) -> Result<usize, Error> {
+    let c = resolve::comm(call, comm)?;
+    let (t, _) = type_arg(call, "datatype", datatype)?;
+    let pos = position_arg(call, pos, outsize, "outsize")?;
+    let v = ptr::buf(call, "inbuf", inbuf, incount, &t, false).map_err(ranked)?;
+    let need = v.packed_size();
+    if need > outsize - pos {
+        return Err(err(
+            ErrorClass::Arg,
+            call,
+            format!(
+            "outbuf has {} bytes after *position = {pos} but {incount} element(s) pack into {need}",
+            outsize - pos),
+        ));
+    }
+    if need > 0 {
+        let out = ptr::slice_mut(call, "outbuf", outbuf.cast::<u8>(), outsize)?;
+        v.pack_to(call, c.rank(), &mut out[pos..pos + need])?;
+    }
+    Ok(pos + need)
+}
+
+/// `MPI_Unpack(_c)`: unpack `outcount` elements from `inbuf` at `pos`; the new position.
+#[allow(clippy::too_many_arguments)]
+fn unpack(
+    call: &str,
+    inbuf: *const c_void,
+    insize: usize,
+    pos: MPI_Count,
+    outbuf: *mut c_void,
+    outcount: MPI_Count,
+    datatype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<usize, Error> {
+    let c = resolve::comm(call, comm)?;
+    let (t, _) = type_arg(call, "datatype", datatype)?;
+    let pos = position_arg(call, pos, insize, "insize")?;
+    let v = ptr::buf(call, "outbuf", outbuf, outcount, &t, true).map_err(ranked)?;
+    let need = v.packed_size();
+    if need > insize - pos {
+        return Err(err(
+            ErrorClass::Truncate,
+            call,
+            format!(
+                "inbuf has {} bytes after *position = {pos} but {outcount} element(s) need {need}",
+                insize - pos
+            ),
+        ));
+    }
+    if need > 0 {
+        let data = ptr::slice(call, "inbuf", inbuf.cast::<u8>(), insize)?;
+        v.unpack_from(call, c.rank(), &data[pos..pos + need])?;
+    }
+    Ok(pos + need)
+}
+
+/// `MPI_Pack_size(_c)`: the bytes `incount` elements pack into.
+fn pack_size(
+    call: &str,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<usize, Error> {
+    resolve::comm(call, comm)?;
+    let n = ptr::count(call, "incount", incount)?;
+    let (t, _) = type_arg(call, "datatype", datatype)?;
+    t.pack_size(n).map_err(ranked)
+}
+
+/// `MPI_Pack_external(_c)`; the new position.
+#[allow(clippy::too_many_arguments)]
+fn pack_external(
+    call: &str,
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+    outbuf: *mut c_void,
+    outsize: MPI_Count,
+    pos: MPI_Count,
+) -> Result<usize, Error> {
+    let (t, p) = type_arg(call, "datatype", datatype)?;
+    let e = ext32(call, datarep, &p)?;
+    let outsize = usize::try_from(outsize).map_err(|_| {
+        err(
+            ErrorClass::Arg,
+            call,
+            format!("outsize = {outsize} is negative"),
+        )
+    })?;
+    let pos = position_arg(call, pos, outsize, "outsize")?;
+    let v = ptr::buf(call, "inbuf", inbuf, incount, &t, false).map_err(ranked)?;
+    let n = incount as usize;
+    let need = e
+        .size
+        .checked_mul(n)
+        .ok_or_else(|| err(ErrorClass::Count, call, "the external32 size overflows"))?;
+    if need > outsize - pos {
+        return Err(err(ErrorClass::Arg, call, format!(
+            "outbuf has {} bytes after *position = {pos} but {incount} element(s) need {need} in external32",
+            outsize - pos)));
+    }
+    if need > 0 {
+        let mut native = vec![0u8; v.packed_size()];
+        v.pack_to(call, world_rank(), &mut native)?;
+        let out = ptr::slice_mut(call, "outbuf", outbuf.cast::<u8>(), outsize)?;
+        convert(call, &e, n, &mut native, &mut out[pos..pos + need], true)?;
+    }
+    Ok(pos + need)
+}
+
+/// `MPI_Unpack_external(_c)`; the new position.
+#[allow(clippy::too_many_arguments)]
+fn unpack_external(
+    call: &str,
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: MPI_Count,
+    pos: MPI_Count,
+    outbuf: *mut c_void,
+    outcount: MPI_Count,
+    datatype: MPI_Datatype,
+) -> Result<usize, Error> {
+    let (t, p) = type_arg(call, "datatype", datatype)?;
+    let e = ext32(call, datarep, &p)?;
+    let insize = usize::try_from(insize).map_err(|_| {
+        err(
+            ErrorClass::Arg,
+            call,
+            format!("insize = {insize} is negative"),
+        )
+    })?;
+    let pos = position_arg(call, pos, insize, "insize")?;
+    let v = ptr::buf(call, "outbuf", outbuf, outcount, &t, true).map_err(ranked)?;
+    let n = outcount as usize;
+    let need = e
+        .size
+        .checked_mul(n)
+        .ok_or_else(|| err(ErrorClass::Count, call, "the external32 size overflows"))?;
+    if need > insize - pos {
+        return Err(err(ErrorClass::Truncate, call, format!(
+            "inbuf has {} bytes after *position = {pos} but {outcount} element(s) need {need} in external32",
+            insize - pos)));
+    }
+    if need > 0 {
+        let data = ptr::slice(call, "inbuf", inbuf.cast::<u8>(), insize)?;
+        let mut ext = data[pos..pos + need].to_vec();
+        let mut native = vec![0u8; v.packed_size()];
+        convert(call, &e, n, &mut native, &mut ext, false)?;
+        v.unpack_from(call, world_rank(), &native)?;
+    }
+    Ok(pos + need)
+}
+
+/// `MPI_Pack_external_size(_c)`: the external32 bytes of `incount` elements.
+fn pack_external_size(
+    call: &str,
+    datarep: *const c_char,
+    incount: MPI_Count,
+    datatype: MPI_Datatype,
+) -> Result<usize, Error> {
+    let n = ptr::count(call, "incount", incount)?;
+    let (_, p) = type_arg(call, "datatype", datatype)?;
+    let e = ext32(call, datarep, &p)?;
+    e.size
+        .checked_mul(n)
+        .filter(|&b| MPI_Aint::try_from(b).is_ok())
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Count,
+                call,
+                "the external32 size overflows MPI_Aint",
+            )
+        })
 }
 
 /// The envelope of user type `h` (`None` for a predefined type).

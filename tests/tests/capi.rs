@@ -76,7 +76,7 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 7] = [
+const C_TESTS: [&str; 8] = [
     "p2p",
     "coll",
     "types",
@@ -84,6 +84,7 @@ const C_TESTS: [&str; 7] = [
     "errors",
     "largecount",
     "largecount_coll",
+    "largecount_type",
 ];
 
 /// Build the C test programs with `cc` and run each at every `nps`.
