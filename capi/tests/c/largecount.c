@@ -178,12 +178,17 @@ static void test_p2p(void)
     expect_count_error(MPI_Sendrecv_c(s, N, MPI_INT, right, 0, r, -1, MPI_INT, left, 0,
                                       MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                        "Sendrecv_c recvcount -1");
-    /* a count whose buffer would span more than the address space */
-    expect_count_error(MPI_Send_c(s, (MPI_Count)1 << 62, MPI_INT, right, 0, MPI_COMM_WORLD),
-                       "Send_c count 2^62");
-    expect_count_error(MPI_Recv_c(r, (MPI_Count)1 << 62, MPI_INT, left, 0, MPI_COMM_WORLD,
-                                  MPI_STATUS_IGNORE),
-                       "Recv_c count 2^62");
+    /* a count whose buffer would span more than the address space: MPICH
+     * 4.0 (a known bug: run_mpich.sh allows them) accepts it and starts the
+     * transfer, which then hangs or crashes, so these run only where known
+     * bugs are not allowed (against gmpi) */
+    if (!allow_known_bugs_()) {
+        expect_count_error(MPI_Send_c(s, (MPI_Count)1 << 62, MPI_INT, right, 0, MPI_COMM_WORLD),
+                           "Send_c count 2^62");
+        expect_count_error(MPI_Recv_c(r, (MPI_Count)1 << 62, MPI_INT, left, 0, MPI_COMM_WORLD,
+                                      MPI_STATUS_IGNORE),
+                           "Recv_c count 2^62");
+    }
     CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 }
 
