@@ -390,8 +390,13 @@ static void from_host(void *dst, const void *src, size_t size, enum gb_mem mem) 
         memcpy(dst, src, size);
         return;
     }
-    if (size)
+    if (size) {
         cu_check(cu.MemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, size), "cuMemcpyHtoD");
+        /* From pageable memory cuMemcpyHtoD may return before the bytes
+         * reach the device: the MPI call that follows (another process's
+         * CUDA IPC copy, say) must see them. */
+        cu_check(cu.CtxSynchronize(), "cuCtxSynchronize");
+    }
 }
 
 void gb_to_host(void *dst, const void *src, size_t size, enum gb_mem mem) {
@@ -414,8 +419,12 @@ void gb_fill(void *buf, size_t size, enum gb_mem mem, uint32_t seed) {
 void gb_set(void *buf, size_t size, enum gb_mem mem, int value) {
     if (mem == GB_HOST)
         memset(buf, value, size);
-    else if (size)
+    else if (size) {
         cu_check(cu.MemsetD8((CUdeviceptr)(uintptr_t)buf, (unsigned char)value, size), "cuMemsetD8");
+        /* A memset is asynchronous: it must be done before MPI writes the
+         * buffer, or it would overwrite what arrives. */
+        cu_check(cu.CtxSynchronize(), "cuCtxSynchronize");
+    }
 }
 
 size_t gb_check(const void *buf, size_t size, enum gb_mem mem, uint32_t seed, const char *what) {
