@@ -64,6 +64,15 @@ pub(super) struct In {
     pub offset: u64,
 }
 
+/// What a copy into the GPU ends: a pulled chunk (`handle_staged_in`) or
+/// a streamed chunk's `CopyIn` (`handle_copy_done`, with its destination,
+/// length and receive).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Landing {
+    Pulled(In),
+    Streamed { dst: u64, len: usize, token: u64 },
+}
+
 /// The staged pipeline's work in progress. See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct Staging {
@@ -82,13 +91,12 @@ pub(super) struct Staging {
     in_gets: HashMap<u64, (In, Option<Box<dyn PinnedBuf>>)>,
     /// Queued gets that ended (btl events), to finish on the next pump.
     gets_ended: Vec<(u64, Result<(), String>)>,
-    /// Copies into the GPU in flight.
-    in_copies: Vec<(Ticket, In)>,
+    /// Copies into the GPU in flight: a pulled chunk's, or a streamed
+    /// chunk's.
+    in_copies: Vec<(Ticket, Landing)>,
     /// Streamed chunks to copy into the GPU (`Action::CopyIn` with
     /// `overlap`), waiting for a slot: destination, bytes, receive.
     copy_in_wait: VecDeque<(u64, Vec<u8>, u64)>,
-    /// Those copies in flight: ticket, destination, length, receive.
-    copy_ins: Vec<(Ticket, u64, usize, u64)>,
     next_token: u64,
 }
 
@@ -102,8 +110,7 @@ impl Staging {
             && self.in_gets.is_empty()
             && self.gets_ended.is_empty()
             && self.in_copies.is_empty()
-            && self.copy_in_wait.is_empty()
-            && self.copy_ins.is_empty())
+            && self.copy_in_wait.is_empty())
     }
 
     /// Whether something ends by an event only polling sees (a copy's CUDA
@@ -112,10 +119,7 @@ impl Staging {
     /// comes back by a copy landing (polled) or by a peer's message (which
     /// wakes a sleeping rank).
     pub fn needs_polling(&self) -> bool {
-        !(self.out_copies.is_empty()
-            && self.in_copies.is_empty()
-            && self.copy_ins.is_empty()
-            && self.gets_ended.is_empty())
+        !(self.out_copies.is_empty() && self.in_copies.is_empty() && self.gets_ended.is_empty())
     }
 
     /// Whether there is anything to pump: work waiting or in flight, or
@@ -178,7 +182,6 @@ impl<H: HostMemory> Driver<H> {
         n += self.finish_gets();
         n += self.poll_ins();
         n += self.start_copy_ins();
-        n += self.poll_copy_ins();
         self.forget_failed_peers();
         n
     }
@@ -209,30 +212,15 @@ impl<H: HostMemory> Driver<H> {
                 .gpu
                 .copy_async(CopyDir::ToDevice, dst, slot, len, token as u32)
             {
-                Ok(t) => self.staging.copy_ins.push((t, dst, len, token)),
+                Ok(t) => self
+                    .staging
+                    .in_copies
+                    .push((t, Landing::Streamed { dst, len, token })),
                 Err((e, slot)) => {
                     self.gpu.put_slot(CopyDir::ToDevice, slot);
                     self.copy_in_done(token, Err(PmlError::device("writing", dst, len, e)));
                 }
             }
-        }
-        n
-    }
-
-    fn poll_copy_ins(&mut self) -> usize {
-        let mut n = 0;
-        let mut k = 0;
-        while k < self.staging.copy_ins.len() {
-            let (t, dst, len, token) = self.staging.copy_ins[k];
-            let Some((slot, res)) = self.gpu.copy_poll(t) else {
-                k += 1;
-                continue;
-            };
-            self.staging.copy_ins.remove(k);
-            self.gpu.put_slot(CopyDir::ToDevice, slot);
-            n += 1;
-            let res = res.map_err(|e| PmlError::device("writing", dst, len, e));
-            self.copy_in_done(token, res);
         }
         n
     }
@@ -431,7 +419,7 @@ impl<H: HostMemory> Driver<H> {
             .gpu
             .copy_async(CopyDir::ToDevice, i.dst, slot, i.len, i.peer)
         {
-            Ok(t) => self.staging.in_copies.push((t, i)),
+            Ok(t) => self.staging.in_copies.push((t, Landing::Pulled(i))),
             Err((e, slot)) => {
                 self.gpu.put_slot(CopyDir::ToDevice, slot);
                 self.in_failed(i, PmlError::device("writing", i.dst, i.len, e));
@@ -439,11 +427,12 @@ impl<H: HostMemory> Driver<H> {
         }
     }
 
+    /// Poll the copies into the GPU; answer the pml for each that landed.
     fn poll_ins(&mut self) -> usize {
         let mut n = 0;
         let mut k = 0;
         while k < self.staging.in_copies.len() {
-            let (t, i) = self.staging.in_copies[k];
+            let (t, landing) = self.staging.in_copies[k];
             let Some((slot, res)) = self.gpu.copy_poll(t) else {
                 k += 1;
                 continue;
@@ -451,9 +440,17 @@ impl<H: HostMemory> Driver<H> {
             self.staging.in_copies.remove(k);
             self.gpu.put_slot(CopyDir::ToDevice, slot);
             n += 1;
-            match res {
-                Ok(()) => self.pml.handle_staged_in(i.token, i.offset, i.len, Ok(())),
-                Err(e) => self.in_failed(i, PmlError::device("writing", i.dst, i.len, e)),
+            match (landing, res) {
+                (Landing::Pulled(i), Ok(())) => {
+                    self.pml.handle_staged_in(i.token, i.offset, i.len, Ok(()))
+                }
+                (Landing::Pulled(i), Err(e)) => {
+                    self.in_failed(i, PmlError::device("writing", i.dst, i.len, e))
+                }
+                (Landing::Streamed { dst, len, token }, res) => {
+                    let res = res.map_err(|e| PmlError::device("writing", dst, len, e));
+                    self.copy_in_done(token, res);
+                }
             }
         }
         n
