@@ -10,23 +10,23 @@
 //! - **host ranges**: direct-mapped by the page of the address; a slot is
 //!   one `AtomicU64` packing a range of pages (first page, page count), so a
 //!   read is never torn. A host buffer classified once is host on every
-//!   later call that stays within its pages.
+//!   later call that stays within its pages, provided it lies where no
+//!   device allocation can ever appear ([`Stable`]: the executable's data,
+//!   the brk heap, the main stack); a host buffer elsewhere is asked about
+//!   on every call.
 //! - **device allocations**: a small fully associative table of slots
 //!   (base, size, kind, buffer id) under a sequence lock each, replaced
-//!   round-robin. A hit answers the kind without re-checking the buffer id:
-//!   a freed device address stays in the driver's reserved range, so it is
-//!   device memory again when reused. What depends on the allocation itself
-//!   (IPC export, the allocation's base) re-checks the buffer id with one
-//!   driver call ([`crate::Gpu::info`]).
+//!   round-robin. The caller re-checks a hit's buffer id with one driver
+//!   call before trusting it ([`crate::Gpu::classify`], [`crate::Gpu::info`]):
+//!   a freed device range can come back as host memory (an H200 with driver
+//!   580 gave a freed 16 MiB `cuMemAlloc` range to the next 16 MiB
+//!   `malloc`), so the table saves the full attribute query, not the call.
 //!
 //! Invalidation: a device allocation learned from the driver drops every
 //! host range and older device entry it overlaps; [`PtrCache::clear`]
-//! forgets everything (`MPI_Finalize`). The one case this cache cannot see
-//! is host memory unmapped by the application and whose addresses the
-//! driver then gives to a new device allocation while the host entry is
-//! still cached: CUDA reserves its device address ranges up front, so this
-//! needs an unmapped host range to be taken by a later driver reservation;
-//! `GMPI_GPU_HOST_CACHE=off` turns the host table off for such programs.
+//! forgets everything (`MPI_Finalize`). Host memory that the application
+//! unmaps needs none: only stable ranges are kept, and nothing there is
+//! ever unmapped. `GMPI_GPU_HOST_CACHE=off` turns the host table off.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -53,13 +53,109 @@ struct DevSlot {
     buffer_id: AtomicU64,
 }
 
+/// Where a host answer may be kept: address ranges that the kernel never
+/// gives to a new mapping, so never to a device allocation, while the
+/// process runs. Read once from `/proc/self/maps`:
+///
+/// - the executable's image with its bss (static and Fortran common data);
+/// - the brk heap (`malloc` below the mmap threshold on the main thread),
+///   and up to 1 GiB past its end, so that it may grow;
+/// - the main thread's stack, down to 8 MiB below its top (the kernel keeps
+///   the mmap area at least 128 MiB below the stack).
+///
+/// Memory outside (large `malloc`s, which glibc maps and unmaps, thread
+/// arenas, other threads' stacks, `mmap`) is asked about on every call: a
+/// device allocation can take its addresses once it is unmapped (seen on an
+/// H200 with driver 580, in both directions).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Stable {
+    ranges: Vec<(u64, u64)>,
+}
+
+/// How far below the top of the main stack host answers are kept.
+const STACK_SPAN: u64 = 8 << 20;
+/// How far past its end at start-up the brk heap is trusted to grow: the
+/// kernel places new mappings top-down from far above, never near the heap
+/// unless the address space is nearly full.
+const HEAP_GROWTH: u64 = 1 << 30;
+
+impl Stable {
+    /// This process's stable ranges (none if `/proc/self/maps` cannot be
+    /// read: every host buffer is then asked about).
+    pub(crate) fn of_process() -> Self {
+        let exe = std::fs::read_link("/proc/self/exe").ok();
+        let exe = exe.as_ref().and_then(|p| p.to_str()).unwrap_or("");
+        std::fs::read_to_string("/proc/self/maps")
+            .map(|m| Self::parse(&m, exe))
+            .unwrap_or_default()
+    }
+
+    /// The stable ranges of a `/proc/PID/maps` text whose executable is
+    /// `exe`.
+    pub(crate) fn parse(maps: &str, exe: &str) -> Self {
+        let maps: Vec<(u64, u64, &str)> = maps
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (lo, hi) = f.next()?.split_once('-')?;
+                let path = f.nth(4).unwrap_or("");
+                Some((
+                    u64::from_str_radix(lo, 16).ok()?,
+                    u64::from_str_radix(hi, 16).ok()?,
+                    path,
+                ))
+            })
+            .collect();
+        let next_above = |end: u64| {
+            maps.iter()
+                .map(|m| m.0)
+                .filter(|&lo| lo >= end)
+                .min()
+                .unwrap_or(end)
+        };
+        let mut ranges = Vec::new();
+        let mut image_end = None;
+        for (i, &(lo, hi, path)) in maps.iter().enumerate() {
+            let image = !exe.is_empty() && path == exe;
+            // The bss: anonymous, right after the image.
+            let bss = path.is_empty() && image_end == Some(lo) && i > 0;
+            if image || bss {
+                ranges.push((lo, hi));
+                image_end = Some(hi);
+            } else {
+                image_end = None;
+            }
+            if path == "[heap]" {
+                ranges.push((lo, next_above(hi).min(hi.saturating_add(HEAP_GROWTH))));
+            }
+            if path == "[stack]" {
+                let below = maps
+                    .iter()
+                    .map(|m| m.1)
+                    .filter(|&end| end <= lo)
+                    .max()
+                    .unwrap_or(0);
+                ranges.push((below.max(hi.saturating_sub(STACK_SPAN)).min(lo), hi));
+            }
+        }
+        ranges.sort_unstable();
+        Self { ranges }
+    }
+
+    /// Whether `addr..addr+len` lies in one stable range.
+    pub(crate) fn contains(&self, addr: u64, len: usize) -> bool {
+        let end = addr.saturating_add(len as u64);
+        self.ranges.iter().any(|&(lo, hi)| lo <= addr && end <= hi)
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct PtrCache {
     host: Box<[AtomicU64]>,
     dev: Box<[DevSlot]>,
-    /// Whether host answers are kept (`GMPI_GPU_HOST_CACHE`).
-    keep_host: bool,
+    /// Where host answers are kept (`GMPI_GPU_HOST_CACHE=off`: nowhere).
+    stable: Stable,
     /// Writers: the next device slot to replace.
     write: Mutex<usize>,
 }
@@ -95,10 +191,19 @@ fn host_slot(page: u64) -> usize {
 impl PtrCache {
     /// An empty cache; `keep_host` as `GMPI_GPU_HOST_CACHE` says.
     pub(crate) fn new(keep_host: bool) -> Self {
+        Self::keeping_host_in(if keep_host {
+            Stable::of_process()
+        } else {
+            Stable::default()
+        })
+    }
+
+    /// An empty cache keeping host answers within `stable` only.
+    pub(crate) fn keeping_host_in(stable: Stable) -> Self {
         Self {
             host: (0..HOST_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             dev: (0..DEV_SLOTS).map(|_| DevSlot::default()).collect(),
-            keep_host,
+            stable,
             write: Mutex::new(0),
         }
     }
@@ -143,7 +248,7 @@ impl PtrCache {
 
     /// Remember that `addr..addr+len` is host memory.
     pub(crate) fn insert_host(&self, addr: u64, len: usize) {
-        if !self.keep_host {
+        if !self.stable.contains(addr, len.max(1)) {
             return;
         }
         let (first, last) = pages(addr, len);
@@ -240,9 +345,69 @@ mod tests {
         }
     }
 
+    /// A cache that keeps host answers anywhere (synthetic addresses).
+    fn anywhere() -> PtrCache {
+        PtrCache::keeping_host_in(Stable {
+            ranges: vec![(0, u64::MAX)],
+        })
+    }
+
+    const MAPS: &str = "\
+55d0c0000000-55d0c0002000 r--p 00000000 fe:00 1 /opt/app/bin/solver
+55d0c0002000-55d0c0008000 r-xp 00002000 fe:00 1 /opt/app/bin/solver
+55d0c0008000-55d0c000a000 rw-p 00008000 fe:00 1 /opt/app/bin/solver
+55d0c000a000-55d0c4000000 rw-p 00000000 00:00 0
+55d0c5000000-55d0c5100000 rw-p 00000000 00:00 0                          [heap]
+7f0000000000-7f0001000000 rw-p 00000000 00:00 0
+7f0001000000-7f0001200000 r-xp 00000000 fe:00 2 /usr/lib/libc.so.6
+7f0001200000-7f0001210000 rw-p 00000000 00:00 0
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]
+7ffc00100000-7ffc00102000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn stable_ranges_are_image_bss_heap_and_main_stack() {
+        let s = Stable::parse(MAPS, "/opt/app/bin/solver");
+        assert!(s.contains(0x55d0_c000_8010, 64), "static data");
+        assert!(s.contains(0x55d0_c100_0000, 1 << 20), "bss (common blocks)");
+        assert!(s.contains(0x55d0_c500_0040, 64), "heap");
+        assert!(s.contains(0x55d0_c600_0000, 64), "heap, once grown");
+        assert!(
+            !s.contains(0x55d1_0600_0000, 64),
+            "more than 1 GiB past the heap"
+        );
+        assert!(s.contains(0x7ffc_0002_0f00, 64), "main stack");
+        assert!(s.contains(0x7ffb_ffa0_0000, 64), "main stack, once grown");
+        assert!(!s.contains(0x7f00_0000_1000, 64), "an mmap'd malloc");
+        assert!(
+            !s.contains(0x7f00_0120_0000, 64),
+            "a library's anonymous data"
+        );
+        assert!(!s.contains(0x55d0_c000_9ff0, 1 << 30), "past the ranges");
+        assert_eq!(
+            Stable::parse(MAPS, ""),
+            Stable::parse(&MAPS[MAPS.find("55d0c5").unwrap()..], "x")
+        );
+    }
+
+    #[test]
+    fn this_process_keeps_static_data_but_not_mapped_buffers() {
+        static DATA: [u8; 64] = [0; 64];
+        let s = Stable::of_process();
+        assert!(s.contains(DATA.as_ptr() as u64, 64), "{s:?}");
+        // Large enough that malloc maps it (and unmaps it when freed).
+        let big = vec![1u8; 64 << 20];
+        assert!(!s.contains(big.as_ptr() as u64, big.len()), "{s:?}");
+        let c = PtrCache::new(true);
+        c.insert_host(big.as_ptr() as u64, 64);
+        assert!(!c.is_host(big.as_ptr() as u64, 64));
+        c.insert_host(DATA.as_ptr() as u64, 64);
+        assert!(c.is_host(DATA.as_ptr() as u64, 64));
+    }
+
     #[test]
     fn host_ranges_hit_within_their_pages_only() {
-        let c = PtrCache::new(true);
+        let c = anywhere();
         assert!(!c.is_host(0x10_0010, 8));
         c.insert_host(0x10_0010, 8);
         assert!(c.is_host(0x10_0010, 8));
@@ -258,7 +423,7 @@ mod tests {
 
     #[test]
     fn device_entries_replace_what_they_overlap() {
-        let c = PtrCache::new(true);
+        let c = anywhere();
         c.insert_host(0x40_0000, 16);
         c.insert_device(&dev(0x40_0000, 1 << 20, 7));
         assert!(!c.is_host(0x40_0000, 16), "host range dropped");

@@ -307,15 +307,30 @@ impl Gpu {
         }
     }
 
+    /// Not a host hit: a device entry is trusted only after its buffer id
+    /// is re-checked (one driver call), since a freed device range can come
+    /// back as host memory (seen on an H200, driver 580: a 16 MiB
+    /// `cuMemAlloc` range, freed, was the next 16 MiB `malloc`'s).
     #[inline(never)]
     fn classify_slow(&self, api: &dyn CudaApi, addr: u64, len: usize) -> Result<MemKind, GpuError> {
         if let Some(info) = self.kinds.device(addr) {
-            bump(&self.stats.cache_hits);
-            return Ok(info.kind);
+            if api.buffer_id(addr) == Some(info.buffer_id) {
+                bump(&self.stats.cache_hits);
+                return Ok(info.kind);
+            }
+            self.forget_device(&info);
         }
         Ok(self
             .query(api, addr, len)?
             .map_or(MemKind::Host, |i| i.kind))
+    }
+
+    /// Drop a device entry found stale, and everything derived from it.
+    fn forget_device(&self, info: &PtrInfo) {
+        bump(&self.stats.stale);
+        tracing::debug!(target: LOG, "allocation at {:#x} changed (buffer id {}): cache entry dropped", info.base, info.buffer_id);
+        self.kinds.remove_device(info.base);
+        lock(&self.caches).exports.remove(&info.base);
     }
 
     /// Full pointer facts for a device or managed address (`None`: host),
@@ -339,10 +354,7 @@ impl Gpu {
             }
             // Freed (and maybe re-allocated): forget everything derived
             // from the old allocation.
-            bump(&self.stats.stale);
-            tracing::debug!(target: LOG, "allocation at {:#x} changed (buffer id {}): cache entry dropped", info.base, info.buffer_id);
-            self.kinds.remove_device(info.base);
-            lock(&self.caches).exports.remove(&info.base);
+            self.forget_device(&info);
         }
         self.query(api, addr, 1)
     }

@@ -40,8 +40,9 @@ fn off_loads_nothing() {
 #[test]
 fn classification_asks_the_driver_once_per_buffer() {
     let (d, g) = gpu();
-    let v = [0u8; 64];
-    let h = v.as_ptr() as u64;
+    // Static data: where no device allocation can ever appear.
+    static V: [u8; 64] = [0; 64];
+    let h = V.as_ptr() as u64;
     assert_eq!(g.classify(h, 64), Ok(MemKind::Host));
     assert_eq!(d.counts().queries, 1);
     // The fast path: a host buffer seen before costs no driver call.
@@ -51,6 +52,13 @@ fn classification_asks_the_driver_once_per_buffer() {
     }
     let c = d.counts();
     assert_eq!((c.queries, c.buffer_id_checks), (1, 0), "{c:?}");
+    // A mapped buffer (a large malloc) is asked about every time: once
+    // unmapped, a device allocation may take its addresses.
+    let big = vec![0u8; 64 << 20];
+    for _ in 0..3 {
+        assert_eq!(g.classify(big.as_ptr() as u64, 64), Ok(MemKind::Host));
+    }
+    assert_eq!(d.counts().queries, 4);
     let p = d.malloc(1 << 20, 1);
     assert_eq!(
         g.classify(p + 4096, 100),
@@ -62,8 +70,11 @@ fn classification_asks_the_driver_once_per_buffer() {
         Ok(MemKind::Device { ordinal: 1 })
     );
     let c = d.counts();
-    assert_eq!(c.queries, 2, "one query for the allocation, then hits");
-    assert_eq!(c.buffer_id_checks, 0, "a hit makes no driver call");
+    assert_eq!(c.queries, 5, "one query for the allocation, then hits");
+    assert_eq!(
+        c.buffer_id_checks, 2,
+        "a device hit re-checks its buffer id, one call, no query"
+    );
     let m = d.malloc_managed(100);
     assert_eq!(g.classify(m, 100), Ok(MemKind::Managed));
 }
@@ -83,6 +94,21 @@ fn a_failed_query_is_an_error_not_host_memory() {
     );
     d.fail_queries(None);
     assert_eq!(g.classify(p, 16), Ok(MemKind::Device { ordinal: 0 }));
+}
+
+/// A freed device range can come back as host memory (an H200 with driver
+/// 580 gave a freed 16 MiB `cuMemAlloc` range to the next 16 MiB `malloc`):
+/// a device entry must not answer for it.
+#[test]
+fn freed_device_address_reused_as_host_memory_is_host() {
+    let (d, g) = gpu();
+    let p = d.malloc(16 << 20, 0);
+    assert_eq!(g.classify(p, 16 << 20), Ok(MemKind::Device { ordinal: 0 }));
+    d.free(p);
+    // The double's freed range is host memory to the driver now.
+    assert_eq!(g.classify(p + 64, 16 << 20), Ok(MemKind::Host));
+    assert_eq!(g.counters()[2], 1, "the stale device entry was dropped");
+    assert_eq!(g.classify(p + 64, 16 << 20), Ok(MemKind::Host));
 }
 
 #[test]

@@ -53,6 +53,9 @@ static struct {
 static unsigned long long next_id = 1;
 static unsigned long n_alloc, n_free, n_htod, n_dtoh, n_memset, errors;
 static int initialized, ctx_current, ctx_retains;
+/* The primary context was released by its last holder: as on the driver, it
+ * is destroyed, and calls in it fail until someone retains it again. */
+static int ctx_destroyed;
 
 static void error(const char *what, CUdeviceptr p, size_t n) {
     errors++;
@@ -70,6 +73,11 @@ static int valid(CUdeviceptr p, size_t n) {
 }
 
 static int ready(void) {
+    if (ctx_destroyed) {
+        errors++;
+        fprintf(stderr, "fake-cuda: ERROR call in a destroyed context (its last holder released it)\n");
+        return 0;
+    }
     if (!initialized || !ctx_current) {
         errors++;
         fprintf(stderr, "fake-cuda: ERROR call before cuInit/cuCtxSetCurrent\n");
@@ -98,6 +106,7 @@ int cuDeviceGet(int *dev, int ordinal) {
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     *ctx = (void *)&ctx_current;
     ctx_retains++;
+    ctx_destroyed = 0;
     return 0;
 }
 
@@ -111,55 +120,24 @@ int cuCtxSynchronize(void) {
 }
 
 /*
- * "Device" memory comes from an address range reserved at the first
- * allocation and never given to malloc, as a real driver reserves its
- * unified address range up front: device and host addresses never alias,
- * and a freed device address is only ever reused for device memory (first
- * fit over the freed ranges, so reuse happens, as with a real allocator).
- * Freed ranges are returned to the kernel (MADV_DONTNEED).
+ * "Device" memory: each allocation is its own mapping, returned to the kernel
+ * when freed, as the H200 driver (580) does: a freed device range can be the
+ * next large malloc's, and a freed malloc'd range the next allocation's, so
+ * a classification cache that trusts an old answer is caught here. (The
+ * bytes stay CPU-accessible: a device pointer taken for host memory is
+ * caught by the checks of the copies, not by a fault.)
  */
-#define ARENA_SIZE (64ULL << 30)
 #define GRAIN (64 << 10)
-static char *arena;
-static size_t arena_next;
-static struct {
-    size_t off, size;
-} holes[MAX_ALLOCS];
-static int n_holes;
 
 static char *arena_alloc(size_t n) {
     size_t size = ((n ? n : 1) + GRAIN - 1) / GRAIN * GRAIN;
-    if (!arena) {
-        void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (a == MAP_FAILED)
-            return NULL;
-        arena = a;
-    }
-    for (int h = 0; h < n_holes; h++) {
-        if (holes[h].size >= size) {
-            char *p = arena + holes[h].off;
-            holes[h].off += size;
-            holes[h].size -= size;
-            if (!holes[h].size)
-                holes[h] = holes[--n_holes];
-            return p;
-        }
-    }
-    if (arena_next + size > ARENA_SIZE)
-        return NULL;
-    arena_next += size;
-    return arena + arena_next - size;
+    void *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return a == MAP_FAILED ? NULL : a;
 }
 
 static void arena_free(char *p, size_t n) {
     size_t size = ((n ? n : 1) + GRAIN - 1) / GRAIN * GRAIN;
-    madvise(p, size, MADV_DONTNEED);
-    if (n_holes < MAX_ALLOCS) {
-        holes[n_holes].off = (size_t)(p - arena);
-        holes[n_holes].size = size;
-        n_holes++;
-    }
+    munmap(p, size);
 }
 
 static int alloc(CUdeviceptr *p, size_t n, int managed) {
@@ -190,6 +168,10 @@ int cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
 }
 
 int cuMemFree_v2(CUdeviceptr p) {
+    if (ctx_destroyed) {
+        error("cuMemFree in a destroyed context", p, 0);
+        return 709; /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
+    }
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].base && (CUdeviceptr)allocs[i].base == p) {
             arena_free(allocs[i].base, allocs[i].size);
@@ -346,7 +328,8 @@ int cuDevicePrimaryCtxRelease_v2(int dev) {
         error("cuDevicePrimaryCtxRelease without a retain", 0, 0);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    ctx_retains--;
+    if (--ctx_retains == 0)
+        ctx_destroyed = 1;
     return 0;
 }
 
@@ -485,6 +468,10 @@ int cuMemHostAlloc(void **p, size_t n, unsigned flags) {
 }
 
 int cuMemFreeHost(void *p) {
+    if (ctx_destroyed) {
+        error("cuMemFreeHost in a destroyed context", (CUdeviceptr)p, 0);
+        return 709; /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
+    }
     for (int i = 0; i < MAX_PINNED; i++) {
         if (pinned[i].base && pinned[i].base == p) {
             free(pinned[i].base);

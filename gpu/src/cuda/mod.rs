@@ -39,7 +39,7 @@ mod kernels;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::api::*;
@@ -104,6 +104,7 @@ pub fn load() -> Result<Arc<dyn CudaApi>, GpuError> {
             has_dmabuf: !optional.contains(&driver::DMABUF_SYMBOL),
             has_ctx_id: !optional.contains(&driver::CTX_ID_SYMBOL),
             primary: Mutex::default(),
+            held: AtomicU64::new(0),
             last_ordinal: AtomicI32::new(-1),
             nvrtc: OnceLock::new(),
             ptx: Mutex::default(),
@@ -111,7 +112,7 @@ pub fn load() -> Result<Arc<dyn CudaApi>, GpuError> {
             ipc_ctx: Mutex::default(),
             streams: Mutex::default(),
             inflight: Mutex::default(),
-            next_ticket: std::sync::atomic::AtomicU64::new(0),
+            next_ticket: AtomicU64::new(0),
             gdr: gdr.map(|g| GdrState {
                 gdr: g,
                 pins: Mutex::default(),
@@ -170,6 +171,9 @@ struct Inner {
     has_ctx_id: bool,
     /// Primary contexts this backend retained, by ordinal.
     primary: Mutex<HashMap<i32, Ctx>>,
+    /// The last current context whose device's primary context is known to
+    /// be retained ([`Inner::hold`]; 0: none yet).
+    held: AtomicU64,
     /// Device of the last device pointer classified (-1: none yet).
     last_ordinal: AtomicI32,
     /// NVRTC, opened on the first reduction (or why not).
@@ -186,7 +190,7 @@ struct Inner {
     streams: Mutex<HashMap<(u64, bool, u32), Arc<driver::Stream>>>,
     /// Asynchronous copies in flight, by ticket.
     inflight: Mutex<HashMap<Ticket, driver::InFlight>>,
-    next_ticket: std::sync::atomic::AtomicU64,
+    next_ticket: AtomicU64,
     /// GDRCopy, or why not.
     gdr: Result<GdrState, String>,
     /// [`CudaApi::facts`], gathered once (they do not change while the
@@ -204,6 +208,11 @@ impl Drop for Inner {
                 }
             }
         }
+        // What lives in a context goes first, while the contexts this
+        // backend retained still exist: a copy in flight waits for its event,
+        // streams are destroyed. (Fields drop after this function, too late.)
+        lock(&self.inflight).clear();
+        lock(&self.streams).clear();
         for (ordinal, _) in lock(&self.primary).drain() {
             if let Err(e) = driver::primary_ctx_release(ordinal) {
                 tracing::debug!(target: LOG, "releasing the primary context of device {ordinal}: {e}");
@@ -234,11 +243,29 @@ impl Inner {
     /// make the primary context of `ordinal()` current.
     fn ensure_ctx(&self, ordinal: impl FnOnce() -> i32) -> Res<Ctx> {
         if let Some(c) = driver::ctx_current()? {
+            self.hold(c)?;
             return Ok(c);
         }
         let c = self.primary(ordinal())?;
         driver::ctx_set_current(c)?;
         Ok(c)
+    }
+
+    /// Keep the device of the current context `c` alive until this backend
+    /// goes: retain its primary context. The application's context (cudarc's
+    /// `CudaContext`, the CUDA runtime's) is the primary one, and the
+    /// application may release it before `MPI_Finalize`; without a reference
+    /// of ours the context is destroyed under our pinned buffers, streams and
+    /// events (seen on an H200: `CUDA_ERROR_CONTEXT_IS_DESTROYED` at
+    /// finalize, then a crash). One atomic load once `c` is known.
+    fn hold(&self, c: Ctx) -> Res<()> {
+        let key = c.id() as u64;
+        if self.held.load(Ordering::Relaxed) == key {
+            return Ok(());
+        }
+        self.primary(driver::ctx_device()?)?;
+        self.held.store(key, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The device of `addr`, or the fallback if the driver cannot say.
@@ -254,7 +281,10 @@ impl Inner {
     /// the thread has none, pushed and popped around `f` otherwise).
     fn on_device<R>(&self, ordinal: i32, f: impl FnOnce(Ctx) -> Res<R>) -> Res<R> {
         match driver::ctx_current()? {
-            Some(c) if driver::ctx_device()? == ordinal => f(c),
+            Some(c) if driver::ctx_device()? == ordinal => {
+                self.hold(c)?;
+                f(c)
+            }
             None => {
                 let c = self.primary(ordinal)?;
                 driver::ctx_set_current(c)?;
