@@ -189,8 +189,9 @@ write_summary() {
                     echo "| $i | ${on:--} | ${off:--} | - |"
                 fi
             done
-            for f in perf-bw-DD perf-bw-rust perf-bw-HH perf-bw-DH perf-bw-DD-staged perf-lat-DD perf-lat-HH \
-                perf-lat-DD-large perf-allreduce-D-np2 perf-allreduce-H-np2 perf-allreduce-D-np4; do
+            for f in perf-bw-DD perf-bw-rust perf-bw-HH perf-bw-DH perf-bw-DD-staged perf-lat-DD perf-lat-DH perf-lat-HH \
+                perf-lat-DD-large perf-allreduce-D-np2 perf-allreduce-H-np2 perf-allreduce-D-np4 \
+                perf-lat-DD-mps perf-bw-DD-mps perf-bw-rust-mps perf-bw-DD-staged-mps perf-allreduce-D-np4-mps; do
                 [ -f "$logs/$f.log" ] || continue
                 echo
                 echo "$f ($(grep -m1 '^# ranks\|^# gmpi-cuda-bw' "$logs/$f.log" | sed 's/^# //')):"
@@ -329,7 +330,10 @@ if part perf && [ "$quick" = 0 ]; then
     step perf-bw-HH 20 -- "${run[@]}" 2 "$bin/gb_bw" -m 4194304:67108864 -i 20:10 -x 3:2 -W 8
     step perf-bw-DH 20 -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D H -m 4194304:67108864 -i 20:10 -x 3:2 -W 8
     step perf-bw-DD-staged 20 GMPI_GPU_IPC=off -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D D -m 4194304:67108864 -i 10:5 -x 2:1 -W 4
-    step perf-lat-DD 20 -- "${run[@]}" 2 "$bin/gb_latency" -d cuda D D -m 0:65536 -i 5000:1000 -x 500:100
+    # (two processes on one GPU without MPS: the GPU switches between their contexts on
+    # every copy, ~80 us each, so fewer iterations than the host latency)
+    step perf-lat-DD 20 -- "${run[@]}" 2 "$bin/gb_latency" -d cuda D D -m 0:65536 -i 500:200 -x 50:20
+    step perf-lat-DH 20 -- "${run[@]}" 2 "$bin/gb_latency" -d cuda D H -m 0:65536 -i 2000:1000 -x 200:100
     step perf-lat-HH 20 -- "${run[@]}" 2 "$bin/gb_latency" -m 0:65536 -i 5000:1000 -x 500:100
     step perf-lat-DD-large 20 -- "${run[@]}" 2 "$bin/gb_latency" -d cuda D D -m 131072:67108864 -i 100:20 -x 10:3
     step perf-allreduce-D-np2 20 -- "${run[@]}" 2 "$bin/gb_allreduce" -d cuda -m 4:67108864 -i 200:10 -x 20:2
@@ -348,6 +352,23 @@ if part perf && [ "$quick" = 0 ]; then
     for c in 131072 524288 2097152; do
         step "sweep-chunk-$c" 15 GMPI_GPU_IPC=off GMPI_GPU_PIPELINE_CHUNK=$c -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D D -m 1048576:67108864 -i 10:5 -x 2:1 -W 4
     done
+    # the same device paths under MPS (one GPU context for all ranks, no time-slicing
+    # between processes), when the driver ships it
+    if command -v nvidia-cuda-mps-control >/dev/null && [ "${DEVICE_MPS:-1}" != 0 ]; then
+        export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        if nvidia-cuda-mps-control -d; then
+            step perf-lat-DD-mps 20 -- "${run[@]}" 2 "$bin/gb_latency" -d cuda D D -m 0:65536 -i 2000:1000 -x 200:100
+            step perf-bw-DD-mps 20 -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D D -m 4194304:67108864 -i 20:10 -x 3:2 -W 8
+            step perf-bw-rust-mps 20 -- "${run[@]}" 2 "$bin/gmpi-cuda-bw" 64M 128M
+            step perf-bw-DD-staged-mps 20 GMPI_GPU_IPC=off -- "${run[@]}" 2 "$bin/gb_bw" -d cuda D D -m 4194304:67108864 -i 10:5 -x 2:1 -W 4
+            step perf-allreduce-D-np4-mps 25 -- "${run[@]}" 4 "$bin/gb_allreduce" -d cuda -m 4:67108864 -i 100:5 -x 10:1
+            echo quit | nvidia-cuda-mps-control
+        else
+            printf 'perf-mps\tSKIPPED\t0\tnvidia-cuda-mps-control -d failed\n' >>"$steps"
+        fi
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
 fi
 
 [ "$failed_steps" -eq 0 ] || exit 1
