@@ -353,6 +353,24 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
     /// were issued.
     fn copy_poll(&self, t: Ticket) -> Option<Landed>;
 
+    /// Issue a copy of `len` bytes between two device (or managed)
+    /// addresses, either of which may be an IPC mapping, on this backend's
+    /// device-to-device stream for `dst`'s device and `lane`, with an event
+    /// recorded after it; returns at once. Both ranges must stay valid
+    /// until [`CudaApi::device_poll`] says the copy ended. On an error
+    /// nothing was issued.
+    fn copy_device_async(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        lane: u32,
+    ) -> Result<Ticket, GpuError>;
+
+    /// `None` while the copy of `t` (from [`CudaApi::copy_device_async`])
+    /// runs; then how it went, and the ticket is spent.
+    fn device_poll(&self, t: Ticket) -> Option<Result<(), GpuError>>;
+
     /// Free what the backend keeps for the staging copies (their streams;
     /// copies still in flight are waited for): called by
     /// [`crate::Gpu::release`] at `MPI_Finalize`. Made again on next use.

@@ -77,6 +77,10 @@ pub struct Counts {
     /// Asynchronous copies issued ([`CudaApi::copy_async`]; each is also
     /// counted in `dtoh` or `htod` when it lands).
     pub async_copies: u64,
+    /// Asynchronous device-to-device copies issued
+    /// ([`CudaApi::copy_device_async`]; each is also counted in `dtod` when
+    /// it lands).
+    pub async_dtod: u64,
 }
 
 /// One step of the asynchronous copies, in the order it happened
@@ -157,6 +161,11 @@ struct State {
     query_error: Option<String>,
     /// Asynchronous copies in flight, by ticket.
     pending: BTreeMap<Ticket, Pending>,
+    /// Asynchronous device-to-device copies in flight, by ticket: (dst,
+    /// src, len, due); the bytes move when the copy is seen complete.
+    pending_d2d: BTreeMap<Ticket, (u64, u64, usize, u64)>,
+    /// The most of those in flight at once so far.
+    most_d2d: usize,
     next_ticket: u64,
     /// Polls (of any ticket) an asynchronous copy takes to complete (at
     /// least 1).
@@ -425,9 +434,16 @@ impl TestCuda {
         self.st().trace.clone()
     }
 
+    /// The most asynchronous device-to-device copies
+    /// ([`CudaApi::copy_device_async`]) in flight at once so far.
+    pub fn most_device_copies_in_flight(&self) -> usize {
+        self.st().most_d2d
+    }
+
     /// Asynchronous copies issued and not yet landed.
     pub fn copies_in_flight(&self) -> usize {
-        self.st().pending.len()
+        let s = self.st();
+        s.pending.len() + s.pending_d2d.len()
     }
 
     /// Make every pointer query fail with `msg` (as after a sticky error or
@@ -617,6 +633,45 @@ impl CudaApi for TestCuda {
         }
         s.trace.push(Trace::Landed { ticket: t });
         Some((host, res))
+    }
+
+    fn copy_device_async(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        _lane: u32,
+    ) -> Result<Ticket, GpuError> {
+        let mut s = self.st();
+        s.copy_failure("cuMemcpyDtoDAsync_v2")?;
+        s.slice(src, len)?;
+        s.slice(dst, len)?;
+        s.next_ticket += 1;
+        let ticket = Ticket(s.next_ticket);
+        let due = s.polls + u64::from(s.async_polls);
+        s.pending_d2d.insert(ticket, (dst, src, len, due));
+        s.most_d2d = s.most_d2d.max(s.pending_d2d.len());
+        s.counts.async_dtod += 1;
+        Ok(ticket)
+    }
+
+    fn device_poll(&self, t: Ticket) -> Option<Result<(), GpuError>> {
+        let mut s = self.st();
+        s.polls += 1;
+        let &(dst, src, len, due) = s.pending_d2d.get(&t)?;
+        if due > s.polls {
+            return None;
+        }
+        s.pending_d2d.remove(&t);
+        let res = s
+            .slice(src, len)
+            .map(|d| d.to_vec())
+            .and_then(|tmp| s.slice(dst, len).map(|d| d.copy_from_slice(&tmp)));
+        if res.is_ok() {
+            s.counts.dtod += 1;
+            s.counts.bytes += len as u64;
+        }
+        Some(res)
     }
 
     fn alloc_device(&self, len: usize, near: u64) -> Result<u64, GpuError> {

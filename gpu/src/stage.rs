@@ -151,6 +151,28 @@ impl Gpu {
     pub fn copy_poll(&self, t: Ticket) -> Option<Landed> {
         self.api.as_ref()?.copy_poll(t)
     }
+
+    /// Issue a device-to-device copy on the stream of `lane` (e.g. the
+    /// peer) and return at once ([`crate::CudaApi::copy_device_async`]):
+    /// the copies of one stream queue back to back on the GPU instead of
+    /// each waiting for the one before. Both ranges must stay valid until
+    /// [`Gpu::device_poll`] says it ended.
+    pub fn copy_device_async(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        lane: u32,
+    ) -> Result<Ticket, GpuError> {
+        self.need_api()?
+            .copy_device_async(dst, src, len, lane % LANES)
+    }
+
+    /// Whether the copy of `t` from [`Gpu::copy_device_async`] has ended,
+    /// and how.
+    pub fn device_poll(&self, t: Ticket) -> Option<Result<(), GpuError>> {
+        self.api.as_ref()?.device_poll(t)
+    }
 }
 
 #[cfg(test)]

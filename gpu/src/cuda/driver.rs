@@ -75,6 +75,7 @@ pub(crate) const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventDestroy_v2",
     "cuMemcpyDtoHAsync_v2",
     "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
 ];
 
 /// `cuCtxGetId` (CUDA 12.0): without it, contexts are told apart by handle.
@@ -585,27 +586,12 @@ impl InFlight {
         if let Err(e) = check(call, r) {
             return Err((e, host));
         }
-        let mut event: cu::CUevent = ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let made = check("cuEventCreate", unsafe {
-            cu::cuEventCreate(
-                &mut event,
-                cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint,
-            )
-        })
-        // SAFETY: the event just made, on the stream the copy went to.
-        .and_then(|()| check("cuEventRecord", unsafe { cu::cuEventRecord(event, s.0) }));
-        if let Err(e) = made {
-            // The copy was issued: wait for it before handing the buffer
-            // back.
-            // SAFETY: the stream the copy went to.
-            let _ = unsafe { cu::cuStreamSynchronize(s.0) };
-            if !event.is_null() {
-                // SAFETY: the event made above, not recorded.
-                let _ = unsafe { cu::cuEventDestroy_v2(event) };
-            }
-            return Err((e, host));
-        }
+        // Without an event the copy has been waited for: the buffer can go
+        // back.
+        let event = match record_after(s) {
+            Ok(e) => e,
+            Err(e) => return Err((e, host)),
+        };
         Ok(Self {
             event,
             host: Some(host),
@@ -643,6 +629,86 @@ impl Drop for InFlight {
                 tracing::warn!(target: "gpu", "cuEventSynchronize failed ({}): leaking a pinned staging buffer", error_text(r));
                 std::mem::forget(host);
             }
+        }
+        // SAFETY: the event this value made; nothing uses it after this.
+        let _ = unsafe { cu::cuEventDestroy_v2(self.event) };
+    }
+}
+
+/// An asynchronous device-to-device copy with the event recorded after it;
+/// dropped before it has ended, it waits for it (so that nothing freed next
+/// is still being written).
+#[derive(Debug)]
+pub(crate) struct DeviceCopy {
+    event: cu::CUevent,
+    ended: bool,
+}
+
+// SAFETY: the event handle may be queried and destroyed from any thread.
+unsafe impl Send for DeviceCopy {}
+
+/// Make an event and record it on `s`; on an error, wait for `s` instead
+/// (what was issued on it has then ended) and make no event.
+fn record_after(s: &Stream) -> Res<cu::CUevent> {
+    let mut event: cu::CUevent = ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    let made = check("cuEventCreate", unsafe {
+        cu::cuEventCreate(
+            &mut event,
+            cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint,
+        )
+    })
+    // SAFETY: the event just made, on the caller's stream.
+    .and_then(|()| check("cuEventRecord", unsafe { cu::cuEventRecord(event, s.0) }));
+    if let Err(e) = made {
+        // SAFETY: the caller's stream.
+        let _ = unsafe { cu::cuStreamSynchronize(s.0) };
+        if !event.is_null() {
+            // SAFETY: the event made above, not recorded.
+            let _ = unsafe { cu::cuEventDestroy_v2(event) };
+        }
+        return Err(e);
+    }
+    Ok(event)
+}
+
+impl DeviceCopy {
+    /// Issue `len` bytes from `src` to `dst` on `s`, then record an event.
+    pub(crate) fn issue(dst: u64, src: u64, len: usize, s: &Stream) -> Res<Self> {
+        // SAFETY: device addresses only, which the driver validates; the
+        // caller keeps both ranges valid until the copy has ended.
+        check("cuMemcpyDtoDAsync_v2", unsafe {
+            cu::cuMemcpyDtoDAsync_v2(dst, src, len, s.0)
+        })?;
+        Ok(Self {
+            event: record_after(s)?,
+            ended: false,
+        })
+    }
+
+    /// `None` while the copy runs; then how it went.
+    pub(crate) fn poll(&mut self) -> Option<Res<()>> {
+        // SAFETY: the event this value recorded.
+        let r = unsafe { cu::cuEventQuery(self.event) };
+        let res = match r {
+            cu::CUresult::CUDA_ERROR_NOT_READY => return None,
+            cu::CUresult::CUDA_SUCCESS => Ok(()),
+            r => {
+                // SAFETY: as above; make sure the engine is done.
+                let _ = unsafe { cu::cuEventSynchronize(self.event) };
+                check("cuEventQuery", r)
+            }
+        };
+        self.ended = true;
+        Some(res)
+    }
+}
+
+impl Drop for DeviceCopy {
+    fn drop(&mut self) {
+        if !self.ended {
+            // SAFETY: the event this value recorded.
+            let _ = unsafe { cu::cuEventSynchronize(self.event) };
         }
         // SAFETY: the event this value made; nothing uses it after this.
         let _ = unsafe { cu::cuEventDestroy_v2(self.event) };

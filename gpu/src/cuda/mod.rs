@@ -112,6 +112,7 @@ pub fn load() -> Result<Arc<dyn CudaApi>, GpuError> {
             ipc_ctx: Mutex::default(),
             streams: Mutex::default(),
             inflight: Mutex::default(),
+            d2d: Mutex::default(),
             next_ticket: AtomicU64::new(0),
             gdr: gdr.map(|g| GdrState {
                 gdr: g,
@@ -164,6 +165,14 @@ struct GdrState {
     pins: Mutex<BTreeMap<u64, Pin>>,
 }
 
+/// What a stream carries: staging copies (to the host or not), or
+/// device-to-device copies (IPC receives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lane {
+    Staging(bool),
+    DeviceToDevice,
+}
+
 #[derive(Debug)]
 struct Inner {
     devices: i32,
@@ -187,9 +196,11 @@ struct Inner {
     /// The staging streams, by context (a stream belongs to the context it
     /// was made in, and the copy's event is made in the current one),
     /// direction (to host?) and lane, made on first use.
-    streams: Mutex<HashMap<(u64, bool, u32), Arc<driver::Stream>>>,
+    streams: Mutex<HashMap<(u64, Lane, u32), Arc<driver::Stream>>>,
     /// Asynchronous copies in flight, by ticket.
     inflight: Mutex<HashMap<Ticket, driver::InFlight>>,
+    /// Asynchronous device-to-device copies in flight, by ticket.
+    d2d: Mutex<HashMap<Ticket, driver::DeviceCopy>>,
     next_ticket: AtomicU64,
     /// GDRCopy, or why not.
     gdr: Result<GdrState, String>,
@@ -212,6 +223,7 @@ impl Drop for Inner {
         // backend retained still exist: a copy in flight waits for its event,
         // streams are destroyed. (Fields drop after this function, too late.)
         lock(&self.inflight).clear();
+        lock(&self.d2d).clear();
         lock(&self.streams).clear();
         for (ordinal, _) in lock(&self.primary).drain() {
             if let Err(e) = driver::primary_ctx_release(ordinal) {
@@ -266,6 +278,25 @@ impl Inner {
         self.primary(driver::ctx_device()?)?;
         self.held.store(key, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The stream of context `c` for `kind` of copy and `lane` (modulo
+    /// [`crate::stage::LANES`]), made on first use. A stream belongs to the
+    /// context it was made in, so the key holds the context's id.
+    fn stream(&self, c: Ctx, kind: Lane, lane: u32) -> Res<Arc<driver::Stream>> {
+        let ctx_key = if self.has_ctx_id {
+            driver::ctx_unique_id(c)?
+        } else {
+            c.id() as u64
+        };
+        let key = (ctx_key, kind, lane % crate::stage::LANES);
+        let mut m = lock(&self.streams);
+        if let Some(s) = m.get(&key) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(driver::stream_create()?);
+        m.insert(key, s.clone());
+        Ok(s)
     }
 
     /// The device of `addr`, or the fallback if the driver cannot say.
@@ -577,23 +608,7 @@ impl CudaApi for Cuda {
         let ordinal = self.inner.ordinal_of(dev);
         let mut host = Some(host);
         let issued = self.inner.on_device(ordinal, |c| {
-            let ctx_key = if self.inner.has_ctx_id {
-                driver::ctx_unique_id(c)?
-            } else {
-                c.id() as u64
-            };
-            let key = (ctx_key, to_host, lane % crate::stage::LANES);
-            let stream = {
-                let mut m = lock(&self.inner.streams);
-                match m.get(&key) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let s = Arc::new(driver::stream_create()?);
-                        m.insert(key, s.clone());
-                        s
-                    }
-                }
-            };
+            let stream = self.inner.stream(c, Lane::Staging(to_host), lane)?;
             let h = host.take().expect("the buffer is taken once");
             match driver::InFlight::issue(to_host, dev, h, len, &stream) {
                 Ok(f) => Ok(Ok(f)),
@@ -614,6 +629,7 @@ impl CudaApi for Cuda {
         // In-flight copies wait for their events as they drop, before the
         // streams they ran on are destroyed.
         lock(&self.inner.inflight).clear();
+        lock(&self.inner.d2d).clear();
         lock(&self.inner.streams).clear();
     }
 
@@ -622,6 +638,30 @@ impl CudaApi for Cuda {
         let landed = m.get_mut(&t)?.poll()?;
         m.remove(&t);
         Some(landed)
+    }
+
+    fn copy_device_async(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        lane: u32,
+    ) -> Result<Ticket, GpuError> {
+        let ordinal = self.inner.ordinal_of(dst);
+        let f = self.inner.on_device(ordinal, |c| {
+            let stream = self.inner.stream(c, Lane::DeviceToDevice, lane)?;
+            driver::DeviceCopy::issue(dst, src, len, &stream)
+        })?;
+        let t = Ticket(self.inner.next_ticket.fetch_add(1, Ordering::Relaxed) + 1);
+        lock(&self.inner.d2d).insert(t, f);
+        Ok(t)
+    }
+
+    fn device_poll(&self, t: Ticket) -> Option<Result<(), GpuError>> {
+        let mut m = lock(&self.inner.d2d);
+        let res = m.get_mut(&t)?.poll()?;
+        m.remove(&t);
+        Some(res)
     }
 
     fn alloc_device(&self, len: usize, near: u64) -> Result<u64, GpuError> {

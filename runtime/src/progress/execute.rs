@@ -116,6 +116,7 @@ impl<H: HostMemory> Driver<H> {
                 None
             }
             Action::ForgetPeer { peer } => {
+                self.drain_ipc_copies(peer);
                 self.gpu.ipc_forget_peer(peer);
                 None
             }
@@ -174,7 +175,8 @@ impl<H: HostMemory> Driver<H> {
                 token,
             } => {
                 match self.ipc_copy(peer, &desc, dst, dst_kind, len) {
-                    Ok(()) => self.pml.handle_get_done(token),
+                    Ok(None) => self.pml.handle_get_done(token),
+                    Ok(Some(t)) => self.staging.ipc_copy(t, peer, token),
                     Err(why) => self.pml.handle_get_failed(token, &why),
                 }
                 None
@@ -384,7 +386,10 @@ impl<H: HostMemory> Driver<H> {
     }
 
     /// Copy `len` bytes of `peer`'s IPC-exported memory `desc` into local
-    /// memory at `dst`.
+    /// memory at `dst`: into host memory at once (`None`); into device
+    /// memory asynchronously, on the peer's stream (`Some`: the copy's
+    /// ticket, polled by `staging.rs`), so that the copies of a window of
+    /// receives queue back to back on the GPU.
     fn ipc_copy(
         &mut self,
         peer: Rank,
@@ -392,7 +397,7 @@ impl<H: HostMemory> Driver<H> {
         dst: u64,
         dst_kind: MemKind,
         len: usize,
-    ) -> Result<(), String> {
+    ) -> Result<Option<gmpi_gpu::Ticket>, String> {
         let src = if peer == self.pml.rank() {
             desc.base + desc.offset
         } else {
@@ -402,8 +407,11 @@ impl<H: HostMemory> Driver<H> {
         let res = if dst_kind.is_host() {
             self.host
                 .with_write(dst, len, |d| gpu.copy_to_host(d, src).map(|_| ()))
+                .map(|()| None)
+        } else if len == 0 {
+            Ok(None)
         } else {
-            gpu.copy_device(dst, src, len)
+            gpu.copy_device_async(dst, src, len, peer).map(Some)
         };
         res.map_err(|e| e.to_string())
     }

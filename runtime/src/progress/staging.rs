@@ -20,6 +20,12 @@
 //!   bytes are in place. A get the btl queues ends with its event
 //!   (`GetComplete`/`GetFailed` with a token of this module's).
 //!
+//! - `IpcCopy` into device memory (`rndv/cuda-ipc`, from `execute.rs`): the
+//!   device-to-device copy out of the peer's mapping is issued on the peer's
+//!   stream and polled here, answered with `handle_get_done` when it ends,
+//!   so the copies of a window of receives queue back to back on the GPU.
+//!   Before a failed peer's mappings are closed its copies are waited for.
+//!
 //! Waiting for a slot or for the btl never holds up other actions: the
 //! waiting work is kept here and retried on every progress pass (the
 //! budgets are per direction, see `gmpi_gpu::stage`, so two ranks sending
@@ -97,6 +103,9 @@ pub(super) struct Staging {
     /// Streamed chunks to copy into the GPU (`Action::CopyIn` with
     /// `overlap`), waiting for a slot: destination, bytes, receive.
     copy_in_wait: VecDeque<(u64, Vec<u8>, u64)>,
+    /// Device-to-device copies out of a peer's IPC export in flight
+    /// (`Action::IpcCopy` into device memory): the peer, the receive.
+    ipc_copies: Vec<(Ticket, Rank, u64)>,
     next_token: u64,
 }
 
@@ -110,7 +119,8 @@ impl Staging {
             && self.in_gets.is_empty()
             && self.gets_ended.is_empty()
             && self.in_copies.is_empty()
-            && self.copy_in_wait.is_empty())
+            && self.copy_in_wait.is_empty()
+            && self.ipc_copies.is_empty())
     }
 
     /// Whether something ends by an event only polling sees (a copy's CUDA
@@ -119,7 +129,16 @@ impl Staging {
     /// comes back by a copy landing (polled) or by a peer's message (which
     /// wakes a sleeping rank).
     pub fn needs_polling(&self) -> bool {
-        !(self.out_copies.is_empty() && self.in_copies.is_empty() && self.gets_ended.is_empty())
+        !(self.out_copies.is_empty()
+            && self.in_copies.is_empty()
+            && self.gets_ended.is_empty()
+            && self.ipc_copies.is_empty())
+    }
+
+    /// An IPC receive's device-to-device copy was issued: `token`'s
+    /// `handle_get_done` comes when it lands.
+    pub fn ipc_copy(&mut self, t: Ticket, peer: Rank, token: u64) {
+        self.ipc_copies.push((t, peer, token));
     }
 
     /// Whether there is anything to pump: work waiting or in flight, or
@@ -182,8 +201,39 @@ impl<H: HostMemory> Driver<H> {
         n += self.finish_gets();
         n += self.poll_ins();
         n += self.start_copy_ins();
+        n += self.poll_ipc_copies();
         self.forget_failed_peers();
         n
+    }
+
+    /// Poll the IPC receives' copies; answer the pml for each that ended.
+    fn poll_ipc_copies(&mut self) -> usize {
+        let mut n = 0;
+        let mut k = 0;
+        while k < self.staging.ipc_copies.len() {
+            let (t, _, token) = self.staging.ipc_copies[k];
+            let Some(res) = self.gpu.device_poll(t) else {
+                k += 1;
+                continue;
+            };
+            self.staging.ipc_copies.remove(k);
+            n += 1;
+            match res {
+                Ok(()) => self.pml.handle_get_done(token),
+                Err(e) => self.pml.handle_get_failed(token, &e.to_string()),
+            }
+        }
+        n
+    }
+
+    /// Wait until no copy out of `peer`'s IPC exports is in flight (before
+    /// its mappings are closed).
+    pub(super) fn drain_ipc_copies(&mut self, peer: Rank) {
+        while self.staging.ipc_copies.iter().any(|c| c.1 == peer) {
+            if self.poll_ipc_copies() == 0 {
+                std::thread::yield_now();
+            }
+        }
     }
 
     fn start_copy_ins(&mut self) -> usize {

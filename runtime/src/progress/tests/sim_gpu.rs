@@ -230,6 +230,7 @@ fn diff(a: &Counts, b: &Counts) -> Counts {
         mallocs: a.mallocs - b.mallocs,
         frees: a.frees - b.frees,
         async_copies: a.async_copies - b.async_copies,
+        async_dtod: a.async_dtod - b.async_dtod,
     }
 }
 
@@ -412,6 +413,38 @@ fn concurrent_pool_sends_to_one_peer_each_lease_a_buffer_of_their_own() {
     assert_eq!((c.dtoh, c.htod, c.dtod, c.ipc_opens), (0, 0, 6, 3), "{c:?}");
     assert_eq!(w.leases(0), (0, 0));
     assert_eq!(w.d[0].gpu.staging_stats().buffers, 3);
+}
+
+#[test]
+fn ipc_receives_into_device_memory_copy_asynchronously_and_overlap() {
+    // A window of IPC messages: the receiver's device-to-device copies are
+    // issued without waiting for each other and complete by polling.
+    let mut w = World::new(2, true, device());
+    let len = 50_000;
+    let datas: Vec<Vec<u8>> = (0..8).map(|i| pattern(len, 40 + i)).collect();
+    let rbufs: Vec<Buf> = (0..8).map(|_| w.buffer(1, DEV, &vec![0u8; len])).collect();
+    let rids: Vec<ReqId> = rbufs.iter().map(|&r| w.recv(1, 0, r)).collect();
+    let srcs: Vec<Buf> = datas.iter().map(|d| w.buffer(0, DEV, d)).collect();
+    let before = w.cuda.counts();
+    let sids: Vec<ReqId> = srcs.iter().map(|&s| w.send(0, 1, s)).collect();
+    w.run();
+    for i in 0..8 {
+        w.d[1].test(rids[i]).expect("receive done").expect("ok");
+        w.d[0].test(sids[i]).expect("send done").expect("ok");
+        assert_eq!(w.read(1, rbufs[i]), datas[i], "message {i}");
+    }
+    let c = diff(&w.cuda.counts(), &before);
+    assert_eq!(
+        (c.dtoh, c.htod, c.dtod, c.async_dtod),
+        (0, 0, 8, 8),
+        "{c:?}"
+    );
+    assert!(
+        w.cuda.most_device_copies_in_flight() >= 2,
+        "copies overlap: {}",
+        w.cuda.most_device_copies_in_flight()
+    );
+    assert_eq!(w.cuda.copies_in_flight(), 0);
 }
 
 #[test]
