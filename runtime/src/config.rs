@@ -33,7 +33,7 @@
 //! | `gpu_eager_limit` | `GMPI_GPU_EAGER_LIMIT` | largest device message sent eagerly (copied through a pinned bounce buffer, or GDRCopy) | 8 KiB |
 //! | `gpu_ipc_threshold` | `GMPI_GPU_IPC_THRESHOLD` | smallest device message sent by CUDA IPC to a rank of the same node | 0 (every device message above the eager limit) |
 //! | `gpu_ipc` | `GMPI_GPU_IPC` | use CUDA IPC at all | `true` |
-//! | `gpu_host_cache` | `GMPI_GPU_HOST_CACHE` | remember buffers the CUDA driver called host memory, so they cost no driver call again; turn off only for programs that unmap host memory whose addresses CUDA may later give to device memory | `true` |
+//! | `gpu_host_cache` | `GMPI_GPU_HOST_CACHE` | remember buffers the CUDA driver called host memory, so they cost no driver call again, where they lie in static data, the `malloc` heap or the main stack (addresses that never become device memory); off: every host buffer is asked about | `true` |
 //! | `gpu_pipeline_chunk` | `GMPI_GPU_PIPELINE_CHUNK` | chunk of the staged protocol (device memory where neither IPC nor GPUDirect applies): each asynchronous copy through pinned memory, pulled by the receiver's get where the transport has one (shm); streamed in the transport's fragments where not (tcp) | 512 KiB |
 //! | `gpu_pipeline_depth` | `GMPI_GPU_PIPELINE_DEPTH` | staged chunks of one message in flight at once (1 to 64) | 4 |
 //! | — | `GMPI_GPU_BIND` | `none` or `local-rank`: at `MPI_Init`, make GPU `local_rank % gpus` current (set by `gmpirun --gpu-bind`) | `none` |
