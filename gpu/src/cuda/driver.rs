@@ -600,19 +600,7 @@ impl InFlight {
 
     /// `None` while the copy runs; then the buffer and how it went.
     pub(crate) fn poll(&mut self) -> Option<(Box<dyn PinnedBuf>, Res<()>)> {
-        // SAFETY: the event this value recorded.
-        let r = unsafe { cu::cuEventQuery(self.event) };
-        let res = match r {
-            cu::CUresult::CUDA_ERROR_NOT_READY => return None,
-            cu::CUresult::CUDA_SUCCESS => Ok(()),
-            r => {
-                // A failed copy or a broken context: make sure the engine
-                // is done with the buffer before it is handed back.
-                // SAFETY: as above.
-                let _ = unsafe { cu::cuEventSynchronize(self.event) };
-                check("cuEventQuery", r)
-            }
-        };
+        let res = event_ended(self.event)?;
         self.host.take().map(|h| (h, res))
     }
 }
@@ -672,6 +660,23 @@ fn record_after(s: &Stream) -> Res<cu::CUevent> {
     Ok(event)
 }
 
+/// `None` while the work before `event` runs; then how it went. On an
+/// error (a failed copy, a broken context) it first waits for the event, so
+/// that the engine is done with the memory the caller then hands back.
+fn event_ended(event: cu::CUevent) -> Option<Res<()>> {
+    // SAFETY: a recorded event of the caller's, not destroyed yet.
+    let r = unsafe { cu::cuEventQuery(event) };
+    match r {
+        cu::CUresult::CUDA_ERROR_NOT_READY => None,
+        cu::CUresult::CUDA_SUCCESS => Some(Ok(())),
+        r => {
+            // SAFETY: as above.
+            let _ = unsafe { cu::cuEventSynchronize(event) };
+            Some(check("cuEventQuery", r))
+        }
+    }
+}
+
 impl DeviceCopy {
     /// Issue `len` bytes from `src` to `dst` on `s`, then record an event.
     pub(crate) fn issue(dst: u64, src: u64, len: usize, s: &Stream) -> Res<Self> {
@@ -688,17 +693,7 @@ impl DeviceCopy {
 
     /// `None` while the copy runs; then how it went.
     pub(crate) fn poll(&mut self) -> Option<Res<()>> {
-        // SAFETY: the event this value recorded.
-        let r = unsafe { cu::cuEventQuery(self.event) };
-        let res = match r {
-            cu::CUresult::CUDA_ERROR_NOT_READY => return None,
-            cu::CUresult::CUDA_SUCCESS => Ok(()),
-            r => {
-                // SAFETY: as above; make sure the engine is done.
-                let _ = unsafe { cu::cuEventSynchronize(self.event) };
-                check("cuEventQuery", r)
-            }
-        };
+        let res = event_ended(self.event)?;
         self.ended = true;
         Some(res)
     }
