@@ -23,6 +23,7 @@ use std::ffi::{c_int, c_void};
 use gmpi::{Communicator, Error, ErrorClass, Op, UserDatatype, View};
 
 use crate::abi::*;
+use crate::p2p::persistent_coll;
 use crate::ptr;
 use crate::resolve;
 use crate::tables::*;
@@ -1877,4 +1878,280 @@ mpi_fn! {
         };
         ptr::write(CALL, "commute", commute, c as c_int)
     }
+}
+
+// ---- persistent collectives (MPI 4.0) ----
+//
+// `MPI_<Coll>_init` records the non-blocking collective with its arguments;
+// each `MPI_Start` runs it again (buffers and count arrays are read then).
+
+mpi_fn! {
+    fn Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let c = resolve::comm(call, comm)?;
+            let r = c.ibarrier()?;
+            out(call, comm, r, request)
+        }))
+    }
+    fn Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (buffer,) = (buffer as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (buffer,) = (buffer as *mut c_void,);
+            ibcast(call, buffer, count, datatype, root, comm, request)
+        }))
+    }
+    fn Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            ireduce(call, sendbuf, recvbuf, count, datatype, op, root, comm, request)
+        }))
+    }
+    fn Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iallreduce(call, sendbuf, recvbuf, count, datatype, op, comm, request)
+        }))
+    }
+    fn Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            igather(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+        }))
+    }
+    fn Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int, displs as *const c_int,);
+            igatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
+        }))
+    }
+    fn Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iscatter(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+        }))
+    }
+    fn Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as usize, sendcounts as usize, displs as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as *const c_void, sendcounts as *const c_int, displs as *const c_int, recvbuf as *mut c_void,);
+            iscatterv(call, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+        }))
+    }
+    fn Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iallgather_alltoall(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false, request)
+        }))
+    }
+    fn Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int, displs as *const c_int,);
+            iallgatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request)
+        }))
+    }
+    fn Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iallgather_alltoall(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true, request)
+        }))
+    }
+    fn Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const c_int, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const c_int,);
+            ialltoallv(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
+        }))
+    }
+    fn Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const c_int, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const c_int, recvtypes as *const MPI_Datatype,);
+            ialltoallw(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
+        }))
+    }
+    fn Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            ireduce_scatter_block(call, sendbuf, recvbuf, recvcount, datatype, op, comm, request)
+        }))
+    }
+    fn Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf, recvcounts,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int,);
+            ireduce_scatter(call, sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
+        }))
+    }
+    fn Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iscan(call, sendbuf, recvbuf, count, datatype, op, comm, false, request)
+        }))
+    }
+    fn Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iscan(call, sendbuf, recvbuf, count, datatype, op, comm, true, request)
+        }))
+    }
+    fn Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (buffer,) = (buffer as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (buffer,) = (buffer as *mut c_void,);
+            ibcast(call, buffer, count, datatype, root, comm, request)
+        }))
+    }
+    fn Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            ireduce(call, sendbuf, recvbuf, count, datatype, op, root, comm, request)
+        }))
+    }
+    fn Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iallreduce(call, sendbuf, recvbuf, count, datatype, op, comm, request)
+        }))
+    }
+    fn Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            igather(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+        }))
+    }
+    fn Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count, displs as *const MPI_Aint,);
+            igatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
+        }))
+    }
+    fn Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iscatter(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+        }))
+    }
+    fn Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as usize, sendcounts as usize, displs as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, displs as *const MPI_Aint, recvbuf as *mut c_void,);
+            iscatterv(call, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+        }))
+    }
+    fn Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iallgather_alltoall(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false, request)
+        }))
+    }
+    fn Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count, displs as *const MPI_Aint,);
+            iallgatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request)
+        }))
+    }
+    fn Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iallgather_alltoall(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true, request)
+        }))
+    }
+    fn Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint,);
+            ialltoallv(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
+        }))
+    }
+    fn Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint, recvtypes as *const MPI_Datatype,);
+            ialltoallw(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
+        }))
+    }
+    fn Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            ireduce_scatter_block(call, sendbuf, recvbuf, recvcount, datatype, op, comm, request)
+        }))
+    }
+    fn Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf, recvcounts,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count,);
+            ireduce_scatter(call, sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
+        }))
+    }
+    fn Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iscan(call, sendbuf, recvbuf, count, datatype, op, comm, false, request)
+        }))
+    }
+    fn Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        // The operation fits the datatype (everything else is checked at
+        // each start, when the buffers are read).
+        op_for(CALL, op, datatype)?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            iscan(call, sendbuf, recvbuf, count, datatype, op, comm, true, request)
+        }))
+    }
+
 }

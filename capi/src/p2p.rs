@@ -590,7 +590,7 @@ fn persistent(
     resolve::comm(call, comm)?;
     // Check the arguments now (the buffer is only read at each start).
     let t = resolve::dtype(call, dt)?;
-    ptr::buf(call, "buf", buf, count, &t, kind == SpecKind::Recv)?;
+    ptr::buf(call, "buf", buf, count, &t, matches!(kind, SpecKind::Recv))?;
     if request.is_null() {
         return Err(err(ErrorClass::Arg, call, "request is NULL"));
     }
@@ -613,9 +613,60 @@ fn persistent(
     ptr::write(call, "request", request, h)
 }
 
+/// `MPI_<Coll>_init`: a persistent collective on `comm` that `start`
+/// begins by calling `f`. The arguments `f` keeps are checked at each start
+/// (the buffers and arrays are read then, as MPI allows).
+pub(crate) fn persistent_coll(
+    call: &str,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+    f: CollStart,
+) -> Result<(), Error> {
+    resolve::comm(call, comm)?;
+    resolve::check_info(call, info)?;
+    if request.is_null() {
+        return Err(err(ErrorClass::Arg, call, "request is NULL"));
+    }
+    let spec = Spec {
+        kind: SpecKind::Coll(f),
+        buf: 0,
+        count: 0,
+        dt: MPI_DATATYPE_NULL,
+        peer: MPI_PROC_NULL,
+        tag: 0,
+        comm,
+    };
+    let h = encode(
+        Kind::Request,
+        state().reqs.insert(ReqObj::Persistent {
+            spec: Box::new(spec),
+            active: None,
+        }),
+    );
+    ptr::write(call, "request", request, h)
+}
+
+/// Start a persistent collective: its non-blocking collective makes a
+/// request of its own, whose operation moves into the persistent one.
+fn start_coll(call: &'static str, f: &CollStart) -> Result<Active, Error> {
+    let mut h = MPI_REQUEST_NULL;
+    (f.0)(call, &mut h)?;
+    let slot = resolve::req_slot(call, h)?;
+    match state().reqs.remove(slot) {
+        Some(ReqObj::Active(a)) => Ok(a),
+        other => Err(err(
+            ErrorClass::Intern,
+            call,
+            format!("a persistent collective started as {other:?}, not as an operation"),
+        )),
+    }
+}
+
 fn start_spec(call: &'static str, s: &Spec) -> Result<Active, Error> {
-    match s.kind {
-        SpecKind::Send(mode) => nonblocking_send(
+    match &s.kind {
+        SpecKind::Coll(f) => start_coll(call, f),
+        &SpecKind::Send(mode) => nonblocking_send(
             call,
             s.buf as *const c_void,
             s.count,
@@ -640,7 +691,7 @@ fn start_spec(call: &'static str, s: &Spec) -> Result<Active, Error> {
 fn start(call: &'static str, h: MPI_Request) -> Result<(), Error> {
     let slot = resolve::req_slot(call, h)?;
     let spec = match state().reqs.get(slot) {
-        Some(ReqObj::Persistent { spec, active: None }) => **spec,
+        Some(ReqObj::Persistent { spec, active: None }) => (**spec).clone(),
         Some(ReqObj::Persistent { .. }) => {
             return Err(err(
                 ErrorClass::Request,

@@ -28,6 +28,7 @@ use std::ffi::{c_int, c_void};
 use gmpi::{Communicator, Error, ErrorClass, Request, View};
 
 use crate::abi::*;
+use crate::p2p::persistent_coll;
 use crate::ptr;
 use crate::resolve;
 use crate::tables::*;
@@ -270,20 +271,6 @@ fn check_graph(
 fn graph_nbrs(index: &[c_int], edges: &[c_int], r: usize) -> Vec<c_int> {
     let lo = if r == 0 { 0 } else { index[r - 1] as usize };
     edges[lo..index[r] as usize].to_vec()
-}
-
-fn check_info(call: &str, info: MPI_Info) -> Result<(), Error> {
-    if info == MPI_INFO_NULL
-        || info == MPI_INFO_ENV
-        || decode(Kind::Info, info).is_some_and(|i| state().infos.get(i).is_some())
-    {
-        return Ok(());
-    }
-    Err(e(
-        ErrorClass::Info,
-        call,
-        format!("info = {info:#x} is not a valid info object"),
-    ))
 }
 
 /// Check a list of `n` ranks of a communicator of `size`.
@@ -662,7 +649,7 @@ mpi_fn! {
             (Some(_), None) if nin == 0 => false,
             _ => return Err(e(ErrorClass::Arg, CALL, "sourceweights and destweights must both be MPI_UNWEIGHTED or both be weights")),
         };
-        check_info(CALL, info)?;
+        resolve::check_info(CALL, info)?;
         out_comm(CALL, comm_dist_graph)?;
         let new = c.dup()?;
         let h = register(comm_old, new, |nbr| Topo::DistGraph {
@@ -693,7 +680,7 @@ mpi_fn! {
         let dst = check_ranks(CALL, "destinations", destinations, total, size)?;
         let w = weights(CALL, "weights", weights_, total)?;
         let weighted = w.is_some();
-        check_info(CALL, info)?;
+        resolve::check_info(CALL, info)?;
         out_comm(CALL, comm_dist_graph)?;
         // Every edge (s, d, w) goes to s (an out-edge there) and d (an
         // in-edge there): one message per pair of processes.
@@ -1137,6 +1124,50 @@ mpi_fn! {
         request: *mut MPI_Request) {
         alltoallw(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.start(CALL, request)
     }
+}
+
+// ---- persistent neighbourhood collectives (MPI 4.0) ----
+//
+// `MPI_<Coll>_init` records the non-blocking collective with its arguments;
+// each `MPI_Start` runs it again (buffers and count arrays are read then).
+
+mpi_fn! {
+    fn Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            allgather(call, sendbuf, sendcount, sendtype, recvbuf, Either::Same(recvcount), recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int, displs as *const c_int,);
+            allgather(call, sendbuf, sendcount, sendtype, recvbuf, Either::Each(recvcounts, displs), recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            alltoall(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const c_int, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const c_int,);
+            alltoallv(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const MPI_Aint, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const MPI_Aint, recvtypes as *const MPI_Datatype,);
+            alltoallw(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.start(call, request)
+        }))
+    }
+
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 8] = [
+const C_TESTS: [&str; 9] = [
     "p2p",
     "coll",
     "types",
@@ -85,6 +85,7 @@ const C_TESTS: [&str; 8] = [
     "largecount",
     "largecount_coll",
     "largecount_type",
+    "persistent_coll",
 ];
 
 /// Build the C test programs with `cc` and run each at every `nps`.

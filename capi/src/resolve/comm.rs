@@ -1,10 +1,10 @@
-//! Communicators, groups and requests by handle.
+//! Communicators, groups, requests and info arguments by handle.
 
 use gmpi::{Communicator, Error, ErrorClass, Group};
 
 use crate::abi::{
-    decode, Kind, MPI_Comm, MPI_Group, MPI_Request, MPI_COMM_NULL, MPI_COMM_SELF, MPI_COMM_WORLD,
-    MPI_GROUP_EMPTY,
+    decode, Kind, MPI_Comm, MPI_Group, MPI_Info, MPI_Request, MPI_COMM_NULL, MPI_COMM_SELF,
+    MPI_COMM_WORLD, MPI_GROUP_EMPTY, MPI_INFO_ENV, MPI_INFO_NULL,
 };
 use crate::errors::set_target;
 use crate::tables::{comm_slot, err, running, state, CommObj, SELF, WORLD};
@@ -127,4 +127,22 @@ pub fn req_slot(call: &str, h: MPI_Request) -> Result<usize, Error> {
             format!("request = {h:#x} is not a valid request"),
         )
     })
+}
+
+// ---- info objects ----
+
+/// Check an info argument: `MPI_INFO_NULL`, `MPI_INFO_ENV` or a live info
+/// object; else an `MPI_ERR_INFO` error.
+pub fn check_info(call: &str, info: MPI_Info) -> Result<(), Error> {
+    if info == MPI_INFO_NULL
+        || info == MPI_INFO_ENV
+        || decode(Kind::Info, info).is_some_and(|i| state().infos.get(i).is_some())
+    {
+        return Ok(());
+    }
+    Err(err(
+        ErrorClass::Info,
+        call,
+        format!("info = {info:#x} is not a valid info object"),
+    ))
 }

@@ -7,11 +7,11 @@
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use gmpi::{Error, Request};
 
-use crate::abi::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Status};
+use crate::abi::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status};
 
 /// What a request slot holds.
 #[derive(Debug)]
@@ -117,7 +117,7 @@ impl Active {
 }
 
 /// The recipe of a persistent request: the arguments of its start.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Spec {
     pub kind: SpecKind,
     /// The caller's buffer, read at each start.
@@ -131,10 +131,35 @@ pub struct Spec {
 }
 
 /// What a persistent request starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum SpecKind {
     Send(Mode),
     Recv,
+    /// A persistent collective (`MPI_Allreduce_init`, ...): the
+    /// non-blocking collective with its `_init`'s arguments (the other
+    /// fields of [`Spec`] but `comm` are unused).
+    Coll(CollStart),
+}
+
+/// How a persistent collective starts: its non-blocking collective, called
+/// with the name of the starting call and where to put the request.
+#[derive(Clone)]
+pub struct CollStart(
+    pub Arc<dyn Fn(&'static str, *mut MPI_Request) -> Result<(), Error> + Send + Sync>,
+);
+
+impl CollStart {
+    pub fn new(
+        f: impl Fn(&'static str, *mut MPI_Request) -> Result<(), Error> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for CollStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CollStart")
+    }
 }
 
 /// Send modes.
