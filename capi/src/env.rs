@@ -183,23 +183,15 @@ mpi_fn! {
     }
 
     fn Comm_create_errhandler(function: Option<CommErrFn>, errhandler: *mut MPI_Errhandler) {
-        let Some(f) = function else {
-            return Err(err(ErrorClass::Arg, CALL, "function is NULL"));
-        };
-        let h = encode(Kind::Errhandler, state().errhs.insert(ErrhObj { f }));
-        ptr::write(CALL, "errhandler", errhandler, h)
+        create_errhandler(CALL, function, errhandler)
     }
 
     safe fn Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) {
-        resolve::comm(CALL, comm)?;
-        errors::check_errhandler(CALL, errhandler)?;
-        resolve::with_comm(CALL, comm, |o| o.errh = errhandler)
+        set_errhandler(CALL, comm, errhandler)
     }
 
     fn Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) {
-        resolve::comm(CALL, comm)?;
-        let e = resolve::with_comm(CALL, comm, |o| o.errh)?;
-        ptr::write(CALL, "errhandler", errhandler, e)
+        get_errhandler(CALL, comm, errhandler)
     }
 
     fn Errhandler_free(errhandler: *mut MPI_Errhandler) {
@@ -316,4 +308,39 @@ mpi_fn! {
         let s = ptr::read(CALL, "c_status", c_status)?;
         ptr::write(CALL, "f_status", f_status.cast::<MPI_Status>(), s)
     }
+}
+
+/// `MPI_Comm_create_errhandler` (and the MPI-1 `MPI_Errhandler_create`).
+pub(crate) fn create_errhandler(
+    call: &str,
+    function: Option<CommErrFn>,
+    errhandler: *mut MPI_Errhandler,
+) -> Result<(), gmpi::Error> {
+    let Some(f) = function else {
+        return Err(err(ErrorClass::Arg, call, "function is NULL"));
+    };
+    let h = encode(Kind::Errhandler, state().errhs.insert(ErrhObj { f }));
+    ptr::write(call, "errhandler", errhandler, h)
+}
+
+/// `MPI_Comm_set_errhandler` (and the MPI-1 `MPI_Errhandler_set`).
+pub(crate) fn set_errhandler(
+    call: &str,
+    comm: MPI_Comm,
+    errhandler: MPI_Errhandler,
+) -> Result<(), gmpi::Error> {
+    resolve::comm(call, comm)?;
+    errors::check_errhandler(call, errhandler)?;
+    resolve::with_comm(call, comm, |o| o.errh = errhandler)
+}
+
+/// `MPI_Comm_get_errhandler` (and the MPI-1 `MPI_Errhandler_get`).
+pub(crate) fn get_errhandler(
+    call: &str,
+    comm: MPI_Comm,
+    errhandler: *mut MPI_Errhandler,
+) -> Result<(), gmpi::Error> {
+    resolve::comm(call, comm)?;
+    let e = resolve::with_comm(call, comm, |o| o.errh)?;
+    ptr::write(call, "errhandler", errhandler, e)
 }

@@ -46,12 +46,17 @@
 //!    - `env.rs`: init, finalize, versions, time, memory, addresses, error
 //!      handlers and codes, Fortran handle conversions.
 //!    - `p2p.rs`: point-to-point, requests, statuses, persistent and
-//!      buffered sends, matched probes.
-//!    - `coll.rs`: collectives and reduction operations.
+//!      buffered sends, matched probes; the persistent requests' start,
+//!      which persistent collectives share.
+//!    - `coll.rs`: collectives (blocking, non-blocking, persistent) and
+//!      reduction operations.
 //!    - `comm.rs`: communicators, groups, names, intercommunicators.
 //!    - `attrs.rs`: keyvals and attributes, `MPIR_Dup_fn`.
 //!    - `types.rs`: derived datatypes, pack/unpack, `external32`.
 //!    - `topo.rs`: process topologies and neighbourhood collectives.
+//!    - `removed.rs`: the MPI-1 names MPI-3.0 removed and MPICH still
+//!      exports (`MPI_Address`, `MPI_Type_struct`, ...), under their MPI-2
+//!      replacements.
 //!    - `info.rs`: info objects.
 //!    - `mpix.rs`: the MPIX extensions: the GPU-support queries
 //!      (`MPIX_Query_cuda_support`, `MPIX_GPU_query_support`).
@@ -106,6 +111,7 @@ mod env;
 mod info;
 mod mpix;
 mod p2p;
+mod removed;
 mod topo;
 mod types;
 mod unsupported;

@@ -793,12 +793,7 @@ mpi_fn! {
     }
 
     fn Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
-        check_out(CALL, newtype)?;
-        ptr::count(CALL, "count", count)?;
-        ptr::len(CALL, "blocklength", blocklength)?;
-        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
-        let dt = UserDatatype::hvector(count, blocklength, stride, &old);
-        create(CALL, newtype, dt, env(MPI_COMBINER_HVECTOR, vec![count, blocklength], vec![stride], vec![oldtype]), vec![p])
+        hvector(CALL, count, blocklength, stride, oldtype, newtype)
     }
 
     fn Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int,
@@ -815,14 +810,7 @@ mpi_fn! {
 
     fn Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint,
         oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
-        check_out(CALL, newtype)?;
-        let n = ptr::count(CALL, "count", count)?;
-        let bls = arr(CALL, "array_of_blocklengths", array_of_blocklengths, n)?;
-        let dps = arr(CALL, "array_of_displacements", array_of_displacements, n)?;
-        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
-        let dt = UserDatatype::hindexed(bls, dps, &old);
-        let ints = [&[count][..], bls].concat();
-        create(CALL, newtype, dt, env(MPI_COMBINER_HINDEXED, ints, dps.to_vec(), vec![oldtype]), vec![p])
+        hindexed(CALL, count, array_of_blocklengths, array_of_displacements, oldtype, newtype)
     }
 
     fn Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int,
@@ -850,21 +838,7 @@ mpi_fn! {
 
     fn Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint,
         array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) {
-        check_out(CALL, newtype)?;
-        let n = ptr::count(CALL, "count", count)?;
-        let bls = arr(CALL, "array_of_blocklengths", array_of_blocklengths, n)?;
-        let dps = arr(CALL, "array_of_displacements", array_of_displacements, n)?;
-        let hs = arr(CALL, "array_of_types", array_of_types, n)?;
-        let mut types = Vec::with_capacity(n);
-        let mut parts = Vec::with_capacity(n);
-        for (i, &h) in hs.iter().enumerate() {
-            let (t, p) = type_arg(CALL, &format!("array_of_types[{i}]"), h)?;
-            types.push(t);
-            parts.push(p);
-        }
-        let dt = UserDatatype::structured(bls, dps, &types);
-        let ints = [&[count][..], bls].concat();
-        create(CALL, newtype, dt, env(MPI_COMBINER_STRUCT, ints, dps.to_vec(), hs.to_vec()), parts)
+        struct_type(CALL, count, array_of_blocklengths, array_of_displacements, array_of_types, newtype)
     }
 
     fn Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) {
@@ -1214,6 +1188,99 @@ mpi_fn! {
 
 /// `MPI_Type_get_envelope(_c)`: the combiner and the numbers of ints,
 /// addresses and datatypes.
+/// The lower bound and extent of `datatype` (the MPI-1 `MPI_Type_extent`,
+/// `MPI_Type_lb` and `MPI_Type_ub`).
+pub(crate) fn lb_extent(call: &str, datatype: MPI_Datatype) -> Result<(MPI_Aint, MPI_Aint), Error> {
+    let (t, _) = type_arg(call, "datatype", datatype)?;
+    Ok((t.lb(), t.extent()))
+}
+
+/// `MPI_Type_create_hvector` (and the MPI-1 `MPI_Type_hvector`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn hvector(
+    call: &str,
+    count: c_int,
+    blocklength: c_int,
+    stride: MPI_Aint,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> Result<(), Error> {
+    check_out(call, newtype)?;
+    ptr::count(call, "count", count)?;
+    ptr::len(call, "blocklength", blocklength)?;
+    let (old, p) = type_arg(call, "oldtype", oldtype)?;
+    let dt = UserDatatype::hvector(count, blocklength, stride, &old);
+    create(
+        call,
+        newtype,
+        dt,
+        env(
+            MPI_COMBINER_HVECTOR,
+            vec![count, blocklength],
+            vec![stride],
+            vec![oldtype],
+        ),
+        vec![p],
+    )
+}
+
+/// `MPI_Type_create_hindexed` (and the MPI-1 `MPI_Type_hindexed`).
+pub(crate) fn hindexed(
+    call: &str,
+    count: c_int,
+    array_of_blocklengths: *const c_int,
+    array_of_displacements: *const MPI_Aint,
+    oldtype: MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> Result<(), Error> {
+    check_out(call, newtype)?;
+    let n = ptr::count(call, "count", count)?;
+    let bls = arr(call, "array_of_blocklengths", array_of_blocklengths, n)?;
+    let dps = arr(call, "array_of_displacements", array_of_displacements, n)?;
+    let (old, p) = type_arg(call, "oldtype", oldtype)?;
+    let dt = UserDatatype::hindexed(bls, dps, &old);
+    let ints = [&[count][..], bls].concat();
+    create(
+        call,
+        newtype,
+        dt,
+        env(MPI_COMBINER_HINDEXED, ints, dps.to_vec(), vec![oldtype]),
+        vec![p],
+    )
+}
+
+/// `MPI_Type_create_struct` (and the MPI-1 `MPI_Type_struct`).
+pub(crate) fn struct_type(
+    call: &str,
+    count: c_int,
+    array_of_blocklengths: *const c_int,
+    array_of_displacements: *const MPI_Aint,
+    array_of_types: *const MPI_Datatype,
+    newtype: *mut MPI_Datatype,
+) -> Result<(), Error> {
+    check_out(call, newtype)?;
+    let n = ptr::count(call, "count", count)?;
+    let bls = arr(call, "array_of_blocklengths", array_of_blocklengths, n)?;
+    let dps = arr(call, "array_of_displacements", array_of_displacements, n)?;
+    let hs = arr(call, "array_of_types", array_of_types, n)?;
+    let mut types = Vec::with_capacity(n);
+    let mut parts = Vec::with_capacity(n);
+    for (i, &h) in hs.iter().enumerate() {
+        let (t, p) = type_arg(call, &format!("array_of_types[{i}]"), h)?;
+        types.push(t);
+        parts.push(p);
+    }
+    let dt = UserDatatype::structured(bls, dps, &types);
+    let ints = [&[count][..], bls].concat();
+    create(
+        call,
+        newtype,
+        dt,
+        env(MPI_COMBINER_STRUCT, ints, dps.to_vec(), hs.to_vec()),
+        parts,
+    )
+}
+
 fn envelope(call: &str, datatype: MPI_Datatype) -> Result<(c_int, usize, usize, usize), Error> {
     type_arg(call, "datatype", datatype)?;
     Ok(match user_env(datatype) {
