@@ -1126,6 +1126,218 @@ mpi_fn! {
     }
 }
 
+// ---- the large-count (`_c`) neighbourhood collectives ----
+//
+// Counts and displacements arrive as `MPI_Count`/`MPI_Aint`; they go on as
+// `int`s (MPI_ERR_COUNT, or MPI_ERR_ARG for a displacement, past `int`:
+// messages this large are not supported here), read when the call (or, for
+// a persistent one, each start) is made.
+
+/// `v` as an `int`, or `class` naming `what`.
+fn narrow<T: Copy + std::fmt::Display + TryInto<c_int>>(
+    call: &str,
+    what: &str,
+    v: T,
+    class: ErrorClass,
+) -> Result<c_int, Error> {
+    v.try_into().map_err(|_| {
+        e(
+            class,
+            call,
+            format!("{what} = {v} does not fit in an int (large counts are not supported here)"),
+        )
+    })
+}
+
+/// The `n` elements of a `_c` call's count or displacement array, as `int`s.
+fn narrow_arr<T: Copy + std::fmt::Display + TryInto<c_int>>(
+    call: &str,
+    what: &str,
+    p: *const T,
+    n: usize,
+    class: ErrorClass,
+) -> Result<Vec<c_int>, Error> {
+    ptr::slice(call, what, p, n)?
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| narrow(call, &format!("{what}[{i}]"), x, class))
+        .collect()
+}
+
+/// The in- and out-degree of `comm`'s topology.
+fn degrees(call: &str, comm: MPI_Comm) -> Result<(usize, usize), Error> {
+    let (_, (ins, outs)) = plan(call, comm)?;
+    Ok((ins.len(), outs.len()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgather_c(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<Plan, Error> {
+    let sc = narrow(call, "sendcount", sendcount, ErrorClass::Count)?;
+    let rc = narrow(call, "recvcount", recvcount, ErrorClass::Count)?;
+    allgather(
+        call,
+        sendbuf,
+        sc,
+        sendtype,
+        recvbuf,
+        Either::Same(rc),
+        recvtype,
+        comm,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgatherv_c(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    displs: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<Plan, Error> {
+    let (nin, _) = degrees(call, comm)?;
+    let sc = narrow(call, "sendcount", sendcount, ErrorClass::Count)?;
+    let rc = narrow_arr(call, "recvcounts", recvcounts, nin, ErrorClass::Count)?;
+    let rd = narrow_arr(call, "displs", displs, nin, ErrorClass::Arg)?;
+    let each = Either::Each(rc.as_ptr(), rd.as_ptr());
+    allgather(call, sendbuf, sc, sendtype, recvbuf, each, recvtype, comm)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoall_c(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<Plan, Error> {
+    let sc = narrow(call, "sendcount", sendcount, ErrorClass::Count)?;
+    let rc = narrow(call, "recvcount", recvcount, ErrorClass::Count)?;
+    alltoall(call, sendbuf, sc, sendtype, recvbuf, rc, recvtype, comm)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallv_c(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<Plan, Error> {
+    let (nin, nout) = degrees(call, comm)?;
+    let sc = narrow_arr(call, "sendcounts", sendcounts, nout, ErrorClass::Count)?;
+    let sd = narrow_arr(call, "sdispls", sdispls, nout, ErrorClass::Arg)?;
+    let rc = narrow_arr(call, "recvcounts", recvcounts, nin, ErrorClass::Count)?;
+    let rd = narrow_arr(call, "rdispls", rdispls, nin, ErrorClass::Arg)?;
+    alltoallv(
+        call,
+        sendbuf,
+        sc.as_ptr(),
+        sd.as_ptr(),
+        sendtype,
+        recvbuf,
+        rc.as_ptr(),
+        rd.as_ptr(),
+        recvtype,
+        comm,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallw_c(
+    call: &str,
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+) -> Result<Plan, Error> {
+    let (nin, nout) = degrees(call, comm)?;
+    let sc = narrow_arr(call, "sendcounts", sendcounts, nout, ErrorClass::Count)?;
+    let rc = narrow_arr(call, "recvcounts", recvcounts, nin, ErrorClass::Count)?;
+    alltoallw(
+        call,
+        sendbuf,
+        sc.as_ptr(),
+        sdispls,
+        sendtypes,
+        recvbuf,
+        rc.as_ptr(),
+        rdispls,
+        recvtypes,
+        comm,
+    )
+}
+
+mpi_fn! {
+    fn Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void,
+        recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        allgather_c(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.run(CALL)
+    }
+    fn Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void,
+        recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        allgather_c(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.start(CALL, request)
+    }
+    fn Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void,
+        recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        allgatherv_c(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)?.run(CALL)
+    }
+    fn Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void,
+        recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        allgatherv_c(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)?.start(CALL, request)
+    }
+    fn Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void,
+        recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        alltoall_c(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.run(CALL)
+    }
+    fn Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void,
+        recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
+        alltoall_c(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.start(CALL, request)
+    }
+    fn Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype,
+        recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) {
+        alltoallv_c(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)?.run(CALL)
+    }
+    fn Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype,
+        recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm,
+        request: *mut MPI_Request) {
+        alltoallv_c(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)?.start(CALL, request)
+    }
+    fn Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype,
+        recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) {
+        alltoallw_c(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.run(CALL)
+    }
+    fn Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype,
+        recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm,
+        request: *mut MPI_Request) {
+        alltoallw_c(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.start(CALL, request)
+    }
+}
+
 // ---- persistent neighbourhood collectives (MPI 4.0) ----
 //
 // `MPI_<Coll>_init` records the non-blocking collective with its arguments;
@@ -1168,6 +1380,41 @@ mpi_fn! {
         }))
     }
 
+    fn Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            allgather_c(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count, displs as *const MPI_Aint,);
+            allgatherv_c(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            alltoall_c(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint,);
+            alltoallv_c(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)?.start(call, request)
+        }))
+    }
+    fn Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
+        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
+            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint, recvtypes as *const MPI_Datatype,);
+            alltoallw_c(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.start(call, request)
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -236,6 +236,60 @@ static void test_errors(void)
     CHECK_MPI(MPI_Comm_set_errhandler(w, MPI_ERRORS_ARE_FATAL));
 }
 
+/* The neighbourhood `_c` calls on a periodic ring of 3 ranks or more (the
+ * left and right neighbours differ), blocking and non-blocking. */
+static void test_neighbor(int nb)
+{
+    if (size < 3)
+        return;
+    MPI_Comm ring;
+    int dims[1] = {size}, periods[1] = {1};
+    CHECK_MPI(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring));
+    int r, left, right;
+    MPI_Comm_rank(ring, &r);
+    CHECK_MPI(MPI_Cart_shift(ring, 0, 1, &left, &right));
+    int s[2], g[2];
+    MPI_Count one[2] = {1, 1};
+    MPI_Aint disp[2] = {0, 1}, bdisp[2] = {0, sizeof(int)};
+    MPI_Datatype types[2] = {MPI_INT, MPI_INT};
+    for (int k = 0; k < 5; k++) {
+        s[0] = 10 * r + k;
+        s[1] = 10 * r + 5 + k;
+        g[0] = g[1] = -1;
+        switch (k) {
+        case 0:
+            RUN(nb, MPI_Neighbor_allgather_c(s, 1, MPI_INT, g, 1, MPI_INT, ring),
+                MPI_Ineighbor_allgather_c(s, 1, MPI_INT, g, 1, MPI_INT, ring, &rq_));
+            break;
+        case 1:
+            RUN(nb, MPI_Neighbor_allgatherv_c(s, 1, MPI_INT, g, one, disp, MPI_INT, ring),
+                MPI_Ineighbor_allgatherv_c(s, 1, MPI_INT, g, one, disp, MPI_INT, ring, &rq_));
+            break;
+        case 2:
+            RUN(nb, MPI_Neighbor_alltoall_c(s, 1, MPI_INT, g, 1, MPI_INT, ring),
+                MPI_Ineighbor_alltoall_c(s, 1, MPI_INT, g, 1, MPI_INT, ring, &rq_));
+            break;
+        case 3:
+            RUN(nb, MPI_Neighbor_alltoallv_c(s, one, disp, MPI_INT, g, one, disp, MPI_INT, ring),
+                MPI_Ineighbor_alltoallv_c(s, one, disp, MPI_INT, g, one, disp, MPI_INT, ring, &rq_));
+            break;
+        default:
+            RUN(nb, MPI_Neighbor_alltoallw_c(s, one, bdisp, types, g, one, bdisp, types, ring),
+                MPI_Ineighbor_alltoallw_c(s, one, bdisp, types, g, one, bdisp, types, ring, &rq_));
+        }
+        EQ(g[0], k < 2 ? 10 * left + k : 10 * left + 5 + k, "Neighbor_*_c from the left", k);
+        EQ(g[1], 10 * right + k, "Neighbor_*_c from the right", k);
+    }
+    CHECK_MPI(MPI_Comm_set_errhandler(ring, MPI_ERRORS_RETURN));
+    MPI_Count bad[2] = {1, -1};
+    expect_count_error(MPI_Neighbor_allgatherv_c(s, 1, MPI_INT, g, bad, disp, MPI_INT, ring),
+                       "Neighbor_allgatherv_c recvcounts[1] -1");
+    bad[1] = -((MPI_Count)1 << 40);
+    expect_count_error(MPI_Neighbor_alltoallv_c(s, one, disp, MPI_INT, g, bad, disp, MPI_INT, ring),
+                       "Neighbor_alltoallv_c recvcounts[1] -2^40");
+    CHECK_MPI(MPI_Comm_free(&ring));
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -246,6 +300,7 @@ int main(int argc, char **argv)
     for (int nb = 0; nb < 2; nb++) {
         test_rooted(nb);
         test_all(nb);
+        test_neighbor(nb);
     }
     test_local();
     test_errors();

@@ -256,6 +256,28 @@ static void test_neighbor(void)
         }
     }
     for (int k = 0; k < 5; k++) CHECK_MPI(MPI_Request_free(&rq[k]));
+    /* The large-count forms. */
+    MPI_Count onec[2] = {1, 1};
+    MPI_Aint dispc[2] = {0, 1};
+    CHECK_MPI(MPI_Neighbor_allgather_init_c(s, 1, MPI_INT, g, 1, MPI_INT, ring, MPI_INFO_NULL, &rq[0]));
+    CHECK_MPI(MPI_Neighbor_allgatherv_init_c(s, 1, MPI_INT, g, onec, dispc, MPI_INT, ring,
+                                             MPI_INFO_NULL, &rq[1]));
+    CHECK_MPI(MPI_Neighbor_alltoall_init_c(s, 1, MPI_INT, g, 1, MPI_INT, ring, MPI_INFO_NULL, &rq[2]));
+    CHECK_MPI(MPI_Neighbor_alltoallv_init_c(s, onec, dispc, MPI_INT, g, onec, dispc, MPI_INT, ring,
+                                            MPI_INFO_NULL, &rq[3]));
+    CHECK_MPI(MPI_Neighbor_alltoallw_init_c(s, onec, bdisp, types, g, onec, bdisp, types, ring,
+                                            MPI_INFO_NULL, &rq[4]));
+    for (int it = 0; it < ROUNDS; it++) {
+        for (int k = 0; k < 5; k++) {
+            s[0] = 20 * r + it + k;
+            s[1] = 20 * r + 5 + it + k;
+            g[0] = g[1] = -1;
+            run(&rq[k]);
+            EQ(g[0], k < 2 ? 20 * left + it + k : 20 * left + 5 + it + k, "Neighbor_*_init_c left", it, k);
+            EQ(g[1], 20 * right + it + k, "Neighbor_*_init_c right", it, k);
+        }
+    }
+    for (int k = 0; k < 5; k++) CHECK_MPI(MPI_Request_free(&rq[k]));
     CHECK_MPI(MPI_Comm_free(&ring));
 }
 
