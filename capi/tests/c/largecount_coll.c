@@ -1,6 +1,7 @@
 /* MPI-4's large-count collectives (the `_c` variants: MPI_Count counts,
  * MPI_Count/MPI_Aint arrays) with small counts, blocking and non-blocking,
- * each checked against the data its `int` twin would give; a negative count
+ * each checked against the data its `int` twin would give (the neighbourhood
+ * ones on a ring at np >= 3); a negative count
  * (scalar or in an array) fails with MPI_ERR_COUNT. Plain MPI only. */
 #define TEST_NAME "largecount_coll"
 #include "check.h"
