@@ -23,7 +23,7 @@ use std::ffi::{c_int, c_void};
 use gmpi::{Communicator, Error, ErrorClass, Op, UserDatatype, View};
 
 use crate::abi::*;
-use crate::p2p::persistent_coll;
+use crate::p2p::{persistent_coll, Snap};
 use crate::ptr;
 use crate::resolve;
 use crate::tables::*;
@@ -1928,9 +1928,15 @@ mpi_fn! {
         }))
     }
     fn Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, is_root(&c_, root).then_some(n_))?;
+        let displs = Snap::take(CALL, "displs", displs, is_root(&c_, root).then_some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int, displs as *const c_int,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
             igatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
         }))
     }
@@ -1942,9 +1948,15 @@ mpi_fn! {
         }))
     }
     fn Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as usize, sendcounts as usize, displs as usize, recvbuf as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, is_root(&c_, root).then_some(n_))?;
+        let displs = Snap::take(CALL, "displs", displs, is_root(&c_, root).then_some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as *const c_void, sendcounts as *const c_int, displs as *const c_int, recvbuf as *mut c_void,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let displs = displs.ptr();
             iscatterv(call, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
         }))
     }
@@ -1956,9 +1968,15 @@ mpi_fn! {
         }))
     }
     fn Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(n_))?;
+        let displs = Snap::take(CALL, "displs", displs, Some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int, displs as *const c_int,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
             iallgatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request)
         }))
     }
@@ -1970,16 +1988,40 @@ mpi_fn! {
         }))
     }
     fn Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(n_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const c_int, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const c_int,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
             ialltoallv(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
         }))
     }
     fn Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let sendtypes = Snap::take(CALL, "sendtypes", sendtypes, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(n_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(n_))?;
+        let recvtypes = Snap::take(CALL, "recvtypes", recvtypes, Some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const c_int, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const c_int, recvtypes as *const MPI_Datatype,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let sendtypes = sendtypes.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
+            let recvtypes = recvtypes.ptr();
             ialltoallw(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
         }))
     }
@@ -1997,9 +2039,12 @@ mpi_fn! {
         // The operation fits the datatype (everything else is checked at
         // each start, when the buffers are read).
         op_for(CALL, op, datatype)?;
-        let (sendbuf, recvbuf, recvcounts,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(c_.size() as usize))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
             ireduce_scatter(call, sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
         }))
     }
@@ -2058,9 +2103,15 @@ mpi_fn! {
         }))
     }
     fn Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, is_root(&c_, root).then_some(n_))?;
+        let displs = Snap::take(CALL, "displs", displs, is_root(&c_, root).then_some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count, displs as *const MPI_Aint,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
             igatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
         }))
     }
@@ -2072,9 +2123,15 @@ mpi_fn! {
         }))
     }
     fn Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as usize, sendcounts as usize, displs as usize, recvbuf as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, is_root(&c_, root).then_some(n_))?;
+        let displs = Snap::take(CALL, "displs", displs, is_root(&c_, root).then_some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, displs, recvbuf,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, displs as *const MPI_Aint, recvbuf as *mut c_void,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let displs = displs.ptr();
             iscatterv(call, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
         }))
     }
@@ -2086,9 +2143,15 @@ mpi_fn! {
         }))
     }
     fn Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(n_))?;
+        let displs = Snap::take(CALL, "displs", displs, Some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count, displs as *const MPI_Aint,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
             iallgatherv(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request)
         }))
     }
@@ -2100,16 +2163,40 @@ mpi_fn! {
         }))
     }
     fn Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(n_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
             ialltoallv(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
         }))
     }
     fn Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let n_ = peers(&c_) as usize;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let sendtypes = Snap::take(CALL, "sendtypes", sendtypes, (!ptr::in_place(sendbuf)).then_some(n_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(n_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(n_))?;
+        let recvtypes = Snap::take(CALL, "recvtypes", recvtypes, Some(n_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint, recvtypes as *const MPI_Datatype,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let sendtypes = sendtypes.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
+            let recvtypes = recvtypes.ptr();
             ialltoallw(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
         }))
     }
@@ -2127,9 +2214,12 @@ mpi_fn! {
         // The operation fits the datatype (everything else is checked at
         // each start, when the buffers are read).
         op_for(CALL, op, datatype)?;
-        let (sendbuf, recvbuf, recvcounts,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize,);
+        let c_ = resolve::comm(CALL, comm)?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(c_.size() as usize))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
             ireduce_scatter(call, sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
         }))
     }

@@ -615,7 +615,7 @@ fn persistent(
 
 /// `MPI_<Coll>_init`: a persistent collective on `comm` that `start`
 /// begins by calling `f`. The arguments `f` keeps are checked at each start
-/// (the buffers and arrays are read then, as MPI allows).
+/// (the buffers are read then; the arrays were copied at init, [`Snap`]).
 pub(crate) fn persistent_coll(
     call: &str,
     comm: MPI_Comm,
@@ -645,6 +645,39 @@ pub(crate) fn persistent_coll(
         }),
     );
     ptr::write(call, "request", request, h)
+}
+
+/// An array argument of a persistent collective (counts, displacements,
+/// datatypes): copied at init where it is significant, so that the caller
+/// may reuse its array once `_init` returns (as MPICH, which builds its
+/// schedule then, allows); elsewhere the caller's pointer, which the
+/// collective does not read.
+pub(crate) enum Snap<T> {
+    Copy(Vec<T>),
+    Ptr(usize),
+}
+
+impl<T: Copy> Snap<T> {
+    /// `n` entries of `p` (`None`: not significant here).
+    pub(crate) fn take(
+        call: &str,
+        what: &str,
+        p: *const T,
+        n: Option<usize>,
+    ) -> Result<Self, Error> {
+        Ok(match n {
+            Some(n) => Snap::Copy(ptr::slice(call, what, p, n)?.to_vec()),
+            None => Snap::Ptr(p as usize),
+        })
+    }
+
+    /// The array to pass at a start.
+    pub(crate) fn ptr(&self) -> *const T {
+        match self {
+            Snap::Copy(v) => v.as_ptr(),
+            Snap::Ptr(p) => *p as *const T,
+        }
+    }
 }
 
 /// Start a persistent collective: its non-blocking collective makes a

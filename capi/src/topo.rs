@@ -28,7 +28,7 @@ use std::ffi::{c_int, c_void};
 use gmpi::{Communicator, Error, ErrorClass, Request, View};
 
 use crate::abi::*;
-use crate::p2p::persistent_coll;
+use crate::p2p::{persistent_coll, Snap};
 use crate::ptr;
 use crate::resolve;
 use crate::tables::*;
@@ -1352,9 +1352,14 @@ mpi_fn! {
         }))
     }
     fn Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        let (nin_, _) = degrees(CALL, comm)?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(nin_))?;
+        let displs = Snap::take(CALL, "displs", displs, Some(nin_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const c_int, displs as *const c_int,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
             allgather(call, sendbuf, sendcount, sendtype, recvbuf, Either::Each(recvcounts, displs), recvtype, comm)?.start(call, request)
         }))
     }
@@ -1366,16 +1371,38 @@ mpi_fn! {
         }))
     }
     fn Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        let (nin_, nout_) = degrees(CALL, comm)?;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, Some(nout_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, Some(nout_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(nin_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(nin_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const c_int, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const c_int,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
             alltoallv(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)?.start(call, request)
         }))
     }
     fn Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        let (nin_, nout_) = degrees(CALL, comm)?;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, Some(nout_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, Some(nout_))?;
+        let sendtypes = Snap::take(CALL, "sendtypes", sendtypes, Some(nout_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(nin_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(nin_))?;
+        let recvtypes = Snap::take(CALL, "recvtypes", recvtypes, Some(nin_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const c_int, sdispls as *const MPI_Aint, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const c_int, rdispls as *const MPI_Aint, recvtypes as *const MPI_Datatype,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let sendtypes = sendtypes.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
+            let recvtypes = recvtypes.ptr();
             alltoallw(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.start(call, request)
         }))
     }
@@ -1388,9 +1415,14 @@ mpi_fn! {
         }))
     }
     fn Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as usize, recvbuf as usize, recvcounts as usize, displs as usize,);
+        let (nin_, _) = degrees(CALL, comm)?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(nin_))?;
+        let displs = Snap::take(CALL, "displs", displs, Some(nin_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, recvbuf, recvcounts, displs,) = (sendbuf as *const c_void, recvbuf as *mut c_void, recvcounts as *const MPI_Count, displs as *const MPI_Aint,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let recvcounts = recvcounts.ptr();
+            let displs = displs.ptr();
             allgatherv_c(call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)?.start(call, request)
         }))
     }
@@ -1402,16 +1434,38 @@ mpi_fn! {
         }))
     }
     fn Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, recvbuf as usize, recvcounts as usize, rdispls as usize,);
+        let (nin_, nout_) = degrees(CALL, comm)?;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, Some(nout_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, Some(nout_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(nin_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(nin_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
             alltoallv_c(call, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)?.start(call, request)
         }))
     }
     fn Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) {
-        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as usize, sendcounts as usize, sdispls as usize, sendtypes as usize, recvbuf as usize, recvcounts as usize, rdispls as usize, recvtypes as usize,);
+        let (nin_, nout_) = degrees(CALL, comm)?;
+        let sendcounts = Snap::take(CALL, "sendcounts", sendcounts, Some(nout_))?;
+        let sdispls = Snap::take(CALL, "sdispls", sdispls, Some(nout_))?;
+        let sendtypes = Snap::take(CALL, "sendtypes", sendtypes, Some(nout_))?;
+        let recvcounts = Snap::take(CALL, "recvcounts", recvcounts, Some(nin_))?;
+        let rdispls = Snap::take(CALL, "rdispls", rdispls, Some(nin_))?;
+        let recvtypes = Snap::take(CALL, "recvtypes", recvtypes, Some(nin_))?;
+        let (sendbuf, recvbuf,) = (sendbuf as usize, recvbuf as usize,);
         persistent_coll(CALL, comm, info, request, CollStart::new(move |call, request| {
-            let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,) = (sendbuf as *const c_void, sendcounts as *const MPI_Count, sdispls as *const MPI_Aint, sendtypes as *const MPI_Datatype, recvbuf as *mut c_void, recvcounts as *const MPI_Count, rdispls as *const MPI_Aint, recvtypes as *const MPI_Datatype,);
+            let (sendbuf, recvbuf,) = (sendbuf as *const c_void, recvbuf as *mut c_void,);
+            let sendcounts = sendcounts.ptr();
+            let sdispls = sdispls.ptr();
+            let sendtypes = sendtypes.ptr();
+            let recvcounts = recvcounts.ptr();
+            let rdispls = rdispls.ptr();
+            let recvtypes = recvtypes.ptr();
             alltoallw_c(call, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)?.start(call, request)
         }))
     }

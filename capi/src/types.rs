@@ -173,6 +173,24 @@ fn env(
         combiner,
         ints,
         aints,
+        counts: Vec::new(),
+        types,
+    }
+}
+
+/// The envelope of a type a `_c` constructor built: its counts and
+/// displacements are large counts (MPI 4.0's table of combiners).
+fn env_c(
+    combiner: c_int,
+    ints: Vec<c_int>,
+    counts: Vec<MPI_Count>,
+    types: Vec<MPI_Datatype>,
+) -> Envelope {
+    Envelope {
+        combiner,
+        ints,
+        aints: Vec::new(),
+        counts,
         types,
     }
 }
@@ -786,7 +804,7 @@ mpi_fn! {
     fn Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
         check_out(CALL, newtype)?;
         ptr::count(CALL, "count", count)?;
-        ptr::len(CALL, "blocklength", blocklength)?;
+        ptr::count(CALL, "blocklength", blocklength)?;
         let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
         let dt = UserDatatype::vector(count, blocklength, stride, &old);
         create(CALL, newtype, dt, env(MPI_COMBINER_VECTOR, vec![count, blocklength, stride], vec![], vec![oldtype]), vec![p])
@@ -817,7 +835,7 @@ mpi_fn! {
         oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
         check_out(CALL, newtype)?;
         let n = ptr::count(CALL, "count", count)?;
-        ptr::len(CALL, "blocklength", blocklength)?;
+        ptr::count(CALL, "blocklength", blocklength)?;
         let dps = arr(CALL, "array_of_displacements", array_of_displacements, n)?;
         let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
         let dt = UserDatatype::indexed_block(blocklength, dps, &old);
@@ -829,7 +847,7 @@ mpi_fn! {
         oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
         check_out(CALL, newtype)?;
         let n = ptr::count(CALL, "count", count)?;
-        ptr::len(CALL, "blocklength", blocklength)?;
+        ptr::count(CALL, "blocklength", blocklength)?;
         let dps = arr(CALL, "array_of_displacements", array_of_displacements, n)?;
         let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
         let dt = UserDatatype::hindexed_block(blocklength, dps, &old);
@@ -995,7 +1013,7 @@ mpi_fn! {
 
     fn Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int,
         num_datatypes: *mut c_int, combiner: *mut c_int) {
-        let (c, ni, na, nd) = envelope(CALL, datatype)?;
+        let (c, ni, na, _, nd) = envelope(CALL, datatype, false)?;
         ptr::write(CALL, "num_integers", num_integers, ni as c_int)?;
         ptr::write(CALL, "num_addresses", num_addresses, na as c_int)?;
         ptr::write(CALL, "num_datatypes", num_datatypes, nd as c_int)?;
@@ -1007,19 +1025,17 @@ mpi_fn! {
         let mi = ptr::len(CALL, "max_integers", max_integers)?;
         let ma = ptr::len(CALL, "max_addresses", max_addresses)?;
         let md = ptr::len(CALL, "max_datatypes", max_datatypes)?;
-        contents(CALL, datatype, (mi, array_of_integers), (ma, array_of_addresses), md, array_of_datatypes)
+        contents(CALL, datatype, (mi, array_of_integers), (ma, array_of_addresses), None, md, array_of_datatypes)
     }
 
     // MPI-4's large-count decoding: the envelope also counts MPI_Count
-    // values, which only the `_c` constructors record; gmpi has none of
-    // those, so there are always 0 and the ints, addresses and types are
-    // the int calls' own.
+    // values, which only the `_c` constructors record.
     fn Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count,
         num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) {
-        let (c, ni, na, nd) = envelope(CALL, datatype)?;
+        let (c, ni, na, nc, nd) = envelope(CALL, datatype, true)?;
         ptr::write(CALL, "num_integers", num_integers, ni as MPI_Count)?;
         ptr::write(CALL, "num_addresses", num_addresses, na as MPI_Count)?;
-        ptr::write(CALL, "num_large_counts", num_large_counts, 0)?;
+        ptr::write(CALL, "num_large_counts", num_large_counts, nc as MPI_Count)?;
         ptr::write(CALL, "num_datatypes", num_datatypes, nd as MPI_Count)?;
         ptr::write(CALL, "combiner", combiner, c)
     }
@@ -1030,11 +1046,10 @@ mpi_fn! {
         array_of_datatypes: *mut MPI_Datatype) {
         let mi = size_arg(CALL, "max_integers", max_integers)?;
         let ma = size_arg(CALL, "max_addresses", max_addresses)?;
-        size_arg(CALL, "max_large_counts", max_large_counts)?;
+        let mc = size_arg(CALL, "max_large_counts", max_large_counts)?;
         let md = size_arg(CALL, "max_datatypes", max_datatypes)?;
-        // No large counts to store: array_of_large_counts is not touched.
-        let _ = array_of_large_counts;
-        contents(CALL, datatype, (mi, array_of_integers), (ma, array_of_addresses), md, array_of_datatypes)
+        contents(CALL, datatype, (mi, array_of_integers), (ma, array_of_addresses),
+            Some((mc, array_of_large_counts)), md, array_of_datatypes)
     }
 
     fn Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) {
@@ -1207,7 +1222,7 @@ pub(crate) fn hvector(
 ) -> Result<(), Error> {
     check_out(call, newtype)?;
     ptr::count(call, "count", count)?;
-    ptr::len(call, "blocklength", blocklength)?;
+    ptr::count(call, "blocklength", blocklength)?;
     let (old, p) = type_arg(call, "oldtype", oldtype)?;
     let dt = UserDatatype::hvector(count, blocklength, stride, &old);
     create(
@@ -1281,12 +1296,274 @@ pub(crate) fn struct_type(
     )
 }
 
-fn envelope(call: &str, datatype: MPI_Datatype) -> Result<(c_int, usize, usize, usize), Error> {
-    type_arg(call, "datatype", datatype)?;
-    Ok(match user_env(datatype) {
-        Some(e) => (e.combiner, e.ints.len(), e.aints.len(), e.types.len()),
-        None => (MPI_COMBINER_NAMED, 0, 0, 0),
+// ---- the large-count (`_c`) constructors ----
+//
+// Counts and displacements arrive as `MPI_Count`; the type is built as its
+// int twin builds it (a count or block length past `int`: MPI_ERR_COUNT;
+// types that large are not supported here) and records them as large
+// counts, as MPI 4.0 lays out each combiner's `_c` envelope (so only
+// `MPI_Type_get_envelope_c`/`_contents_c` decode it, as on MPICH).
+
+/// A `_c` constructor's count argument `what` as an `int`.
+fn int_c(call: &str, what: &str, v: MPI_Count, class: ErrorClass) -> Result<c_int, Error> {
+    c_int::try_from(v).map_err(|_| {
+        err(
+            class,
+            call,
+            format!(
+                "{what} = {v} does not fit in an int (types this large are not supported here)"
+            ),
+        )
     })
+}
+
+/// A `_c` constructor's array `what` of `n` counts (or element
+/// displacements) as `int`s.
+fn ints_c(
+    call: &str,
+    what: &str,
+    p: *const MPI_Count,
+    n: usize,
+    class: ErrorClass,
+) -> Result<Vec<c_int>, Error> {
+    arr(call, what, p, n)?
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| int_c(call, &format!("{what}[{i}]"), v, class))
+        .collect()
+}
+
+/// A `_c` constructor's array `what` of `n` byte displacements.
+fn aints_c(call: &str, what: &str, p: *const MPI_Count, n: usize) -> Result<Vec<MPI_Aint>, Error> {
+    arr(call, what, p, n)?
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            MPI_Aint::try_from(v).map_err(|_| {
+                err(
+                    ErrorClass::Arg,
+                    call,
+                    format!("{what}[{i}] = {v} is not an address offset"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `count` (past `int`) copies of `old` in a row: a vector of `count /
+/// INT_MAX` blocks of `INT_MAX` and a contiguous remainder, side by side in
+/// a struct (how mpi4py builds such a type on an MPI-3 library); its
+/// envelope still says `MPI_COMBINER_CONTIGUOUS` with `count`.
+fn big_contiguous(call: &str, count: MPI_Count, old: &UserDatatype) -> Result<UserDatatype, Error> {
+    let max = MPI_Count::from(c_int::MAX);
+    let q = int_c(call, "count", count / max, ErrorClass::Count)?;
+    let r = (count % max) as c_int;
+    let blocks = UserDatatype::vector(q, c_int::MAX, c_int::MAX, old)?;
+    let rest = UserDatatype::contiguous(r, old)?;
+    let disp = MPI_Aint::try_from(MPI_Count::from(q) * max)
+        .ok()
+        .and_then(|n| n.checked_mul(old.extent()))
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Count,
+                call,
+                format!("count = {count} copies overflow an address"),
+            )
+        })?;
+    UserDatatype::structured(&[1, 1], &[0, disp], &[blocks, rest])
+}
+
+/// The number of blocks `count` of a `_c` constructor: non-negative.
+fn len_c(call: &str, what: &str, count: MPI_Count) -> Result<(c_int, usize), Error> {
+    let c = int_c(call, what, count, ErrorClass::Count)?;
+    Ok((c, ptr::count(call, what, c)?))
+}
+
+mpi_fn! {
+    fn Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        ptr::count(CALL, "count", count)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = match c_int::try_from(count) {
+            Ok(c) => UserDatatype::contiguous(c, &old),
+            Err(_) => big_contiguous(CALL, count, &old),
+        };
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_CONTIGUOUS, vec![], vec![count], vec![oldtype]), vec![p])
+    }
+
+    fn Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (c, _) = len_c(CALL, "count", count)?;
+        let bl = int_c(CALL, "blocklength", blocklength, ErrorClass::Count)?;
+        ptr::count(CALL, "blocklength", bl)?;
+        let st = int_c(CALL, "stride", stride, ErrorClass::Arg)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::vector(c, bl, st, &old);
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_VECTOR, vec![], vec![count, blocklength, stride], vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype,
+        newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (c, _) = len_c(CALL, "count", count)?;
+        let bl = int_c(CALL, "blocklength", blocklength, ErrorClass::Count)?;
+        ptr::count(CALL, "blocklength", bl)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::hvector(c, bl, stride as MPI_Aint, &old);
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_HVECTOR, vec![], vec![count, blocklength, stride], vec![oldtype]), vec![p])
+    }
+
+    fn Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count,
+        oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (_, n) = len_c(CALL, "count", count)?;
+        let bls = ints_c(CALL, "array_of_blocklengths", array_of_blocklengths, n, ErrorClass::Count)?;
+        let dps = ints_c(CALL, "array_of_displacements", array_of_displacements, n, ErrorClass::Arg)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::indexed(&bls, &dps, &old);
+        let counts = [&[count][..], arr(CALL, "array_of_blocklengths", array_of_blocklengths, n)?,
+            arr(CALL, "array_of_displacements", array_of_displacements, n)?].concat();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_INDEXED, vec![], counts, vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count,
+        array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (_, n) = len_c(CALL, "count", count)?;
+        let bls = ints_c(CALL, "array_of_blocklengths", array_of_blocklengths, n, ErrorClass::Count)?;
+        let dps = aints_c(CALL, "array_of_displacements", array_of_displacements, n)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::hindexed(&bls, &dps, &old);
+        let counts = [&[count][..], arr(CALL, "array_of_blocklengths", array_of_blocklengths, n)?,
+            arr(CALL, "array_of_displacements", array_of_displacements, n)?].concat();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_HINDEXED, vec![], counts, vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count,
+        oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (_, n) = len_c(CALL, "count", count)?;
+        let bl = int_c(CALL, "blocklength", blocklength, ErrorClass::Count)?;
+        ptr::count(CALL, "blocklength", bl)?;
+        let dps = ints_c(CALL, "array_of_displacements", array_of_displacements, n, ErrorClass::Arg)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::indexed_block(bl, &dps, &old);
+        let counts = [&[count, blocklength][..], arr(CALL, "array_of_displacements", array_of_displacements, n)?].concat();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_INDEXED_BLOCK, vec![], counts, vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count,
+        oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (_, n) = len_c(CALL, "count", count)?;
+        let bl = int_c(CALL, "blocklength", blocklength, ErrorClass::Count)?;
+        ptr::count(CALL, "blocklength", bl)?;
+        let dps = aints_c(CALL, "array_of_displacements", array_of_displacements, n)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::hindexed_block(bl, &dps, &old);
+        let counts = [&[count, blocklength][..], arr(CALL, "array_of_displacements", array_of_displacements, n)?].concat();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_HINDEXED_BLOCK, vec![], counts, vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count,
+        array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (_, n) = len_c(CALL, "count", count)?;
+        let bls = ints_c(CALL, "array_of_blocklengths", array_of_blocklengths, n, ErrorClass::Count)?;
+        let dps = aints_c(CALL, "array_of_displacements", array_of_displacements, n)?;
+        let hs = arr(CALL, "array_of_types", array_of_types, n)?;
+        let mut types = Vec::with_capacity(n);
+        let mut parts = Vec::with_capacity(n);
+        for (i, &h) in hs.iter().enumerate() {
+            let (t, p) = type_arg(CALL, &format!("array_of_types[{i}]"), h)?;
+            types.push(t);
+            parts.push(p);
+        }
+        let dt = UserDatatype::structured(&bls, &dps, &types);
+        let counts = [&[count][..], arr(CALL, "array_of_blocklengths", array_of_blocklengths, n)?,
+            arr(CALL, "array_of_displacements", array_of_displacements, n)?].concat();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_STRUCT, vec![], counts, hs.to_vec()), parts)
+    }
+
+    fn Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count,
+        array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let n = ptr::len(CALL, "ndims", ndims)?;
+        if n == 0 {
+            return Err(err(ErrorClass::Arg, CALL, "ndims = 0; it must be positive"));
+        }
+        let sizes = ints_c(CALL, "array_of_sizes", array_of_sizes, n, ErrorClass::Count)?;
+        let subs = ints_c(CALL, "array_of_subsizes", array_of_subsizes, n, ErrorClass::Count)?;
+        let starts = ints_c(CALL, "array_of_starts", array_of_starts, n, ErrorClass::Arg)?;
+        let ord = order_arg(CALL, order)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::subarray(&sizes, &subs, &starts, ord, &old);
+        let counts = [arr(CALL, "array_of_sizes", array_of_sizes, n)?, arr(CALL, "array_of_subsizes", array_of_subsizes, n)?,
+            arr(CALL, "array_of_starts", array_of_starts, n)?].concat();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_SUBARRAY, vec![ndims, order], counts, vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count,
+        array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int,
+        order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let n = ptr::len(CALL, "ndims", ndims)?;
+        if n == 0 {
+            return Err(err(ErrorClass::Arg, CALL, "ndims = 0; it must be positive"));
+        }
+        let gsizes = ints_c(CALL, "array_of_gsizes", array_of_gsizes, n, ErrorClass::Count)?;
+        let distribs = arr(CALL, "array_of_distribs", array_of_distribs, n)?;
+        let dargs = arr(CALL, "array_of_dargs", array_of_dargs, n)?;
+        let psizes = arr(CALL, "array_of_psizes", array_of_psizes, n)?;
+        let ord = order_arg(CALL, order)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = darray(CALL, size, rank, &gsizes, distribs, dargs, psizes, ord, &old);
+        let ints = [&[size, rank, ndims][..], distribs, dargs, psizes, &[order]].concat();
+        let counts = arr(CALL, "array_of_gsizes", array_of_gsizes, n)?.to_vec();
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_DARRAY, ints, counts, vec![oldtype]), vec![p])
+    }
+
+    fn Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) {
+        check_out(CALL, newtype)?;
+        let (old, p) = type_arg(CALL, "oldtype", oldtype)?;
+        let dt = UserDatatype::resized(&old, lb as MPI_Aint, extent as MPI_Aint);
+        create(CALL, newtype, dt, env_c(MPI_COMBINER_RESIZED, vec![], vec![lb, extent], vec![oldtype]), vec![p])
+    }
+}
+
+/// The combiner and the numbers of ints, addresses, large counts and types
+/// of `datatype`'s envelope. The int calls (`large` false) cannot decode a
+/// type with large counts: MPI_ERR_TYPE.
+fn envelope(
+    call: &str,
+    datatype: MPI_Datatype,
+    large: bool,
+) -> Result<(c_int, usize, usize, usize, usize), Error> {
+    type_arg(call, "datatype", datatype)?;
+    let e = match user_env(datatype) {
+        Some(e) => e,
+        None => return Ok((MPI_COMBINER_NAMED, 0, 0, 0, 0)),
+    };
+    if !large && !e.counts.is_empty() {
+        return Err(large_counts_error(call));
+    }
+    Ok((
+        e.combiner,
+        e.ints.len(),
+        e.aints.len(),
+        e.counts.len(),
+        e.types.len(),
+    ))
+}
+
+fn large_counts_error(call: &str) -> Error {
+    err(
+        ErrorClass::Type,
+        call,
+        "datatype was built by a large-count (_c) constructor: decode it with \
+         MPI_Type_get_envelope_c and MPI_Type_get_contents_c",
+    )
 }
 
 /// `MPI_Type_get_contents(_c)` into arrays of the given capacities.
@@ -1295,6 +1572,7 @@ fn contents(
     datatype: MPI_Datatype,
     (mi, array_of_integers): (usize, *mut c_int),
     (ma, array_of_addresses): (usize, *mut MPI_Aint),
+    large: Option<(usize, *mut MPI_Count)>,
     md: usize,
     array_of_datatypes: *mut MPI_Datatype,
 ) -> Result<(), Error> {
@@ -1304,9 +1582,15 @@ fn contents(
         return Err(err(ErrorClass::Arg, call, format!(
             "datatype is the predefined {name} (combiner MPI_COMBINER_NAMED), which has no contents")));
     };
+    let Some((mc, array_of_large_counts)) =
+        large.or(e.counts.is_empty().then_some((0, std::ptr::null_mut())))
+    else {
+        return Err(large_counts_error(call));
+    };
     for (what, have, need) in [
         ("max_integers", mi, e.ints.len()),
         ("max_addresses", ma, e.aints.len()),
+        ("max_large_counts", mc, e.counts.len()),
         ("max_datatypes", md, e.types.len()),
     ] {
         if have < need {
@@ -1330,8 +1614,15 @@ fn contents(
         array_of_datatypes,
         e.types.len(),
     )?;
+    let counts = ptr::slice_mut(
+        call,
+        "array_of_large_counts",
+        array_of_large_counts,
+        e.counts.len(),
+    )?;
     ints.copy_from_slice(&e.ints);
     aints.copy_from_slice(&e.aints);
+    counts.copy_from_slice(&e.counts);
     // Derived types come back as new handles the caller frees;
     // predefined ones as themselves.
     let parts: Vec<Part> = match nodes().get(&datatype) {
@@ -1586,6 +1877,7 @@ fn f90_type(combiner: c_int, params: &[c_int], base: MPI_Datatype) -> MPI_Dataty
         combiner,
         ints: params.to_vec(),
         aints: Vec::new(),
+        counts: Vec::new(),
         types: Vec::new(),
     };
     let h = new_type(dt.clone(), env);

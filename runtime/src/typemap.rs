@@ -671,7 +671,7 @@ fn blocklengths_arg(call: &'static str, bls: &[i32]) -> Result<Vec<usize>> {
         .map(|(i, &b)| {
             usize::try_from(b).map_err(|_| {
                 Error::new(
-                    ErrorClass::Arg,
+                    ErrorClass::Count,
                     call,
                     -1,
                     format!("array_of_blocklengths[{i}] = {b} is negative"),
@@ -765,7 +765,7 @@ impl UserDatatype {
         let n = count_arg(call, "count", count)?;
         let bl = usize::try_from(blocklength).map_err(|_| {
             Error::new(
-                ErrorClass::Arg,
+                ErrorClass::Count,
                 call,
                 -1,
                 format!("blocklength = {blocklength} is negative"),
@@ -859,7 +859,7 @@ impl UserDatatype {
     ) -> Result<UserDatatype> {
         if blocklength < 0 {
             return Err(Error::new(
-                ErrorClass::Arg,
+                ErrorClass::Count,
                 call,
                 -1,
                 format!("blocklength = {blocklength} is negative"),
@@ -1364,8 +1364,9 @@ mod tests {
         let e = UserDatatype::vector(-1, 1, 1, &F64).unwrap_err();
         assert_eq!(e.class(), ErrorClass::Count);
         assert!(e.message().contains("MPI_Type_vector") && e.message().contains("count"));
+        // A negative block length is a count error, as on MPICH.
         let e = UserDatatype::vector(1, -2, 1, &F64).unwrap_err();
-        assert_eq!(e.class(), ErrorClass::Arg);
+        assert_eq!(e.class(), ErrorClass::Count);
         assert!(e.message().contains("blocklength"), "{e}");
         let e = UserDatatype::contiguous(-3, &F64).unwrap_err();
         assert!(e.message().contains("MPI_Type_contiguous"), "{e}");
@@ -1375,7 +1376,7 @@ mod tests {
         let e = UserDatatype::hindexed(&[1, -2], &[0, 8], &F64).unwrap_err();
         assert!(e.message().contains("array_of_blocklengths[1]"), "{e}");
         let e = UserDatatype::indexed_block(-1, &[0], &F64).unwrap_err();
-        assert_eq!(e.class(), ErrorClass::Arg);
+        assert_eq!(e.class(), ErrorClass::Count);
         let e = UserDatatype::structured(&[1], &[0, 8], &[I32.as_user()]).unwrap_err();
         assert!(e.message().contains("MPI_Type_create_struct"), "{e}");
         for (sizes, subs, starts) in [

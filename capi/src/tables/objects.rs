@@ -6,7 +6,7 @@ use std::ffi::c_int;
 use gmpi::{Communicator, Error, UserDatatype};
 
 use crate::abi::{
-    CommErrFn, CopyFn, DeleteFn, Kind, MPI_Aint, MPI_Datatype, MPI_Errhandler, UserFn,
+    CommErrFn, CopyFn, DeleteFn, Kind, MPI_Aint, MPI_Count, MPI_Datatype, MPI_Errhandler, UserFn,
     MPI_ERRORS_ARE_FATAL,
 };
 
@@ -115,6 +115,10 @@ pub struct Envelope {
     pub combiner: c_int,
     pub ints: Vec<c_int>,
     pub aints: Vec<MPI_Aint>,
+    /// The large counts of a type built by a `_c` constructor (MPI 4.0
+    /// records its counts and displacements here; only
+    /// `MPI_Type_get_envelope_c`/`_contents_c` can decode such a type).
+    pub counts: Vec<MPI_Count>,
     pub types: Vec<MPI_Datatype>,
 }
 

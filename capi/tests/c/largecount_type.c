@@ -219,6 +219,209 @@ static void test_errors(MPI_Datatype t)
     CHECK_MPI(MPI_Comm_set_errhandler(w, MPI_ERRORS_ARE_FATAL));
 }
 
+/* Two types are the same layout: size, bounds, true bounds, and the bytes
+ * one send of each moves (packed from a patterned buffer). */
+static void same_layout(MPI_Datatype a, MPI_Datatype b, const char *what)
+{
+    int sa, sb;
+    MPI_Aint la, ea, lb2, eb, tla, tea, tlb, teb;
+    CHECK_MPI(MPI_Type_size(a, &sa));
+    CHECK_MPI(MPI_Type_size(b, &sb));
+    CHECK_MPI(MPI_Type_get_extent(a, &la, &ea));
+    CHECK_MPI(MPI_Type_get_extent(b, &lb2, &eb));
+    CHECK_MPI(MPI_Type_get_true_extent(a, &tla, &tea));
+    CHECK_MPI(MPI_Type_get_true_extent(b, &tlb, &teb));
+    CHECK(sa == sb && la == lb2 && ea == eb && tla == tlb && tea == teb,
+          "%s: size %d/%d lb %ld/%ld extent %ld/%ld true %ld+%ld/%ld+%ld", what, sa, sb, (long)la,
+          (long)lb2, (long)ea, (long)eb, (long)tla, (long)tea, (long)tlb, (long)teb);
+    static unsigned char src[4096], pa[4096], pb[4096];
+    for (int i = 0; i < (int)sizeof src; i++) src[i] = (unsigned char)(i * 7 + 1);
+    CHECK_MPI(MPI_Type_commit(&a));
+    CHECK_MPI(MPI_Type_commit(&b));
+    int qa = 0, qb = 0;
+    CHECK_MPI(MPI_Pack(src + 512, 1, a, pa, sizeof pa, &qa, MPI_COMM_SELF));
+    CHECK_MPI(MPI_Pack(src + 512, 1, b, pb, sizeof pb, &qb, MPI_COMM_SELF));
+    CHECK(qa == qb && memcmp(pa, pb, (size_t)qa) == 0, "%s: packed bytes differ", what);
+}
+
+/* The envelope of a `_c` type: combiner, no addresses, and exactly these
+ * ints, large counts and types; the int decoding calls refuse it. */
+static void expect_envelope(MPI_Datatype t, int comb, int ni, const int *ints, int nc,
+                            const MPI_Count *counts, int nd, const MPI_Datatype *types,
+                            const char *what)
+{
+    MPI_Count a, b, c, d;
+    int got;
+    CHECK_MPI(MPI_Type_get_envelope_c(t, &a, &b, &c, &d, &got));
+    CHECK(got == comb && a == ni && b == 0 && c == nc && d == nd,
+          "%s: combiner %d (want %d), %lld ints, %lld addresses, %lld counts, %lld types", what, got,
+          comb, (long long)a, (long long)b, (long long)c, (long long)d);
+    int gi[64];
+    MPI_Aint ga[1];
+    MPI_Count gc[64];
+    MPI_Datatype gt[8];
+    CHECK_MPI(MPI_Type_get_contents_c(t, a, b, c, d, gi, ga, gc, gt));
+    for (int i = 0; i < ni; i++) CHECK(gi[i] == ints[i], "%s: ints[%d] %d, want %d", what, i, gi[i], ints[i]);
+    for (int i = 0; i < nc; i++)
+        CHECK(gc[i] == counts[i], "%s: counts[%d] %lld, want %lld", what, i, (long long)gc[i],
+              (long long)counts[i]);
+    for (int i = 0; i < nd; i++) {
+        CHECK(gt[i] == types[i], "%s: types[%d] differs", what, i);
+    }
+    int x, y, z, k;
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK(MPI_Type_get_envelope(t, &x, &y, &z, &k) != MPI_SUCCESS,
+          "%s: MPI_Type_get_envelope cannot decode a type with large counts", what);
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
+/* Every `_c` constructor against its int twin, with its MPI 4.0 envelope. */
+static void test_constructors(void)
+{
+    MPI_Datatype c, i;
+    CHECK_MPI(MPI_Type_contiguous_c(3, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_contiguous(3, MPI_INT, &i));
+    same_layout(c, i, "contiguous_c");
+    MPI_Count c1[] = {3};
+    MPI_Datatype ti[] = {MPI_INT};
+    expect_envelope(c, MPI_COMBINER_CONTIGUOUS, 0, NULL, 1, c1, 1, ti, "contiguous_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    CHECK_MPI(MPI_Type_vector_c(3, 2, 5, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_vector(3, 2, 5, MPI_INT, &i));
+    same_layout(c, i, "vector_c");
+    MPI_Count c2[] = {3, 2, 5};
+    expect_envelope(c, MPI_COMBINER_VECTOR, 0, NULL, 3, c2, 1, ti, "vector_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    CHECK_MPI(MPI_Type_create_hvector_c(3, 2, 24, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_create_hvector(3, 2, 24, MPI_INT, &i));
+    same_layout(c, i, "hvector_c");
+    MPI_Count c3[] = {3, 2, 24};
+    expect_envelope(c, MPI_COMBINER_HVECTOR, 0, NULL, 3, c3, 1, ti, "hvector_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    MPI_Count bl[] = {1, 2, 3}, dp[] = {0, 4, 9}, bdp[] = {0, 16, 40};
+    int ibl[] = {1, 2, 3}, idp[] = {0, 4, 9};
+    MPI_Aint abdp[] = {0, 16, 40};
+    CHECK_MPI(MPI_Type_indexed_c(3, bl, dp, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_indexed(3, ibl, idp, MPI_INT, &i));
+    same_layout(c, i, "indexed_c");
+    MPI_Count c4[] = {3, 1, 2, 3, 0, 4, 9};
+    expect_envelope(c, MPI_COMBINER_INDEXED, 0, NULL, 7, c4, 1, ti, "indexed_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    CHECK_MPI(MPI_Type_create_hindexed_c(3, bl, bdp, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_create_hindexed(3, ibl, abdp, MPI_INT, &i));
+    same_layout(c, i, "hindexed_c");
+    MPI_Count c5[] = {3, 1, 2, 3, 0, 16, 40};
+    expect_envelope(c, MPI_COMBINER_HINDEXED, 0, NULL, 7, c5, 1, ti, "hindexed_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    CHECK_MPI(MPI_Type_create_indexed_block_c(3, 2, dp, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_create_indexed_block(3, 2, idp, MPI_INT, &i));
+    same_layout(c, i, "indexed_block_c");
+    MPI_Count c6[] = {3, 2, 0, 4, 9};
+    expect_envelope(c, MPI_COMBINER_INDEXED_BLOCK, 0, NULL, 5, c6, 1, ti, "indexed_block_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    CHECK_MPI(MPI_Type_create_hindexed_block_c(3, 2, bdp, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_create_hindexed_block(3, 2, abdp, MPI_INT, &i));
+    same_layout(c, i, "hindexed_block_c");
+    MPI_Count c7[] = {3, 2, 0, 16, 40};
+    expect_envelope(c, MPI_COMBINER_HINDEXED_BLOCK, 0, NULL, 5, c7, 1, ti, "hindexed_block_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    MPI_Datatype ts[] = {MPI_CHAR, MPI_DOUBLE, MPI_INT};
+    CHECK_MPI(MPI_Type_create_struct_c(3, bl, bdp, ts, &c));
+    CHECK_MPI(MPI_Type_create_struct(3, ibl, abdp, ts, &i));
+    same_layout(c, i, "struct_c");
+    expect_envelope(c, MPI_COMBINER_STRUCT, 0, NULL, 7, c5, 3, ts, "struct_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    MPI_Count sz[] = {4, 5}, sub[] = {2, 3}, st[] = {1, 1};
+    int isz[] = {4, 5}, isub[] = {2, 3}, ist[] = {1, 1};
+    CHECK_MPI(MPI_Type_create_subarray_c(2, sz, sub, st, MPI_ORDER_C, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_create_subarray(2, isz, isub, ist, MPI_ORDER_C, MPI_INT, &i));
+    same_layout(c, i, "subarray_c");
+    int i8[] = {2, MPI_ORDER_C};
+    MPI_Count c8[] = {4, 5, 2, 3, 1, 1};
+    expect_envelope(c, MPI_COMBINER_SUBARRAY, 2, i8, 6, c8, 1, ti, "subarray_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    MPI_Count gs[] = {8, 6};
+    int igs[] = {8, 6}, dist[] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC},
+        dargs[] = {MPI_DISTRIBUTE_DFLT_DARG, 2}, ps[] = {2, 1};
+    CHECK_MPI(MPI_Type_create_darray_c(2, 1, 2, gs, dist, dargs, ps, MPI_ORDER_C, MPI_INT, &c));
+    CHECK_MPI(MPI_Type_create_darray(2, 1, 2, igs, dist, dargs, ps, MPI_ORDER_C, MPI_INT, &i));
+    same_layout(c, i, "darray_c");
+    int i9[] = {2, 1, 2, MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_DFLT_DARG, 2,
+                2, 1, MPI_ORDER_C};
+    expect_envelope(c, MPI_COMBINER_DARRAY, 10, i9, 2, gs, 1, ti, "darray_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    CHECK_MPI(MPI_Type_create_resized_c(MPI_INT, -4, 16, &c));
+    CHECK_MPI(MPI_Type_create_resized(MPI_INT, -4, 16, &i));
+    same_layout(c, i, "resized_c");
+    MPI_Count c10[] = {-4, 16};
+    expect_envelope(c, MPI_COMBINER_RESIZED, 0, NULL, 2, c10, 1, ti, "resized_c");
+    CHECK_MPI(MPI_Type_free(&c));
+    CHECK_MPI(MPI_Type_free(&i));
+
+    /* More than INT_MAX elements: its size and extent are large counts. */
+    MPI_Count big = (MPI_Count)2147483647 + 1000;
+    CHECK_MPI(MPI_Type_contiguous_c(big, MPI_BYTE, &c));
+    MPI_Count bsz, blb, bext;
+    CHECK_MPI(MPI_Type_size_c(c, &bsz));
+    CHECK_MPI(MPI_Type_get_extent_c(c, &blb, &bext));
+    CHECK(bsz == big && blb == 0 && bext == big, "contiguous_c of 2^31+999 bytes: size %lld extent %lld",
+          (long long)bsz, (long long)bext);
+    MPI_Count cbig[] = {big};
+    MPI_Datatype tb[] = {MPI_BYTE};
+    expect_envelope(c, MPI_COMBINER_CONTIGUOUS, 0, NULL, 1, cbig, 1, tb, "contiguous_c 2^31+999");
+    CHECK_MPI(MPI_Type_free(&c));
+
+    /* A derived type built by a `_c` constructor decodes to a new handle. */
+    MPI_Datatype inner, outer;
+    CHECK_MPI(MPI_Type_contiguous(2, MPI_INT, &inner));
+    CHECK_MPI(MPI_Type_contiguous_c(3, inner, &outer));
+    MPI_Count a, b2, n2, d;
+    int comb, gi[1];
+    MPI_Aint ga[1];
+    MPI_Count gc[1];
+    MPI_Datatype gt[1];
+    CHECK_MPI(MPI_Type_get_envelope_c(outer, &a, &b2, &n2, &d, &comb));
+    CHECK_MPI(MPI_Type_get_contents_c(outer, a, b2, n2, d, gi, ga, gc, gt));
+    int s1, s2;
+    CHECK_MPI(MPI_Type_size(gt[0], &s1));
+    CHECK_MPI(MPI_Type_size(inner, &s2));
+    CHECK(gc[0] == 3 && s1 == s2, "contiguous_c of a derived type: count %lld, size %d/%d",
+          (long long)gc[0], s1, s2);
+    CHECK_MPI(MPI_Type_free(&gt[0]));
+    CHECK_MPI(MPI_Type_free(&outer));
+    CHECK_MPI(MPI_Type_free(&inner));
+
+    /* Counts that are negative fail with MPI_ERR_COUNT. */
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    expect_count_error(MPI_Type_contiguous_c(-1, MPI_INT, &c), "Type_contiguous_c count -1");
+    MPI_Count nbl[] = {1, -2, 3};
+    expect_count_error(MPI_Type_indexed_c(3, nbl, dp, MPI_INT, &c),
+                       "Type_indexed_c blocklengths[1] -2");
+    expect_count_error(MPI_Type_vector_c(-((MPI_Count)1 << 40), 1, 1, MPI_INT, &c),
+                       "Type_vector_c count -2^40");
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -227,6 +430,7 @@ int main(int argc, char **argv)
     test_pack(t);
     test_decode(t);
     test_errors(t);
+    test_constructors();
     CHECK_MPI(MPI_Type_free(&t));
     REPORT_OK();
     MPI_Finalize();

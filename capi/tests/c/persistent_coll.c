@@ -189,6 +189,44 @@ static void test_all(void)
     CHECK_MPI(MPI_Request_free(&ex));
 }
 
+/* The count and displacement arrays may be reused once `_init` returns
+ * (mpi4py frees its temporary ones): a persistent collective keeps its own
+ * copy, so arrays scribbled over and freed after init change nothing. */
+static void test_arrays_copied_at_init(void)
+{
+    MPI_Comm w = MPI_COMM_WORLD;
+    int P = size, root = 0;
+    int *rc = malloc(sizeof(int) * (size_t)P), *rd = malloc(sizeof(int) * (size_t)P);
+    int *sc = malloc(sizeof(int) * (size_t)P), *sd = malloc(sizeof(int) * (size_t)P);
+    CHECK(rc && rd && sc && sd, "malloc");
+    for (int j = 0; j < P; j++) { rc[j] = sc[j] = 1; rd[j] = sd[j] = j; }
+    static int sbuf[MAXP], rbuf[MAXP];
+    MPI_Request rq[3];
+    CHECK_MPI(MPI_Allgatherv_init(sbuf, 1, MPI_INT, rbuf, rc, rd, MPI_INT, w, MPI_INFO_NULL, &rq[0]));
+    CHECK_MPI(MPI_Alltoallv_init(sbuf, sc, sd, MPI_INT, rbuf, rc, rd, MPI_INT, w, MPI_INFO_NULL,
+                                 &rq[1]));
+    CHECK_MPI(MPI_Gatherv_init(sbuf, 1, MPI_INT, rbuf, rc, rd, MPI_INT, root, w, MPI_INFO_NULL,
+                               &rq[2]));
+    for (int j = 0; j < P; j++) { rc[j] = sc[j] = -12345; rd[j] = sd[j] = 1 << 30; }
+    free(rc);
+    free(rd);
+    free(sc);
+    free(sd);
+    for (int it = 0; it < ROUNDS; it++) {
+        sbuf[0] = 50 * rank + it;
+        run(&rq[0]);
+        for (int j = 0; j < P; j++) EQ(rbuf[j], 50 * j + it, "Allgatherv_init, arrays freed", it, j);
+        for (int j = 0; j < P; j++) sbuf[j] = 70 * rank + j + it;
+        run(&rq[1]);
+        for (int j = 0; j < P; j++) EQ(rbuf[j], 70 * j + rank + it, "Alltoallv_init, arrays freed", it, j);
+        sbuf[0] = 90 * rank - it;
+        run(&rq[2]);
+        if (rank == root)
+            for (int j = 0; j < P; j++) EQ(rbuf[j], 90 * j - it, "Gatherv_init, arrays freed", it, j);
+    }
+    for (int i = 0; i < 3; i++) CHECK_MPI(MPI_Request_free(&rq[i]));
+}
+
 /* Several persistent collectives started together, completed by Waitall,
  * again and again; the large-count variants among them. */
 static void test_startall(void)
@@ -333,6 +371,7 @@ int main(int argc, char **argv)
 
     test_rooted();
     test_all();
+    test_arrays_copied_at_init();
     test_startall();
     test_neighbor();
     test_life_and_errors();
