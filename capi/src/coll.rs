@@ -1633,6 +1633,29 @@ fn iscan(
     out(call, comm, r, request)
 }
 
+/// `MPI_Op_create(_c)`.
+fn op_create(
+    call: &str,
+    f: Option<UserOpFn>,
+    commute: c_int,
+    op: *mut MPI_Op,
+) -> Result<(), Error> {
+    let Some(f) = f else {
+        return Err(err(ErrorClass::Arg, call, "user_fn is NULL"));
+    };
+    if op.is_null() {
+        return Err(err(ErrorClass::Arg, call, "op is NULL"));
+    }
+    let h = encode(
+        Kind::Op,
+        state().ops.insert(OpObj {
+            f,
+            commutative: commute != 0,
+        }),
+    );
+    ptr::write(call, "op", op, h)
+}
+
 mpi_fn! {
     safe fn Barrier(comm: MPI_Comm) {
         resolve::comm(CALL, comm)?.barrier()
@@ -1848,14 +1871,10 @@ mpi_fn! {
         iscan(CALL, sendbuf, recvbuf, count, datatype, op, comm, true, request)
     }
     fn Op_create(user_fn: Option<UserFn>, commute: c_int, op: *mut MPI_Op) {
-        let Some(f) = user_fn else {
-            return Err(err(ErrorClass::Arg, CALL, "user_fn is NULL"));
-        };
-        if op.is_null() {
-            return Err(err(ErrorClass::Arg, CALL, "op is NULL"));
-        }
-        let h = encode(Kind::Op, state().ops.insert(OpObj { f, commutative: commute != 0 }));
-        ptr::write(CALL, "op", op, h)
+        op_create(CALL, user_fn.map(UserOpFn::Int), commute, op)
+    }
+    fn Op_create_c(user_fn: Option<UserFnC>, commute: c_int, op: *mut MPI_Op) {
+        op_create(CALL, user_fn.map(UserOpFn::Large), commute, op)
     }
     fn Op_free(op: *mut MPI_Op) {
         let h = ptr::read(CALL, "op", op)?;

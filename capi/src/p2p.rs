@@ -295,6 +295,40 @@ fn irecv_fast(
     }))
 }
 
+/// `MPI_Buffer_attach(_c)`.
+fn buffer_attach(call: &str, buffer: *mut c_void, size: MPI_Count) -> Result<(), Error> {
+    let n = ptr::count(call, "size", size)?;
+    if buffer.is_null() && n > 0 {
+        return Err(err(ErrorClass::Buffer, call, "buffer is NULL"));
+    }
+    let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
+    if b.0.size > 0 || b.0.addr != 0 {
+        return Err(err(
+            ErrorClass::Buffer,
+            call,
+            "a buffer is already attached (detach it first)",
+        ));
+    }
+    b.0 = Attached {
+        addr: buffer as usize,
+        size: n,
+        used: 0,
+    };
+    Ok(())
+}
+
+/// `MPI_Buffer_detach(_c)`: waits for every buffered send, writes the
+/// buffer's address; its size.
+fn buffer_detach(call: &str, buffer_addr: *mut c_void) -> Result<usize, Error> {
+    let inflight = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).1);
+    for s in inflight {
+        s.req.wait()?;
+    }
+    let att = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).0);
+    ptr::write(call, "buffer_addr", buffer_addr.cast::<usize>(), att.addr)?;
+    Ok(att.size)
+}
+
 mpi_fn! {
     fn Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) fast {
         send_fast(CALL, buf, count.into(), datatype, dest, tag, comm, Mode::Standard)
@@ -444,26 +478,19 @@ mpi_fn! {
         out_req(CALL, request, Active::new(ptr::detach_req(r), comm))
     }
     fn Buffer_attach(buffer: *mut c_void, size: c_int) {
-        let n = ptr::count(CALL, "size", size)?;
-        if buffer.is_null() && n > 0 {
-            return Err(err(ErrorClass::Buffer, CALL, "buffer is NULL"));
-        }
-        let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
-        if b.0.size > 0 || b.0.addr != 0 {
-            return Err(err(ErrorClass::Buffer, CALL, "a buffer is already attached (detach it first)"));
-        }
-        b.0 = Attached { addr: buffer as usize, size: n, used: 0 };
-        Ok(())
+        buffer_attach(CALL, buffer, size.into())
     }
     fn Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) {
-        // Wait for every buffered send to complete.
-        let inflight = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).1);
-        for s in inflight {
-            s.req.wait()?;
-        }
-        let att = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).0);
-        ptr::write(CALL, "buffer_addr", buffer_addr.cast::<usize>(), att.addr)?;
-        ptr::write(CALL, "size", size, att.size as c_int)
+        let n = buffer_detach(CALL, buffer_addr)?;
+        // A buffer attached by MPI_Buffer_attach_c may not fit an int.
+        ptr::write(CALL, "size", size, c_int::try_from(n).unwrap_or(MPI_UNDEFINED))
+    }
+    fn Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) {
+        buffer_attach(CALL, buffer, size)
+    }
+    fn Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) {
+        let n = buffer_detach(CALL, buffer_addr)?;
+        ptr::write(CALL, "size", size, n as MPI_Count)
     }
     fn Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
         let n = count_of(CALL, status, datatype)?;

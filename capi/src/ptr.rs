@@ -22,10 +22,10 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use gmpi::{Communicator, Datatype, Error, ErrorClass, Request, UserDatatype, View};
 
 use crate::abi::{
-    CommErrFn, CopyFn, DeleteFn, MPI_Count, MPI_Datatype, MPI_Status, UserFn, MPI_IN_PLACE,
+    CommErrFn, CopyFn, DeleteFn, MPI_Count, MPI_Datatype, MPI_Status, MPI_IN_PLACE,
     MPI_STATUS_IGNORE,
 };
-use crate::tables::err;
+use crate::tables::{err, UserOpFn};
 
 /// Store `v` through the out-parameter `p` (named `what`).
 pub fn write<T>(call: &str, what: &str, p: *mut T, v: T) -> Result<(), Error> {
@@ -367,11 +367,42 @@ pub fn read_status(call: &str, p: *const MPI_Status) -> Result<MPI_Status, Error
     read(call, "status", p)
 }
 
-/// Call a C reduction function.
-pub fn call_user_op(f: UserFn, inv: *mut u8, inout: *mut u8, mut len: c_int, mut dt: MPI_Datatype) {
-    // SAFETY: `f` is the function the user registered with MPI_Op_create;
-    // the buffers hold `len` elements of `dt` in its own layout.
-    unsafe { f(inv.cast(), inout.cast(), &mut len, &mut dt) }
+/// Call a C reduction function on `len` elements of `dt` (each at its
+/// extent `ext` from the last). An `int` function gets more than `INT_MAX`
+/// elements in several calls.
+pub fn call_user_op(
+    f: UserOpFn,
+    inv: *mut u8,
+    inout: *mut u8,
+    len: usize,
+    ext: usize,
+    mut dt: MPI_Datatype,
+) {
+    match f {
+        UserOpFn::Large(f) => {
+            let mut n = len as MPI_Count;
+            // SAFETY: `f` is the function the user registered with
+            // MPI_Op_create_c; the buffers hold `len` elements of `dt` in
+            // its own layout.
+            unsafe { f(inv.cast(), inout.cast(), &mut n, &mut dt) }
+        }
+        UserOpFn::Int(f) => {
+            let mut done = 0;
+            while done < len || len == 0 {
+                let k = (len - done).min(c_int::MAX as usize);
+                let mut n = k as c_int;
+                let off = done * ext;
+                // SAFETY: `f` is the function the user registered with
+                // MPI_Op_create; elements `done..done + k` of both buffers
+                // are `k` elements of `dt` in its own layout.
+                unsafe { f(inv.add(off).cast(), inout.add(off).cast(), &mut n, &mut dt) }
+                done += k;
+                if len == 0 {
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Call a C communicator error handler.

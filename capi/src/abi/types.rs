@@ -25,6 +25,11 @@ pub type MPI_File = *mut c_void;
 /// MPI_Datatype *type)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);
 
+/// A large-count C reduction function (`MPI_Op_create_c`): `void f(void *in,
+/// void *inout, MPI_Count *len, MPI_Datatype *type)`.
+pub type UserFnC =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype);
+
 /// A C communicator error handler: `void f(MPI_Comm *, int *, ...)`.
 pub type CommErrFn = unsafe extern "C" fn(*mut MPI_Comm, *mut c_int);
 

@@ -1,7 +1,5 @@
 //! Reduction operations by handle.
 
-use std::ffi::c_int;
-
 use gmpi::{Error, ErrorClass, Op, UserDatatype};
 
 use crate::abi::*;
@@ -91,13 +89,12 @@ pub fn wrap_user_op(o: OpObj, dt_h: MPI_Datatype, dt: UserDatatype) -> Op {
     let f = o.f;
     Op::user(
         move |a: &[u8], b: &mut [u8], n: usize| {
-            let len = n as c_int;
+            let ext = dt.extent().unsigned_abs();
             if dense || n == 0 {
-                ptr::call_user_op(f, a.as_ptr() as *mut u8, b.as_mut_ptr(), len, dt_h);
+                ptr::call_user_op(f, a.as_ptr() as *mut u8, b.as_mut_ptr(), n, ext, dt_h);
                 return;
             }
             // Lay both operands out as `n` elements of the type.
-            let ext = dt.extent().unsigned_abs();
             let origin = (-dt.true_lb()).max(0) as usize;
             let span = origin + (dt.true_lb() + dt.true_extent()).max(0) as usize + (n - 1) * ext;
             let mut ta = vec![0u8; span];
@@ -111,7 +108,8 @@ pub fn wrap_user_op(o: OpObj, dt_h: MPI_Datatype, dt: UserDatatype) -> Op {
                 f,
                 ta[origin..].as_mut_ptr(),
                 tb[origin..].as_mut_ptr(),
-                len,
+                n,
+                ext,
                 dt_h,
             );
             if let Ok(packed) = dt.pack(n, &tb, origin) {

@@ -7,7 +7,7 @@ use gmpi::{Communicator, Error, UserDatatype};
 
 use crate::abi::{
     CommErrFn, CopyFn, DeleteFn, Kind, MPI_Aint, MPI_Count, MPI_Datatype, MPI_Errhandler, UserFn,
-    MPI_ERRORS_ARE_FATAL,
+    UserFnC, MPI_ERRORS_ARE_FATAL,
 };
 
 /// An attribute value: what `MPI_Comm_set_attr` stored (a `void *`).
@@ -134,8 +134,16 @@ pub struct TypeObj {
 /// A user-defined reduction operation.
 #[derive(Debug, Clone, Copy)]
 pub struct OpObj {
-    pub f: UserFn,
+    pub f: UserOpFn,
     pub commutative: bool,
+}
+
+/// The C function of a user operation: `MPI_Op_create`'s (an `int` length)
+/// or `MPI_Op_create_c`'s (an `MPI_Count` length).
+#[derive(Debug, Clone, Copy)]
+pub enum UserOpFn {
+    Int(UserFn),
+    Large(UserFnC),
 }
 
 /// A user error handler.

@@ -79,6 +79,17 @@ static void test_p2p(void)
         CHECK_MPI(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
         expect(r, left, 5, "Ibsend_c");
         CHECK_MPI(MPI_Buffer_detach(&addr, &bsize));
+        CHECK(addr == (void *)bbuf && bsize == (int)sizeof bbuf, "Buffer_detach gives the buffer back");
+        /* The same through the large-count attach and detach. */
+        MPI_Count csize = 0;
+        CHECK_MPI(MPI_Buffer_attach_c(bbuf, (MPI_Count)sizeof bbuf));
+        fill(s, rank, 6);
+        CHECK_MPI(MPI_Bsend_c(s, N, MPI_INT, right, 6, MPI_COMM_WORLD));
+        CHECK_MPI(MPI_Recv_c(r, N, MPI_INT, left, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        expect(r, left, 6, "Buffer_attach_c + Bsend_c");
+        CHECK_MPI(MPI_Buffer_detach_c(&addr, &csize));
+        CHECK(addr == (void *)bbuf && csize == (MPI_Count)sizeof bbuf, "Buffer_detach_c: %lld bytes",
+              (long long)csize);
     }
 
     /* non-blocking sends */

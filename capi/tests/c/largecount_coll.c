@@ -237,6 +237,36 @@ static void test_errors(void)
     CHECK_MPI(MPI_Comm_set_errhandler(w, MPI_ERRORS_ARE_FATAL));
 }
 
+/* A user operation with a large-count length (MPI_Op_create_c): it sees
+ * MPI_Count lengths and works in every reduction. */
+static MPI_Count op_c_calls, op_c_seen;
+static void sum_c(void *in, void *inout, MPI_Count *len, MPI_Datatype *dt)
+{
+    const int *a = in;
+    int *b = inout;
+    CHECK(*dt == MPI_INT, "sum_c got another datatype");
+    for (MPI_Count i = 0; i < *len; i++) b[i] += a[i];
+    op_c_calls++;
+    op_c_seen += *len;
+}
+
+static void test_user_op_c(void)
+{
+    MPI_Op op;
+    CHECK_MPI(MPI_Op_create_c(sum_c, 1, &op));
+    int s[K], r[K];
+    for (int i = 0; i < K; i++) { s[i] = rank + i; r[i] = -1; }
+    CHECK_MPI(MPI_Allreduce_c(s, r, K, MPI_INT, op, MPI_COMM_WORLD));
+    for (int i = 0; i < K; i++) CHECK(r[i] == size * i + size * (size - 1) / 2, "Op_create_c allreduce [%d] %d", i, r[i]);
+    int local[K];
+    for (int i = 0; i < K; i++) local[i] = 10 + i;
+    CHECK_MPI(MPI_Reduce_local_c(s, local, K, MPI_INT, op));
+    for (int i = 0; i < K; i++) CHECK(local[i] == 10 + i + rank + i, "Reduce_local_c with Op_create_c [%d]", i);
+    CHECK(op_c_calls > 0 && op_c_seen >= K, "sum_c was called (%lld calls, %lld elements)",
+          (long long)op_c_calls, (long long)op_c_seen);
+    CHECK_MPI(MPI_Op_free(&op));
+}
+
 /* The neighbourhood `_c` calls on a periodic ring of 3 ranks or more (the
  * left and right neighbours differ), blocking and non-blocking. */
 static void test_neighbor(int nb)
@@ -304,6 +334,7 @@ int main(int argc, char **argv)
         test_neighbor(nb);
     }
     test_local();
+    test_user_op_c();
     test_errors();
 
     REPORT_OK();
