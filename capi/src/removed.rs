@@ -3,9 +3,8 @@
 //! `MPI_Errhandler_create/get/set`, `MPI_Type_extent`, `MPI_Type_lb`,
 //! `MPI_Type_ub`, `MPI_Type_hvector`, `MPI_Type_hindexed` and
 //! `MPI_Type_struct`. Each is its MPI-2 replacement under the old name (the
-//! signatures MPICH exports: `MPI_Aint` displacements), with its errors
-//! naming the old call. Like MPICH's, gmpi's `mpi.h` does not declare them:
-//! they are for binaries built against headers that did.
+//! signatures MPICH declares: `MPI_Aint` displacements), with its errors
+//! naming the old call. `mpi.h` declares them as MPICH's does.
 
 use std::ffi::{c_int, c_void};
 

@@ -4,9 +4,7 @@
 # built against the MPICH ABI link to.
 #
 # Checks that `nm -D --defined-only LIB` has:
-#   - MPI_X and PMPI_X for every name X in capi/include/functions.txt and in
-#     capi/include/removed.txt (MPI-1 names MPICH exports but no longer
-#     declares);
+#   - MPI_X and PMPI_X for every name X in capi/include/functions.txt;
 #   - MPIX_X and PMPIX_X for every MPIX_X function capi/include/mpi.h
 #     declares (the extensions: GPU-support queries);
 #   - MPIR_Dup_fn (what MPI_COMM_DUP_FN and friends expand to);
@@ -27,7 +25,6 @@ export LC_ALL=C
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 functions="$here/../../include/functions.txt"
-removed="$here/../../include/removed.txt"
 header="$here/../../include/mpi.h"
 syms=""
 while [ $# -gt 0 ]; do
@@ -54,7 +51,7 @@ nm -D --defined-only "$lib" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort 
 
 # What it must define.
 {
-    cat "$functions" "$removed" | grep -v '^[[:space:]]*\(#\|$\)' | while read -r f; do
+    grep -v '^[[:space:]]*\(#\|$\)' "$functions" | while read -r f; do
         echo "$f"
         echo "P$f"
     done
