@@ -132,6 +132,7 @@ pub fn class_of(code: c_int) -> Option<c_int> {
     if code == MPI_SUCCESS
         || runtime_class(code).is_some()
         || (1..=MPI_ERR_VALUE_TOO_LARGE).contains(&code)
+        || code == MPI_T_ERR_NOT_SUPPORTED
     {
         return Some(code);
     }
@@ -190,6 +191,9 @@ fn describe(class: c_int) -> &'static str {
         MPI_ERR_WIN => "invalid window",
         MPI_ERR_KEYVAL => "invalid attribute key",
         MPI_ERR_PROC_FAILED => "a process failed",
+        MPI_T_ERR_NOT_SUPPORTED => {
+            "the tool information interface (MPI_T) is not supported by gmpi"
+        }
         _ => "error",
     }
 }

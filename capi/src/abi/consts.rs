@@ -99,6 +99,9 @@ pub const MPI_ERR_KEYVAL: c_int = 48;
 /// The last predefined class of MPI 4.0 (`MPI_ERR_VALUE_TOO_LARGE`): every
 /// class from 1 up to it is a valid class for `MPI_Error_class`.
 pub const MPI_ERR_VALUE_TOO_LARGE: c_int = 77;
+/// `MPI_T_ERR_NOT_SUPPORTED` (MPI 4.0): what the tool interface's calls
+/// return while gmpi lacks it.
+pub const MPI_T_ERR_NOT_SUPPORTED: c_int = 78;
 /// `MPIX_ERR_PROC_FAILED` (ULFM), MPICH's number.
 pub const MPI_ERR_PROC_FAILED: c_int = 101;
 pub const MPI_ERR_LASTCODE: c_int = 0x3fffffff;
