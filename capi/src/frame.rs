@@ -168,10 +168,28 @@ macro_rules! mpi_fn {
 /// Define `PMPI_X` (the body, returning the C code itself) and `MPI_X`
 /// forwarding to it, for the calls whose errors do not go to a
 /// communicator's handler (they run their body through [`run`] or a
-/// wrapper of it). Every such call takes a pointer: each is `unsafe`, with
-/// the contract of `mpi_fn!`'s.
+/// wrapper of it). A call that takes a pointer is `unsafe`, with the
+/// contract of `mpi_fn!`'s; `safe fn` marks one that takes none (its
+/// arguments must implement [`NoPointer`]).
 macro_rules! direct_fn {
     () => {};
+    (safe fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
+        paste::paste! {
+            const _: () = { $($crate::frame::no_pointer::<$t>();)* };
+            #[doc = concat!("`MPI_", stringify!($name), "` (it takes no pointer).")]
+            #[no_mangle]
+            pub extern "C" fn [<PMPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                const CALL: &str = concat!("MPI_", stringify!($name));
+                $body
+            }
+            #[doc = concat!("`MPI_", stringify!($name), "`: forwards to `PMPI_", stringify!($name), "`.")]
+            #[no_mangle]
+            pub extern "C" fn [<MPI_ $name>]($($a: $t),*) -> std::ffi::c_int {
+                [<PMPI_ $name>]($($a),*)
+            }
+        }
+        direct_fn!($($rest)*);
+    };
     (fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block $($rest:tt)*) => {
         paste::paste! {
             #[doc = concat!("`MPI_", stringify!($name), "`.")]

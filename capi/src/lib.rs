@@ -111,6 +111,7 @@ mod env;
 mod info;
 mod mpix;
 mod p2p;
+mod part;
 mod removed;
 mod topo;
 mod types;

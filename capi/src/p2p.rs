@@ -117,7 +117,7 @@ fn gmpi_packed(call: &str, c: &Communicator, v: &View) -> Result<Vec<u8>, Error>
 
 // ---- sends and receives ----
 
-fn send_view(
+pub(crate) fn send_view(
     call: &str,
     buf: *const c_void,
     count: MPI_Count,
@@ -127,7 +127,7 @@ fn send_view(
     ptr::buf(call, "buf", buf, count, &t, false)
 }
 
-fn recv_view(
+pub(crate) fn recv_view(
     call: &str,
     buf: *mut c_void,
     count: MPI_Count,
@@ -726,6 +726,8 @@ fn start_coll(call: &'static str, f: &CollStart) -> Result<Active, Error> {
 fn start_spec(call: &'static str, s: &Spec) -> Result<Active, Error> {
     match &s.kind {
         SpecKind::Coll(f) => start_coll(call, f),
+        &SpecKind::Psend { partitions } => crate::part::start_send(call, s, partitions),
+        &SpecKind::Precv { partitions } => crate::part::start_recv(call, s, partitions),
         &SpecKind::Send(mode) => nonblocking_send(
             call,
             s.buf as *const c_void,

@@ -4,7 +4,11 @@
 //! `MPI_Register_datarep`), dynamic processes (spawn, ports, names,
 //! `MPI_Comm_join`, `MPI_Comm_disconnect`), the sessions model
 //! (`MPI_Session_*`, `MPI_Group_from_session_pset`,
-//! `MPI_Comm_create_from_group`) and generalized requests.
+//! `MPI_Comm_create_from_group`) and generalized requests; and, generated
+//! from MPICH's headers by `capi/scripts/gen_unsupported.py` into
+//! [`generated`], every other function MPICH 4's `libmpi.so.12` exports:
+//! the large-count `_c` forms of the one-sided and file calls and the tool
+//! information interface (`MPI_T_*`).
 //!
 //! Each has its exact C signature, so binaries that reference it load and
 //! run until they call it; the call then fails with
@@ -22,15 +26,25 @@
 //!   `_call_errhandler` on `MPI_FILE_NULL` work (with the predefined
 //!   handlers);
 //! - `MPI_Session_init` and `MPI_Comm_create_from_group` raise it on the
-//!   error handler they are given.
+//!   error handler they are given;
+//! - `MPI_T_*` invoke no error handler (the standard's rule for the tool
+//!   interface): they return `MPI_T_ERR_NOT_SUPPORTED`, before `MPI_Init`
+//!   and after `MPI_Finalize` as well.
+//!
+//! The first call of each (per process) prints one line on stderr naming
+//! it, whatever the error handler does with the error, so a program that
+//! ignores return codes still says what it lacked.
 //!
 //! Also here: `MPI_File_c2f`/`MPI_File_f2c` (`MPI_FILE_NULL` is Fortran 0;
-//! there are no other files), and the data symbols `MPI_F_STATUS_IGNORE` and
-//! `MPI_F_STATUSES_IGNORE`.
+//! there are no other files), and the data symbols `MPI_F_STATUS_IGNORE`,
+//! `MPI_F_STATUSES_IGNORE`, `MPI_F08_STATUS_IGNORE`,
+//! `MPI_F08_STATUSES_IGNORE` and `MPI_T_PVAR_ALL_HANDLES`.
 
 use std::cell::UnsafeCell;
+use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Error, ErrorClass};
 
@@ -46,14 +60,46 @@ const IO: &str = "MPI-IO";
 const DYNAMIC: &str = "dynamic process management";
 const SESSIONS: &str = "the sessions model";
 const GREQUEST: &str = "generalized requests";
+const TOOLS: &str = "the tool information interface (MPI_T)";
 
-/// The error of an unsupported call of `family`.
-fn unsupported(call: &str, family: &str) -> Error {
+mod generated;
+
+/// The calls that have already said on stderr that they are unsupported.
+static NOTED: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
+
+/// Print one line on stderr naming `call`, the first time it is called in
+/// this process.
+fn note_once(call: &'static str, what: &str) {
+    let first = NOTED.lock().unwrap_or_else(|p| p.into_inner()).insert(call);
+    if first {
+        eprintln!("gmpi: {call} is not supported yet ({what})");
+    }
+}
+
+/// The error of an unsupported call of `family` (announced on stderr once).
+fn unsupported(call: &'static str, family: &str) -> Error {
+    note_once(call, family);
     err(
         ErrorClass::Unsupported,
         call,
         format!("{family} is not supported by gmpi yet"),
     )
+}
+
+/// An `MPI_T_*` call: `MPI_T_ERR_NOT_SUPPORTED`, through no error handler
+/// (announced on stderr once).
+fn tool_call(call: &'static str) -> c_int {
+    note_once(call, TOOLS);
+    MPI_T_ERR_NOT_SUPPORTED
+}
+
+/// Errors of the current call go to `comm`'s error handler if `comm` names
+/// a communicator (else to `MPI_COMM_WORLD`'s).
+fn target(comm: MPI_Comm) {
+    let known = comm_slot(comm).is_some_and(|i| state().comms.get(i).is_some());
+    if known {
+        errors::set_target(comm);
+    }
 }
 
 /// Check a window argument: `MPI_WIN_NULL` is an `MPI_ERR_WIN` error
@@ -181,6 +227,39 @@ pub static MPI_F_STATUS_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
 pub static MPI_F_STATUSES_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
     F_STATUSES_IGNORE_OBJ.0.get().cast::<MPI_Fint>(),
 ));
+
+static F08_STATUS_IGNORE_OBJ: FStatus = FStatus(UnsafeCell::new([0; 5]));
+static F08_STATUSES_IGNORE_OBJ: FStatus = FStatus(UnsafeCell::new([0; 5]));
+
+/// `MPI_F08_STATUS_IGNORE` (`extern MPI_F08_status *`; an `MPI_F08_status`
+/// is five `MPI_Fint`s).
+#[no_mangle]
+pub static MPI_F08_STATUS_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
+    F08_STATUS_IGNORE_OBJ.0.get().cast::<MPI_Fint>(),
+));
+/// `MPI_F08_STATUSES_IGNORE`.
+#[no_mangle]
+pub static MPI_F08_STATUSES_IGNORE: FintPtr = FintPtr(UnsafeCell::new(
+    F08_STATUSES_IGNORE_OBJ.0.get().cast::<MPI_Fint>(),
+));
+
+/// A constant pointer data symbol (`extern struct X * const NAME;`).
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct ConstPtr(*const c_int);
+
+// SAFETY: the pointer is never dereferenced (callers only pass it back to
+// the MPI_T calls, which never read it), and it points at an immutable
+// static, so sharing it between threads is harmless.
+unsafe impl Sync for ConstPtr {}
+
+static PVAR_ALL_HANDLES_TARGET: c_int = 0x5041_4c4c;
+
+/// `MPI_T_PVAR_ALL_HANDLES`: a handle that names every performance
+/// variable handle of a session (a sentinel: the MPI_T calls are not
+/// supported yet).
+#[no_mangle]
+pub static MPI_T_PVAR_ALL_HANDLES: ConstPtr = ConstPtr(&PVAR_ALL_HANDLES_TARGET);
 
 // ---- One-sided communication ----
 

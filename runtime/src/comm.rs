@@ -21,6 +21,11 @@ use crate::group::{Comparison, Group, UNDEFINED};
 use crate::request::{Request, Status};
 use crate::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 
+/// The bit that makes a communicator's context id its partitioned context
+/// (`MPI_Psend_init`/`MPI_Precv_init` traffic), distinct from its
+/// point-to-point and collective ones: context ids stay below it.
+pub(crate) const PART_CTX: u32 = 1 << 31;
+
 /// What a communicator is, shared by its clones (and by schedules running on
 /// it).
 #[derive(Debug)]
@@ -317,12 +322,29 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
     ) -> Result<Option<Handle>> {
+        self.start_send_bytes_on(e, call, self.inner.ctx, addr, len, dest, tag, mode)
+    }
+
+    /// [`Communicator::start_send_bytes`] on context `ctx`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn start_send_bytes_on(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        ctx: u32,
+        addr: u64,
+        len: usize,
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Option<Handle>> {
         let buf = Buf {
             addr,
             len,
             kind: self.classify(e, call, addr, len)?,
         };
-        let args = self.inner.send_args(self.inner.ctx, buf, dest, tag, mode);
+        let args = self.inner.send_args(ctx, buf, dest, tag, mode);
         e.driver
             .send(args)
             .map(|o| o.map(Handle::Pml))
@@ -340,7 +362,28 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Handle> {
-        let args = self.recv_args_bytes(e, call, addr, len, src, tag)?;
+        self.start_recv_bytes_on(e, call, self.inner.ctx, addr, len, src, tag)
+    }
+
+    /// [`Communicator::start_recv_bytes`] on context `ctx`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn start_recv_bytes_on(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        ctx: u32,
+        addr: u64,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> Result<Handle> {
+        let buf = Buf {
+            addr,
+            len,
+            kind: self.classify(e, call, addr, len)?,
+        };
+        let args = self.inner.recv_args(ctx, buf, src, tag);
         e.driver
             .post_recv(args)
             .map(Handle::Pml)
@@ -407,11 +450,26 @@ impl Communicator {
         tag: i32,
         mode: SendMode,
     ) -> Result<Option<Handle>> {
+        self.start_send_on(e, call, self.inner.ctx, v, dest, tag, mode)
+    }
+
+    /// [`Communicator::start_send`] on context `ctx`.
+    #[allow(clippy::too_many_arguments)]
+    fn start_send_on(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        ctx: u32,
+        v: &View,
+        dest: i32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Option<Handle>> {
         if let Some(addr) = v.contig_addr() {
-            return self.start_send_bytes(e, call, addr, v.bytes(), dest, tag, mode);
+            return self.start_send_bytes_on(e, call, ctx, addr, v.bytes(), dest, tag, mode);
         }
         let data = v.pack(call, self.rank())?;
-        let mut s = Sched::p2p(call, &self.inner, tag, mode);
+        let mut s = Sched::p2p_on(call, &self.inner, ctx, tag, mode);
         let r = s.temp_from(data);
         s.push(Step::Send(r, dest));
         s.push(Step::Wait);
@@ -427,10 +485,23 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Handle> {
+        self.start_recv_on(e, call, self.inner.ctx, v, src, tag)
+    }
+
+    /// [`Communicator::start_recv`] on context `ctx`.
+    fn start_recv_on(
+        &self,
+        e: &mut Engine,
+        call: &'static str,
+        ctx: u32,
+        v: &View,
+        src: i32,
+        tag: i32,
+    ) -> Result<Handle> {
         if let Some(addr) = v.contig_addr() {
-            return self.start_recv_bytes(e, call, addr, v.bytes(), src, tag);
+            return self.start_recv_bytes_on(e, call, ctx, addr, v.bytes(), src, tag);
         }
-        let mut s = Sched::p2p(call, &self.inner, tag, SendMode::Standard);
+        let mut s = Sched::p2p_on(call, &self.inner, ctx, tag, SendMode::Standard);
         let r = s.temp(v.bytes());
         s.push(Step::RecvAny(r, src, tag));
         s.push(Step::Wait);
@@ -543,6 +614,49 @@ impl Communicator {
         let v = buf.view_mut();
         let h = engine::with(CALL, |e| self.start_recv(e, CALL, &v, src, tag))?;
         Ok(Request::new(h, CALL))
+    }
+
+    /// Start the send of a partitioned communication (`MPI_Psend_init`'s
+    /// transfer, once every partition is ready): like [`Communicator::isend`]
+    /// but on this communicator's partitioned context, which point-to-point
+    /// and collective traffic never match.
+    pub fn isend_partitioned<'a, B: Buffer + ?Sized>(
+        &self,
+        call: &'static str,
+        buf: &'a B,
+        dest: i32,
+        tag: i32,
+    ) -> Result<Request<'a>> {
+        if !self.send_checked(call, dest, tag)? {
+            return Ok(Request::completed(call, Status::empty()));
+        }
+        let v = buf.view();
+        let ctx = self.inner.ctx | PART_CTX;
+        let h = engine::with(call, |e| {
+            self.start_send_on(e, call, ctx, &v, dest, tag, SendMode::Standard)
+        })?;
+        Ok(match h {
+            Some(h) => Request::new(h, call),
+            None => Request::completed(call, Status::empty()),
+        })
+    }
+
+    /// Start the receive of a partitioned communication, on the
+    /// partitioned context ([`Communicator::isend_partitioned`]).
+    pub fn irecv_partitioned<'a, B: BufferMut + ?Sized>(
+        &self,
+        call: &'static str,
+        buf: &'a mut B,
+        src: i32,
+        tag: i32,
+    ) -> Result<Request<'a>> {
+        if !self.recv_checked(call, src, tag)? {
+            return Ok(Request::completed(call, Status::empty()));
+        }
+        let v = buf.view_mut();
+        let ctx = self.inner.ctx | PART_CTX;
+        let h = engine::with(call, |e| self.start_recv_on(e, call, ctx, &v, src, tag))?;
+        Ok(Request::new(h, call))
     }
 
     /// Send and receive at once, deadlock-free (`MPI_Sendrecv`).
@@ -798,7 +912,7 @@ impl Communicator {
     /// max-allreduce of each rank's next free id), and move past it.
     fn agree_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
         let ctx = self.max_next_ctx(e, call)?;
-        if ctx > u32::MAX - 4 {
+        if ctx > PART_CTX - 8 {
             return Err(Error::new(
                 ErrorClass::Intern,
                 call,
@@ -1020,7 +1134,7 @@ impl Communicator {
                 e.drive(CALL, &mut s)?;
             }
             let ctx = ctx[0];
-            if ctx > u32::MAX - 4 {
+            if ctx > PART_CTX - 8 {
                 return Err(Error::new(
                     ErrorClass::Intern,
                     CALL,

@@ -42,7 +42,7 @@ impl Communicator {
     }
 
     fn ctx_overflow(&self, call: &str, ctx: u32) -> Result<()> {
-        if ctx > u32::MAX - 8 {
+        if ctx > crate::comm::PART_CTX - 8 {
             Err(Error::new(
                 ErrorClass::Intern,
                 call,

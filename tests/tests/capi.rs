@@ -76,7 +76,7 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 9] = [
+const C_TESTS: [&str; 10] = [
     "p2p",
     "coll",
     "types",
@@ -86,6 +86,7 @@ const C_TESTS: [&str; 9] = [
     "largecount_coll",
     "largecount_type",
     "persistent_coll",
+    "partitioned",
 ];
 
 /// Build the C test programs with `cc` and run each at every `nps`.
@@ -370,6 +371,82 @@ fn header_and_exports_match_the_mpich_abi() {
         .output()
         .expect("exports.sh");
     assert!(o.status.success(), "exports.sh:\n{}", text(&o));
+}
+
+/// Every `MPI_`/`PMPI_` symbol of an MPICH `libmpi.so.12` is exported by
+/// gmpi's, so any binary built against that MPICH loads: Debian's MPICH 4
+/// (`libmpich.so.12`, or `$GMPI_MPICH_LIB`) always, and the MPICH 5 wheel's
+/// `libmpi.so.12` when `$GMPI_MPICH5_LIB` names one (`pip download mpich`
+/// and unzip the wheel; not installed here, and MPI-5's additions are not
+/// all in gmpi yet).
+#[test]
+fn exports_every_symbol_mpich_exports() {
+    if !have("mpicc.mpich", "libmpich-dev") {
+        return;
+    }
+    let mut mpich = vec![std::env::var("GMPI_MPICH_LIB")
+        .unwrap_or_else(|_| "/usr/lib/x86_64-linux-gnu/libmpich.so.12".into())];
+    if let Ok(wheel) = std::env::var("GMPI_MPICH5_LIB") {
+        mpich.push(wheel);
+    } else {
+        eprintln!("GMPI_MPICH5_LIB is not set: the MPICH 5 wheel's exports are not checked");
+    }
+    let mut c = Command::new("bash");
+    c.arg(repo().join("capi/tests/abi/exports.sh"));
+    for m in &mpich {
+        c.args(["--mpich", m]);
+    }
+    let o = c
+        .arg(prefix().join("lib/libmpi.so.12"))
+        .output()
+        .expect("exports.sh");
+    assert!(o.status.success(), "exports.sh:\n{}", text(&o));
+}
+
+/// Calls gmpi does not implement yet, in a program MPICH's `mpicc` built:
+/// each fails with `MPI_ERR_UNSUPPORTED_OPERATION` through the right error
+/// handler (`MPI_T_*` with `MPI_T_ERR_NOT_SUPPORTED`), and each process
+/// names each call on stderr exactly once, though the program calls it
+/// twice.
+#[test]
+fn unsupported_calls_fail_and_say_so_once() {
+    if !have("mpicc.mpich", "libmpich-dev") {
+        return;
+    }
+    let dir = scratch("unsupported");
+    let exe = dir.join("unsupported_mpich");
+    compile(
+        "mpicc.mpich",
+        &repo().join("capi/tests/c/unsupported_mpich.c"),
+        &exe,
+        &["-std=c99", "-O1"],
+    );
+    let np = 2;
+    let o = run(&exe, np, &[]);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("OK unsupported_mpich"),
+        "unsupported_mpich at np {np}:\n{}",
+        text(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    for name in [
+        "MPI_T_init_thread",
+        "MPI_Win_allocate_c",
+        "MPI_Win_create_c",
+        "MPI_File_read_c",
+        "MPI_File_write_c",
+        "MPI_Win_allocate_shared_c",
+        "MPI_T_finalize",
+    ] {
+        let line = format!("gmpi: {name} is not supported yet (");
+        let n = err.lines().filter(|l| l.contains(&line)).count();
+        assert_eq!(
+            n,
+            np,
+            "lines naming {name} (one per process):\n{}",
+            text(&o)
+        );
+    }
 }
 
 /// The Python with mpi4py and numpy (`.ci/run` makes it).

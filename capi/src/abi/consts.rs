@@ -96,6 +96,9 @@ pub const MPI_ERR_NO_MEM: c_int = 34;
 pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
 pub const MPI_ERR_WIN: c_int = 45;
 pub const MPI_ERR_KEYVAL: c_int = 48;
+/// `MPI_T_ERR_NOT_SUPPORTED` (MPI 4.0): what the tool interface's calls
+/// return while gmpi lacks it.
+pub const MPI_T_ERR_NOT_SUPPORTED: c_int = 78;
 /// `MPIX_ERR_PROC_FAILED` (ULFM), MPICH's number.
 pub const MPI_ERR_PROC_FAILED: c_int = 101;
 pub const MPI_ERR_LASTCODE: c_int = 0x3fffffff;

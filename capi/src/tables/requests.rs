@@ -135,6 +135,15 @@ pub struct Spec {
 pub enum SpecKind {
     Send(Mode),
     Recv,
+    /// The send side of a partitioned communication (`MPI_Psend_init`):
+    /// `count` elements in each of `partitions`.
+    Psend {
+        partitions: usize,
+    },
+    /// The receive side (`MPI_Precv_init`).
+    Precv {
+        partitions: usize,
+    },
     /// A persistent collective (`MPI_Allreduce_init`, ...): the
     /// non-blocking collective with its `_init`'s arguments (the other
     /// fields of [`Spec`] but `comm` are unused).

@@ -10,12 +10,16 @@
 #   - MPIR_Dup_fn (what MPI_COMM_DUP_FN and friends expand to);
 #   - the data symbols MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY,
 #     MPI_F_STATUS_IGNORE, MPI_F_STATUSES_IGNORE;
+#   - with --mpich MPICHLIB (repeatable): every MPI_ and PMPI_ symbol
+#     MPICHLIB defines (an MPICH libmpi.so.12, e.g. Debian's libmpich.so.12
+#     or the MPICH 5 wheel's libmpi.so.12), so every binary built against
+#     that MPICH loads on LIB;
 #   - every MPI_ name in the extra list (--syms FILE, else
 #     /tmp/mpi4py_strong.txt if it exists, else the strong undefined MPI_
 #     symbols of mpi4py's MPICH-flavour extension if it is installed).
 # Prints each missing name and exits 1 if any is missing.
 #
-# Usage: exports.sh [--syms FILE] LIB
+# Usage: exports.sh [--syms FILE] [--mpich MPICHLIB]... LIB
 # Environment:
 #   MPI4PY_SO  the mpi4py extension to read the extra list from (default
 #              /opt/gmpi-py/lib/python3.11/site-packages/mpi4py/MPI.mpich.cpython-311-x86_64-linux-gnu.so)
@@ -27,15 +31,17 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 functions="$here/../../include/functions.txt"
 header="$here/../../include/mpi.h"
 syms=""
+mpich_libs=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --syms) syms="$2"; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        --mpich) mpich_libs+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) break ;;
     esac
 done
 if [ $# -ne 1 ]; then
-    echo "usage: $0 [--syms FILE] LIB" >&2
+    echo "usage: $0 [--syms FILE] [--mpich MPICHLIB]... LIB" >&2
     exit 2
 fi
 lib="$1"
@@ -64,7 +70,19 @@ nm -D --defined-only "$lib" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' | sort 
     echo MPI_WEIGHTS_EMPTY
     echo MPI_F_STATUS_IGNORE
     echo MPI_F_STATUSES_IGNORE
+    echo MPI_F08_STATUS_IGNORE
+    echo MPI_F08_STATUSES_IGNORE
+    echo MPI_T_PVAR_ALL_HANDLES
 } > "$tmp/need"
+
+for m in ${mpich_libs[@]+"${mpich_libs[@]}"}; do
+    [ -r "$m" ] || { echo "exports.sh: cannot read $m" >&2; exit 2; }
+    nm -D --defined-only "$m" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' \
+        | grep -E '^P?MPI_' > "$tmp/mpich" || true
+    [ -s "$tmp/mpich" ] || { echo "exports.sh: $m defines no MPI_ symbol" >&2; exit 2; }
+    echo "exports.sh: $(wc -l < "$tmp/mpich") MPI_/PMPI_ symbols of $m required"
+    cat "$tmp/mpich" >> "$tmp/need"
+done
 
 so="${MPI4PY_SO:-/opt/gmpi-py/lib/python3.11/site-packages/mpi4py/MPI.mpich.cpython-311-x86_64-linux-gnu.so}"
 extra=""

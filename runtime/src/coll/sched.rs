@@ -276,8 +276,19 @@ impl Sched {
     /// A schedule on the point-to-point context (derived-datatype sends and
     /// receives).
     pub fn p2p(call: &'static str, comm: &Arc<CommInner>, tag: i32, mode: SendMode) -> Self {
+        Self::p2p_on(call, comm, comm.ctx, tag, mode)
+    }
+
+    /// [`Sched::p2p`] on context `ctx` (the partitioned one).
+    pub fn p2p_on(
+        call: &'static str,
+        comm: &Arc<CommInner>,
+        ctx: u32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Self {
         let mut s = Self::new(call, comm, tag);
-        s.ctx = comm.ctx;
+        s.ctx = ctx;
         s.mode = mode;
         s
     }
