@@ -378,25 +378,23 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Handle> {
-        let buf = Buf {
-            addr,
-            len,
-            kind: self.classify(e, call, addr, len)?,
-        };
-        let args = self.inner.recv_args(ctx, buf, src, tag);
+        let args = self.recv_args_bytes(e, call, ctx, addr, len, src, tag)?;
         e.driver
             .post_recv(args)
             .map(Handle::Pml)
             .map_err(|err| Error::from_pml(err, call, self.rank()))
     }
 
-    /// The pml's arguments for a receive into the `len` contiguous bytes at
-    /// `addr` (host or device, as the gpu layer classifies them).
+    /// The pml's arguments for a receive on context `ctx` into the `len`
+    /// contiguous bytes at `addr` (host or device, as the gpu layer
+    /// classifies them).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn recv_args_bytes(
         &self,
         e: &Engine,
         call: &'static str,
+        ctx: u32,
         addr: u64,
         len: usize,
         src: i32,
@@ -407,7 +405,7 @@ impl Communicator {
             len,
             kind: self.classify(e, call, addr, len)?,
         };
-        Ok(self.inner.recv_args(self.inner.ctx, buf, src, tag))
+        Ok(self.inner.recv_args(ctx, buf, src, tag))
     }
 
     /// Where the `len` bytes at `addr` live; a failed driver query is an
@@ -430,7 +428,7 @@ impl Communicator {
         src: i32,
         tag: i32,
     ) -> Result<Status> {
-        let args = self.recv_args_bytes(e, call, addr, len, src, tag)?;
+        let args = self.recv_args_bytes(e, call, self.inner.ctx, addr, len, src, tag)?;
         match e.driver.post_recv_direct(args) {
             Ok(gmpi_pml::Posted::Direct) => e.wait_direct(call),
             Ok(gmpi_pml::Posted::Req(id)) => e.wait_handle(call, Handle::Pml(id)),
