@@ -457,11 +457,12 @@ enum Field {
         to: usize,
         signed: bool,
     },
-    /// `n` bytes of native padding, not represented.
-    Pad(usize),
+    /// A C `long double` (x86-64: the x87 80-bit extended format in 16
+    /// bytes) as external32's 16-byte big-endian IEEE binary128.
+    X87,
 }
 
-use Field::{Pad, Swap};
+use Field::{Swap, X87};
 
 const LONG_S: Field = Field::Narrow {
     from: 8,
@@ -480,7 +481,7 @@ const WCHAR: Field = Field::Narrow {
 };
 
 /// The `external32` layout of predefined type `name` (MPI-4.0 §13.5.2
-/// sizes), or `None` if gmpi cannot convert it (the `long double` types).
+/// sizes), or `None` if gmpi cannot convert it (`long double` off x86-64).
 fn ext32_fields(name: &str) -> Option<&'static [Field]> {
     Some(match name {
         "MPI_CHAR" | "MPI_SIGNED_CHAR" | "MPI_UNSIGNED_CHAR" | "MPI_BYTE" | "MPI_PACKED"
@@ -518,9 +519,21 @@ fn ext32_fields(name: &str) -> Option<&'static [Field]> {
         | "MPI_COMPLEX16"
         | "MPI_C_DOUBLE_COMPLEX"
         | "MPI_CXX_DOUBLE_COMPLEX" => &[Swap(8), Swap(8)],
-        "MPI_DOUBLE_INT" => &[Swap(8), Swap(4), Pad(4)],
-        "MPI_LONG_INT" => &[LONG_S, Swap(4), Pad(4)],
-        "MPI_SHORT_INT" => &[Swap(2), Pad(2), Swap(4)],
+        // The pair types' packed native bytes have no padding (value, then
+        // index), as their external32 form.
+        "MPI_DOUBLE_INT" => &[Swap(8), Swap(4)],
+        "MPI_LONG_INT" => &[LONG_S, Swap(4)],
+        "MPI_SHORT_INT" => &[Swap(2), Swap(4)],
+        // Fortran's REAL*16 is IEEE binary128 already.
+        "MPI_REAL16" => &[Swap(16)],
+        "MPI_COMPLEX32" => &[Swap(16), Swap(16)],
+        "MPI_LONG_DOUBLE" if cfg!(target_arch = "x86_64") => &[X87],
+        "MPI_C_LONG_DOUBLE_COMPLEX" | "MPI_CXX_LONG_DOUBLE_COMPLEX"
+            if cfg!(target_arch = "x86_64") =>
+        {
+            &[X87, X87]
+        }
+        "MPI_LONG_DOUBLE_INT" if cfg!(target_arch = "x86_64") => &[X87, Swap(4)],
         _ => return None,
     })
 }
@@ -530,7 +543,7 @@ fn ext_len(f: &[Field]) -> usize {
         .map(|f| match *f {
             Swap(n) => n,
             Field::Narrow { to, .. } => to,
-            Pad(_) => 0,
+            Field::X87 => 16,
         })
         .sum()
 }
@@ -684,7 +697,17 @@ fn convert(
                             ni += k;
                             xi += k;
                         }
-                        Pad(k) => ni += k,
+                        Field::X87 => {
+                            let (a, b) = (&mut native[ni..ni + 16], &mut ext[xi..xi + 16]);
+                            if to_ext {
+                                b.copy_from_slice(&x87_to_quad(a).to_be_bytes());
+                            } else {
+                                let q = u128::from_be_bytes(b[..16].try_into().expect("16 bytes"));
+                                a.copy_from_slice(&quad_to_x87(q));
+                            }
+                            ni += 16;
+                            xi += 16;
+                        }
                         Field::Narrow { from, to, signed } => {
                             narrow(
                                 call,
@@ -702,6 +725,33 @@ fn convert(
         }
     }
     Ok(())
+}
+
+/// An x87 extended value (its 10 bytes little-endian, in a 16-byte slot)
+/// as IEEE binary128 bits. Both have a sign, a 15-bit exponent with bias
+/// 16383, and (denormals included) the same exponent for the same value;
+/// x87 keeps the integer bit explicitly, binary128 has 112 fraction bits
+/// to x87's 63, so the conversion is exact.
+fn x87_to_quad(b: &[u8]) -> u128 {
+    let mant = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let se = u16::from_le_bytes([b[8], b[9]]);
+    let frac = u128::from(mant & !(1 << 63)) << 49;
+    (u128::from(se) << 112) | frac
+}
+
+/// Binary128 bits as an x87 extended value in a 16-byte slot (the fraction's
+/// low 49 bits, which x87 cannot hold, are dropped; zero for every value
+/// external32 data from an x87 sender carries).
+fn quad_to_x87(q: u128) -> [u8; 16] {
+    let se = (q >> 112) as u16;
+    let exp = se & 0x7fff;
+    let frac = ((q >> 49) as u64) & !(1 << 63);
+    // The explicit integer bit: set for normal numbers, infinities and NaNs.
+    let mant = frac | (u64::from(exp != 0) << 63);
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&mant.to_le_bytes());
+    out[8..10].copy_from_slice(&se.to_le_bytes());
+    out
 }
 
 /// Convert one integer between its native width and its narrower
@@ -1948,18 +1998,57 @@ mod tests {
 
     #[test]
     fn ext32_fields_cover_the_native_size() {
-        for h in REAL_TYPES.iter().chain(INTEGER_TYPES).chain(COMPLEX_TYPES) {
+        // The pair types' packed bytes have no padding: their fields must
+        // cover exactly the packed size (they overran it once).
+        let pairs = [
+            MPI_DOUBLE_INT,
+            MPI_LONG_INT,
+            MPI_SHORT_INT,
+            MPI_FLOAT_INT,
+            MPI_2INT,
+            MPI_LONG_DOUBLE_INT,
+            MPI_LONG_DOUBLE,
+            MPI_C_LONG_DOUBLE_COMPLEX,
+        ];
+        for h in REAL_TYPES
+            .iter()
+            .chain(INTEGER_TYPES)
+            .chain(COMPLEX_TYPES)
+            .chain(&pairs)
+        {
             let (d, name) = resolve::predefined(*h).expect("predefined");
-            if let Some(f) = ext32_fields(name) {
-                let native: usize = f
-                    .iter()
-                    .map(|f| match *f {
-                        Swap(n) | Pad(n) => n,
-                        Field::Narrow { from, .. } => from,
-                    })
-                    .sum();
-                assert_eq!(native, d.size(), "{name}");
-            }
+            let f = ext32_fields(name).unwrap_or_else(|| panic!("{name} has no external32 form"));
+            let native: usize = f
+                .iter()
+                .map(|f| match *f {
+                    Swap(n) => n,
+                    Field::X87 => 16,
+                    Field::Narrow { from, .. } => from,
+                })
+                .sum();
+            assert_eq!(native, d.size(), "{name}");
+        }
+    }
+
+    #[test]
+    fn long_double_converts_exactly_to_binary128_and_back() {
+        // 1.0L, -2.5L, the smallest x87 denormal, +infinity: the x87 bytes
+        // (mantissa little-endian with its explicit integer bit, then sign
+        // and exponent) and their binary128 bits.
+        let cases: [([u8; 10], u128); 4] = [
+            ([0, 0, 0, 0, 0, 0, 0, 0x80, 0xff, 0x3f], 0x3fff << 112),
+            (
+                [0, 0, 0, 0, 0, 0, 0, 0xa0, 0x00, 0xc0],
+                (0xc000 << 112) | (1 << 110),
+            ),
+            ([1, 0, 0, 0, 0, 0, 0, 0, 0, 0], 1 << 49),
+            ([0, 0, 0, 0, 0, 0, 0, 0x80, 0xff, 0x7f], 0x7fff << 112),
+        ];
+        for (x87, quad) in cases {
+            let mut slot = [0u8; 16];
+            slot[..10].copy_from_slice(&x87);
+            assert_eq!(x87_to_quad(&slot), quad, "{x87:?}");
+            assert_eq!(quad_to_x87(quad), slot, "{quad:#x}");
         }
     }
 

@@ -25,6 +25,8 @@ pub enum Primitive {
     F32,
     /// `MPI_DOUBLE`
     F64,
+    /// `MPIX_C_FLOAT16`: IEEE 754 half precision ([`half::f16`]).
+    F16,
     /// `MPI_C_BOOL`
     Bool,
     /// 128-bit integer (no MPI equivalent; moved as 16 bytes)
@@ -69,6 +71,7 @@ impl Primitive {
             Primitive::U64 => "MPI_UINT64_T",
             Primitive::F32 => "MPI_FLOAT",
             Primitive::F64 => "MPI_DOUBLE",
+            Primitive::F16 => "MPIX_C_FLOAT16",
             Primitive::Bool => "MPI_C_BOOL",
             Primitive::I128 => "GMPI_INT128",
             Primitive::U128 => "GMPI_UINT128",
@@ -109,7 +112,7 @@ impl Datatype {
                 | Primitive::Bool
                 | Primitive::Byte
                 | Primitive::Char => 1,
-                Primitive::I16 | Primitive::U16 => 2,
+                Primitive::I16 | Primitive::U16 | Primitive::F16 => 2,
                 Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
                 Primitive::I64 | Primitive::U64 | Primitive::F64 => 8,
                 Primitive::I128 | Primitive::U128 => 16,
@@ -156,7 +159,8 @@ macro_rules! prim {
 }
 
 prim!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
-      u64 => U64, i128 => I128, u128 => U128, f32 => F32, f64 => F64, isize => ISize, usize => USize, bool => Bool);
+      u64 => U64, i128 => I128, u128 => U128, f32 => F32, f64 => F64, isize => ISize, usize => USize, bool => Bool,
+      half::f16 => F16);
 
 // SAFETY: arrays of Equivalence types have no padding between elements and
 // inherit the element's validity.

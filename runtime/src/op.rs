@@ -301,7 +301,7 @@ fn class(p: Primitive) -> Class {
         | P::ISize
         | P::USize
         | P::Char => Class::Int,
-        P::F32 | P::F64 => Class::Float,
+        P::F32 | P::F64 | P::F16 => Class::Float,
         P::Bool => Class::Bool,
         P::Byte => Class::Byte,
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => Class::Pair,
@@ -444,6 +444,9 @@ fn elementwise(op: &Op, prim: Primitive) -> Option<Kernel> {
         P::USize => int::<usize>(op),
         P::F32 => arith::<f32>(op),
         P::F64 => arith::<f64>(op),
+        // Half precision: each operation in f32, rounded back (as the
+        // `half` crate's operators and CUDA's `__half` arithmetic do).
+        P::F16 => arith::<half::f16>(op),
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => None,
     }
 }
@@ -515,7 +518,7 @@ macro_rules! num {
 
 num!(wrapping_add, wrapping_mul: i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 // Floats: IEEE addition and multiplication (`std::ops`).
-num!(add, mul: f32, f64);
+num!(add, mul: f32, f64, half::f16);
 
 macro_rules! int {
     ($($t:ty),*) => {$(
@@ -604,7 +607,7 @@ mod tests {
     use proptest::prelude::*;
     use Primitive as P;
 
-    const ALL_PRIMS: [Primitive; 22] = [
+    const ALL_PRIMS: [Primitive; 23] = [
         P::I8,
         P::I16,
         P::I32,
@@ -615,6 +618,7 @@ mod tests {
         P::U64,
         P::F32,
         P::F64,
+        P::F16,
         P::Bool,
         P::I128,
         P::U128,
@@ -634,16 +638,16 @@ mod tests {
     fn all_prims_is_exhaustive(p: Primitive) {
         match p {
             P::I8 | P::I16 | P::I32 | P::I64 | P::U8 | P::U16 | P::U32 | P::U64 => {}
-            P::F32 | P::F64 | P::Bool | P::I128 | P::U128 | P::ISize | P::USize => {}
+            P::F32 | P::F64 | P::F16 | P::Bool | P::I128 | P::U128 | P::ISize | P::USize => {}
             P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => {}
             P::Byte | P::Char => {}
         }
     }
 
     /// Valid (predefined op, datatype) pairs: 12 integer types × 10 ops,
-    /// 2 float types × 4, `Char` 10 (as MPICH), `Bool` 3, `Byte` 3, 5 pair
+    /// 3 float types × 4, `Char` 10 (as MPICH), `Bool` 3, `Byte` 3, 5 pair
     /// types × 2.
-    const PREDEFINED_VALID: usize = 120 + 8 + 10 + 3 + 3 + 10;
+    const PREDEFINED_VALID: usize = 120 + 12 + 10 + 3 + 3 + 10;
 
     fn predefined() -> Vec<Op> {
         use Op::*;
@@ -668,7 +672,7 @@ mod tests {
             P::ISize,
             P::USize,
         ];
-        let floats = [P::F32, P::F64];
+        let floats = [P::F32, P::F64, P::F16];
         let pairs = [
             P::FloatInt,
             P::DoubleInt,
@@ -877,6 +881,7 @@ mod tests {
             P::USize => ref_int!(usize, op, a, b),
             P::F32 => ref_float!(f32, op, a, b),
             P::F64 => ref_float!(f64, op, a, b),
+            P::F16 => ref_float!(half::f16, op, a, b),
             P::FloatInt => ref_loc!(f32, 8, 4, op, a, b),
             P::DoubleInt => ref_loc!(f64, 16, 8, op, a, b),
             P::LongInt => ref_loc!(i64, 16, 8, op, a, b),
@@ -1015,6 +1020,26 @@ mod tests {
         let mut b = vec![2u8, 0, 1, 0];
         apply(&Op::Lxor, P::Bool, 4, &[1, 7, 1, 0], &mut b);
         assert_eq!(b, [0, 1, 0, 0]);
+    }
+
+    #[test]
+    fn half_precision_reduces_as_floats_do_and_refuses_bit_operations() {
+        use half::f16;
+        let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+        let mut b = ne(&h(&[1.0, -2.5, 0.5]));
+        apply(&Op::Sum, P::F16, 3, &ne(&h(&[2.0, 0.5, 0.25])), &mut b);
+        assert_eq!(from_bytes::<f16>(&b), h(&[3.0, -2.0, 0.75]));
+        apply(&Op::Max, P::F16, 3, &ne(&h(&[4.0, -3.0, 1.0])), &mut b);
+        assert_eq!(from_bytes::<f16>(&b), h(&[4.0, -2.0, 1.0]));
+        apply(&Op::Prod, P::F16, 3, &ne(&h(&[0.5, 2.0, 3.0])), &mut b);
+        assert_eq!(from_bytes::<f16>(&b), h(&[2.0, -4.0, 3.0]));
+        // 65504 is the largest binary16: past it, infinity.
+        let mut b = ne(&h(&[65504.0]));
+        apply(&Op::Sum, P::F16, 1, &ne(&h(&[65504.0])), &mut b);
+        assert!(from_bytes::<f16>(&b)[0].is_infinite());
+        assert!(check(&Op::Band, P::F16).is_err());
+        assert!(check(&Op::Sum, P::F16).is_ok());
+        assert_eq!(P::F16.mpi_name(), "MPIX_C_FLOAT16");
     }
 
     #[test]

@@ -222,6 +222,8 @@ pub const MPI_C_BOOL: MPI_Datatype = 0x4c00013f;
 pub const MPI_C_FLOAT_COMPLEX: MPI_Datatype = 0x4c000840;
 pub const MPI_C_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001041;
 pub const MPI_C_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002042;
+/// `MPIX_C_FLOAT16` (MPICH's): IEEE 754 half precision.
+pub const MPIX_C_FLOAT16: MPI_Datatype = 0x4c000246;
 pub const MPI_AINT: MPI_Datatype = 0x4c000843;
 pub const MPI_OFFSET: MPI_Datatype = 0x4c000844;
 pub const MPI_COUNT: MPI_Datatype = 0x4c000845;
