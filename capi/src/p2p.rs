@@ -630,6 +630,16 @@ fn persistent(
         tag,
         comm,
     };
+    new_persistent(call, spec, request)
+}
+
+/// Register an inactive persistent request of `spec` and write its handle
+/// to `*request` (every `_init` call).
+pub(crate) fn new_persistent(
+    call: &str,
+    spec: Spec,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
     let h = encode(
         Kind::Request,
         state().reqs.insert(ReqObj::Persistent {
@@ -664,14 +674,7 @@ pub(crate) fn persistent_coll(
         tag: 0,
         comm,
     };
-    let h = encode(
-        Kind::Request,
-        state().reqs.insert(ReqObj::Persistent {
-            spec: Box::new(spec),
-            active: None,
-        }),
-    );
-    ptr::write(call, "request", request, h)
+    new_persistent(call, spec, request)
 }
 
 /// An array argument of a persistent collective (counts, displacements,

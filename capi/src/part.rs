@@ -25,7 +25,7 @@ use gmpi::{Error, ErrorClass};
 
 use crate::abi::*;
 use crate::errors;
-use crate::p2p::{recv_view, send_view};
+use crate::p2p::{new_persistent, recv_view, send_view};
 use crate::ptr;
 use crate::resolve;
 use crate::tables::*;
@@ -86,14 +86,7 @@ fn init(
         tag,
         comm,
     };
-    let h = encode(
-        Kind::Request,
-        state().reqs.insert(ReqObj::Persistent {
-            spec: Box::new(spec),
-            active: None,
-        }),
-    );
-    ptr::write(call, "request", request, h)
+    new_persistent(call, spec, request)
 }
 
 /// `MPI_Start` of a partitioned send: nothing moves until every partition
