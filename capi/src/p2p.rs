@@ -390,26 +390,11 @@ mpi_fn! {
     fn Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = resolve::comm(CALL, comm)?;
-        let sv = send_view(CALL, sendbuf, sendcount.into(), sendtype)?;
-        let mut rv = recv_view(CALL, recvbuf, recvcount.into(), recvtype)?;
-        let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
-        let mut s = MPI_Status::empty();
-        s.set(&st);
-        ptr::status(status, &s);
-        Ok(())
+        sendrecv(CALL, sendbuf, sendcount.into(), sendtype, dest, sendtag, recvbuf, recvcount.into(), recvtype, source, recvtag, comm, status)
     }
     fn Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
-        // Send a copy, receive in place.
-        let copy = gmpi_packed(CALL, &c, &v)?;
-        let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
-        let mut s = MPI_Status::empty();
-        s.set(&st);
-        ptr::status(status, &s);
-        Ok(())
+        sendrecv_replace(CALL, buf, count.into(), datatype, dest, sendtag, source, recvtag, comm, status)
     }
     fn Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
         let c = resolve::comm(CALL, comm)?;
@@ -1532,26 +1517,115 @@ mpi_fn! {
     fn Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let sv = send_view(CALL, sendbuf, sendcount.into(), sendtype)?;
-        let mut rv = recv_view(CALL, recvbuf, recvcount.into(), recvtype)?;
-        // The receive is the request's status; the send completes with it.
-        let r = ptr::detach_req(c.irecv(&mut rv, source, recvtag)?);
-        let s = ptr::detach_req(c.isend(&sv, dest, sendtag)?);
-        out_req(CALL, request, Active::group(r, vec![s], comm))
+        isendrecv(CALL, sendbuf, sendcount.into(), sendtype, dest, sendtag, recvbuf, recvcount.into(), recvtype, source, recvtag, comm, request)
     }
     fn Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut v = recv_view(CALL, buf, count.into(), datatype)?;
-        // Send a copy (kept beside the request), receive in place.
-        let copy: Box<Vec<u8>> = Box::new(gmpi_packed(CALL, &c, &v)?);
-        let s = ptr::detach_req(c.isend(&copy[..], dest, sendtag)?);
-        let r = ptr::detach_req(c.irecv(&mut v, source, recvtag)?);
-        let mut a = Active::group(r, vec![s], comm);
-        a.keep = Some(copy);
-        out_req(CALL, request, a)
+        isendrecv_replace(CALL, buf, count.into(), datatype, dest, sendtag, source, recvtag, comm, request)
     }
+}
+
+/// `MPI_Sendrecv(_c)`.
+#[allow(clippy::too_many_arguments)]
+fn sendrecv(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let sv = send_view(call, sendbuf, sendcount, sendtype)?;
+    let mut rv = recv_view(call, recvbuf, recvcount, recvtype)?;
+    let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
+    let mut s = MPI_Status::empty();
+    s.set(&st);
+    ptr::status(status, &s);
+    Ok(())
+}
+
+/// `MPI_Sendrecv_replace(_c)`.
+#[allow(clippy::too_many_arguments)]
+fn sendrecv_replace(
+    call: &'static str,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let mut v = recv_view(call, buf, count, datatype)?;
+    // Send a copy, receive in place.
+    let copy = gmpi_packed(call, &c, &v)?;
+    let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
+    let mut s = MPI_Status::empty();
+    s.set(&st);
+    ptr::status(status, &s);
+    Ok(())
+}
+
+/// `MPI_Isendrecv(_c)`.
+#[allow(clippy::too_many_arguments)]
+fn isendrecv(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let sv = send_view(call, sendbuf, sendcount, sendtype)?;
+    let mut rv = recv_view(call, recvbuf, recvcount, recvtype)?;
+    // The receive is the request's status; the send completes with it.
+    let r = ptr::detach_req(c.irecv(&mut rv, source, recvtag)?);
+    let s = ptr::detach_req(c.isend(&sv, dest, sendtag)?);
+    out_req(call, request, Active::group(r, vec![s], comm))
+}
+
+/// `MPI_Isendrecv_replace(_c)`.
+#[allow(clippy::too_many_arguments)]
+fn isendrecv_replace(
+    call: &'static str,
+    buf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Result<(), Error> {
+    let c = resolve::comm(call, comm)?;
+    let mut v = recv_view(call, buf, count, datatype)?;
+    // Send a copy (kept beside the request), receive in place.
+    let copy: Box<Vec<u8>> = Box::new(gmpi_packed(call, &c, &v)?);
+    let s = ptr::detach_req(c.isend(&copy[..], dest, sendtag)?);
+    let r = ptr::detach_req(c.irecv(&mut v, source, recvtag)?);
+    let mut a = Active::group(r, vec![s], comm);
+    a.keep = Some(copy);
+    out_req(call, request, a)
 }
 
 // ---- the large-count calls (MPI-4's `_c` variants) ----
@@ -1620,49 +1694,20 @@ mpi_fn! {
     fn Sendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = resolve::comm(CALL, comm)?;
-        let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
-        let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
-        let st = c.sendrecv(&sv, dest, sendtag, &mut rv, source, recvtag)?;
-        let mut s = MPI_Status::empty();
-        s.set(&st);
-        ptr::status(status, &s);
-        Ok(())
+        sendrecv(CALL, sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status)
     }
     fn Sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut v = recv_view(CALL, buf, count, datatype)?;
-        // Send a copy, receive in place.
-        let copy = gmpi_packed(CALL, &c, &v)?;
-        let st = c.sendrecv(&copy[..], dest, sendtag, &mut v, source, recvtag)?;
-        let mut s = MPI_Status::empty();
-        s.set(&st);
-        ptr::status(status, &s);
-        Ok(())
+        sendrecv_replace(CALL, buf, count, datatype, dest, sendtag, source, recvtag, comm, status)
     }
     fn Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
         recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
         comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let sv = send_view(CALL, sendbuf, sendcount, sendtype)?;
-        let mut rv = recv_view(CALL, recvbuf, recvcount, recvtype)?;
-        // The receive is the request's status; the send completes with it.
-        let r = ptr::detach_req(c.irecv(&mut rv, source, recvtag)?);
-        let s = ptr::detach_req(c.isend(&sv, dest, sendtag)?);
-        out_req(CALL, request, Active::group(r, vec![s], comm))
+        isendrecv(CALL, sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request)
     }
     fn Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int,
         source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
-        let c = resolve::comm(CALL, comm)?;
-        let mut v = recv_view(CALL, buf, count, datatype)?;
-        // Send a copy (kept beside the request), receive in place.
-        let copy: Box<Vec<u8>> = Box::new(gmpi_packed(CALL, &c, &v)?);
-        let s = ptr::detach_req(c.isend(&copy[..], dest, sendtag)?);
-        let r = ptr::detach_req(c.irecv(&mut v, source, recvtag)?);
-        let mut a = Active::group(r, vec![s], comm);
-        a.keep = Some(copy);
-        out_req(CALL, request, a)
+        isendrecv_replace(CALL, buf, count, datatype, dest, sendtag, source, recvtag, comm, request)
     }
     fn Mrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) {
         let (comm, msg) = take_message(CALL, message)?;

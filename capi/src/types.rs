@@ -1795,6 +1795,35 @@ fn pack_size(
     t.pack_size(n).map_err(ranked)
 }
 
+/// What `MPI_Pack_external` and `MPI_Unpack_external` check and work out
+/// alike: the conversion of `datatype`, the view of the user buffer `buf`
+/// (`count` elements, written to when `writable`), the size of the packed
+/// buffer, the position in it, and the external32 bytes of `count` elements.
+fn ext32_job(
+    call: &str,
+    datarep: *const c_char,
+    datatype: MPI_Datatype,
+    (buf, count, writable, buf_name): (*const c_void, MPI_Count, bool, &str),
+    (size, pos, size_name): (MPI_Count, MPI_Count, &str),
+) -> Result<(Ext32, gmpi::View, usize, usize, usize), Error> {
+    let (t, p) = type_arg(call, "datatype", datatype)?;
+    let e = ext32(call, datarep, &p)?;
+    let size = usize::try_from(size).map_err(|_| {
+        err(
+            ErrorClass::Arg,
+            call,
+            format!("{size_name} = {size} is negative"),
+        )
+    })?;
+    let pos = position_arg(call, pos, size, size_name)?;
+    let v = ptr::buf(call, buf_name, buf, count, &t, writable).map_err(ranked)?;
+    let need = e
+        .size
+        .checked_mul(count as usize)
+        .ok_or_else(|| err(ErrorClass::Count, call, "the external32 size overflows"))?;
+    Ok((e, v, size, pos, need))
+}
+
 /// `MPI_Pack_external(_c)`; the new position.
 #[allow(clippy::too_many_arguments)]
 fn pack_external(
@@ -1807,22 +1836,14 @@ fn pack_external(
     outsize: MPI_Count,
     pos: MPI_Count,
 ) -> Result<usize, Error> {
-    let (t, p) = type_arg(call, "datatype", datatype)?;
-    let e = ext32(call, datarep, &p)?;
-    let outsize = usize::try_from(outsize).map_err(|_| {
-        err(
-            ErrorClass::Arg,
-            call,
-            format!("outsize = {outsize} is negative"),
-        )
-    })?;
-    let pos = position_arg(call, pos, outsize, "outsize")?;
-    let v = ptr::buf(call, "inbuf", inbuf, incount, &t, false).map_err(ranked)?;
+    let (e, v, outsize, pos, need) = ext32_job(
+        call,
+        datarep,
+        datatype,
+        (inbuf, incount, false, "inbuf"),
+        (outsize, pos, "outsize"),
+    )?;
     let n = incount as usize;
-    let need = e
-        .size
-        .checked_mul(n)
-        .ok_or_else(|| err(ErrorClass::Count, call, "the external32 size overflows"))?;
     if need > outsize - pos {
         return Err(err(ErrorClass::Arg, call, format!(
             "outbuf has {} bytes after *position = {pos} but {incount} element(s) need {need} in external32",
@@ -1849,22 +1870,14 @@ fn unpack_external(
     outcount: MPI_Count,
     datatype: MPI_Datatype,
 ) -> Result<usize, Error> {
-    let (t, p) = type_arg(call, "datatype", datatype)?;
-    let e = ext32(call, datarep, &p)?;
-    let insize = usize::try_from(insize).map_err(|_| {
-        err(
-            ErrorClass::Arg,
-            call,
-            format!("insize = {insize} is negative"),
-        )
-    })?;
-    let pos = position_arg(call, pos, insize, "insize")?;
-    let v = ptr::buf(call, "outbuf", outbuf, outcount, &t, true).map_err(ranked)?;
+    let (e, v, insize, pos, need) = ext32_job(
+        call,
+        datarep,
+        datatype,
+        (outbuf.cast_const(), outcount, true, "outbuf"),
+        (insize, pos, "insize"),
+    )?;
     let n = outcount as usize;
-    let need = e
-        .size
-        .checked_mul(n)
-        .ok_or_else(|| err(ErrorClass::Count, call, "the external32 size overflows"))?;
     if need > insize - pos {
         return Err(err(ErrorClass::Truncate, call, format!(
             "inbuf has {} bytes after *position = {pos} but {outcount} element(s) need {need} in external32",
