@@ -103,8 +103,10 @@ mod conformance;
 mod coop;
 mod layout;
 mod segment;
+mod win;
 
 pub use coll::{CollConfig, ShmColl};
+pub use win::{cma_read, cma_write, WinArea, LOCK_EXCLUSIVE};
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, Ordering};

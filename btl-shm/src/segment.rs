@@ -212,6 +212,45 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off), len) }
     }
 
+    /// Copy the `dst.len()` bytes at byte offset `off` into `dst` (bounds
+    /// checked), with no claim on the mapping: for the data of a one-sided
+    /// window (`win.rs`), which the window's owner and every origin reach
+    /// concurrently. MPI makes the program keep conflicting accesses apart
+    /// (epochs, locks, the accumulate mutex); a program that does not gets
+    /// torn bytes, as with load/store on any shared memory.
+    #[inline]
+    pub(crate) fn read_shared(&self, off: usize, dst: &mut [u8]) {
+        self.check_range(off, dst.len());
+        // SAFETY: `[off, off + len)` is inside the mapping (checked) and `dst`
+        // is caller memory outside it (a `&mut` borrow cannot alias the
+        // mapping, whose bytes are never handed out as `&mut`); concurrent
+        // writers are other processes or raw pointers of the window's owner,
+        // kept apart by the MPI synchronisation described above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
+        }
+    }
+
+    /// Copy `src` to byte offset `off` (bounds checked), with no claim on
+    /// the mapping: the write side of [`Mapping::read_shared`].
+    #[inline]
+    pub(crate) fn write_shared(&self, off: usize, src: &[u8]) {
+        self.check_range(off, src.len());
+        // SAFETY: in bounds (checked); `src` cannot overlap a range of the
+        // mapping borrowed as `&mut` (none is ever handed out for window
+        // bytes); other accesses to these bytes are kept apart by MPI's
+        // synchronisation, as for `read_shared`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len());
+        }
+    }
+
+    /// The address of byte `off` of the mapping in this process (what
+    /// `MPI_Win_allocate` returns as the window's base).
+    pub(crate) fn addr_of(&self, off: usize) -> u64 {
+        self.ptr_at(off).as_ptr() as u64
+    }
+
     fn ptr_at(&self, off: usize) -> NonNull<u8> {
         assert!(off <= self.len);
         // SAFETY: `off` is within (or one past) the mapping, so the offset

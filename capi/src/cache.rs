@@ -35,6 +35,7 @@ use crate::tables::*;
 pub enum Obj {
     Comm(MPI_Comm),
     Type(MPI_Datatype),
+    Win(MPI_Win),
 }
 
 impl Obj {
@@ -43,13 +44,14 @@ impl Obj {
         match self {
             Obj::Comm(_) => Kind::Comm,
             Obj::Type(_) => Kind::Datatype,
+            Obj::Win(_) => Kind::Win,
         }
     }
 
     /// Its C handle (what the callbacks receive).
     fn handle(self) -> c_int {
         match self {
-            Obj::Comm(h) | Obj::Type(h) => h,
+            Obj::Comm(h) | Obj::Type(h) | Obj::Win(h) => h,
         }
     }
 
@@ -70,6 +72,18 @@ impl Obj {
                         "comm is MPI_COMM_NULL".to_string()
                     } else {
                         format!("comm = {h:#x} is not a valid communicator")
+                    },
+                )),
+            },
+            Obj::Win(h) => match decode(Kind::Win, h).and_then(|i| st.wins.get_mut(i)) {
+                Some(o) => Ok(Some(&mut o.attrs)),
+                None => Err(err(
+                    ErrorClass::Win,
+                    call,
+                    if h == MPI_WIN_NULL {
+                        "win is MPI_WIN_NULL".to_string()
+                    } else {
+                        format!("win = {h:#x} is not a valid window")
                     },
                 )),
             },
@@ -98,6 +112,7 @@ fn kind_name(k: Kind) -> &'static str {
     match k {
         Kind::Comm => "communicator",
         Kind::Datatype => "datatype",
+        Kind::Win => "window",
         _ => "other",
     }
 }

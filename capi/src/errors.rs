@@ -109,6 +109,10 @@ pub fn invoke(comm: MPI_Comm, code: c_int, msg: &str) -> c_int {
 /// handle is invalid).
 pub fn errhandler_of(comm: MPI_Comm) -> MPI_Errhandler {
     let st = state();
+    if let Some(i) = decode(Kind::Win, comm) {
+        // A window's (its handle is the target of window calls).
+        return st.wins.get(i).map_or(MPI_ERRORS_ARE_FATAL, |o| o.errh);
+    }
     comm_slot(comm)
         .and_then(|i| st.comms.get(i))
         .map(|o| o.errh)

@@ -116,6 +116,7 @@ mod removed;
 mod topo;
 mod types;
 mod unsupported;
+mod win;
 
 pub use frame::entry;
 

@@ -287,6 +287,26 @@ pub fn irecv_bytes(
     unsafe { c.irecv_bytes(call, p as usize, len, src, tag) }
 }
 
+/// `MPI_Win_create` over the `size` bytes at `base`.
+pub fn win_create(
+    c: &gmpi::Communicator,
+    base: *mut c_void,
+    size: usize,
+    disp_unit: isize,
+) -> Result<gmpi::Window, Error> {
+    // SAFETY: the MPI contract of MPI_Win_create: the caller keeps the
+    // `size` bytes at `base` valid (and lets other ranks read and write them
+    // during their epochs) until MPI_Win_free.
+    unsafe { gmpi::Window::create_raw(c, base as u64, size, disp_unit) }
+}
+
+/// `MPI_Win_attach` of the `size` bytes at `base`.
+pub fn win_attach(w: &gmpi::Window, base: *mut c_void, size: usize) -> Result<(), Error> {
+    // SAFETY: the MPI contract of MPI_Win_attach: the memory stays valid
+    // until it is detached or the window freed.
+    unsafe { w.attach(base as u64, size) }
+}
+
 /// Erase a request's borrow: its buffer is caller memory (a raw view) or a
 /// copy owned beside it.
 pub fn detach_req(r: Request<'_>) -> Request<'static> {

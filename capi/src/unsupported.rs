@@ -1,13 +1,11 @@
-//! The calls gmpi exports but does not implement yet: one-sided
-//! communication (`MPI_Win_*`, `MPI_Put`, `MPI_Get`, the accumulates and
-//! their request-based forms), MPI-IO (`MPI_File_*`,
+//! The calls gmpi exports but does not implement yet: MPI-IO (`MPI_File_*`,
 //! `MPI_Register_datarep`), dynamic processes (spawn, ports, names,
 //! `MPI_Comm_join`, `MPI_Comm_disconnect`), the sessions model
 //! (`MPI_Session_*`, `MPI_Group_from_session_pset`,
 //! `MPI_Comm_create_from_group`) and generalized requests; and, generated
 //! from MPICH's headers by `capi/scripts/gen_unsupported.py` into
 //! [`generated`], every other function MPICH 4's `libmpi.so.12` exports:
-//! the large-count `_c` forms of the one-sided and file calls and the tool
+//! the large-count `_c` forms of the file calls and the tool
 //! information interface (`MPI_T_*`).
 //!
 //! Each has its exact C signature, so binaries that reference it load and
@@ -55,7 +53,6 @@ use crate::ptr;
 use crate::resolve;
 use crate::tables::*;
 
-const ONE_SIDED: &str = "one-sided communication";
 const IO: &str = "MPI-IO";
 const DYNAMIC: &str = "dynamic process management";
 const SESSIONS: &str = "the sessions model";
@@ -91,25 +88,6 @@ fn unsupported(call: &'static str, family: &str) -> Error {
 fn tool_call(call: &'static str) -> c_int {
     note_once(call, TOOLS);
     MPI_T_ERR_NOT_SUPPORTED
-}
-
-/// Errors of the current call go to `comm`'s error handler if `comm` names
-/// a communicator (else to `MPI_COMM_WORLD`'s).
-fn target(comm: MPI_Comm) {
-    let known = comm_slot(comm).is_some_and(|i| state().comms.get(i).is_some());
-    if known {
-        errors::set_target(comm);
-    }
-}
-
-/// Check a window argument: `MPI_WIN_NULL` is an `MPI_ERR_WIN` error
-/// before the call is found unsupported (argument checks come first, as in
-/// MPICH).
-fn win_arg(call: &str, win: MPI_Win) -> Result<(), Error> {
-    if win == MPI_WIN_NULL {
-        return Err(err(ErrorClass::Win, call, "win is MPI_WIN_NULL"));
-    }
-    Ok(())
 }
 
 /// The error handler of `MPI_FILE_NULL` (`MPI_ERRORS_RETURN` unless the
@@ -260,243 +238,6 @@ static PVAR_ALL_HANDLES_TARGET: c_int = 0x5041_4c4c;
 /// supported yet).
 #[no_mangle]
 pub static MPI_T_PVAR_ALL_HANDLES: ConstPtr = ConstPtr(&PVAR_ALL_HANDLES_TARGET);
-
-// ---- One-sided communication ----
-
-mpi_fn! {
-    fn Accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Compare_and_swap(_origin_addr: *const c_void, _compare_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Fetch_and_op(_origin_addr: *const c_void, _result_addr: *mut c_void, _datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _op: MPI_Op, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Get(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Get_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Put(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Raccumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win, _request: *mut MPI_Request) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Rget(_origin_addr: *mut c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win, _request: *mut MPI_Request) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Rget_accumulate(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _result_addr: *mut c_void, _result_count: c_int, _result_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, _op: MPI_Op, win: MPI_Win, _request: *mut MPI_Request) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Rput(_origin_addr: *const c_void, _origin_count: c_int, _origin_datatype: MPI_Datatype, _target_rank: c_int, _target_disp: MPI_Aint, _target_count: c_int, _target_datatype: MPI_Datatype, win: MPI_Win, _request: *mut MPI_Request) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_allocate(_size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _baseptr: *mut c_void, _win: *mut MPI_Win) {
-        resolve::comm(CALL, comm)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_allocate_shared(_size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _baseptr: *mut c_void, _win: *mut MPI_Win) {
-        resolve::comm(CALL, comm)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_attach(win: MPI_Win, _base: *mut c_void, _size: MPI_Aint) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_call_errhandler(win: MPI_Win, _errorcode: c_int) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_complete(win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_create(_base: *mut c_void, _size: MPI_Aint, _disp_unit: c_int, _info: MPI_Info, comm: MPI_Comm, _win: *mut MPI_Win) {
-        resolve::comm(CALL, comm)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_create_dynamic(_info: MPI_Info, comm: MPI_Comm, _win: *mut MPI_Win) {
-        resolve::comm(CALL, comm)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_create_errhandler(_win_errhandler_fn: Callback, _errhandler: *mut MPI_Errhandler) {
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_create_keyval(_win_copy_attr_fn: Callback, _win_delete_attr_fn: Callback, _win_keyval: *mut c_int, _extra_state: *mut c_void) {
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_delete_attr(win: MPI_Win, _win_keyval: c_int) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_detach(win: MPI_Win, _base: *const c_void) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_fence(_assert: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_flush(_rank: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_flush_all(win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_flush_local(_rank: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_flush_local_all(win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_free(win: *mut MPI_Win) {
-        win_arg(CALL, ptr::read(CALL, "win", win.cast_const())?)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_free_keyval(_win_keyval: *mut c_int) {
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_get_attr(win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void, _flag: *mut c_int) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_get_errhandler(win: MPI_Win, _errhandler: *mut MPI_Errhandler) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_get_group(win: MPI_Win, _group: *mut MPI_Group) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_get_info(win: MPI_Win, _info_used: *mut MPI_Info) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_get_name(win: MPI_Win, _win_name: *mut c_char, _resultlen: *mut c_int) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_lock(_lock_type: c_int, _rank: c_int, _assert: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_lock_all(_assert: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_post(_group: MPI_Group, _assert: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_set_attr(win: MPI_Win, _win_keyval: c_int, _attribute_val: *mut c_void) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_set_errhandler(win: MPI_Win, _errhandler: MPI_Errhandler) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_set_info(win: MPI_Win, _info: MPI_Info) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_set_name(win: MPI_Win, _win_name: *const c_char) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_shared_query(win: MPI_Win, _rank: c_int, _size: *mut MPI_Aint, _disp_unit: *mut c_int, _baseptr: *mut c_void) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_start(_group: MPI_Group, _assert: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_sync(win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    fn Win_test(win: MPI_Win, _flag: *mut c_int) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_unlock(_rank: c_int, win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_unlock_all(win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-    safe fn Win_wait(win: MPI_Win) {
-        win_arg(CALL, win)?;
-        Err(unsupported(CALL, ONE_SIDED))
-    }
-
-}
 
 // ---- Generalized requests ----
 

@@ -65,6 +65,28 @@ pub enum ErrorClass {
     Win,
     /// `MPI_ERR_PROC_FAILED` (ULFM): a peer process failed.
     ProcFailed,
+    /// `MPI_ERR_BASE`: invalid base address.
+    Base,
+    /// `MPI_ERR_LOCKTYPE`: invalid lock type.
+    LockType,
+    /// `MPI_ERR_RMA_CONFLICT`: conflicting accesses to a window.
+    RmaConflict,
+    /// `MPI_ERR_RMA_SYNC`: wrong synchronization of RMA calls.
+    RmaSync,
+    /// `MPI_ERR_SIZE`: invalid size.
+    Size,
+    /// `MPI_ERR_DISP`: invalid displacement.
+    Disp,
+    /// `MPI_ERR_ASSERT`: invalid assert.
+    Assert,
+    /// `MPI_ERR_RMA_RANGE`: target memory is not part of the window.
+    RmaRange,
+    /// `MPI_ERR_RMA_ATTACH`: memory cannot be attached.
+    RmaAttach,
+    /// `MPI_ERR_RMA_SHARED`: memory cannot be shared.
+    RmaShared,
+    /// `MPI_ERR_RMA_FLAVOR`: wrong window flavor.
+    RmaFlavor,
 }
 
 impl ErrorClass {
@@ -99,12 +121,23 @@ impl ErrorClass {
             ErrorClass::Keyval => "MPI_ERR_KEYVAL",
             ErrorClass::Win => "MPI_ERR_WIN",
             ErrorClass::ProcFailed => "MPI_ERR_PROC_FAILED",
+            ErrorClass::Base => "MPI_ERR_BASE",
+            ErrorClass::LockType => "MPI_ERR_LOCKTYPE",
+            ErrorClass::RmaConflict => "MPI_ERR_RMA_CONFLICT",
+            ErrorClass::RmaSync => "MPI_ERR_RMA_SYNC",
+            ErrorClass::Size => "MPI_ERR_SIZE",
+            ErrorClass::Disp => "MPI_ERR_DISP",
+            ErrorClass::Assert => "MPI_ERR_ASSERT",
+            ErrorClass::RmaRange => "MPI_ERR_RMA_RANGE",
+            ErrorClass::RmaAttach => "MPI_ERR_RMA_ATTACH",
+            ErrorClass::RmaShared => "MPI_ERR_RMA_SHARED",
+            ErrorClass::RmaFlavor => "MPI_ERR_RMA_FLAVOR",
         }
     }
 
     /// Every class (for a table that maps each one, such as a C ABI's
     /// numbers).
-    pub const ALL: [ErrorClass; 28] = [
+    pub const ALL: [ErrorClass; 39] = [
         ErrorClass::Buffer,
         ErrorClass::Count,
         ErrorClass::Type,
@@ -133,6 +166,17 @@ impl ErrorClass {
         ErrorClass::Win,
         ErrorClass::Keyval,
         ErrorClass::ProcFailed,
+        ErrorClass::Base,
+        ErrorClass::LockType,
+        ErrorClass::RmaConflict,
+        ErrorClass::RmaSync,
+        ErrorClass::Size,
+        ErrorClass::Disp,
+        ErrorClass::Assert,
+        ErrorClass::RmaRange,
+        ErrorClass::RmaAttach,
+        ErrorClass::RmaShared,
+        ErrorClass::RmaFlavor,
     ];
 }
 

@@ -93,6 +93,8 @@ mod progress;
 mod request;
 mod typemap;
 mod watch;
+mod win;
+mod window;
 
 use std::marker::PhantomData;
 use std::sync::OnceLock;
@@ -119,6 +121,11 @@ pub use half;
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
 pub use request::{wait_all, wait_any_ready, wait_set, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
+pub use window::{Epoch, Win};
+pub use win::{
+    LockType, WinFlavor, Window, MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT, MODE_NOSTORE,
+    MODE_NOSUCCEED,
+};
 
 /// Receive from any source (MPICH's `MPI_ANY_SOURCE`).
 pub const ANY_SOURCE: i32 = -2;

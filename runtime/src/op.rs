@@ -308,6 +308,12 @@ fn class(p: Primitive) -> Class {
     }
 }
 
+/// Whether `MPI_Compare_and_swap` takes `p`: integer, logical and byte
+/// types (it compares bits).
+pub(crate) fn compares_bits(p: Primitive) -> bool {
+    matches!(class(p), Class::Int | Class::Bool | Class::Byte)
+}
+
 /// Whether a reduction may apply `op` to `prim` (the MPI standard's table,
 /// see [`Op`]). The error says why not, e.g. "MPI_SUM is not defined for
 /// MPI_C_BOOL".

@@ -513,6 +513,28 @@ impl TypeDesc {
         Ok(())
     }
 
+    /// The byte runs `(offset from element 0's origin, length)` that
+    /// `count` elements touch, in type-map order, adjacent runs merged:
+    /// where one-sided operations read and write target memory.
+    pub(crate) fn segments(&self, count: usize) -> Vec<(isize, usize)> {
+        let mut out: Vec<(isize, usize)> = Vec::new();
+        if self.size == 0 {
+            return out;
+        }
+        let ext = self.extent();
+        for i in 0..count {
+            let base = (i as isize).wrapping_mul(ext);
+            for &(o, l) in &self.blocks {
+                let at = base.wrapping_add(o);
+                match out.last_mut() {
+                    Some((s, n)) if s.wrapping_add(*n as isize) == at => *n += l,
+                    _ => out.push((at, l)),
+                }
+            }
+        }
+        out
+    }
+
     /// Number of basic elements (per the signature) in the first `bytes`
     /// bytes of a packed stream of this type (`MPI_Get_elements`); `None` if
     /// `bytes` ends inside a basic element.

@@ -52,6 +52,13 @@ fn size_sweep_np1_to_np8() {
 }
 
 #[test]
+fn one_sided_typed_api_np1_to_np4() {
+    for np in [1, 2, 3, 4] {
+        scenario(np, &["rma"], &[]);
+    }
+}
+
+#[test]
 fn ten_thousand_outstanding_messages() {
     scenario(2, &["many", "10000"], &[]);
     scenario(4, &["many", "10000"], &[]);

@@ -96,6 +96,17 @@ pub const MPI_ERR_NO_MEM: c_int = 34;
 pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
 pub const MPI_ERR_WIN: c_int = 45;
 pub const MPI_ERR_KEYVAL: c_int = 48;
+pub const MPI_ERR_BASE: c_int = 46;
+pub const MPI_ERR_LOCKTYPE: c_int = 47;
+pub const MPI_ERR_RMA_CONFLICT: c_int = 49;
+pub const MPI_ERR_RMA_SYNC: c_int = 50;
+pub const MPI_ERR_SIZE: c_int = 51;
+pub const MPI_ERR_DISP: c_int = 52;
+pub const MPI_ERR_ASSERT: c_int = 53;
+pub const MPI_ERR_RMA_RANGE: c_int = 55;
+pub const MPI_ERR_RMA_ATTACH: c_int = 56;
+pub const MPI_ERR_RMA_SHARED: c_int = 57;
+pub const MPI_ERR_RMA_FLAVOR: c_int = 58;
 /// `MPI_T_ERR_NOT_SUPPORTED` (MPI 4.0): what the tool interface's calls
 /// return while gmpi lacks it.
 pub const MPI_T_ERR_NOT_SUPPORTED: c_int = 78;
@@ -136,6 +147,14 @@ pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x54000003;
 pub const MPI_INFO_NULL: MPI_Info = 0x1c000000;
 pub const MPI_INFO_ENV: MPI_Info = 0x5c000001;
 pub const MPI_WIN_NULL: MPI_Win = 0x20000000;
+pub const MPI_WIN_BASE: c_int = 0x66000001;
+pub const MPI_WIN_SIZE: c_int = 0x66000003;
+pub const MPI_WIN_DISP_UNIT: c_int = 0x66000005;
+pub const MPI_WIN_CREATE_FLAVOR: c_int = 0x66000007;
+pub const MPI_WIN_MODEL: c_int = 0x66000009;
+pub const MPI_WIN_UNIFIED: c_int = 2;
+pub const MPI_LOCK_EXCLUSIVE: c_int = 234;
+pub const MPI_LOCK_SHARED: c_int = 235;
 pub const MPI_KEYVAL_INVALID: c_int = 0x24000000;
 pub const MPI_FILE_NULL: MPI_File = std::ptr::null_mut();
 

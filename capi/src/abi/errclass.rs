@@ -9,7 +9,7 @@ use gmpi::ErrorClass;
 use crate::abi::consts::*;
 
 /// Every runtime error class and its MPICH number.
-const CLASSES: [(ErrorClass, c_int); 28] = [
+const CLASSES: [(ErrorClass, c_int); 39] = [
     (ErrorClass::Buffer, MPI_ERR_BUFFER),
     (ErrorClass::Count, MPI_ERR_COUNT),
     (ErrorClass::Type, MPI_ERR_TYPE),
@@ -38,6 +38,17 @@ const CLASSES: [(ErrorClass, c_int); 28] = [
     (ErrorClass::Win, MPI_ERR_WIN),
     (ErrorClass::Keyval, MPI_ERR_KEYVAL),
     (ErrorClass::ProcFailed, MPI_ERR_PROC_FAILED),
+    (ErrorClass::Base, MPI_ERR_BASE),
+    (ErrorClass::LockType, MPI_ERR_LOCKTYPE),
+    (ErrorClass::RmaConflict, MPI_ERR_RMA_CONFLICT),
+    (ErrorClass::RmaSync, MPI_ERR_RMA_SYNC),
+    (ErrorClass::Size, MPI_ERR_SIZE),
+    (ErrorClass::Disp, MPI_ERR_DISP),
+    (ErrorClass::Assert, MPI_ERR_ASSERT),
+    (ErrorClass::RmaRange, MPI_ERR_RMA_RANGE),
+    (ErrorClass::RmaAttach, MPI_ERR_RMA_ATTACH),
+    (ErrorClass::RmaShared, MPI_ERR_RMA_SHARED),
+    (ErrorClass::RmaFlavor, MPI_ERR_RMA_FLAVOR),
 ];
 
 /// Every predefined error class of the MPICH ABI (MPICH 4.x's `mpi.h`, up

@@ -146,6 +146,28 @@ pub enum UserOpFn {
     Large(UserFnC),
 }
 
+/// A window and what the C ABI keeps beside it. The predefined attributes
+/// (`MPI_WIN_SIZE`, …) are read through pointers to `vals`, boxed so they
+/// stay put while the window lives.
+#[derive(Debug)]
+pub struct WinObj {
+    pub win: gmpi::Window,
+    pub name: String,
+    pub errh: MPI_Errhandler,
+    pub attrs: BTreeMap<c_int, AttrVal>,
+    pub info: InfoObj,
+    pub vals: Box<WinVals>,
+}
+
+/// The values the predefined window attributes point to.
+#[derive(Debug, Default)]
+pub struct WinVals {
+    pub size: MPI_Aint,
+    pub disp_unit: c_int,
+    pub flavor: c_int,
+    pub model: c_int,
+}
+
 /// A user error handler.
 #[derive(Debug, Clone, Copy)]
 pub struct ErrhObj {

@@ -10,7 +10,9 @@ use crate::abi::{
     encode, Kind, MPI_Comm, MPI_Datatype, MPI_Group, MPI_Info, MPI_Request, MPI_Status,
     MPI_COMM_SELF, MPI_COMM_WORLD,
 };
-use crate::tables::objects::{CommObj, Envelope, ErrhObj, InfoObj, KeyvalObj, OpObj, TypeObj};
+use crate::tables::objects::{
+    CommObj, Envelope, ErrhObj, InfoObj, KeyvalObj, OpObj, TypeObj, WinObj,
+};
 use crate::tables::requests::{Active, ReqObj};
 use crate::tables::slab::Table;
 
@@ -25,6 +27,7 @@ pub struct State {
     pub errhs: Table<ErrhObj>,
     pub keyvals: Table<KeyvalObj>,
     pub infos: Table<InfoObj>,
+    pub wins: Table<WinObj>,
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(Default::default);

@@ -37,8 +37,7 @@ static void unsupported(int rc, const char *name) {
 
 int main(int argc, char **argv) {
     int i, provided, x = 1, rank, all;
-    MPI_Win win;
-    void *base = NULL;
+    MPI_Comm newcomm;
     MPI_Status st;
 
     for (i = 0; i < 2; i++) {
@@ -50,10 +49,10 @@ int main(int argc, char **argv) {
     /* MPI_COMM_SELF's handler, not MPI_COMM_WORLD's (still fatal). */
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     for (i = 0; i < 2; i++) {
-        unsupported(MPI_Win_allocate_c((MPI_Aint)8, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win),
-                    "MPI_Win_allocate_c");
-        unsupported(MPI_Win_create_c(&x, (MPI_Aint)sizeof x, 1, MPI_INFO_NULL, MPI_COMM_SELF, &win),
-                    "MPI_Win_create_c");
+        unsupported(MPI_Comm_accept("port", MPI_INFO_NULL, 0, MPI_COMM_SELF, &newcomm),
+                    "MPI_Comm_accept");
+        unsupported(MPI_Comm_connect("port", MPI_INFO_NULL, 0, MPI_COMM_SELF, &newcomm),
+                    "MPI_Comm_connect");
         /* The file calls: MPI_FILE_NULL's handler, MPI_ERRORS_RETURN. */
         unsupported(MPI_File_read_c(MPI_FILE_NULL, &x, (MPI_Count)1, MPI_INT, &st),
                     "MPI_File_read_c");
@@ -64,9 +63,8 @@ int main(int argc, char **argv) {
         unsupported(MPI_File_write_c(MPI_FILE_NULL, &x, (MPI_Count)1, MPI_INT, &st),
                     "MPI_File_write_c");
         /* Arguments that would be invalid do not crash it. */
-        unsupported(MPI_Win_allocate_shared_c((MPI_Aint)-1, -1, MPI_INFO_NULL, MPI_COMM_NULL, NULL,
-                                              NULL),
-                    "MPI_Win_allocate_shared_c");
+        unsupported(MPI_Comm_spawn(NULL, NULL, -1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, NULL, NULL),
+                    "MPI_Comm_spawn");
     }
     CHECK(MPI_T_finalize() == MPI_T_ERR_NOT_SUPPORTED);
     CHECK(MPI_F08_STATUS_IGNORE != NULL && MPI_F08_STATUSES_IGNORE != NULL);

@@ -4,7 +4,9 @@
 //! Scenarios: `sweep [MAX]`, `many [N]`, `self`, `order`, `wild`, `ssend`,
 //! `errors`, `crash panic|exit3|kill|abort`, `pids DIR` (writes pid/jobid and
 //! waits in a barrier), `hang DIR` (as `pids`, then waits forever), `stdin`,
-//! `noinit` (the last rank exits 0 before initializing).
+//! `noinit` (the last rank exits 0 before initializing), `rma` (the typed
+//! one-sided API: windows over borrowed and allocated memory, epochs as
+//! guards).
 
 use gmpi::{Communicator, ErrorClass, ANY_SOURCE, ANY_TAG};
 use gmpi_tests::pattern;
@@ -338,6 +340,80 @@ fn stdin(w: &Communicator) -> R {
     Ok(())
 }
 
+/// The typed one-sided API: a ring of puts under fences into borrowed
+/// memory; accumulates, fetch-and-op and compare-and-swap under locks on an
+/// allocated window; gets under lock_all; and the sync errors.
+fn rma(w: &Communicator) -> R {
+    use gmpi::{LockType, Op};
+    let (me, n) = (w.rank(), w.size());
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    let mut mem = [-1i64; 4];
+    {
+        let win = w.win_create(&mut mem[..]).map_err(e)?;
+        let ep = win.fence().map_err(e)?;
+        ep.put(right, 1, &[i64::from(me) * 10, i64::from(me) * 10 + 1])
+            .map_err(e)?;
+        ep.fence().map_err(e)?;
+        let mut back = [0i64; 2];
+        ep.get(right, 1, &mut back).map_err(e)?;
+        check(back == [i64::from(me) * 10, i64::from(me) * 10 + 1], || {
+            format!("get back {back:?}")
+        })?;
+        ep.close().map_err(e)?;
+        win.free().map_err(e)?;
+    }
+    check(
+        mem == [-1, i64::from(left) * 10, i64::from(left) * 10 + 1, -1],
+        || format!("window memory after the ring: {mem:?}"),
+    )?;
+
+    let win = w.win_allocate::<u64>(4).map_err(e)?;
+    for _ in 0..20 {
+        let g = win.lock(0, LockType::Shared).map_err(e)?;
+        g.accumulate(0, 0, &[1, 2], Op::Sum).map_err(e)?;
+        let old = g.fetch_and_op(0, 2, 1, Op::Sum).map_err(e)?;
+        check(old < 20 * n as u64, || format!("fetched {old}"))?;
+    }
+    // Each rank sets bit `me` of slot 3 by compare-and-swap.
+    loop {
+        let g = win.lock(0, LockType::Exclusive).map_err(e)?;
+        let mut cur = [0u64];
+        g.get(0, 3, &mut cur).map_err(e)?;
+        let was = g
+            .compare_and_swap(0, 3, cur[0] | 1 << me, cur[0])
+            .map_err(e)?;
+        if was == cur[0] {
+            break;
+        }
+    }
+    w.barrier().map_err(e)?;
+    {
+        let all = win.lock_all().map_err(e)?;
+        let mut v = [0u64; 4];
+        all.get(0, 0, &mut v).map_err(e)?;
+        let k = n as u64;
+        let want = [20 * k, 40 * k, 20 * k, (1u64 << n) - 1];
+        check(v == want, || format!("rank 0's window {v:?}, want {want:?}"))?;
+        all.flush(0).map_err(e)?;
+    }
+    // (Operations exist only on epochs.) Unlocking what is not locked, and
+    // a second lock of one rank, are MPI_ERR_RMA_SYNC.
+    let raw = win.raw();
+    match raw.unlock(0) {
+        Err(x) if x.class() == ErrorClass::RmaSync => {}
+        other => return Err(format!("unlock without a lock: {other:?}")),
+    }
+    let g = win.lock(right, LockType::Exclusive).map_err(e)?;
+    match raw.lock(LockType::Shared, right, 0) {
+        Err(x) if x.class() == ErrorClass::RmaSync => {}
+        other => return Err(format!("locking twice: {other:?}")),
+    }
+    drop(g);
+    w.barrier().map_err(e)?;
+    win.free().map_err(e)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `noinit`: the last rank leaves before initializing (as after a failed
@@ -373,6 +449,7 @@ fn main() {
         "pids" => pids(&w, &arg(1)),
         "stdin" => stdin(&w),
         "noinit" => w.barrier().map_err(e),
+        "rma" => rma(&w),
         "hang" => pids(&w, &arg(1)).and_then(|()| {
             let mut b = [0u8; 1];
             w.recv(&mut b[..], (w.rank() + 1) % w.size(), 77)

@@ -1,0 +1,1338 @@
+//! One-sided communication (MPI-3 RMA): windows, their operations and
+//! their synchronisation, for windows whose ranks share a node.
+//!
+//! Every window has a shared area (`gmpi_btl_shm::WinArea`): the lock word
+//! and accumulate mutex of each rank, and the post/complete counters of
+//! general active-target synchronisation. Where the window memory lives:
+//! - `MPI_Win_allocate`, `MPI_Win_allocate_shared`: in the area itself, so
+//!   an origin reads and writes a target's memory directly (load/store);
+//!   shared windows are contiguous across ranks and `MPI_Win_shared_query`
+//!   hands out each rank's base in this process;
+//! - `MPI_Win_create`, `MPI_Win_create_dynamic`: in the owner's own memory,
+//!   reached by Cross Memory Attach (`process_vm_readv`/`writev`, one
+//!   system call per contiguous run), also for a rank's own window.
+//!
+//! So every operation completes at the origin before it returns, and no
+//! target ever has to act: passive-target epochs progress while the
+//! target computes, with no progress thread. `MPI_Win_flush*` and
+//! `MPI_Win_sync` only order memory; the memory model is
+//! `MPI_WIN_UNIFIED`.
+//!
+//! Accumulates (`Accumulate`, `Get_accumulate`, `Fetch_and_op`,
+//! `Compare_and_swap`, and their request forms) take the target's
+//! accumulate mutex for the whole operation, so concurrent accumulates on
+//! one target are atomic per element, as MPI requires, whatever the
+//! datatype. Epochs: fence (a barrier of the window's private
+//! communicator), post/start/complete/wait/test (the counters, so a target
+//! only waits for the origins it exposed itself to), and lock/unlock
+//! (a reader-writer lock word per target; `lock_all` takes every target's
+//! shared lock). Operations outside an access epoch to their target are
+//! `MPI_ERR_RMA_SYNC`.
+//!
+//! Not here yet: windows across nodes (`MPI_ERR_UNSUPPORTED_OPERATION` at
+//! creation, naming the call) and windows on device memory (the same);
+//! device *origin* buffers work (they are packed and unpacked through the
+//! gpu layer like any send or receive buffer).
+
+use std::collections::HashMap;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gmpi_btl_shm::{cma_read, cma_write, WinArea, LOCK_EXCLUSIVE};
+
+use crate::buffer::View;
+use crate::comm::Communicator;
+use crate::datatype::{Datatype, Primitive};
+use crate::engine;
+use crate::error::{Error, ErrorClass, Result};
+use crate::group::Group;
+use crate::op::Op;
+use crate::typemap::UserDatatype;
+
+/// `MPI_MODE_NOCHECK`.
+pub const MODE_NOCHECK: i32 = 1024;
+/// `MPI_MODE_NOSTORE`.
+pub const MODE_NOSTORE: i32 = 2048;
+/// `MPI_MODE_NOPUT`.
+pub const MODE_NOPUT: i32 = 4096;
+/// `MPI_MODE_NOPRECEDE`.
+pub const MODE_NOPRECEDE: i32 = 8192;
+/// `MPI_MODE_NOSUCCEED`.
+pub const MODE_NOSUCCEED: i32 = 16384;
+
+/// How a window's memory was made (`MPI_WIN_CREATE_FLAVOR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WinFlavor {
+    /// `MPI_Win_create`: the user's memory.
+    Create = 1,
+    /// `MPI_Win_allocate`: memory gmpi allocated.
+    Allocate = 2,
+    /// `MPI_Win_create_dynamic`: memory attached later, addressed absolutely.
+    Dynamic = 3,
+    /// `MPI_Win_allocate_shared`: memory every rank may load and store.
+    Shared = 4,
+}
+
+/// The lock of a passive-target epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockType {
+    /// `MPI_LOCK_EXCLUSIVE`: no other origin holds the lock.
+    Exclusive,
+    /// `MPI_LOCK_SHARED`: other origins may hold it shared.
+    Shared,
+}
+
+/// What every rank knows of each rank's memory.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    pid: u64,
+    /// Base address in the owner's process (0 for dynamic windows).
+    base: u64,
+    size: u64,
+    disp_unit: i64,
+}
+
+/// This rank's epochs.
+#[derive(Debug, Default)]
+struct Epochs {
+    /// Inside a fence epoch (a fence without `MODE_NOSUCCEED` was called).
+    fence: bool,
+    lock_all: bool,
+    locks: HashMap<usize, LockType>,
+    /// The targets of the access epoch `MPI_Win_start` opened.
+    start: Option<Vec<usize>>,
+    /// The origins of the exposure epoch `MPI_Win_post` opened.
+    post: Option<Vec<usize>>,
+    /// Posts consumed per target; completes consumed per origin.
+    seen_post: Vec<u64>,
+    seen_complete: Vec<u64>,
+    /// Regions attached to a dynamic window: (base, size).
+    attached: Vec<(u64, u64)>,
+}
+
+#[derive(Debug)]
+struct WinInner {
+    comm: Communicator,
+    area: WinArea,
+    flavor: WinFlavor,
+    me: usize,
+    peers: Vec<Peer>,
+    epochs: Mutex<Epochs>,
+    freed: AtomicBool,
+}
+
+/// A one-sided communication window (the runtime's; the C ABI and the
+/// typed Rust API sit on it). Cloning refers to the same window.
+#[derive(Debug, Clone)]
+pub struct Window {
+    inner: Arc<WinInner>,
+}
+
+/// Where an operation touches its target: the target rank and the byte
+/// runs, as offsets from the target's base (absolute addresses for
+/// dynamic windows).
+struct Runs {
+    target: usize,
+    runs: Vec<(i128, usize)>,
+    bytes: usize,
+}
+
+impl Window {
+    fn err(&self, class: ErrorClass, call: &str, what: impl std::fmt::Display) -> Error {
+        Error::new(class, call, self.inner.comm.rank(), what)
+    }
+
+    /// Set up a window over `comm` (collective). `size`, `disp_unit` and
+    /// `base` are this rank's; `in_area` puts every rank's memory in the
+    /// shared area (allocated flavors).
+    fn make(
+        comm: &Communicator,
+        call: &'static str,
+        flavor: WinFlavor,
+        base: u64,
+        size: usize,
+        disp_unit: isize,
+    ) -> Result<Window> {
+        comm.check_live(call)?;
+        let me = comm.rank();
+        if comm.is_inter() {
+            return Err(Error::new(
+                ErrorClass::Comm,
+                call,
+                me,
+                "comm is an intercommunicator; windows need an intracommunicator",
+            ));
+        }
+        if disp_unit <= 0 && flavor != WinFlavor::Dynamic {
+            return Err(Error::new(
+                ErrorClass::Disp,
+                call,
+                me,
+                format!("disp_unit = {disp_unit}; it must be positive"),
+            ));
+        }
+        if !comm.inner.single_node {
+            return Err(Error::new(
+                ErrorClass::Unsupported,
+                call,
+                me,
+                "one-sided communication between nodes is not supported by gmpi yet (the \
+                 communicator's ranks are on more than one node)",
+            ));
+        }
+        let on_device = flavor == WinFlavor::Create
+            && size > 0
+            && !engine::gpu()
+                .classify(base, size)
+                .map(|k| k.is_host())
+                .unwrap_or(true);
+        // Every rank learns every rank's memory (and whether any failed).
+        let mine = [
+            u64::from(std::process::id()),
+            base,
+            size as u64,
+            disp_unit as i64 as u64,
+            u64::from(on_device),
+        ];
+        let n = comm.size() as usize;
+        let mut all = vec![0u64; 5 * n];
+        comm.allgather(&mine[..], &mut all[..])?;
+        if let Some(r) = (0..n).find(|&r| all[5 * r + 4] != 0) {
+            return Err(Error::new(
+                ErrorClass::Unsupported,
+                call,
+                me,
+                format!(
+                    "rank {r}'s window memory is on a GPU; windows on device memory are not \
+                     supported by gmpi yet"
+                ),
+            ));
+        }
+        let peers: Vec<Peer> = (0..n)
+            .map(|r| Peer {
+                pid: all[5 * r],
+                base: all[5 * r + 1],
+                size: all[5 * r + 2],
+                disp_unit: all[5 * r + 3] as i64,
+            })
+            .collect();
+        let private = comm.dup()?;
+        let in_area = matches!(flavor, WinFlavor::Allocate | WinFlavor::Shared);
+        let sizes: Vec<u64> = peers
+            .iter()
+            .map(|p| if in_area { p.size } else { 0 })
+            .collect();
+        let prefix = engine::with(call, |e| Ok(e.shm_prefix.clone()))?
+            .unwrap_or_else(|| "/dev/shm/gmpi".to_string());
+        let path = format!(
+            "{prefix}-win{}-{}-{}",
+            private.inner.ctx, private.inner.world[0], peers[0].pid
+        );
+        let mut fence_err = None;
+        let area = {
+            let mut fence = || {
+                private.barrier().map_err(|e| {
+                    let s = e.to_string();
+                    fence_err = Some(e);
+                    s
+                })
+            };
+            WinArea::bootstrap(
+                &path,
+                me as usize,
+                &sizes,
+                flavor == WinFlavor::Shared,
+                &mut fence,
+            )
+        };
+        if let Some(e) = fence_err {
+            return Err(e);
+        }
+        // Agree: a rank that failed to attach fails everyone.
+        let ok = [u32::from(area.is_ok())];
+        let mut all_ok = [0u32];
+        private.allreduce(&ok[..], &mut all_ok[..], Op::Min)?;
+        let area = match area {
+            Ok(a) if all_ok[0] == 1 => a,
+            Ok(_) => {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    call,
+                    me,
+                    "another rank could not set up the window's shared area",
+                ))
+            }
+            Err(e) => {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    call,
+                    me,
+                    format!("cannot set up the window's shared area: {e}"),
+                ))
+            }
+        };
+        let mut peers = peers;
+        if in_area {
+            // Bases as the owners see them.
+            for (r, p) in peers.iter_mut().enumerate() {
+                p.base = area.base(r);
+            }
+        }
+        let epochs = Epochs {
+            seen_post: vec![0; n],
+            seen_complete: vec![0; n],
+            ..Epochs::default()
+        };
+        tracing::debug!(target: "rma", "{call}: window of {n} ranks ({flavor:?}, {size} bytes here)");
+        Ok(Window {
+            inner: Arc::new(WinInner {
+                comm: private,
+                area,
+                flavor,
+                me: me as usize,
+                peers,
+                epochs: Mutex::new(epochs),
+                freed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// `MPI_Win_create`: a window over `size` bytes of the caller's memory
+    /// at `base`, addressed in units of `disp_unit` bytes. Collective.
+    ///
+    /// # Safety
+    /// `base..base + size` must stay valid, readable and writable memory of
+    /// this process until the window is freed; other ranks read and write it
+    /// at any time during their epochs.
+    pub unsafe fn create_raw(
+        comm: &Communicator,
+        base: u64,
+        size: usize,
+        disp_unit: isize,
+    ) -> Result<Window> {
+        Self::make(
+            comm,
+            "MPI_Win_create",
+            WinFlavor::Create,
+            base,
+            size,
+            disp_unit,
+        )
+    }
+
+    /// `MPI_Win_create` over memory the caller has borrowed for the
+    /// window's lifetime (the typed API's `Communicator::win_create`).
+    pub(crate) fn over(
+        comm: &Communicator,
+        base: u64,
+        size: usize,
+        disp_unit: isize,
+    ) -> Result<Window> {
+        Self::make(comm, "MPI_Win_create", WinFlavor::Create, base, size, disp_unit)
+    }
+
+    /// `MPI_Win_allocate` (`shared`: `MPI_Win_allocate_shared`): a window
+    /// over `size` bytes gmpi allocates in shared memory, zeroed; its
+    /// address is [`Window::base`]. Collective.
+    pub fn allocate(
+        comm: &Communicator,
+        size: usize,
+        disp_unit: isize,
+        shared: bool,
+    ) -> Result<Window> {
+        let (call, flavor) = if shared {
+            ("MPI_Win_allocate_shared", WinFlavor::Shared)
+        } else {
+            ("MPI_Win_allocate", WinFlavor::Allocate)
+        };
+        Self::make(comm, call, flavor, 0, size, disp_unit)
+    }
+
+    /// `MPI_Win_create_dynamic`: a window without memory; ranks attach
+    /// regions and origins address them by absolute address. Collective.
+    pub fn create_dynamic(comm: &Communicator) -> Result<Window> {
+        Self::make(comm, "MPI_Win_create_dynamic", WinFlavor::Dynamic, 0, 0, 1)
+    }
+
+    /// This rank's window memory (its address in this process; 0 for a
+    /// dynamic window).
+    pub fn base(&self) -> u64 {
+        self.inner.peers[self.inner.me].base
+    }
+
+    /// This rank's window size in bytes.
+    pub fn size(&self) -> usize {
+        self.inner.peers[self.inner.me].size as usize
+    }
+
+    /// This rank's displacement unit.
+    pub fn disp_unit(&self) -> isize {
+        self.inner.peers[self.inner.me].disp_unit as isize
+    }
+
+    /// How the window was made.
+    pub fn flavor(&self) -> WinFlavor {
+        self.inner.flavor
+    }
+
+    /// This rank's rank in the window's group.
+    pub fn rank(&self) -> i32 {
+        self.inner.me as i32
+    }
+
+    /// Ranks in the window's group.
+    pub fn group_size(&self) -> i32 {
+        self.inner.peers.len() as i32
+    }
+
+    /// The window's group (`MPI_Win_get_group`).
+    pub fn group(&self) -> Group {
+        self.inner.comm.group()
+    }
+
+    /// Whether [`Window::free`] ran.
+    pub fn is_freed(&self) -> bool {
+        self.inner.freed.load(Ordering::Acquire)
+    }
+
+    fn check_live(&self, call: &str) -> Result<()> {
+        if self.is_freed() {
+            return Err(self.err(ErrorClass::Win, call, "the window was freed"));
+        }
+        Ok(())
+    }
+
+    fn epochs(&self) -> MutexGuard<'_, Epochs> {
+        self.inner.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `MPI_Win_shared_query`: `rank`'s size, displacement unit and base
+    /// address in this process ([`crate::PROC_NULL`]: the first rank with
+    /// memory). Shared windows only.
+    pub fn shared_query(&self, rank: i32) -> Result<(usize, isize, u64)> {
+        const CALL: &str = "MPI_Win_shared_query";
+        self.check_live(CALL)?;
+        if !matches!(self.inner.flavor, WinFlavor::Shared | WinFlavor::Allocate) {
+            return Err(self.err(
+                ErrorClass::RmaFlavor,
+                CALL,
+                "the window's memory is not shared (only windows of MPI_Win_allocate_shared \
+                 and MPI_Win_allocate have shared memory)",
+            ));
+        }
+        let n = self.inner.peers.len();
+        let r = if rank == crate::PROC_NULL {
+            match (0..n).find(|&r| self.inner.peers[r].size > 0) {
+                Some(r) => r,
+                None => return Ok((0, self.inner.peers[0].disp_unit as isize, 0)),
+            }
+        } else if rank < 0 || rank as usize >= n {
+            return Err(self.err(
+                ErrorClass::Rank,
+                CALL,
+                format!("rank = {rank}; the window has {n} ranks"),
+            ));
+        } else {
+            rank as usize
+        };
+        let p = self.inner.peers[r];
+        Ok((
+            p.size as usize,
+            p.disp_unit as isize,
+            self.inner.area.base(r),
+        ))
+    }
+
+    /// `MPI_Win_attach`: expose `size` bytes at `base` through this dynamic
+    /// window.
+    ///
+    /// # Safety
+    /// `base..base + size` must stay valid, writable memory of this process
+    /// until it is detached or the window freed.
+    pub unsafe fn attach(&self, base: u64, size: usize) -> Result<()> {
+        const CALL: &str = "MPI_Win_attach";
+        self.check_live(CALL)?;
+        if self.inner.flavor != WinFlavor::Dynamic {
+            return Err(self.err(
+                ErrorClass::RmaFlavor,
+                CALL,
+                "the window is not dynamic (MPI_Win_create_dynamic)",
+            ));
+        }
+        let mut ep = self.epochs();
+        let end = base.saturating_add(size as u64);
+        if size > 0
+            && ep
+                .attached
+                .iter()
+                .any(|&(b, s)| base < b.saturating_add(s) && b < end)
+        {
+            return Err(self.err(
+                ErrorClass::RmaAttach,
+                CALL,
+                format!("{size} bytes at {base:#x} overlap a region already attached"),
+            ));
+        }
+        ep.attached.push((base, size as u64));
+        Ok(())
+    }
+
+    /// `MPI_Win_detach`: stop exposing the region attached at `base`.
+    pub fn detach(&self, base: u64) -> Result<()> {
+        const CALL: &str = "MPI_Win_detach";
+        self.check_live(CALL)?;
+        if self.inner.flavor != WinFlavor::Dynamic {
+            return Err(self.err(
+                ErrorClass::RmaFlavor,
+                CALL,
+                "the window is not dynamic (MPI_Win_create_dynamic)",
+            ));
+        }
+        let mut ep = self.epochs();
+        match ep.attached.iter().position(|&(b, _)| b == base) {
+            Some(i) => {
+                ep.attached.remove(i);
+                Ok(())
+            }
+            None => Err(self.err(
+                ErrorClass::RmaAttach,
+                CALL,
+                format!("no region is attached at {base:#x}"),
+            )),
+        }
+    }
+
+    // ---- targets ----
+
+    fn target_rank(&self, call: &str, target: i32) -> Result<Option<usize>> {
+        let n = self.inner.peers.len();
+        if target == crate::PROC_NULL {
+            return Ok(None);
+        }
+        if target < 0 || target as usize >= n {
+            return Err(self.err(
+                ErrorClass::Rank,
+                call,
+                format!("target_rank = {target}; the window has {n} ranks"),
+            ));
+        }
+        Ok(Some(target as usize))
+    }
+
+    /// The access epoch check: an operation on `t` needs a fence epoch,
+    /// a lock on `t` (or lock_all), or `t` in the start group.
+    fn check_access(&self, call: &str, t: usize, passive_only: bool) -> Result<()> {
+        let ep = self.epochs();
+        let passive = ep.lock_all || ep.locks.contains_key(&t);
+        let active = ep.fence || ep.start.as_ref().is_some_and(|g| g.contains(&t));
+        if passive || (!passive_only && active) {
+            return Ok(());
+        }
+        Err(self.err(
+            ErrorClass::RmaSync,
+            call,
+            if passive_only {
+                format!(
+                    "no passive-target epoch is open to rank {t} (request-based operations \
+                     need MPI_Win_lock or MPI_Win_lock_all)"
+                )
+            } else {
+                format!("no access epoch is open to rank {t} (fence, start or lock first)")
+            },
+        ))
+    }
+
+    /// Where `count` elements of `dt` at displacement `disp` of target `t`
+    /// lie, checked against the target's window.
+    fn runs(
+        &self,
+        call: &str,
+        t: usize,
+        disp: isize,
+        count: usize,
+        dt: &UserDatatype,
+    ) -> Result<Runs> {
+        if !dt.is_committed() {
+            return Err(self.err(ErrorClass::Type, call, "target_datatype is not committed"));
+        }
+        let p = self.inner.peers[t];
+        if disp < 0 && self.inner.flavor != WinFlavor::Dynamic {
+            return Err(self.err(
+                ErrorClass::Disp,
+                call,
+                format!("target_disp = {disp}; it must not be negative"),
+            ));
+        }
+        let start = disp as i128 * p.disp_unit as i128;
+        let runs: Vec<(i128, usize)> = dt
+            .desc()
+            .segments(count)
+            .into_iter()
+            .map(|(o, l)| (start + o as i128, l))
+            .collect();
+        let bytes = runs.iter().map(|r| r.1).sum();
+        if self.inner.flavor != WinFlavor::Dynamic {
+            for &(o, l) in &runs {
+                if o < 0 || o + l as i128 > p.size as i128 {
+                    return Err(self.err(
+                        ErrorClass::RmaRange,
+                        call,
+                        format!(
+                            "the access touches bytes {o}..{} of rank {t}'s window, which has {} \
+                             bytes",
+                            o + l as i128,
+                            p.size
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Runs {
+            target: t,
+            runs,
+            bytes,
+        })
+    }
+
+    fn read_runs(&self, call: &str, r: &Runs, out: &mut [u8]) -> Result<()> {
+        let mut pos = 0;
+        for &(o, l) in &r.runs {
+            self.read_at(call, r.target, o, &mut out[pos..pos + l])?;
+            pos += l;
+        }
+        Ok(())
+    }
+
+    fn write_runs(&self, call: &str, r: &Runs, data: &[u8]) -> Result<()> {
+        let mut pos = 0;
+        for &(o, l) in &r.runs {
+            self.write_at(call, r.target, o, &data[pos..pos + l])?;
+            pos += l;
+        }
+        Ok(())
+    }
+
+    fn cma_err(&self, call: &str, t: usize, what: String) -> Error {
+        let class = if self.inner.flavor == WinFlavor::Dynamic && what.contains("os error 14") {
+            ErrorClass::RmaRange
+        } else {
+            ErrorClass::Other
+        };
+        self.err(
+            class,
+            call,
+            format!("cannot reach rank {t}'s window memory by Cross Memory Attach: {what}"),
+        )
+    }
+
+    fn read_at(&self, call: &str, t: usize, off: i128, out: &mut [u8]) -> Result<()> {
+        let p = self.inner.peers[t];
+        match self.inner.flavor {
+            WinFlavor::Allocate | WinFlavor::Shared => self
+                .inner
+                .area
+                .read(t, off as usize, out)
+                .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
+            WinFlavor::Create => cma_read(p.pid, (p.base as i128 + off) as u64, out)
+                .map_err(|e| self.cma_err(call, t, e)),
+            WinFlavor::Dynamic => {
+                cma_read(p.pid, off as u64, out).map_err(|e| self.cma_err(call, t, e))
+            }
+        }
+    }
+
+    fn write_at(&self, call: &str, t: usize, off: i128, data: &[u8]) -> Result<()> {
+        let p = self.inner.peers[t];
+        match self.inner.flavor {
+            WinFlavor::Allocate | WinFlavor::Shared => self
+                .inner
+                .area
+                .write(t, off as usize, data)
+                .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
+            WinFlavor::Create => cma_write(p.pid, (p.base as i128 + off) as u64, data)
+                .map_err(|e| self.cma_err(call, t, e)),
+            WinFlavor::Dynamic => {
+                cma_write(p.pid, off as u64, data).map_err(|e| self.cma_err(call, t, e))
+            }
+        }
+    }
+
+    fn check_sizes(&self, call: &str, what: &str, have: usize, want: usize) -> Result<()> {
+        if have != want {
+            return Err(self.err(
+                ErrorClass::Type,
+                call,
+                format!(
+                    "the {what} holds {have} bytes but the target datatype and count describe \
+                     {want}: their type signatures must match"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Wait for `ready` on the window's behalf, progressing everything else.
+    fn wait_for(&self, call: &str, mut ready: impl FnMut() -> bool) -> Result<()> {
+        let mut k = 0u32;
+        while !ready() {
+            k = k.saturating_add(1);
+            engine::with(call, |e| e.idle_flags(call, k))?;
+        }
+        Ok(())
+    }
+
+    /// Run `f` holding target `t`'s accumulate mutex.
+    fn with_acc<R>(&self, call: &str, t: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let word = self.inner.area.acc_word(t);
+        let mut k = 0u32;
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            k = k.saturating_add(1);
+            if k < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let _ = call;
+        // Released on every way out, a panic included (the other ranks
+        // would wait for it forever).
+        struct Held<'a>(&'a std::sync::atomic::AtomicU32);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
+            }
+        }
+        let _held = Held(word);
+        f()
+    }
+
+    // ---- operations ----
+
+    /// `MPI_Put`: write `origin` to `count` elements of `dt` at `disp` of
+    /// `target`'s window.
+    pub fn put(
+        &self,
+        call: &str,
+        origin: &View,
+        target: i32,
+        disp: isize,
+        count: usize,
+        dt: &UserDatatype,
+    ) -> Result<()> {
+        self.check_live(call)?;
+        let Some(t) = self.target_rank(call, target)? else {
+            return Ok(());
+        };
+        self.check_access(call, t, false)?;
+        let r = self.runs(call, t, disp, count, dt)?;
+        self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
+        let mut data = vec![0u8; r.bytes];
+        origin.pack_to(call, self.rank(), &mut data)?;
+        self.write_runs(call, &r, &data)
+    }
+
+    /// `MPI_Get`: read `count` elements of `dt` at `disp` of `target`'s
+    /// window into `origin`.
+    pub fn get(
+        &self,
+        call: &str,
+        origin: &View,
+        target: i32,
+        disp: isize,
+        count: usize,
+        dt: &UserDatatype,
+    ) -> Result<()> {
+        self.check_live(call)?;
+        let Some(t) = self.target_rank(call, target)? else {
+            return Ok(());
+        };
+        self.check_access(call, t, false)?;
+        let r = self.runs(call, t, disp, count, dt)?;
+        self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
+        let mut data = vec![0u8; r.bytes];
+        self.read_runs(call, &r, &mut data)?;
+        origin.unpack_from(call, self.rank(), &data)
+    }
+
+    /// The basic element of an accumulate's target datatype, checked
+    /// against `op` and the other buffers' elements.
+    fn acc_element(
+        &self,
+        call: &str,
+        op: &Op,
+        dt: &UserDatatype,
+        others: &[&View],
+    ) -> Result<Datatype> {
+        if let Op::User(_) = op {
+            // The C ABI's kernels of predefined operations on the types
+            // without a runtime primitive (complex, long double), made for
+            // the target datatype: whole elements of it at a time.
+            if dt.desc().is_contig && dt.size() > 0 {
+                return Ok(Datatype::Opaque { size: dt.size() });
+            }
+            return Err(self.err(
+                ErrorClass::Op,
+                call,
+                "this operation applies to a contiguous target datatype only (user-defined \
+                 operations are not allowed in one-sided accumulates)",
+            ));
+        }
+        let Some(p) = dt.desc().homogeneous() else {
+            if dt.size() == 0 {
+                return Ok(Datatype::Primitive(Primitive::Byte));
+            }
+            return Err(self.err(
+                ErrorClass::Type,
+                call,
+                "the target datatype of an accumulate must be made of one predefined type",
+            ));
+        };
+        for v in others {
+            if v.packed_size() > 0 && v.ty.prim().is_some_and(|q| q != p) {
+                return Err(self.err(
+                    ErrorClass::Type,
+                    call,
+                    format!(
+                        "the origin's and the target's basic types differ ({} and {})",
+                        v.ty.prim().map_or("?", |q| q.mpi_name()),
+                        p.mpi_name()
+                    ),
+                ));
+            }
+        }
+        let d = Datatype::Primitive(p);
+        if !matches!(op, Op::Replace | Op::NoOp) {
+            crate::op::check_datatype(op, d).map_err(|e| self.err(ErrorClass::Op, call, e))?;
+        }
+        Ok(d)
+    }
+
+    /// `MPI_Accumulate`: combine `origin` into the target with `op`
+    /// (`MPI_REPLACE` writes it), atomically per element.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate(
+        &self,
+        call: &str,
+        origin: &View,
+        target: i32,
+        disp: isize,
+        count: usize,
+        dt: &UserDatatype,
+        op: &Op,
+    ) -> Result<()> {
+        self.check_live(call)?;
+        let el = if count == 0 || dt.size() == 0 {
+            Datatype::Primitive(Primitive::Byte)
+        } else {
+            self.acc_element(call, op, dt, &[origin])?
+        };
+        let Some(t) = self.target_rank(call, target)? else {
+            return Ok(());
+        };
+        self.check_access(call, t, false)?;
+        let r = self.runs(call, t, disp, count, dt)?;
+        self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
+        let mut data = vec![0u8; r.bytes];
+        origin.pack_to(call, self.rank(), &mut data)?;
+        if matches!(op, Op::NoOp) || r.bytes == 0 {
+            return Ok(());
+        }
+        let n = r.bytes / el.size().max(1);
+        self.with_acc(call, t, || {
+            if let Op::Replace = op {
+                return self.write_runs(call, &r, &data);
+            }
+            let mut cur = vec![0u8; r.bytes];
+            self.read_runs(call, &r, &mut cur)?;
+            crate::op::apply_datatype(op, el, n, &data, &mut cur);
+            self.write_runs(call, &r, &cur)
+        })
+    }
+
+    /// `MPI_Get_accumulate`: as [`Window::accumulate`], returning the
+    /// target's former contents in `result` (`origin` is unused with
+    /// `MPI_NO_OP`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_accumulate(
+        &self,
+        call: &str,
+        origin: Option<&View>,
+        result: &View,
+        target: i32,
+        disp: isize,
+        count: usize,
+        dt: &UserDatatype,
+        op: &Op,
+    ) -> Result<()> {
+        self.check_live(call)?;
+        let mut bufs = vec![result];
+        if let (Some(o), false) = (origin, matches!(op, Op::NoOp)) {
+            bufs.push(o);
+        }
+        let el = if count == 0 || dt.size() == 0 {
+            Datatype::Primitive(Primitive::Byte)
+        } else {
+            self.acc_element(call, op, dt, &bufs)?
+        };
+        let Some(t) = self.target_rank(call, target)? else {
+            return Ok(());
+        };
+        self.check_access(call, t, false)?;
+        let r = self.runs(call, t, disp, count, dt)?;
+        self.check_sizes(call, "result buffer", result.packed_size(), r.bytes)?;
+        let data = match (origin, op) {
+            (_, Op::NoOp) => Vec::new(),
+            (Some(o), _) => {
+                self.check_sizes(call, "origin buffer", o.packed_size(), r.bytes)?;
+                let mut d = vec![0u8; r.bytes];
+                o.pack_to(call, self.rank(), &mut d)?;
+                d
+            }
+            (None, _) => {
+                return Err(self.err(
+                    ErrorClass::Buffer,
+                    call,
+                    "origin_addr is needed unless op is MPI_NO_OP",
+                ))
+            }
+        };
+        if r.bytes == 0 {
+            return Ok(());
+        }
+        let n = r.bytes / el.size().max(1);
+        let old = self.with_acc(call, t, || {
+            let mut cur = vec![0u8; r.bytes];
+            self.read_runs(call, &r, &mut cur)?;
+            match op {
+                Op::NoOp => {}
+                Op::Replace => self.write_runs(call, &r, &data)?,
+                _ => {
+                    let mut new = cur.clone();
+                    crate::op::apply_datatype(op, el, n, &data, &mut new);
+                    self.write_runs(call, &r, &new)?;
+                }
+            }
+            Ok(cur)
+        })?;
+        result.unpack_from(call, self.rank(), &old)
+    }
+
+    /// `MPI_Compare_and_swap`: if the target element equals `compare`,
+    /// replace it with `origin`; `result` gets its former value. One
+    /// element of a predefined integer, logical, byte or pointer type.
+    #[allow(clippy::too_many_arguments)]
+    pub fn compare_and_swap(
+        &self,
+        call: &str,
+        origin: &View,
+        compare: &View,
+        result: &View,
+        target: i32,
+        disp: isize,
+        dt: &UserDatatype,
+    ) -> Result<()> {
+        self.check_live(call)?;
+        let Some(p) = dt.desc().basic_type() else {
+            return Err(self.err(ErrorClass::Type, call, "datatype must be a predefined type"));
+        };
+        if let Datatype::Primitive(q) = p {
+            if !crate::op::compares_bits(q) {
+                return Err(self.err(
+                    ErrorClass::Type,
+                    call,
+                    format!(
+                        "{} is not an integer, logical or byte type (MPI_Compare_and_swap \
+                         compares bits of those only)",
+                        q.mpi_name()
+                    ),
+                ));
+            }
+        }
+        let Some(t) = self.target_rank(call, target)? else {
+            return Ok(());
+        };
+        self.check_access(call, t, false)?;
+        let r = self.runs(call, t, disp, 1, dt)?;
+        let mut new = vec![0u8; r.bytes];
+        let mut cmp = vec![0u8; r.bytes];
+        origin.pack_to(call, self.rank(), &mut new)?;
+        compare.pack_to(call, self.rank(), &mut cmp)?;
+        let old = self.with_acc(call, t, || {
+            let mut cur = vec![0u8; r.bytes];
+            self.read_runs(call, &r, &mut cur)?;
+            if cur == cmp {
+                self.write_runs(call, &r, &new)?;
+            }
+            Ok(cur)
+        })?;
+        result.unpack_from(call, self.rank(), &old)
+    }
+
+    /// A request-based operation needs a passive-target epoch.
+    pub fn check_request_epoch(&self, call: &str, target: i32) -> Result<()> {
+        self.check_live(call)?;
+        match self.target_rank(call, target)? {
+            Some(t) => self.check_access(call, t, true),
+            None => Ok(()),
+        }
+    }
+
+    // ---- synchronisation ----
+
+    fn check_assert(&self, call: &str, assert: i32, allowed: i32) -> Result<()> {
+        if assert & !allowed != 0 {
+            return Err(self.err(
+                ErrorClass::Assert,
+                call,
+                format!("assert = {assert} has bits this call does not accept"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_fence`: end the fence epoch (every rank's operations are
+    /// complete) and, unless `MODE_NOSUCCEED`, start the next.
+    pub fn fence(&self, assert: i32) -> Result<()> {
+        const CALL: &str = "MPI_Win_fence";
+        self.check_live(CALL)?;
+        self.check_assert(
+            CALL,
+            assert,
+            MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT | MODE_NOPRECEDE | MODE_NOSUCCEED,
+        )?;
+        {
+            let ep = self.epochs();
+            if ep.lock_all || !ep.locks.is_empty() || ep.start.is_some() || ep.post.is_some() {
+                return Err(self.err(
+                    ErrorClass::RmaSync,
+                    CALL,
+                    "another epoch (lock, start or post) is open on the window",
+                ));
+            }
+        }
+        fence(Ordering::SeqCst);
+        self.inner.comm.barrier()?;
+        self.epochs().fence = assert & MODE_NOSUCCEED == 0;
+        Ok(())
+    }
+
+    fn try_lock(&self, t: usize, lt: LockType) -> bool {
+        let w = self.inner.area.lock_word(t);
+        match lt {
+            LockType::Exclusive => w
+                .compare_exchange(0, LOCK_EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok(),
+            LockType::Shared => {
+                let v = w.load(Ordering::Relaxed);
+                v & LOCK_EXCLUSIVE == 0
+                    && w.compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+            }
+        }
+    }
+
+    fn release(&self, t: usize, lt: LockType) {
+        let w = self.inner.area.lock_word(t);
+        match lt {
+            LockType::Exclusive => w.store(0, Ordering::Release),
+            LockType::Shared => {
+                w.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+
+    /// `MPI_Win_lock`: open a passive-target epoch to `target`, waiting
+    /// for the lock.
+    pub fn lock(&self, lt: LockType, target: i32, assert: i32) -> Result<()> {
+        const CALL: &str = "MPI_Win_lock";
+        self.check_live(CALL)?;
+        self.check_assert(CALL, assert, MODE_NOCHECK)?;
+        let Some(t) = self.target_rank(CALL, target)? else {
+            return Ok(());
+        };
+        {
+            let ep = self.epochs();
+            if ep.lock_all || ep.locks.contains_key(&t) {
+                return Err(self.err(
+                    ErrorClass::RmaSync,
+                    CALL,
+                    format!("rank {t} is already locked by this rank"),
+                ));
+            }
+            if ep.start.is_some() {
+                return Err(self.err(
+                    ErrorClass::RmaSync,
+                    CALL,
+                    "an access epoch opened by MPI_Win_start is open on the window",
+                ));
+            }
+        }
+        self.wait_for(CALL, || self.try_lock(t, lt))?;
+        let mut ep = self.epochs();
+        ep.locks.insert(t, lt);
+        // A fence followed by no operation opened no epoch.
+        ep.fence = false;
+        Ok(())
+    }
+
+    /// `MPI_Win_unlock`: complete the operations to `target` and release
+    /// its lock.
+    pub fn unlock(&self, target: i32) -> Result<()> {
+        const CALL: &str = "MPI_Win_unlock";
+        self.check_live(CALL)?;
+        let Some(t) = self.target_rank(CALL, target)? else {
+            return Ok(());
+        };
+        let lt = self.epochs().locks.remove(&t);
+        match lt {
+            Some(lt) => {
+                fence(Ordering::SeqCst);
+                self.release(t, lt);
+                Ok(())
+            }
+            None => Err(self.err(
+                ErrorClass::RmaSync,
+                CALL,
+                format!("rank {t} is not locked by this rank"),
+            )),
+        }
+    }
+
+    /// `MPI_Win_lock_all`: a shared lock on every rank.
+    pub fn lock_all(&self, assert: i32) -> Result<()> {
+        const CALL: &str = "MPI_Win_lock_all";
+        self.check_live(CALL)?;
+        self.check_assert(CALL, assert, MODE_NOCHECK)?;
+        {
+            let ep = self.epochs();
+            if ep.lock_all || !ep.locks.is_empty() || ep.start.is_some() {
+                return Err(self.err(
+                    ErrorClass::RmaSync,
+                    CALL,
+                    "another access epoch is open on the window",
+                ));
+            }
+        }
+        for t in 0..self.inner.peers.len() {
+            if let Err(e) = self.wait_for(CALL, || self.try_lock(t, LockType::Shared)) {
+                for u in 0..t {
+                    self.release(u, LockType::Shared);
+                }
+                return Err(e);
+            }
+        }
+        let mut ep = self.epochs();
+        ep.lock_all = true;
+        ep.fence = false;
+        Ok(())
+    }
+
+    /// `MPI_Win_unlock_all`.
+    pub fn unlock_all(&self) -> Result<()> {
+        const CALL: &str = "MPI_Win_unlock_all";
+        self.check_live(CALL)?;
+        let was = std::mem::replace(&mut self.epochs().lock_all, false);
+        if !was {
+            return Err(self.err(ErrorClass::RmaSync, CALL, "MPI_Win_lock_all was not called"));
+        }
+        fence(Ordering::SeqCst);
+        for t in 0..self.inner.peers.len() {
+            self.release(t, LockType::Shared);
+        }
+        Ok(())
+    }
+
+    /// `MPI_Win_flush`, `_flush_local` (`target` given) and `_flush_all`,
+    /// `_flush_local_all` (`None`): operations complete as they are
+    /// issued, so this orders memory and checks the epoch.
+    pub fn flush(&self, call: &str, target: Option<i32>) -> Result<()> {
+        self.check_live(call)?;
+        let ep = self.epochs();
+        let ok = match target {
+            Some(r) => match self.target_rank(call, r)? {
+                Some(t) => ep.lock_all || ep.locks.contains_key(&t),
+                None => true,
+            },
+            None => ep.lock_all || !ep.locks.is_empty(),
+        };
+        drop(ep);
+        if !ok {
+            return Err(self.err(
+                ErrorClass::RmaSync,
+                call,
+                "no passive-target epoch is open to the rank(s) flushed",
+            ));
+        }
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `MPI_Win_sync`: synchronise the public and private copies (one
+    /// memory fence in the unified model).
+    pub fn sync(&self) -> Result<()> {
+        self.check_live("MPI_Win_sync")?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn group_ranks(&self, call: &str, g: &Group) -> Result<Vec<usize>> {
+        let mine = self.group();
+        let ranks: Vec<i32> = (0..g.size()).collect();
+        let t = g.translate_ranks(&ranks, &mine)?;
+        t.into_iter()
+            .map(|r| {
+                if r == crate::UNDEFINED || r < 0 {
+                    Err(self.err(
+                        ErrorClass::Group,
+                        call,
+                        "the group holds a process that is not in the window's group",
+                    ))
+                } else {
+                    Ok(r as usize)
+                }
+            })
+            .collect()
+    }
+
+    /// `MPI_Win_post`: expose the window to the origins of `group`.
+    pub fn post(&self, group: &Group, assert: i32) -> Result<()> {
+        const CALL: &str = "MPI_Win_post";
+        self.check_live(CALL)?;
+        self.check_assert(CALL, assert, MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT)?;
+        let origins = self.group_ranks(CALL, group)?;
+        let mut ep = self.epochs();
+        if ep.post.is_some() {
+            return Err(self.err(
+                ErrorClass::RmaSync,
+                CALL,
+                "an exposure epoch opened by MPI_Win_post is already open",
+            ));
+        }
+        fence(Ordering::SeqCst);
+        for &o in &origins {
+            self.inner
+                .area
+                .posts(self.inner.me, o)
+                .fetch_add(1, Ordering::Release);
+        }
+        ep.post = Some(origins);
+        ep.fence = false;
+        Ok(())
+    }
+
+    /// `MPI_Win_start`: open an access epoch to the targets of `group`,
+    /// waiting until each has posted.
+    pub fn start(&self, group: &Group, assert: i32) -> Result<()> {
+        const CALL: &str = "MPI_Win_start";
+        self.check_live(CALL)?;
+        self.check_assert(CALL, assert, MODE_NOCHECK)?;
+        let targets = self.group_ranks(CALL, group)?;
+        {
+            let ep = self.epochs();
+            if ep.start.is_some() || ep.lock_all || !ep.locks.is_empty() {
+                return Err(self.err(
+                    ErrorClass::RmaSync,
+                    CALL,
+                    "another access epoch is open on the window",
+                ));
+            }
+        }
+        let me = self.inner.me;
+        for &t in &targets {
+            let seen = self.epochs().seen_post[t];
+            let word = self.inner.area.posts(t, me);
+            self.wait_for(CALL, || word.load(Ordering::Acquire) > seen)?;
+            self.epochs().seen_post[t] = seen + 1;
+        }
+        let mut ep = self.epochs();
+        ep.start = Some(targets);
+        ep.fence = false;
+        Ok(())
+    }
+
+    /// `MPI_Win_complete`: end the access epoch `start` opened.
+    pub fn complete(&self) -> Result<()> {
+        const CALL: &str = "MPI_Win_complete";
+        self.check_live(CALL)?;
+        let Some(targets) = self.epochs().start.take() else {
+            return Err(self.err(
+                ErrorClass::RmaSync,
+                CALL,
+                "no access epoch was opened by MPI_Win_start",
+            ));
+        };
+        fence(Ordering::SeqCst);
+        for t in targets {
+            self.inner
+                .area
+                .completes(t, self.inner.me)
+                .fetch_add(1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn exposure_done(&self, ep: &Epochs, origins: &[usize]) -> bool {
+        origins.iter().all(|&o| {
+            self.inner
+                .area
+                .completes(self.inner.me, o)
+                .load(Ordering::Acquire)
+                > ep.seen_complete[o]
+        })
+    }
+
+    fn end_exposure(&self, call: &str, block: bool) -> Result<bool> {
+        let Some(origins) = self.epochs().post.clone() else {
+            return Err(self.err(
+                ErrorClass::RmaSync,
+                call,
+                "no exposure epoch was opened by MPI_Win_post",
+            ));
+        };
+        if block {
+            self.wait_for(call, || self.exposure_done(&self.epochs(), &origins))?;
+        } else if !self.exposure_done(&self.epochs(), &origins) {
+            return Ok(false);
+        }
+        let mut ep = self.epochs();
+        for &o in &origins {
+            ep.seen_complete[o] += 1;
+        }
+        ep.post = None;
+        fence(Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// `MPI_Win_wait`: end the exposure epoch once every origin completed.
+    pub fn wait(&self) -> Result<()> {
+        self.end_exposure("MPI_Win_wait", true).map(|_| ())
+    }
+
+    /// `MPI_Win_test`: [`Window::wait`] if it would not block.
+    pub fn test(&self) -> Result<bool> {
+        self.end_exposure("MPI_Win_test", false)
+    }
+
+    /// `MPI_Win_free`: collective; every epoch must be closed.
+    pub fn free(&self) -> Result<()> {
+        const CALL: &str = "MPI_Win_free";
+        self.check_live(CALL)?;
+        {
+            let ep = self.epochs();
+            if ep.lock_all || !ep.locks.is_empty() || ep.start.is_some() || ep.post.is_some() {
+                return Err(self.err(
+                    ErrorClass::RmaSync,
+                    CALL,
+                    "an epoch (lock, start or post) is still open on the window",
+                ));
+            }
+        }
+        fence(Ordering::SeqCst);
+        self.inner.comm.barrier()?;
+        self.inner.freed.store(true, Ordering::Release);
+        self.inner.comm.free()
+    }
+}
