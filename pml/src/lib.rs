@@ -308,6 +308,16 @@ impl Pml {
         self.reqs.len()
     }
 
+    /// Sends still in flight (what `MPI_Finalize` waits for: receives
+    /// posted and never matched, which MPI leaves to the program, must not
+    /// keep a rank from finalizing).
+    pub fn sends_in_flight(&self) -> usize {
+        self.reqs
+            .iter()
+            .filter(|(_, r)| matches!(r, request::Req::Send(_)))
+            .count()
+    }
+
     /// Whether the request with token `token` (an action's) is still in
     /// flight: the driver drops staging work for one that has ended.
     #[inline]

@@ -121,11 +121,11 @@ pub use half;
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
 pub use request::{wait_all, wait_any_ready, wait_set, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
-pub use window::{Epoch, Win};
 pub use win::{
     LockType, WinFlavor, Window, MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT, MODE_NOSTORE,
     MODE_NOSUCCEED,
 };
+pub use window::{Epoch, Win};
 
 /// Receive from any source (MPICH's `MPI_ANY_SOURCE`).
 pub const ANY_SOURCE: i32 = -2;
@@ -299,10 +299,15 @@ impl Universe {
         };
         // From here on, peers may finish and exit before this rank does.
         e.finalizing = true;
-        // Finish what was detached, then make sure every peer is done with us.
+        // Finish the sends (detached ones too), then make sure every peer is
+        // done with us. Receives the program posted and never completed are
+        // left behind, as MPICH leaves them (OpenCoarrays' sync images
+        // leaves one per image): a matched one still in progress keeps
+        // progressing in the barrier, which its sender only joins once its
+        // send has completed.
         let done = e
             .wait_until(CALL, |e| {
-                Ok(e.driver.pml.outstanding() == 0
+                Ok(e.driver.pml.sends_in_flight() == 0
                     && !e.driver.has_pending()
                     && e.scheds.is_empty())
             })

@@ -98,7 +98,12 @@ struct Epochs {
     /// Inside a fence epoch (a fence without `MODE_NOSUCCEED` was called).
     fence: bool,
     lock_all: bool,
-    locks: HashMap<usize, LockType>,
+    /// Whether `lock_all` took the lock words (not under `MODE_NOCHECK`).
+    lock_all_held: bool,
+    /// Locked targets: the lock type, and whether the lock word was taken
+    /// (not under `MODE_NOCHECK`, where the program vouches that no
+    /// conflicting lock exists, as MPICH trusts it).
+    locks: HashMap<usize, (LockType, bool)>,
     /// The targets of the access epoch `MPI_Win_start` opened.
     start: Option<Vec<usize>>,
     /// The origins of the exposure epoch `MPI_Win_post` opened.
@@ -328,7 +333,14 @@ impl Window {
         size: usize,
         disp_unit: isize,
     ) -> Result<Window> {
-        Self::make(comm, "MPI_Win_create", WinFlavor::Create, base, size, disp_unit)
+        Self::make(
+            comm,
+            "MPI_Win_create",
+            WinFlavor::Create,
+            base,
+            size,
+            disp_unit,
+        )
     }
 
     /// `MPI_Win_allocate` (`shared`: `MPI_Win_allocate_shared`): a window
@@ -731,6 +743,7 @@ impl Window {
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
         let mut data = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut data)?;
+        tracing::trace!(target: "rma", "{call}: {} B to rank {t} at {:?} (window {}): {:?}", r.bytes, r.runs.first(), self.inner.comm.inner.ctx, &data[..data.len().min(8)]);
         self.write_runs(call, &r, &data)
     }
 
@@ -754,6 +767,7 @@ impl Window {
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
         let mut data = vec![0u8; r.bytes];
         self.read_runs(call, &r, &mut data)?;
+        tracing::trace!(target: "rma", "{call}: {} B from rank {t} at {:?} (window {}): {:?}", r.bytes, r.runs.first(), self.inner.comm.inner.ctx, &data[..data.len().min(8)]);
         origin.unpack_from(call, self.rank(), &data)
     }
 
@@ -1070,9 +1084,12 @@ impl Window {
                 ));
             }
         }
-        self.wait_for(CALL, || self.try_lock(t, lt))?;
+        let held = assert & MODE_NOCHECK == 0;
+        if held {
+            self.wait_for(CALL, || self.try_lock(t, lt))?;
+        }
         let mut ep = self.epochs();
-        ep.locks.insert(t, lt);
+        ep.locks.insert(t, (lt, held));
         // A fence followed by no operation opened no epoch.
         ep.fence = false;
         Ok(())
@@ -1088,9 +1105,11 @@ impl Window {
         };
         let lt = self.epochs().locks.remove(&t);
         match lt {
-            Some(lt) => {
+            Some((lt, held)) => {
                 fence(Ordering::SeqCst);
-                self.release(t, lt);
+                if held {
+                    self.release(t, lt);
+                }
                 Ok(())
             }
             None => Err(self.err(
@@ -1116,7 +1135,8 @@ impl Window {
                 ));
             }
         }
-        for t in 0..self.inner.peers.len() {
+        let held = assert & MODE_NOCHECK == 0;
+        for t in (0..self.inner.peers.len()).filter(|_| held) {
             if let Err(e) = self.wait_for(CALL, || self.try_lock(t, LockType::Shared)) {
                 for u in 0..t {
                     self.release(u, LockType::Shared);
@@ -1126,6 +1146,7 @@ impl Window {
         }
         let mut ep = self.epochs();
         ep.lock_all = true;
+        ep.lock_all_held = held;
         ep.fence = false;
         Ok(())
     }
@@ -1134,12 +1155,16 @@ impl Window {
     pub fn unlock_all(&self) -> Result<()> {
         const CALL: &str = "MPI_Win_unlock_all";
         self.check_live(CALL)?;
-        let was = std::mem::replace(&mut self.epochs().lock_all, false);
+        let (was, held) = {
+            let mut ep = self.epochs();
+            let held = std::mem::replace(&mut ep.lock_all_held, false);
+            (std::mem::replace(&mut ep.lock_all, false), held)
+        };
         if !was {
             return Err(self.err(ErrorClass::RmaSync, CALL, "MPI_Win_lock_all was not called"));
         }
         fence(Ordering::SeqCst);
-        for t in 0..self.inner.peers.len() {
+        for t in (0..self.inner.peers.len()).filter(|_| held) {
             self.release(t, LockType::Shared);
         }
         Ok(())

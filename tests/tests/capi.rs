@@ -550,6 +550,32 @@ fn mpi4py_suite_one_sided_files() {
     }
 }
 
+/// OpenCoarrays' own test programs (Debian's MPICH build: coarray Fortran
+/// over one-sided communication) at np 2 and 4
+/// (`capi/tests/opencoarrays/run.sh`, which lists them and why the others
+/// are left out).
+#[test]
+fn opencoarrays_programs_run_on_gmpi() {
+    if !Path::new("/usr/lib/x86_64-linux-gnu/open-coarrays/mpich/bin").is_dir() {
+        assert!(
+            std::env::var("GMPI_CAPI_ALLOW_MISSING").as_deref() == Ok("1"),
+            "OpenCoarrays is missing: install libcoarrays-mpich-dev (as .ci/run does), or set \
+             GMPI_CAPI_ALLOW_MISSING=1 to skip"
+        );
+        eprintln!("SKIPPED: libcoarrays-mpich-dev is not installed; this test did not run");
+        return;
+    }
+    for np in [2, 4] {
+        let o = Command::new("bash")
+            .arg(repo().join("capi/tests/opencoarrays/run.sh"))
+            .arg(prefix())
+            .arg(np.to_string())
+            .output()
+            .expect("opencoarrays run.sh");
+        assert!(o.status.success(), "OpenCoarrays at np {np}:\n{}", text(&o));
+    }
+}
+
 #[test]
 fn rsmpi_program_builds_and_runs() {
     if !have("clang", "clang libclang-dev") {

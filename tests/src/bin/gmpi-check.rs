@@ -394,7 +394,9 @@ fn rma(w: &Communicator) -> R {
         all.get(0, 0, &mut v).map_err(e)?;
         let k = n as u64;
         let want = [20 * k, 40 * k, 20 * k, (1u64 << n) - 1];
-        check(v == want, || format!("rank 0's window {v:?}, want {want:?}"))?;
+        check(v == want, || {
+            format!("rank 0's window {v:?}, want {want:?}")
+        })?;
         all.flush(0).map_err(e)?;
     }
     // (Operations exist only on epochs.) Unlocking what is not locked, and
