@@ -212,6 +212,15 @@ impl View {
             .then(|| HostMem.with_write(a, self.bytes(), f))
     }
 
+    /// Run `f` on the data in place if it is one contiguous run of host
+    /// memory (`None` otherwise: [`View::pack`] reaches any memory).
+    #[inline]
+    pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let a = self.contig_addr()?;
+        self.is_host()
+            .then(|| HostMem.with_read(a, self.bytes(), f))
+    }
+
     /// Whether the view's whole region is host memory, for `call` on
     /// `rank`: an error where the gpu layer cannot say (the region must not
     /// be taken for device memory and copied either).

@@ -52,6 +52,9 @@
 //! - `typemap.rs`: [`UserDatatype`] (derived datatypes: flattened type maps,
 //!   pack/unpack).
 //! - `op.rs`: [`Op`] (reduction operations) and the kernels that apply them.
+//! - `win.rs`: [`Window`]: one-sided communication (windows of one node,
+//!   their operations and epochs); `window.rs`: the typed API over it
+//!   ([`Win`], [`Epoch`], `Communicator::win_create`/`win_allocate`).
 //! - `engine.rs`: the per-process engine: PMI wire-up, transports, the
 //!   spin → yield → block wait loop.
 //! - `progress/`: the progress driver, the I/O half of point-to-point: it

@@ -513,13 +513,23 @@ impl TypeDesc {
         Ok(())
     }
 
+    /// The one byte run `count` elements touch, if they touch one (no gap
+    /// between or inside elements): `(offset, length)`.
+    pub(crate) fn dense_run(&self, count: usize) -> Option<(isize, usize)> {
+        self.dense_offset().map(|o| (o, count * self.size))
+    }
+
     /// The byte runs `(offset from element 0's origin, length)` that
     /// `count` elements touch, in type-map order, adjacent runs merged:
     /// where one-sided operations read and write target memory.
     pub(crate) fn segments(&self, count: usize) -> Vec<(isize, usize)> {
         let mut out: Vec<(isize, usize)> = Vec::new();
-        if self.size == 0 {
+        if self.size == 0 || count == 0 {
             return out;
+        }
+        if let Some(o) = self.dense_offset() {
+            // Elements follow each other with no gap: one run.
+            return vec![(o, count * self.size)];
         }
         let ext = self.extent();
         for i in 0..count {
@@ -1251,6 +1261,21 @@ mod tests {
 
     fn blocks(t: &UserDatatype) -> Vec<(isize, usize)> {
         t.desc().blocks.clone()
+    }
+
+    #[test]
+    fn segments_merge_runs_and_follow_the_type_map() {
+        let i = I32.as_user();
+        assert_eq!(i.desc().segments(1000), vec![(0, 4000)]);
+        assert!(i.desc().segments(0).is_empty());
+        // Two ints every three: one run per block.
+        let v = UserDatatype::vector(2, 2, 3, &I32).unwrap();
+        assert_eq!(v.desc().segments(1), vec![(0, 8), (12, 8)]);
+        // The next element starts at the extent (20 bytes): 12+8 = 20 merges.
+        assert_eq!(v.desc().segments(2), vec![(0, 8), (12, 16), (32, 8)]);
+        // A resized int with a gap after it.
+        let r = UserDatatype::resized(&I32, 0, 8).unwrap();
+        assert_eq!(r.desc().segments(3), vec![(0, 4), (8, 4), (16, 4)]);
     }
 
     #[test]

@@ -34,7 +34,6 @@
 //! device *origin* buffers work (they are packed and unpacked through the
 //! gpu layer like any send or receive buffer).
 
-use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -92,6 +91,41 @@ struct Peer {
     disp_unit: i64,
 }
 
+/// The targets this rank has locked (indexed by rank: the check of every
+/// operation looks it up).
+#[derive(Debug, Default)]
+struct Locks {
+    by_rank: Vec<Option<(LockType, bool)>>,
+    count: usize,
+}
+
+impl Locks {
+    fn contains_key(&self, t: &usize) -> bool {
+        self.by_rank.get(*t).is_some_and(Option::is_some)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn insert(&mut self, t: usize, v: (LockType, bool)) {
+        if self.by_rank.len() <= t {
+            self.by_rank.resize(t + 1, None);
+        }
+        if self.by_rank[t].replace(v).is_none() {
+            self.count += 1;
+        }
+    }
+
+    fn remove(&mut self, t: &usize) -> Option<(LockType, bool)> {
+        let v = self.by_rank.get_mut(*t)?.take();
+        if v.is_some() {
+            self.count -= 1;
+        }
+        v
+    }
+}
+
 /// This rank's epochs.
 #[derive(Debug, Default)]
 struct Epochs {
@@ -103,7 +137,7 @@ struct Epochs {
     /// Locked targets: the lock type, and whether the lock word was taken
     /// (not under `MODE_NOCHECK`, where the program vouches that no
     /// conflicting lock exists, as MPICH trusts it).
-    locks: HashMap<usize, (LockType, bool)>,
+    locks: Locks,
     /// The targets of the access epoch `MPI_Win_start` opened.
     start: Option<Vec<usize>>,
     /// The origins of the exposure epoch `MPI_Win_post` opened.
@@ -138,8 +172,16 @@ pub struct Window {
 /// dynamic windows).
 struct Runs {
     target: usize,
-    runs: Vec<(i128, usize)>,
+    /// The runs (one, without allocating, for dense datatypes).
+    one: Option<(i128, usize)>,
+    many: Vec<(i128, usize)>,
     bytes: usize,
+}
+
+impl Runs {
+    fn iter(&self) -> impl Iterator<Item = (i128, usize)> + '_ {
+        self.one.into_iter().chain(self.many.iter().copied())
+    }
 }
 
 impl Window {
@@ -576,15 +618,31 @@ impl Window {
             ));
         }
         let start = disp as i128 * p.disp_unit as i128;
-        let runs: Vec<(i128, usize)> = dt
-            .desc()
-            .segments(count)
-            .into_iter()
-            .map(|(o, l)| (start + o as i128, l))
-            .collect();
-        let bytes = runs.iter().map(|r| r.1).sum();
+        let desc = dt.desc();
+        let r = match desc.dense_run(count) {
+            Some((o, l)) => Runs {
+                target: t,
+                one: (l > 0).then_some((start + o as i128, l)),
+                many: Vec::new(),
+                bytes: l,
+            },
+            None => {
+                let many: Vec<(i128, usize)> = desc
+                    .segments(count)
+                    .into_iter()
+                    .map(|(o, l)| (start + o as i128, l))
+                    .collect();
+                let bytes = many.iter().map(|r| r.1).sum();
+                Runs {
+                    target: t,
+                    one: None,
+                    many,
+                    bytes,
+                }
+            }
+        };
         if self.inner.flavor != WinFlavor::Dynamic {
-            for &(o, l) in &runs {
+            for (o, l) in r.iter() {
                 if o < 0 || o + l as i128 > p.size as i128 {
                     return Err(self.err(
                         ErrorClass::RmaRange,
@@ -599,16 +657,12 @@ impl Window {
                 }
             }
         }
-        Ok(Runs {
-            target: t,
-            runs,
-            bytes,
-        })
+        Ok(r)
     }
 
     fn read_runs(&self, call: &str, r: &Runs, out: &mut [u8]) -> Result<()> {
         let mut pos = 0;
-        for &(o, l) in &r.runs {
+        for (o, l) in r.iter() {
             self.read_at(call, r.target, o, &mut out[pos..pos + l])?;
             pos += l;
         }
@@ -617,7 +671,7 @@ impl Window {
 
     fn write_runs(&self, call: &str, r: &Runs, data: &[u8]) -> Result<()> {
         let mut pos = 0;
-        for &(o, l) in &r.runs {
+        for (o, l) in r.iter() {
             self.write_at(call, r.target, o, &data[pos..pos + l])?;
             pos += l;
         }
@@ -741,9 +795,13 @@ impl Window {
         self.check_access(call, t, false)?;
         let r = self.runs(call, t, disp, count, dt)?;
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
+        tracing::trace!(target: "rma", "{call}: {} B to rank {t} at {:?}", r.bytes, r.iter().next());
+        // Contiguous host data goes straight from the origin buffer.
+        if let Some(done) = origin.read_contig(|data| self.write_runs(call, &r, data)) {
+            return done;
+        }
         let mut data = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut data)?;
-        tracing::trace!(target: "rma", "{call}: {} B to rank {t} at {:?} (window {}): {:?}", r.bytes, r.runs.first(), self.inner.comm.inner.ctx, &data[..data.len().min(8)]);
         self.write_runs(call, &r, &data)
     }
 
@@ -765,9 +823,13 @@ impl Window {
         self.check_access(call, t, false)?;
         let r = self.runs(call, t, disp, count, dt)?;
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
+        tracing::trace!(target: "rma", "{call}: {} B from rank {t} at {:?}", r.bytes, r.iter().next());
+        // Into a contiguous host buffer directly.
+        if let Some(done) = origin.write_contig(|out| self.read_runs(call, &r, out)) {
+            return done;
+        }
         let mut data = vec![0u8; r.bytes];
         self.read_runs(call, &r, &mut data)?;
-        tracing::trace!(target: "rma", "{call}: {} B from rank {t} at {:?} (window {}): {:?}", r.bytes, r.runs.first(), self.inner.comm.inner.ctx, &data[..data.len().min(8)]);
         origin.unpack_from(call, self.rank(), &data)
     }
 
