@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_double, c_int, c_void};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use gmpi::{ErrorClass, Universe};
@@ -32,7 +32,25 @@ pub const LIBRARY_VERSION: &str = concat!(
     " (MPICH ABI, libmpi.so.12; MPI 3.1)"
 );
 
+/// Whether the world model was initialized (`MPI_Init`/`MPI_Init_thread`),
+/// as opposed to the runtime having been started by `MPI_Session_init`.
+static WORLD_MODEL: AtomicBool = AtomicBool::new(false);
+
+/// `MPI_Init`/`MPI_Init_thread`: start the runtime, or take over the one
+/// a session started.
 fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
+    if PHASE.load(Ordering::Acquire) == 1 && !WORLD_MODEL.swap(true, Ordering::AcqRel) {
+        // Started by MPI_Session_init: the world model joins it.
+        return Ok(*THREAD_LEVEL.get().unwrap_or(&MPI_THREAD_FUNNELED));
+    }
+    let p = start(call, required)?;
+    WORLD_MODEL.store(true, Ordering::Release);
+    Ok(p)
+}
+
+/// Start the runtime (once per process: gmpi runs one MPI instance, which
+/// the world model and every session share).
+pub(crate) fn start(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
     match PHASE.load(Ordering::Acquire) {
         0 => {}
         1 => return Err(err(ErrorClass::Other, call, "MPI is already initialized")),
@@ -71,6 +89,40 @@ fn init(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
     Ok(provided)
 }
 
+/// Finalize the runtime (`MPI_Finalize`, or the last `MPI_Session_finalize`
+/// of a process that never called `MPI_Init`).
+pub(crate) fn stop(call: &str) -> Result<(), gmpi::Error> {
+    if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
+        return Err(err(
+            ErrorClass::Other,
+            call,
+            "MPI must be finalized by the thread that initialized it",
+        ));
+    }
+    // Attributes on MPI_COMM_SELF are deleted first (the standard's hook
+    // for actions at finalize), then requests the user freed while
+    // active are completed.
+    crate::cache::delete_comm_attrs(call, MPI_COMM_SELF)?;
+    finish_detached()?;
+    let u = UNIVERSE.with(|u| u.borrow_mut().take());
+    let Some(u) = u else {
+        return Err(err(ErrorClass::Other, call, "MPI is not initialized"));
+    };
+    let r = ManuallyDrop::into_inner(u).finalize();
+    PHASE.store(2, Ordering::Release);
+    r
+}
+
+/// The thread level the runtime provides.
+pub(crate) fn thread_level() -> c_int {
+    THREAD_LEVEL.get().copied().unwrap_or(MPI_THREAD_SINGLE)
+}
+
+/// Whether the world model was initialized.
+pub(crate) fn world_model() -> bool {
+    WORLD_MODEL.load(Ordering::Acquire)
+}
+
 mpi_fn! {
     noinit fn Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) {
         init(CALL, MPI_THREAD_SINGLE).map(|_| ())
@@ -85,21 +137,10 @@ mpi_fn! {
     }
 
     safe fn Finalize() {
-        if MAIN_THREAD.get() != Some(&std::thread::current().id()) {
-            return Err(err(ErrorClass::Other, CALL, "MPI_Finalize must be called by the thread that called MPI_Init"));
+        if !WORLD_MODEL.load(Ordering::Acquire) {
+            return Err(err(ErrorClass::Other, CALL, "MPI is not initialized (MPI_Init was not called)"));
         }
-        // Attributes on MPI_COMM_SELF are deleted first (the standard's hook
-        // for actions at finalize), then requests the user freed while
-        // active are completed.
-        crate::cache::delete_comm_attrs(CALL, MPI_COMM_SELF)?;
-        finish_detached()?;
-        let u = UNIVERSE.with(|u| u.borrow_mut().take());
-        let Some(u) = u else {
-            return Err(err(ErrorClass::Other, CALL, "MPI is not initialized"));
-        };
-        let r = ManuallyDrop::into_inner(u).finalize();
-        PHASE.store(2, Ordering::Release);
-        r
+        stop(CALL)
     }
 
     noinit fn Initialized(flag: *mut c_int) {
@@ -201,7 +242,9 @@ mpi_fn! {
             // Communicators that still use it keep calling it: free the slot
             // only once none does.
             let mut st = state();
-            let used = st.comms.iter().any(|(_, o)| o.errh == h);
+            let used = st.comms.iter().any(|(_, o)| o.errh == h)
+                || st.wins.iter().any(|(_, o)| o.errh == h)
+                || st.sessions.iter().any(|(_, o)| o.errh == h);
             if !used {
                 st.errhs.remove(i);
             }

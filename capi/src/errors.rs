@@ -113,6 +113,9 @@ pub fn errhandler_of(comm: MPI_Comm) -> MPI_Errhandler {
         // A window's (its handle is the target of window calls).
         return st.wins.get(i).map_or(MPI_ERRORS_ARE_FATAL, |o| o.errh);
     }
+    if let Some(i) = decode(Kind::Session, comm) {
+        return st.sessions.get(i).map_or(MPI_ERRORS_ARE_FATAL, |o| o.errh);
+    }
     comm_slot(comm)
         .and_then(|i| st.comms.get(i))
         .map(|o| o.errh)

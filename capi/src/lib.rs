@@ -113,6 +113,7 @@ mod mpix;
 mod p2p;
 mod part;
 mod removed;
+mod session;
 mod topo;
 mod types;
 mod unsupported;

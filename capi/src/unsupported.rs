@@ -1,8 +1,7 @@
 //! The calls gmpi exports but does not implement yet: MPI-IO (`MPI_File_*`,
 //! `MPI_Register_datarep`), dynamic processes (spawn, ports, names,
-//! `MPI_Comm_join`, `MPI_Comm_disconnect`), the sessions model
-//! (`MPI_Session_*`, `MPI_Group_from_session_pset`,
-//! `MPI_Comm_create_from_group`) and generalized requests; and, generated
+//! `MPI_Comm_join`, `MPI_Comm_disconnect`) and generalized requests; and,
+//! generated
 //! from MPICH's headers by `capi/scripts/gen_unsupported.py` into
 //! [`generated`], every other function MPICH 4's `libmpi.so.12` exports:
 //! the large-count `_c` forms of the file calls and the tool
@@ -12,7 +11,7 @@
 //! run until they call it; the call then fails with
 //! `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it, after the
 //! argument checks MPICH makes first (an invalid communicator is
-//! `MPI_ERR_COMM`, `MPI_WIN_NULL` `MPI_ERR_WIN`, `MPI_REQUEST_NULL` in
+//! `MPI_ERR_COMM`, `MPI_REQUEST_NULL` in
 //! `MPI_Grequest_complete` `MPI_ERR_REQUEST`). Where the errors
 //! go follows the standard:
 //! - most calls raise it on the error handler of the communicator they name
@@ -23,8 +22,6 @@
 //!   returns the code. `MPI_File_set_errhandler`, `_get_errhandler` and
 //!   `_call_errhandler` on `MPI_FILE_NULL` work (with the predefined
 //!   handlers);
-//! - `MPI_Session_init` and `MPI_Comm_create_from_group` raise it on the
-//!   error handler they are given;
 //! - `MPI_T_*` invoke no error handler (the standard's rule for the tool
 //!   interface): they return `MPI_T_ERR_NOT_SUPPORTED`, before `MPI_Init`
 //!   and after `MPI_Finalize` as well.
@@ -55,7 +52,6 @@ use crate::tables::*;
 
 const IO: &str = "MPI-IO";
 const DYNAMIC: &str = "dynamic process management";
-const SESSIONS: &str = "the sessions model";
 const GREQUEST: &str = "generalized requests";
 const TOOLS: &str = "the tool information interface (MPI_T)";
 
@@ -305,62 +301,6 @@ mpi_fn! {
 
     fn Unpublish_name(_service_name: *const c_char, _info: MPI_Info, _port_name: *const c_char) {
         Err(unsupported(CALL, DYNAMIC))
-    }
-
-}
-
-// ---- Sessions ----
-
-mpi_fn! {
-    noinit fn Group_from_session_pset(_session: MPI_Session, _pset_name: *const c_char, _newgroup: *mut MPI_Group) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit safe fn Session_call_errhandler(_session: MPI_Session, _errorcode: c_int) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_create_errhandler(_session_errhandler_fn: Callback, _errhandler: *mut MPI_Errhandler) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_finalize(_session: *mut MPI_Session) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_get_errhandler(_session: MPI_Session, _errhandler: *mut MPI_Errhandler) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_get_info(_session: MPI_Session, _info_used: *mut MPI_Info) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_get_nth_pset(_session: MPI_Session, _info: MPI_Info, _n: c_int, _pset_len: *mut c_int, _pset_name: *mut c_char) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_get_num_psets(_session: MPI_Session, _info: MPI_Info, _npset_names: *mut c_int) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit fn Session_get_pset_info(_session: MPI_Session, _pset_name: *const c_char, _info: *mut MPI_Info) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-    noinit safe fn Session_set_errhandler(_session: MPI_Session, _errhandler: MPI_Errhandler) {
-        Err(unsupported(CALL, SESSIONS))
-    }
-
-}
-
-direct_fn! {
-    fn Comm_create_from_group(_group: MPI_Group, _stringtag: *const c_char, _info: MPI_Info, errhandler: MPI_Errhandler, _newcomm: *mut MPI_Comm) {
-        frame::with_errhandler(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
-    }
-
-    fn Session_init(_info: MPI_Info, errhandler: MPI_Errhandler, _session: *mut MPI_Session) {
-        frame::with_errhandler(CALL, errhandler, || Err(unsupported(CALL, SESSIONS)))
     }
 
 }

@@ -87,6 +87,8 @@ pub enum ErrorClass {
     RmaShared,
     /// `MPI_ERR_RMA_FLAVOR`: wrong window flavor.
     RmaFlavor,
+    /// `MPI_ERR_SESSION`: invalid session.
+    Session,
 }
 
 impl ErrorClass {
@@ -132,12 +134,13 @@ impl ErrorClass {
             ErrorClass::RmaAttach => "MPI_ERR_RMA_ATTACH",
             ErrorClass::RmaShared => "MPI_ERR_RMA_SHARED",
             ErrorClass::RmaFlavor => "MPI_ERR_RMA_FLAVOR",
+            ErrorClass::Session => "MPI_ERR_SESSION",
         }
     }
 
     /// Every class (for a table that maps each one, such as a C ABI's
     /// numbers).
-    pub const ALL: [ErrorClass; 39] = [
+    pub const ALL: [ErrorClass; 40] = [
         ErrorClass::Buffer,
         ErrorClass::Count,
         ErrorClass::Type,
@@ -177,6 +180,7 @@ impl ErrorClass {
         ErrorClass::RmaAttach,
         ErrorClass::RmaShared,
         ErrorClass::RmaFlavor,
+        ErrorClass::Session,
     ];
 }
 

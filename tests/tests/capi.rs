@@ -76,7 +76,7 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 11] = [
+const C_TESTS: [&str; 12] = [
     "p2p",
     "coll",
     "types",
@@ -88,6 +88,7 @@ const C_TESTS: [&str; 11] = [
     "persistent_coll",
     "partitioned",
     "rma",
+    "sessions",
 ];
 
 /// Build the C test programs with `cc` and run each at every `nps`.
@@ -545,6 +546,32 @@ fn mpi4py_suite_one_sided_files() {
         assert!(
             o.status.success() && out.contains("228 ok, 0 failed, 0 errors"),
             "mpi4py one-sided files at np {np}:\n{}",
+            text(&o)
+        );
+    }
+}
+
+/// mpi4py's `test_session` (sessions, process sets, groups from them) and
+/// `test_exceptions` (every call's error class, sessions' included) at np
+/// 1 and 2.
+#[test]
+fn mpi4py_suite_session_and_exception_files() {
+    let Some(py) = python() else { return };
+    for np in [1, 2] {
+        let o = Command::new("bash")
+            .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
+            .arg(prefix())
+            .arg(np.to_string())
+            .args(["-i", "test_session", "-i", "test_exceptions"])
+            .env("GMPI_PYTHON", &py)
+            .env("SUITE_TIMEOUT", "300")
+            .env("LOG_DIR", scratch(&format!("mpi4py-session-np{np}")))
+            .output()
+            .expect("run_suite.sh");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains("64 ok, 0 failed, 0 errors"),
+            "mpi4py session and exception files at np {np}:\n{}",
             text(&o)
         );
     }

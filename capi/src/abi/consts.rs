@@ -107,6 +107,7 @@ pub const MPI_ERR_RMA_RANGE: c_int = 55;
 pub const MPI_ERR_RMA_ATTACH: c_int = 56;
 pub const MPI_ERR_RMA_SHARED: c_int = 57;
 pub const MPI_ERR_RMA_FLAVOR: c_int = 58;
+pub const MPI_ERR_SESSION: c_int = 75;
 /// `MPI_T_ERR_NOT_SUPPORTED` (MPI 4.0): what the tool interface's calls
 /// return while gmpi lacks it.
 pub const MPI_T_ERR_NOT_SUPPORTED: c_int = 78;
@@ -147,6 +148,7 @@ pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x54000003;
 pub const MPI_INFO_NULL: MPI_Info = 0x1c000000;
 pub const MPI_INFO_ENV: MPI_Info = 0x5c000001;
 pub const MPI_WIN_NULL: MPI_Win = 0x20000000;
+pub const MPI_SESSION_NULL: c_int = 0x38000000;
 pub const MPI_WIN_BASE: c_int = 0x66000001;
 pub const MPI_WIN_SIZE: c_int = 0x66000003;
 pub const MPI_WIN_DISP_UNIT: c_int = 0x66000005;

@@ -9,7 +9,7 @@ use gmpi::ErrorClass;
 use crate::abi::consts::*;
 
 /// Every runtime error class and its MPICH number.
-const CLASSES: [(ErrorClass, c_int); 39] = [
+const CLASSES: [(ErrorClass, c_int); 40] = [
     (ErrorClass::Buffer, MPI_ERR_BUFFER),
     (ErrorClass::Count, MPI_ERR_COUNT),
     (ErrorClass::Type, MPI_ERR_TYPE),
@@ -49,6 +49,7 @@ const CLASSES: [(ErrorClass, c_int); 39] = [
     (ErrorClass::RmaAttach, MPI_ERR_RMA_ATTACH),
     (ErrorClass::RmaShared, MPI_ERR_RMA_SHARED),
     (ErrorClass::RmaFlavor, MPI_ERR_RMA_FLAVOR),
+    (ErrorClass::Session, MPI_ERR_SESSION),
 ];
 
 /// Every predefined error class of the MPICH ABI (MPICH 4.x's `mpi.h`, up

@@ -31,6 +31,7 @@ pub enum Kind {
     Win = 0x8,
     Keyval = 0x9,
     Request = 0xb,
+    Session = 0xe,
 }
 
 /// The handle of slot `i` of a `kind` table.

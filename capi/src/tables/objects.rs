@@ -168,6 +168,14 @@ pub struct WinVals {
     pub model: c_int,
 }
 
+/// A session (`MPI_Session_init`): its error handler and the info it was
+/// given.
+#[derive(Debug)]
+pub struct SessionObj {
+    pub errh: MPI_Errhandler,
+    pub info: InfoObj,
+}
+
 /// A user error handler.
 #[derive(Debug, Clone, Copy)]
 pub struct ErrhObj {

@@ -11,7 +11,7 @@ use crate::abi::{
     MPI_COMM_SELF, MPI_COMM_WORLD,
 };
 use crate::tables::objects::{
-    CommObj, Envelope, ErrhObj, InfoObj, KeyvalObj, OpObj, TypeObj, WinObj,
+    CommObj, Envelope, ErrhObj, InfoObj, KeyvalObj, OpObj, SessionObj, TypeObj, WinObj,
 };
 use crate::tables::requests::{Active, ReqObj};
 use crate::tables::slab::Table;
@@ -28,6 +28,7 @@ pub struct State {
     pub keyvals: Table<KeyvalObj>,
     pub infos: Table<InfoObj>,
     pub wins: Table<WinObj>,
+    pub sessions: Table<SessionObj>,
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(Default::default);
