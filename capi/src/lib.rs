@@ -108,6 +108,7 @@ mod attrs;
 mod coll;
 mod comm;
 mod env;
+mod greq;
 mod info;
 mod mpix;
 mod p2p;

@@ -1427,7 +1427,9 @@ mpi_fn! {
         let slot = resolve::req_slot(CALL, h)?;
         let taken = std::mem::replace(state().reqs.get_mut(slot).ok_or_else(|| err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")))?, ReqObj::Busy);
         let r = match &taken {
-            ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => a.req.cancel(),
+            ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => {
+                crate::greq::cancel(a).unwrap_or_else(|| a.req.cancel())
+            }
             _ => Ok(()),
         };
         if let Some(o) = state().reqs.get_mut(slot) {

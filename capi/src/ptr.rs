@@ -22,8 +22,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use gmpi::{Communicator, Datatype, Error, ErrorClass, Request, UserDatatype, View};
 
 use crate::abi::{
-    CommErrFn, CopyFn, DeleteFn, MPI_Count, MPI_Datatype, MPI_Status, MPI_IN_PLACE,
-    MPI_STATUS_IGNORE,
+    CommErrFn, CopyFn, DeleteFn, GreqCancelFn, GreqFreeFn, GreqQueryFn, MPI_Count, MPI_Datatype,
+    MPI_Status, MPI_IN_PLACE, MPI_STATUS_IGNORE,
 };
 use crate::tables::{err, UserOpFn};
 
@@ -432,6 +432,28 @@ pub fn call_errhandler(f: CommErrFn, mut comm: c_int, mut code: c_int) {
     // pointer (further variadic arguments are implementation-specific and
     // gmpi passes none).
     unsafe { f(&mut comm, &mut code) }
+}
+
+/// Call a generalized request's query callback: its code and the status
+/// it filled.
+pub fn call_greq_query(f: GreqQueryFn, extra: usize, st: &mut MPI_Status) -> c_int {
+    // SAFETY: `f` is the query function the user gave MPI_Grequest_start
+    // with this extra state; it writes one MPI_Status, ours.
+    unsafe { f(extra as *mut c_void, st) }
+}
+
+/// Call a generalized request's free callback.
+pub fn call_greq_free(f: GreqFreeFn, extra: usize) -> c_int {
+    // SAFETY: the free function given to MPI_Grequest_start, with its extra
+    // state, called once.
+    unsafe { f(extra as *mut c_void) }
+}
+
+/// Call a generalized request's cancel callback.
+pub fn call_greq_cancel(f: GreqCancelFn, extra: usize, complete: bool) -> c_int {
+    // SAFETY: the cancel function given to MPI_Grequest_start, with its
+    // extra state.
+    unsafe { f(extra as *mut c_void, c_int::from(complete)) }
 }
 
 /// Call an attribute copy callback; `(flag, value out)` or its error code.

@@ -1,7 +1,6 @@
 //! The calls gmpi exports but does not implement yet: MPI-IO (`MPI_File_*`,
 //! `MPI_Register_datarep`), dynamic processes (spawn, ports, names,
-//! `MPI_Comm_join`, `MPI_Comm_disconnect`) and generalized requests; and,
-//! generated
+//! `MPI_Comm_join`, `MPI_Comm_disconnect`); and, generated
 //! from MPICH's headers by `capi/scripts/gen_unsupported.py` into
 //! [`generated`], every other function MPICH 4's `libmpi.so.12` exports:
 //! the large-count `_c` forms of the file calls and the tool
@@ -11,8 +10,7 @@
 //! run until they call it; the call then fails with
 //! `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it, after the
 //! argument checks MPICH makes first (an invalid communicator is
-//! `MPI_ERR_COMM`, `MPI_REQUEST_NULL` in
-//! `MPI_Grequest_complete` `MPI_ERR_REQUEST`). Where the errors
+//! `MPI_ERR_COMM`). Where the errors
 //! go follows the standard:
 //! - most calls raise it on the error handler of the communicator they name
 //!   (`MPI_COMM_WORLD`'s when they name none), `MPI_ERRORS_ARE_FATAL` unless
@@ -52,7 +50,6 @@ use crate::tables::*;
 
 const IO: &str = "MPI-IO";
 const DYNAMIC: &str = "dynamic process management";
-const GREQUEST: &str = "generalized requests";
 const TOOLS: &str = "the tool information interface (MPI_T)";
 
 mod generated;
@@ -234,22 +231,6 @@ static PVAR_ALL_HANDLES_TARGET: c_int = 0x5041_4c4c;
 /// supported yet).
 #[no_mangle]
 pub static MPI_T_PVAR_ALL_HANDLES: ConstPtr = ConstPtr(&PVAR_ALL_HANDLES_TARGET);
-
-// ---- Generalized requests ----
-
-mpi_fn! {
-    safe fn Grequest_complete(request: MPI_Request) {
-        if request == MPI_REQUEST_NULL {
-            return Err(err(ErrorClass::Request, CALL, "request is MPI_REQUEST_NULL"));
-        }
-        Err(unsupported(CALL, GREQUEST))
-    }
-
-    fn Grequest_start(_query_fn: Callback, _free_fn: Callback, _cancel_fn: Callback, _extra_state: *mut c_void, _request: *mut MPI_Request) {
-        Err(unsupported(CALL, GREQUEST))
-    }
-
-}
 
 // ---- Dynamic processes ----
 

@@ -1230,4 +1230,7 @@ pub(crate) enum Handle {
     Pml(gmpi_pml::ReqId),
     /// A schedule parked in the engine.
     Sched(u64),
+    /// A request the program completes itself (a generalized request):
+    /// its flag in the engine's table.
+    User(u64),
 }

@@ -103,6 +103,9 @@ pub(crate) struct Engine {
     /// advanced by every progress pass.
     pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched>,
     pub next_sched: u64,
+    /// The completion flags of generalized requests (`Request::user`), by
+    /// id (ids from `next_sched`).
+    pub users: std::collections::HashMap<u64, std::sync::Arc<std::sync::atomic::AtomicBool>>,
     pub cfg: Config,
     /// What the collectives' algorithm choice reads of `cfg`, derived once.
     pub coll: crate::coll::select::Settings,
@@ -593,6 +596,7 @@ impl Engine {
             next_ctx: 2,
             scheds: Default::default(),
             next_sched: 1,
+            users: std::collections::HashMap::new(),
             coll: crate::coll::select::Settings::of(&cfg),
             cfg,
             rank,
@@ -734,6 +738,10 @@ impl Engine {
         match h {
             crate::comm::Handle::Pml(id) => self.driver.pml.is_complete(id),
             crate::comm::Handle::Sched(id) => self.scheds.get(&id).is_none_or(|s| s.is_done()),
+            crate::comm::Handle::User(id) => self
+                .users
+                .get(&id)
+                .is_none_or(|f| f.load(std::sync::atomic::Ordering::Acquire)),
         }
     }
 
@@ -752,6 +760,10 @@ impl Engine {
                     "request vanished",
                 )),
             },
+            crate::comm::Handle::User(id) => {
+                self.users.remove(&id);
+                Ok(crate::request::Status::empty())
+            }
             crate::comm::Handle::Sched(id) => match self.scheds.remove(&id) {
                 Some(mut s) => s
                     .result()

@@ -28,6 +28,18 @@ impl Status {
         }
     }
 
+    /// A status with these fields (a generalized request's, as its query
+    /// function gives them).
+    #[doc(hidden)]
+    pub fn from_parts(source: i32, tag: i32, bytes: usize, cancelled: bool) -> Self {
+        Self {
+            source,
+            tag,
+            bytes,
+            cancelled,
+        }
+    }
+
     pub(crate) fn empty() -> Self {
         Self {
             source: PROC_NULL,
@@ -142,6 +154,22 @@ impl<'a> Request<'a> {
             failed: Cell::new(None),
             _buf: PhantomData,
         }
+    }
+
+    /// A generalized request (`MPI_Grequest_start`): it completes once
+    /// `done` is set (by any thread: `MPI_Grequest_complete`), with an
+    /// empty status; waits on it progress everything else meanwhile.
+    pub fn user(
+        call: &'static str,
+        done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Request<'static>> {
+        let id = engine::with(call, |e| {
+            let id = e.next_sched;
+            e.next_sched += 1;
+            e.users.insert(id, done);
+            Ok(id)
+        })?;
+        Ok(Request::new(Handle::User(id), call))
     }
 
     /// The same request with its borrow erased (see `Request::detach`).

@@ -551,18 +551,26 @@ fn mpi4py_suite_one_sided_files() {
     }
 }
 
-/// mpi4py's `test_session` (sessions, process sets, groups from them) and
-/// `test_exceptions` (every call's error class, sessions' included) at np
+/// mpi4py's `test_session` (sessions, process sets, groups from them),
+/// `test_exceptions` (every call's error class, sessions' included) and
+/// `test_grequest` (generalized requests, errors of their callbacks) at np
 /// 1 and 2.
 #[test]
-fn mpi4py_suite_session_and_exception_files() {
+fn mpi4py_suite_session_exception_grequest_files() {
     let Some(py) = python() else { return };
     for np in [1, 2] {
         let o = Command::new("bash")
             .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
             .arg(prefix())
             .arg(np.to_string())
-            .args(["-i", "test_session", "-i", "test_exceptions"])
+            .args([
+                "-i",
+                "test_session",
+                "-i",
+                "test_exceptions",
+                "-i",
+                "test_grequest",
+            ])
             .env("GMPI_PYTHON", &py)
             .env("SUITE_TIMEOUT", "300")
             .env("LOG_DIR", scratch(&format!("mpi4py-session-np{np}")))
@@ -570,8 +578,8 @@ fn mpi4py_suite_session_and_exception_files() {
             .expect("run_suite.sh");
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
-            o.status.success() && out.contains("64 ok, 0 failed, 0 errors"),
-            "mpi4py session and exception files at np {np}:\n{}",
+            o.status.success() && out.contains("71 ok, 0 failed, 0 errors"),
+            "mpi4py session, exception and grequest files at np {np}:\n{}",
             text(&o)
         );
     }

@@ -33,6 +33,13 @@ pub type UserFnC =
 /// A C communicator error handler: `void f(MPI_Comm *, int *, ...)`.
 pub type CommErrFn = unsafe extern "C" fn(*mut MPI_Comm, *mut c_int);
 
+/// Generalized request callbacks (`MPI_Grequest_start`): query
+/// `int f(void *extra, MPI_Status *status)`, free `int f(void *extra)`,
+/// cancel `int f(void *extra, int complete)`.
+pub type GreqQueryFn = unsafe extern "C" fn(*mut c_void, *mut crate::abi::MPI_Status) -> c_int;
+pub type GreqFreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub type GreqCancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
 /// Attribute copy callback: `int f(MPI_Comm old, int keyval, void *extra,
 /// void *val_in, void *val_out, int *flag)`.
 pub type CopyFn =

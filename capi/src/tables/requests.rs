@@ -11,7 +11,10 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use gmpi::{Error, Request};
 
-use crate::abi::{MPI_Comm, MPI_Count, MPI_Datatype, MPI_Request, MPI_Status};
+use crate::abi::{
+    GreqCancelFn, GreqFreeFn, GreqQueryFn, MPI_Comm, MPI_Count, MPI_Datatype, MPI_Request,
+    MPI_Status, MPI_SUCCESS, MPI_UNDEFINED,
+};
 
 /// What a request slot holds.
 #[derive(Debug)]
@@ -34,6 +37,71 @@ pub enum ReqObj {
     Busy,
 }
 
+/// A generalized request's callbacks and extra state
+/// (`MPI_Grequest_start`). Its free function runs when it is dropped, once
+/// the request has completed and its status was taken.
+#[derive(Debug)]
+pub struct Greq {
+    pub query: Option<GreqQueryFn>,
+    pub free: Option<GreqFreeFn>,
+    pub cancel: Option<GreqCancelFn>,
+    pub extra: usize,
+    /// Its completion flag (shared with `greq.rs`'s table while it lives).
+    pub done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Greq {
+    /// The status the query function gives (an error if it returns one).
+    pub fn status(&self) -> Result<gmpi::Status, Error> {
+        let mut st = MPI_Status::empty();
+        st.MPI_SOURCE = MPI_UNDEFINED;
+        st.MPI_TAG = MPI_UNDEFINED;
+        if let Some(q) = self.query {
+            let rc = crate::ptr::call_greq_query(q, self.extra, &mut st);
+            if rc != MPI_SUCCESS {
+                return Err(crate::tables::err(
+                    crate::abi::runtime_class(rc).unwrap_or(gmpi::ErrorClass::Other),
+                    "MPI_Grequest_start",
+                    format!("the query function returned error code {rc}"),
+                ));
+            }
+        }
+        Ok(gmpi::Status::from_parts(
+            st.MPI_SOURCE,
+            st.MPI_TAG,
+            st.bytes() as usize,
+            st.cancelled(),
+        ))
+    }
+}
+
+impl Greq {
+    /// Run the free function (once): its error, if it returns one.
+    pub fn free_now(&mut self) -> Result<(), Error> {
+        let Some(f) = self.free.take() else {
+            return Ok(());
+        };
+        match crate::ptr::call_greq_free(f, self.extra) {
+            MPI_SUCCESS => Ok(()),
+            rc => Err(crate::tables::err(
+                crate::abi::runtime_class(rc).unwrap_or(gmpi::ErrorClass::Other),
+                "MPI_Grequest_start",
+                format!("the free function returned error code {rc}"),
+            )),
+        }
+    }
+}
+
+impl Drop for Greq {
+    fn drop(&mut self) {
+        // Completed by a test (whose caller has the status already), or
+        // freed by MPI_Request_free: the error can only be told here.
+        if let Err(e) = self.free_now() {
+            tracing::warn!(target: "gmpi", "{e}");
+        }
+    }
+}
+
 /// An operation in flight and what it keeps alive.
 #[derive(Debug)]
 pub struct Active {
@@ -43,6 +111,8 @@ pub struct Active {
     /// collective's sends and receives): it completes once `req` and every
     /// one of these have.
     pub more: Vec<Request<'static>>,
+    /// The callbacks of a generalized request (`MPI_Grequest_start`).
+    pub user: Option<Box<Greq>>,
     /// Memory the operations use that the C ABI owns (`Isendrecv_replace`'s
     /// copy). Declared last: fields drop in order, and dropping a request
     /// waits for it, so this outlives every operation that uses it.
@@ -55,6 +125,7 @@ impl Active {
             req,
             comm,
             keep: None,
+            user: None,
             more: Vec::new(),
         }
     }
@@ -75,18 +146,32 @@ impl Active {
             all &= r.test()?.is_some();
         }
         let st = self.req.test()?;
-        Ok(st.filter(|_| all))
+        match (st.filter(|_| all), &self.user) {
+            (Some(_), Some(u)) => u.status().map(Some),
+            (st, _) => Ok(st),
+        }
     }
 
     /// Wait for every operation (the first error after all have finished),
     /// then drop what the operation kept alive.
     pub fn wait(self) -> Result<gmpi::Status, Error> {
-        if self.more.is_empty() && self.keep.is_none() {
+        if self.more.is_empty() && self.keep.is_none() && self.user.is_none() {
             return self.req.wait();
         }
         let Active {
-            req, keep, more, ..
+            req,
+            keep,
+            more,
+            user,
+            ..
         } = self;
+        if let Some(mut u) = user {
+            // The status comes from the query function, then the free
+            // function runs; the first error of the two is the wait's.
+            let r = req.wait().and_then(|_| u.status());
+            let f = u.free_now();
+            return r.and_then(|st| f.map(|()| st));
+        }
         let mut first = None;
         for r in more {
             if let Err(e) = r.wait() {
