@@ -14,8 +14,8 @@
 !
 !
 ! Version
-      INTEGER, PARAMETER :: MPI_VERSION = 3
-      INTEGER, PARAMETER :: MPI_SUBVERSION = 1
+      INTEGER, PARAMETER :: MPI_VERSION = 4
+      INTEGER, PARAMETER :: MPI_SUBVERSION = 0
 !
 ! Kinds (INTEGER kinds of address/offset/count/default integers)
       INTEGER, PARAMETER :: MPI_ADDRESS_KIND = 8

@@ -35,8 +35,8 @@ extern "C" {
  * ========================================================================== */
 
 /* Version of the MPI standard this header corresponds to. */
-#define MPI_VERSION    3
-#define MPI_SUBVERSION 1
+#define MPI_VERSION    4
+#define MPI_SUBVERSION 0
 
 /* gmpi's own version: GMPI_NUMVERSION = major * 10000 + minor * 100 + patch. */
 #define GMPI_VERSION    "0.1.0"

@@ -77,15 +77,7 @@ impl Obj {
             },
             Obj::Win(h) => match decode(Kind::Win, h).and_then(|i| st.wins.get_mut(i)) {
                 Some(o) => Ok(Some(&mut o.attrs)),
-                None => Err(err(
-                    ErrorClass::Win,
-                    call,
-                    if h == MPI_WIN_NULL {
-                        "win is MPI_WIN_NULL".to_string()
-                    } else {
-                        format!("win = {h:#x} is not a valid window")
-                    },
-                )),
+                None => Err(crate::win::invalid(call, h)),
             },
             Obj::Type(h) => {
                 if predefined(h).is_some() {

@@ -26,35 +26,32 @@ use crate::tables::*;
 
 // ---- the window table ----
 
+/// The error of a handle `h` that names no window.
+pub(crate) fn invalid(call: &str, h: MPI_Win) -> Error {
+    err(
+        ErrorClass::Win,
+        call,
+        if h == MPI_WIN_NULL {
+            "win is MPI_WIN_NULL".to_string()
+        } else {
+            format!("win = {h:#x} is not a valid window")
+        },
+    )
+}
+
 /// The window `h`, with errors of the current call routed to its handler.
 fn win(call: &str, h: MPI_Win) -> Result<Window, Error> {
     let w = decode(Kind::Win, h).and_then(|i| state().wins.get(i).map(|o| o.win.clone()));
-    match w {
-        Some(w) => {
-            errors::set_target(h);
-            Ok(w)
-        }
-        None => Err(err(
-            ErrorClass::Win,
-            call,
-            if h == MPI_WIN_NULL {
-                "win is MPI_WIN_NULL".to_string()
-            } else {
-                format!("win = {h:#x} is not a valid window")
-            },
-        )),
-    }
+    let w = w.ok_or_else(|| invalid(call, h))?;
+    errors::set_target(h);
+    Ok(w)
 }
 
 fn with_obj<R>(call: &str, h: MPI_Win, f: impl FnOnce(&mut WinObj) -> R) -> Result<R, Error> {
     let mut st = state();
     match decode(Kind::Win, h).and_then(|i| st.wins.get_mut(i)) {
         Some(o) => Ok(f(o)),
-        None => Err(err(
-            ErrorClass::Win,
-            call,
-            format!("win = {h:#x} is not a valid window"),
-        )),
+        None => Err(invalid(call, h)),
     }
 }
 

@@ -777,6 +777,25 @@ impl Window {
 
     // ---- operations ----
 
+    /// The checks every operation makes (a live window, a valid target, an
+    /// open access epoch to it) and where it touches the target; `None` for
+    /// `MPI_PROC_NULL`, which makes the operation a no-op.
+    fn target(
+        &self,
+        call: &str,
+        target: i32,
+        disp: isize,
+        count: usize,
+        dt: &UserDatatype,
+    ) -> Result<Option<Runs>> {
+        self.check_live(call)?;
+        let Some(t) = self.target_rank(call, target)? else {
+            return Ok(None);
+        };
+        self.check_access(call, t, false)?;
+        self.runs(call, t, disp, count, dt).map(Some)
+    }
+
     /// `MPI_Put`: write `origin` to `count` elements of `dt` at `disp` of
     /// `target`'s window.
     pub fn put(
@@ -788,14 +807,11 @@ impl Window {
         count: usize,
         dt: &UserDatatype,
     ) -> Result<()> {
-        self.check_live(call)?;
-        let Some(t) = self.target_rank(call, target)? else {
+        let Some(r) = self.target(call, target, disp, count, dt)? else {
             return Ok(());
         };
-        self.check_access(call, t, false)?;
-        let r = self.runs(call, t, disp, count, dt)?;
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
-        tracing::trace!(target: "rma", "{call}: {} B to rank {t} at {:?}", r.bytes, r.iter().next());
+        tracing::trace!(target: "rma", "{call}: {} B to rank {target} at {:?}", r.bytes, r.iter().next());
         // Contiguous host data goes straight from the origin buffer.
         if let Some(done) = origin.read_contig(|data| self.write_runs(call, &r, data)) {
             return done;
@@ -816,14 +832,11 @@ impl Window {
         count: usize,
         dt: &UserDatatype,
     ) -> Result<()> {
-        self.check_live(call)?;
-        let Some(t) = self.target_rank(call, target)? else {
+        let Some(r) = self.target(call, target, disp, count, dt)? else {
             return Ok(());
         };
-        self.check_access(call, t, false)?;
-        let r = self.runs(call, t, disp, count, dt)?;
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
-        tracing::trace!(target: "rma", "{call}: {} B from rank {t} at {:?}", r.bytes, r.iter().next());
+        tracing::trace!(target: "rma", "{call}: {} B from rank {target} at {:?}", r.bytes, r.iter().next());
         // Into a contiguous host buffer directly.
         if let Some(done) = origin.write_contig(|out| self.read_runs(call, &r, out)) {
             return done;
@@ -905,11 +918,10 @@ impl Window {
         } else {
             self.acc_element(call, op, dt, &[origin])?
         };
-        let Some(t) = self.target_rank(call, target)? else {
+        let Some(r) = self.target(call, target, disp, count, dt)? else {
             return Ok(());
         };
-        self.check_access(call, t, false)?;
-        let r = self.runs(call, t, disp, count, dt)?;
+        let t = r.target;
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
         let mut data = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut data)?;
@@ -953,11 +965,10 @@ impl Window {
         } else {
             self.acc_element(call, op, dt, &bufs)?
         };
-        let Some(t) = self.target_rank(call, target)? else {
+        let Some(r) = self.target(call, target, disp, count, dt)? else {
             return Ok(());
         };
-        self.check_access(call, t, false)?;
-        let r = self.runs(call, t, disp, count, dt)?;
+        let t = r.target;
         self.check_sizes(call, "result buffer", result.packed_size(), r.bytes)?;
         let data = match (origin, op) {
             (_, Op::NoOp) => Vec::new(),
@@ -1027,11 +1038,10 @@ impl Window {
                 ));
             }
         }
-        let Some(t) = self.target_rank(call, target)? else {
+        let Some(r) = self.target(call, target, disp, 1, dt)? else {
             return Ok(());
         };
-        self.check_access(call, t, false)?;
-        let r = self.runs(call, t, disp, 1, dt)?;
+        let t = r.target;
         let mut new = vec![0u8; r.bytes];
         let mut cmp = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut new)?;
