@@ -611,6 +611,23 @@ fn opencoarrays_programs_run_on_gmpi() {
     }
 }
 
+/// NWChem's SCF energy of water (Debian's `nwchem.mpich`: Global Arrays
+/// over MPI one-sided communication) on gmpi at np 2 and 3 equals MPICH's
+/// at np 1 (`capi/tests/nwchem/run.sh`).
+#[test]
+fn nwchem_scf_energy_matches_mpich() {
+    if !have("nwchem.mpich", "nwchem-mpich") || !have("mpiexec.mpich", "mpich") {
+        return;
+    }
+    let o = Command::new("bash")
+        .arg(repo().join("capi/tests/nwchem/run.sh"))
+        .arg(prefix())
+        .args(["2", "3"])
+        .output()
+        .expect("nwchem run.sh");
+    assert!(o.status.success(), "NWChem:\n{}", text(&o));
+}
+
 #[test]
 fn rsmpi_program_builds_and_runs() {
     if !have("clang", "clang libclang-dev") {
