@@ -26,6 +26,11 @@ use crate::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 /// point-to-point and collective ones: context ids stay below it.
 pub(crate) const PART_CTX: u32 = 1 << 31;
 
+/// The bit that makes a communicator's context the context of its
+/// agreement shadow ([`Communicator::agreement`]). Ordinary context ids
+/// stay below it ([`Communicator::max_next_ctx`]'s callers check).
+pub(crate) const AGREE_CTX: u32 = 1 << 30;
+
 /// What a communicator is, shared by its clones (and by schedules running on
 /// it).
 #[derive(Debug)]
@@ -40,8 +45,13 @@ pub(crate) struct CommInner {
     pub world: Vec<u32>,
     /// Whether every member lives on this node.
     pub single_node: bool,
-    /// Sequence number of the next collective (its tag).
+    /// Sequence number of the next blocking collective (its tag: even).
     pub coll_seq: AtomicU32,
+    /// Sequence number of the next non-blocking (or persistent) collective
+    /// (its tag: odd). Two sequences, as MPICH keeps them: a program that
+    /// starts a non-blocking collective while the others are in a blocking
+    /// one (mpi4py's agreement fallback does) still matches.
+    pub nb_seq: AtomicU32,
     /// Set by [`Communicator::free`]: every later call fails.
     pub freed: AtomicBool,
     /// The shared-memory collective area, made at the first collective that
@@ -49,6 +59,8 @@ pub(crate) struct CommInner {
     pub shm: Mutex<ShmState>,
     /// The remote group of an intercommunicator (`None`: an intracommunicator).
     pub remote: Option<Remote>,
+    /// The agreement shadow ([`Communicator::agreement`]), made on first use.
+    pub agree: std::sync::OnceLock<Communicator>,
 }
 
 /// What makes a communicator an intercommunicator: the group on the other
@@ -154,9 +166,11 @@ impl Communicator {
                 world,
                 single_node,
                 coll_seq: AtomicU32::new(0),
+                nb_seq: AtomicU32::new(0),
                 freed: AtomicBool::new(false),
                 shm: Mutex::new(ShmState::NotTried),
                 remote: None,
+                agree: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -181,8 +195,10 @@ impl Communicator {
                 // Never a shared-memory area: collectives cross groups.
                 single_node: false,
                 coll_seq: AtomicU32::new(0),
+                nb_seq: AtomicU32::new(0),
                 freed: AtomicBool::new(false),
                 shm: Mutex::new(ShmState::Unavailable),
+                agree: std::sync::OnceLock::new(),
                 remote: Some(Remote {
                     world: remote,
                     local,
@@ -910,7 +926,7 @@ impl Communicator {
     /// max-allreduce of each rank's next free id), and move past it.
     fn agree_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
         let ctx = self.max_next_ctx(e, call)?;
-        if ctx > PART_CTX - 8 {
+        if ctx > AGREE_CTX - 8 {
             return Err(Error::new(
                 ErrorClass::Intern,
                 call,
@@ -920,6 +936,29 @@ impl Communicator {
         }
         e.next_ctx = ctx + 2;
         Ok(ctx)
+    }
+
+    /// The agreement shadow of this intracommunicator: the same group on
+    /// contexts of their own (made locally, with no communication, the same
+    /// on every rank), whose collectives are ordered among themselves only.
+    /// Fault-tolerance agreements (`MPIX_Comm_agree`, `_iagree`) run on it,
+    /// so they never match the communicator's own collectives, as ULFM
+    /// requires (a rank may start an agreement while the others are in a
+    /// barrier).
+    #[doc(hidden)]
+    pub fn agreement(&self) -> Result<Communicator> {
+        if let Some(c) = self.inner.agree.get() {
+            return Ok(c.clone());
+        }
+        self.check_intra("MPIX_Comm_agree", "MPIX_Comm_agree")?;
+        let c = engine::with("MPIX_Comm_agree", |e| {
+            Ok(Communicator::from_parts(
+                e,
+                self.inner.ctx | AGREE_CTX,
+                self.inner.world.clone(),
+            ))
+        })?;
+        Ok(self.inner.agree.get_or_init(|| c).clone())
     }
 
     /// A new communicator over the same group (`MPI_Comm_dup`). Collective.
@@ -1132,7 +1171,7 @@ impl Communicator {
                 e.drive(CALL, &mut s)?;
             }
             let ctx = ctx[0];
-            if ctx > PART_CTX - 8 {
+            if ctx > AGREE_CTX - 8 {
                 return Err(Error::new(
                     ErrorClass::Intern,
                     CALL,

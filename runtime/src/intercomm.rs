@@ -42,7 +42,7 @@ impl Communicator {
     }
 
     fn ctx_overflow(&self, call: &str, ctx: u32) -> Result<()> {
-        if ctx > crate::comm::PART_CTX - 8 {
+        if ctx > crate::comm::AGREE_CTX - 8 {
             Err(Error::new(
                 ErrorClass::Intern,
                 call,

@@ -585,6 +585,34 @@ fn mpi4py_suite_session_exception_grequest_files() {
     }
 }
 
+/// mpi4py's `test_ulfm` at np 2 and 3: agreement, shrink and the failed
+/// groups (`MPIX_Comm_agree` …), and its fallback for a non-blocking
+/// agreement, which starts a non-blocking collective while the other ranks
+/// are in a barrier (blocking and non-blocking collectives have separate
+/// sequences, as in MPICH).
+#[test]
+fn mpi4py_suite_ulfm_file() {
+    let Some(py) = python() else { return };
+    for np in [2, 3] {
+        let o = Command::new("bash")
+            .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
+            .arg(prefix())
+            .arg(np.to_string())
+            .args(["-i", "test_ulfm"])
+            .env("GMPI_PYTHON", &py)
+            .env("SUITE_TIMEOUT", "200")
+            .env("LOG_DIR", scratch(&format!("mpi4py-ulfm-np{np}")))
+            .output()
+            .expect("run_suite.sh");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains("21 ok, 0 failed, 0 errors"),
+            "mpi4py test_ulfm at np {np}:\n{}",
+            text(&o)
+        );
+    }
+}
+
 /// OpenCoarrays' own test programs (Debian's MPICH build: coarray Fortran
 /// over one-sided communication) at np 2 and 4
 /// (`capi/tests/opencoarrays/run.sh`, which lists them and why the others

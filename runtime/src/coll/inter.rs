@@ -104,7 +104,13 @@ impl Communicator {
     /// on the local group's communicator.
     fn inter_sched(&self, call: &'static str, tag: i32) -> Sched {
         let local = &self.remote().expect("an intercommunicator").local;
-        Sched::inter(call, &self.inner, tag, &local.inner, local.next_tag())
+        // The local phases take a tag of the same kind (odd: non-blocking).
+        let local_tag = if tag & 1 == 1 {
+            local.next_nb_tag()
+        } else {
+            local.next_tag()
+        };
+        Sched::inter(call, &self.inner, tag, &local.inner, local_tag)
     }
 
     /// Run an intercommunicator collective to the end.

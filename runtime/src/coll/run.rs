@@ -81,8 +81,15 @@ fn selected(call: &str, q: &Query, s: &Settings) -> Algo {
 }
 
 impl Communicator {
+    /// The tag of the next blocking collective (even).
     pub(crate) fn next_tag(&self) -> i32 {
-        (self.inner.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff) as i32
+        ((self.inner.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff) * 2) as i32
+    }
+
+    /// The tag of the next non-blocking collective (odd): a sequence of its
+    /// own, so blocking and non-blocking collectives never match each other.
+    pub(crate) fn next_nb_tag(&self) -> i32 {
+        ((self.inner.nb_seq.fetch_add(1, Ordering::Relaxed) & 0x3fff_ffff) * 2 + 1) as i32
     }
 
     /// A selector query about a call on this communicator (the rest of its
@@ -148,7 +155,7 @@ impl Communicator {
     ) -> Result<Request<'a>> {
         self.check_live(call)?;
         let h = engine::with(call, |e| {
-            let tag = self.next_tag();
+            let tag = self.next_nb_tag();
             let s = build(self, e, tag)?;
             Ok(e.park(s))
         })?;

@@ -994,9 +994,11 @@ mod tests {
                     world: vec![0],
                     single_node: true,
                     coll_seq: AtomicU32::new(0),
+                    nb_seq: AtomicU32::new(0),
                     freed: AtomicBool::new(false),
                     shm: Mutex::new(ShmState::Unavailable),
                     remote: None,
+                    agree: std::sync::OnceLock::new(),
                 });
                 let d = Driver::new(
                     Pml::new(0, 1, PmlConfig::default()),
