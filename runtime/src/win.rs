@@ -59,6 +59,13 @@ pub const MODE_NOPRECEDE: i32 = 8192;
 /// `MPI_MODE_NOSUCCEED`.
 pub const MODE_NOSUCCEED: i32 = 16384;
 
+/// Fields each rank publishes at window creation (pid, base, size,
+/// displacement unit, on a GPU, probe address).
+const F: usize = 6;
+
+/// The word every rank publishes for its peers' CMA probe.
+static PROBE: u64 = u64::from_le_bytes(*b"gmpi-win");
+
 /// How a window's memory was made (`MPI_WIN_CREATE_FLAVOR`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WinFlavor {
@@ -240,11 +247,12 @@ impl Window {
             size as u64,
             disp_unit as i64 as u64,
             u64::from(on_device),
+            std::ptr::addr_of!(PROBE) as u64,
         ];
         let n = comm.size() as usize;
-        let mut all = vec![0u64; 5 * n];
+        let mut all = vec![0u64; F * n];
         comm.allgather(&mine[..], &mut all[..])?;
-        if let Some(r) = (0..n).find(|&r| all[5 * r + 4] != 0) {
+        if let Some(r) = (0..n).find(|&r| all[F * r + 4] != 0) {
             return Err(Error::new(
                 ErrorClass::Unsupported,
                 call,
@@ -257,14 +265,44 @@ impl Window {
         }
         let peers: Vec<Peer> = (0..n)
             .map(|r| Peer {
-                pid: all[5 * r],
-                base: all[5 * r + 1],
-                size: all[5 * r + 2],
-                disp_unit: all[5 * r + 3] as i64,
+                pid: all[F * r],
+                base: all[F * r + 1],
+                size: all[F * r + 2],
+                disp_unit: all[F * r + 3] as i64,
             })
             .collect();
         let private = comm.dup()?;
         let in_area = matches!(flavor, WinFlavor::Allocate | WinFlavor::Shared);
+        if !in_area {
+            // The program's memory is reached by CMA: find out now, on every
+            // rank alike, whether the system allows it (Yama's ptrace_scope,
+            // containers and LSMs may forbid it).
+            let failed = (0..n).filter(|&r| r != me as usize).find_map(|r| {
+                let mut word = [0u8; 8];
+                match cma_read(all[F * r], all[F * r + 5], &mut word) {
+                    Ok(()) if word == PROBE.to_ne_bytes() => None,
+                    Ok(()) => Some(format!("rank {r}'s probe word read back wrong")),
+                    Err(e) => Some(format!("rank {r}: {e}")),
+                }
+            });
+            let ok = [u32::from(failed.is_none())];
+            let mut all_ok = [0u32];
+            private.allreduce(&ok[..], &mut all_ok[..], Op::Min)?;
+            if all_ok[0] == 0 {
+                let _ = private.free();
+                return Err(Error::new(
+                    ErrorClass::Unsupported,
+                    call,
+                    me,
+                    format!(
+                        "windows over the program's own memory need Cross Memory Attach between \
+                         the ranks, which this system forbids ({}); MPI_Win_allocate works \
+                         without it",
+                        failed.as_deref().unwrap_or("on another rank")
+                    ),
+                ));
+            }
+        }
         let sizes: Vec<u64> = peers
             .iter()
             .map(|p| if in_area { p.size } else { 0 })
