@@ -3070,25 +3070,20 @@ int PMPIX_Query_cuda_support(void);
 int PMPIX_Query_ze_support(void);
 int PMPIX_Query_hip_support(void);
 
-/* Fault tolerance (ULFM), as MPICH 4.x declares it.  gmpi ends the whole job
+/* Fault tolerance (ULFM), as MPICH 4.0 declares it.  gmpi ends the whole job
  * when a rank fails, so no running job has a failed process: agree is a
- * bitwise AND over comm, shrink a duplicate, the failed groups are empty. */
+ * bitwise AND over comm, shrink a duplicate, the failed groups are empty.
+ * The library also exports MPICH 4.2's MPIX_Comm_iagree, MPIX_Comm_ishrink,
+ * MPIX_Comm_get_failed and MPIX_Comm_ack_failed (this header, MPICH 4.0's,
+ * does not declare them). */
 int MPIX_Comm_agree(MPI_Comm comm, int *flag);
-int MPIX_Comm_iagree(MPI_Comm comm, int *flag, MPI_Request *request);
 int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);
-int MPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
 int MPIX_Comm_failure_ack(MPI_Comm comm);
 int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
-int MPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgrp);
-int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked);
 int PMPIX_Comm_agree(MPI_Comm comm, int *flag);
-int PMPIX_Comm_iagree(MPI_Comm comm, int *flag, MPI_Request *request);
 int PMPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);
-int PMPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
 int PMPIX_Comm_failure_ack(MPI_Comm comm);
 int PMPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
-int PMPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgrp);
-int PMPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked);
 
 #if defined(__cplusplus)
 } /* extern "C" */

@@ -5,6 +5,13 @@
 #define TEST_NAME "ulfm"
 #include "../check.h"
 
+/* Exported by gmpi (MPICH 4.2's names); MPICH 4.0's mpi.h does not declare
+ * them. */
+int MPIX_Comm_iagree(MPI_Comm comm, int *flag, MPI_Request *request);
+int MPIX_Comm_ishrink(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request);
+int MPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgrp);
+int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked);
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
