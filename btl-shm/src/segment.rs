@@ -245,6 +245,31 @@ impl Mapping {
         }
     }
 
+    /// Run `f` on bytes `[off, off + len)` of the mapping, writable in
+    /// place (bounds checked): a one-sided accumulate into window memory
+    /// (`win.rs`), under that window's accumulate mutex. The same caveat
+    /// as [`Mapping::read_shared`]: other processes and the window's owner
+    /// may touch these bytes only as MPI allows (not concurrently with an
+    /// accumulate, except through the mutex).
+    #[inline]
+    pub(crate) fn with_shared_mut<R>(
+        &self,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        self.check_range(off, len);
+        if len == 0 {
+            return f(&mut []);
+        }
+        // SAFETY: in bounds (checked); window bytes are never lent out as
+        // slices by this process except here, for the duration of `f`, under
+        // the accumulate mutex that every accumulate of every process takes
+        // first; u8 has no validity requirement.
+        let s = unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) };
+        f(s)
+    }
+
     /// The address of byte `off` of the mapping in this process (what
     /// `MPI_Win_allocate` returns as the window's base).
     pub(crate) fn addr_of(&self, off: usize) -> u64 {

@@ -242,6 +242,19 @@ impl WinArea {
         Ok(at + off)
     }
 
+    /// Run `f` on `len` bytes at offset `off` of rank `r`'s memory, in
+    /// place (for an accumulate, under the accumulate mutex of `r`).
+    pub fn modify<R>(
+        &self,
+        r: usize,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, String> {
+        let at = self.range(r, off, len)?;
+        Ok(self.map.with_shared_mut(at, len, f))
+    }
+
     /// Copy `dst.len()` bytes at offset `off` of rank `r`'s memory.
     pub fn read(&self, r: usize, off: usize, dst: &mut [u8]) -> Result<(), String> {
         let at = self.range(r, off, dst.len())?;

@@ -961,21 +961,43 @@ impl Window {
         };
         let t = r.target;
         self.check_sizes(call, "origin buffer", origin.packed_size(), r.bytes)?;
-        let mut data = vec![0u8; r.bytes];
-        origin.pack_to(call, self.rank(), &mut data)?;
         if matches!(op, Op::NoOp) || r.bytes == 0 {
             return Ok(());
         }
         let n = r.bytes / el.size().max(1);
-        self.with_acc(call, t, || {
-            if let Op::Replace = op {
-                return self.write_runs(call, &r, &data);
-            }
-            let mut cur = vec![0u8; r.bytes];
-            self.read_runs(call, &r, &mut cur)?;
-            crate::op::apply_datatype(op, el, n, &data, &mut cur);
-            self.write_runs(call, &r, &cur)
-        })
+        let combine = |data: &[u8]| {
+            self.with_acc(call, t, || {
+                if let Op::Replace = op {
+                    return self.write_runs(call, &r, data);
+                }
+                // One run of memory in the area: combined in place.
+                if let (Some((o, l)), true, true) = (r.one, r.many.is_empty(), self.in_area()) {
+                    return self
+                        .inner
+                        .area
+                        .modify(t, o as usize, l, |cur| {
+                            crate::op::apply_datatype(op, el, n, data, cur)
+                        })
+                        .map_err(|e| self.err(ErrorClass::RmaRange, call, e));
+                }
+                let mut cur = vec![0u8; r.bytes];
+                self.read_runs(call, &r, &mut cur)?;
+                crate::op::apply_datatype(op, el, n, data, &mut cur);
+                self.write_runs(call, &r, &cur)
+            })
+        };
+        // Contiguous host data is combined straight from the origin buffer.
+        if let Some(done) = origin.read_contig(combine) {
+            return done;
+        }
+        let mut data = vec![0u8; r.bytes];
+        origin.pack_to(call, self.rank(), &mut data)?;
+        combine(&data)
+    }
+
+    /// Whether the window's memory lives in the shared area.
+    fn in_area(&self) -> bool {
+        matches!(self.inner.flavor, WinFlavor::Allocate | WinFlavor::Shared)
     }
 
     /// `MPI_Get_accumulate`: as [`Window::accumulate`], returning the
@@ -1028,19 +1050,33 @@ impl Window {
             return Ok(());
         }
         let n = r.bytes / el.size().max(1);
-        let old = self.with_acc(call, t, || {
-            let mut cur = vec![0u8; r.bytes];
-            self.read_runs(call, &r, &mut cur)?;
+        let mut old = vec![0u8; r.bytes];
+        self.with_acc(call, t, || {
+            if let (Some((o, l)), true, true) = (r.one, r.many.is_empty(), self.in_area()) {
+                // One run of memory in the area: read and combined in place.
+                return self
+                    .inner
+                    .area
+                    .modify(t, o as usize, l, |cur| {
+                        old.copy_from_slice(cur);
+                        match op {
+                            Op::NoOp => {}
+                            Op::Replace => cur.copy_from_slice(&data),
+                            _ => crate::op::apply_datatype(op, el, n, &data, cur),
+                        }
+                    })
+                    .map_err(|e| self.err(ErrorClass::RmaRange, call, e));
+            }
+            self.read_runs(call, &r, &mut old)?;
             match op {
-                Op::NoOp => {}
-                Op::Replace => self.write_runs(call, &r, &data)?,
+                Op::NoOp => Ok(()),
+                Op::Replace => self.write_runs(call, &r, &data),
                 _ => {
-                    let mut new = cur.clone();
+                    let mut new = old.clone();
                     crate::op::apply_datatype(op, el, n, &data, &mut new);
-                    self.write_runs(call, &r, &new)?;
+                    self.write_runs(call, &r, &new)
                 }
             }
-            Ok(cur)
         })?;
         result.unpack_from(call, self.rank(), &old)
     }
