@@ -19,7 +19,7 @@ PINGPONG_ITERS="${PINGPONG_ITERS:-20000}"
 export CAPI_TEST_ALLOW_KNOWN_BUGS="${CAPI_TEST_ALLOW_KNOWN_BUGS-1}"
 CFLAGS="${CFLAGS:--std=c99 -O2 -g -Wall -Wextra -Werror}"
 
-TESTS="p2p coll types comms errors largecount largecount_coll largecount_type partitioned rma"
+TESTS="p2p coll types comms errors largecount largecount_coll largecount_type rma"
 ALL="$TESTS fatal pingpong"
 mkdir -p "$OUT" || exit 1
 fails=0
