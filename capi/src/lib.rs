@@ -58,12 +58,17 @@
 //!      exports (`MPI_Address`, `MPI_Type_struct`, ...), under their MPI-2
 //!      replacements.
 //!    - `info.rs`: info objects.
+//!    - `part.rs`: partitioned communication (`MPI_Psend_init`, …).
+//!    - `win.rs`: one-sided communication (`MPI_Win_*`, `MPI_Put`, …).
+//!    - `session.rs`: the MPI-4 sessions model.
+//!    - `greq.rs`: generalized requests (`MPI_Grequest_start`, …).
 //!    - `mpix.rs`: the MPIX extensions: the GPU-support queries
-//!      (`MPIX_Query_cuda_support`, `MPIX_GPU_query_support`).
-//!    - `unsupported.rs`: one-sided, MPI-IO, dynamic processes, sessions
-//!      and the other calls gmpi exports but does not implement yet: each
-//!      fails with `MPI_ERR_UNSUPPORTED_OPERATION` through the error
-//!      handler, naming the call.
+//!      (`MPIX_Query_cuda_support`, `MPIX_GPU_query_support`) and the
+//!      fault-tolerance calls (`MPIX_Comm_agree`, `MPIX_Comm_shrink`, …).
+//!    - `unsupported.rs`: MPI-IO, dynamic processes and the other calls
+//!      gmpi exports but does not implement yet: each fails with
+//!      `MPI_ERR_UNSUPPORTED_OPERATION` through the error handler, naming
+//!      the call.
 //!
 //! Threading: `MPI_THREAD_FUNNELED`, as the runtime. Object tables sit behind
 //! one lock that is never held while the runtime runs, so callbacks (user
