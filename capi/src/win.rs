@@ -460,17 +460,20 @@ mpi_fn! {
     }
 
     fn Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) {
-        self::win(CALL, win)?;
+        let w = self::win(CALL, win)?;
         if info_used.is_null() {
             return Err(err(ErrorClass::Arg, CALL, "info_used is NULL"));
         }
         let mut i = with_obj(CALL, win, |o| o.info.clone())?;
-        // The hints gmpi honours, with the values in effect.
-        i.set("no_locks", i.get("no_locks").unwrap_or("false").to_string().as_str());
+        // The hints in effect: the program's, and gmpi's defaults for the rest.
+        for key in ["no_locks", "same_disp_unit"] {
+            if i.get(key).is_none() {
+                i.set(key, "false");
+            }
+        }
         i.set("accumulate_ordering", "rar,raw,war,waw");
         i.set("accumulate_ops", "same_op_no_op");
-        i.set("same_disp_unit", i.get("same_disp_unit").unwrap_or("false").to_string().as_str());
-        if self::win(CALL, win)?.flavor() == WinFlavor::Shared {
+        if w.flavor() == WinFlavor::Shared {
             i.set("alloc_shared_noncontig", "false");
         }
         ptr::write(CALL, "info_used", info_used, new_info(i))

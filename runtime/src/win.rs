@@ -395,14 +395,7 @@ impl Window {
         size: usize,
         disp_unit: isize,
     ) -> Result<Window> {
-        Self::make(
-            comm,
-            "MPI_Win_create",
-            WinFlavor::Create,
-            base,
-            size,
-            disp_unit,
-        )
+        Self::over(comm, base, size, disp_unit)
     }
 
     /// `MPI_Win_create` over memory the caller has borrowed for the
@@ -786,7 +779,7 @@ impl Window {
     }
 
     /// Run `f` holding target `t`'s accumulate mutex.
-    fn with_acc<R>(&self, call: &str, t: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    fn with_acc<R>(&self, t: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
         let word = self.inner.area.acc_word(t);
         let mut k = 0u32;
         while word
@@ -800,7 +793,6 @@ impl Window {
                 std::thread::yield_now();
             }
         }
-        let _ = call;
         // Released on every way out, a panic included (the other ranks
         // would wait for it forever).
         struct Held<'a>(&'a std::sync::atomic::AtomicU32);
@@ -966,7 +958,7 @@ impl Window {
         }
         let n = r.bytes / el.size().max(1);
         let combine = |data: &[u8]| {
-            self.with_acc(call, t, || {
+            self.with_acc(t, || {
                 if let Op::Replace = op {
                     return self.write_runs(call, &r, data);
                 }
@@ -1051,7 +1043,7 @@ impl Window {
         }
         let n = r.bytes / el.size().max(1);
         let mut old = vec![0u8; r.bytes];
-        self.with_acc(call, t, || {
+        self.with_acc(t, || {
             if let (Some((o, l)), true, true) = (r.one, r.many.is_empty(), self.in_area()) {
                 // One run of memory in the area: read and combined in place.
                 return self
@@ -1120,7 +1112,7 @@ impl Window {
         let mut cmp = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut new)?;
         compare.pack_to(call, self.rank(), &mut cmp)?;
-        let old = self.with_acc(call, t, || {
+        let old = self.with_acc(t, || {
             let mut cur = vec![0u8; r.bytes];
             self.read_runs(call, &r, &mut cur)?;
             if cur == cmp {

@@ -26,12 +26,18 @@ fn have(tool: &str, package: &str) -> bool {
         .args(["-c", &format!("command -v {tool}")])
         .output()
         .is_ok_and(|o| o.status.success());
+    present(ok, tool, package)
+}
+
+/// `ok`; if `what` (from `package`) is missing, fail, or skip loudly when
+/// `GMPI_CAPI_ALLOW_MISSING=1`.
+fn present(ok: bool, what: &str, package: &str) -> bool {
     if !ok {
         assert!(
             std::env::var("GMPI_CAPI_ALLOW_MISSING").as_deref() == Ok("1"),
-            "{tool} is missing: install {package} (as .ci/run does), or set GMPI_CAPI_ALLOW_MISSING=1 to skip"
+            "{what} is missing: install {package} (as .ci/run does), or set GMPI_CAPI_ALLOW_MISSING=1 to skip"
         );
-        eprintln!("SKIPPED: {tool} is not installed ({package}); this test did not run");
+        eprintln!("SKIPPED: {what} is not installed ({package}); this test did not run");
     }
     ok
 }
@@ -494,32 +500,43 @@ fn mpi4py_wheel_runs_on_gmpi() {
     }
 }
 
-/// mpi4py's own test files for intercommunicators (collectives over both
-/// groups with `MPI_ROOT`, create/merge/split/dup), from its sdist, at np 2
-/// and 3 (`capi/tests/mpi4py/run_suite.sh`; the whole core suite takes
-/// minutes and is run by hand, see the README).
-#[test]
-fn mpi4py_suite_intercommunicator_files() {
+/// Run mpi4py's own test files `files` (from its sdist, through
+/// `capi/tests/mpi4py/run_suite.sh`) at each `np`, and require `expect` in
+/// the summary (e.g. "228 ok, 0 failed, 0 errors").
+fn mpi4py_files(tag: &str, files: &[&str], nps: &[usize], expect: &str) {
     let Some(py) = python() else { return };
-    for np in [2, 3] {
+    for &np in nps {
         let o = Command::new("bash")
             .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
             .arg(prefix())
             .arg(np.to_string())
-            .args(["-i", "test_comm_inter", "-i", "test_cco_buf_inter"])
-            .args(["-i", "test_cco_obj_inter", "-i", "test_cco_vec_inter"])
+            .args(files.iter().flat_map(|f| ["-i", f]))
             .env("GMPI_PYTHON", &py)
             .env("SUITE_TIMEOUT", "300")
-            .env("LOG_DIR", scratch(&format!("mpi4py-inter-np{np}")))
+            .env("LOG_DIR", scratch(&format!("mpi4py-{tag}-np{np}")))
             .output()
             .expect("run_suite.sh");
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
-            o.status.success() && out.contains("0 failed, 0 errors"),
-            "mpi4py intercommunicator files at np {np}:\n{}",
+            o.status.success() && out.contains(expect),
+            "mpi4py {files:?} at np {np}:\n{}",
             text(&o)
         );
     }
+}
+
+/// mpi4py's own test files for intercommunicators (collectives over both
+/// groups with `MPI_ROOT`, create/merge/split/dup) at np 2 and 3 (the whole
+/// core suite takes minutes and is run by hand, see the README).
+#[test]
+fn mpi4py_suite_intercommunicator_files() {
+    let files = [
+        "test_comm_inter",
+        "test_cco_buf_inter",
+        "test_cco_obj_inter",
+        "test_cco_vec_inter",
+    ];
+    mpi4py_files("inter", &files, &[2, 3], "0 failed, 0 errors");
 }
 
 /// mpi4py's own one-sided files (`test_rma`, `test_rma_nb`: every
@@ -529,26 +546,8 @@ fn mpi4py_suite_intercommunicator_files() {
 /// variables built on fetch-and-op and passive-target locks) at np 1 and 3.
 #[test]
 fn mpi4py_suite_one_sided_files() {
-    let Some(py) = python() else { return };
-    for np in [1, 3] {
-        let o = Command::new("bash")
-            .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
-            .arg(prefix())
-            .arg(np.to_string())
-            .args(["-i", "test_rma", "-i", "test_rma_nb"])
-            .args(["-i", "test_win", "-i", "test_util_sync"])
-            .env("GMPI_PYTHON", &py)
-            .env("SUITE_TIMEOUT", "300")
-            .env("LOG_DIR", scratch(&format!("mpi4py-rma-np{np}")))
-            .output()
-            .expect("run_suite.sh");
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success() && out.contains("228 ok, 0 failed, 0 errors"),
-            "mpi4py one-sided files at np {np}:\n{}",
-            text(&o)
-        );
-    }
+    let files = ["test_rma", "test_rma_nb", "test_win", "test_util_sync"];
+    mpi4py_files("rma", &files, &[1, 3], "228 ok, 0 failed, 0 errors");
 }
 
 /// mpi4py's `test_session` (sessions, process sets, groups from them),
@@ -557,32 +556,8 @@ fn mpi4py_suite_one_sided_files() {
 /// 1 and 2.
 #[test]
 fn mpi4py_suite_session_exception_grequest_files() {
-    let Some(py) = python() else { return };
-    for np in [1, 2] {
-        let o = Command::new("bash")
-            .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
-            .arg(prefix())
-            .arg(np.to_string())
-            .args([
-                "-i",
-                "test_session",
-                "-i",
-                "test_exceptions",
-                "-i",
-                "test_grequest",
-            ])
-            .env("GMPI_PYTHON", &py)
-            .env("SUITE_TIMEOUT", "300")
-            .env("LOG_DIR", scratch(&format!("mpi4py-session-np{np}")))
-            .output()
-            .expect("run_suite.sh");
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success() && out.contains("71 ok, 0 failed, 0 errors"),
-            "mpi4py session, exception and grequest files at np {np}:\n{}",
-            text(&o)
-        );
-    }
+    let files = ["test_session", "test_exceptions", "test_grequest"];
+    mpi4py_files("session", &files, &[1, 2], "71 ok, 0 failed, 0 errors");
 }
 
 /// mpi4py's `test_ulfm` at np 2 and 3: agreement, shrink and the failed
@@ -592,25 +567,7 @@ fn mpi4py_suite_session_exception_grequest_files() {
 /// sequences, as in MPICH).
 #[test]
 fn mpi4py_suite_ulfm_file() {
-    let Some(py) = python() else { return };
-    for np in [2, 3] {
-        let o = Command::new("bash")
-            .arg(repo().join("capi/tests/mpi4py/run_suite.sh"))
-            .arg(prefix())
-            .arg(np.to_string())
-            .args(["-i", "test_ulfm"])
-            .env("GMPI_PYTHON", &py)
-            .env("SUITE_TIMEOUT", "200")
-            .env("LOG_DIR", scratch(&format!("mpi4py-ulfm-np{np}")))
-            .output()
-            .expect("run_suite.sh");
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success() && out.contains("21 ok, 0 failed, 0 errors"),
-            "mpi4py test_ulfm at np {np}:\n{}",
-            text(&o)
-        );
-    }
+    mpi4py_files("ulfm", &["test_ulfm"], &[2, 3], "21 ok, 0 failed, 0 errors");
 }
 
 /// OpenCoarrays' own test programs (Debian's MPICH build: coarray Fortran
@@ -619,13 +576,8 @@ fn mpi4py_suite_ulfm_file() {
 /// are left out).
 #[test]
 fn opencoarrays_programs_run_on_gmpi() {
-    if !Path::new("/usr/lib/x86_64-linux-gnu/open-coarrays/mpich/bin").is_dir() {
-        assert!(
-            std::env::var("GMPI_CAPI_ALLOW_MISSING").as_deref() == Ok("1"),
-            "OpenCoarrays is missing: install libcoarrays-mpich-dev (as .ci/run does), or set \
-             GMPI_CAPI_ALLOW_MISSING=1 to skip"
-        );
-        eprintln!("SKIPPED: libcoarrays-mpich-dev is not installed; this test did not run");
+    let dir = Path::new("/usr/lib/x86_64-linux-gnu/open-coarrays/mpich/bin");
+    if !present(dir.is_dir(), "OpenCoarrays", "libcoarrays-mpich-dev") {
         return;
     }
     for np in [2, 4] {
