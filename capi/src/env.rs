@@ -62,7 +62,17 @@ pub(crate) fn start(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
             ))
         }
     }
-    let u = gmpi::init()?;
+    let level = match required {
+        MPI_THREAD_MULTIPLE => gmpi::Threading::Multiple,
+        MPI_THREAD_SERIALIZED => gmpi::Threading::Serialized,
+        MPI_THREAD_FUNNELED => gmpi::Threading::Funneled,
+        _ => gmpi::Threading::Single,
+    };
+    if level == gmpi::Threading::Multiple {
+        // Before any call can race: errors find their handler per thread.
+        errors::set_multithreaded();
+    }
+    let (u, _) = gmpi::init_thread(level)?;
     let world = u.world();
     let me = world
         .split(world.rank(), 0)?
@@ -81,8 +91,8 @@ pub(crate) fn start(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
     let _ = SELF.set(me);
     UNIVERSE.with(|u2| *u2.borrow_mut() = Some(ManuallyDrop::new(u)));
     let _ = MAIN_THREAD.set(std::thread::current().id());
-    // The runtime is funneled: calls come from the thread that initialized.
-    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED);
+    // Every level is provided (MPI_THREAD_MULTIPLE: see gmpi::init_thread).
+    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_MULTIPLE);
     let _ = THREAD_LEVEL.set(provided);
     resolve::init_fast_types();
     PHASE.store(1, Ordering::Release);
@@ -116,6 +126,16 @@ pub(crate) fn stop(call: &str) -> Result<(), gmpi::Error> {
 /// The thread level the runtime provides.
 pub(crate) fn thread_level() -> c_int {
     THREAD_LEVEL.get().copied().unwrap_or(MPI_THREAD_SINGLE)
+}
+
+/// The name of the thread level the runtime provides (info values).
+pub(crate) fn thread_level_name() -> &'static str {
+    match thread_level() {
+        MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
+        MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+        MPI_THREAD_MULTIPLE => "MPI_THREAD_MULTIPLE",
+        _ => "MPI_THREAD_FUNNELED",
+    }
 }
 
 /// Whether the world model was initialized.

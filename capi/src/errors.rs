@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Error, ErrorClass};
@@ -23,21 +23,39 @@ use crate::tables::{comm_slot, err, state};
 
 // ---- the error handler target of the current call ----
 
-/// The communicator whose error handler the current call uses. A plain
-/// global, not a thread-local (a thread-local in a shared library costs a
-/// `__tls_get_addr` call on every MPI call): gmpi is `MPI_THREAD_FUNNELED`,
-/// so one thread makes MPI calls at a time.
+/// The communicator whose error handler the current call uses: a plain
+/// global while one thread makes MPI calls at a time (a thread-local in a
+/// shared library costs a `__tls_get_addr` call on every MPI call), and a
+/// thread-local under `MPI_THREAD_MULTIPLE`, where calls overlap.
 static TARGET: AtomicI32 = AtomicI32::new(MPI_COMM_WORLD);
+static MULTI: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    static THREAD_TARGET: std::cell::Cell<MPI_Comm> = const { std::cell::Cell::new(MPI_COMM_WORLD) };
+}
+
+/// Calls may overlap from now on (`MPI_Init_thread` with
+/// `MPI_THREAD_MULTIPLE`): each thread keeps its own target.
+pub fn set_multithreaded() {
+    MULTI.store(true, Ordering::SeqCst);
+}
 
 /// Errors of the current call go to `comm`'s error handler.
 #[inline]
 pub fn set_target(comm: MPI_Comm) {
-    TARGET.store(comm, Ordering::Relaxed);
+    if MULTI.load(Ordering::Relaxed) {
+        THREAD_TARGET.with(|t| t.set(comm));
+    } else {
+        TARGET.store(comm, Ordering::Relaxed);
+    }
 }
 
 /// The communicator whose error handler the current call uses.
 pub fn target() -> MPI_Comm {
-    TARGET.load(Ordering::Relaxed)
+    if MULTI.load(Ordering::Relaxed) {
+        THREAD_TARGET.with(|t| t.get())
+    } else {
+        TARGET.load(Ordering::Relaxed)
+    }
 }
 
 // ---- codes and strings ----

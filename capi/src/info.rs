@@ -114,7 +114,7 @@ fn env_info(argv: Option<Vec<String>>) -> InfoObj {
     if let Ok(d) = std::env::current_dir() {
         o.set("wdir", &d.to_string_lossy());
     }
-    o.set("thread_level", "MPI_THREAD_FUNNELED");
+    o.set("thread_level", crate::env::thread_level_name());
     o
 }
 

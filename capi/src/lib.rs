@@ -70,10 +70,13 @@
 //!      `MPI_ERR_UNSUPPORTED_OPERATION` through the error handler, naming
 //!      the call.
 //!
-//! Threading: `MPI_THREAD_FUNNELED`, as the runtime. Object tables sit behind
+//! Threading: every level up to `MPI_THREAD_MULTIPLE` (the runtime's waits
+//! let go of its lock; see `gmpi::init_thread`). Object tables sit behind
 //! one lock that is never held while the runtime runs, so callbacks (user
 //! reduction functions, attribute copy functions, error handlers) may call
-//! MPI again.
+//! MPI again, and a thread waiting in the runtime blocks no other thread's
+//! table look-ups. Under `MPI_THREAD_MULTIPLE` each thread keeps its own
+//! error-handler target (`errors.rs`).
 //!
 //! Unsafe code: this crate is an FFI boundary; DESIGN.md names `capi/src/*`
 //! as one of the places `unsafe` lives. Every entry point that takes a

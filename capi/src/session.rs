@@ -107,13 +107,7 @@ mpi_fn! {
             return Err(err(ErrorClass::Arg, CALL, "info_used is NULL"));
         }
         let mut obj = state().sessions.get(i).map(|o| o.info.clone()).unwrap_or_default();
-        let level = match crate::env::thread_level() {
-            MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
-            MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
-            MPI_THREAD_MULTIPLE => "MPI_THREAD_MULTIPLE",
-            _ => "MPI_THREAD_FUNNELED",
-        };
-        obj.set("thread_level", level);
+        obj.set("thread_level", crate::env::thread_level_name());
         ptr::write(CALL, "info_used", info_used, new_info(obj))
     }
 
@@ -200,9 +194,21 @@ fn session_init(
     if out.is_null() {
         return Err(err(ErrorClass::Arg, call, "session is NULL"));
     }
+    let info = if info == MPI_INFO_NULL {
+        InfoObj::default()
+    } else {
+        info::lookup(call, info)?
+    };
     match PHASE.load(std::sync::atomic::Ordering::Acquire) {
         0 => {
-            crate::env::start(call, MPI_THREAD_FUNNELED)?;
+            // The info key MPI-4 names for it asks for a thread level.
+            let level = match info.get("thread_level") {
+                Some("MPI_THREAD_MULTIPLE") => MPI_THREAD_MULTIPLE,
+                Some("MPI_THREAD_SERIALIZED") => MPI_THREAD_SERIALIZED,
+                Some("MPI_THREAD_SINGLE") => MPI_THREAD_SINGLE,
+                _ => MPI_THREAD_FUNNELED,
+            };
+            crate::env::start(call, level)?;
         }
         1 => {}
         _ => {
@@ -214,11 +220,6 @@ fn session_init(
             ))
         }
     }
-    let info = if info == MPI_INFO_NULL {
-        InfoObj::default()
-    } else {
-        info::lookup(call, info)?
-    };
     let i = state().sessions.insert(SessionObj {
         errh: errhandler,
         info,

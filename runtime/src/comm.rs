@@ -15,7 +15,7 @@ use gmpi_pml::{Buf, MemKind, RecvArgs, SendArgs, SendMode};
 
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::coll::sched::{Sched, Step};
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, Locked};
 use crate::error::{Error, ErrorClass, Result};
 use crate::group::{Comparison, Group, UNDEFINED};
 use crate::request::{Request, Status};
@@ -330,7 +330,7 @@ impl Communicator {
     #[inline]
     pub(crate) fn start_send_bytes(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         addr: u64,
         len: usize,
@@ -346,7 +346,7 @@ impl Communicator {
     #[inline]
     fn start_send_bytes_on(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         ctx: u32,
         addr: u64,
@@ -371,7 +371,7 @@ impl Communicator {
     #[inline]
     pub(crate) fn start_recv_bytes(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         addr: u64,
         len: usize,
@@ -386,7 +386,7 @@ impl Communicator {
     #[inline]
     fn start_recv_bytes_on(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         ctx: u32,
         addr: u64,
@@ -437,7 +437,7 @@ impl Communicator {
     /// through the pml's direct slot when it can be, then waited for.
     pub(crate) fn recv_wait_bytes(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         addr: u64,
         len: usize,
@@ -445,6 +445,14 @@ impl Communicator {
         tag: i32,
     ) -> Result<Status> {
         let args = self.recv_args_bytes(e, call, self.inner.ctx, addr, len, src, tag)?;
+        if engine::multithreaded() {
+            // The direct slot is one per process: threads would share it.
+            let id = e
+                .driver
+                .post_recv(args)
+                .map_err(|err| Error::from_pml(err, call, self.rank()))?;
+            return e.wait_handle(call, Handle::Pml(id));
+        }
         match e.driver.post_recv_direct(args) {
             Ok(gmpi_pml::Posted::Direct) => e.wait_direct(call),
             Ok(gmpi_pml::Posted::Req(id)) => e.wait_handle(call, Handle::Pml(id)),
@@ -457,7 +465,7 @@ impl Communicator {
     /// packed copy otherwise).
     fn start_send(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         v: &View,
         dest: i32,
@@ -471,7 +479,7 @@ impl Communicator {
     #[allow(clippy::too_many_arguments)]
     fn start_send_on(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         ctx: u32,
         v: &View,
@@ -493,7 +501,7 @@ impl Communicator {
     /// Start a receive into `v`.
     fn start_recv(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         v: &View,
         src: i32,
@@ -505,7 +513,7 @@ impl Communicator {
     /// [`Communicator::start_recv`] on context `ctx`.
     fn start_recv_on(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         ctx: u32,
         v: &View,
@@ -915,7 +923,7 @@ impl Communicator {
 
     /// The largest next free context id over the ranks of this
     /// intracommunicator (a max-allreduce). Collective.
-    pub(crate) fn max_next_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
+    pub(crate) fn max_next_ctx(&self, e: &mut Locked, call: &'static str) -> Result<u32> {
         let mine = [e.next_ctx];
         let mut out = [0u32];
         self.allreduce_in(e, call, &mine[..], &mut out[..], &crate::op::Op::Max)?;
@@ -924,7 +932,7 @@ impl Communicator {
 
     /// Agree on a fresh context id with every rank of this communicator (a
     /// max-allreduce of each rank's next free id), and move past it.
-    fn agree_ctx(&self, e: &mut Engine, call: &'static str) -> Result<u32> {
+    fn agree_ctx(&self, e: &mut Locked, call: &'static str) -> Result<u32> {
         let ctx = self.max_next_ctx(e, call)?;
         if ctx > AGREE_CTX - 8 {
             return Err(Error::new(
@@ -997,7 +1005,7 @@ impl Communicator {
 
     fn split_in(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         color: i32,
         key: i32,

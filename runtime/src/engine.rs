@@ -12,14 +12,26 @@
 //! rank fences the same number of times), then reads its tcp peers' cards.
 //! tcp connections themselves are made on first use.
 //!
-//! Threading level `MPI_THREAD_FUNNELED`: the engine lives behind one global
-//! mutex; every call takes it for its duration.
+//! Threads (`MPI_THREAD_MULTIPLE`, see [`set_multithreaded`]): the engine
+//! lives behind one global mutex that every call takes ([`with`] hands it
+//! out as a [`Locked`]), but no thread keeps it while it waits. A wait
+//! ([`Locked::wait_until`]) progresses under the lock and lets go of it
+//! whenever another thread asks for it, and yields outside it. When idle
+//! long enough to sleep, one waiting thread (the *sleeper*) sleeps in the
+//! transports as a lone thread does, and a thread that then asks for the
+//! lock rings the sleeper's waker first ([`lock`]), so it gets the lock at
+//! once; the other waiting threads (*followers*) sleep on a condition
+//! variable, woken whenever any thread's progress pass moves something
+//! (their operation may be what moved) or the sleeper's wait ends (one of
+//! them takes its place). A single-threaded process pays one relaxed load
+//! per lock and per productive progress pass for this.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
 use gmpi_btl::loopback::Loopback;
-use gmpi_btl::Btl;
+use gmpi_btl::{Btl, Wake};
 use gmpi_btl_shm::{ShmBtl, ShmConfig};
 use gmpi_btl_tcp::{Secret, TcpBtl, TcpConfig};
 use gmpi_gpu::Gpu;
@@ -148,11 +160,97 @@ pub(crate) fn gpu_made() -> Option<&'static Gpu> {
     GPU.get().map(|g| &**g)
 }
 
+// ---- threads ----
+
+/// The process asked for `MPI_THREAD_MULTIPLE`.
+static MULTI: AtomicBool = AtomicBool::new(false);
+/// Threads waiting in [`lock`] for the engine while another holds it.
+static CONTENDERS: AtomicUsize = AtomicUsize::new(0);
+/// The holder of the lock sleeps in the transports (rung by [`lock`]).
+static SLEEPING: AtomicBool = AtomicBool::new(false);
+/// A waiting thread holds the sleeper's role (see the module header).
+static SLEEPER: AtomicBool = AtomicBool::new(false);
+/// Interrupts the sleeper's sleep in the transports (set by `start`).
+static WAKE: OnceLock<Arc<dyn Wake>> = OnceLock::new();
+/// Followers: how many sleep on [`FOLLOW`], and the count of wake-ups
+/// (read under the engine lock, bumped under it, compared under the
+/// condition variable's mutex, so none is lost).
+static FOLLOWING: AtomicUsize = AtomicUsize::new(0);
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+static FOLLOW: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+
+/// From now on any thread may call the engine at any time
+/// (`MPI_THREAD_MULTIPLE`): waits let go of the lock (see the module
+/// header), and a blocking receive no longer takes the pml's single direct
+/// slot.
+pub fn set_multithreaded() {
+    MULTI.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`set_multithreaded`] was called.
+#[inline]
+pub(crate) fn multithreaded() -> bool {
+    MULTI.load(Ordering::Relaxed)
+}
+
+/// Wake the followers: something moved, or the sleeper's role is free.
+fn wake_followers() {
+    EPOCH.fetch_add(1, Ordering::SeqCst);
+    // Taking the mutex orders the bump before any follower's check.
+    drop(FOLLOW.0.lock().unwrap_or_else(|p| p.into_inner()));
+    FOLLOW.1.notify_all();
+}
+
 pub(crate) fn lock() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves the state as it was; the engine
     // has no invariant a half-finished call can break that a later call could
     // not detect, so recover the guard.
-    STATE.lock().unwrap_or_else(|p| p.into_inner())
+    if !multithreaded() {
+        return STATE.lock().unwrap_or_else(|p| p.into_inner());
+    }
+    match STATE.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => {
+            // Announce ourselves, then ring the holder if it sleeps in the
+            // transports: it sees either the count before it sleeps or the
+            // ring (a wake before its sleep makes that sleep return at once).
+            CONTENDERS.fetch_add(1, Ordering::SeqCst);
+            if SLEEPING.load(Ordering::SeqCst) {
+                if let Some(w) = WAKE.get() {
+                    w.wake();
+                }
+            }
+            let g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+            CONTENDERS.fetch_sub(1, Ordering::SeqCst);
+            g
+        }
+    }
+}
+
+/// The engine, locked: what [`with`] hands out. It derefs to the
+/// [`Engine`]; its waits let go of the lock when other threads want it.
+pub(crate) struct Locked(Option<MutexGuard<'static, State>>);
+
+impl std::ops::Deref for Locked {
+    type Target = Engine;
+    #[inline]
+    fn deref(&self) -> &Engine {
+        match self.0.as_deref() {
+            Some(State::Running(e)) => e,
+            _ => unreachable!("the engine is running while locked"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Locked {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Engine {
+        match self.0.as_deref_mut() {
+            Some(State::Running(e)) => e,
+            _ => unreachable!("the engine is running while locked"),
+        }
+    }
 }
 
 /// A rank is unwinding from a panic without finalizing: unless the launcher
@@ -200,10 +298,23 @@ fn stderr_is_piped() -> bool {
 }
 
 /// Run `f` on the engine, or fail `call` if MPI is not running.
-pub(crate) fn with<R>(call: &str, f: impl FnOnce(&mut Engine) -> Result<R>) -> Result<R> {
-    let mut g = lock();
-    match &mut *g {
-        State::Running(e) => f(e),
+pub(crate) fn with<R>(call: &str, f: impl FnOnce(&mut Locked) -> Result<R>) -> Result<R> {
+    let g = lock();
+    check_running(call, &g)?;
+    f(&mut Locked(Some(g)))
+}
+
+/// The engine, locked, for `call` (which fails if it is not running).
+pub(crate) fn locked(call: &str) -> Result<Locked> {
+    let g = lock();
+    check_running(call, &g)?;
+    Ok(Locked(Some(g)))
+}
+
+/// The error of a call made while the engine is not running.
+fn check_running(call: &str, s: &State) -> Result<()> {
+    match s {
+        State::Running(_) => Ok(()),
         State::Uninit => Err(Error::new(
             ErrorClass::Other,
             call,
@@ -572,6 +683,9 @@ impl Engine {
                 ));
             }
         }
+        if let Some(w) = driver.waker() {
+            let _ = WAKE.set(w);
+        }
         let blockers = if driver.wakes_across() {
             1
         } else {
@@ -625,71 +739,11 @@ impl Engine {
                 n += s.advance(&mut self.driver);
             }
         }
+        if n > 0 && multithreaded() && FOLLOWING.load(Ordering::SeqCst) > 0 {
+            // What moved may be a follower's operation.
+            wake_followers();
+        }
         Ok(n)
-    }
-
-    /// Progress until `done` holds: spin, then yield, then block.
-    pub fn wait_until(
-        &mut self,
-        call: &str,
-        mut done: impl FnMut(&mut Engine) -> Result<bool>,
-    ) -> Result<()> {
-        let mut idle: u32 = 0;
-        loop {
-            if done(self)? {
-                return Ok(());
-            }
-            if self.progress_all(call)? > 0 {
-                idle = 0;
-                continue;
-            }
-            idle = idle.saturating_add(1);
-            self.back_off(idle);
-        }
-    }
-
-    /// Idle policy after `idle` empty polls: spin, then yield, then block.
-    pub fn back_off(&mut self, idle: u32) {
-        let b = self.backoff;
-        {
-            if idle <= b.spin {
-                // A progress pass is itself a handful of loads; a PAUSE here
-                // (~140 cycles on recent x86) would only delay noticing an
-                // arrival. Pause only in the second half of the spin.
-                if idle > b.spin / 2 {
-                    std::hint::spin_loop();
-                }
-            } else if idle <= b.spin + b.yields {
-                std::thread::yield_now();
-            } else {
-                self.check_peers();
-                self.driver.wait(b.block);
-            }
-        }
-    }
-
-    /// What a wait on shared-memory flags does while nothing has arrived:
-    /// progress everything else, then back off (yielding rather than blocking,
-    /// since a flag write rings no doorbell).
-    pub fn idle_flags(&mut self, call: &str, k: u32) -> Result<()> {
-        let b = self.backoff;
-        // Poll the flag tightly at first; progress the rest every so often.
-        if k <= b.spin && !k.is_multiple_of(64) {
-            std::hint::spin_loop();
-            return Ok(());
-        }
-        if self.progress_all(call)? > 0 {
-            return Ok(());
-        }
-        if k <= b.spin {
-            std::hint::spin_loop();
-        } else if k <= b.spin + 20_000 {
-            std::thread::yield_now();
-        } else {
-            self.check_peers();
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        Ok(())
     }
 
     /// From a wait about to block: if a rank of this node is gone without
@@ -720,16 +774,6 @@ impl Engine {
         self.next_sched += 1;
         self.scheds.insert(id, s);
         crate::comm::Handle::Sched(id)
-    }
-
-    /// Drive a schedule to its end (a blocking collective).
-    pub fn drive(&mut self, call: &str, s: &mut crate::coll::sched::Sched) -> Result<()> {
-        s.advance(&mut self.driver);
-        self.wait_until(call, |e| {
-            s.advance(&mut e.driver);
-            Ok(s.is_done())
-        })?;
-        s.result().map(|_| ())
     }
 
     /// Whether the operation behind `h` has completed.
@@ -778,6 +822,179 @@ impl Engine {
         }
     }
 
+    /// Progress once without blocking.
+    pub fn poke(&mut self, call: &str) -> Result<()> {
+        self.progress_all(call).map(|_| ())
+    }
+}
+
+impl Locked {
+    /// The engine is finalized: its state goes (the lock is still held).
+    pub(crate) fn set_finalized(&mut self) {
+        if let Some(g) = self.0.as_mut() {
+            **g = State::Finalized;
+        }
+    }
+
+    /// Run `f` without the engine lock (other threads may call the engine
+    /// meanwhile), then take it back; fails `call` if another thread
+    /// finalized meanwhile.
+    fn unlocked<R>(&mut self, call: &str, f: impl FnOnce() -> R) -> Result<R> {
+        self.0 = None;
+        let r = f();
+        let g = lock();
+        check_running(call, &g)?;
+        self.0 = Some(g);
+        Ok(r)
+    }
+
+    /// Let another thread that asked for the lock have it for a moment.
+    #[inline]
+    fn let_in(&mut self, call: &str) -> Result<()> {
+        if multithreaded() && CONTENDERS.load(Ordering::Relaxed) > 0 {
+            self.unlocked(call, std::thread::yield_now)?;
+        }
+        Ok(())
+    }
+
+    /// Progress until `done` holds: spin, then yield, then block.
+    pub fn wait_until(
+        &mut self,
+        call: &str,
+        mut done: impl FnMut(&mut Engine) -> Result<bool>,
+    ) -> Result<()> {
+        let mut sleeper = false;
+        let r = self.wait_loop(call, &mut done, &mut sleeper);
+        if sleeper {
+            // Hand the sleeper's role on: a follower takes it.
+            SLEEPER.store(false, Ordering::SeqCst);
+            wake_followers();
+        }
+        r
+    }
+
+    fn wait_loop(
+        &mut self,
+        call: &str,
+        done: &mut impl FnMut(&mut Engine) -> Result<bool>,
+        sleeper: &mut bool,
+    ) -> Result<()> {
+        let mut idle: u32 = 0;
+        loop {
+            if done(self)? {
+                return Ok(());
+            }
+            if self.progress_all(call)? > 0 {
+                idle = 0;
+                self.let_in(call)?;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            self.back_off(call, idle, sleeper)?;
+        }
+    }
+
+    /// Idle policy after `idle` empty polls: spin, then yield, then block.
+    /// With several threads (see the module header) the spin lets others
+    /// in, the yield happens without the lock, and only the thread holding
+    /// the sleeper's role (`sleeper`) blocks in the transports.
+    fn back_off(&mut self, call: &str, idle: u32, sleeper: &mut bool) -> Result<()> {
+        let b = self.backoff;
+        if idle <= b.spin {
+            // A progress pass is itself a handful of loads; a PAUSE here
+            // (~140 cycles on recent x86) would only delay noticing an
+            // arrival. Pause only in the second half of the spin.
+            if idle > b.spin / 2 {
+                std::hint::spin_loop();
+            }
+            return self.let_in(call);
+        }
+        if idle <= b.spin + b.yields {
+            if multithreaded() {
+                return self.unlocked(call, std::thread::yield_now);
+            }
+            std::thread::yield_now();
+            return Ok(());
+        }
+        if !multithreaded() {
+            self.check_peers();
+            self.driver.wait(b.block);
+            return Ok(());
+        }
+        if !*sleeper && !SLEEPER.swap(true, Ordering::SeqCst) {
+            *sleeper = true;
+        }
+        if *sleeper {
+            self.check_peers();
+            // Without a waker a contender could wait out a whole sleep.
+            let t = if WAKE.get().is_some() {
+                b.block
+            } else {
+                b.block.min(MULTI_BLOCK)
+            };
+            SLEEPING.store(true, Ordering::SeqCst);
+            if CONTENDERS.load(Ordering::SeqCst) == 0 {
+                self.driver.wait(t);
+            }
+            SLEEPING.store(false, Ordering::SeqCst);
+            return self.let_in(call);
+        }
+        // A follower: sleep until something moves or the role frees up.
+        FOLLOWING.fetch_add(1, Ordering::SeqCst);
+        let seen = EPOCH.load(Ordering::SeqCst);
+        let r = self.unlocked(call, || {
+            let g = FOLLOW.0.lock().unwrap_or_else(|p| p.into_inner());
+            if EPOCH.load(Ordering::SeqCst) == seen {
+                let _ = FOLLOW.1.wait_timeout(g, b.block);
+            }
+        });
+        FOLLOWING.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    /// What a wait on shared-memory flags does while nothing has arrived:
+    /// progress everything else, then back off (yielding rather than blocking,
+    /// since a flag write rings no doorbell).
+    pub fn idle_flags(&mut self, call: &str, k: u32) -> Result<()> {
+        let b = self.backoff;
+        // Poll the flag tightly at first; progress the rest every so often.
+        if k <= b.spin && !k.is_multiple_of(64) {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        if self.progress_all(call)? > 0 {
+            return self.let_in(call);
+        }
+        if k <= b.spin {
+            std::hint::spin_loop();
+            self.let_in(call)
+        } else if k <= b.spin + 20_000 {
+            if multithreaded() {
+                return self.unlocked(call, std::thread::yield_now);
+            }
+            std::thread::yield_now();
+            Ok(())
+        } else {
+            self.check_peers();
+            let nap = || std::thread::sleep(Duration::from_micros(50));
+            if multithreaded() {
+                return self.unlocked(call, nap);
+            }
+            nap();
+            Ok(())
+        }
+    }
+
+    /// Drive a schedule to its end (a blocking collective).
+    pub fn drive(&mut self, call: &str, s: &mut crate::coll::sched::Sched) -> Result<()> {
+        s.advance(&mut self.driver);
+        self.wait_until(call, |e| {
+            s.advance(&mut e.driver);
+            Ok(s.is_done())
+        })?;
+        s.result().map(|_| ())
+    }
+
     /// Wait for `h` and take its outcome.
     pub fn wait_handle(
         &mut self,
@@ -809,11 +1026,6 @@ impl Engine {
             }
             None => unreachable!("wait_until returns Ok once the direct receive ended"),
         }
-    }
-
-    /// Progress once without blocking.
-    pub fn poke(&mut self, call: &str) -> Result<()> {
-        self.progress_all(call).map(|_| ())
     }
 }
 

@@ -22,7 +22,7 @@ use gmpi_pml::SendMode;
 use crate::coll::inter::swap_in;
 use crate::coll::sched::Sched;
 use crate::comm::Communicator;
-use crate::engine::{self, Engine};
+use crate::engine::{self, Locked};
 use crate::error::{Error, ErrorClass, Result};
 use crate::group::{Comparison, Group, UNDEFINED};
 use crate::TAG_UB;
@@ -232,7 +232,7 @@ impl Communicator {
     /// id and the three after it. The engine is locked.
     fn inter_agree(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         extra: &[u32],
     ) -> Result<(u32, Vec<u32>)> {

@@ -76,8 +76,9 @@
 //!
 //! Contract: every call returns `Result<_, Error>`; a bad rank, tag or buffer
 //! is an error naming the call, the argument and the rank, never a panic or a
-//! hang. Threading level is `MPI_THREAD_FUNNELED`: call gmpi from the thread
-//! that called [`init`].
+//! hang. Threads: [`init`] gives `MPI_THREAD_FUNNELED` (call gmpi from the
+//! thread that called it); [`init_thread`]`(Threading::Multiple)` lets any
+//! thread call at any time (see `engine.rs` for how waits share the engine).
 
 mod buffer;
 mod coll;
@@ -254,6 +255,35 @@ pub fn init() -> Result<Universe> {
     })
 }
 
+/// How much threading a process asks of gmpi (`MPI_THREAD_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Threading {
+    /// One thread (`MPI_THREAD_SINGLE`).
+    Single,
+    /// Only the thread that called [`init_thread`] calls gmpi
+    /// (`MPI_THREAD_FUNNELED`).
+    Funneled,
+    /// Any thread, one at a time (`MPI_THREAD_SERIALIZED`).
+    Serialized,
+    /// Any thread at any time (`MPI_THREAD_MULTIPLE`): blocking calls in
+    /// several threads progress each other, and no thread holds the engine
+    /// while it waits.
+    Multiple,
+}
+
+/// [`init`] asking for a thread level; gmpi provides every level, so the
+/// level provided is the one asked for. With [`Threading::Multiple`],
+/// [`Communicator`]s and [`Window`]s may be used from any thread (they are
+/// `Send + Sync`); [`Universe`] stays on the thread that made it, which
+/// finalizes.
+pub fn init_thread(required: Threading) -> Result<(Universe, Threading)> {
+    let u = init()?;
+    if required == Threading::Multiple {
+        engine::set_multithreaded();
+    }
+    Ok((u, required))
+}
+
 /// Whether gmpi is initialized and not yet finalized.
 pub fn is_initialized() -> bool {
     matches!(&*engine::lock(), engine::State::Running(_))
@@ -291,15 +321,7 @@ impl Universe {
             return Ok(());
         }
         self.finalized = true;
-        let mut g = engine::lock();
-        let engine::State::Running(e) = &mut *g else {
-            return Err(Error::new(
-                ErrorClass::Other,
-                CALL,
-                -1,
-                "gmpi is not initialized",
-            ));
-        };
+        let mut e = engine::locked(CALL)?;
         // From here on, peers may finish and exit before this rank does.
         e.finalizing = true;
         // Finish the sends (detached ones too), then make sure every peer is
@@ -314,7 +336,7 @@ impl Universe {
                     && !e.driver.has_pending()
                     && e.scheds.is_empty())
             })
-            .and_then(|()| self.world.barrier_in(e, CALL));
+            .and_then(|()| self.world.barrier_in(&mut e, CALL));
         if let Err(err) = done {
             // Peers may be waiting for us in the final barrier, and the local
             // watch of those that are (see watch.rs) takes our exit for a clean
@@ -346,7 +368,7 @@ impl Universe {
         // buffers and IPC mappings now, while the application's CUDA context
         // still exists.
         e.gpu.release();
-        *g = engine::State::Finalized;
+        e.set_finalized();
         Ok(())
     }
 }
@@ -387,4 +409,19 @@ pub fn abort(code: i32, msg: &str) -> ! {
         }
     }
     std::process::exit(if code == 0 { 1 } else { code & 0xff })
+}
+
+#[cfg(test)]
+mod tests {
+    /// With `Threading::Multiple`, the handles threads share must be
+    /// shareable: this fails to compile if one stops being so.
+    #[test]
+    fn shared_handles_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<crate::Communicator>();
+        shareable::<crate::Group>();
+        shareable::<crate::Window>();
+        shareable::<crate::Win<'static, f64>>();
+        shareable::<crate::UserDatatype>();
+    }
 }

@@ -82,7 +82,7 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 12] = [
+const C_TESTS: [&str; 13] = [
     "p2p",
     "coll",
     "types",
@@ -95,6 +95,7 @@ const C_TESTS: [&str; 12] = [
     "partitioned",
     "rma",
     "sessions",
+    "threads",
 ];
 
 /// Build the C test programs with `cc` and run each at every `nps`.

@@ -59,6 +59,14 @@ fn one_sided_typed_api_np1_to_np4() {
 }
 
 #[test]
+fn threads_of_every_rank_call_at_once_np1_to_np4() {
+    for np in [1, 2, 3, 4] {
+        scenario(np, &["threads"], &[]);
+    }
+    scenario(3, &["threads"], &[("GMPI_BTL", "self,tcp")]);
+}
+
+#[test]
 fn ten_thousand_outstanding_messages() {
     scenario(2, &["many", "10000"], &[]);
     scenario(4, &["many", "10000"], &[]);

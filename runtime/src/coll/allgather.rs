@@ -11,7 +11,7 @@ use super::sched::{Region, Sched, Step};
 use super::select::{Algo, Coll, Form};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::request::Request;
 
@@ -126,7 +126,7 @@ impl Communicator {
     /// An allgather of the runtime's own (the engine is already locked).
     pub(crate) fn allgather_in<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         send: &S,
         recv: &mut R,

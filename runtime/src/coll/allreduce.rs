@@ -13,7 +13,7 @@ use super::sched::{Reduction, Sched};
 use super::select::{Algo, Coll, Form, Query};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::op::Op;
 use crate::request::Request;
@@ -91,7 +91,7 @@ impl Communicator {
     /// An allreduce of the runtime's own (the engine is already locked).
     pub(crate) fn allreduce_in<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         send: &S,
         recv: &mut R,

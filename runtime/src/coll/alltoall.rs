@@ -10,7 +10,7 @@ use super::sched::{Region, Sched};
 use super::select::{Algo, Coll, Form};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::request::Request;
 use crate::typemap::UserDatatype;
@@ -55,7 +55,7 @@ impl Communicator {
     /// the selector says so.
     fn alltoall_blocking(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         tag: i32,
         input: &View,

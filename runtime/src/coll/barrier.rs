@@ -7,7 +7,7 @@ use super::run::Choice;
 use super::sched::Sched;
 use super::select::{Algo, Coll, Form};
 use crate::comm::Communicator;
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::request::Request;
 
@@ -42,7 +42,7 @@ impl Communicator {
     }
 
     /// The world barrier finalize runs (the engine is already locked).
-    pub(crate) fn barrier_in(&self, e: &mut Engine, call: &'static str) -> Result<()> {
+    pub(crate) fn barrier_in(&self, e: &mut Locked, call: &'static str) -> Result<()> {
         let tag = self.next_tag();
         let q = self.query(Coll::Barrier, Form::Internal, 0);
         let algo = self.pick(e, call, &q);

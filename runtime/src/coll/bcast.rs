@@ -9,7 +9,7 @@ use super::sched::Sched;
 use super::select::{Algo, Coll, Form};
 use crate::buffer::{BufferMut, View};
 use crate::comm::Communicator;
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::request::Request;
 
@@ -59,7 +59,7 @@ impl Communicator {
     /// A broadcast of the runtime's own (the engine is already locked).
     pub(super) fn bcast_in(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         v: &View,
         root: i32,

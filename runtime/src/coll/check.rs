@@ -9,7 +9,7 @@ use super::shm::wire::{self, HDR};
 use crate::buffer::{Ty, View};
 use crate::comm::Communicator;
 use crate::datatype::Datatype;
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::{Error, ErrorClass, Result};
 use crate::op::Op;
 use crate::typemap::UserDatatype;
@@ -237,7 +237,7 @@ impl Communicator {
     #[inline]
     pub(super) fn check_agree(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         root: i32,
         op: Option<&Op>,
@@ -252,7 +252,7 @@ impl Communicator {
     #[inline(never)]
     fn check_agree_gathered(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         root: i32,
         op: Option<&Op>,

@@ -28,7 +28,7 @@ use super::run::Staged;
 use super::sched::{Region, Sched};
 use crate::buffer::{BufferMut, View};
 use crate::comm::{Communicator, Remote};
-use crate::engine::Engine;
+use crate::engine::Locked;
 use crate::error::{ErrorClass, Result};
 use crate::op::Op;
 use crate::typemap::UserDatatype;
@@ -136,7 +136,7 @@ impl Communicator {
     /// Broadcast `buf` from `root` over this intracommunicator.
     pub(crate) fn bcast_u32_in(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         buf: &mut [u32],
         root: i32,
@@ -559,7 +559,7 @@ impl Communicator {
 /// vector. Only `leader` (a rank of `local`) talks to `remote_leader`,
 /// through schedules `mk` makes (on the peer or intercommunicator).
 pub(crate) fn swap_in(
-    e: &mut Engine,
+    e: &mut Locked,
     call: &'static str,
     local: &Communicator,
     leader: i32,

@@ -11,7 +11,7 @@ use super::select::{self, Algo, Coll, Form, Query, Said, Settings};
 use super::shm::ShmArea;
 use crate::buffer::View;
 use crate::comm::Communicator;
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, Locked};
 use crate::error::Result;
 use crate::request::Request;
 
@@ -114,7 +114,7 @@ impl Communicator {
     #[inline]
     pub(super) fn choose<'g>(
         &'g self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         tag: i32,
         q: Query,
@@ -135,7 +135,7 @@ impl Communicator {
     pub(super) fn blocking(
         &self,
         call: &'static str,
-        build: impl FnOnce(&Self, &mut Engine, i32) -> Result<Option<Sched>>,
+        build: impl FnOnce(&Self, &mut Locked, i32) -> Result<Option<Sched>>,
     ) -> Result<()> {
         self.check_live(call)?;
         engine::with(call, |e| {
@@ -151,7 +151,7 @@ impl Communicator {
     pub(super) fn nonblocking<'a>(
         &self,
         call: &'static str,
-        build: impl FnOnce(&Self, &mut Engine, i32) -> Result<Sched>,
+        build: impl FnOnce(&Self, &mut Locked, i32) -> Result<Sched>,
     ) -> Result<Request<'a>> {
         self.check_live(call)?;
         let h = engine::with(call, |e| {

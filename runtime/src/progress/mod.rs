@@ -111,6 +111,16 @@ impl<H: HostMemory> Driver<H> {
         self.btls.len() < 2 || self.sleep.is_some()
     }
 
+    /// Interrupts [`Driver::wait`] from another thread: the sleeper's
+    /// waker, or the single btl's; `None` where no btl has one.
+    pub fn waker(&self) -> Option<std::sync::Arc<dyn gmpi_btl::Wake>> {
+        match (&self.sleep, self.btls.as_slice()) {
+            (Some(s), _) => Some(s.wake()),
+            (None, [b]) => b.waker(),
+            _ => None,
+        }
+    }
+
     /// The host memory (tests read what arrived).
     #[cfg(test)]
     pub fn host(&mut self) -> &mut H {

@@ -52,6 +52,11 @@ impl Sleep {
         })
     }
 
+    /// What interrupts the sleep.
+    pub fn wake(&self) -> Arc<dyn Wake> {
+        Arc::clone(&self.wake)
+    }
+
     /// Sleep in the sleeper for at most `timeout` while the others watch.
     pub fn sleep(&self, btls: &mut [Box<dyn Btl>], timeout: Duration) {
         let mut t = timeout;

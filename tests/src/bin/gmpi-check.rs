@@ -343,6 +343,66 @@ fn stdin(w: &Communicator) -> R {
 /// The typed one-sided API: a ring of puts under fences into borrowed
 /// memory; accumulates, fetch-and-op and compare-and-swap under locks on an
 /// allocated window; gets under lock_all; and the sync errors.
+/// `threads`: four threads of each rank (`Threading::Multiple`), each on
+/// its own duplicate of the world, exchange around a ring, with every
+/// peer (non-blocking) and in allreduces at once; every value is checked.
+fn threads(w: &Communicator) -> R {
+    use gmpi::Op;
+    const T: i32 = 4;
+    let (me, n) = (w.rank(), w.size());
+    let comms: Vec<Communicator> = (0..T)
+        .map(|_| w.dup())
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(t, c)| {
+                s.spawn(move || -> R {
+                    let t = t as i32;
+                    for i in 0..40 {
+                        let out = [me * 1000 + t * 100 + i];
+                        let mut inn = [-1i32];
+                        c.sendrecv(&out[..], (me + 1) % n, i, &mut inn[..], (me + n - 1) % n, i)
+                            .map_err(e)?;
+                        let left = (me + n - 1) % n;
+                        check(inn[0] == left * 1000 + t * 100 + i, || {
+                            format!("thread {t} ring got {}", inn[0])
+                        })?;
+                        let sends: Vec<[i32; 1]> =
+                            (0..n).map(|p| [me * 100 + p * 10 + t]).collect();
+                        let mut recvs = vec![[-1i32; 1]; n as usize];
+                        let mut reqs = Vec::new();
+                        for (p, r) in recvs.iter_mut().enumerate() {
+                            reqs.push(c.irecv(&mut r[..], p as i32, 5).map_err(e)?);
+                        }
+                        for (p, b) in sends.iter().enumerate() {
+                            reqs.push(c.isend(&b[..], p as i32, 5).map_err(e)?);
+                        }
+                        gmpi::wait_all(reqs).map_err(e)?;
+                        for (p, r) in recvs.iter().enumerate() {
+                            check(r[0] == p as i32 * 100 + me * 10 + t, || {
+                                format!("thread {t} from {p} got {}", r[0])
+                            })?;
+                        }
+                        let mut sum = [0i64];
+                        c.allreduce(&[i64::from(me + t + i)][..], &mut sum[..], Op::Sum)
+                            .map_err(e)?;
+                        let want = i64::from(n * (n - 1) / 2 + n * (t + i));
+                        check(sum[0] == want, || {
+                            format!("thread {t} allreduce {}", sum[0])
+                        })?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+    })
+}
+
 fn rma(w: &Communicator) -> R {
     use gmpi::{LockType, Op};
     let (me, n) = (w.rank(), w.size());
@@ -430,7 +490,12 @@ fn main() {
         std::thread::sleep(std::time::Duration::from_millis(200));
         return;
     }
-    let universe = match gmpi::init() {
+    let start = if args.first().map(String::as_str) == Some("threads") {
+        gmpi::init_thread(gmpi::Threading::Multiple).map(|(u, _)| u)
+    } else {
+        gmpi::init()
+    };
+    let universe = match start {
         Ok(u) => u,
         Err(x) => {
             eprintln!("gmpi-check: init failed: {x}");
@@ -452,6 +517,7 @@ fn main() {
         "stdin" => stdin(&w),
         "noinit" => w.barrier().map_err(e),
         "rma" => rma(&w),
+        "threads" => threads(&w),
         "hang" => pids(&w, &arg(1)).and_then(|()| {
             let mut b = [0u8; 1];
             w.recv(&mut b[..], (w.rank() + 1) % w.size(), 77)

@@ -36,7 +36,7 @@ use super::sched::{Reduction, Sched};
 use super::select::{self, Area, Coll, Form, TINY};
 use crate::buffer::View;
 use crate::comm::{Communicator, ShmState};
-use crate::engine::{self, Engine};
+use crate::engine::{self, Locked};
 use crate::error::Result;
 use crate::op::Op;
 use wire::{header, kind, mismatch, with_contribution, HDR};
@@ -112,7 +112,7 @@ impl Communicator {
     /// the call's `tag`).
     pub(super) fn area<'g>(
         &'g self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         tag: i32,
     ) -> (MutexGuard<'g, ShmState>, Area) {
@@ -154,7 +154,7 @@ impl Communicator {
     /// it fails every other.
     fn exchange(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         area: &mut ShmArea<'_>,
         hdr: [u8; HDR],
@@ -175,7 +175,7 @@ impl Communicator {
     /// A barrier through the area.
     pub(super) fn shm_barrier(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         mut area: ShmArea<'_>,
     ) -> Result<()> {
@@ -188,7 +188,7 @@ impl Communicator {
     /// or sizes all fail alike; then the others copy the root's data.
     pub(super) fn shm_bcast(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         mut area: ShmArea<'_>,
         v: &View,
@@ -219,7 +219,7 @@ impl Communicator {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn shm_reduce(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         mut area: ShmArea<'_>,
         input: &View,
@@ -255,7 +255,7 @@ impl Communicator {
     /// block of `blocks`.
     pub(super) fn shm_gather(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         mut area: ShmArea<'_>,
         input: &View,
@@ -280,7 +280,7 @@ impl Communicator {
     /// One exchange instead of `2(n - 1)` messages.
     pub(super) fn shm_alltoall(
         &self,
-        e: &mut Engine,
+        e: &mut Locked,
         call: &'static str,
         mut area: ShmArea<'_>,
         input: &View,
