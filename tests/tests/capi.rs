@@ -553,12 +553,13 @@ fn mpi4py_suite_one_sided_files() {
 
 /// mpi4py's `test_session` (sessions, process sets, groups from them),
 /// `test_exceptions` (every call's error class, sessions' included) and
-/// `test_grequest` (generalized requests, errors of their callbacks) at np
-/// 1 and 2.
+/// `test_grequest` (generalized requests, errors of their callbacks) and
+/// `test_threads` (MPI_THREAD_MULTIPLE, which mpi4py asks for by default:
+/// every mpi4py test runs with it) at np 1 and 2.
 #[test]
-fn mpi4py_suite_session_exception_grequest_files() {
-    let files = ["test_session", "test_exceptions", "test_grequest"];
-    mpi4py_files("session", &files, &[1, 2], "71 ok, 0 failed, 0 errors");
+fn mpi4py_suite_session_exception_grequest_threads_files() {
+    let files = ["test_session", "test_exceptions", "test_grequest", "test_threads"];
+    mpi4py_files("session", &files, &[1, 2], "74 ok, 0 failed, 0 errors");
 }
 
 /// mpi4py's `test_ulfm` at np 2 and 3: agreement, shrink and the failed
