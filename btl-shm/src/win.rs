@@ -231,6 +231,7 @@ impl WinArea {
         self.len(r) == 0
     }
 
+    #[inline]
     fn range(&self, r: usize, off: usize, len: usize) -> Result<usize, String> {
         let (at, have) = self.layout.data[r];
         if off.checked_add(len).is_none_or(|e| e > have) {
@@ -256,6 +257,7 @@ impl WinArea {
     }
 
     /// Copy `dst.len()` bytes at offset `off` of rank `r`'s memory.
+    #[inline]
     pub fn read(&self, r: usize, off: usize, dst: &mut [u8]) -> Result<(), String> {
         let at = self.range(r, off, dst.len())?;
         self.map.read_shared(at, dst);
@@ -263,6 +265,7 @@ impl WinArea {
     }
 
     /// Copy `src` to offset `off` of rank `r`'s memory.
+    #[inline]
     pub fn write(&self, r: usize, off: usize, src: &[u8]) -> Result<(), String> {
         let at = self.range(r, off, src.len())?;
         self.map.write_shared(at, src);

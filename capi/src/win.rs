@@ -11,8 +11,10 @@
 //! operations complete before they return; their requests are complete
 //! requests.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use gmpi::{Error, ErrorClass, LockType, Op, View, WinFlavor, Window};
 
@@ -41,10 +43,175 @@ pub(crate) fn invalid(call: &str, h: MPI_Win) -> Error {
 
 /// The window `h`, with errors of the current call routed to its handler.
 fn win(call: &str, h: MPI_Win) -> Result<Window, Error> {
-    let w = decode(Kind::Win, h).and_then(|i| state().wins.get(i).map(|o| o.win.clone()));
-    let w = w.ok_or_else(|| invalid(call, h))?;
-    errors::set_target(h);
-    Ok(w)
+    with_win(call, h, |w| Ok(w.clone()))
+}
+
+/// Bumped whenever a window leaves the table: a thread's cached look-up
+/// ([`LAST`]) is good while this has not moved.
+static WIN_GEN: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last window look-up (handle, [`WIN_GEN`] then, window):
+    /// the operations of an epoch name one window over and over, and this
+    /// spares each the table's lock and a reference count.
+    static LAST: RefCell<Option<(MPI_Win, u64, Window)>> = const { RefCell::new(None) };
+}
+
+/// Run `f` on the window `h`, with errors of the current call routed to
+/// its handler.
+fn with_win<R>(call: &str, h: MPI_Win, f: impl FnOnce(&Window) -> Result<R, Error>) -> Result<R, Error> {
+    let gen = WIN_GEN.load(Ordering::Acquire);
+    LAST.with(|last| {
+        if let Ok(b) = last.try_borrow() {
+            if let Some((lh, lg, w)) = &*b {
+                if *lh == h && *lg == gen {
+                    errors::set_target(h);
+                    return f(w);
+                }
+            }
+        }
+        let w = decode(Kind::Win, h).and_then(|i| state().wins.get(i).map(|o| o.win.clone()));
+        let w = w.ok_or_else(|| invalid(call, h))?;
+        errors::set_target(h);
+        if let Ok(mut b) = last.try_borrow_mut() {
+            *b = Some((h, gen, w.clone()));
+        }
+        f(&w)
+    })
+}
+
+/// Run `f` on window `h` if this thread's cached look-up has it (the hot
+/// path: no lock, no check to repeat); `None` otherwise.
+#[inline]
+fn cached_win<R>(h: MPI_Win, f: impl FnOnce(&Window) -> Option<R>) -> Option<R> {
+    let gen = WIN_GEN.load(Ordering::Acquire);
+    LAST.with(|last| match &*last.try_borrow().ok()? {
+        Some((lh, lg, w)) if *lh == h && *lg == gen => f(w),
+        _ => None,
+    })
+}
+
+/// `MPI_Put`/`MPI_Get` of contiguous elements of a predefined type to the
+/// same elements at the target, in an open epoch of a cached window with
+/// shared memory: [`Window::put_get_basic`] with no look-up; `None` sends
+/// the call down the general path, which checks everything.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn put_get_fast(
+    call: &'static str,
+    put: bool,
+    o: *const c_void,
+    ocount: c_int,
+    odt: MPI_Datatype,
+    trank: c_int,
+    tdisp: MPI_Aint,
+    tcount: c_int,
+    tdt: MPI_Datatype,
+    h: MPI_Win,
+) -> Option<c_int> {
+    if odt != tdt || ocount != tcount || !running() {
+        return None;
+    }
+    let v = ptr::fast_buf(o, ocount, resolve::fast_dtype(odt)?, !put)?;
+    let disp = isize::try_from(tdisp).ok()?;
+    cached_win(h, |w| {
+        let r = w.put_get_basic(call, put, &v, trank, disp)?;
+        Some(crate::frame::fast(call, h, || r))
+    })
+}
+
+/// The predefined operation `h` on the predefined datatype `dt` as the
+/// accumulates' hot path takes it (`MPI_REPLACE`, `MPI_NO_OP` and the
+/// operations without an extension kernel); `None` for anything else.
+#[inline]
+fn fast_acc_op(h: MPI_Op, dt: MPI_Datatype) -> Option<Op> {
+    match h {
+        MPI_REPLACE => Some(Op::Replace),
+        MPI_NO_OP => Some(Op::NoOp),
+        _ => resolve::fast_op(h, dt),
+    }
+}
+
+/// `MPI_Accumulate` (`r` NULL, `rdt` ignored), `MPI_Get_accumulate` and
+/// `MPI_Fetch_and_op` of contiguous elements of one predefined type to the
+/// same elements at the target, on a cached window with shared memory
+/// ([`Window::acc_basic`]); `None` sends the call down the general path.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn acc_fast(
+    call: &'static str,
+    o: *const c_void,
+    r: Option<*mut c_void>,
+    count: c_int,
+    dt: MPI_Datatype,
+    trank: c_int,
+    tdisp: MPI_Aint,
+    op: MPI_Op,
+    h: MPI_Win,
+) -> Option<c_int> {
+    if !running() {
+        return None;
+    }
+    let d = resolve::fast_dtype(dt)?;
+    let op = fast_acc_op(op, dt)?;
+    let ov = if o.is_null() && matches!(op, Op::NoOp) { None } else { Some(ptr::fast_buf(o, count, d, false)?) };
+    let rv = match r {
+        Some(r) => Some(ptr::fast_buf(r, count, d, true)?),
+        None => None,
+    };
+    let disp = isize::try_from(tdisp).ok()?;
+    cached_win(h, |w| {
+        let res = w.acc_basic(call, ov.as_ref(), rv.as_ref(), trank, disp, &op)?;
+        Some(crate::frame::fast(call, h, || res))
+    })
+}
+
+/// `MPI_Compare_and_swap` on a cached window with shared memory
+/// ([`Window::cas_basic`]); `None` sends the call down the general path.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn cas_fast(
+    call: &'static str,
+    o: *const c_void,
+    c: *const c_void,
+    r: *mut c_void,
+    dt: MPI_Datatype,
+    trank: c_int,
+    tdisp: MPI_Aint,
+    h: MPI_Win,
+) -> Option<c_int> {
+    if !running() {
+        return None;
+    }
+    let d = resolve::fast_dtype(dt)?;
+    let (ov, cv, rv) = (ptr::fast_buf(o, 1, d, false)?, ptr::fast_buf(c, 1, d, false)?, ptr::fast_buf(r, 1, d, true)?);
+    let disp = isize::try_from(tdisp).ok()?;
+    cached_win(h, |w| {
+        let res = w.cas_basic(call, &ov, &cv, &rv, trank, disp)?;
+        Some(crate::frame::fast(call, h, || res))
+    })
+}
+
+/// `MPI_Win_flush(_local)` of a cached window in a passive-target epoch
+/// to `rank` ([`Window::flush_basic`]); `None` sends it down the general
+/// path.
+#[inline(always)]
+fn flush_fast(rank: c_int, h: MPI_Win) -> Option<c_int> {
+    if !running() {
+        return None;
+    }
+    cached_win(h, |w| w.flush_basic(rank).then_some(MPI_SUCCESS))
+}
+
+/// Window `h` left the table: forget every cached look-up (this thread's
+/// at once, so its memory goes now; other threads' on their next look-up).
+fn forget_win() {
+    WIN_GEN.fetch_add(1, Ordering::AcqRel);
+    LAST.with(|last| {
+        if let Ok(mut b) = last.try_borrow_mut() {
+            *b = None;
+        }
+    });
 }
 
 fn with_obj<R>(call: &str, h: MPI_Win, f: impl FnOnce(&mut WinObj) -> R) -> Result<R, Error> {
@@ -185,6 +352,10 @@ fn origin(
     dt: MPI_Datatype,
     writable: bool,
 ) -> Result<View, Error> {
+    // A predefined type: the view without look-ups or checks to repeat.
+    if let Some(v) = resolve::fast_dtype(dt).and_then(|d| ptr::fast_buf(p, count, d, writable)) {
+        return Ok(v);
+    }
     let t = resolve::dtype(call, dt)?;
     ptr::buf(call, what, p, count, &t, writable)
 }
@@ -237,17 +408,18 @@ fn put_get(
     h: MPI_Win,
     request: Option<*mut MPI_Request>,
 ) -> Result<(), Error> {
-    let w = win(call, h)?;
-    let v = origin(call, "origin_addr", o, ocount, odt, !put)?;
-    let tdt = resolve::dtype(call, t.dt)?;
-    if request.is_some() {
-        w.check_request_epoch(call, t.rank)?;
-    }
-    if put {
-        w.put(call, &v, t.rank, t.disp, t.count, &tdt)?;
-    } else {
-        w.get(call, &v, t.rank, t.disp, t.count, &tdt)?;
-    }
+    with_win(call, h, |w| {
+        let v = origin(call, "origin_addr", o, ocount, odt, !put)?;
+        let tdt = resolve::dtype(call, t.dt)?;
+        if request.is_some() {
+            w.check_request_epoch(call, t.rank)?;
+        }
+        if put {
+            w.put(call, &v, t.rank, t.disp, t.count, &tdt)
+        } else {
+            w.get(call, &v, t.rank, t.disp, t.count, &tdt)
+        }
+    })?;
     done(call, h, request)
 }
 
@@ -270,14 +442,15 @@ fn accumulate(
     h: MPI_Win,
     request: Option<*mut MPI_Request>,
 ) -> Result<(), Error> {
-    let w = win(call, h)?;
-    let tdt = resolve::dtype(call, t.dt)?;
-    let op = op_arg(call, op, &t, &tdt)?;
-    let v = origin(call, "origin_addr", o, ocount, odt, false)?;
-    if request.is_some() {
-        w.check_request_epoch(call, t.rank)?;
-    }
-    w.accumulate(call, &v, t.rank, t.disp, t.count, &tdt, &op)?;
+    with_win(call, h, |w| {
+        let tdt = resolve::dtype(call, t.dt)?;
+        let op = op_arg(call, op, &t, &tdt)?;
+        let v = origin(call, "origin_addr", o, ocount, odt, false)?;
+        if request.is_some() {
+            w.check_request_epoch(call, t.rank)?;
+        }
+        w.accumulate(call, &v, t.rank, t.disp, t.count, &tdt, &op)
+    })?;
     done(call, h, request)
 }
 
@@ -295,19 +468,20 @@ fn get_accumulate(
     h: MPI_Win,
     request: Option<*mut MPI_Request>,
 ) -> Result<(), Error> {
-    let w = win(call, h)?;
-    let tdt = resolve::dtype(call, t.dt)?;
-    let op = op_arg(call, op, &t, &tdt)?;
-    let res = origin(call, "result_addr", r, rcount, rdt, true)?;
-    let v = match op {
-        // With MPI_NO_OP the origin buffer is ignored (it may be NULL).
-        Op::NoOp => None,
-        _ => Some(origin(call, "origin_addr", o, ocount, odt, false)?),
-    };
-    if request.is_some() {
-        w.check_request_epoch(call, t.rank)?;
-    }
-    w.get_accumulate(call, v.as_ref(), &res, t.rank, t.disp, t.count, &tdt, &op)?;
+    with_win(call, h, |w| {
+        let tdt = resolve::dtype(call, t.dt)?;
+        let op = op_arg(call, op, &t, &tdt)?;
+        let res = origin(call, "result_addr", r, rcount, rdt, true)?;
+        let v = match op {
+            // With MPI_NO_OP the origin buffer is ignored (it may be NULL).
+            Op::NoOp => None,
+            _ => Some(origin(call, "origin_addr", o, ocount, odt, false)?),
+        };
+        if request.is_some() {
+            w.check_request_epoch(call, t.rank)?;
+        }
+        w.get_accumulate(call, v.as_ref(), &res, t.rank, t.disp, t.count, &tdt, &op)
+    })?;
     done(call, h, request)
 }
 
@@ -405,6 +579,7 @@ mpi_fn! {
         if let Some(i) = decode(Kind::Win, h) {
             state().wins.remove(i);
         }
+        forget_win();
         ptr::write(CALL, "win", win, MPI_WIN_NULL)
     }
 
@@ -558,20 +733,24 @@ mpi_fn! {
         self::win(CALL, win)?.unlock_all()
     }
 
-    safe fn Win_flush(rank: c_int, win: MPI_Win) {
-        self::win(CALL, win)?.flush(CALL, Some(rank))
+    fn Win_flush(rank: c_int, win: MPI_Win) fast {
+        flush_fast(rank, win)
+    } {
+        with_win(CALL, win, |w| w.flush(CALL, Some(rank)))
     }
 
-    safe fn Win_flush_local(rank: c_int, win: MPI_Win) {
-        self::win(CALL, win)?.flush(CALL, Some(rank))
+    fn Win_flush_local(rank: c_int, win: MPI_Win) fast {
+        flush_fast(rank, win)
+    } {
+        with_win(CALL, win, |w| w.flush(CALL, Some(rank)))
     }
 
     safe fn Win_flush_all(win: MPI_Win) {
-        self::win(CALL, win)?.flush(CALL, None)
+        with_win(CALL, win, |w| w.flush(CALL, None))
     }
 
     safe fn Win_flush_local_all(win: MPI_Win) {
-        self::win(CALL, win)?.flush(CALL, None)
+        with_win(CALL, win, |w| w.flush(CALL, None))
     }
 
     safe fn Win_sync(win: MPI_Win) {
@@ -609,7 +788,9 @@ mpi_fn! {
 
     // ---- operations ----
 
-    fn Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) {
+    fn Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) fast {
+        put_get_fast(CALL, true, origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
+    } {
         let t = Target::new(CALL, target_rank, target_disp, target_count.into(), target_datatype)?;
         put_get(CALL, true, origin_addr, origin_count.into(), origin_datatype, t, win, None)
     }
@@ -619,7 +800,9 @@ mpi_fn! {
         put_get(CALL, true, origin_addr, origin_count, origin_datatype, t, win, None)
     }
 
-    fn Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) {
+    fn Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) fast {
+        put_get_fast(CALL, false, origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
+    } {
         let t = Target::new(CALL, target_rank, target_disp, target_count.into(), target_datatype)?;
         put_get(CALL, false, origin_addr, origin_count.into(), origin_datatype, t, win, None)
     }
@@ -649,7 +832,13 @@ mpi_fn! {
         put_get(CALL, false, origin_addr, origin_count, origin_datatype, t, win, Some(request))
     }
 
-    fn Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) {
+    fn Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) fast {
+        if origin_datatype != target_datatype || origin_count != target_count {
+            None
+        } else {
+            acc_fast(CALL, origin_addr, None, origin_count, origin_datatype, target_rank, target_disp, op, win)
+        }
+    } {
         let t = Target::new(CALL, target_rank, target_disp, target_count.into(), target_datatype)?;
         accumulate(CALL, origin_addr, origin_count.into(), origin_datatype, t, op, win, None)
     }
@@ -669,7 +858,14 @@ mpi_fn! {
         accumulate(CALL, origin_addr, origin_count, origin_datatype, t, op, win, Some(request))
     }
 
-    fn Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) {
+    fn Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) fast {
+        if origin_datatype != target_datatype || result_datatype != target_datatype
+            || origin_count != target_count || result_count != target_count {
+            None
+        } else {
+            acc_fast(CALL, origin_addr, Some(result_addr), target_count, target_datatype, target_rank, target_disp, op, win)
+        }
+    } {
         let t = Target::new(CALL, target_rank, target_disp, target_count.into(), target_datatype)?;
         get_accumulate(CALL, origin_addr, origin_count.into(), origin_datatype, result_addr, result_count.into(), result_datatype, t, op, win, None)
     }
@@ -689,17 +885,22 @@ mpi_fn! {
         get_accumulate(CALL, origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, t, op, win, Some(request))
     }
 
-    fn Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) {
+    fn Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) fast {
+        acc_fast(CALL, origin_addr, Some(result_addr), 1, datatype, target_rank, target_disp, op, win)
+    } {
         let t = Target::new(CALL, target_rank, target_disp, 1, datatype)?;
         get_accumulate(CALL, origin_addr, 1, datatype, result_addr, 1, datatype, t, op, win, None)
     }
 
-    fn Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) {
-        let w = self::win(CALL, win)?;
-        let dt = resolve::dtype(CALL, datatype)?;
-        let o = origin(CALL, "origin_addr", origin_addr, 1, datatype, false)?;
-        let c = origin(CALL, "compare_addr", compare_addr, 1, datatype, false)?;
-        let r = origin(CALL, "result_addr", result_addr, 1, datatype, true)?;
-        w.compare_and_swap(CALL, &o, &c, &r, target_rank, target_disp, &dt)
+    fn Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) fast {
+        cas_fast(CALL, origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win)
+    } {
+        with_win(CALL, win, |w| {
+            let dt = resolve::dtype(CALL, datatype)?;
+            let o = origin(CALL, "origin_addr", origin_addr, 1, datatype, false)?;
+            let c = origin(CALL, "compare_addr", compare_addr, 1, datatype, false)?;
+            let r = origin(CALL, "result_addr", result_addr, 1, datatype, true)?;
+            w.compare_and_swap(CALL, &o, &c, &r, target_rank, target_disp, &dt)
+        })
     }
 }

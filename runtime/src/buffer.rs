@@ -132,6 +132,7 @@ impl View {
     }
 
     /// Bytes of data (`count × size`).
+    #[inline]
     pub(crate) fn bytes(&self) -> usize {
         self.count * self.ty.size()
     }

@@ -147,6 +147,7 @@ static STATE: Mutex<State> = Mutex::new(State::Uninit);
 static GPU: std::sync::OnceLock<std::sync::Arc<Gpu>> = std::sync::OnceLock::new();
 
 /// The process's gpu layer (host-only before `MPI_Init`).
+#[inline]
 pub(crate) fn gpu() -> &'static Gpu {
     static HOST: std::sync::OnceLock<Gpu> = std::sync::OnceLock::new();
     match GPU.get() {

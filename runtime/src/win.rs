@@ -34,7 +34,7 @@
 //! device *origin* buffers work (they are packed and unpacked through the
 //! gpu layer like any send or receive buffer).
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gmpi_btl_shm::{cma_read, cma_write, WinArea, LOCK_EXCLUSIVE};
@@ -164,7 +164,51 @@ struct WinInner {
     me: usize,
     peers: Vec<Peer>,
     epochs: Mutex<Epochs>,
+    /// What the epochs allow per target, published whenever they change
+    /// ([`EpochsGuard`]): [`PASSIVE`] and [`ACTIVE`] bits, read without the
+    /// mutex by each operation's epoch check.
+    access: Vec<AtomicU8>,
     freed: AtomicBool,
+}
+
+/// Access bits of [`WinInner::access`]: a lock (or `lock_all`) covers the
+/// target; a fence epoch or the start group does.
+const PASSIVE: u8 = 1;
+const ACTIVE: u8 = 2;
+
+/// The epochs, locked; publishes the access bits when let go.
+struct EpochsGuard<'a> {
+    g: MutexGuard<'a, Epochs>,
+    access: &'a [AtomicU8],
+}
+
+impl std::ops::Deref for EpochsGuard<'_> {
+    type Target = Epochs;
+    fn deref(&self) -> &Epochs {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for EpochsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Epochs {
+        &mut self.g
+    }
+}
+
+impl Drop for EpochsGuard<'_> {
+    fn drop(&mut self) {
+        let ep = &*self.g;
+        for (t, a) in self.access.iter().enumerate() {
+            let mut bits = 0;
+            if ep.lock_all || ep.locks.contains_key(&t) {
+                bits |= PASSIVE;
+            }
+            if ep.fence || ep.start.as_ref().is_some_and(|g| g.contains(&t)) {
+                bits |= ACTIVE;
+            }
+            a.store(bits, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A one-sided communication window (the runtime's; the C ABI and the
@@ -377,6 +421,7 @@ impl Window {
                 me: me as usize,
                 peers,
                 epochs: Mutex::new(epochs),
+                access: (0..n).map(|_| AtomicU8::new(0)).collect(),
                 freed: AtomicBool::new(false),
             }),
         })
@@ -476,6 +521,7 @@ impl Window {
     }
 
     /// Whether [`Window::free`] ran.
+    #[inline]
     pub fn is_freed(&self) -> bool {
         self.inner.freed.load(Ordering::Acquire)
     }
@@ -487,8 +533,11 @@ impl Window {
         Ok(())
     }
 
-    fn epochs(&self) -> MutexGuard<'_, Epochs> {
-        self.inner.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    fn epochs(&self) -> EpochsGuard<'_> {
+        EpochsGuard {
+            g: self.inner.epochs.lock().unwrap_or_else(|p| p.into_inner()),
+            access: &self.inner.access,
+        }
     }
 
     /// `MPI_Win_shared_query`: `rank`'s size, displacement unit and base
@@ -606,11 +655,10 @@ impl Window {
 
     /// The access epoch check: an operation on `t` needs a fence epoch,
     /// a lock on `t` (or lock_all), or `t` in the start group.
+    #[inline]
     fn check_access(&self, call: &str, t: usize, passive_only: bool) -> Result<()> {
-        let ep = self.epochs();
-        let passive = ep.lock_all || ep.locks.contains_key(&t);
-        let active = ep.fence || ep.start.as_ref().is_some_and(|g| g.contains(&t));
-        if passive || (!passive_only && active) {
+        let bits = self.inner.access[t].load(Ordering::Relaxed);
+        if bits & PASSIVE != 0 || (!passive_only && bits & ACTIVE != 0) {
             return Ok(());
         }
         Err(self.err(
@@ -849,6 +897,149 @@ impl Window {
         let mut data = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut data)?;
         self.write_runs(call, &r, &data)
+    }
+
+    /// The C ABI's hot path of `MPI_Put` (`put`) and `MPI_Get`: `origin`
+    /// is contiguous elements of one predefined type and the target datatype
+    /// is that type with the same count, on a window whose memory is in the
+    /// shared area (allocated flavors), in an open epoch. `None` wherever
+    /// any of that does not hold or the call would fail (device memory, a
+    /// bad rank or displacement, no epoch): the caller then takes
+    /// [`Window::put`] / [`Window::get`], which check everything and name
+    /// the error.
+    #[doc(hidden)]
+    #[inline]
+    pub fn put_get_basic(&self, call: &str, put: bool, origin: &View, target: i32, disp: isize) -> Option<Result<()>> {
+        let (t, off) = self.basic_target(target, disp)?;
+        let area = &self.inner.area;
+        let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
+        if put {
+            origin.read_contig(|data| area.write(t, off, data).map_err(range))
+        } else {
+            origin.write_contig(|out| area.read(t, off, out).map_err(range))
+        }
+    }
+
+    /// The target offset of the hot paths ([`Window::put_get_basic`] and
+    /// the accumulates'): `target`'s slot and the byte offset of `disp`,
+    /// on a live window in the shared area with an epoch open to it;
+    /// `None` otherwise (the general path checks and names the error).
+    #[inline]
+    fn basic_target(&self, target: i32, disp: isize) -> Option<(usize, usize)> {
+        let i = &*self.inner;
+        if !matches!(i.flavor, WinFlavor::Allocate | WinFlavor::Shared) || disp < 0 || self.is_freed() {
+            return None;
+        }
+        let t = usize::try_from(target).ok().filter(|&t| t < i.peers.len())?;
+        if i.access[t].load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Some((t, (disp as usize).checked_mul(i.peers[t].disp_unit as usize)?))
+    }
+
+    /// The C ABI's hot path of `MPI_Accumulate` (`result` `None`),
+    /// `MPI_Get_accumulate` and `MPI_Fetch_and_op`: host buffers of
+    /// contiguous elements of one predefined type, the target datatype that
+    /// type with the same count, a predefined operation (or `MPI_REPLACE`,
+    /// `MPI_NO_OP`, with which `origin` may be `None`) defined on it, as
+    /// [`Window::put_get_basic`]. Combined in place under the target's
+    /// accumulate mutex, with no copy. `None` where any of that does not
+    /// hold: the caller takes the general path.
+    #[doc(hidden)]
+    #[inline]
+    pub fn acc_basic(
+        &self,
+        call: &str,
+        origin: Option<&View>,
+        result: Option<&View>,
+        target: i32,
+        disp: isize,
+        op: &Op,
+    ) -> Option<Result<()>> {
+        let (t, off) = self.basic_target(target, disp)?;
+        let first = origin.or(result)?;
+        let p = first.ty.prim()?;
+        let len = first.bytes();
+        let same = |v: &View| v.ty.prim() == Some(p) && v.bytes() == len;
+        if !origin.is_none_or(same) || !result.is_none_or(same) || (origin.is_none() && !matches!(op, Op::NoOp)) {
+            return None;
+        }
+        let el = Datatype::Primitive(p);
+        match op {
+            Op::Replace | Op::NoOp => {}
+            Op::User(_) => return None,
+            _ => crate::op::check_datatype(op, el).ok()?,
+        }
+        let n = len / el.size().max(1);
+        let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
+        // Each buffer is classified once, by read_contig / write_contig,
+        // before anything is touched (`None`: not contiguous host memory).
+        let combine = |data: &[u8], out: Option<&mut [u8]>| {
+            self.with_acc(t, || {
+                self.inner
+                    .area
+                    .modify(t, off, len, |cur| {
+                        if let Some(out) = out {
+                            out.copy_from_slice(cur);
+                        }
+                        match op {
+                            Op::NoOp => {}
+                            Op::Replace => cur.copy_from_slice(data),
+                            _ => crate::op::apply_datatype(op, el, n, data, cur),
+                        }
+                    })
+                    .map_err(range)
+            })
+        };
+        let with_result = |data: &[u8]| match result {
+            Some(res) => res.write_contig(|out| combine(data, Some(out))),
+            None => Some(combine(data, None)),
+        };
+        match origin {
+            Some(o) if !matches!(op, Op::NoOp) => o.read_contig(with_result)?,
+            _ => with_result(&[]),
+        }
+    }
+
+    /// The C ABI's hot path of `MPI_Compare_and_swap`: host buffers of one
+    /// element of an integer, logical or byte type, as
+    /// [`Window::acc_basic`]; `None` otherwise.
+    #[doc(hidden)]
+    #[inline]
+    pub fn cas_basic(
+        &self,
+        call: &str,
+        origin: &View,
+        compare: &View,
+        result: &View,
+        target: i32,
+        disp: isize,
+    ) -> Option<Result<()>> {
+        let (t, off) = self.basic_target(target, disp)?;
+        let p = origin.ty.prim().filter(|&q| crate::op::compares_bits(q))?;
+        let len = origin.bytes();
+        let same = |v: &View| v.ty.prim() == Some(p) && v.bytes() == len;
+        if !same(origin) || !same(compare) || !same(result) {
+            return None;
+        }
+        let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
+        origin.read_contig(|new| {
+            compare.read_contig(|cmp| {
+                result.write_contig(|out| {
+                    self.with_acc(t, || {
+                        self.inner
+                            .area
+                            .modify(t, off, len, |cur| {
+                                out.copy_from_slice(cur);
+                                if cur == cmp {
+                                    cur.copy_from_slice(new);
+                                }
+                            })
+                            .map_err(range)
+                    })
+                })
+            })
+        })??
     }
 
     /// `MPI_Get`: read `count` elements of `dt` at `disp` of `target`'s
@@ -1313,15 +1504,16 @@ impl Window {
     /// issued, so this orders memory and checks the epoch.
     pub fn flush(&self, call: &str, target: Option<i32>) -> Result<()> {
         self.check_live(call)?;
-        let ep = self.epochs();
         let ok = match target {
             Some(r) => match self.target_rank(call, r)? {
-                Some(t) => ep.lock_all || ep.locks.contains_key(&t),
+                Some(t) => self.inner.access[t].load(Ordering::Relaxed) & PASSIVE != 0,
                 None => true,
             },
-            None => ep.lock_all || !ep.locks.is_empty(),
+            None => {
+                let ep = self.epochs();
+                ep.lock_all || !ep.locks.is_empty()
+            }
         };
-        drop(ep);
         if !ok {
             return Err(self.err(
                 ErrorClass::RmaSync,
@@ -1331,6 +1523,24 @@ impl Window {
         }
         fence(Ordering::SeqCst);
         Ok(())
+    }
+
+    /// The C ABI's hot path of `MPI_Win_flush(target)`: `false` unless a
+    /// passive-target epoch is open to `target` (the caller then takes
+    /// [`Window::flush`], which names the error).
+    #[doc(hidden)]
+    #[inline]
+    pub fn flush_basic(&self, target: i32) -> bool {
+        let i = &*self.inner;
+        let open = usize::try_from(target)
+            .ok()
+            .and_then(|t| i.access.get(t))
+            .is_some_and(|a| a.load(Ordering::Relaxed) & PASSIVE != 0);
+        if !open || self.is_freed() {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        true
     }
 
     /// `MPI_Win_sync`: synchronise the public and private copies (one
