@@ -59,7 +59,11 @@ thread_local! {
 
 /// Run `f` on the window `h`, with errors of the current call routed to
 /// its handler.
-fn with_win<R>(call: &str, h: MPI_Win, f: impl FnOnce(&Window) -> Result<R, Error>) -> Result<R, Error> {
+fn with_win<R>(
+    call: &str,
+    h: MPI_Win,
+    f: impl FnOnce(&Window) -> Result<R, Error>,
+) -> Result<R, Error> {
     let gen = WIN_GEN.load(Ordering::Acquire);
     LAST.with(|last| {
         if let Ok(b) = last.try_borrow() {
@@ -113,7 +117,7 @@ fn put_get_fast(
         return None;
     }
     let v = ptr::fast_buf(o, ocount, resolve::fast_dtype(odt)?, !put)?;
-    let disp = isize::try_from(tdisp).ok()?;
+    let disp: isize = tdisp;
     cached_win(h, |w| {
         let r = w.put_get_basic(call, put, &v, trank, disp)?;
         Some(crate::frame::fast(call, h, || r))
@@ -154,12 +158,16 @@ fn acc_fast(
     }
     let d = resolve::fast_dtype(dt)?;
     let op = fast_acc_op(op, dt)?;
-    let ov = if o.is_null() && matches!(op, Op::NoOp) { None } else { Some(ptr::fast_buf(o, count, d, false)?) };
+    let ov = if o.is_null() && matches!(op, Op::NoOp) {
+        None
+    } else {
+        Some(ptr::fast_buf(o, count, d, false)?)
+    };
     let rv = match r {
         Some(r) => Some(ptr::fast_buf(r, count, d, true)?),
         None => None,
     };
-    let disp = isize::try_from(tdisp).ok()?;
+    let disp: isize = tdisp;
     cached_win(h, |w| {
         let res = w.acc_basic(call, ov.as_ref(), rv.as_ref(), trank, disp, &op)?;
         Some(crate::frame::fast(call, h, || res))
@@ -184,8 +192,12 @@ fn cas_fast(
         return None;
     }
     let d = resolve::fast_dtype(dt)?;
-    let (ov, cv, rv) = (ptr::fast_buf(o, 1, d, false)?, ptr::fast_buf(c, 1, d, false)?, ptr::fast_buf(r, 1, d, true)?);
-    let disp = isize::try_from(tdisp).ok()?;
+    let (ov, cv, rv) = (
+        ptr::fast_buf(o, 1, d, false)?,
+        ptr::fast_buf(c, 1, d, false)?,
+        ptr::fast_buf(r, 1, d, true)?,
+    );
+    let disp: isize = tdisp;
     cached_win(h, |w| {
         let res = w.cas_basic(call, &ov, &cv, &rv, trank, disp)?;
         Some(crate::frame::fast(call, h, || res))

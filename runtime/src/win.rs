@@ -909,7 +909,14 @@ impl Window {
     /// the error.
     #[doc(hidden)]
     #[inline]
-    pub fn put_get_basic(&self, call: &str, put: bool, origin: &View, target: i32, disp: isize) -> Option<Result<()>> {
+    pub fn put_get_basic(
+        &self,
+        call: &str,
+        put: bool,
+        origin: &View,
+        target: i32,
+        disp: isize,
+    ) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
         let area = &self.inner.area;
         let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
@@ -927,14 +934,22 @@ impl Window {
     #[inline]
     fn basic_target(&self, target: i32, disp: isize) -> Option<(usize, usize)> {
         let i = &*self.inner;
-        if !matches!(i.flavor, WinFlavor::Allocate | WinFlavor::Shared) || disp < 0 || self.is_freed() {
+        if !matches!(i.flavor, WinFlavor::Allocate | WinFlavor::Shared)
+            || disp < 0
+            || self.is_freed()
+        {
             return None;
         }
-        let t = usize::try_from(target).ok().filter(|&t| t < i.peers.len())?;
+        let t = usize::try_from(target)
+            .ok()
+            .filter(|&t| t < i.peers.len())?;
         if i.access[t].load(Ordering::Relaxed) == 0 {
             return None;
         }
-        Some((t, (disp as usize).checked_mul(i.peers[t].disp_unit as usize)?))
+        Some((
+            t,
+            (disp as usize).checked_mul(i.peers[t].disp_unit as usize)?,
+        ))
     }
 
     /// The C ABI's hot path of `MPI_Accumulate` (`result` `None`),
@@ -961,7 +976,10 @@ impl Window {
         let p = first.ty.prim()?;
         let len = first.bytes();
         let same = |v: &View| v.ty.prim() == Some(p) && v.bytes() == len;
-        if !origin.is_none_or(same) || !result.is_none_or(same) || (origin.is_none() && !matches!(op, Op::NoOp)) {
+        if !origin.is_none_or(same)
+            || !result.is_none_or(same)
+            || (origin.is_none() && !matches!(op, Op::NoOp))
+        {
             return None;
         }
         let el = Datatype::Primitive(p);
