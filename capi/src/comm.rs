@@ -356,6 +356,7 @@ mpi_fn! {
         if let Some(o) = obj {
             o.free_topo();
         }
+        crate::bsend::forget_comm(h);
         // The freed handle has no error handler any more.
         errors::set_target(MPI_COMM_WORLD);
         ptr::write(CALL, "comm", comm, MPI_COMM_NULL)
@@ -534,6 +535,7 @@ mpi_fn! {
             if gone.is_none() {
                 grp(CALL, "group", h)?;
             }
+            crate::bsend::forget_group(h);
         }
         ptr::write(CALL, "group", group, MPI_GROUP_NULL)
     }

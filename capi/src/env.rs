@@ -363,7 +363,8 @@ macro_rules! f2c_c2f {
 }
 
 f2c_c2f!(Comm: MPI_Comm, Type: MPI_Datatype, Group: MPI_Group, Op: MPI_Op, Request: MPI_Request,
-    Errhandler: MPI_Errhandler, Info: MPI_Info, Win: MPI_Win, Message: MPI_Message);
+    Errhandler: MPI_Errhandler, Info: MPI_Info, Win: MPI_Win, Message: MPI_Message,
+    Session: MPI_Session);
 
 mpi_fn! {
     noinit fn Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) {

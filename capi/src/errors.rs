@@ -74,6 +74,22 @@ struct Codes {
     next_code: c_int,
     /// `MPI_LASTUSEDCODE`.
     last_used: c_int,
+    /// User classes `MPI_Remove_error_class` removed (their numbers are
+    /// not handed out again).
+    removed_classes: std::collections::HashSet<c_int>,
+}
+
+impl Codes {
+    /// `MPI_LASTUSEDCODE` after a removal: the largest class or code still
+    /// in use, `MPI_ERR_LASTCODE` at least.
+    fn recount(&mut self) {
+        let classes = (1..self.next_class)
+            .map(|i| ERROR_DYN_MASK | i)
+            .filter(|k| !self.removed_classes.contains(k));
+        self.last_used = classes
+            .chain(self.user_codes.keys().copied())
+            .fold(MPI_ERR_LASTCODE, c_int::max);
+    }
 }
 
 static CODES: LazyLock<Mutex<Codes>> = LazyLock::new(|| {
@@ -171,7 +187,70 @@ pub fn class_of(code: c_int) -> Option<c_int> {
 
 /// Whether `code` is a class `MPI_Add_error_class` handed out.
 fn is_user_class(c: &Codes, code: c_int) -> bool {
-    code & ERROR_DYN_MASK != 0 && (1..c.next_class).contains(&(code & !ERROR_DYN_MASK))
+    code & ERROR_DYN_MASK != 0
+        && (1..c.next_class).contains(&(code & !ERROR_DYN_MASK))
+        && !c.removed_classes.contains(&code)
+}
+
+/// `MPI_Remove_error_class`: a class `MPI_Add_error_class` made, with no
+/// code left in it (the error says what is wrong).
+pub fn remove_class(class: c_int) -> Result<(), String> {
+    let mut c = codes();
+    if !is_user_class(&c, class) {
+        return Err(format!(
+            "errorclass = {class} is not a class MPI_Add_error_class made"
+        ));
+    }
+    if let Some(code) = c
+        .user_codes
+        .iter()
+        .find(|(_, &k)| k == class)
+        .map(|(&code, _)| code)
+    {
+        return Err(format!(
+            "errorclass = {class} still has error code {code} (remove its codes first)"
+        ));
+    }
+    if c.strings.contains_key(&class) {
+        return Err(format!(
+            "errorclass = {class} still has its error string (remove it first, as MPICH requires)"
+        ));
+    }
+    c.removed_classes.insert(class);
+    c.recount();
+    Ok(())
+}
+
+/// `MPI_Remove_error_code`: a code `MPI_Add_error_code` made.
+pub fn remove_code(code: c_int) -> Result<(), String> {
+    let mut c = codes();
+    if !c.user_codes.contains_key(&code) {
+        return Err(format!(
+            "errorcode = {code} is not a code MPI_Add_error_code made"
+        ));
+    }
+    if c.strings.contains_key(&code) {
+        return Err(format!(
+            "errorcode = {code} still has its error string (remove it first, as MPICH requires)"
+        ));
+    }
+    c.user_codes.remove(&code);
+    c.recount();
+    Ok(())
+}
+
+/// `MPI_Remove_error_string`: the string `MPI_Add_error_string` gave a
+/// user class or code (it has the empty string again; one without a
+/// string is left as it is, as MPICH does).
+pub fn remove_string(code: c_int) -> Result<(), String> {
+    let mut c = codes();
+    if !is_user_class(&c, code) && !c.user_codes.contains_key(&code) {
+        return Err(format!(
+            "errorcode = {code} is not a user error class or code"
+        ));
+    }
+    c.strings.remove(&code);
+    Ok(())
 }
 
 /// The text of `code`.

@@ -45,9 +45,11 @@
 //! 6. The entry points, by family:
 //!    - `env.rs`: init, finalize, versions, time, memory, addresses, error
 //!      handlers and codes, Fortran handle conversions.
-//!    - `p2p.rs`: point-to-point, requests, statuses, persistent and
-//!      buffered sends, matched probes; the persistent requests' start,
-//!      which persistent collectives share.
+//!    - `p2p.rs`: point-to-point, requests, statuses, persistent sends,
+//!      matched probes; the persistent requests' start, which persistent
+//!      collectives share.
+//!    - `bsend.rs`: buffered sends and their buffers (the process's, and
+//!      MPI 4.1's per communicator and per session), flushes.
 //!    - `coll.rs`: collectives (blocking, non-blocking, persistent) and
 //!      reduction operations.
 //!    - `comm.rs`: communicators, groups, names, intercommunicators.
@@ -62,6 +64,9 @@
 //!    - `win.rs`: one-sided communication (`MPI_Win_*`, `MPI_Put`, …).
 //!    - `session.rs`: the MPI-4 sessions model.
 //!    - `greq.rs`: generalized requests (`MPI_Grequest_start`, …).
+//!    - `mpi41.rs`: the MPI 4.1 additions and MPI 5.0's toint/fromint and
+//!      ABI queries that MPICH >= 4.1 exports (exported, not declared in
+//!      the MPI 4.0 header).
 //!    - `mpix.rs`: the MPIX extensions: the GPU-support queries
 //!      (`MPIX_Query_cuda_support`, `MPIX_GPU_query_support`) and the
 //!      fault-tolerance calls (`MPIX_Comm_agree`, `MPIX_Comm_shrink`, …).
@@ -113,11 +118,13 @@ mod cache;
 
 // The entry points.
 mod attrs;
+mod bsend;
 mod coll;
 mod comm;
 mod env;
 mod greq;
 mod info;
+mod mpi41;
 mod mpix;
 mod p2p;
 mod part;

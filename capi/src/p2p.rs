@@ -12,7 +12,6 @@
 //! names no slot.
 
 use std::ffi::{c_int, c_void};
-use std::sync::{LazyLock, Mutex};
 
 use gmpi::{Communicator, Error, ErrorClass, Request, View};
 
@@ -37,74 +36,6 @@ fn out_send_req(
 }
 
 // ---- buffered sends ----
-
-/// The buffer of `MPI_Buffer_attach` and the bytes its sends in flight use.
-#[derive(Debug, Default)]
-struct Attached {
-    addr: usize,
-    size: usize,
-    used: usize,
-}
-
-/// A buffered send in flight: the request, the copy it sends from, and the
-/// bytes of the attached buffer it holds. Fields drop in order: dropping the
-/// request waits for it before the copy is freed.
-#[derive(Debug)]
-struct Buffered {
-    req: Request<'static>,
-    _data: Box<[u8]>,
-    charge: usize,
-}
-
-/// The attached buffer and every buffered send in flight (blocking,
-/// non-blocking and persistent alike: a buffered send completes, for the
-/// caller, once its data is copied).
-static BSEND: LazyLock<Mutex<(Attached, Vec<Buffered>)>> = LazyLock::new(Default::default);
-
-/// A buffered send: copy the data (accounted against the attached buffer)
-/// and send the copy in the background.
-fn bsend(
-    call: &'static str,
-    c: &Communicator,
-    v: &View,
-    dest: c_int,
-    tag: c_int,
-) -> Result<(), Error> {
-    let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
-    let (att, inflight) = &mut *b;
-    // Give back the space of buffered sends that have completed.
-    inflight.retain(|s| match s.req.test() {
-        Ok(Some(_)) | Err(_) => {
-            att.used -= s.charge;
-            false
-        }
-        Ok(None) => true,
-    });
-    let data: Box<[u8]> = gmpi_packed(call, c, v)?.into_boxed_slice();
-    let charge = data.len() + MPI_BSEND_OVERHEAD as usize;
-    if att.used + charge > att.size {
-        return Err(err(
-            ErrorClass::Buffer,
-            call,
-            format!(
-                "the attached buffer ({} bytes, {} in use) cannot hold this {}-byte message plus MPI_BSEND_OVERHEAD",
-                att.size,
-                att.used,
-                data.len()
-            ),
-        ));
-    }
-    // The boxed copy moves into `inflight` beside its request and is freed
-    // only after the request completes.
-    let req = ptr::detach_req(c.isend(&data[..], dest, tag)?);
-    att.used += charge;
-    inflight.push(Buffered {
-        req,
-        _data: data,
-        charge,
-    });
-    Ok(())
-}
 
 /// A view's data, packed, for `call` on `c` (an error if a copy out of
 /// device memory fails).
@@ -152,7 +83,9 @@ fn blocking_send(
     match mode {
         Mode::Standard | Mode::Ready => c.send(&v, dest, tag),
         Mode::Sync => c.ssend(&v, dest, tag),
-        Mode::Buffered if dest != MPI_PROC_NULL => bsend(call, &c, &v, dest, tag),
+        Mode::Buffered if dest != MPI_PROC_NULL => {
+            crate::bsend::bsend(call, comm, &c, &v, dest, tag)
+        }
         Mode::Buffered => c.send(&v, dest, tag),
     }
 }
@@ -172,7 +105,7 @@ fn nonblocking_send(
     if mode == Mode::Buffered && dest != MPI_PROC_NULL {
         // Complete as soon as the data is copied: the request is that of a
         // send to MPI_PROC_NULL, which completes at once.
-        bsend(call, &c, &v, dest, tag)?;
+        crate::bsend::bsend(call, comm, &c, &v, dest, tag)?;
         let done = c.isend(&[0u8; 0][..], MPI_PROC_NULL, tag)?;
         return Ok(Active::new(done, comm));
     }
@@ -293,40 +226,6 @@ fn irecv_fast(
         let r = ptr::irecv_bytes(c, call, buf, len, src, tag)?;
         out_req(call, request, Active::new(r, comm))
     }))
-}
-
-/// `MPI_Buffer_attach(_c)`.
-fn buffer_attach(call: &str, buffer: *mut c_void, size: MPI_Count) -> Result<(), Error> {
-    let n = ptr::count(call, "size", size)?;
-    if buffer.is_null() && n > 0 {
-        return Err(err(ErrorClass::Buffer, call, "buffer is NULL"));
-    }
-    let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
-    if b.0.size > 0 || b.0.addr != 0 {
-        return Err(err(
-            ErrorClass::Buffer,
-            call,
-            "a buffer is already attached (detach it first)",
-        ));
-    }
-    b.0 = Attached {
-        addr: buffer as usize,
-        size: n,
-        used: 0,
-    };
-    Ok(())
-}
-
-/// `MPI_Buffer_detach(_c)`: waits for every buffered send, writes the
-/// buffer's address; its size.
-fn buffer_detach(call: &str, buffer_addr: *mut c_void) -> Result<usize, Error> {
-    let inflight = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).1);
-    for s in inflight {
-        s.req.wait()?;
-    }
-    let att = std::mem::take(&mut BSEND.lock().unwrap_or_else(|p| p.into_inner()).0);
-    ptr::write(call, "buffer_addr", buffer_addr.cast::<usize>(), att.addr)?;
-    Ok(att.size)
 }
 
 mpi_fn! {
@@ -462,21 +361,6 @@ mpi_fn! {
         let r = c.imrecv(msg, &mut v)?;
         out_req(CALL, request, Active::new(ptr::detach_req(r), comm))
     }
-    fn Buffer_attach(buffer: *mut c_void, size: c_int) {
-        buffer_attach(CALL, buffer, size.into())
-    }
-    fn Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) {
-        let n = buffer_detach(CALL, buffer_addr)?;
-        // A buffer attached by MPI_Buffer_attach_c may not fit an int.
-        ptr::write(CALL, "size", size, c_int::try_from(n).unwrap_or(MPI_UNDEFINED))
-    }
-    fn Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) {
-        buffer_attach(CALL, buffer, size)
-    }
-    fn Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) {
-        let n = buffer_detach(CALL, buffer_addr)?;
-        ptr::write(CALL, "size", size, n as MPI_Count)
-    }
     fn Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) {
         let n = count_of(CALL, status, datatype)?;
         ptr::write(CALL, "count", count, i32::try_from(n).unwrap_or(MPI_UNDEFINED))
@@ -506,6 +390,58 @@ mpi_fn! {
     }
 }
 
+/// Where a request stands, seen without completing it
+/// (`MPI_Request_get_status` and its MPI 4.1 `_any`/`_all`/`_some`).
+pub(crate) enum Peek {
+    /// `MPI_REQUEST_NULL` or an inactive persistent request.
+    Inactive,
+    Pending,
+    Done(MPI_Status),
+}
+
+/// Look at `request` without completing or freeing it.
+pub(crate) fn peek(call: &str, request: MPI_Request) -> Result<Peek, Error> {
+    if request == MPI_REQUEST_NULL {
+        return Ok(Peek::Inactive);
+    }
+    if request == SENT {
+        return Ok(Peek::Done(MPI_Status::empty()));
+    }
+    let slot = resolve::req_slot(call, request)?;
+    let taken = std::mem::replace(
+        state().reqs.get_mut(slot).ok_or_else(|| {
+            err(
+                ErrorClass::Request,
+                call,
+                format!("request = {request:#x} is not a valid request"),
+            )
+        })?,
+        ReqObj::Busy,
+    );
+    let res: Result<Peek, Error> = match &taken {
+        ReqObj::Active(a)
+        | ReqObj::Persistent {
+            active: Some(a), ..
+        } => {
+            errors::set_target(a.comm);
+            a.test().map(|o| match o {
+                Some(st) => {
+                    let mut s = MPI_Status::empty();
+                    s.set(&st);
+                    Peek::Done(s)
+                }
+                None => Peek::Pending,
+            })
+        }
+        ReqObj::Done { st, .. } => Ok(Peek::Done(*st)),
+        _ => Ok(Peek::Inactive),
+    };
+    if let Some(o) = state().reqs.get_mut(slot) {
+        *o = taken;
+    }
+    res
+}
+
 /// The count of whole `dt`s the status's bytes make (`MPI_UNDEFINED` if
 /// they make no whole number).
 fn count_of(call: &str, status: *const MPI_Status, dt: MPI_Datatype) -> Result<MPI_Count, Error> {
@@ -527,7 +463,7 @@ fn elements(call: &str, status: *const MPI_Status, dt: MPI_Datatype) -> Result<M
         .map_or(MPI_UNDEFINED as MPI_Count, |n| n as MPI_Count))
 }
 
-fn set_elements(
+pub(crate) fn set_elements(
     call: &str,
     status: *mut MPI_Status,
     dt: MPI_Datatype,
@@ -1380,39 +1316,13 @@ mpi_fn! {
         if flag.is_null() {
             return Err(err(ErrorClass::Arg, CALL, "flag is NULL"));
         }
-        if request == MPI_REQUEST_NULL {
-            ptr::status(status, &MPI_Status::inactive());
-            return ptr::write(CALL, "flag", flag, 1);
-        }
-        if request == SENT {
-            ptr::status(status, &MPI_Status::empty());
-            return ptr::write(CALL, "flag", flag, 1);
-        }
-        let slot = resolve::req_slot(CALL, request)?;
-        let taken = std::mem::replace(
-            state().reqs.get_mut(slot).ok_or_else(|| err(ErrorClass::Request, CALL, format!("request = {request:#x} is not a valid request")))?,
-            ReqObj::Busy,
-        );
-        let res: Result<Option<MPI_Status>, Error> = match &taken {
-            ReqObj::Active(a) | ReqObj::Persistent { active: Some(a), .. } => {
-                errors::set_target(a.comm);
-                a.test().map(|o| {
-                    o.map(|st| {
-                        let mut s = MPI_Status::empty();
-                        s.set(&st);
-                        s
-                    })
-                })
+        match peek(CALL, request)? {
+            Peek::Pending => ptr::write(CALL, "flag", flag, 0),
+            Peek::Inactive => {
+                ptr::status(status, &MPI_Status::inactive());
+                ptr::write(CALL, "flag", flag, 1)
             }
-            ReqObj::Done { st, .. } => Ok(Some(*st)),
-            _ => Ok(Some(MPI_Status::inactive())),
-        };
-        if let Some(o) = state().reqs.get_mut(slot) {
-            *o = taken;
-        }
-        match res? {
-            None => ptr::write(CALL, "flag", flag, 0),
-            Some(s) => {
+            Peek::Done(s) => {
                 ptr::status(status, &s);
                 ptr::write(CALL, "flag", flag, 1)
             }

@@ -30,6 +30,11 @@ const SELF_PSET: &str = "mpi://SELF";
 const PSETS: [&str; 2] = [WORLD_PSET, SELF_PSET];
 
 /// The session `h`, with errors of the current call routed to its handler.
+/// Check session handle `h` for `call` (errors go to its handler).
+pub(crate) fn check(call: &str, h: MPI_Session) -> Result<(), Error> {
+    session(call, h).map(|_| ())
+}
+
 fn session(call: &str, h: MPI_Session) -> Result<usize, Error> {
     match decode(Kind::Session, h).filter(|&i| state().sessions.get(i).is_some()) {
         Some(i) => {
@@ -151,8 +156,9 @@ mpi_fn! {
         if newgroup.is_null() {
             return Err(err(ErrorClass::Arg, CALL, "newgroup is NULL"));
         }
-        let g = pset_group(p)?;
-        ptr::write(CALL, "newgroup", newgroup, new_group(g))
+        let g = new_group(pset_group(p)?);
+        crate::bsend::note_session_group(g, session);
+        ptr::write(CALL, "newgroup", newgroup, g)
     }
 
     fn Session_create_errhandler(session_errhandler_fn: Option<CommErrFn>, errhandler: *mut MPI_Errhandler) {
@@ -268,7 +274,9 @@ fn create_from_group(
         })?;
     let mut obj = CommObj::new(c, String::new());
     obj.errh = errhandler;
-    ptr::write(call, "newcomm", out, new_comm(obj))
+    let h = new_comm(obj);
+    crate::bsend::note_comm_from_group(h, group);
+    ptr::write(call, "newcomm", out, h)
 }
 
 direct_fn! {

@@ -412,6 +412,84 @@ fn exports_every_symbol_mpich_exports() {
     assert!(o.status.success(), "exports.sh:\n{}", text(&o));
 }
 
+/// The MPI 4.1 calls and MPI 5.0's handle and ABI queries MPICH >= 4.1
+/// exports (`capi/tests/c/mpi41.c`: status fields, error removal,
+/// `MPI_Request_get_status_any/all/some`, buffers per communicator and per
+/// session, flushes, `MPI_BUFFER_AUTOMATIC`, toint/fromint, the ABI
+/// queries) at np 1 to 3: built by `gmpicc` (gmpi's MPI 4.0 header declares
+/// none of them; the program declares them, as a binary built against a
+/// newer MPICH has them), and against the MPICH 5 wheel's header and
+/// library when `$GMPI_MPICH5_LIB` names its `libmpi.so.12` (`.ci/run`
+/// fetches it), then run on gmpi.
+#[test]
+fn mpi41_calls_and_abi_queries() {
+    let dir = scratch("mpi41");
+    let src = repo().join("capi/tests/c");
+    let inc = format!("-I{}", src.display());
+    let gmpicc = prefix().join("bin/gmpicc");
+    let mut builds = vec![(
+        "gmpicc",
+        gmpicc.to_str().expect("utf-8 path").to_string(),
+        vec![
+            "-std=c99".to_string(),
+            "-O2".into(),
+            "-Wall".into(),
+            "-Wextra".into(),
+            "-Werror".into(),
+            inc.clone(),
+        ],
+    )];
+    match std::env::var("GMPI_MPICH5_LIB") {
+        Ok(lib) => {
+            let lib = PathBuf::from(lib);
+            let libdir = lib.parent().expect("the wheel's lib/").to_path_buf();
+            let wheel_inc = libdir.parent().expect("the wheel's data/").join("include");
+            builds.push((
+                "mpich5",
+                "cc".into(),
+                vec![
+                    "-std=c99".to_string(),
+                    "-O2".into(),
+                    inc.clone(),
+                    format!("-I{}", wheel_inc.display()),
+                    format!("-L{}", libdir.display()),
+                    "-lmpi".into(),
+                ],
+            ));
+        }
+        Err(_) => eprintln!("GMPI_MPICH5_LIB is not set: mpi41.c is not built against MPICH 5"),
+    }
+    for (tag, cc, flags) in builds {
+        let exe = dir.join(format!("mpi41-{tag}"));
+        // The library comes last on the command line.
+        let (libs, cflags): (Vec<&String>, Vec<&String>) = flags
+            .iter()
+            .partition(|f| f.starts_with("-l") || f.starts_with("-L"));
+        let o = Command::new(&cc)
+            .args(cflags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(src.join("mpi41.c"))
+            .args(libs)
+            .output()
+            .unwrap_or_else(|e| panic!("run {cc}: {e}"));
+        assert!(
+            o.status.success(),
+            "building mpi41.c ({tag}):\n{}",
+            text(&o)
+        );
+        for np in [1, 2, 3] {
+            let o = run(&exe, np, &[]);
+            assert!(
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout).contains(&format!("OK mpi41 np={np}")),
+                "mpi41 ({tag}) at np {np}:\n{}",
+                text(&o)
+            );
+        }
+    }
+}
+
 /// Calls gmpi does not implement yet, in a program MPICH's `mpicc` built:
 /// each fails with `MPI_ERR_UNSUPPORTED_OPERATION` through the right error
 /// handler (`MPI_T_*` with `MPI_T_ERR_NOT_SUPPORTED`), and each process
@@ -558,8 +636,32 @@ fn mpi4py_suite_one_sided_files() {
 /// every mpi4py test runs with it) at np 1 and 2.
 #[test]
 fn mpi4py_suite_session_exception_grequest_threads_files() {
-    let files = ["test_session", "test_exceptions", "test_grequest", "test_threads"];
+    let files = [
+        "test_session",
+        "test_exceptions",
+        "test_grequest",
+        "test_threads",
+    ];
     mpi4py_files("session", &files, &[1, 2], "74 ok, 0 failed, 0 errors");
+}
+
+/// mpi4py's files that reach the MPI 4.1 and MPI 5.0 calls gmpi exports
+/// (mpi4py looks them up at run time): `test_mpiabi` (the ABI and Fortran
+/// info queries), `test_status` (status fields), `test_errorcode` (error
+/// class, code and string removal), `test_request` (`get_status_any/all/
+/// some`), `test_p2p_buf` (buffered sends, buffers per communicator and
+/// session, flushes), `test_environ`, at np 1 and 2.
+#[test]
+fn mpi4py_suite_mpi41_files() {
+    let files = [
+        "test_mpiabi",
+        "test_status",
+        "test_errorcode",
+        "test_request",
+        "test_p2p_buf",
+        "test_environ",
+    ];
+    mpi4py_files("mpi41", &files, &[1, 2], "121 ok, 0 failed, 0 errors");
 }
 
 /// mpi4py's `test_ulfm` at np 2 and 3: agreement, shrink and the failed
