@@ -15,7 +15,7 @@
 !
 ! Version
       INTEGER, PARAMETER :: MPI_VERSION = 4
-      INTEGER, PARAMETER :: MPI_SUBVERSION = 0
+      INTEGER, PARAMETER :: MPI_SUBVERSION = 1
 !
 ! Kinds (INTEGER kinds of address/offset/count/default integers)
       INTEGER, PARAMETER :: MPI_ADDRESS_KIND = 8

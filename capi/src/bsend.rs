@@ -98,10 +98,6 @@ struct Pools {
     group_session: HashMap<MPI_Group, MPI_Session>,
 }
 
-/// `MPI_BUFFER_AUTOMATIC` (MPI 4.1; `(void *)-2` in MPICH's header, which
-/// gmpi's MPI 4.0 header does not have).
-pub(crate) const MPI_BUFFER_AUTOMATIC: *mut c_void = usize::MAX.wrapping_sub(1) as *mut c_void;
-
 static POOLS: LazyLock<Mutex<Pools>> = LazyLock::new(Default::default);
 
 fn pools() -> MutexGuard<'static, Pools> {

@@ -157,7 +157,8 @@ fn split_kind(call: &str, split_type: c_int, info: MPI_Info) -> Result<Option<bo
         MPI_COMM_TYPE_SHARED => Some(false),
         // MPI-4 §7.4.2: "mpi_shared_memory" must give the SHARED split; any
         // other or no resource type gives MPI_COMM_NULL.
-        MPI_COMM_TYPE_HW_GUIDED => entries
+        // MPI 4.1's resource-guided split takes the same info key.
+        MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => entries
             .iter()
             .any(|(k, v)| k == "mpi_hw_resource_type" && v == "mpi_shared_memory")
             .then_some(false),
@@ -170,7 +171,7 @@ fn split_kind(call: &str, split_type: c_int, info: MPI_Info) -> Result<Option<bo
                 call,
                 format!(
                     "split_type = {t} is not MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, \
-                     MPI_COMM_TYPE_HW_UNGUIDED or MPI_UNDEFINED"
+                     MPI_COMM_TYPE_HW_UNGUIDED, MPI_COMM_TYPE_RESOURCE_GUIDED or MPI_UNDEFINED"
                 ),
             ))
         }
@@ -388,6 +389,10 @@ mpi_fn! {
     }
 
     fn Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) {
+        if comm == MPI_COMM_NULL {
+            // MPI 4.1: the null handle's name.
+            return ptr::write_cstr(CALL, "comm_name", comm_name, MPI_MAX_OBJECT_NAME, "MPI_COMM_NULL", resultlen);
+        }
         resolve::comm(CALL, comm)?;
         let name = resolve::with_comm(CALL, comm, |o| o.name.clone())?;
         ptr::write_cstr(CALL, "comm_name", comm_name, MPI_MAX_OBJECT_NAME, &name, resultlen)

@@ -29,7 +29,7 @@ static THREAD_LEVEL: OnceLock<c_int> = OnceLock::new();
 pub const LIBRARY_VERSION: &str = concat!(
     "gmpi ",
     env!("CARGO_PKG_VERSION"),
-    " (MPICH ABI, libmpi.so.12; MPI 4.0)"
+    " (MPICH ABI, libmpi.so.12; MPI 4.1)"
 );
 
 /// Whether the world model was initialized (`MPI_Init`/`MPI_Init_thread`),
@@ -187,13 +187,13 @@ mpi_fn! {
     }
 
     noinit fn Get_version(version: *mut c_int, subversion: *mut c_int) {
-        // MPI 4.0: every MPI-4.0 call exists (large counts, persistent
-        // collectives, partitioned communication, sessions, as MPICH 4.0's
-        // libmpi.so.12 exports them); MPI-IO and dynamic processes fail
-        // with MPI_ERR_UNSUPPORTED_OPERATION. Not 4.1: its additions
-        // (MPI_Comm_attach_buffer, MPI_Status_get_source, …) are missing.
-        ptr::write(CALL, "version", version, 4)?;
-        ptr::write(CALL, "subversion", subversion, 0)
+        // MPI 4.1: every MPI-4.1 call exists (large counts, persistent
+        // collectives, partitioned communication, sessions, and 4.1's
+        // buffers per communicator and session, status fields, error
+        // removal, ...: mpi41.rs); MPI-IO and dynamic processes fail with
+        // MPI_ERR_UNSUPPORTED_OPERATION.
+        ptr::write(CALL, "version", version, MPI_VERSION)?;
+        ptr::write(CALL, "subversion", subversion, MPI_SUBVERSION)
     }
 
     noinit fn Get_library_version(version: *mut c_char, resultlen: *mut c_int) {

@@ -65,8 +65,8 @@
 //!    - `session.rs`: the MPI-4 sessions model.
 //!    - `greq.rs`: generalized requests (`MPI_Grequest_start`, …).
 //!    - `mpi41.rs`: the MPI 4.1 additions and MPI 5.0's toint/fromint and
-//!      ABI queries that MPICH >= 4.1 exports (exported, not declared in
-//!      the MPI 4.0 header).
+//!      ABI queries that MPICH >= 4.1 exports (the MPI 5.0 ones exported,
+//!      not declared).
 //!    - `mpix.rs`: the MPIX extensions: the GPU-support queries
 //!      (`MPIX_Query_cuda_support`, `MPIX_GPU_query_support`) and the
 //!      fault-tolerance calls (`MPIX_Comm_agree`, `MPIX_Comm_shrink`, …).

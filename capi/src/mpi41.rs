@@ -20,8 +20,8 @@
 //!   `_set_fortran_info` (what gmpi's Fortran bindings were built with;
 //!   a different setting is refused).
 //!
-//! They are exported, not declared in `mpi.h`: gmpi's header is MPICH 4.0's
-//! (MPI 4.0), which `capi/tests/abi` holds it to.
+//! `mpi.h` declares the MPI 4.1 ones (gmpi reports MPI 4.1; the ABI check
+//! holds them to the MPICH 5 wheel's header), not the MPI 5.0 ones.
 
 use std::ffi::{c_int, c_void};
 
@@ -52,8 +52,8 @@ const FORTRAN_INFO: [(&str, &str); 4] = [
     ("mpi_double_precision_size", "8"),
 ];
 /// The sized Fortran types `MPI_Abi_get_fortran_info` reports on, with
-/// gmpi's handle for each. `None`: gmpi's MPI 4.0 header (MPICH 4's) does
-/// not name it (the `LOGICALn` kinds, `INTEGER16`, `REAL2`, `COMPLEX4`),
+/// gmpi's handle for each. `None`: gmpi's header (MPICH 4's names plus
+/// MPI 4.1's) does not name it (the `LOGICALn` kinds, `INTEGER16`, `REAL2`, `COMPLEX4`),
 /// so it is not supported, as for MPICH before 5.0.
 const FORTRAN_TYPES: [(&str, Option<MPI_Datatype>); 19] = [
     ("logical1", None),

@@ -1028,6 +1028,10 @@ mpi_fn! {
     }
 
     fn Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) {
+        if datatype == MPI_DATATYPE_NULL {
+            // MPI 4.1: the null handle's name.
+            return ptr::write_cstr(CALL, "type_name", type_name, MPI_MAX_OBJECT_NAME, "MPI_DATATYPE_NULL", resultlen);
+        }
         type_arg(CALL, "datatype", datatype)?;
         if resultlen.is_null() {
             return Err(err(ErrorClass::Arg, CALL, "resultlen is NULL"));

@@ -641,6 +641,10 @@ mpi_fn! {
     }
 
     fn Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) {
+        if win == MPI_WIN_NULL {
+            // MPI 4.1: the null handle's name.
+            return ptr::write_cstr(CALL, "win_name", win_name, MPI_MAX_OBJECT_NAME, "MPI_WIN_NULL", resultlen);
+        }
         self::win(CALL, win)?;
         let name = with_obj(CALL, win, |o| o.name.clone())?;
         ptr::write_cstr(CALL, "win_name", win_name, MPI_MAX_OBJECT_NAME, &name, resultlen)

@@ -542,16 +542,19 @@ impl Window {
 
     /// `MPI_Win_shared_query`: `rank`'s size, displacement unit and base
     /// address in this process ([`crate::PROC_NULL`]: the first rank with
-    /// memory). Shared windows only.
+    /// memory). Windows of `MPI_Win_create` (MPI 4.1) answer for this
+    /// rank's own memory only (size 0 and NULL for the others, whose memory
+    /// is reached by Cross Memory Attach, not load and store); dynamic
+    /// windows have none.
     pub fn shared_query(&self, rank: i32) -> Result<(usize, isize, u64)> {
         const CALL: &str = "MPI_Win_shared_query";
         self.check_live(CALL)?;
-        if !matches!(self.inner.flavor, WinFlavor::Shared | WinFlavor::Allocate) {
+        if self.inner.flavor == WinFlavor::Dynamic {
             return Err(self.err(
                 ErrorClass::RmaFlavor,
                 CALL,
-                "the window's memory is not shared (only windows of MPI_Win_allocate_shared \
-                 and MPI_Win_allocate have shared memory)",
+                "a dynamic window has no memory of its own to query (only windows of \
+                 MPI_Win_allocate_shared, MPI_Win_allocate and MPI_Win_create do)",
             ));
         }
         let n = self.inner.peers.len();
@@ -570,6 +573,15 @@ impl Window {
             rank as usize
         };
         let p = self.inner.peers[r];
+        if self.inner.flavor == WinFlavor::Create {
+            // MPI 4.1: memory not reachable by load and store answers size
+            // 0 and NULL; this rank's own memory is.
+            return Ok(if r == self.inner.me {
+                (p.size as usize, p.disp_unit as isize, p.base)
+            } else {
+                (0, p.disp_unit as isize, 0)
+            });
+        }
         Ok((
             p.size as usize,
             p.disp_unit as isize,

@@ -11,6 +11,9 @@ use crate::abi::types::{
 
 // ---- plain constants ----
 
+/// The standard gmpi implements (`MPI_Get_version`; mpi.h's `MPI_VERSION`).
+pub const MPI_VERSION: c_int = 4;
+pub const MPI_SUBVERSION: c_int = 1;
 pub const MPI_SUCCESS: c_int = 0;
 pub const MPI_ANY_SOURCE: c_int = -2;
 pub const MPI_ANY_TAG: c_int = -1;
@@ -35,6 +38,10 @@ pub const MPI_BSEND_OVERHEAD: c_int = 96;
 pub const MPI_COMM_TYPE_SHARED: c_int = 1;
 pub const MPI_COMM_TYPE_HW_GUIDED: c_int = 2;
 pub const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 3;
+pub const MPI_COMM_TYPE_RESOURCE_GUIDED: c_int = 4;
+/// `MPI_BUFFER_AUTOMATIC` (MPI 4.1): `(void *)-2`.
+pub const MPI_BUFFER_AUTOMATIC: *mut std::ffi::c_void =
+    usize::MAX.wrapping_sub(1) as *mut std::ffi::c_void;
 pub const MPI_ORDER_C: c_int = 56;
 pub const MPI_ORDER_FORTRAN: c_int = 57;
 pub const MPI_GRAPH: c_int = 1;

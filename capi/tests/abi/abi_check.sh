@@ -27,6 +27,9 @@
 # Usage: abi_check.sh [--syms FILE] [--keep]
 # Environment:
 #   MPICH_INC   MPICH include dir (default /usr/include/x86_64-linux-gnu/mpich)
+#   MPICH_NEXT_INC  a newer MPICH's include dir (the MPICH 5 wheel's): names
+#               gmpi declares that MPICH_INC's header lacks (MPI 4.1's) are
+#               checked against this one instead (name, value, signature)
 #   CC, CXX     compilers (default gcc, g++)
 #   ABI_CHECK_REQUIRE_MPICH=1  fail (instead of skipping checks 1-3) when
 #               MPICH's header is not installed.
@@ -37,6 +40,7 @@ export LC_ALL=C
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ours_inc="$(cd "$here/../../include" && pwd)"
 mpich_inc="${MPICH_INC:-/usr/include/x86_64-linux-gnu/mpich}"
+next_inc="${MPICH_NEXT_INC:-}"
 CC="${CC:-gcc}"
 CXX="${CXX:-g++}"
 
@@ -132,8 +136,8 @@ typedef_decls  < "$work/ours_decls.txt" | cut -f1 | sort -u > "$work/ours_typede
 
 grep -E '^GMPI_' "$work/ours_obj_macros.txt" > "$work/ours_gmpi.txt" || true
 # MPI_VERSION/MPI_SUBVERSION say which standard the library implements, not
-# an ABI value: gmpi says 3.1 (it lacks MPI-4's large-count and session
-# calls), MPICH 4.x says 4.0. Every other constant must match.
+# an ABI value: gmpi says 4.1, Debian's MPICH 4.0.2 4.0, MPICH 5 5.0. Every
+# other constant must match.
 grep -v -E '^(GMPI_|MPI_VERSION$|MPI_SUBVERSION$)' "$work/ours_obj_macros.txt" > "$work/ours_consts.txt" || true
 
 echo "gmpi header: $(wc -l < "$work/ours_consts.txt") constant macros," \
@@ -237,6 +241,28 @@ else
         cat "$work/mpich_obj_macros.txt" "$work/mpich_fn_macros.txt"
         grep -o -E '[A-Za-z_][A-Za-z0-9_]*' "$work/mpich_decls_all.txt"
     } | sort -u > "$work/mpich_names.txt"
+    # The newer header, if given: the reference for what MPICH_INC's lacks.
+    : > "$work/next_obj_macros.txt"; : > "$work/next_fn_macros.txt"
+    : > "$work/next_decls_all.txt"; : > "$work/next_names.txt"
+    if [ -n "$next_inc" ]; then
+        if [ -f "$next_inc/mpi.h" ]; then
+            header_macros "$next_inc" object   > "$work/next_obj_macros.txt"
+            header_macros "$next_inc" function > "$work/next_fn_macros.txt"
+            one_decl_per_line "$next_inc"      > "$work/next_decls_all.txt"
+            {
+                cat "$work/next_obj_macros.txt" "$work/next_fn_macros.txt"
+                grep -o -E '[A-Za-z_][A-Za-z0-9_]*' "$work/next_decls_all.txt"
+            } | sort -u > "$work/next_names.txt"
+            echo "newer MPICH header for names the first lacks: $next_inc"
+        else
+            fail "MPICH_NEXT_INC=$next_inc has no mpi.h"
+        fi
+    else
+        echo "MPICH_NEXT_INC is not set: names MPICH_INC's header lacks (MPI 4.1's) fail the name check"
+    fi
+    sort -u "$work/mpich_obj_macros.txt" "$work/next_obj_macros.txt" > "$work/any_obj_macros.txt"
+    sort -u "$work/mpich_fn_macros.txt" "$work/next_fn_macros.txt" > "$work/any_fn_macros.txt"
+    sort -u "$work/mpich_names.txt" "$work/next_names.txt" > "$work/any_names.txt"
 
     # Object-like macros must stay object-like macros, conversion macros must
     # stay function-like macros; everything else just has to exist.
@@ -249,16 +275,16 @@ else
             pass "$1 all exist in MPICH ($(wc -l < "$2"))"
         fi
     }
-    check_subset "constant macros"   "$work/ours_consts.txt"    "$work/mpich_obj_macros.txt"
-    check_subset "conversion macros" "$work/ours_fn_macros.txt" "$work/mpich_fn_macros.txt"
-    check_subset "enum constants"    "$work/ours_enums.txt"     "$work/mpich_names.txt"
-    check_subset "typedefs"          "$work/ours_typedefs.txt"  "$work/mpich_names.txt"
-    check_subset "extern objects"    "$work/ours_externs.txt"   "$work/mpich_names.txt"
-    check_subset "functions"         "$work/ours_funcs.txt"     "$work/mpich_names.txt"
+    check_subset "constant macros"   "$work/ours_consts.txt"    "$work/any_obj_macros.txt"
+    check_subset "conversion macros" "$work/ours_fn_macros.txt" "$work/any_fn_macros.txt"
+    check_subset "enum constants"    "$work/ours_enums.txt"     "$work/any_names.txt"
+    check_subset "typedefs"          "$work/ours_typedefs.txt"  "$work/any_names.txt"
+    check_subset "extern objects"    "$work/ours_externs.txt"   "$work/any_names.txt"
+    check_subset "functions"         "$work/ours_funcs.txt"     "$work/any_names.txt"
     # Any other identifier appearing in our declarations (struct tags, ...).
     grep -o -E '[A-Za-z_][A-Za-z0-9_]*' "$work/ours_decls.txt" | grep -E 'MPI|ADIO' |
         grep -v -E '^GMPI_' | sort -u > "$work/ours_idents.txt"
-    check_subset "other identifiers" "$work/ours_idents.txt"    "$work/mpich_names.txt"
+    check_subset "other identifiers" "$work/ours_idents.txt"    "$work/any_names.txt"
 
     # ---- 2. values ---------------------------------------------------------
     {
@@ -269,36 +295,65 @@ else
         comm -12 "$work/ours_externs.txt" "$work/mpich_names.txt"     | sed 's/.*/    PROBE_EXTERN(&);/'
     } > "$work/probe_names.h"
 
-    probe_ok=1
-    for side in mpich gmpi; do
-        if [ "$side" = mpich ]; then inc="$mpich_inc"; else inc="$ours_inc"; fi
-        if "$CC" -std=c11 -O0 -w -I"$work" -I"$inc" "$here/abi_probe.c" \
-               -o "$work/probe_$side" > "$work/probe_$side.log" 2>&1; then
-            "$work/probe_$side" > "$work/values_$side.txt"
-        else
-            fail "abi_probe.c does not compile against the $side header"
-            sed 's/^/    /' "$work/probe_$side.log" | head -40
-            probe_ok=0
+    # probe REF_INC LABEL: build abi_probe.c against the reference header
+    # and gmpi's with the names of probe_names.h; compare the outputs.
+    # With a third argument, only the probed names are compared (the newer
+    # header's typedefs differ in spelling, not in size: MPICH 5 says
+    # `long long` where MPICH 4 and gmpi say `long`).
+    probe() {
+        local ref="$1" label="$2" named="${3:-}" probe_ok=1 side inc
+        for side in mpich gmpi; do
+            if [ "$side" = mpich ]; then inc="$ref"; else inc="$ours_inc"; fi
+            if "$CC" -std=c11 -O0 -w -I"$work" -I"$inc" "$here/abi_probe.c" \
+                   -o "$work/probe_$side" > "$work/probe_$side.log" 2>&1; then
+                if [ -n "$named" ]; then
+                    "$work/probe_$side" | grep -E '^(const|extern) ' > "$work/values_$side.txt" || true
+                else
+                    "$work/probe_$side" > "$work/values_$side.txt"
+                fi
+            else
+                fail "abi_probe.c does not compile against the $side header ($label)"
+                sed 's/^/    /' "$work/probe_$side.log" | head -40
+                probe_ok=0
+            fi
+        done
+        if [ "$probe_ok" = 1 ]; then
+            if diff -u "$work/values_mpich.txt" "$work/values_gmpi.txt" > "$work/values.diff"; then
+                pass "layout, typedefs and values identical to $label ($(wc -l < "$work/values_gmpi.txt") probes)"
+            else
+                fail "layout/typedef/value differences (- $label, + gmpi):"
+                cat "$work/values.diff"
+            fi
         fi
-    done
-    if [ "$probe_ok" = 1 ]; then
-        if diff -u "$work/values_mpich.txt" "$work/values_gmpi.txt" > "$work/values.diff"; then
-            pass "layout, typedefs and values identical ($(wc -l < "$work/values_gmpi.txt") probes)"
-        else
-            fail "layout/typedef/value differences (- MPICH, + gmpi):"
-            cat "$work/values.diff"
-        fi
+    }
+    probe "$mpich_inc" "MPICH"
+    # The names only the newer header has, against it.
+    if [ -s "$work/next_names.txt" ]; then
+        {
+            echo "/* generated by abi_check.sh */"
+            comm -12 "$work/ours_consts.txt" "$work/next_obj_macros.txt" |
+                comm -23 - "$work/mpich_obj_macros.txt" | sed 's/.*/    PROBE(&);/'
+            comm -12 "$work/ours_enums.txt" "$work/next_names.txt" |
+                comm -23 - "$work/mpich_names.txt" | sed 's/.*/    PROBE(&);/'
+        } > "$work/probe_names.h"
+        probe "$next_inc" "the newer MPICH" named
     fi
 
     # ---- 3. signatures -----------------------------------------------------
+    # Each name's declaration from MPICH_INC's header, else the newer one's.
+    decls_of() { # extractor, ours-file
+        { "$1" < "$work/mpich_decls_all.txt" | sort -u -k1,1; } > "$work/d1.txt"
+        { "$1" < "$work/next_decls_all.txt" | sort -u -k1,1; } > "$work/d2.txt"
+        cut -f1 "$work/d1.txt" > "$work/d1_names.txt"
+        join -t "$(printf '\t')" "$work/d2.txt" - < <(comm -23 "$2" "$work/d1_names.txt") > "$work/d2_only.txt" || true
+        sort -u -k1,1 "$work/d1.txt" "$work/d2_only.txt" |
+            join -t "$(printf '\t')" - "$2" | cut -f2- | sed 's/$/;/'
+    }
     {
         echo "/* generated by abi_check.sh from MPICH's headers */"
-        function_decls < "$work/mpich_decls_all.txt" | sort -u -k1,1 |
-            join -t "$(printf '\t')" - "$work/ours_funcs.txt" | cut -f2- | sed 's/$/;/'
-        extern_decls < "$work/mpich_decls_all.txt" | sort -u -k1,1 |
-            join -t "$(printf '\t')" - "$work/ours_externs.txt" | cut -f2- | sed 's/$/;/'
-        typedef_decls < "$work/mpich_decls_all.txt" | sort -u -k1,1 |
-            join -t "$(printf '\t')" - "$work/ours_typedefs.txt" | cut -f2- | sed 's/$/;/'
+        decls_of function_decls "$work/ours_funcs.txt"
+        decls_of extern_decls "$work/ours_externs.txt"
+        decls_of typedef_decls "$work/ours_typedefs.txt"
     } > "$work/mpich_decls.h"
     n_redecl="$(grep -c ';$' "$work/mpich_decls.h" || true)"
     n_ours="$(cat "$work/ours_funcs.txt" "$work/ours_externs.txt" "$work/ours_typedefs.txt" | wc -l)"

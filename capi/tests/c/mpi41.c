@@ -1,8 +1,10 @@
 /* The MPI 4.1 calls and MPI 5.0's handle/ABI queries that MPICH >= 4.1
- * exports (gmpi's MPI 4.0 header does not declare them: a program built
- * against a newer MPICH calls them, so this test declares them itself):
+ * exports (an MPI 4.0 header declares neither, an MPI 4.1 one, gmpi's,
+ * not the MPI 5.0 ones: this test declares what its header lacks, as a
+ * program built against a newer MPICH has them):
  * status fields, error class/code/string removal, Request_get_status_any/
- * all/some, Type_get_value_index, Get_hw_resource_info, buffers per
+ * all/some, Type_get_value_index, Get_hw_resource_info, the names of the
+ * null handles, buffers per
  * communicator and per session with flushes and MPI_BUFFER_AUTOMATIC,
  * toint/fromint, and the ABI queries. Any np >= 1. */
 #define TEST_NAME "mpi41"
@@ -40,6 +42,8 @@ int MPI_Comm_iflush_buffer(MPI_Comm comm, MPI_Request *request);
 int MPI_Session_attach_buffer(MPI_Session session, void *buffer, int size);
 int MPI_Session_detach_buffer(MPI_Session session, void *buffer_addr, int *size);
 int MPI_Session_flush_buffer(MPI_Session session);
+#endif
+#if MPI_VERSION < 5
 int MPI_Comm_toint(MPI_Comm comm);
 MPI_Comm MPI_Comm_fromint(int comm);
 int MPI_Type_toint(MPI_Datatype datatype);
@@ -159,6 +163,35 @@ static void value_index(void)
     CHECK(t == MPI_LONG_DOUBLE_INT, "long double,int");
     CHECK_MPI(MPI_Type_get_value_index(MPI_FLOAT, MPI_LONG, &t));
     CHECK(t == MPI_DATATYPE_NULL, "float,long is no pair type");
+}
+
+static void null_names(void)
+{
+    /* MPI 4.1: the null handles have names. */
+    char n[MPI_MAX_OBJECT_NAME];
+    int len = -1;
+    CHECK_MPI(MPI_Comm_get_name(MPI_COMM_NULL, n, &len));
+    CHECK(strcmp(n, "MPI_COMM_NULL") == 0 && len == 13, "comm null name '%s' %d", n, len);
+    CHECK_MPI(MPI_Type_get_name(MPI_DATATYPE_NULL, n, &len));
+    CHECK(strcmp(n, "MPI_DATATYPE_NULL") == 0 && len == 17, "datatype null name '%s' %d", n, len);
+    CHECK_MPI(MPI_Win_get_name(MPI_WIN_NULL, n, &len));
+    CHECK(strcmp(n, "MPI_WIN_NULL") == 0 && len == 12, "win null name '%s' %d", n, len);
+}
+
+/* MPI 4.1: MPI_Win_shared_query on a window of MPI_Win_create answers
+ * at least for this rank's own memory. */
+static void shared_query_create(void)
+{
+    double mem[16];
+    MPI_Win w;
+    CHECK_MPI(MPI_Win_create(mem, sizeof mem, sizeof(double), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+    MPI_Aint sz = -1;
+    int du = -1;
+    void *base = NULL;
+    CHECK_MPI(MPI_Win_shared_query(w, rank, &sz, &du, &base));
+    CHECK(sz == 0 || (sz == (MPI_Aint)sizeof mem && base == (void *)mem && du == (int)sizeof(double)),
+          "own memory: size %ld base %p (mem %p) disp %d", (long)sz, base, (void *)mem, du);
+    CHECK_MPI(MPI_Win_free(&w));
 }
 
 static void queries(void)
@@ -287,6 +320,8 @@ int main(int argc, char **argv)
     error_removal();
     request_status();
     value_index();
+    null_names();
+    shared_query_create();
     queries();
     buffers();
     session_buffer();
