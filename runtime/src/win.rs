@@ -10,7 +10,19 @@
 //!   hands out each rank's base in this process;
 //! - `MPI_Win_create`, `MPI_Win_create_dynamic`: in the owner's own memory,
 //!   reached by Cross Memory Attach (`process_vm_readv`/`writev`, one
-//!   system call per contiguous run), also for a rank's own window.
+//!   system call per contiguous run), also for a rank's own window;
+//! - `MPI_Win_create` over GPU memory (any rank's, mixed with host memory
+//!   on others): each such rank exports its buffer by CUDA IPC at creation
+//!   and every other rank maps it (`map_device_memory`), so an operation
+//!   is a device copy into or out of the mapping (through a host buffer
+//!   for packing and for combining accumulates). Where IPC fails on any
+//!   rank, creation fails on every rank with `MPI_ERR_UNSUPPORTED_OPERATION`
+//!   saying why.
+//!
+//! The C ABI's hot path (`put_get_basic`, `acc_basic`, `cas_basic`,
+//! `flush_basic`) takes contiguous predefined elements on the allocated
+//! flavors with no lock: each target's epoch state is published as atomic
+//! bits (`EpochsGuard`).
 //!
 //! So every operation completes at the origin before it returns, and no
 //! target ever has to act: passive-target epochs progress while the
@@ -30,9 +42,11 @@
 //! `MPI_ERR_RMA_SYNC`.
 //!
 //! Not here yet: windows across nodes (`MPI_ERR_UNSUPPORTED_OPERATION` at
-//! creation, naming the call) and windows on device memory (the same);
-//! device *origin* buffers work (they are packed and unpacked through the
-//! gpu layer like any send or receive buffer).
+//! creation, naming the call), device memory of `MPI_Win_allocate` (it is
+//! host memory) and dynamic windows on device memory (attach of a device
+//! region is reached by CMA, which cannot read it). Device *origin*
+//! buffers work everywhere (packed and unpacked through the gpu layer like
+//! any send or receive buffer).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -96,6 +110,10 @@ struct Peer {
     base: u64,
     size: u64,
     disp_unit: i64,
+    /// Where this process reaches the memory of a window on GPU memory
+    /// (`MPI_Win_create` over a device buffer): the owner's base for this
+    /// rank, its CUDA IPC mapping for the others; 0 for host memory.
+    dev: u64,
 }
 
 /// The targets this rank has locked (indexed by rank: the check of every
@@ -235,6 +253,97 @@ impl Runs {
     }
 }
 
+/// Words of a CUDA IPC descriptor on the wire of window creation: the
+/// handle's 64 bytes, base, buffer id, offset, length, and a success flag.
+const DESC_WORDS: usize = 13;
+
+/// Windows on GPU memory: every rank whose window memory is device memory
+/// exports it by CUDA IPC, and every other rank maps it (one node: the
+/// window's ranks share it), so that operations copy straight into and out
+/// of the target's memory with no call from the target. Collective: a rank
+/// that cannot export or map fails every rank's creation.
+fn map_device_memory(
+    comm: &Communicator,
+    call: &'static str,
+    peers: &mut [Peer],
+    all: &[u64],
+    on_device: bool,
+) -> Result<()> {
+    let me = comm.rank() as usize;
+    let n = peers.len();
+    let gpu = engine::gpu();
+    let mut mine = [0u64; DESC_WORDS];
+    let mut why = None;
+    if on_device {
+        match gpu.ipc_export(peers[me].base, peers[me].size as usize) {
+            Ok(d) => {
+                for (w, c) in mine.iter_mut().zip(d.handle.0.chunks(8)) {
+                    *w = u64::from_ne_bytes(c.try_into().expect("8-byte chunks"));
+                }
+                mine[8..12].copy_from_slice(&[d.base, d.buffer_id, d.offset, d.len]);
+                mine[12] = 1;
+            }
+            Err(e) => {
+                why = Some(format!(
+                    "rank {me} cannot export its device memory by CUDA IPC: {e}"
+                ))
+            }
+        }
+    }
+    let mut descs = vec![0u64; DESC_WORDS * n];
+    comm.allgather(&mine[..], &mut descs[..])?;
+    for r in 0..n {
+        if all[F * r + 4] == 0 {
+            continue;
+        }
+        if r == me {
+            peers[r].dev = peers[r].base;
+            continue;
+        }
+        let w = &descs[DESC_WORDS * r..DESC_WORDS * (r + 1)];
+        if w[12] == 0 {
+            // That rank says why itself.
+            why.get_or_insert_with(|| format!("rank {r} cannot export its device memory"));
+            continue;
+        }
+        let mut handle = [0u8; 64];
+        for (c, word) in handle.chunks_mut(8).zip(&w[..8]) {
+            c.copy_from_slice(&word.to_ne_bytes());
+        }
+        let d = gmpi_gpu::IpcDesc {
+            handle: gmpi_gpu::IpcHandle(handle),
+            base: w[8],
+            buffer_id: w[9],
+            offset: w[10],
+            len: w[11],
+        };
+        match gpu.ipc_map(comm.inner.world[r], &d) {
+            Ok(a) => peers[r].dev = a,
+            Err(e) => {
+                why.get_or_insert_with(|| {
+                    format!("rank {me} cannot map rank {r}'s device memory by CUDA IPC: {e}")
+                });
+            }
+        }
+    }
+    let ok = [u32::from(why.is_none())];
+    let mut all_ok = [0u32];
+    comm.allreduce(&ok[..], &mut all_ok[..], Op::Min)?;
+    if all_ok[0] == 1 {
+        tracing::debug!(target: "rma", "{call}: device memory reached by CUDA IPC");
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorClass::Unsupported,
+        call,
+        me as i32,
+        format!(
+            "windows on GPU memory need CUDA IPC between their ranks, which failed ({})",
+            why.as_deref().unwrap_or("on another rank")
+        ),
+    ))
+}
+
 impl Window {
     fn err(&self, class: ErrorClass, call: &str, what: impl std::fmt::Display) -> Error {
         Error::new(class, call, self.inner.comm.rank(), what)
@@ -296,25 +405,18 @@ impl Window {
         let n = comm.size() as usize;
         let mut all = vec![0u64; F * n];
         comm.allgather(&mine[..], &mut all[..])?;
-        if let Some(r) = (0..n).find(|&r| all[F * r + 4] != 0) {
-            return Err(Error::new(
-                ErrorClass::Unsupported,
-                call,
-                me,
-                format!(
-                    "rank {r}'s window memory is on a GPU; windows on device memory are not \
-                     supported by gmpi yet"
-                ),
-            ));
-        }
-        let peers: Vec<Peer> = (0..n)
+        let mut peers: Vec<Peer> = (0..n)
             .map(|r| Peer {
                 pid: all[F * r],
                 base: all[F * r + 1],
                 size: all[F * r + 2],
                 disp_unit: all[F * r + 3] as i64,
+                dev: 0,
             })
             .collect();
+        if (0..n).any(|r| all[F * r + 4] != 0) {
+            map_device_memory(comm, call, &mut peers, &all, on_device)?;
+        }
         let private = comm.dup()?;
         let in_area = matches!(flavor, WinFlavor::Allocate | WinFlavor::Shared);
         if !in_area {
@@ -400,7 +502,6 @@ impl Window {
                 ))
             }
         };
-        let mut peers = peers;
         if in_area {
             // Bases as the owners see them.
             for (r, p) in peers.iter_mut().enumerate() {
@@ -605,6 +706,22 @@ impl Window {
                 "the window is not dynamic (MPI_Win_create_dynamic)",
             ));
         }
+        if size > 0
+            && !engine::gpu()
+                .classify(base, size)
+                .map(|k| k.is_host())
+                .unwrap_or(true)
+        {
+            // Attached regions are reached by Cross Memory Attach.
+            return Err(self.err(
+                ErrorClass::Unsupported,
+                CALL,
+                format!(
+                    "{size} bytes at {base:#x} are GPU memory; dynamic windows take host \
+                     memory only (MPI_Win_create takes GPU memory)"
+                ),
+            ));
+        }
         let mut ep = self.epochs();
         let end = base.saturating_add(size as u64);
         if size > 0
@@ -782,6 +899,14 @@ impl Window {
         )
     }
 
+    fn dev_err(&self, call: &str, t: usize, e: gmpi_gpu::GpuError) -> Error {
+        self.err(
+            ErrorClass::Other,
+            call,
+            format!("a device copy to or from rank {t}'s window memory failed: {e}"),
+        )
+    }
+
     fn read_at(&self, call: &str, t: usize, off: i128, out: &mut [u8]) -> Result<()> {
         let p = self.inner.peers[t];
         match self.inner.flavor {
@@ -790,6 +915,10 @@ impl Window {
                 .area
                 .read(t, off as usize, out)
                 .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
+            WinFlavor::Create if p.dev != 0 => engine::gpu()
+                .copy_to_host(out, (p.dev as i128 + off) as u64)
+                .map(|_| ())
+                .map_err(|e| self.dev_err(call, t, e)),
             WinFlavor::Create => cma_read(p.pid, (p.base as i128 + off) as u64, out)
                 .map_err(|e| self.cma_err(call, t, e)),
             WinFlavor::Dynamic => {
@@ -806,6 +935,10 @@ impl Window {
                 .area
                 .write(t, off as usize, data)
                 .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
+            WinFlavor::Create if p.dev != 0 => engine::gpu()
+                .copy_to_device((p.dev as i128 + off) as u64, data)
+                .map(|_| ())
+                .map_err(|e| self.dev_err(call, t, e)),
             WinFlavor::Create => cma_write(p.pid, (p.base as i128 + off) as u64, data)
                 .map_err(|e| self.cma_err(call, t, e)),
             WinFlavor::Dynamic => {

@@ -21,6 +21,11 @@
  * its process, another process cannot map it either (CUDA_ERROR_INVALID_HANDLE,
  * counted as "ipc-foreign"): every open fails, and gmpi must fall back to its
  * staged protocol (or, to itself, copy directly) instead of aliasing memory.
+ * With FAKE_CUDA_SHARED_IPC=1, device allocations are shared memory (a
+ * memfd each) and another process of the same user opens a handle as real
+ * CUDA IPC does: it maps the exporter's allocation (through
+ * /proc/PID/fd/FD) as an allocation of its own, until cuIpcCloseMemHandle;
+ * so device memory one process writes, the other reads.
  *
  * And the calls `cudarc`'s safe API makes (CudaContext::new, streams,
  * events, alloc_zeros, clone_htod/clone_dtoh, synchronize, drop): streams
@@ -32,6 +37,8 @@
  * With FAKE_CUDA_MEMORY_POOLS=1 the device reports memory pools, so that
  * cudarc allocates its CudaSlices from them as it does on real GPUs.
  */
+#define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +56,8 @@ static struct {
     int managed;
     int pool; /* from cuMemAllocAsync: not exportable by legacy IPC */
     int ipc_opens;
+    int fd;       /* FAKE_CUDA_SHARED_IPC: the memfd behind the allocation */
+    int imported; /* a mapping of another process's allocation (cuIpcOpenMemHandle) */
 } allocs[MAX_ALLOCS];
 static unsigned long long next_id = 1;
 static unsigned long n_alloc, n_free, n_htod, n_dtoh, n_memset, errors;
@@ -129,9 +138,29 @@ int cuCtxSynchronize(void) {
  */
 #define GRAIN (64 << 10)
 
+static int shared_ipc(void) {
+    const char *e = getenv("FAKE_CUDA_SHARED_IPC");
+    return e && *e == '1';
+}
+
 static char *arena_alloc(size_t n) {
     size_t size = ((n ? n : 1) + GRAIN - 1) / GRAIN * GRAIN;
     void *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return a == MAP_FAILED ? NULL : a;
+}
+
+/* FAKE_CUDA_SHARED_IPC: an allocation another process can map. */
+static char *shared_alloc(size_t n, int *fd) {
+    size_t size = ((n ? n : 1) + GRAIN - 1) / GRAIN * GRAIN;
+    *fd = memfd_create("fake-cuda", 0);
+    if (*fd < 0)
+        return NULL;
+    if (ftruncate(*fd, (off_t)size) != 0) {
+        close(*fd);
+        *fd = -1;
+        return NULL;
+    }
+    void *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
     return a == MAP_FAILED ? NULL : a;
 }
 
@@ -145,7 +174,9 @@ static int alloc(CUdeviceptr *p, size_t n, int managed) {
         return 3;
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (!allocs[i].base) {
-            allocs[i].base = arena_alloc(n);
+            allocs[i].fd = -1;
+            allocs[i].imported = 0;
+            allocs[i].base = shared_ipc() && !managed ? shared_alloc(n, &allocs[i].fd) : arena_alloc(n);
             allocs[i].size = n;
             allocs[i].id = next_id++;
             allocs[i].managed = managed;
@@ -173,8 +204,10 @@ int cuMemFree_v2(CUdeviceptr p) {
         return 709; /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
     }
     for (int i = 0; i < MAX_ALLOCS; i++) {
-        if (allocs[i].base && (CUdeviceptr)allocs[i].base == p) {
+        if (allocs[i].base && (CUdeviceptr)allocs[i].base == p && !allocs[i].imported) {
             arena_free(allocs[i].base, allocs[i].size);
+            if (allocs[i].fd >= 0)
+                close(allocs[i].fd);
             allocs[i].base = NULL;
             n_free++;
             return 0;
@@ -495,6 +528,8 @@ int cuIpcGetMemHandle(char *h, CUdeviceptr p) {
     memcpy(h + 16, &allocs[i].id, sizeof allocs[i].id);
     pid_t pid = getpid();
     memcpy(h + 24, &pid, sizeof pid);
+    memcpy(h + 32, &allocs[i].fd, sizeof allocs[i].fd);
+    memcpy(h + 40, &allocs[i].size, sizeof allocs[i].size);
     return 0;
 }
 
@@ -514,8 +549,42 @@ int cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
         return CUDA_ERROR_INVALID_HANDLE;
     if (pid == getpid())
         return CUDA_ERROR_INVALID_CONTEXT; /* CUDA: not in the exporter */
-    n_ipc_foreign++; /* another process's memory: not reachable here */
-    return CUDA_ERROR_INVALID_HANDLE;
+    int fd;
+    size_t size;
+    memcpy(&fd, h.reserved + 32, sizeof fd);
+    memcpy(&size, h.reserved + 40, sizeof size);
+    if (!shared_ipc() || fd < 0) {
+        n_ipc_foreign++; /* another process's memory: not reachable here */
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    /* Map the exporter's memfd, as the driver maps the exporter's memory. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+    int mine = open(path, O_RDWR);
+    if (mine < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    size_t len = ((size ? size : 1) + GRAIN - 1) / GRAIN * GRAIN;
+    void *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
+    close(mine);
+    if (a == MAP_FAILED)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (int k = 0; k < MAX_ALLOCS; k++) {
+        if (!allocs[k].base) {
+            allocs[k].base = a;
+            allocs[k].size = size;
+            allocs[k].id = next_id++;
+            allocs[k].managed = 0;
+            allocs[k].pool = 0;
+            allocs[k].ipc_opens = 1;
+            allocs[k].fd = -1;
+            allocs[k].imported = 1;
+            *p = (CUdeviceptr)a;
+            n_ipc_open++;
+            return 0;
+        }
+    }
+    munmap(a, len);
+    return 2;
 }
 
 int cuIpcCloseMemHandle(CUdeviceptr p) {
@@ -526,6 +595,11 @@ int cuIpcCloseMemHandle(CUdeviceptr p) {
     }
     allocs[i].ipc_opens--;
     n_ipc_close++;
+    if (allocs[i].imported && allocs[i].ipc_opens == 0) {
+        arena_free(allocs[i].base, allocs[i].size);
+        allocs[i].base = NULL;
+        allocs[i].imported = 0;
+    }
     return 0;
 }
 

@@ -39,6 +39,8 @@ echo "build.sh: test programs"
 for p in p2p coll ops realloc kinds ctx_first; do
     "$cc" "${cflags[@]}" "tests/device/$p.c" -o "$carry/bin/dt_$p" -ldl
 done
+# One-sided communication on device memory (windows over cuMemAlloc'd buffers, CUDA IPC).
+"$cc" "${cflags[@]}" -std=c99 -Icapi/tests/c capi/tests/c/rma_device.c -o "$carry/bin/dt_rma_device" -ldl
 "${CC:-cc}" "${cflags[@]}" tests/device/copybw.c -o "$carry/bin/dt_copybw" -ldl
 
 echo "build.sh: the Rust API scenarios and bandwidth (cudarc CudaSlice through gmpi; mixed host/device ranks)"

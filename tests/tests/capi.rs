@@ -270,6 +270,83 @@ fn fake_libcuda(dir: &Path) {
     }
 }
 
+/// One-sided communication on GPU memory (`capi/tests/c/rma_device.c`:
+/// windows of `MPI_Win_create` over device buffers, host and device origin
+/// buffers, fence, locks, accumulate, fetch-and-op, compare-and-swap) over
+/// the fake driver in its shared-IPC mode, where CUDA IPC maps device
+/// memory across processes as on a GPU: every rank's window on the device
+/// at np 1 to 3, even ranks' only at np 2 and 3; and without cross-process
+/// IPC, the creation fails on every rank, saying why.
+#[test]
+fn rma_on_device_memory_over_the_fake_driver() {
+    let dir = scratch("rma-device");
+    let fake = dir.join("fake-cuda");
+    std::fs::create_dir_all(&fake).expect("fake driver dir");
+    // One library under both names, so that the program's dlopen and
+    // gmpi's load the same driver instance.
+    let o = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(fake.join("libcuda.so.1"))
+        .arg(repo().join("tests/c/fake_libcuda.c"))
+        .output()
+        .expect("run cc");
+    assert!(
+        o.status.success(),
+        "building the fake libcuda:\n{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_file(fake.join("libcuda.so"));
+    std::os::unix::fs::symlink("libcuda.so.1", fake.join("libcuda.so")).expect("symlink");
+    let exe = dir.join("rma_device");
+    let src = repo().join("capi/tests/c");
+    compile(
+        prefix().join("bin/gmpicc").to_str().expect("utf-8 path"),
+        &src.join("rma_device.c"),
+        &exe,
+        &[
+            "-std=c99",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            &format!("-I{}", src.display()),
+        ],
+    );
+    let path = format!("{}:{}", prefix().join("lib").display(), fake.display());
+    for (mixed, nps) in [("0", &[1, 2, 3][..]), ("1", &[2, 3][..])] {
+        for &np in nps {
+            let o = run(
+                &exe,
+                np,
+                &[
+                    ("LD_LIBRARY_PATH", &path),
+                    ("GMPI_CUDA", "on"),
+                    ("FAKE_CUDA_SHARED_IPC", "1"),
+                    ("RMA_DEVICE_MIXED", mixed),
+                ],
+            );
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout)
+                        .contains(&format!("OK rma_device np={np}"))
+                    && !err.contains("fake-cuda: ERROR"),
+                "rma_device (mixed={mixed}) at np {np}:\n{}",
+                text(&o)
+            );
+        }
+    }
+    let o = run(&exe, 2, &[("LD_LIBRARY_PATH", &path), ("GMPI_CUDA", "on")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("MPI_Win_create: windows on GPU memory need CUDA IPC")
+            && err.contains("MPI_ERR_UNSUPPORTED_OPERATION"),
+        "a device window without CUDA IPC must fail, saying why:\n{}",
+        text(&o)
+    );
+}
+
 /// `MPIX_Query_cuda_support` and `MPIX_GPU_query_support`
 /// (`capi/tests/c/gpu_support.c`) answer from the loaded driver, before
 /// `MPI_Init`, after it and after `MPI_Finalize`: 0 under `GMPI_CUDA=off`

@@ -62,6 +62,17 @@ fn carry() -> PathBuf {
             .expect("run gmpicc");
         assert!(o.status.success(), "building {p}.c:\n{}", text(&o));
     }
+    // One-sided communication on device memory, as build.sh builds it.
+    let capi_c = repo().join("capi/tests/c");
+    let o = Command::new(prefix.join("bin/gmpicc"))
+        .args(["-O1", "-std=c99", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", capi_c.display()))
+        .arg(capi_c.join("rma_device.c"))
+        .arg("-o")
+        .arg(carry.join("bin/dt_rma_device"))
+        .output()
+        .expect("run gmpicc");
+    assert!(o.status.success(), "building rma_device.c:\n{}", text(&o));
     // The Rust API scenario and bandwidth, as build.sh copies them.
     std::fs::copy(env!("CARGO_BIN_EXE_gmpi-cuda"), carry.join("bin/gmpi-cuda"))
         .expect("copy gmpi-cuda");
@@ -154,6 +165,7 @@ fn quick_device_check_passes_against_the_fake_driver() {
         "rust-bw-np2",
         "protocols",
         "protocols-staged",
+        "rma-device-np2",
     ] {
         assert!(names.contains(&want), "no step {want}:\n{steps}");
     }
