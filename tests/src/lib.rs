@@ -42,6 +42,28 @@ pub fn repo() -> PathBuf {
         .to_path_buf()
 }
 
+/// `tests/c/fake_libcuda.c` built as `dir/libcuda.so.1`, with `libcuda.so`
+/// a link to it: a program that loads one name and gmpi (or cudarc) the
+/// other then share one driver instance, as with a real driver.
+pub fn fake_cuda_driver(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("fake driver dir");
+    let lib = dir.join("libcuda.so.1");
+    let o = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(repo().join("tests/c/fake_libcuda.c"))
+        .output()
+        .expect("run cc");
+    assert!(
+        o.status.success(),
+        "building the fake libcuda:\n{}",
+        output_text(&o)
+    );
+    let link = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
+}
+
 /// A process's exit status, stdout and stderr, for assertion messages.
 pub fn output_text(o: &Output) -> String {
     format!(

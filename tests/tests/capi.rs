@@ -252,24 +252,6 @@ fn fatal_error_ends_the_job_with_a_message() {
     );
 }
 
-/// `tests/c/fake_libcuda.c` (host memory posing as a one-GPU CUDA driver)
-/// built as `libcuda.so` and `libcuda.so.1` in `dir`.
-fn fake_libcuda(dir: &Path) {
-    for name in ["libcuda.so", "libcuda.so.1"] {
-        let o = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(dir.join(name))
-            .arg(repo().join("tests/c/fake_libcuda.c"))
-            .output()
-            .expect("run cc");
-        assert!(
-            o.status.success(),
-            "building the fake libcuda:\n{}",
-            text(&o)
-        );
-    }
-}
-
 /// One-sided communication on GPU memory (`capi/tests/c/rma_device.c`:
 /// windows of `MPI_Win_create` over device buffers, host and device origin
 /// buffers, fence, locks, accumulate, fetch-and-op, compare-and-swap) over
@@ -281,22 +263,8 @@ fn fake_libcuda(dir: &Path) {
 fn rma_on_device_memory_over_the_fake_driver() {
     let dir = scratch("rma-device");
     let fake = dir.join("fake-cuda");
-    std::fs::create_dir_all(&fake).expect("fake driver dir");
-    // One library under both names, so that the program's dlopen and
-    // gmpi's load the same driver instance.
-    let o = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(fake.join("libcuda.so.1"))
-        .arg(repo().join("tests/c/fake_libcuda.c"))
-        .output()
-        .expect("run cc");
-    assert!(
-        o.status.success(),
-        "building the fake libcuda:\n{}",
-        text(&o)
-    );
-    let _ = std::fs::remove_file(fake.join("libcuda.so"));
-    std::os::unix::fs::symlink("libcuda.so.1", fake.join("libcuda.so")).expect("symlink");
+    // One driver instance for the program's dlopen and gmpi's.
+    gmpi_tests::fake_cuda_driver(&fake);
     let exe = dir.join("rma_device");
     let src = repo().join("capi/tests/c");
     compile(
@@ -358,8 +326,7 @@ fn rma_on_device_memory_over_the_fake_driver() {
 fn mpix_gpu_support_queries() {
     let dir = scratch("gpu-support");
     let fake = dir.join("fake-cuda");
-    std::fs::create_dir_all(&fake).expect("fake driver dir");
-    fake_libcuda(&fake);
+    gmpi_tests::fake_cuda_driver(&fake);
     let path = format!("{}:{}", prefix().join("lib").display(), fake.display());
     let src = repo().join("capi/tests/c");
     let inc = format!("-I{}", src.display());

@@ -18,25 +18,10 @@ use gmpi_tests::{output_text as text, repo};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `tests/c/fake_libcuda.c` as `DIR/libcuda.so.1` (and `libcuda.so`).
+/// The fake driver (`gmpi_tests::fake_cuda_driver`) in its own directory.
 fn fake_driver_dir() -> PathBuf {
     let dir = gmpi_tests::target_dir().join("device-script-fake");
-    std::fs::create_dir_all(&dir).expect("fake dir");
-    let lib = dir.join("libcuda.so.1");
-    let o = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .arg(repo().join("tests/c/fake_libcuda.c"))
-        .output()
-        .expect("run cc");
-    assert!(
-        o.status.success(),
-        "building the fake libcuda:\n{}",
-        text(&o)
-    );
-    let link = dir.join("libcuda.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
+    gmpi_tests::fake_cuda_driver(&dir);
     dir
 }
 
