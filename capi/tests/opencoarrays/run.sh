@@ -12,9 +12,13 @@
 # MPI_Abort(…, 0) ending a job with status 0 (issue-493, image_fail_and_stopped_images),
 # and increment_my_neighbor, which reads a neighbour's coarray with no synchronisation
 # after its initialisation (MPICH, whose gets wait for the target to enter MPI, hides it
-# most of the time; it fails there too now and then). coarray_burgers_pde passes at np 2
-# but fails about one run in six at np 4 ("right half not concave up"; cause not found yet;
-# MPICH 4.0.2 times out on it at np 4).
+# most of the time; it fails there too now and then). coarray_burgers_pde has the same kind
+# of race from np 3 on: its derivatives read the periodic neighbour's values (image 1 reads
+# image N's, image N image 1's: global_field.F90, x() and xx()), but its synchronize()
+# pairs image 1 only with 2 and image N only with N-1, so those two read each other's array
+# while the other may already be writing the next step's (about one run in ten fails at
+# np 4, "right half not concave up"; MPICH 4.0.2 times out on it at np 4); it passes at
+# np 2, where the neighbours are each other.
 #
 # Prints one line per program and a summary; exits non-zero if any failed.
 set -uo pipefail
