@@ -747,6 +747,14 @@ fn opencoarrays_programs_run_on_gmpi() {
             .expect("opencoarrays run.sh");
         assert!(o.status.success(), "OpenCoarrays at np {np}:\n{}", text(&o));
     }
+    // sync_team needs 8 images (teams of teams).
+    let o = Command::new("bash")
+        .arg(repo().join("capi/tests/opencoarrays/run.sh"))
+        .arg(prefix())
+        .args(["8", "sync_team"])
+        .output()
+        .expect("opencoarrays run.sh");
+    assert!(o.status.success(), "OpenCoarrays sync_team at np 8:\n{}", text(&o));
 }
 
 /// NWChem's SCF energy of water (Debian's `nwchem.mpich`: Global Arrays

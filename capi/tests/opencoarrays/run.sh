@@ -7,8 +7,8 @@
 # The default selection covers the collectives (co_sum, co_broadcast, co_min/max,
 # co_reduce), put and get of whole, strided and offset arrays, sync all / sync images,
 # atomics, events, allocatable components and teams, and an application (a distributed
-# transpose). Programs left out fail on MPICH 4.0.2 as well, or need
-# features gmpi does not have: failed images (ULFM), 8 or more images (sync_team),
+# transpose); sync_team needs 8 images (the capi test runs it alone at np 8). Programs left
+# out fail on MPICH 4.0.2 as well, or need features gmpi does not have: failed images (ULFM),
 # MPI_Abort(…, 0) ending a job with status 0 (issue-493, image_fail_and_stopped_images),
 # and increment_my_neighbor, which reads a neighbour's coarray with no synchronisation
 # after its initialisation (MPICH, whose gets wait for the target to enter MPI, hides it
