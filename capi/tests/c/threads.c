@@ -19,7 +19,9 @@
 #include <time.h>
 
 #define T 4
+#ifndef ITERS
 #define ITERS 60
+#endif
 
 static int rank, size;
 static MPI_Comm comms[T];
