@@ -85,6 +85,8 @@ mpi_fn! {
         match flags().get(&request).filter(|f| Arc::strong_count(f) > 1) {
             Some(f) => {
                 f.store(true, Ordering::Release);
+                // A thread may be waiting for it (MPI_THREAD_MULTIPLE).
+                gmpi::wake_waiters();
                 Ok(())
             }
             None => Err(err(

@@ -28,7 +28,7 @@ pub(crate) const PART_CTX: u32 = 1 << 31;
 
 /// The bit that makes a communicator's context the context of its
 /// agreement shadow ([`Communicator::agreement`]). Ordinary context ids
-/// stay below it ([`Communicator::max_next_ctx`]'s callers check).
+/// stay below it (the context-id agreements check).
 pub(crate) const AGREE_CTX: u32 = 1 << 30;
 
 /// What a communicator is, shared by its clones (and by schedules running on
@@ -921,29 +921,48 @@ impl Communicator {
         }
     }
 
-    /// The largest next free context id over the ranks of this
-    /// intracommunicator (a max-allreduce). Collective.
-    pub(crate) fn max_next_ctx(&self, e: &mut Locked, call: &'static str) -> Result<u32> {
-        let mine = [e.next_ctx];
-        let mut out = [0u32];
-        self.allreduce_in(e, call, &mine[..], &mut out[..], &crate::op::Op::Max)?;
-        Ok(out[0])
+    /// One round of context-id agreement over this intracommunicator (a
+    /// max-allreduce of each rank's next free id and of its busy flag, see
+    /// [`crate::engine::Engine::ctx_round`]): the largest id, whether any
+    /// rank was busy (the round then claims nothing), and whether this
+    /// thread owns the agreement. Collective.
+    pub(crate) fn ctx_round(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+    ) -> Result<(u32, bool, bool)> {
+        let (cand, busy, owned) = e.ctx_round();
+        let mine = [cand, busy];
+        let mut out = [0u32; 2];
+        if let Err(err) = self.allreduce_in(e, call, &mine[..], &mut out[..], &crate::op::Op::Max) {
+            e.ctx_round_end(owned, None, 0);
+            return Err(err);
+        }
+        Ok((out[0], out[1] != 0, owned))
     }
 
     /// Agree on a fresh context id with every rank of this communicator (a
     /// max-allreduce of each rank's next free id), and move past it.
     fn agree_ctx(&self, e: &mut Locked, call: &'static str) -> Result<u32> {
-        let ctx = self.max_next_ctx(e, call)?;
-        if ctx > AGREE_CTX - 8 {
-            return Err(Error::new(
-                ErrorClass::Intern,
-                call,
-                self.rank(),
-                "out of context ids",
-            ));
+        loop {
+            let (ctx, busy, owned) = self.ctx_round(e, call)?;
+            if busy {
+                e.ctx_round_end(owned, None, 0);
+                e.ctx_retry(call)?;
+                continue;
+            }
+            if ctx > AGREE_CTX - 8 {
+                e.ctx_round_end(owned, None, 0);
+                return Err(Error::new(
+                    ErrorClass::Intern,
+                    call,
+                    self.rank(),
+                    "out of context ids",
+                ));
+            }
+            e.ctx_round_end(owned, Some(ctx), 2);
+            return Ok(ctx);
         }
-        e.next_ctx = ctx + 2;
-        Ok(ctx)
     }
 
     /// The agreement shadow of this intracommunicator: the same group on
@@ -1011,21 +1030,31 @@ impl Communicator {
         key: i32,
     ) -> Result<Option<Communicator>> {
         let n = self.size() as usize;
-        // One allgather of (color, key, next free context id).
-        let mine = [color, key, e.next_ctx as i32];
-        let mut all = vec![0i32; 3 * n];
-        self.allgather_in(e, call, &mine[..], &mut all[..])?;
-        let ctx = (0..n)
-            .map(|i| all[3 * i + 2] as u32)
-            .max()
-            .unwrap_or(e.next_ctx);
-        e.next_ctx = ctx + 2;
+        // One allgather of (color, key, next free context id, busy flag),
+        // again while some rank was busy (see Engine::ctx_round).
+        let mut all = vec![0i32; 4 * n];
+        let ctx = loop {
+            let (cand, busy, owned) = e.ctx_round();
+            let mine = [color, key, cand as i32, busy as i32];
+            if let Err(err) = self.allgather_in(e, call, &mine[..], &mut all[..]) {
+                e.ctx_round_end(owned, None, 0);
+                return Err(err);
+            }
+            if (0..n).any(|i| all[4 * i + 3] != 0) {
+                e.ctx_round_end(owned, None, 0);
+                e.ctx_retry(call)?;
+                continue;
+            }
+            let ctx = (0..n).map(|i| all[4 * i + 2] as u32).max().unwrap_or(cand);
+            e.ctx_round_end(owned, Some(ctx), 2);
+            break ctx;
+        };
         if color == UNDEFINED {
             return Ok(None);
         }
         let mut members: Vec<(i32, usize)> = (0..n)
-            .filter(|&i| all[3 * i] == color)
-            .map(|i| (all[3 * i + 1], i))
+            .filter(|&i| all[4 * i] == color)
+            .map(|i| (all[4 * i + 1], i))
             .collect();
         members.sort();
         let world = members.iter().map(|&(_, i)| self.inner.world[i]).collect();
@@ -1147,47 +1176,68 @@ impl Communicator {
         let wire_tag = -1 - tag;
         engine::with(CALL, |e| {
             let leader = members[0];
-            let mut ctx = [e.next_ctx];
-            if me == leader {
-                // Gather every member's next free id, take the maximum, and
-                // send it back.
-                let others: Vec<i32> = members[1..].to_vec();
-                let mut ids = vec![0u32; others.len()];
-                let mut s = Sched::new(CALL, &self.inner, wire_tag);
-                for (i, &r) in others.iter().enumerate() {
-                    let reg = s.user(ids[i..].as_mut_ptr() as u64, 4, true);
-                    s.push(Step::Recv(reg, r));
+            // (next free id, busy) from every member to the leader, the
+            // maximum of each back; again while some member was busy (see
+            // Engine::ctx_round).
+            let round = |e: &mut Locked, mine: [u32; 2]| -> Result<[u32; 2]> {
+                let mut ctx = mine;
+                if me == leader {
+                    let others: Vec<i32> = members[1..].to_vec();
+                    let mut ids = vec![0u32; 2 * others.len()];
+                    let mut s = Sched::new(CALL, &self.inner, wire_tag);
+                    for (i, &r) in others.iter().enumerate() {
+                        let reg = s.user(ids[2 * i..].as_mut_ptr() as u64, 8, true);
+                        s.push(Step::Recv(reg, r));
+                    }
+                    s.push(Step::Wait);
+                    e.drive(CALL, &mut s)?;
+                    for p in ids.chunks(2) {
+                        ctx = [ctx[0].max(p[0]), ctx[1].max(p[1])];
+                    }
+                    let mut s = Sched::new(CALL, &self.inner, wire_tag);
+                    let reg = s.user(ctx.as_ptr() as u64, 8, false);
+                    for &r in &others {
+                        s.push(Step::Send(reg, r));
+                    }
+                    s.push(Step::Wait);
+                    e.drive(CALL, &mut s)?;
+                } else {
+                    let mut s = Sched::new(CALL, &self.inner, wire_tag);
+                    let out = s.user(mine.as_ptr() as u64, 8, false);
+                    let back = s.user(ctx.as_mut_ptr() as u64, 8, true);
+                    s.push(Step::Send(out, leader));
+                    s.push(Step::Recv(back, leader));
+                    s.push(Step::Wait);
+                    e.drive(CALL, &mut s)?;
                 }
-                s.push(Step::Wait);
-                e.drive(CALL, &mut s)?;
-                ctx[0] = ids.iter().copied().fold(ctx[0], u32::max);
-                let mut s = Sched::new(CALL, &self.inner, wire_tag);
-                let reg = s.user(ctx.as_ptr() as u64, 4, false);
-                for &r in &others {
-                    s.push(Step::Send(reg, r));
+                Ok(ctx)
+            };
+            let ctx = loop {
+                let (cand, busy, owned) = e.ctx_round();
+                let got = match round(e, [cand, busy]) {
+                    Ok(g) => g,
+                    Err(err) => {
+                        e.ctx_round_end(owned, None, 0);
+                        return Err(err);
+                    }
+                };
+                if got[1] != 0 {
+                    e.ctx_round_end(owned, None, 0);
+                    e.ctx_retry(CALL)?;
+                    continue;
                 }
-                s.push(Step::Wait);
-                e.drive(CALL, &mut s)?;
-            } else {
-                let mine = [e.next_ctx];
-                let mut s = Sched::new(CALL, &self.inner, wire_tag);
-                let out = s.user(mine.as_ptr() as u64, 4, false);
-                let back = s.user(ctx.as_mut_ptr() as u64, 4, true);
-                s.push(Step::Send(out, leader));
-                s.push(Step::Recv(back, leader));
-                s.push(Step::Wait);
-                e.drive(CALL, &mut s)?;
-            }
-            let ctx = ctx[0];
-            if ctx > AGREE_CTX - 8 {
-                return Err(Error::new(
-                    ErrorClass::Intern,
-                    CALL,
-                    me,
-                    "out of context ids",
-                ));
-            }
-            e.next_ctx = ctx + 2;
+                if got[0] > AGREE_CTX - 8 {
+                    e.ctx_round_end(owned, None, 0);
+                    return Err(Error::new(
+                        ErrorClass::Intern,
+                        CALL,
+                        me,
+                        "out of context ids",
+                    ));
+                }
+                e.ctx_round_end(owned, Some(got[0]), 2);
+                break got[0];
+            };
             tracing::debug!(target: "coll", "{CALL}: tag {tag} → context {ctx}, {} ranks", members.len());
             Ok(Some(Communicator::from_parts(e, ctx, group.world.to_vec())))
         })

@@ -111,6 +111,9 @@ pub(crate) struct Engine {
     /// point-to-point and collective contexts), agreed as the maximum over
     /// the parent's ranks, so an id is never used twice in a job.
     pub next_ctx: u32,
+    /// A thread of this process is in a context-id agreement round
+    /// (`MPI_THREAD_MULTIPLE`: see [`Engine::ctx_round`]).
+    pub ctx_owned: bool,
     /// Non-blocking collectives (and derived-datatype receives) in flight,
     /// advanced by every progress pass.
     pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched>,
@@ -192,6 +195,32 @@ pub fn set_multithreaded() {
 #[inline]
 pub(crate) fn multithreaded() -> bool {
     MULTI.load(Ordering::Relaxed)
+}
+
+/// The sleeper's role, held by a waiting thread while `.0`: handed on
+/// (a follower takes it) when dropped.
+struct SleeperRole(bool);
+
+impl Drop for SleeperRole {
+    fn drop(&mut self) {
+        if self.0 {
+            SLEEPER.store(false, Ordering::SeqCst);
+            wake_followers();
+        }
+    }
+}
+
+/// Something completed outside the transports (a generalized request
+/// `MPI_Grequest_complete` finished from another thread): wake the threads
+/// that wait, which would otherwise notice it only at their timeout.
+pub fn wake_waiters() {
+    if !multithreaded() {
+        return;
+    }
+    if let Some(w) = WAKE.get() {
+        w.wake();
+    }
+    wake_followers();
 }
 
 /// Wake the followers: something moved, or the sleeper's role is free.
@@ -709,6 +738,7 @@ impl Engine {
             watch,
             finalizing: false,
             next_ctx: 2,
+            ctx_owned: false,
             scheds: Default::default(),
             next_sched: 1,
             users: std::collections::HashMap::new(),
@@ -766,6 +796,44 @@ impl Engine {
             ask_launcher_to_abort(p, 1, &msg);
         }
         std::process::exit(1);
+    }
+
+    /// Start a round of context-id agreement: `(candidate, busy)`, where
+    /// `busy` is 1 when another thread of this process owns the agreement
+    /// (this round must then fail everywhere and be retried), and `owned`
+    /// says whether this thread took ownership (hand it to
+    /// [`Engine::ctx_round_end`]).
+    ///
+    /// Why: the new id is the maximum of the members' next free ids, taken
+    /// by a collective during which (under `MPI_THREAD_MULTIPLE`) other
+    /// threads run. Two threads creating communicators on different parents
+    /// at once could agree on the same id. As in MPICH, only the thread
+    /// that owns the agreement in each process may claim an id; a round in
+    /// which any member did not own it claims nothing on any member (the
+    /// flags are reduced with the candidates) and is retried, so a claimed
+    /// id was free on every member, and ownership is let go after every
+    /// round, so no process waits for another's owner.
+    pub fn ctx_round(&mut self) -> (u32, u32, bool) {
+        if !multithreaded() {
+            return (self.next_ctx, 0, false);
+        }
+        if self.ctx_owned {
+            return (self.next_ctx, 1, false);
+        }
+        self.ctx_owned = true;
+        (self.next_ctx, 0, true)
+    }
+
+    /// End a round begun by [`Engine::ctx_round`]: claim `agreed` (and
+    /// the `width - 1` ids after it) if the round succeeded, let go of
+    /// ownership if this thread had it.
+    pub fn ctx_round_end(&mut self, owned: bool, agreed: Option<u32>, width: u32) {
+        if let Some(c) = agreed {
+            self.next_ctx = self.next_ctx.max(c + width);
+        }
+        if owned {
+            self.ctx_owned = false;
+        }
     }
 
     /// Park a schedule to run in the background; advance it once now.
@@ -849,6 +917,13 @@ impl Locked {
         Ok(r)
     }
 
+    /// A context-id agreement round failed because some member was busy
+    /// (see [`Engine::ctx_round`]): let the owner's thread run before the
+    /// next round.
+    pub(crate) fn ctx_retry(&mut self, call: &str) -> Result<()> {
+        self.unlocked(call, std::thread::yield_now)
+    }
+
     /// Let another thread that asked for the lock have it for a moment.
     #[inline]
     fn let_in(&mut self, call: &str) -> Result<()> {
@@ -864,14 +939,10 @@ impl Locked {
         call: &str,
         mut done: impl FnMut(&mut Engine) -> Result<bool>,
     ) -> Result<()> {
-        let mut sleeper = false;
-        let r = self.wait_loop(call, &mut done, &mut sleeper);
-        if sleeper {
-            // Hand the sleeper's role on: a follower takes it.
-            SLEEPER.store(false, Ordering::SeqCst);
-            wake_followers();
-        }
-        r
+        // Dropped on every way out, a panic included (caught at the C ABI's
+        // frame, after which the process goes on).
+        let mut role = SleeperRole(false);
+        self.wait_loop(call, &mut done, &mut role.0)
     }
 
     fn wait_loop(
@@ -925,28 +996,37 @@ impl Locked {
         if !*sleeper && !SLEEPER.swap(true, Ordering::SeqCst) {
             *sleeper = true;
         }
+        if *sleeper && WAKE.get().is_none() {
+            // No transport can be interrupted (a rank alone, on loopback
+            // only): what completes a wait comes from another thread's call,
+            // whose progress pass wakes the followers; sleep as one, without
+            // the lock, for at most MULTI_BLOCK.
+            self.check_peers();
+            return self.follow(call, b.block.min(MULTI_BLOCK));
+        }
         if *sleeper {
             self.check_peers();
-            // Without a waker a contender could wait out a whole sleep.
-            let t = if WAKE.get().is_some() {
-                b.block
-            } else {
-                b.block.min(MULTI_BLOCK)
-            };
             SLEEPING.store(true, Ordering::SeqCst);
             if CONTENDERS.load(Ordering::SeqCst) == 0 {
-                self.driver.wait(t);
+                self.driver.wait(b.block);
             }
             SLEEPING.store(false, Ordering::SeqCst);
             return self.let_in(call);
         }
         // A follower: sleep until something moves or the role frees up.
+        self.follow(call, b.block)
+    }
+
+    /// Sleep on the followers' condition variable, without the lock, until
+    /// a progress pass moves something, the sleeper's role frees up, or
+    /// `timeout` passes.
+    fn follow(&mut self, call: &str, timeout: Duration) -> Result<()> {
         FOLLOWING.fetch_add(1, Ordering::SeqCst);
         let seen = EPOCH.load(Ordering::SeqCst);
         let r = self.unlocked(call, || {
             let g = FOLLOW.0.lock().unwrap_or_else(|p| p.into_inner());
             if EPOCH.load(Ordering::SeqCst) == seen {
-                let _ = FOLLOW.1.wait_timeout(g, b.block);
+                let _ = FOLLOW.1.wait_timeout(g, timeout);
             }
         });
         FOLLOWING.fetch_sub(1, Ordering::SeqCst);

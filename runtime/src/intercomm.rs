@@ -179,43 +179,69 @@ impl Communicator {
             }
         }
         engine::with(call, |e| {
-            let x = self.max_next_ctx(e, call)?;
-            let mut mine = vec![x];
-            mine.extend_from_slice(&self.inner.world);
-            let theirs = swap_in(
-                e,
-                call,
-                self,
-                local_leader,
-                || {
-                    let p = peer.expect("checked at the leader");
-                    if coll {
-                        Sched::new(call, &p.inner, -1 - tag)
-                    } else {
-                        Sched::p2p(call, &p.inner, tag, SendMode::Standard)
+            // Rounds of (next free id, busy) until no member of either group
+            // was busy (see Engine::ctx_round).
+            let (c, remote) = loop {
+                let (x, busy, owned) = self.ctx_round(e, call)?;
+                let mut mine = vec![x, u32::from(busy)];
+                mine.extend_from_slice(&self.inner.world);
+                let theirs = swap_in(
+                    e,
+                    call,
+                    self,
+                    local_leader,
+                    || {
+                        let p = peer.expect("checked at the leader");
+                        if coll {
+                            Sched::new(call, &p.inner, -1 - tag)
+                        } else {
+                            Sched::p2p(call, &p.inner, tag, SendMode::Standard)
+                        }
+                    },
+                    remote_leader,
+                    &mine,
+                );
+                let checked = theirs.and_then(|t| {
+                    let (y, theirs_busy, remote) = match t.as_slice() {
+                        [y, b, remote @ ..] => (*y, *b != 0, remote.to_vec()),
+                        _ => {
+                            return Err(err(
+                                ErrorClass::Intern,
+                                "empty reply from the remote leader".into(),
+                            ))
+                        }
+                    };
+                    if remote.is_empty() {
+                        return Err(err(ErrorClass::Intern, "the remote group is empty".into()));
                     }
-                },
-                remote_leader,
-                &mine,
-            )?;
-            let Some((&y, remote)) = theirs.split_first() else {
-                return Err(err(
-                    ErrorClass::Intern,
-                    "empty reply from the remote leader".into(),
-                ));
+                    if let Some(w) = remote.iter().find(|w| self.inner.world.contains(w)) {
+                        return Err(err(
+                            ErrorClass::Comm,
+                            format!("world rank {w} is in both the local and the remote group (they must be disjoint)"),
+                        ));
+                    }
+                    let c = x.max(y);
+                    if !(busy || theirs_busy) {
+                        self.ctx_overflow(call, c)?;
+                    }
+                    Ok((c, busy || theirs_busy, remote))
+                });
+                match checked {
+                    Err(err) => {
+                        e.ctx_round_end(owned, None, 0);
+                        return Err(err);
+                    }
+                    Ok((_, true, _)) => {
+                        e.ctx_round_end(owned, None, 0);
+                        e.ctx_retry(call)?;
+                    }
+                    Ok((c, false, remote)) => {
+                        e.ctx_round_end(owned, Some(c), 4);
+                        break (c, remote);
+                    }
+                }
             };
-            if remote.is_empty() {
-                return Err(err(ErrorClass::Intern, "the remote group is empty".into()));
-            }
-            if let Some(w) = remote.iter().find(|w| self.inner.world.contains(w)) {
-                return Err(err(
-                    ErrorClass::Comm,
-                    format!("world rank {w} is in both the local and the remote group (they must be disjoint)"),
-                ));
-            }
-            let c = x.max(y);
-            self.ctx_overflow(call, c)?;
-            e.next_ctx = c + 4;
+            let remote = &remote[..];
             tracing::debug!(target: "coll", "{call}: context {c}, {} local and {} remote ranks", self.size(), remote.len());
             Ok(Communicator::inter_from_parts(
                 e,
@@ -238,30 +264,50 @@ impl Communicator {
     ) -> Result<(u32, Vec<u32>)> {
         let r = self.remote().expect("an intercommunicator");
         let tag = self.next_tag();
-        let x = r.local.max_next_ctx(e, call)?;
-        let mut mine = vec![x];
-        mine.extend_from_slice(extra);
-        let theirs = swap_in(
-            e,
-            call,
-            &r.local,
-            0,
-            || Sched::new(call, &self.inner, tag),
-            0,
-            &mine,
-        )?;
-        let Some((&y, rest)) = theirs.split_first() else {
-            return Err(Error::new(
-                ErrorClass::Intern,
+        // Rounds of (next free id, busy) until no member of either group
+        // was busy (see Engine::ctx_round).
+        loop {
+            let (x, busy, owned) = r.local.ctx_round(e, call)?;
+            let mut mine = vec![x, u32::from(busy)];
+            mine.extend_from_slice(extra);
+            let theirs = swap_in(
+                e,
                 call,
-                self.rank(),
-                "empty reply from the remote leader",
-            ));
-        };
-        let c = x.max(y);
-        self.ctx_overflow(call, c)?;
-        e.next_ctx = c + 4;
-        Ok((c, rest.to_vec()))
+                &r.local,
+                0,
+                || Sched::new(call, &self.inner, tag),
+                0,
+                &mine,
+            );
+            let theirs = match theirs {
+                Ok(t) if t.len() >= 2 => t,
+                Ok(_) => {
+                    e.ctx_round_end(owned, None, 0);
+                    return Err(Error::new(
+                        ErrorClass::Intern,
+                        call,
+                        self.rank(),
+                        "empty reply from the remote leader",
+                    ));
+                }
+                Err(err) => {
+                    e.ctx_round_end(owned, None, 0);
+                    return Err(err);
+                }
+            };
+            if busy || theirs[1] != 0 {
+                e.ctx_round_end(owned, None, 0);
+                e.ctx_retry(call)?;
+                continue;
+            }
+            let c = x.max(theirs[0]);
+            if let Err(err) = self.ctx_overflow(call, c) {
+                e.ctx_round_end(owned, None, 0);
+                return Err(err);
+            }
+            e.ctx_round_end(owned, Some(c), 4);
+            return Ok((c, theirs[2..].to_vec()));
+        }
     }
 
     /// `dup` of an intercommunicator.

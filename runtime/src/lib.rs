@@ -284,6 +284,13 @@ pub fn init_thread(required: Threading) -> Result<(Universe, Threading)> {
     Ok((u, required))
 }
 
+/// Wake the threads waiting in gmpi: something they may wait for completed
+/// outside the transports (the C ABI's `MPI_Grequest_complete`).
+#[doc(hidden)]
+pub fn wake_waiters() {
+    engine::wake_waiters();
+}
+
 /// Whether gmpi is initialized and not yet finalized.
 pub fn is_initialized() -> bool {
     matches!(&*engine::lock(), engine::State::Running(_))

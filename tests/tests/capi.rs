@@ -754,7 +754,11 @@ fn opencoarrays_programs_run_on_gmpi() {
         .args(["8", "sync_team"])
         .output()
         .expect("opencoarrays run.sh");
-    assert!(o.status.success(), "OpenCoarrays sync_team at np 8:\n{}", text(&o));
+    assert!(
+        o.status.success(),
+        "OpenCoarrays sync_team at np 8:\n{}",
+        text(&o)
+    );
 }
 
 /// NWChem's SCF energy of water (Debian's `nwchem.mpich`: Global Arrays

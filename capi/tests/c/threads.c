@@ -6,7 +6,8 @@
  *  2. The osu_latency_mt shape: on ranks 0 and 1, T threads ping-pong on
  *     MPI_COMM_WORLD with one tag per size (any thread may match any
  *     message), small (eager) and large (rendezvous) messages.
- *  3. Blocking calls progress each other: one thread blocks in MPI_Recv from
+ *  3. Threads make communicators (dup, split, create) at the same time.
+ *  4. Blocking calls progress each other: one thread blocks in MPI_Recv from
  *     this rank, another sends it the message later; one thread blocks in
  *     MPI_Barrier on one communicator while another does point-to-point on
  *     another.
@@ -83,6 +84,39 @@ static void *hammer(void *arg)
     return NULL;
 }
 
+/* Every thread makes communicators from its own at the same time as the
+ * others (dup, split, create): each must get a context of its own, so
+ * traffic on it reaches only its own thread's peers. */
+static void *creator(void *arg)
+{
+    int t = (int)(long)arg;
+    MPI_Comm c = comms[t];
+    MPI_Group g;
+    CHECK_MPI(MPI_Comm_group(c, &g));
+    for (int i = 0; i < 10; i++) {
+        MPI_Comm d, sp, cr;
+        CHECK_MPI(MPI_Comm_dup(c, &d));
+        CHECK_MPI(MPI_Comm_split(c, rank % 2, -rank, &sp));
+        CHECK_MPI(MPI_Comm_create(c, g, &cr));
+        MPI_Comm made[3] = {d, sp, cr};
+        for (int k = 0; k < 3; k++) {
+            int n, me;
+            MPI_Comm_size(made[k], &n);
+            MPI_Comm_rank(made[k], &me);
+            long v = 1000L * t + k, sum = 0;
+            CHECK_MPI(MPI_Allreduce(&v, &sum, 1, MPI_LONG, MPI_SUM, made[k]));
+            CHECK(sum == n * v, "thread %d comm %d: allreduce %ld != %ld", t, k, sum, n * v);
+            int out = t * 100 + me, in = -1;
+            CHECK_MPI(MPI_Sendrecv(&out, 1, MPI_INT, (me + 1) % n, 9, &in, 1, MPI_INT, (me + n - 1) % n, 9,
+                                   made[k], MPI_STATUS_IGNORE));
+            CHECK(in == t * 100 + (me + n - 1) % n, "thread %d comm %d: got %d", t, k, in);
+            CHECK_MPI(MPI_Comm_free(&made[k]));
+        }
+    }
+    CHECK_MPI(MPI_Group_free(&g));
+    return NULL;
+}
+
 /* osu_latency_mt: ranks 0 and 1, every thread pings with one tag. */
 #define PINGS 50
 static int sizes[2] = {8, 256 * 1024};
@@ -151,6 +185,11 @@ int main(int argc, char **argv)
     pthread_t th[T];
     for (int t = 0; t < T; t++)
         CHECK(pthread_create(&th[t], NULL, hammer, (void *)(long)t) == 0, "pthread_create");
+    for (int t = 0; t < T; t++)
+        pthread_join(th[t], NULL);
+
+    for (int t = 0; t < T; t++)
+        CHECK(pthread_create(&th[t], NULL, creator, (void *)(long)t) == 0, "pthread_create");
     for (int t = 0; t < T; t++)
         pthread_join(th[t], NULL);
 
