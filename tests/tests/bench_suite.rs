@@ -155,23 +155,13 @@ fn init_and_hello_report_every_rank() {
     }
 }
 
-/// `tests/c/fake_libcuda.c` built as a shared library.
+/// `tests/c/fake_libcuda.c` built as a shared library (`gmpi_tests::fake_cuda_driver`).
 fn fake_libcuda() -> &'static Path {
     static L: OnceLock<PathBuf> = OnceLock::new();
     L.get_or_init(|| {
-        let out = gmpi_tests::target_dir().join("fake-libcuda.so.1");
-        let o = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&out)
-            .arg(repo().join("tests/c/fake_libcuda.c"))
-            .output()
-            .expect("run cc");
-        assert!(
-            o.status.success(),
-            "building the fake libcuda failed:\n{}",
-            text(&o)
-        );
-        out
+        let dir = gmpi_tests::target_dir().join("bench-suite-fake-cuda");
+        gmpi_tests::fake_cuda_driver(&dir);
+        dir.join("libcuda.so.1")
     })
 }
 
