@@ -111,7 +111,7 @@ impl Communicator {
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;
             let q = c.query(Coll::Allgather, Form::Blocking, total(&blocks));
-            match c.choose(e, CALL, tag, q) {
+            match c.choose(e, CALL, tag, q)? {
                 Choice::Shm(area) => {
                     c.shm_gather(e, CALL, area, &sv, &blocks, None)?;
                     Ok(None)

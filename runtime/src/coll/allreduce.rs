@@ -122,7 +122,7 @@ impl Communicator {
             let q = c
                 .allreduce_query(Form::Blocking, recv, &red)
                 .in_place(send.is_none());
-            match c.choose(e, call, tag, q) {
+            match c.choose(e, call, tag, q)? {
                 Choice::Shm(area) => {
                     c.shm_reduce(e, call, area, input, Some(recv), &red, None)?;
                     Ok(None)

@@ -69,7 +69,7 @@ impl Communicator {
                 per_peer(sblocks.unwrap_or(rblocks)),
             )
             .in_place(sblocks.is_none());
-        match self.choose(e, call, tag, q) {
+        match self.choose(e, call, tag, q)? {
             Choice::Shm(area) => {
                 self.shm_alltoall(e, call, area, input, rblocks)?;
                 Ok(None)

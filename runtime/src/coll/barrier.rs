@@ -22,7 +22,7 @@ impl Communicator {
         }
         self.blocking(CALL, |c, e, tag| {
             let q = c.query(Coll::Barrier, Form::Blocking, 0);
-            match c.choose(e, CALL, tag, q) {
+            match c.choose(e, CALL, tag, q)? {
                 Choice::Shm(area) => {
                     c.shm_barrier(e, CALL, area)?;
                     Ok(None)

@@ -46,7 +46,7 @@ impl Communicator {
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
             let q = c.query(Coll::Bcast, Form::Blocking, v.bytes());
-            match c.choose(e, CALL, tag, q) {
+            match c.choose(e, CALL, tag, q)? {
                 Choice::Shm(area) => {
                     c.shm_bcast(e, CALL, area, &v, root)?;
                     Ok(None)

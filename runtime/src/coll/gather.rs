@@ -70,7 +70,7 @@ impl Communicator {
             let q = c
                 .query(Coll::Gather, Form::Blocking, input.bytes())
                 .in_place(in_place);
-            match c.choose(e, call, tag, q) {
+            match c.choose(e, call, tag, q)? {
                 Choice::Shm(area) => {
                     c.shm_gather(e, call, area, input, blocks, Some(root))?;
                     Ok(None)

@@ -129,7 +129,7 @@ impl Communicator {
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, Some(&op), Some(sv.bytes()))?;
             let q = c.reduce_query(Form::Blocking, sv.bytes(), &op);
-            match c.choose(e, CALL, tag, q) {
+            match c.choose(e, CALL, tag, q)? {
                 Choice::Shm(area) => {
                     c.shm_reduce(e, CALL, area, &sv, Some(&rv), &red, Some(root))?;
                     Ok(None)
@@ -166,7 +166,7 @@ impl Communicator {
             let q = c
                 .reduce_query(Form::Blocking, v.bytes(), &op)
                 .in_place(true);
-            match c.choose(e, CALL, tag, q) {
+            match c.choose(e, CALL, tag, q)? {
                 Choice::Shm(area) => {
                     let out = (c.rank() == root).then_some(&v);
                     c.shm_reduce(e, CALL, area, &v, out, &red, Some(root))?;

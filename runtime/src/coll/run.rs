@@ -118,16 +118,16 @@ impl Communicator {
         call: &'static str,
         tag: i32,
         q: Query,
-    ) -> Choice<'g> {
+    ) -> Result<Choice<'g>> {
         let s = e.coll;
         if !select::area_wanted(&q, &s) {
-            return Choice::Sched(selected(call, &q, &s));
+            return Ok(Choice::Sched(selected(call, &q, &s)));
         }
-        let (g, area) = self.area(e, call, tag);
-        match selected(call, &q.area(area), &s) {
+        let (g, area) = self.area(e, call, tag)?;
+        Ok(match selected(call, &q.area(area), &s) {
             Algo::Shm => Choice::Shm(ShmArea(g)),
             algo => Choice::Sched(algo),
-        }
+        })
     }
 
     /// Run a collective: `build` makes its schedule (or does it all itself

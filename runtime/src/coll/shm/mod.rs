@@ -115,8 +115,8 @@ impl Communicator {
         e: &mut Locked,
         call: &'static str,
         tag: i32,
-    ) -> (MutexGuard<'g, ShmState>, Area) {
-        let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+    ) -> Result<(MutexGuard<'g, ShmState>, Area)> {
+        let mut g = self.lock_area(call)?;
         if let ShmState::NotTried = *g {
             *g = ShmState::Unavailable;
             if let Some(prefix) = e.shm_prefix.clone() {
@@ -145,7 +145,25 @@ impl Communicator {
             }
         }
         let area = area_of(&g);
-        (g, area)
+        Ok((g, area))
+    }
+
+    /// The area's lock. Held for a whole collective: another thread that
+    /// holds it is in a collective on this communicator too, which MPI
+    /// forbids (collectives on one communicator must not overlap); that is
+    /// an error here rather than a wait that could never end.
+    pub(crate) fn lock_area(&self, call: &str) -> Result<MutexGuard<'_, ShmState>> {
+        match self.inner.shm.try_lock() {
+            Ok(g) => Ok(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(crate::error::Error::new(
+                crate::error::ErrorClass::Other,
+                call,
+                self.rank(),
+                "another thread is in a collective on this communicator: collective calls on \
+                 one communicator must not overlap",
+            )),
+        }
     }
 
     /// One exchange through the area: publish `hdr` and then `input`
@@ -349,7 +367,7 @@ impl Communicator {
             if !select::tiny_wanted(&q, &s) {
                 return Ok(None);
             }
-            let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
+            let mut g = self.lock_area(CALL)?;
             let q = q.area(area_of(&g));
             // `tiny` only takes a ready area; anything else takes the
             // general road, which makes the same choice.
