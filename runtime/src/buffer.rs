@@ -11,6 +11,13 @@
 //! live memory the caller lent to gmpi. (As with any borrowed-request API,
 //! `mem::forget` on an unfinished request is the one way to break this; the
 //! `Request` documentation forbids it.)
+//!
+//! Window memory is the other kind of lent memory: [`window_read`] and
+//! [`window_write`] reach this rank's own memory of a one-sided window
+//! between nodes (`win/am.rs`), at addresses inside the window: memory the
+//! caller of `Window::create_raw` or `Window::attach` promised stays valid
+//! until the window is freed or the region detached, or gmpi's own
+//! allocation, which the window's target state keeps alive.
 
 use std::marker::PhantomData;
 
@@ -30,6 +37,16 @@ impl gmpi_pml::HostWrite for HostMem {
     fn write(&mut self, addr: u64, data: &[u8]) {
         self.with_write(addr, data.len(), |d| gmpi_btl::copy_bytes(d, data));
     }
+}
+
+/// Read this rank's window memory at `addr` (see the module docs).
+pub(crate) fn window_read(addr: u64, out: &mut [u8]) {
+    HostMem.with_read(addr, out.len(), |s| out.copy_from_slice(s));
+}
+
+/// Write this rank's window memory at `addr` (see the module docs).
+pub(crate) fn window_write(addr: u64, data: &[u8]) {
+    HostMem.with_write(addr, data.len(), |d| gmpi_btl::copy_bytes(d, data));
 }
 
 impl HostMemory for HostMem {

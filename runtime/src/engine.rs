@@ -122,6 +122,9 @@ pub(crate) struct Engine {
     /// id (ids from `next_sched`).
     pub users: std::collections::HashMap<u64, std::sync::Arc<std::sync::atomic::AtomicBool>>,
     pub cfg: Config,
+    /// The target side of one-sided windows between nodes (`win/am.rs`),
+    /// served by every progress pass.
+    pub rma: crate::win::Agent,
     /// What the collectives' algorithm choice reads of `cfg`, derived once.
     pub coll: crate::coll::select::Settings,
 }
@@ -742,6 +745,7 @@ impl Engine {
             scheds: Default::default(),
             next_sched: 1,
             users: std::collections::HashMap::new(),
+            rma: Default::default(),
             coll: crate::coll::select::Settings::of(&cfg),
             cfg,
             rank,
@@ -769,6 +773,9 @@ impl Engine {
             for s in self.scheds.values_mut() {
                 n += s.advance(&mut self.driver);
             }
+        }
+        if !self.rma.is_idle() {
+            n += crate::win::serve_requests(self);
         }
         if n > 0 && multithreaded() && FOLLOWING.load(Ordering::SeqCst) > 0 {
             // What moved may be a follower's operation.

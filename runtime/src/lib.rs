@@ -52,8 +52,9 @@
 //! - `typemap.rs`: [`UserDatatype`] (derived datatypes: flattened type maps,
 //!   pack/unpack).
 //! - `op.rs`: [`Op`] (reduction operations) and the kernels that apply them.
-//! - `win.rs`: [`Window`]: one-sided communication (windows of one node,
-//!   their operations and epochs); `window.rs`: the typed API over it
+//! - `win/`: [`Window`]: one-sided communication (its operations and
+//!   epochs; `win/am.rs`: windows between nodes by active messages and the
+//!   progress thread that serves them); `window.rs`: the typed API over it
 //!   ([`Win`], [`Epoch`], `Communicator::win_create`/`win_allocate`).
 //! - `engine.rs`: the per-process engine: PMI wire-up, transports, the
 //!   spin → yield → block wait loop.
@@ -328,6 +329,9 @@ impl Universe {
             return Ok(());
         }
         self.finalized = true;
+        // Windows between nodes left unfreed: their progress thread stops
+        // (this thread's own waits serve their requests from here on).
+        win::stop_progress_thread();
         let mut e = engine::locked(CALL)?;
         // From here on, peers may finish and exit before this rank does.
         e.finalizing = true;

@@ -315,6 +315,96 @@ fn rma_on_device_memory_over_the_fake_driver() {
     );
 }
 
+/// Run `prog` on `np` ranks with rank r on fake node `r / per_node`
+/// (`GMPI_NODE_NAME`): every window spanning fake nodes then goes by
+/// active messages over tcp (`runtime/src/win/am.rs`). The fake nodes
+/// share this host's cores, so they get its oversubscribed back-off.
+fn run_on_fake_nodes(prog: &Path, np: usize, per_node: usize, envs: &[(&str, &str)]) -> Output {
+    let wrap = format!("GMPI_NODE_NAME=fake$((GMPI_RANK / {per_node})) exec \"$0\" \"$@\"");
+    let lib = prefix().join("lib");
+    let mut c = Command::new(prefix().join("bin/gmpirun"));
+    c.args([
+        "--timeout",
+        "120",
+        "-np",
+        &np.to_string(),
+        "sh",
+        "-c",
+        &wrap,
+    ])
+    .arg(prog)
+    .env("LD_LIBRARY_PATH", &lib)
+    .env("GMPI_SPIN", "5")
+    .env("GMPI_YIELDS", "4");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().expect("spawn gmpirun")
+}
+
+/// One-sided communication between nodes: `rma.c` (every flavor and
+/// synchronisation mode, contention on one counter, passive-target progress
+/// while the target computes, the errors), built by MPICH's mpicc, with one
+/// rank per fake node at np 2 and 3 and two per node at np 4 (windows mix
+/// ranks of one node and of others); and `rma_device.c` on device windows
+/// over the fake driver without cross-process CUDA IPC, which windows
+/// between nodes do not need (each target's agent copies to and from its
+/// own GPU). The debug log proves the path.
+#[test]
+fn rma_between_nodes() {
+    let dir = scratch("rma-nodes");
+    let src = repo().join("capi/tests/c");
+    let exe = dir.join("rma");
+    let cc = if have("mpicc.mpich", "libmpich-dev") {
+        "mpicc.mpich".to_string()
+    } else {
+        prefix().join("bin/gmpicc").display().to_string()
+    };
+    compile(&cc, &src.join("rma.c"), &exe, &["-std=c99", "-O2"]);
+    for (np, per_node) in [(2, 1), (3, 1), (4, 2)] {
+        let o = run_on_fake_nodes(&exe, np, per_node, &[("GMPI_LOG", "rma=debug")]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).contains(&format!("OK rma np={np}"))
+                && err.contains("active messages")
+                && err.contains("progress thread started"),
+            "rma between nodes at np {np} ({per_node} per node):\n{}",
+            text(&o)
+        );
+    }
+    let fake = dir.join("fake-cuda");
+    gmpi_tests::fake_cuda_driver(&fake);
+    let exe = dir.join("rma_device");
+    compile(
+        prefix().join("bin/gmpicc").to_str().expect("utf-8 path"),
+        &src.join("rma_device.c"),
+        &exe,
+        &["-std=c99", "-O2", &format!("-I{}", src.display())],
+    );
+    let path = format!("{}:{}", prefix().join("lib").display(), fake.display());
+    for (mixed, np) in [("0", 2), ("1", 3)] {
+        let o = run_on_fake_nodes(
+            &exe,
+            np,
+            1,
+            &[
+                ("LD_LIBRARY_PATH", &path),
+                ("GMPI_CUDA", "on"),
+                ("RMA_DEVICE_MIXED", mixed),
+            ],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).contains(&format!("OK rma_device np={np}"))
+                && !err.contains("fake-cuda: ERROR"),
+            "rma_device between nodes (mixed={mixed}) at np {np}:\n{}",
+            text(&o)
+        );
+    }
+}
+
 /// `MPIX_Query_cuda_support` and `MPIX_GPU_query_support`
 /// (`capi/tests/c/gpu_support.c`) answer from the loaded driver, before
 /// `MPI_Init`, after it and after `MPI_Finalize`: 0 under `GMPI_CUDA=off`
@@ -637,6 +727,17 @@ fn mpi4py_wheel_runs_on_gmpi() {
 /// `capi/tests/mpi4py/run_suite.sh`) at each `np`, and require `expect` in
 /// the summary (e.g. "228 ok, 0 failed, 0 errors").
 fn mpi4py_files(tag: &str, files: &[&str], nps: &[usize], expect: &str) {
+    mpi4py_files_with(tag, files, nps, expect, &[]);
+}
+
+/// [`mpi4py_files`] with `envs` for run_suite.sh (e.g. its `LAUNCHER`).
+fn mpi4py_files_with(
+    tag: &str,
+    files: &[&str],
+    nps: &[usize],
+    expect: &str,
+    envs: &[(&str, &str)],
+) {
     let Some(py) = python() else { return };
     for &np in nps {
         let o = Command::new("bash")
@@ -647,6 +748,7 @@ fn mpi4py_files(tag: &str, files: &[&str], nps: &[usize], expect: &str) {
             .env("GMPI_PYTHON", &py)
             .env("SUITE_TIMEOUT", "300")
             .env("LOG_DIR", scratch(&format!("mpi4py-{tag}-np{np}")))
+            .envs(envs.iter().copied())
             .output()
             .expect("run_suite.sh");
         let out = String::from_utf8_lossy(&o.stdout);
@@ -681,6 +783,26 @@ fn mpi4py_suite_intercommunicator_files() {
 fn mpi4py_suite_one_sided_files() {
     let files = ["test_rma", "test_rma_nb", "test_win", "test_util_sync"];
     mpi4py_files("rma", &files, &[1, 3], "228 ok, 0 failed, 0 errors");
+}
+
+/// The same one-sided files with every rank on a fake node of its own
+/// (`capi/tests/mpi4py/fake_nodes.sh`): windows between nodes, by active
+/// messages over tcp, at np 2.
+#[test]
+fn mpi4py_suite_one_sided_files_between_nodes() {
+    let files = ["test_rma", "test_rma_nb", "test_win", "test_util_sync"];
+    let launcher = repo().join("capi/tests/mpi4py/fake_nodes.sh");
+    let gmpirun = prefix().join("bin/gmpirun");
+    mpi4py_files_with(
+        "rma-nodes",
+        &files,
+        &[2],
+        "228 ok, 0 failed, 0 errors",
+        &[
+            ("LAUNCHER", launcher.to_str().expect("utf-8 path")),
+            ("GMPIRUN", gmpirun.to_str().expect("utf-8 path")),
+        ],
+    );
 }
 
 /// mpi4py's `test_session` (sessions, process sets, groups from them),

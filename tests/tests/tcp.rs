@@ -312,3 +312,13 @@ fn across_two_network_namespaces_mixing_shm_and_tcp() {
     );
     drop(ns);
 }
+
+/// The typed one-sided API (`gmpi-check rma`: every flavor, fence, locks,
+/// accumulates, PSCW) with windows spanning fake nodes: active messages
+/// over tcp, one rank per node and two per node.
+#[test]
+fn one_sided_typed_api_between_nodes() {
+    on_fake_nodes(1, 2, CHECK, &["rma"], &[]);
+    on_fake_nodes(1, 3, CHECK, &["rma"], &[]);
+    on_fake_nodes(2, 4, CHECK, &["rma"], &[]);
+}

@@ -1,7 +1,14 @@
 //! One-sided communication (MPI-3 RMA): windows, their operations and
-//! their synchronisation, for windows whose ranks share a node.
+//! their synchronisation.
 //!
-//! Every window has a shared area (`gmpi_btl_shm::WinArea`): the lock word
+//! Two transports, chosen at creation for the whole window:
+//! - its ranks share a node: the shared area and CMA, below;
+//! - they do not: active messages over the pml to an agent in each target
+//!   process, with a progress thread for passive target (`am.rs`, whose
+//!   header says how). The epoch bookkeeping and every argument check
+//!   here are the same for both; only the moves differ.
+//!
+//! On one node, every window has a shared area (`gmpi_btl_shm::WinArea`): the lock word
 //! and accumulate mutex of each rank, and the post/complete counters of
 //! general active-target synchronisation. Where the window memory lives:
 //! - `MPI_Win_allocate`, `MPI_Win_allocate_shared`: in the area itself, so
@@ -41,12 +48,17 @@
 //! shared lock). Operations outside an access epoch to their target are
 //! `MPI_ERR_RMA_SYNC`.
 //!
-//! Not here yet: windows across nodes (`MPI_ERR_UNSUPPORTED_OPERATION` at
-//! creation, naming the call), device memory of `MPI_Win_allocate` (it is
-//! host memory) and dynamic windows on device memory (attach of a device
-//! region is reached by CMA, which cannot read it). Device *origin*
-//! buffers work everywhere (packed and unpacked through the gpu layer like
-//! any send or receive buffer).
+//! Not here: device memory of `MPI_Win_allocate` (it is host memory) and
+//! dynamic windows on device memory (attach of a device region is
+//! refused: on one node it would be reached by CMA, which cannot read it).
+//! `MPI_Win_create` over device memory works on one node (CUDA IPC) and
+//! between nodes (the target's agent copies to and from its GPU). Device
+//! *origin* buffers work everywhere (packed and unpacked through the gpu
+//! layer like any send or receive buffer).
+
+mod am;
+
+pub(crate) use am::{serve as serve_requests, stop_progress_thread, Agent};
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -177,7 +189,9 @@ struct Epochs {
 #[derive(Debug)]
 struct WinInner {
     comm: Communicator,
-    area: WinArea,
+    /// The shared area (one node), or `None` between nodes, where `am` is.
+    area: Option<WinArea>,
+    am: Option<am::Origin>,
     flavor: WinFlavor,
     me: usize,
     peers: Vec<Peer>,
@@ -349,6 +363,15 @@ impl Window {
         Error::new(class, call, self.inner.comm.rank(), what)
     }
 
+    /// The shared area of a window on one node (only the one-node paths
+    /// call this).
+    fn area(&self) -> &WinArea {
+        self.inner
+            .area
+            .as_ref()
+            .expect("a window on one node has its shared area")
+    }
+
     /// Set up a window over `comm` (collective). `size`, `disp_unit` and
     /// `base` are this rank's; `in_area` puts every rank's memory in the
     /// shared area (allocated flavors).
@@ -378,15 +401,6 @@ impl Window {
                 format!("disp_unit = {disp_unit}; it must be positive"),
             ));
         }
-        if !comm.inner.single_node {
-            return Err(Error::new(
-                ErrorClass::Unsupported,
-                call,
-                me,
-                "one-sided communication between nodes is not supported by gmpi yet (the \
-                 communicator's ranks are on more than one node)",
-            ));
-        }
         let on_device = flavor == WinFlavor::Create
             && size > 0
             && !engine::gpu()
@@ -414,6 +428,9 @@ impl Window {
                 dev: 0,
             })
             .collect();
+        if !comm.inner.single_node {
+            return Self::make_am(comm, call, flavor, peers, on_device);
+        }
         if (0..n).any(|r| all[F * r + 4] != 0) {
             map_device_memory(comm, call, &mut peers, &all, on_device)?;
         }
@@ -517,7 +534,8 @@ impl Window {
         Ok(Window {
             inner: Arc::new(WinInner {
                 comm: private,
-                area,
+                area: Some(area),
+                am: None,
                 flavor,
                 me: me as usize,
                 peers,
@@ -526,6 +544,128 @@ impl Window {
                 freed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// [`Window::make`] for ranks on more than one node: no shared area;
+    /// every target, this rank included, is reached by active messages
+    /// (`am.rs`), and this rank's memory is served by its agent.
+    fn make_am(
+        comm: &Communicator,
+        call: &'static str,
+        flavor: WinFlavor,
+        mut peers: Vec<Peer>,
+        on_device: bool,
+    ) -> Result<Window> {
+        let me = comm.rank();
+        let n = peers.len();
+        if flavor == WinFlavor::Shared {
+            return Err(Error::new(
+                ErrorClass::RmaShared,
+                call,
+                me,
+                "the communicator's ranks are on more than one node, so they cannot share \
+                 memory (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED gives a communicator of \
+                 one node's ranks)",
+            ));
+        }
+        let mine = &mut peers[me as usize];
+        let own = (flavor == WinFlavor::Allocate).then(|| am::OwnMem::new(mine.size as usize));
+        if let Some((_, addr)) = &own {
+            mine.base = *addr;
+        }
+        if on_device {
+            mine.dev = mine.base;
+        }
+        let (base, size) = (mine.base, mine.size);
+        let private = comm.dup()?;
+        let ctx = private.inner.ctx;
+        let target = am::Target::new(&private, flavor, base, size, on_device, own.map(|(m, _)| m));
+        engine::with(call, |e| {
+            e.rma.add(ctx, target);
+            Ok(())
+        })?;
+        if let Err(err) = am::start_progress_thread() {
+            engine::with(call, |e| Ok(e.rma.remove(ctx)))?;
+            return Err(Error::new(
+                ErrorClass::Other,
+                call,
+                me,
+                format!("cannot start the one-sided progress thread: {err}"),
+            ));
+        }
+        let epochs = Epochs {
+            seen_post: vec![0; n],
+            seen_complete: vec![0; n],
+            ..Epochs::default()
+        };
+        tracing::debug!(
+            target: "rma",
+            "{call}: window of {n} ranks on more than one node ({flavor:?}, {size} bytes here): \
+             active messages"
+        );
+        Ok(Window {
+            inner: Arc::new(WinInner {
+                comm: private,
+                area: None,
+                am: Some(am::Origin::default()),
+                flavor,
+                me: me as usize,
+                peers,
+                epochs: Mutex::new(epochs),
+                access: (0..n).map(|_| AtomicU8::new(0)).collect(),
+                freed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// A request to target `t` of a window between nodes, waited for; the
+    /// reply's data lands in `out`.
+    fn am_call(&self, call: &str, t: usize, req: am::Request, out: &mut [u8]) -> Result<()> {
+        let o = self
+            .inner
+            .am
+            .as_ref()
+            .expect("only windows between nodes send requests");
+        am::call(&self.inner.comm, o, call, t, req, out)
+    }
+
+    /// An accumulate between nodes: applied by the target's agent, or, for
+    /// an operation it cannot name (a function of this process), read,
+    /// combined here and written back under the target's accumulate lock.
+    /// The target's former bytes when `want_old`.
+    fn am_acc(
+        &self,
+        call: &str,
+        r: &Runs,
+        op: &Op,
+        el: Datatype,
+        data: &[u8],
+        want_old: bool,
+    ) -> Result<Vec<u8>> {
+        let t = r.target;
+        let runs: Vec<(i128, usize)> = r.iter().collect();
+        let mut old = vec![0u8; if want_old { r.bytes } else { 0 }];
+        if let Some(code) = am::op_code(op) {
+            let req = am::Request::new(am::Kind::Acc, &runs, data.len())
+                .acc(el, code, want_old)
+                .data(data);
+            self.am_call(call, t, req, &mut old)?;
+            return Ok(old);
+        }
+        let simple = |k| am::Request::new(k, &[], 0);
+        self.am_call(call, t, simple(am::Kind::AccLock), &mut [])?;
+        let done = (|| {
+            let mut cur = vec![0u8; r.bytes];
+            self.read_runs(call, r, &mut cur)?;
+            if want_old {
+                old.copy_from_slice(&cur);
+            }
+            let n = r.bytes / el.size().max(1);
+            crate::op::apply_datatype(op, el, n, data, &mut cur);
+            self.write_runs(call, r, &cur)
+        })();
+        let unlocked = self.am_call(call, t, simple(am::Kind::AccUnlock), &mut []);
+        done.and(unlocked).map(|()| old)
     }
 
     /// `MPI_Win_create`: a window over `size` bytes of the caller's memory
@@ -674,20 +814,17 @@ impl Window {
             rank as usize
         };
         let p = self.inner.peers[r];
-        if self.inner.flavor == WinFlavor::Create {
-            // MPI 4.1: memory not reachable by load and store answers size
-            // 0 and NULL; this rank's own memory is.
+        if self.inner.flavor == WinFlavor::Create || self.inner.area.is_none() {
+            // MPI 4.1: memory not reachable by load and store (CMA on one
+            // node, messages between nodes) answers size 0 and NULL; this
+            // rank's own memory is.
             return Ok(if r == self.inner.me {
                 (p.size as usize, p.disp_unit as isize, p.base)
             } else {
                 (0, p.disp_unit as isize, 0)
             });
         }
-        Ok((
-            p.size as usize,
-            p.disp_unit as isize,
-            self.inner.area.base(r),
-        ))
+        Ok((p.size as usize, p.disp_unit as isize, self.area().base(r)))
     }
 
     /// `MPI_Win_attach`: expose `size` bytes at `base` through this dynamic
@@ -737,7 +874,23 @@ impl Window {
             ));
         }
         ep.attached.push((base, size as u64));
-        Ok(())
+        drop(ep);
+        self.am_attached(CALL, |a| a.push((base, size as u64)))
+    }
+
+    /// Between nodes, the agent checks addresses against the regions
+    /// attached: change its list as this rank's.
+    fn am_attached(&self, call: &str, f: impl FnOnce(&mut Vec<(u64, u64)>)) -> Result<()> {
+        if self.inner.am.is_none() {
+            return Ok(());
+        }
+        let ctx = self.inner.comm.inner.ctx;
+        engine::with(call, |e| {
+            if let Some(t) = e.rma.target(ctx) {
+                f(&mut t.attached);
+            }
+            Ok(())
+        })
     }
 
     /// `MPI_Win_detach`: stop exposing the region attached at `base`.
@@ -755,7 +908,12 @@ impl Window {
         match ep.attached.iter().position(|&(b, _)| b == base) {
             Some(i) => {
                 ep.attached.remove(i);
-                Ok(())
+                drop(ep);
+                self.am_attached(CALL, |a| {
+                    if let Some(j) = a.iter().position(|&(b, _)| b == base) {
+                        a.remove(j);
+                    }
+                })
             }
             None => Err(self.err(
                 ErrorClass::RmaAttach,
@@ -869,6 +1027,11 @@ impl Window {
     }
 
     fn read_runs(&self, call: &str, r: &Runs, out: &mut [u8]) -> Result<()> {
+        if self.inner.am.is_some() {
+            let runs: Vec<(i128, usize)> = r.iter().collect();
+            let req = am::Request::new(am::Kind::Get, &runs, 0);
+            return self.am_call(call, r.target, req, out);
+        }
         let mut pos = 0;
         for (o, l) in r.iter() {
             self.read_at(call, r.target, o, &mut out[pos..pos + l])?;
@@ -878,6 +1041,11 @@ impl Window {
     }
 
     fn write_runs(&self, call: &str, r: &Runs, data: &[u8]) -> Result<()> {
+        if self.inner.am.is_some() {
+            let runs: Vec<(i128, usize)> = r.iter().collect();
+            let req = am::Request::new(am::Kind::Put, &runs, data.len()).data(data);
+            return self.am_call(call, r.target, req, &mut []);
+        }
         let mut pos = 0;
         for (o, l) in r.iter() {
             self.write_at(call, r.target, o, &data[pos..pos + l])?;
@@ -911,8 +1079,7 @@ impl Window {
         let p = self.inner.peers[t];
         match self.inner.flavor {
             WinFlavor::Allocate | WinFlavor::Shared => self
-                .inner
-                .area
+                .area()
                 .read(t, off as usize, out)
                 .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
             WinFlavor::Create if p.dev != 0 => engine::gpu()
@@ -931,8 +1098,7 @@ impl Window {
         let p = self.inner.peers[t];
         match self.inner.flavor {
             WinFlavor::Allocate | WinFlavor::Shared => self
-                .inner
-                .area
+                .area()
                 .write(t, off as usize, data)
                 .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
             WinFlavor::Create if p.dev != 0 => engine::gpu()
@@ -973,7 +1139,7 @@ impl Window {
 
     /// Run `f` holding target `t`'s accumulate mutex.
     fn with_acc<R>(&self, t: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
-        let word = self.inner.area.acc_word(t);
+        let word = self.area().acc_word(t);
         let mut k = 0u32;
         while word
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -1063,7 +1229,7 @@ impl Window {
         disp: isize,
     ) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
-        let area = &self.inner.area;
+        let area = self.inner.area.as_ref()?;
         let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
         if put {
             origin.read_contig(|data| area.write(t, off, data).map_err(range))
@@ -1080,6 +1246,7 @@ impl Window {
     fn basic_target(&self, target: i32, disp: isize) -> Option<(usize, usize)> {
         let i = &*self.inner;
         if !matches!(i.flavor, WinFlavor::Allocate | WinFlavor::Shared)
+            || i.area.is_none()
             || disp < 0
             || self.is_freed()
         {
@@ -1139,8 +1306,7 @@ impl Window {
         // before anything is touched (`None`: not contiguous host memory).
         let combine = |data: &[u8], out: Option<&mut [u8]>| {
             self.with_acc(t, || {
-                self.inner
-                    .area
+                self.area()
                     .modify(t, off, len, |cur| {
                         if let Some(out) = out {
                             out.copy_from_slice(cur);
@@ -1190,8 +1356,7 @@ impl Window {
             compare.read_contig(|cmp| {
                 result.write_contig(|out| {
                     self.with_acc(t, || {
-                        self.inner
-                            .area
+                        self.area()
                             .modify(t, off, len, |cur| {
                                 out.copy_from_slice(cur);
                                 if cur == cmp {
@@ -1310,6 +1475,17 @@ impl Window {
         if matches!(op, Op::NoOp) || r.bytes == 0 {
             return Ok(());
         }
+        if self.inner.am.is_some() {
+            let data = match origin.read_contig(|d| d.to_vec()) {
+                Some(d) => d,
+                None => {
+                    let mut d = vec![0u8; r.bytes];
+                    origin.pack_to(call, self.rank(), &mut d)?;
+                    d
+                }
+            };
+            return self.am_acc(call, &r, op, el, &data, false).map(|_| ());
+        }
         let n = r.bytes / el.size().max(1);
         let combine = |data: &[u8]| {
             self.with_acc(t, || {
@@ -1319,8 +1495,7 @@ impl Window {
                 // One run of memory in the area: combined in place.
                 if let (Some((o, l)), true, true) = (r.one, r.many.is_empty(), self.in_area()) {
                     return self
-                        .inner
-                        .area
+                        .area()
                         .modify(t, o as usize, l, |cur| {
                             crate::op::apply_datatype(op, el, n, data, cur)
                         })
@@ -1395,14 +1570,17 @@ impl Window {
         if r.bytes == 0 {
             return Ok(());
         }
+        if self.inner.am.is_some() {
+            let old = self.am_acc(call, &r, op, el, &data, true)?;
+            return result.unpack_from(call, self.rank(), &old);
+        }
         let n = r.bytes / el.size().max(1);
         let mut old = vec![0u8; r.bytes];
         self.with_acc(t, || {
             if let (Some((o, l)), true, true) = (r.one, r.many.is_empty(), self.in_area()) {
                 // One run of memory in the area: read and combined in place.
                 return self
-                    .inner
-                    .area
+                    .area()
                     .modify(t, o as usize, l, |cur| {
                         old.copy_from_slice(cur);
                         match op {
@@ -1466,6 +1644,15 @@ impl Window {
         let mut cmp = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut new)?;
         compare.pack_to(call, self.rank(), &mut cmp)?;
+        if self.inner.am.is_some() {
+            let runs: Vec<(i128, usize)> = r.iter().collect();
+            let req = am::Request::new(am::Kind::Cas, &runs, 2 * r.bytes)
+                .data(&new)
+                .data(&cmp);
+            let mut old = vec![0u8; r.bytes];
+            self.am_call(call, t, req, &mut old)?;
+            return result.unpack_from(call, self.rank(), &old);
+        }
         let old = self.with_acc(t, || {
             let mut cur = vec![0u8; r.bytes];
             self.read_runs(call, &r, &mut cur)?;
@@ -1526,7 +1713,7 @@ impl Window {
     }
 
     fn try_lock(&self, t: usize, lt: LockType) -> bool {
-        let w = self.inner.area.lock_word(t);
+        let w = self.area().lock_word(t);
         match lt {
             LockType::Exclusive => w
                 .compare_exchange(0, LOCK_EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
@@ -1540,8 +1727,28 @@ impl Window {
         }
     }
 
+    /// Take target `t`'s lock, waiting for it.
+    fn take_lock(&self, call: &str, t: usize, lt: LockType) -> Result<()> {
+        if self.inner.am.is_some() {
+            let req = am::Request::new(am::Kind::Lock, &[], 0).exclusive(lt == LockType::Exclusive);
+            return self.am_call(call, t, req, &mut []);
+        }
+        self.wait_for(call, || self.try_lock(t, lt))
+    }
+
+    /// Release target `t`'s lock.
+    fn drop_lock(&self, call: &str, t: usize, lt: LockType) -> Result<()> {
+        if self.inner.am.is_some() {
+            let req =
+                am::Request::new(am::Kind::Unlock, &[], 0).exclusive(lt == LockType::Exclusive);
+            return self.am_call(call, t, req, &mut []);
+        }
+        self.release(t, lt);
+        Ok(())
+    }
+
     fn release(&self, t: usize, lt: LockType) {
-        let w = self.inner.area.lock_word(t);
+        let w = self.area().lock_word(t);
         match lt {
             LockType::Exclusive => w.store(0, Ordering::Release),
             LockType::Shared => {
@@ -1578,7 +1785,7 @@ impl Window {
         }
         let held = assert & MODE_NOCHECK == 0;
         if held {
-            self.wait_for(CALL, || self.try_lock(t, lt))?;
+            self.take_lock(CALL, t, lt)?;
         }
         let mut ep = self.epochs();
         ep.locks.insert(t, (lt, held));
@@ -1600,7 +1807,7 @@ impl Window {
             Some((lt, held)) => {
                 fence(Ordering::SeqCst);
                 if held {
-                    self.release(t, lt);
+                    self.drop_lock(CALL, t, lt)?;
                 }
                 Ok(())
             }
@@ -1629,9 +1836,9 @@ impl Window {
         }
         let held = assert & MODE_NOCHECK == 0;
         for t in (0..self.inner.peers.len()).filter(|_| held) {
-            if let Err(e) = self.wait_for(CALL, || self.try_lock(t, LockType::Shared)) {
+            if let Err(e) = self.take_lock(CALL, t, LockType::Shared) {
                 for u in 0..t {
-                    self.release(u, LockType::Shared);
+                    let _ = self.drop_lock(CALL, u, LockType::Shared);
                 }
                 return Err(e);
             }
@@ -1656,10 +1863,14 @@ impl Window {
             return Err(self.err(ErrorClass::RmaSync, CALL, "MPI_Win_lock_all was not called"));
         }
         fence(Ordering::SeqCst);
+        let mut first = Ok(());
         for t in (0..self.inner.peers.len()).filter(|_| held) {
-            self.release(t, LockType::Shared);
+            let r = self.drop_lock(CALL, t, LockType::Shared);
+            if first.is_ok() {
+                first = r;
+            }
         }
-        Ok(())
+        first
     }
 
     /// `MPI_Win_flush`, `_flush_local` (`target` given) and `_flush_all`,
@@ -1748,11 +1959,20 @@ impl Window {
             ));
         }
         fence(Ordering::SeqCst);
-        for &o in &origins {
-            self.inner
-                .area
-                .posts(self.inner.me, o)
-                .fetch_add(1, Ordering::Release);
+        if self.inner.am.is_some() {
+            // One message per origin and epoch (eager: it does not wait
+            // for the origin).
+            drop(ep);
+            for &o in &origins {
+                self.inner.comm.send(&[0u8][..], o as i32, am::TAG_POST)?;
+            }
+            ep = self.epochs();
+        } else {
+            for &o in &origins {
+                self.area()
+                    .posts(self.inner.me, o)
+                    .fetch_add(1, Ordering::Release);
+            }
         }
         ep.post = Some(origins);
         ep.fence = false;
@@ -1777,9 +1997,14 @@ impl Window {
             }
         }
         let me = self.inner.me;
-        for &t in &targets {
+        for &t in targets.iter().filter(|_| self.inner.am.is_some()) {
+            self.inner
+                .comm
+                .recv(&mut [0u8][..], t as i32, am::TAG_POST)?;
+        }
+        for &t in targets.iter().filter(|_| self.inner.am.is_none()) {
             let seen = self.epochs().seen_post[t];
-            let word = self.inner.area.posts(t, me);
+            let word = self.area().posts(t, me);
             self.wait_for(CALL, || word.load(Ordering::Acquire) > seen)?;
             self.epochs().seen_post[t] = seen + 1;
         }
@@ -1802,8 +2027,13 @@ impl Window {
         };
         fence(Ordering::SeqCst);
         for t in targets {
-            self.inner
-                .area
+            if self.inner.am.is_some() {
+                self.inner
+                    .comm
+                    .send(&[0u8][..], t as i32, am::TAG_COMPLETE)?;
+                continue;
+            }
+            self.area()
                 .completes(t, self.inner.me)
                 .fetch_add(1, Ordering::Release);
         }
@@ -1812,8 +2042,7 @@ impl Window {
 
     fn exposure_done(&self, ep: &Epochs, origins: &[usize]) -> bool {
         origins.iter().all(|&o| {
-            self.inner
-                .area
+            self.area()
                 .completes(self.inner.me, o)
                 .load(Ordering::Acquire)
                 > ep.seen_complete[o]
@@ -1828,7 +2057,20 @@ impl Window {
                 "no exposure epoch was opened by MPI_Win_post",
             ));
         };
-        if block {
+        if self.inner.am.is_some() {
+            // Each origin's complete is its next message of that tag.
+            let comm = &self.inner.comm;
+            if !block {
+                for &o in &origins {
+                    if comm.iprobe(o as i32, am::TAG_COMPLETE)?.is_none() {
+                        return Ok(false);
+                    }
+                }
+            }
+            for &o in &origins {
+                comm.recv(&mut [0u8][..], o as i32, am::TAG_COMPLETE)?;
+            }
+        } else if block {
             self.wait_for(call, || self.exposure_done(&self.epochs(), &origins))?;
         } else if !self.exposure_done(&self.epochs(), &origins) {
             return Ok(false);
@@ -1869,6 +2111,14 @@ impl Window {
         fence(Ordering::SeqCst);
         self.inner.comm.barrier()?;
         self.inner.freed.store(true, Ordering::Release);
+        if self.inner.am.is_some() {
+            // No request to this rank is in flight: every origin's ended
+            // before the barrier.
+            let ctx = self.inner.comm.inner.ctx;
+            if !engine::with(CALL, |e| Ok(e.rma.remove(ctx)))? {
+                am::stop_progress_thread();
+            }
+        }
         self.inner.comm.free()
     }
 }
