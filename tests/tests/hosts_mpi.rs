@@ -1,7 +1,7 @@
 //! MPI jobs across hosts: the `gmpi-check` point-to-point scenarios and every
 //! `gmpi-coll` collective with ranks on 2, 3 and 8 "hosts" (network namespaces with
 //! their own sshd, `gmpi_tests::netns`), so peers on one host use shm and the others
-//! tcp. Needs root, iproute2 and openssh-server; prints `SKIPPED` otherwise.
+//! tcp; and the one-sided scenario (`gmpi-check rma`) with windows across 2 hosts. Needs root, iproute2 and openssh-server; prints `SKIPPED` otherwise.
 
 use std::process::Stdio;
 
@@ -49,6 +49,8 @@ fn p2p_and_collectives_on_2_hosts() {
     across(&c, "node", CHECK, &["order"]);
     across(&c, "node", CHECK, &["wild"]);
     across(&c, "slot", COLL, &["all"]);
+    // One-sided windows across the hosts (active messages over tcp).
+    across(&c, "node", CHECK, &["rma"]);
 }
 
 #[test]
