@@ -116,11 +116,14 @@ pub enum ElemType {
     F64,
     /// C `bool` / `MPI_C_BOOL` (one byte, 0 or 1).
     Bool,
+    /// IEEE 754 half precision (`MPIX_C_FLOAT16`): each operation is
+    /// computed in `float` and rounded to half once, as the host does.
+    F16,
 }
 
 impl ElemType {
     /// Every type, for tests and kernel pre-compilation.
-    pub const ALL: [ElemType; 11] = [
+    pub const ALL: [ElemType; 12] = [
         ElemType::I8,
         ElemType::U8,
         ElemType::I16,
@@ -132,13 +135,14 @@ impl ElemType {
         ElemType::F32,
         ElemType::F64,
         ElemType::Bool,
+        ElemType::F16,
     ];
 
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
             ElemType::I8 | ElemType::U8 | ElemType::Bool => 1,
-            ElemType::I16 | ElemType::U16 => 2,
+            ElemType::I16 | ElemType::U16 | ElemType::F16 => 2,
             ElemType::I32 | ElemType::U32 | ElemType::F32 => 4,
             ElemType::I64 | ElemType::U64 | ElemType::F64 => 8,
         }
@@ -158,12 +162,14 @@ impl ElemType {
             ElemType::F32 => "float",
             ElemType::F64 => "double",
             ElemType::Bool => "bool",
+            // Stored as its bits; the kernel converts to and from float.
+            ElemType::F16 => "unsigned short",
         }
     }
 
     /// Whether the type is a floating-point type (no bitwise operations).
     pub fn is_float(self) -> bool {
-        matches!(self, ElemType::F32 | ElemType::F64)
+        matches!(self, ElemType::F32 | ElemType::F64 | ElemType::F16)
     }
 }
 

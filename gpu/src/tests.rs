@@ -250,6 +250,11 @@ fn ne<T: Copy, const N: usize>(vals: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> 
 /// refuses), reductions still give the right answer, on host copies: two
 /// copies out and one back each, no kernel, the kernel tried once, one
 /// warning for the layer.
+/// The bits of `x` as a half.
+fn half(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}
+
 #[test]
 fn reductions_fall_back_to_the_host_without_kernels() {
     let d = Arc::new(TestCuda::new(1).without_kernels());
@@ -297,6 +302,22 @@ fn reductions_fall_back_to_the_host_without_kernels() {
             vec![0, 1, 1, 0],
             vec![0, 0, 1, 1],
             vec![0, 1, 0, 1],
+        ),
+        // Half precision: combined in f32, rounded to half once (2048 + 1
+        // is halfway between representable halves: ties to even, 2048).
+        (
+            ReduceOp::Sum,
+            ElemType::F16,
+            ne(&[half(2048.0), half(0.5), half(65504.0)], u16::to_ne_bytes),
+            ne(&[half(1.0), half(0.25), half(65504.0)], u16::to_ne_bytes),
+            ne(&[half(2048.0), half(0.75), 0x7c00], u16::to_ne_bytes),
+        ),
+        (
+            ReduceOp::Max,
+            ElemType::F16,
+            ne(&[half(-1.0), half(3.0)], u16::to_ne_bytes),
+            ne(&[half(-0.5), half(2.0)], u16::to_ne_bytes),
+            ne(&[half(-0.5), half(3.0)], u16::to_ne_bytes),
         ),
     ];
     for (op, ty, a, b, want) in &cases {

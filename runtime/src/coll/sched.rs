@@ -90,6 +90,7 @@ fn device_op(op: &Op, dt: Datatype) -> Option<(ReduceOp, ElemType)> {
         P::F32 => ElemType::F32,
         P::F64 => ElemType::F64,
         P::Bool => ElemType::Bool,
+        P::F16 => ElemType::F16,
         _ => return None,
     };
     let op = match op {
@@ -1103,6 +1104,41 @@ mod tests {
             let what = format!("copying 64 B from device memory at {a:#x} to {b:#x}");
             check(w.run(&mut s), "cuMemcpyDtoD_v2", &what);
             assert_eq!(after, vec![0; 8]);
+        }
+
+        /// `MPIX_C_FLOAT16` on device memory reduces on the GPU (the
+        /// double's kernel), with no copy to the host, and rounds as the
+        /// host does.
+        #[test]
+        fn a_half_precision_reduction_of_device_memory_runs_a_kernel() {
+            let mut w = World::new();
+            let (a, b) = (w.dev(), w.dev());
+            let h = |xs: &[f32]| -> Vec<u8> {
+                xs.iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_ne_bytes())
+                    .collect()
+            };
+            w.cuda.poke(a, &h(&[0.5, 1.0, -3.0, 65504.0]));
+            w.cuda.poke(b, &h(&[0.25, 2048.0, 1.5, 65504.0]));
+            let mut s = w.sched();
+            s.red = Some(Reduction {
+                op: Op::Sum,
+                dt: Datatype::Primitive(Primitive::F16),
+                unit: 2,
+            });
+            let lo = s.user(a, 8, false);
+            let hi = s.user(b, 8, true);
+            s.reduce(lo, hi);
+            let before = w.cuda.counts();
+            w.run(&mut s).expect("the reduction ran");
+            let c = w.cuda.counts();
+            assert_eq!(c.reduces - before.reduces, 1, "one kernel");
+            assert_eq!((c.dtoh - before.dtoh, c.htod - before.htod), (0, 0));
+            assert_eq!(
+                w.cuda.peek(b, 8),
+                h(&[0.75, 2048.0, -1.5, f32::INFINITY]),
+                "2048 + 1 rounds to even; 65504 + 65504 overflows"
+            );
         }
 
         #[test]
