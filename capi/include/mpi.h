@@ -179,6 +179,8 @@ typedef struct MPI_Status {
 #define MPI_C_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0x4c002042)
 /* IEEE 754 half precision (MPICH's extension; C _Float16, numpy float16) */
 #define MPIX_C_FLOAT16            ((MPI_Datatype)0x4c000246)
+/* bfloat16 (MPICH 5's extension: the upper 16 bits of a float) */
+#define MPIX_BFLOAT16             ((MPI_Datatype)0x4c00024c)
 
 /* 7.5 Address, offset and count types */
 #define MPI_AINT                  ((MPI_Datatype)0x4c000843)

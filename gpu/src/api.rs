@@ -119,11 +119,14 @@ pub enum ElemType {
     /// IEEE 754 half precision (`MPIX_C_FLOAT16`): each operation is
     /// computed in `float` and rounded to half once, as the host does.
     F16,
+    /// bfloat16 (`MPIX_BFLOAT16`): likewise in `float`, rounded to nearest
+    /// even once.
+    BF16,
 }
 
 impl ElemType {
     /// Every type, for tests and kernel pre-compilation.
-    pub const ALL: [ElemType; 12] = [
+    pub const ALL: [ElemType; 13] = [
         ElemType::I8,
         ElemType::U8,
         ElemType::I16,
@@ -136,13 +139,14 @@ impl ElemType {
         ElemType::F64,
         ElemType::Bool,
         ElemType::F16,
+        ElemType::BF16,
     ];
 
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
             ElemType::I8 | ElemType::U8 | ElemType::Bool => 1,
-            ElemType::I16 | ElemType::U16 | ElemType::F16 => 2,
+            ElemType::I16 | ElemType::U16 | ElemType::F16 | ElemType::BF16 => 2,
             ElemType::I32 | ElemType::U32 | ElemType::F32 => 4,
             ElemType::I64 | ElemType::U64 | ElemType::F64 => 8,
         }
@@ -163,13 +167,16 @@ impl ElemType {
             ElemType::F64 => "double",
             ElemType::Bool => "bool",
             // Stored as its bits; the kernel converts to and from float.
-            ElemType::F16 => "unsigned short",
+            ElemType::F16 | ElemType::BF16 => "unsigned short",
         }
     }
 
     /// Whether the type is a floating-point type (no bitwise operations).
     pub fn is_float(self) -> bool {
-        matches!(self, ElemType::F32 | ElemType::F64 | ElemType::F16)
+        matches!(
+            self,
+            ElemType::F32 | ElemType::F64 | ElemType::F16 | ElemType::BF16
+        )
     }
 }
 

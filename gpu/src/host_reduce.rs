@@ -92,25 +92,41 @@ pub fn host_reduce(op: ReduceOp, ty: ElemType, acc: &mut [u8], inc: &[u8]) {
         ElemType::U64 => int!(u64),
         ElemType::F32 => float!(f32),
         ElemType::F64 => float!(f64),
-        ElemType::F16 => {
-            // Widened to f32 (exact), combined there, rounded once: the
-            // kernel's conversions.
-            let wide = |b: &[u8]| -> Vec<u8> {
-                b.chunks_exact(2)
-                    .flat_map(|c| {
-                        half::f16::from_ne_bytes([c[0], c[1]])
-                            .to_f32()
-                            .to_ne_bytes()
-                    })
-                    .collect()
-            };
-            let n = acc.len() / 2;
-            let (mut a, b) = (wide(acc), wide(&inc[..2 * n]));
-            host_reduce(op, ElemType::F32, &mut a, &b);
-            for (dst, src) in acc.chunks_exact_mut(2).zip(a.chunks_exact(4)) {
-                let f = f32::from_ne_bytes(src.try_into().expect("4 bytes"));
-                dst.copy_from_slice(&half::f16::from_f32(f).to_ne_bytes());
-            }
-        }
+        ElemType::F16 => narrow(
+            op,
+            acc,
+            inc,
+            |c| half::f16::from_ne_bytes(c).to_f32(),
+            |f| half::f16::from_f32(f).to_ne_bytes(),
+        ),
+        ElemType::BF16 => narrow(
+            op,
+            acc,
+            inc,
+            |c| half::bf16::from_ne_bytes(c).to_f32(),
+            |f| half::bf16::from_f32(f).to_ne_bytes(),
+        ),
+    }
+}
+
+/// A 16-bit float type: widened to f32 (exact) by `wide`, combined there,
+/// rounded once by `round` (the kernels' conversions).
+fn narrow(
+    op: ReduceOp,
+    acc: &mut [u8],
+    inc: &[u8],
+    wide: impl Fn([u8; 2]) -> f32,
+    round: impl Fn(f32) -> [u8; 2],
+) {
+    let widen = |b: &[u8]| -> Vec<u8> {
+        b.chunks_exact(2)
+            .flat_map(|c| wide([c[0], c[1]]).to_ne_bytes())
+            .collect()
+    };
+    let n = acc.len() / 2;
+    let (mut a, b) = (widen(acc), widen(&inc[..2 * n]));
+    host_reduce(op, ElemType::F32, &mut a, &b);
+    for (dst, src) in acc.chunks_exact_mut(2).zip(a.chunks_exact(4)) {
+        dst.copy_from_slice(&round(f32::from_ne_bytes(src.try_into().expect("4 bytes"))));
     }
 }

@@ -255,6 +255,11 @@ fn half(x: f32) -> u16 {
     half::f16::from_f32(x).to_bits()
 }
 
+/// The bits of `x` as a bfloat16.
+fn bf(x: f32) -> u16 {
+    half::bf16::from_f32(x).to_bits()
+}
+
 #[test]
 fn reductions_fall_back_to_the_host_without_kernels() {
     let d = Arc::new(TestCuda::new(1).without_kernels());
@@ -318,6 +323,14 @@ fn reductions_fall_back_to_the_host_without_kernels() {
             ne(&[half(-1.0), half(3.0)], u16::to_ne_bytes),
             ne(&[half(-0.5), half(2.0)], u16::to_ne_bytes),
             ne(&[half(-0.5), half(3.0)], u16::to_ne_bytes),
+        ),
+        // bfloat16: 256 + 1 rounds to even (256), 1 + 0.5 is exact.
+        (
+            ReduceOp::Sum,
+            ElemType::BF16,
+            ne(&[bf(256.0), bf(1.0)], u16::to_ne_bytes),
+            ne(&[bf(1.0), bf(0.5)], u16::to_ne_bytes),
+            ne(&[bf(256.0), bf(1.5)], u16::to_ne_bytes),
         ),
     ];
     for (op, ty, a, b, want) in &cases {

@@ -27,6 +27,9 @@ pub enum Primitive {
     F64,
     /// `MPIX_C_FLOAT16`: IEEE 754 half precision ([`half::f16`]).
     F16,
+    /// `MPIX_BFLOAT16` (MPICH 5's): bfloat16, the upper half of an
+    /// `f32` ([`half::bf16`]).
+    BF16,
     /// `MPI_C_BOOL`
     Bool,
     /// 128-bit integer (no MPI equivalent; moved as 16 bytes)
@@ -72,6 +75,7 @@ impl Primitive {
             Primitive::F32 => "MPI_FLOAT",
             Primitive::F64 => "MPI_DOUBLE",
             Primitive::F16 => "MPIX_C_FLOAT16",
+            Primitive::BF16 => "MPIX_BFLOAT16",
             Primitive::Bool => "MPI_C_BOOL",
             Primitive::I128 => "GMPI_INT128",
             Primitive::U128 => "GMPI_UINT128",
@@ -112,7 +116,7 @@ impl Datatype {
                 | Primitive::Bool
                 | Primitive::Byte
                 | Primitive::Char => 1,
-                Primitive::I16 | Primitive::U16 | Primitive::F16 => 2,
+                Primitive::I16 | Primitive::U16 | Primitive::F16 | Primitive::BF16 => 2,
                 Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
                 Primitive::I64 | Primitive::U64 | Primitive::F64 => 8,
                 Primitive::I128 | Primitive::U128 => 16,
@@ -160,7 +164,7 @@ macro_rules! prim {
 
 prim!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
       u64 => U64, i128 => I128, u128 => U128, f32 => F32, f64 => F64, isize => ISize, usize => USize, bool => Bool,
-      half::f16 => F16);
+      half::f16 => F16, half::bf16 => BF16);
 
 // SAFETY: arrays of Equivalence types have no padding between elements and
 // inherit the element's validity.

@@ -119,9 +119,10 @@ pub use datatype::{
 };
 pub use error::{Error, ErrorClass, Result};
 pub use group::{Comparison, Group, UNDEFINED};
-/// The `half` crate whose `f16` is [`Primitive::F16`] (`MPIX_C_FLOAT16`):
-/// `gmpi::half::f16` buffers send, receive and reduce (sum, product, min,
-/// max) like any float.
+/// The `half` crate whose `f16` is [`Primitive::F16`] (`MPIX_C_FLOAT16`)
+/// and whose `bf16` is [`Primitive::BF16`] (`MPIX_BFLOAT16`):
+/// `gmpi::half::f16` and `bf16` buffers send, receive and reduce (sum,
+/// product, min, max) like any float.
 pub use half;
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
 pub use request::{wait_all, wait_any_ready, wait_set, Request, Status};

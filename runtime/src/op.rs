@@ -301,7 +301,7 @@ fn class(p: Primitive) -> Class {
         | P::ISize
         | P::USize
         | P::Char => Class::Int,
-        P::F32 | P::F64 | P::F16 => Class::Float,
+        P::F32 | P::F64 | P::F16 | P::BF16 => Class::Float,
         P::Bool => Class::Bool,
         P::Byte => Class::Byte,
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => Class::Pair,
@@ -453,6 +453,7 @@ fn elementwise(op: &Op, prim: Primitive) -> Option<Kernel> {
         // Half precision: each operation in f32, rounded back (as the
         // `half` crate's operators and CUDA's `__half` arithmetic do).
         P::F16 => arith::<half::f16>(op),
+        P::BF16 => arith::<half::bf16>(op),
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => None,
     }
 }
@@ -524,7 +525,7 @@ macro_rules! num {
 
 num!(wrapping_add, wrapping_mul: i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 // Floats: IEEE addition and multiplication (`std::ops`).
-num!(add, mul: f32, f64, half::f16);
+num!(add, mul: f32, f64, half::f16, half::bf16);
 
 macro_rules! int {
     ($($t:ty),*) => {$(
@@ -613,7 +614,7 @@ mod tests {
     use proptest::prelude::*;
     use Primitive as P;
 
-    const ALL_PRIMS: [Primitive; 23] = [
+    const ALL_PRIMS: [Primitive; 24] = [
         P::I8,
         P::I16,
         P::I32,
@@ -625,6 +626,7 @@ mod tests {
         P::F32,
         P::F64,
         P::F16,
+        P::BF16,
         P::Bool,
         P::I128,
         P::U128,
@@ -644,16 +646,17 @@ mod tests {
     fn all_prims_is_exhaustive(p: Primitive) {
         match p {
             P::I8 | P::I16 | P::I32 | P::I64 | P::U8 | P::U16 | P::U32 | P::U64 => {}
-            P::F32 | P::F64 | P::F16 | P::Bool | P::I128 | P::U128 | P::ISize | P::USize => {}
+            P::F32 | P::F64 | P::F16 | P::BF16 | P::Bool => {}
+            P::I128 | P::U128 | P::ISize | P::USize => {}
             P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => {}
             P::Byte | P::Char => {}
         }
     }
 
     /// Valid (predefined op, datatype) pairs: 12 integer types × 10 ops,
-    /// 3 float types × 4, `Char` 10 (as MPICH), `Bool` 3, `Byte` 3, 5 pair
+    /// 4 float types × 4, `Char` 10 (as MPICH), `Bool` 3, `Byte` 3, 5 pair
     /// types × 2.
-    const PREDEFINED_VALID: usize = 120 + 12 + 10 + 3 + 3 + 10;
+    const PREDEFINED_VALID: usize = 120 + 16 + 10 + 3 + 3 + 10;
 
     fn predefined() -> Vec<Op> {
         use Op::*;
@@ -678,7 +681,7 @@ mod tests {
             P::ISize,
             P::USize,
         ];
-        let floats = [P::F32, P::F64, P::F16];
+        let floats = [P::F32, P::F64, P::F16, P::BF16];
         let pairs = [
             P::FloatInt,
             P::DoubleInt,
@@ -888,6 +891,7 @@ mod tests {
             P::F32 => ref_float!(f32, op, a, b),
             P::F64 => ref_float!(f64, op, a, b),
             P::F16 => ref_float!(half::f16, op, a, b),
+            P::BF16 => ref_float!(half::bf16, op, a, b),
             P::FloatInt => ref_loc!(f32, 8, 4, op, a, b),
             P::DoubleInt => ref_loc!(f64, 16, 8, op, a, b),
             P::LongInt => ref_loc!(i64, 16, 8, op, a, b),
@@ -1046,6 +1050,22 @@ mod tests {
         assert!(check(&Op::Band, P::F16).is_err());
         assert!(check(&Op::Sum, P::F16).is_ok());
         assert_eq!(P::F16.mpi_name(), "MPIX_C_FLOAT16");
+    }
+
+    #[test]
+    fn bfloat16_reduces_as_floats_do_and_rounds_to_even() {
+        use half::bf16;
+        let h = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
+        let mut b = ne(&h(&[1.0, -2.5, 256.0]));
+        apply(&Op::Sum, P::BF16, 3, &ne(&h(&[2.0, 0.5, 1.0])), &mut b);
+        // 256 + 1 is halfway between 256 and 258: to even.
+        assert_eq!(from_bytes::<bf16>(&b), h(&[3.0, -2.0, 256.0]));
+        apply(&Op::Min, P::BF16, 3, &ne(&h(&[4.0, -3.0, 1.0])), &mut b);
+        assert_eq!(from_bytes::<bf16>(&b), h(&[3.0, -3.0, 1.0]));
+        assert!(check(&Op::Bor, P::BF16).is_err());
+        assert!(check(&Op::Prod, P::BF16).is_ok());
+        assert_eq!(P::BF16.mpi_name(), "MPIX_BFLOAT16");
+        assert_eq!(Datatype::Primitive(P::BF16).size(), 2);
     }
 
     #[test]

@@ -675,7 +675,7 @@ impl From<Datatype> for UserDatatype {
 fn align_of(p: Primitive) -> usize {
     match p {
         Primitive::I8 | Primitive::U8 | Primitive::Bool | Primitive::Byte | Primitive::Char => 1,
-        Primitive::I16 | Primitive::U16 | Primitive::F16 => 2,
+        Primitive::I16 | Primitive::U16 | Primitive::F16 | Primitive::BF16 => 2,
         Primitive::I32 | Primitive::U32 | Primitive::F32 => 4,
         Primitive::FloatInt | Primitive::TwoInt | Primitive::ShortInt => 4,
         Primitive::I64 | Primitive::U64 | Primitive::F64 | Primitive::ISize | Primitive::USize => 8,

@@ -68,23 +68,24 @@ static size_t dt_ring(size_t size, char sk, char rk, int nonblocking, uint32_t s
 
 /* The first T_NBASIC types are the set most programs sweep (int, long, float,
  * double); dt_ops sweeps them all: every C integer type of fixed width,
- * MPI_C_BOOL, both floating-point types and MPICH's half precision
- * MPIX_C_FLOAT16 (C's _Float16; gmpi's device kernels cover exactly these). */
+ * MPI_C_BOOL, both floating-point types, MPICH's half precision
+ * MPIX_C_FLOAT16 (C's _Float16) and bfloat16 MPIX_BFLOAT16 (the upper half
+ * of a float, kept as its bits): gmpi's device kernels cover exactly these. */
 enum dt_type {
     T_INT, T_LONG, T_FLOAT, T_DOUBLE,
-    T_INT8, T_UINT8, T_INT16, T_UINT16, T_INT32, T_UINT32, T_INT64, T_UINT64, T_BOOL, T_F16,
+    T_INT8, T_UINT8, T_INT16, T_UINT16, T_INT32, T_UINT32, T_INT64, T_UINT64, T_BOOL, T_F16, T_BF16,
     T_NTYPES
 };
 #define T_NBASIC 4
 enum dt_op { O_SUM, O_PROD, O_MIN, O_MAX, O_LAND, O_LOR, O_LXOR, O_BAND, O_BOR, O_BXOR, O_NOPS };
 
 static const char *dt_type_names[] = {"int",    "long",  "float",  "double", "int8",   "uint8", "int16",
-                                      "uint16", "int32", "uint32", "int64",  "uint64", "bool", "f16"};
+                                      "uint16", "int32", "uint32", "int64",  "uint64", "bool", "f16", "bf16"};
 static const char *dt_op_names[] = {"sum", "prod", "min", "max", "land", "lor", "lxor", "band", "bor", "bxor"};
 static const size_t dt_type_sizes[] = {sizeof(int),      sizeof(long),     sizeof(float),   sizeof(double),
                                        sizeof(int8_t),   sizeof(uint8_t),  sizeof(int16_t), sizeof(uint16_t),
                                        sizeof(int32_t),  sizeof(uint32_t), sizeof(int64_t), sizeof(uint64_t),
-                                       sizeof(_Bool),    sizeof(_Float16)};
+                                       sizeof(_Bool),    sizeof(_Float16), sizeof(uint16_t)};
 
 static MPI_Datatype dt_mpi_type(int t) {
     switch (t) {
@@ -114,6 +115,8 @@ static MPI_Datatype dt_mpi_type(int t) {
         return MPI_UINT64_T;
     case T_F16:
         return MPIX_C_FLOAT16;
+    case T_BF16:
+        return MPIX_BFLOAT16;
     default:
         return MPI_C_BOOL;
     }
@@ -128,7 +131,7 @@ static MPI_Op dt_mpi_op(int o) {
 }
 
 static int dt_is_float(int t) {
-    return t == T_FLOAT || t == T_DOUBLE || t == T_F16;
+    return t == T_FLOAT || t == T_DOUBLE || t == T_F16 || t == T_BF16;
 }
 
 static int dt_is_unsigned(int t) {
@@ -150,17 +153,19 @@ static int dt_op_valid(int o, int t) {
 static long long dt_value(int t, int o, int rank, size_t i, uint32_t seed) {
     uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)rank * 40503u ^ seed * 97u;
     h ^= h >> 13;
-    if (t == T_F16) {
-        /* half precision holds every integer up to 2048 exactly */
+    if (t == T_F16 || t == T_BF16) {
+        /* half precision holds every integer up to 2048 exactly, bfloat16
+         * up to 256 */
+        int bf = t == T_BF16;
         switch (o) {
         case O_SUM:
-            return (long long)(h % 201) - 100;
+            return bf ? (long long)(h % 15) - 7 : (long long)(h % 201) - 100;
         case O_PROD: {
             long long f = rank < 10 ? (long long)(1 + h % 2) : 1;
             return h % 5 == 0 ? -f : f;
         }
         default:
-            return (long long)(h % 4001) - 2000;
+            return bf ? (long long)(h % 513) - 256 : (long long)(h % 4001) - 2000;
         }
     }
     int u = dt_is_unsigned(t);
@@ -269,6 +274,13 @@ static void dt_store(void *p, int t, size_t i, long long v) {
     case T_F16:
         ((_Float16 *)p)[i] = (_Float16)v;
         break;
+    case T_BF16: {
+        float f = (float)v; /* exact: |v| <= 256 or a power of two */
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+        break;
+    }
     default:
         ((_Bool *)p)[i] = v != 0;
     }
@@ -286,6 +298,13 @@ static const char *dt_show(const void *p, int t, size_t i, char *buf, size_t len
     case T_F16:
         snprintf(buf, len, "%g", (double)((const _Float16 *)p)[i]);
         break;
+    case T_BF16: {
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        snprintf(buf, len, "%g", (double)f);
+        break;
+    }
     case T_UINT64:
         snprintf(buf, len, "%llu", (unsigned long long)((const uint64_t *)p)[i]);
         break;

@@ -2,7 +2,8 @@
  * dt_ops: the reduction kernels, one per (type, op) MPI defines: every
  * fixed-width integer type (MPI_INT8_T .. MPI_UINT64_T) with all ten
  * predefined ops, MPI_C_BOOL with the logical ops, float, double and
- * MPIX_C_FLOAT16 (MPICH's half precision) with sum, prod, min and max. Each
+ * MPIX_C_FLOAT16 and MPIX_BFLOAT16 (MPICH's half precision and bfloat16)
+ * with sum, prod, min and max. Each
  * pair goes through allreduce at 1, 1027 and the largest count that fits in
  * -M bytes, in-place allreduce and reduce (to the last rank) at that count,
  * against a host reference. Buffers of kind -k (default D; X: mixed, device

@@ -149,7 +149,7 @@ write_summary() {
         echo '```'
         if [ -f "$logs/ops-np2.log" ]; then
             echo
-            echo "Device reduction kernels compiled by NVRTC in ops-np2 (GMPI_LOG=gpu=debug): $(grep -o 'compiled gmpi_reduce_[a-z0-9_]*' "$logs/ops-np2.log" | sort -u | wc -l) distinct (95 expected: 10 ops x 8 integer types, 4 x 3 float types with f16, 3 on bool)"
+            echo "Device reduction kernels compiled by NVRTC in ops-np2 (GMPI_LOG=gpu=debug): $(grep -o 'compiled gmpi_reduce_[a-z0-9_]*' "$logs/ops-np2.log" | sort -u | wc -l) distinct (99 expected: 10 ops x 8 integer types, 4 x 4 float types with f16 and bf16, 3 on bool)"
         fi
         echo
         echo "## Protocols (GMPI_LOG=pml=debug): size, memory, protocol, messages"

@@ -252,6 +252,8 @@ pub const MPI_C_DOUBLE_COMPLEX: MPI_Datatype = 0x4c001041;
 pub const MPI_C_LONG_DOUBLE_COMPLEX: MPI_Datatype = 0x4c002042;
 /// `MPIX_C_FLOAT16` (MPICH's): IEEE 754 half precision.
 pub const MPIX_C_FLOAT16: MPI_Datatype = 0x4c000246;
+/// `MPIX_BFLOAT16` (MPICH 5's): bfloat16.
+pub const MPIX_BFLOAT16: MPI_Datatype = 0x4c00024c;
 pub const MPI_AINT: MPI_Datatype = 0x4c000843;
 pub const MPI_OFFSET: MPI_Datatype = 0x4c000844;
 pub const MPI_COUNT: MPI_Datatype = 0x4c000845;

@@ -103,6 +103,7 @@ const PREDEFINED: &[(MPI_Datatype, &str, Pre)] = &[
     (MPI_UINT64_T, "MPI_UINT64_T", Pre::P(P::U64)),
     (MPI_C_BOOL, "MPI_C_BOOL", Pre::P(P::Bool)),
     (MPIX_C_FLOAT16, "MPIX_C_FLOAT16", Pre::P(P::F16)),
+    (MPIX_BFLOAT16, "MPIX_BFLOAT16", Pre::P(P::BF16)),
     (MPI_C_FLOAT_COMPLEX, "MPI_C_FLOAT_COMPLEX", Pre::Bytes(8, 4)),
     (
         MPI_C_DOUBLE_COMPLEX,

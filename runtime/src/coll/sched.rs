@@ -91,6 +91,7 @@ fn device_op(op: &Op, dt: Datatype) -> Option<(ReduceOp, ElemType)> {
         P::F64 => ElemType::F64,
         P::Bool => ElemType::Bool,
         P::F16 => ElemType::F16,
+        P::BF16 => ElemType::BF16,
         _ => return None,
     };
     let op = match op {

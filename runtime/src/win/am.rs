@@ -123,7 +123,7 @@ impl Kind {
 const WANT_OLD: u8 = 1;
 
 /// Every primitive, by its wire index.
-const PRIMS: [Primitive; 23] = [
+const PRIMS: [Primitive; 24] = [
     Primitive::I8,
     Primitive::I16,
     Primitive::I32,
@@ -135,6 +135,7 @@ const PRIMS: [Primitive; 23] = [
     Primitive::F32,
     Primitive::F64,
     Primitive::F16,
+    Primitive::BF16,
     Primitive::Bool,
     Primitive::I128,
     Primitive::U128,
