@@ -39,6 +39,12 @@ pub fn set_multithreaded() {
     MULTI.store(true, Ordering::SeqCst);
 }
 
+/// Whether calls may overlap (`MPI_THREAD_MULTIPLE`).
+#[inline]
+pub fn multithreaded() -> bool {
+    MULTI.load(Ordering::Relaxed)
+}
+
 /// Errors of the current call go to `comm`'s error handler.
 #[inline]
 pub fn set_target(comm: MPI_Comm) {

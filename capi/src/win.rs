@@ -11,7 +11,7 @@
 //! operations complete before they return; their requests are complete
 //! requests.
 
-use std::cell::RefCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,11 +50,57 @@ fn win(call: &str, h: MPI_Win) -> Result<Window, Error> {
 /// ([`LAST`]) is good while this has not moved.
 static WIN_GEN: AtomicU64 = AtomicU64::new(0);
 
+/// A cached window look-up: handle, [`WIN_GEN`] then, window.
+type Lookup = Option<(MPI_Win, u64, Window)>;
+
 thread_local! {
-    /// This thread's last window look-up (handle, [`WIN_GEN`] then, window):
-    /// the operations of an epoch name one window over and over, and this
+    /// This thread's last window look-up under `MPI_THREAD_MULTIPLE`: the
+    /// operations of an epoch name one window over and over, and this
     /// spares each the table's lock and a reference count.
-    static LAST: RefCell<Option<(MPI_Win, u64, Window)>> = const { RefCell::new(None) };
+    static LAST: RefCell<Lookup> = const { RefCell::new(None) };
+}
+
+/// The last window look-up of a program below `MPI_THREAD_MULTIPLE`: one
+/// global, since its calls never overlap (a thread-local of a shared
+/// library costs a `__tls_get_addr` call at every use: a fifth of a small
+/// `MPI_Put` + `MPI_Win_flush`).
+struct Serial(UnsafeCell<Lookup>);
+
+// SAFETY: the cell is touched only while `errors::multithreaded()` is false,
+// that is while the program makes its MPI calls one at a time (the contract
+// of MPI_THREAD_SINGLE, _FUNNELED and _SERIALIZED, whose program orders its
+// threads' calls with its own synchronisation); gmpi's own threads (the
+// one-sided progress thread) never enter the C ABI.
+unsafe impl Sync for Serial {}
+
+static SERIAL_LAST: Serial = Serial(UnsafeCell::new(None));
+
+/// Read the caller's cached look-up (its thread's, or the process's below
+/// `MPI_THREAD_MULTIPLE`). `f` must not enter the C ABI.
+#[inline]
+fn read_last<R>(f: impl FnOnce(&Lookup) -> Option<R>) -> Option<R> {
+    if errors::multithreaded() {
+        return LAST.with(|l| f(&*l.try_borrow().ok()?));
+    }
+    // SAFETY: see `Serial`: no other call runs meanwhile, and `f` does not
+    // re-enter the C ABI, so nothing writes the cell while this borrow lives.
+    f(unsafe { &*SERIAL_LAST.0.get() })
+}
+
+/// Replace the caller's cached look-up.
+#[inline]
+fn write_last(v: Lookup) {
+    if errors::multithreaded() {
+        LAST.with(|l| {
+            if let Ok(mut b) = l.try_borrow_mut() {
+                *b = v;
+            }
+        });
+        return;
+    }
+    // SAFETY: see `Serial`; no borrow of the cell is alive here (readers'
+    // borrows end with `read_last`).
+    unsafe { *SERIAL_LAST.0.get() = v }
 }
 
 /// Run `f` on the window `h`, with errors of the current call routed to
@@ -65,31 +111,33 @@ fn with_win<R>(
     f: impl FnOnce(&Window) -> Result<R, Error>,
 ) -> Result<R, Error> {
     let gen = WIN_GEN.load(Ordering::Acquire);
-    LAST.with(|last| {
-        if let Ok(b) = last.try_borrow() {
-            if let Some((lh, lg, w)) = &*b {
-                if *lh == h && *lg == gen {
-                    errors::set_target(h);
-                    return f(w);
-                }
-            }
+    // A clone: `f` may take long or call back (an error handler does not
+    // run inside it, but keep the cache free of borrows anyway).
+    let cached = read_last(|l| match l {
+        Some((lh, lg, w)) if *lh == h && *lg == gen => Some(w.clone()),
+        _ => None,
+    });
+    let w = match cached {
+        Some(w) => w,
+        None => {
+            let w = decode(Kind::Win, h)
+                .and_then(|i| state().wins.get(i).map(|o| o.win.clone()))
+                .ok_or_else(|| invalid(call, h))?;
+            write_last(Some((h, gen, w.clone())));
+            w
         }
-        let w = decode(Kind::Win, h).and_then(|i| state().wins.get(i).map(|o| o.win.clone()));
-        let w = w.ok_or_else(|| invalid(call, h))?;
-        errors::set_target(h);
-        if let Ok(mut b) = last.try_borrow_mut() {
-            *b = Some((h, gen, w.clone()));
-        }
-        f(&w)
-    })
+    };
+    errors::set_target(h);
+    f(&w)
 }
 
-/// Run `f` on window `h` if this thread's cached look-up has it (the hot
-/// path: no lock, no check to repeat); `None` otherwise.
+/// Run `f` on window `h` if the caller's cached look-up has it (the hot
+/// path: no lock, no check to repeat, no reference count); `None`
+/// otherwise. `f` must not enter the C ABI.
 #[inline]
 fn cached_win<R>(h: MPI_Win, f: impl FnOnce(&Window) -> Option<R>) -> Option<R> {
     let gen = WIN_GEN.load(Ordering::Acquire);
-    LAST.with(|last| match &*last.try_borrow().ok()? {
+    read_last(|l| match l {
         Some((lh, lg, w)) if *lh == h && *lg == gen => f(w),
         _ => None,
     })
@@ -219,11 +267,7 @@ fn flush_fast(rank: c_int, h: MPI_Win) -> Option<c_int> {
 /// at once, so its memory goes now; other threads' on their next look-up).
 fn forget_win() {
     WIN_GEN.fetch_add(1, Ordering::AcqRel);
-    LAST.with(|last| {
-        if let Ok(mut b) = last.try_borrow_mut() {
-            *b = None;
-        }
-    });
+    write_last(None);
 }
 
 fn with_obj<R>(call: &str, h: MPI_Win, f: impl FnOnce(&mut WinObj) -> R) -> Result<R, Error> {

@@ -358,6 +358,26 @@ fn map_device_memory(
     ))
 }
 
+/// Take an accumulate mutex (a word of the shared area): spin briefly,
+/// then yield. Released by storing 0. Nothing inside it can fail or
+/// panic but the caller's work, whose unwinding [`Window::with_acc`]
+/// guards.
+#[inline]
+fn acc_lock(word: &std::sync::atomic::AtomicU32) {
+    let mut k = 0u32;
+    while word
+        .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        k = k.saturating_add(1);
+        if k < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Window {
     fn err(&self, class: ErrorClass, call: &str, what: impl std::fmt::Display) -> Error {
         Error::new(class, call, self.inner.comm.rank(), what)
@@ -1140,18 +1160,7 @@ impl Window {
     /// Run `f` holding target `t`'s accumulate mutex.
     fn with_acc<R>(&self, t: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
         let word = self.area().acc_word(t);
-        let mut k = 0u32;
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            k = k.saturating_add(1);
-            if k < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        acc_lock(word);
         // Released on every way out, a panic included (the other ranks
         // would wait for it forever).
         struct Held<'a>(&'a std::sync::atomic::AtomicU32);
@@ -1294,31 +1303,33 @@ impl Window {
         {
             return None;
         }
-        let el = Datatype::Primitive(p);
-        match op {
-            Op::Replace | Op::NoOp => {}
+        // The element-wise kernel, resolved once (`None` for `MPI_REPLACE`
+        // and `MPI_NO_OP`); an undefined pair, the location operations and
+        // user functions take the general path, which names the error.
+        let kernel = match op {
+            Op::Replace | Op::NoOp => None,
             Op::User(_) => return None,
-            _ => crate::op::check_datatype(op, el).ok()?,
-        }
-        let n = len / el.size().max(1);
+            _ => Some(crate::op::kernel(op, p)?),
+        };
+        let area = self.inner.area.as_ref()?;
         let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
         // Each buffer is classified once, by read_contig / write_contig,
         // before anything is touched (`None`: not contiguous host memory).
         let combine = |data: &[u8], out: Option<&mut [u8]>| {
-            self.with_acc(t, || {
-                self.area()
-                    .modify(t, off, len, |cur| {
-                        if let Some(out) = out {
-                            out.copy_from_slice(cur);
-                        }
-                        match op {
-                            Op::NoOp => {}
-                            Op::Replace => cur.copy_from_slice(data),
-                            _ => crate::op::apply_datatype(op, el, n, data, cur),
-                        }
-                    })
-                    .map_err(range)
-            })
+            let word = area.acc_word(t);
+            acc_lock(word);
+            let r = area.modify(t, off, len, |cur| {
+                if let Some(out) = out {
+                    out.copy_from_slice(cur);
+                }
+                match (kernel, op) {
+                    (Some(k), _) => k(data, cur),
+                    (None, Op::Replace) => cur.copy_from_slice(data),
+                    (None, _) => {}
+                }
+            });
+            word.store(0, Ordering::Release);
+            r.map_err(range)
         };
         let with_result = |data: &[u8]| match result {
             Some(res) => res.write_contig(|out| combine(data, Some(out))),
