@@ -198,6 +198,7 @@ impl WinArea {
     }
 
     /// The accumulate mutex of rank `r`'s memory.
+    #[inline]
     pub fn acc_word(&self, r: usize) -> &AtomicU32 {
         self.map.u32_at(self.layout.ctrl(r) + CTRL_ACC)
     }
@@ -235,16 +236,14 @@ impl WinArea {
     fn range(&self, r: usize, off: usize, len: usize) -> Result<usize, String> {
         let (at, have) = self.layout.data[r];
         if off.checked_add(len).is_none_or(|e| e > have) {
-            return Err(format!(
-                "bytes {off}..{} are outside rank {r}'s {have}-byte window",
-                off.saturating_add(len)
-            ));
+            return Err(outside(r, off, len, have));
         }
         Ok(at + off)
     }
 
     /// Run `f` on `len` bytes at offset `off` of rank `r`'s memory, in
     /// place (for an accumulate, under the accumulate mutex of `r`).
+    #[inline]
     pub fn modify<R>(
         &self,
         r: usize,
@@ -271,6 +270,16 @@ impl WinArea {
         self.map.write_shared(at, src);
         Ok(())
     }
+}
+
+/// The error of an access outside rank `r`'s `have` bytes.
+#[cold]
+#[inline(never)]
+fn outside(r: usize, off: usize, len: usize, have: usize) -> String {
+    format!(
+        "bytes {off}..{} are outside rank {r}'s {have}-byte window",
+        off.saturating_add(len)
+    )
 }
 
 fn attach(path: &Path, l: &Layout) -> Result<Mapping, BtlError> {
