@@ -900,6 +900,24 @@ fn nwchem_scf_energy_matches_mpich() {
     assert!(o.status.success(), "NWChem:\n{}", text(&o));
 }
 
+/// BAGEL (Debian's `bagel`, built against MPICH), which stops unless
+/// `MPI_Init_thread` provides `MPI_THREAD_MULTIPLE`: water's RHF, MP2 and
+/// CASSCF energies on gmpi at np 2 and 3 equal MPICH's at np 1
+/// (`capi/tests/bagel/run.sh`).
+#[test]
+fn bagel_energies_match_mpich() {
+    if !have("BAGEL", "bagel") || !have("mpiexec.mpich", "mpich") {
+        return;
+    }
+    let o = Command::new("bash")
+        .arg(repo().join("capi/tests/bagel/run.sh"))
+        .arg(prefix())
+        .args(["2", "3"])
+        .output()
+        .expect("bagel run.sh");
+    assert!(o.status.success(), "BAGEL:\n{}", text(&o));
+}
+
 #[test]
 fn rsmpi_program_builds_and_runs() {
     if !have("clang", "clang libclang-dev") {
