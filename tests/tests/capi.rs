@@ -851,7 +851,8 @@ fn mpi4py_suite_ulfm_file() {
 }
 
 /// OpenCoarrays' own test programs (Debian's MPICH build: coarray Fortran
-/// over one-sided communication) at np 2 and 4
+/// over one-sided communication) at np 2 and 4, and at np 4 on two fake
+/// nodes
 /// (`capi/tests/opencoarrays/run.sh`, which lists them and why the others
 /// are left out).
 #[test]
@@ -869,6 +870,19 @@ fn opencoarrays_programs_run_on_gmpi() {
             .expect("opencoarrays run.sh");
         assert!(o.status.success(), "OpenCoarrays at np {np}:\n{}", text(&o));
     }
+    // Between nodes: two images per fake node, windows by active messages.
+    let o = Command::new("bash")
+        .arg(repo().join("capi/tests/opencoarrays/run.sh"))
+        .arg(prefix())
+        .arg("4")
+        .env("OC_PER_NODE", "2")
+        .output()
+        .expect("opencoarrays run.sh");
+    assert!(
+        o.status.success(),
+        "OpenCoarrays at np 4 on two fake nodes:\n{}",
+        text(&o)
+    );
     // sync_team needs 8 images (teams of teams).
     let o = Command::new("bash")
         .arg(repo().join("capi/tests/opencoarrays/run.sh"))
