@@ -337,6 +337,25 @@ pub(crate) fn with<R>(call: &str, f: impl FnOnce(&mut Locked) -> Result<R>) -> R
     f(&mut Locked(Some(g)))
 }
 
+/// Run `f` on the engine unless another thread holds it: `None` then (that
+/// thread's own progress passes do what `f` would), `Some(Err)` if MPI is
+/// not running. Never waits, and never rings a thread sleeping in the
+/// transports (the one-sided progress thread polls with it).
+pub(crate) fn try_with<R>(
+    call: &str,
+    f: impl FnOnce(&mut Locked) -> Result<R>,
+) -> Option<Result<R>> {
+    let g = match STATE.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
+    };
+    if let Err(e) = check_running(call, &g) {
+        return Some(Err(e));
+    }
+    Some(f(&mut Locked(Some(g))))
+}
+
 /// The engine, locked, for `call` (which fails if it is not running).
 pub(crate) fn locked(call: &str) -> Result<Locked> {
     let g = lock();

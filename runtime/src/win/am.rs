@@ -26,11 +26,16 @@
 //!
 //! **Passive-target progress** needs no call from the target: the first
 //! such window of a process starts a progress thread (`gmpi-rma`), which
-//! waits in the engine as any blocked call does (spin, yield, then sleep in
-//! the transports, woken by arrivals) and so runs [`serve`] while the
-//! program computes. It makes the process multithreaded as far as the
-//! engine is concerned (waits let go of the engine lock), and stops when the
-//! last such window is freed or at `MPI_Finalize`.
+//! runs one progress pass (and so [`serve`]) whenever no other thread is
+//! in gmpi: it only tries the engine lock, so it never waits for a call of
+//! the program, never wakes one that sleeps in the transports, and leaves
+//! the work to the program's own waits while it is in MPI. Between passes
+//! it naps, 20 µs after a pass that served a request, doubling up to 1 ms
+//! while none comes (so a request to a computing target waits at most
+//! about 1 ms, and an idle process wakes 1000 times a second). It makes the
+//! process multithreaded as far as the engine is concerned (waits let go
+//! of the engine lock), and stops when the last such window is freed or at
+//! `MPI_Finalize`.
 //!
 //! **Locks** live at the target: a lock request is answered when granted
 //! (shared locks together, an exclusive one alone, waiters in arrival
@@ -334,14 +339,24 @@ pub(crate) fn call(
             TAG_REQ,
             SendMode::Standard,
         );
+        // The reply buffer is the receive's until it completes or is
+        // cancelled: on every way out.
+        let drop_reply = |e: &mut crate::engine::Locked| {
+            if !e.driver.cancel(rh) {
+                let _ = e.wait_handle(call, Handle::Pml(rh));
+            }
+            let _ = e.driver.test(rh);
+        };
         match e.driver.send(s) {
             Ok(Some(sh)) => {
-                e.wait_handle(call, Handle::Pml(sh))?;
+                if let Err(err) = e.wait_handle(call, Handle::Pml(sh)) {
+                    drop_reply(e);
+                    return Err(err);
+                }
             }
             Ok(None) => {}
             Err(err) => {
-                e.driver.cancel(rh);
-                let _ = e.driver.test(rh);
+                drop_reply(e);
                 return Err(pml(err));
             }
         }
@@ -634,6 +649,9 @@ pub(crate) struct Agent {
     wins: HashMap<u32, Target>,
     arriving: VecDeque<Arrival>,
     replies: Vec<(ReqId, Vec<u8>)>,
+    /// Requests applied so far (the progress thread naps longer while this
+    /// does not move).
+    served: u64,
 }
 
 impl Agent {
@@ -657,6 +675,11 @@ impl Agent {
     /// The window of `ctx`.
     pub fn target(&mut self, ctx: u32) -> Option<&mut Target> {
         self.wins.get_mut(&ctx)
+    }
+
+    /// Requests applied so far.
+    pub fn served(&self) -> u64 {
+        self.served
     }
 }
 
@@ -701,7 +724,10 @@ pub(crate) fn serve(e: &mut Engine) -> usize {
         let a = rma.arriving.pop_front().expect("front exists");
         n += 1;
         match driver.test(a.id) {
-            Some(Ok(_)) => handle(driver, rma, a.ctx, a.src, a.buf),
+            Some(Ok(_)) => {
+                rma.served += 1;
+                handle(driver, rma, a.ctx, a.src, a.buf)
+            }
             Some(Err(err)) => {
                 tracing::warn!(target: "rma", "a one-sided request from rank {} failed to arrive: {err}", a.src)
             }
@@ -862,6 +888,11 @@ fn reply(driver: &mut Driver, rma: &mut Agent, ctx: u32, src: u32, tag: i32, r: 
 
 // ---- the progress thread ----
 
+/// The progress thread's nap after a pass that moved something, and its
+/// longest nap.
+const NAP_MIN: std::time::Duration = std::time::Duration::from_micros(20);
+const NAP_MAX: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The progress thread and its stop flag.
 static THREAD: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>> = Mutex::new(None);
 
@@ -878,11 +909,24 @@ pub(crate) fn start_progress_thread() -> std::io::Result<()> {
         .name("gmpi-rma".into())
         .spawn(move || {
             const CALL: &str = "gmpi's one-sided progress thread";
-            let r = engine::with(CALL, |e| {
-                e.wait_until(CALL, |_| Ok(s.load(Ordering::Acquire)))
-            });
-            if let Err(err) = r {
-                tracing::debug!(target: "rma", "progress thread ends: {err}");
+            let mut nap = NAP_MIN;
+            while !s.load(Ordering::Acquire) {
+                let pass = |e: &mut engine::Locked| {
+                    let before = e.rma.served();
+                    e.progress_all(CALL)?;
+                    Ok(e.rma.served() != before)
+                };
+                match engine::try_with(CALL, pass) {
+                    Some(Ok(true)) => nap = NAP_MIN,
+                    // No request, or another thread is in gmpi and serves
+                    // them in its own progress passes.
+                    None | Some(Ok(false)) => nap = (nap * 2).min(NAP_MAX),
+                    Some(Err(err)) => {
+                        tracing::debug!(target: "rma", "progress thread ends: {err}");
+                        return;
+                    }
+                }
+                std::thread::park_timeout(nap);
             }
         })?;
     *g = Some((stop, h));
@@ -896,7 +940,7 @@ pub(crate) fn stop_progress_thread() {
     let t = THREAD.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some((stop, h)) = t {
         stop.store(true, Ordering::Release);
-        engine::wake_waiters();
+        h.thread().unpark();
         let _ = h.join();
         tracing::debug!(target: "rma", "progress thread stopped");
     }
