@@ -897,21 +897,29 @@ fn opencoarrays_programs_run_on_gmpi() {
     );
 }
 
+/// An MPICH-built application's energy check (`capi/tests/<dir>/run.sh
+/// PREFIX 2 3`: the energies on gmpi at np 2 and 3 against MPICH's at np 1),
+/// when the application (`tool`, from Debian's `package`) and MPICH's
+/// launcher are installed.
+fn app_energies_match_mpich(dir: &str, tool: &str, package: &str) {
+    if !have(tool, package) || !have("mpiexec.mpich", "mpich") {
+        return;
+    }
+    let o = Command::new("bash")
+        .arg(repo().join(format!("capi/tests/{dir}/run.sh")))
+        .arg(prefix())
+        .args(["2", "3"])
+        .output()
+        .expect("run.sh");
+    assert!(o.status.success(), "{tool}:\n{}", text(&o));
+}
+
 /// NWChem's SCF energy of water (Debian's `nwchem.mpich`: Global Arrays
 /// over MPI one-sided communication) on gmpi at np 2 and 3 equals MPICH's
 /// at np 1 (`capi/tests/nwchem/run.sh`).
 #[test]
 fn nwchem_scf_energy_matches_mpich() {
-    if !have("nwchem.mpich", "nwchem-mpich") || !have("mpiexec.mpich", "mpich") {
-        return;
-    }
-    let o = Command::new("bash")
-        .arg(repo().join("capi/tests/nwchem/run.sh"))
-        .arg(prefix())
-        .args(["2", "3"])
-        .output()
-        .expect("nwchem run.sh");
-    assert!(o.status.success(), "NWChem:\n{}", text(&o));
+    app_energies_match_mpich("nwchem", "nwchem.mpich", "nwchem-mpich");
 }
 
 /// BAGEL (Debian's `bagel`, built against MPICH), which stops unless
@@ -920,16 +928,7 @@ fn nwchem_scf_energy_matches_mpich() {
 /// (`capi/tests/bagel/run.sh`).
 #[test]
 fn bagel_energies_match_mpich() {
-    if !have("BAGEL", "bagel") || !have("mpiexec.mpich", "mpich") {
-        return;
-    }
-    let o = Command::new("bash")
-        .arg(repo().join("capi/tests/bagel/run.sh"))
-        .arg(prefix())
-        .args(["2", "3"])
-        .output()
-        .expect("bagel run.sh");
-    assert!(o.status.success(), "BAGEL:\n{}", text(&o));
+    app_energies_match_mpich("bagel", "BAGEL", "bagel");
 }
 
 #[test]
