@@ -11,6 +11,8 @@
  * - Win_create_dynamic + Win_attach/detach, addressed by MPI_Get_address;
  * - passive-target progress: rank 0 polls its own memory with no MPI call
  *   while the others lock, put and unlock on it;
+ * - accumulates of double complex and long double under contention (the
+ *   C ABI's own kernels): exact totals;
  * - attributes, name, group, info, error handler, and the errors
  *   (MPI_ERR_RMA_SYNC, MPI_ERR_RMA_RANGE, MPI_ERR_LOCKTYPE, MPI_ERR_WIN).
  * Plain MPI-3; built by MPICH's mpicc and by gmpicc. */
@@ -363,6 +365,54 @@ static void passive_progress(void)
     CHECK_MPI(MPI_Win_free(&win));
 }
 
+/* Accumulates of types whose operations gmpi's C ABI brings itself (double
+ * complex, long double): every rank adds to one element of rank 0 under a
+ * shared lock, K times, with contention; then Get_accumulate reads it back.
+ * Between nodes these combine at the origin under the target's accumulate
+ * lock: the totals are exact only if that lock holds. */
+static void complex_accumulates(void)
+{
+    enum { K = 50 };
+    struct { double re, im; } *cz;
+    long double *ld;
+    MPI_Win wz, wl;
+    CHECK_MPI(MPI_Win_allocate(16, 16, MPI_INFO_NULL, MPI_COMM_WORLD, &cz, &wz));
+    CHECK_MPI(MPI_Win_allocate(sizeof(long double), sizeof(long double), MPI_INFO_NULL,
+                               MPI_COMM_WORLD, &ld, &wl));
+    cz->re = cz->im = 0;
+    *ld = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    struct { double re, im; } one = {1.0, 2.0};
+    long double half = 0.5L;
+    CHECK_MPI(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, wz));
+    CHECK_MPI(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, wl));
+    for (int i = 0; i < K; i++) {
+        CHECK_MPI(MPI_Accumulate(&one, 1, MPI_C_DOUBLE_COMPLEX, 0, 0, 1, MPI_C_DOUBLE_COMPLEX,
+                                 MPI_SUM, wz));
+        CHECK_MPI(MPI_Accumulate(&half, 1, MPI_LONG_DOUBLE, 0, 0, 1, MPI_LONG_DOUBLE, MPI_SUM,
+                                 wl));
+    }
+    CHECK_MPI(MPI_Win_unlock(0, wl));
+    CHECK_MPI(MPI_Win_unlock(0, wz));
+    MPI_Barrier(MPI_COMM_WORLD);
+    struct { double re, im; } got = {-1, -1};
+    long double gl = -1, none = 0;
+    CHECK_MPI(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, wz));
+    CHECK_MPI(MPI_Get_accumulate(NULL, 0, MPI_C_DOUBLE_COMPLEX, &got, 1, MPI_C_DOUBLE_COMPLEX, 0,
+                                 0, 1, MPI_C_DOUBLE_COMPLEX, MPI_NO_OP, wz));
+    CHECK_MPI(MPI_Win_unlock(0, wz));
+    CHECK_MPI(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, wl));
+    CHECK_MPI(MPI_Get_accumulate(&none, 1, MPI_LONG_DOUBLE, &gl, 1, MPI_LONG_DOUBLE, 0, 0, 1,
+                                 MPI_LONG_DOUBLE, MPI_SUM, wl));
+    CHECK_MPI(MPI_Win_unlock(0, wl));
+    CHECK(got.re == (double)(np * K) && got.im == 2.0 * np * K, "complex total %g%+gi", got.re,
+          got.im);
+    CHECK(gl == 0.5L * np * K, "long double total %Lg", gl);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_MPI(MPI_Win_free(&wl));
+    CHECK_MPI(MPI_Win_free(&wz));
+}
+
 static void errors(void)
 {
     int buf[4] = {0};
@@ -418,6 +468,7 @@ int main(int argc, char **argv)
     shared_window();
     dynamic_window();
     passive_progress();
+    complex_accumulates();
     errors();
     MPI_Barrier(MPI_COMM_WORLD);
     REPORT_OK();
