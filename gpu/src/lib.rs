@@ -307,6 +307,24 @@ impl Gpu {
         }
     }
 
+    /// Whether the `len` bytes at `addr` are host memory: [`Gpu::classify`]
+    /// for the hot paths that only ask that (a failed query is "not host":
+    /// the caller's general path classifies again and reports it).
+    #[inline]
+    pub fn is_host(&self, addr: u64, len: usize) -> bool {
+        match &self.api {
+            None => true,
+            Some(_) if addr == 0 || self.kinds.is_host(addr, len) => {
+                bump(&self.stats.cache_hits);
+                true
+            }
+            Some(api) => matches!(
+                self.classify_slow(api.as_ref(), addr, len),
+                Ok(MemKind::Host)
+            ),
+        }
+    }
+
     /// Not a host hit: a device entry is trusted only after its buffer id
     /// is re-checked (one driver call), since a freed device range can come
     /// back as host memory (seen on an H200, driver 580: a 16 MiB

@@ -92,6 +92,7 @@ impl Ty {
 
     /// Whether `count` elements are one run of `count * size` bytes starting
     /// at the origin.
+    #[inline]
     pub fn is_contig(&self) -> bool {
         match self {
             Ty::Basic(_) => true,
@@ -101,6 +102,7 @@ impl Ty {
 
     /// The one primitive every basic element is made of, if there is one
     /// (what a predefined reduction operates on).
+    #[inline]
     pub fn prim(&self) -> Option<crate::datatype::Primitive> {
         match self {
             Ty::Basic(crate::datatype::Datatype::Primitive(p)) => Some(*p),
@@ -209,10 +211,11 @@ impl View {
     /// returns that error.
     #[inline]
     pub(crate) fn is_host(&self) -> bool {
-        matches!(self.kind(), Ok(k) if k.is_host())
+        crate::engine::gpu().is_host(self.base + self.origin as u64, self.bytes())
     }
 
     /// Address of the data if it is one contiguous run.
+    #[inline]
     pub(crate) fn contig_addr(&self) -> Option<u64> {
         self.ty
             .is_contig()
@@ -222,7 +225,7 @@ impl View {
     /// Run `f` on the data, writable, in place if it is one contiguous run
     /// of host memory (`None` otherwise: [`View::unpack`] reaches any
     /// memory).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write_contig<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         assert!(self.writable, "write into a read-only buffer");
         let a = self.contig_addr()?;
@@ -232,7 +235,7 @@ impl View {
 
     /// Run `f` on the data in place if it is one contiguous run of host
     /// memory (`None` otherwise: [`View::pack`] reaches any memory).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let a = self.contig_addr()?;
         self.is_host()
