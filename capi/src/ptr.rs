@@ -223,6 +223,38 @@ pub fn fast_bytes(p: *const c_void, count: impl Into<MPI_Count>, size: usize) ->
         .filter(|&len| len <= isize::MAX as usize)
 }
 
+/// The `len` bytes at `p` (from [`fast_bytes`]) as a slice, if they are
+/// host memory (`None` otherwise: the caller's general path reaches any
+/// memory). The slice lives for the call only.
+#[inline(always)]
+pub fn fast_host<'a>(p: *const c_void, len: usize) -> Option<&'a [u8]> {
+    if len == 0 {
+        return Some(&[]);
+    }
+    if !gmpi::is_host_memory(p as u64, len) {
+        return None;
+    }
+    // SAFETY: `p` is not NULL (fast_bytes refuses NULL with bytes) and the
+    // caller lends `len` bytes of host memory there for the call, as MPI
+    // requires of a send-side buffer.
+    Some(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// [`fast_host`] for a buffer the call writes (a result buffer, which MPI
+/// forbids to overlap the call's other buffers).
+#[inline(always)]
+pub fn fast_host_mut<'a>(p: *mut c_void, len: usize) -> Option<&'a mut [u8]> {
+    if len == 0 {
+        return Some(&mut []);
+    }
+    if !gmpi::is_host_memory(p as u64, len) {
+        return None;
+    }
+    // SAFETY: as `fast_host`, and the caller lends these bytes writable
+    // and unaliased for the call.
+    Some(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
+}
+
 /// `MPI_Send`/`MPI_Ssend` of the `len` bytes at `p` (from [`fast_bytes`]).
 #[inline]
 #[allow(clippy::too_many_arguments)]

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gmpi::{Error, ErrorClass, LockType, Op, View, WinFlavor, Window};
+use gmpi::{AccHow, Error, ErrorClass, LockType, Op, View, WinFlavor, Window};
 
 use crate::abi::*;
 use crate::cache::{self, Obj};
@@ -187,7 +187,8 @@ fn fast_acc_op(h: MPI_Op, dt: MPI_Datatype) -> Option<Op> {
 /// `MPI_Accumulate` (`r` NULL, `rdt` ignored), `MPI_Get_accumulate` and
 /// `MPI_Fetch_and_op` of contiguous elements of one predefined type to the
 /// same elements at the target, on a cached window with shared memory
-/// ([`Window::acc_basic`]); `None` sends the call down the general path.
+/// ([`Window::acc_raw`], on host memory classified here); `None` sends the
+/// call down the general path.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn acc_fast(
@@ -205,19 +206,22 @@ fn acc_fast(
         return None;
     }
     let d = resolve::fast_dtype(dt)?;
-    let op = fast_acc_op(op, dt)?;
-    let ov = if o.is_null() && matches!(op, Op::NoOp) {
-        None
-    } else {
-        Some(ptr::fast_buf(o, count, d, false)?)
+    let gmpi::Datatype::Primitive(p) = d else {
+        return None;
     };
-    let rv = match r {
-        Some(r) => Some(ptr::fast_buf(r, count, d, true)?),
+    let how = AccHow::of(&fast_acc_op(op, dt)?, p)?;
+    let src = if o.is_null() && matches!(how, AccHow::NoOp) {
+        &[][..]
+    } else {
+        ptr::fast_host(o, ptr::fast_bytes(o, count, d.size())?)?
+    };
+    let old = match r {
+        Some(r) => Some(ptr::fast_host_mut(r, ptr::fast_bytes(r, count, d.size())?)?),
         None => None,
     };
     let disp: isize = tdisp;
     cached_win(h, |w| {
-        let res = w.acc_basic(call, ov.as_ref(), rv.as_ref(), trank, disp, &op)?;
+        let res = w.acc_raw(call, trank, disp, src, old, how)?;
         Some(crate::frame::fast(call, h, || res))
     })
 }

@@ -127,6 +127,8 @@ pub use half;
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
 pub use request::{wait_all, wait_any_ready, wait_set, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
+#[doc(hidden)]
+pub use win::{is_host_memory, AccHow};
 pub use win::{
     LockType, WinFlavor, Window, MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT, MODE_NOSTORE,
     MODE_NOSUCCEED,

@@ -26,7 +26,7 @@
 //!   rank, creation fails on every rank with `MPI_ERR_UNSUPPORTED_OPERATION`
 //!   saying why.
 //!
-//! The C ABI's hot path (`put_get_basic`, `acc_basic`, `cas_basic`,
+//! The C ABI's hot path (`put_get_basic`, `acc_raw`, `cas_basic`,
 //! `flush_basic`) takes contiguous predefined elements on the allocated
 //! flavors with no lock: each target's epoch state is published as atomic
 //! bits (`EpochsGuard`).
@@ -59,6 +59,14 @@
 mod am;
 
 pub(crate) use am::{serve as serve_requests, stop_progress_thread, Agent};
+
+/// Whether the `len` bytes at `addr` are host memory (the C ABI's hot
+/// paths; `false` also where the gpu layer cannot say).
+#[doc(hidden)]
+#[inline]
+pub fn is_host_memory(addr: u64, len: usize) -> bool {
+    engine::gpu().is_host(addr, len)
+}
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -356,6 +364,48 @@ fn map_device_memory(
             why.as_deref().unwrap_or("on another rank")
         ),
     ))
+}
+
+/// How the C ABI's leanest accumulate combines ([`Window::acc_raw`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum AccHow {
+    /// `MPI_REPLACE`.
+    Replace,
+    /// `MPI_NO_OP`.
+    NoOp,
+    /// The element-wise kernel of a predefined operation.
+    Kernel(fn(&[u8], &mut [u8])),
+}
+
+impl AccHow {
+    /// How `op` combines elements of `p`; `None` where only the general
+    /// path can (undefined pairs, the location operations, user
+    /// functions), which names the error if there is one.
+    #[inline]
+    pub fn of(op: &Op, p: Primitive) -> Option<AccHow> {
+        Some(match op {
+            Op::Replace => AccHow::Replace,
+            Op::NoOp => AccHow::NoOp,
+            Op::User(_) => return None,
+            _ => AccHow::Kernel(crate::op::kernel(op, p)?),
+        })
+    }
+}
+
+/// `dst.copy_from_slice(src)`, without a `memcpy` call for the element
+/// sizes of one-element operations (fetch-and-op, compare-and-swap).
+#[inline(always)]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    match (
+        dst.len(),
+        <&[u8; 8]>::try_from(src),
+        <&[u8; 4]>::try_from(src),
+    ) {
+        (8, Ok(s), _) => dst.copy_from_slice(s),
+        (4, _, Ok(s)) => dst.copy_from_slice(s),
+        _ => dst.copy_from_slice(src),
+    }
 }
 
 /// Take an accumulate mutex (a word of the shared area): spin briefly,
@@ -1273,77 +1323,50 @@ impl Window {
         ))
     }
 
-    /// The C ABI's hot path of `MPI_Accumulate` (`result` `None`),
-    /// `MPI_Get_accumulate` and `MPI_Fetch_and_op`: host buffers of
-    /// contiguous elements of one predefined type, the target datatype that
-    /// type with the same count, a predefined operation (or `MPI_REPLACE`,
-    /// `MPI_NO_OP`, with which `origin` may be `None`) defined on it, as
-    /// [`Window::put_get_basic`]. Combined in place under the target's
-    /// accumulate mutex, with no copy. `None` where any of that does not
-    /// hold: the caller takes the general path.
+    /// The C ABI's leanest accumulate (`MPI_Accumulate`,
+    /// `MPI_Get_accumulate`, `MPI_Fetch_and_op` of one predefined type on
+    /// both sides): `src` (empty with `AccHow::NoOp`) combined by `how`
+    /// into the same bytes at `disp` of `target`, their former contents
+    /// into `old`; host memory the caller classified and lends for the
+    /// call, on a window in the shared area with an epoch open to `target`.
+    /// `None` where any of that does not hold: the caller takes the general
+    /// path, which checks everything and names the error.
     #[doc(hidden)]
     #[inline]
-    pub fn acc_basic(
+    pub fn acc_raw(
         &self,
         call: &str,
-        origin: Option<&View>,
-        result: Option<&View>,
         target: i32,
         disp: isize,
-        op: &Op,
+        src: &[u8],
+        old: Option<&mut [u8]>,
+        how: AccHow,
     ) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
-        let first = origin.or(result)?;
-        let p = first.ty.prim()?;
-        let len = first.bytes();
-        let same = |v: &View| v.ty.prim() == Some(p) && v.bytes() == len;
-        if !origin.is_none_or(same)
-            || !result.is_none_or(same)
-            || (origin.is_none() && !matches!(op, Op::NoOp))
-        {
+        let area = self.inner.area.as_ref()?;
+        let len = old.as_ref().map_or(src.len(), |o| o.len());
+        if !matches!(how, AccHow::NoOp) && src.len() != len {
             return None;
         }
-        // The element-wise kernel, resolved once (`None` for `MPI_REPLACE`
-        // and `MPI_NO_OP`); an undefined pair, the location operations and
-        // user functions take the general path, which names the error.
-        let kernel = match op {
-            Op::Replace | Op::NoOp => None,
-            Op::User(_) => return None,
-            _ => Some(crate::op::kernel(op, p)?),
-        };
-        let area = self.inner.area.as_ref()?;
-        let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
-        // Each buffer is classified once, by read_contig / write_contig,
-        // before anything is touched (`None`: not contiguous host memory).
-        let combine = |data: &[u8], out: Option<&mut [u8]>| {
-            let word = area.acc_word(t);
-            acc_lock(word);
-            let r = area.modify(t, off, len, |cur| {
-                if let Some(out) = out {
-                    out.copy_from_slice(cur);
-                }
-                match (kernel, op) {
-                    (Some(k), _) => k(data, cur),
-                    (None, Op::Replace) => cur.copy_from_slice(data),
-                    (None, _) => {}
-                }
-            });
-            word.store(0, Ordering::Release);
-            r.map_err(range)
-        };
-        let with_result = |data: &[u8]| match result {
-            Some(res) => res.write_contig(|out| combine(data, Some(out))),
-            None => Some(combine(data, None)),
-        };
-        match origin {
-            Some(o) if !matches!(op, Op::NoOp) => o.read_contig(with_result)?,
-            _ => with_result(&[]),
-        }
+        let word = area.acc_word(t);
+        acc_lock(word);
+        let r = area.modify(t, off, len, |cur| {
+            if let Some(o) = old {
+                copy_small(o, cur);
+            }
+            match how {
+                AccHow::Kernel(k) => k(src, cur),
+                AccHow::Replace => copy_small(cur, src),
+                AccHow::NoOp => {}
+            }
+        });
+        word.store(0, Ordering::Release);
+        Some(r.map_err(|e| self.err(ErrorClass::RmaRange, call, e)))
     }
 
     /// The C ABI's hot path of `MPI_Compare_and_swap`: host buffers of one
     /// element of an integer, logical or byte type, as
-    /// [`Window::acc_basic`]; `None` otherwise.
+    /// [`Window::acc_raw`]; `None` otherwise.
     #[doc(hidden)]
     #[inline]
     pub fn cas_basic(
