@@ -143,10 +143,11 @@ fn cached_win<R>(h: MPI_Win, f: impl FnOnce(&Window) -> Option<R>) -> Option<R> 
     })
 }
 
-/// `MPI_Put`/`MPI_Get` of contiguous elements of a predefined type to the
-/// same elements at the target, in an open epoch of a cached window with
-/// shared memory: [`Window::put_get_basic`] with no look-up; `None` sends
-/// the call down the general path, which checks everything.
+/// `MPI_Put`/`MPI_Get` of contiguous elements of a predefined type in host
+/// memory to the same elements at the target, in an open epoch of a cached
+/// window with shared memory: [`Window::put_raw`] / [`Window::get_raw`]
+/// with no look-up; `None` sends the call down the general path, which
+/// checks everything.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn put_get_fast(
@@ -164,12 +165,21 @@ fn put_get_fast(
     if odt != tdt || ocount != tcount || !running() {
         return None;
     }
-    let v = ptr::fast_buf(o, ocount, resolve::fast_dtype(odt)?, !put)?;
+    let len = ptr::fast_bytes(o, ocount, resolve::fast_dtype(odt)?.size())?;
     let disp: isize = tdisp;
-    cached_win(h, |w| {
-        let r = w.put_get_basic(call, put, &v, trank, disp)?;
-        Some(crate::frame::fast(call, h, || r))
-    })
+    if put {
+        let data = ptr::fast_host(o, len)?;
+        cached_win(h, |w| {
+            let r = w.put_raw(call, data, trank, disp)?;
+            Some(crate::frame::fast(call, h, || r))
+        })
+    } else {
+        let out = ptr::fast_host_mut(o.cast_mut(), len)?;
+        cached_win(h, |w| {
+            let r = w.get_raw(call, out, trank, disp)?;
+            Some(crate::frame::fast(call, h, || r))
+        })
+    }
 }
 
 /// The predefined operation `h` on the predefined datatype `dt` as the

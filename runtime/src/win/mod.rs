@@ -26,7 +26,7 @@
 //!   rank, creation fails on every rank with `MPI_ERR_UNSUPPORTED_OPERATION`
 //!   saying why.
 //!
-//! The C ABI's hot path (`put_get_basic`, `acc_raw`, `cas_basic`,
+//! The C ABI's hot path (`put_raw`, `get_raw`, `acc_raw`, `cas_basic`,
 //! `flush_basic`) takes contiguous predefined elements on the allocated
 //! flavors with no lock: each target's epoch state is published as atomic
 //! bits (`EpochsGuard`).
@@ -1269,35 +1269,43 @@ impl Window {
         self.write_runs(call, &r, &data)
     }
 
-    /// The C ABI's hot path of `MPI_Put` (`put`) and `MPI_Get`: `origin`
-    /// is contiguous elements of one predefined type and the target datatype
-    /// is that type with the same count, on a window whose memory is in the
-    /// shared area (allocated flavors), in an open epoch. `None` wherever
-    /// any of that does not hold or the call would fail (device memory, a
-    /// bad rank or displacement, no epoch): the caller then takes
-    /// [`Window::put`] / [`Window::get`], which check everything and name
-    /// the error.
+    /// The C ABI's hot path of `MPI_Put`: `data` (contiguous elements of
+    /// one predefined type, host memory the caller classified and lends for
+    /// the call) to the same elements at `disp` of `target`, on a window
+    /// whose memory is in the shared area (allocated flavors), in an open
+    /// epoch. `None` wherever any of that does not hold or the call would
+    /// fail (a bad rank or displacement, no epoch): the caller then takes
+    /// [`Window::put`], which checks everything and names the error.
     #[doc(hidden)]
     #[inline]
-    pub fn put_get_basic(
+    pub fn put_raw(&self, call: &str, data: &[u8], target: i32, disp: isize) -> Option<Result<()>> {
+        let (t, off) = self.basic_target(target, disp)?;
+        let area = self.inner.area.as_ref()?;
+        Some(
+            area.write(t, off, data)
+                .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
+        )
+    }
+
+    /// [`Window::put_raw`] for `MPI_Get`: into `out`.
+    #[doc(hidden)]
+    #[inline]
+    pub fn get_raw(
         &self,
         call: &str,
-        put: bool,
-        origin: &View,
+        out: &mut [u8],
         target: i32,
         disp: isize,
     ) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
         let area = self.inner.area.as_ref()?;
-        let range = |e: String| self.err(ErrorClass::RmaRange, call, e);
-        if put {
-            origin.read_contig(|data| area.write(t, off, data).map_err(range))
-        } else {
-            origin.write_contig(|out| area.read(t, off, out).map_err(range))
-        }
+        Some(
+            area.read(t, off, out)
+                .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
+        )
     }
 
-    /// The target offset of the hot paths ([`Window::put_get_basic`] and
+    /// The target offset of the hot paths ([`Window::put_raw`] and
     /// the accumulates'): `target`'s slot and the byte offset of `disp`,
     /// on a live window in the shared area with an epoch open to it;
     /// `None` otherwise (the general path checks and names the error).
