@@ -299,30 +299,38 @@ impl Gpu {
     pub fn classify(&self, addr: u64, len: usize) -> Result<MemKind, GpuError> {
         match &self.api {
             None => Ok(MemKind::Host),
-            Some(_) if addr == 0 || self.kinds.is_host(addr, len) => {
-                bump(&self.stats.cache_hits);
-                Ok(MemKind::Host)
-            }
+            Some(_) if self.host_hit(addr, len) => Ok(MemKind::Host),
             Some(api) => self.classify_slow(api.as_ref(), addr, len),
         }
     }
 
     /// Whether the `len` bytes at `addr` are host memory: [`Gpu::classify`]
-    /// for the hot paths that only ask that (a failed query is "not host":
-    /// the caller's general path classifies again and reports it).
+    /// for the hot paths that only ask that, with no `Result` to build (a
+    /// failed query is "not host": the caller's general path classifies
+    /// again and reports it).
     #[inline]
     pub fn is_host(&self, addr: u64, len: usize) -> bool {
         match &self.api {
             None => true,
-            Some(_) if addr == 0 || self.kinds.is_host(addr, len) => {
-                bump(&self.stats.cache_hits);
-                true
+            Some(api) => {
+                self.host_hit(addr, len)
+                    || matches!(
+                        self.classify_slow(api.as_ref(), addr, len),
+                        Ok(MemKind::Host)
+                    )
             }
-            Some(api) => matches!(
-                self.classify_slow(api.as_ref(), addr, len),
-                Ok(MemKind::Host)
-            ),
         }
+    }
+
+    /// The host fast path of [`Gpu::classify`] with CUDA loaded: a NULL
+    /// address, or a range the cache knows for host memory (counted).
+    #[inline]
+    fn host_hit(&self, addr: u64, len: usize) -> bool {
+        let hit = addr == 0 || self.kinds.is_host(addr, len);
+        if hit {
+            bump(&self.stats.cache_hits);
+        }
+        hit
     }
 
     /// Not a host hit: a device entry is trusted only after its buffer id

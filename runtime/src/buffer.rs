@@ -225,7 +225,7 @@ impl View {
     /// Run `f` on the data, writable, in place if it is one contiguous run
     /// of host memory (`None` otherwise: [`View::unpack`] reaches any
     /// memory).
-    #[inline(always)]
+    #[inline]
     pub(crate) fn write_contig<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         assert!(self.writable, "write into a read-only buffer");
         let a = self.contig_addr()?;
@@ -235,7 +235,7 @@ impl View {
 
     /// Run `f` on the data in place if it is one contiguous run of host
     /// memory (`None` otherwise: [`View::pack`] reaches any memory).
-    #[inline(always)]
+    #[inline]
     pub(crate) fn read_contig<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let a = self.contig_addr()?;
         self.is_host()

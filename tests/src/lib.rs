@@ -64,6 +64,22 @@ pub fn fake_cuda_driver(dir: &Path) {
     std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
 }
 
+/// The command prefix that puts rank r of a gmpirun job on fake node
+/// `r / per_node` (`GMPI_NODE_NAME`): `sh -c WRAPPER PROG ARGS...`, so that
+/// one host runs a job of several nodes (tcp between them).
+pub fn fake_node_wrapper(per_node: usize) -> [String; 3] {
+    [
+        "sh".into(),
+        "-c".into(),
+        format!("GMPI_NODE_NAME=fake$((GMPI_RANK / {per_node})) exec \"$0\" \"$@\""),
+    ]
+}
+
+/// Fake nodes share this host's cores, but each rank sizes its spinning by
+/// its own (fake) node: the oversubscribed back-off the real host calls
+/// for, or they spin against each other.
+pub const HOST_BACKOFF: [(&str, &str); 2] = [("GMPI_SPIN", "5"), ("GMPI_YIELDS", "4")];
+
 /// A process's exit status, stdout and stderr, for assertion messages.
 pub fn output_text(o: &Output) -> String {
     format!(

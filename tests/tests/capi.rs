@@ -320,25 +320,13 @@ fn rma_on_device_memory_over_the_fake_driver() {
 /// active messages over tcp (`runtime/src/win/am.rs`). The fake nodes
 /// share this host's cores, so they get its oversubscribed back-off.
 fn run_on_fake_nodes(prog: &Path, np: usize, per_node: usize, envs: &[(&str, &str)]) -> Output {
-    let wrap = format!("GMPI_NODE_NAME=fake$((GMPI_RANK / {per_node})) exec \"$0\" \"$@\"");
-    let lib = prefix().join("lib");
     let mut c = Command::new(prefix().join("bin/gmpirun"));
-    c.args([
-        "--timeout",
-        "120",
-        "-np",
-        &np.to_string(),
-        "sh",
-        "-c",
-        &wrap,
-    ])
-    .arg(prog)
-    .env("LD_LIBRARY_PATH", &lib)
-    .env("GMPI_SPIN", "5")
-    .env("GMPI_YIELDS", "4");
-    for (k, v) in envs {
-        c.env(k, v);
-    }
+    c.args(["--timeout", "120", "-np", &np.to_string()])
+        .args(gmpi_tests::fake_node_wrapper(per_node))
+        .arg(prog)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .envs(gmpi_tests::HOST_BACKOFF)
+        .envs(envs.iter().copied());
     c.output().expect("spawn gmpirun")
 }
 

@@ -21,19 +21,12 @@ const LOW: &[(&str, &str)] = &[
 
 /// Run `prog args` at `np` ranks, rank r on fake node `r / per_node`.
 fn on_fake_nodes(per_node: usize, np: usize, prog: &str, args: &[&str], envs: &[(&str, &str)]) {
-    let wrap = format!("GMPI_NODE_NAME=fake$((GMPI_RANK / {per_node})) exec \"$0\" \"$@\"");
-    let mut a = vec!["-c", wrap.as_str(), prog];
+    let [sh, c, wrap] = gmpi_tests::fake_node_wrapper(per_node);
+    let mut a = vec![c.as_str(), wrap.as_str(), prog];
     a.extend_from_slice(args);
-    run_scenario("sh", 120, np, &a, &with_host_backoff(envs));
-}
-
-/// Fake nodes share this host's cores, but each rank sizes its spinning by
-/// its own (fake) node: give them the oversubscribed back-off the real host
-/// calls for, or they spin against each other.
-fn with_host_backoff<'a>(envs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-    let mut v = vec![("GMPI_SPIN", "5"), ("GMPI_YIELDS", "4")];
-    v.extend_from_slice(envs);
-    v
+    let mut e = gmpi_tests::HOST_BACKOFF.to_vec();
+    e.extend_from_slice(envs);
+    run_scenario(&sh, 120, np, &a, &e);
 }
 
 #[test]
@@ -297,7 +290,7 @@ fn across_two_network_namespaces_mixing_shm_and_tcp() {
     ] {
         let a = args(prog, &rest);
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        run_scenario("sh", 120, 4, &a, &with_host_backoff(&[]));
+        run_scenario("sh", 120, 4, &a, &gmpi_tests::HOST_BACKOFF);
     }
     // The traffic really crossed the veth pair.
     let a = args(CHECK, &["sweep", "1000"]);

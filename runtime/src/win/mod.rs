@@ -197,9 +197,8 @@ struct Epochs {
 #[derive(Debug)]
 struct WinInner {
     comm: Communicator,
-    /// The shared area (one node), or `None` between nodes, where `am` is.
-    area: Option<WinArea>,
-    am: Option<am::Origin>,
+    /// How the window reaches its targets.
+    reach: Reach,
     flavor: WinFlavor,
     me: usize,
     peers: Vec<Peer>,
@@ -209,6 +208,24 @@ struct WinInner {
     /// mutex by each operation's epoch check.
     access: Vec<AtomicU8>,
     freed: AtomicBool,
+}
+
+/// The transport of a window, chosen at creation for all its targets.
+#[derive(Debug)]
+enum Reach {
+    /// Every rank on one node: the shared area (and CMA).
+    Shm(WinArea),
+    /// Ranks on more than one node: active messages (`am.rs`).
+    Am(am::Origin),
+}
+
+impl Reach {
+    fn area(&self) -> Option<&WinArea> {
+        match self {
+            Reach::Shm(a) => Some(a),
+            Reach::Am(_) => None,
+        }
+    }
 }
 
 /// Access bits of [`WinInner::access`]: a lock (or `lock_all`) covers the
@@ -437,9 +454,16 @@ impl Window {
     /// call this).
     fn area(&self) -> &WinArea {
         self.inner
-            .area
-            .as_ref()
+            .reach
+            .area()
             .expect("a window on one node has its shared area")
+    }
+
+    /// Whether the window's ranks are on more than one node (its
+    /// operations are active messages).
+    #[inline]
+    fn is_am(&self) -> bool {
+        matches!(self.inner.reach, Reach::Am(_))
     }
 
     /// Set up a window over `comm` (collective). `size`, `disp_unit` and
@@ -604,8 +628,7 @@ impl Window {
         Ok(Window {
             inner: Arc::new(WinInner {
                 comm: private,
-                area: Some(area),
-                am: None,
+                reach: Reach::Shm(area),
                 flavor,
                 me: me as usize,
                 peers,
@@ -676,8 +699,7 @@ impl Window {
         Ok(Window {
             inner: Arc::new(WinInner {
                 comm: private,
-                area: None,
-                am: Some(am::Origin::default()),
+                reach: Reach::Am(am::Origin::default()),
                 flavor,
                 me: me as usize,
                 peers,
@@ -691,11 +713,9 @@ impl Window {
     /// A request to target `t` of a window between nodes, waited for; the
     /// reply's data lands in `out`.
     fn am_call(&self, call: &str, t: usize, req: am::Request, out: &mut [u8]) -> Result<()> {
-        let o = self
-            .inner
-            .am
-            .as_ref()
-            .expect("only windows between nodes send requests");
+        let Reach::Am(o) = &self.inner.reach else {
+            unreachable!("only windows between nodes send requests")
+        };
         am::call(&self.inner.comm, o, call, t, req, out)
     }
 
@@ -884,7 +904,7 @@ impl Window {
             rank as usize
         };
         let p = self.inner.peers[r];
-        if self.inner.flavor == WinFlavor::Create || self.inner.area.is_none() {
+        if self.inner.flavor == WinFlavor::Create || self.is_am() {
             // MPI 4.1: memory not reachable by load and store (CMA on one
             // node, messages between nodes) answers size 0 and NULL; this
             // rank's own memory is.
@@ -951,7 +971,7 @@ impl Window {
     /// Between nodes, the agent checks addresses against the regions
     /// attached: change its list as this rank's.
     fn am_attached(&self, call: &str, f: impl FnOnce(&mut Vec<(u64, u64)>)) -> Result<()> {
-        if self.inner.am.is_none() {
+        if !self.is_am() {
             return Ok(());
         }
         let ctx = self.inner.comm.inner.ctx;
@@ -1097,7 +1117,7 @@ impl Window {
     }
 
     fn read_runs(&self, call: &str, r: &Runs, out: &mut [u8]) -> Result<()> {
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let runs: Vec<(i128, usize)> = r.iter().collect();
             let req = am::Request::new(am::Kind::Get, &runs, 0);
             return self.am_call(call, r.target, req, out);
@@ -1111,7 +1131,7 @@ impl Window {
     }
 
     fn write_runs(&self, call: &str, r: &Runs, data: &[u8]) -> Result<()> {
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let runs: Vec<(i128, usize)> = r.iter().collect();
             let req = am::Request::new(am::Kind::Put, &runs, data.len()).data(data);
             return self.am_call(call, r.target, req, &mut []);
@@ -1280,7 +1300,7 @@ impl Window {
     #[inline]
     pub fn put_raw(&self, call: &str, data: &[u8], target: i32, disp: isize) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
-        let area = self.inner.area.as_ref()?;
+        let area = self.inner.reach.area()?;
         Some(
             area.write(t, off, data)
                 .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
@@ -1298,7 +1318,7 @@ impl Window {
         disp: isize,
     ) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
-        let area = self.inner.area.as_ref()?;
+        let area = self.inner.reach.area()?;
         Some(
             area.read(t, off, out)
                 .map_err(|e| self.err(ErrorClass::RmaRange, call, e)),
@@ -1313,7 +1333,7 @@ impl Window {
     fn basic_target(&self, target: i32, disp: isize) -> Option<(usize, usize)> {
         let i = &*self.inner;
         if !matches!(i.flavor, WinFlavor::Allocate | WinFlavor::Shared)
-            || i.area.is_none()
+            || i.reach.area().is_none()
             || disp < 0
             || self.is_freed()
         {
@@ -1351,7 +1371,7 @@ impl Window {
         how: AccHow,
     ) -> Option<Result<()>> {
         let (t, off) = self.basic_target(target, disp)?;
-        let area = self.inner.area.as_ref()?;
+        let area = self.inner.reach.area()?;
         let len = old.as_ref().map_or(src.len(), |o| o.len());
         if !matches!(how, AccHow::NoOp) && src.len() != len {
             return None;
@@ -1517,7 +1537,7 @@ impl Window {
         if matches!(op, Op::NoOp) || r.bytes == 0 {
             return Ok(());
         }
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let data = match origin.read_contig(|d| d.to_vec()) {
                 Some(d) => d,
                 None => {
@@ -1612,7 +1632,7 @@ impl Window {
         if r.bytes == 0 {
             return Ok(());
         }
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let old = self.am_acc(call, &r, op, el, &data, true)?;
             return result.unpack_from(call, self.rank(), &old);
         }
@@ -1686,7 +1706,7 @@ impl Window {
         let mut cmp = vec![0u8; r.bytes];
         origin.pack_to(call, self.rank(), &mut new)?;
         compare.pack_to(call, self.rank(), &mut cmp)?;
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let runs: Vec<(i128, usize)> = r.iter().collect();
             let req = am::Request::new(am::Kind::Cas, &runs, 2 * r.bytes)
                 .data(&new)
@@ -1771,7 +1791,7 @@ impl Window {
 
     /// Take target `t`'s lock, waiting for it.
     fn take_lock(&self, call: &str, t: usize, lt: LockType) -> Result<()> {
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let req = am::Request::new(am::Kind::Lock, &[], 0).exclusive(lt == LockType::Exclusive);
             return self.am_call(call, t, req, &mut []);
         }
@@ -1780,7 +1800,7 @@ impl Window {
 
     /// Release target `t`'s lock.
     fn drop_lock(&self, call: &str, t: usize, lt: LockType) -> Result<()> {
-        if self.inner.am.is_some() {
+        if self.is_am() {
             let req =
                 am::Request::new(am::Kind::Unlock, &[], 0).exclusive(lt == LockType::Exclusive);
             return self.am_call(call, t, req, &mut []);
@@ -2001,7 +2021,7 @@ impl Window {
             ));
         }
         fence(Ordering::SeqCst);
-        if self.inner.am.is_some() {
+        if self.is_am() {
             // One message per origin and epoch (eager: it does not wait
             // for the origin).
             drop(ep);
@@ -2039,12 +2059,12 @@ impl Window {
             }
         }
         let me = self.inner.me;
-        for &t in targets.iter().filter(|_| self.inner.am.is_some()) {
+        for &t in targets.iter().filter(|_| self.is_am()) {
             self.inner
                 .comm
                 .recv(&mut [0u8][..], t as i32, am::TAG_POST)?;
         }
-        for &t in targets.iter().filter(|_| self.inner.am.is_none()) {
+        for &t in targets.iter().filter(|_| !self.is_am()) {
             let seen = self.epochs().seen_post[t];
             let word = self.area().posts(t, me);
             self.wait_for(CALL, || word.load(Ordering::Acquire) > seen)?;
@@ -2069,7 +2089,7 @@ impl Window {
         };
         fence(Ordering::SeqCst);
         for t in targets {
-            if self.inner.am.is_some() {
+            if self.is_am() {
                 self.inner
                     .comm
                     .send(&[0u8][..], t as i32, am::TAG_COMPLETE)?;
@@ -2099,7 +2119,7 @@ impl Window {
                 "no exposure epoch was opened by MPI_Win_post",
             ));
         };
-        if self.inner.am.is_some() {
+        if self.is_am() {
             // Each origin's complete is its next message of that tag.
             let comm = &self.inner.comm;
             if !block {
@@ -2153,7 +2173,7 @@ impl Window {
         fence(Ordering::SeqCst);
         self.inner.comm.barrier()?;
         self.inner.freed.store(true, Ordering::Release);
-        if self.inner.am.is_some() {
+        if self.is_am() {
             // No request to this rank is in flight: every origin's ended
             // before the barrier.
             let ctx = self.inner.comm.inner.ctx;
