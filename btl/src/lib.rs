@@ -355,6 +355,14 @@ pub trait Btl: Send {
         None
     }
 
+    /// The rendezvous that [`Btl::register`] described `desc` for is over
+    /// (the peer's FIN came, or the send failed): the btl may let go of
+    /// the registration. Called once per `Some` that `register` returned.
+    /// The default does nothing (shm's descriptors hold nothing).
+    fn deregister(&mut self, desc: &MemDesc) {
+        let _ = desc;
+    }
+
     /// Read `dst.len` bytes at `offset` within the peer's memory `remote`
     /// into `dst`. Answers [`Submit::Done`] (the bytes are in place),
     /// [`Submit::Queued`] (they land until [`Event::GetComplete`] or

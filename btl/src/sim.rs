@@ -127,6 +127,8 @@ struct State {
     sends: u64,
     /// Gets asked for with [`Btl::get_alone`].
     alone_gets: u64,
+    /// Registrations handed out and not yet handed back.
+    registered: i64,
 }
 
 impl State {
@@ -177,6 +179,7 @@ impl Fabric {
                 memories,
                 sends: 0,
                 alone_gets: 0,
+                registered: 0,
             })),
         }
     }
@@ -260,6 +263,12 @@ impl Fabric {
     /// Fragments submitted so far, on every lane.
     pub fn sends(&self) -> u64 {
         self.st.lk().sends
+    }
+
+    /// Registrations [`Btl::register`] handed out that no
+    /// [`Btl::deregister`] has handed back yet, on every lane.
+    pub fn registered(&self) -> i64 {
+        self.st.lk().registered
     }
 
     /// Gets asked for with [`Btl::get_alone`] so far (they copy as any get).
@@ -432,11 +441,24 @@ impl Btl for SimBtl {
     }
 
     fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
-        self.caps.get.then_some(MemDesc {
+        if !self.caps.get {
+            return None;
+        }
+        self.st.lk().registered += 1;
+        Some(MemDesc {
             addr,
             len,
             key: u64::from(self.me),
         })
+    }
+
+    fn deregister(&mut self, desc: &MemDesc) {
+        assert_eq!(
+            desc.key,
+            u64::from(self.me),
+            "deregister of another rank's descriptor"
+        );
+        self.st.lk().registered -= 1;
     }
 
     /// [`Btl::get`]: reads the peer's [`SimMemory`] and writes `dst` in

@@ -12,6 +12,7 @@
 //! | [`Action::Get`] | reads the peer's registered memory with the btl's get | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] (or `handle_refused`) |
 //! | [`Action::IpcCopy`] | opens (cached) the peer's IPC handle and copies from it | [`crate::Pml::handle_get_done`] / [`crate::Pml::handle_get_failed`] |
 //! | [`Action::IpcRelease`] | lets go of what it exported for the send (a device staging buffer) | — |
+//! | [`Action::Deregister`] | hands a rendezvous send's registration back to its btl | — |
 //! | [`Action::CopyIn`] | copies bytes into device memory | [`crate::Pml::handle_copy_done`] |
 //! | [`Action::StageOut`] | copies a chunk of device memory into a pinned slot (asynchronously; waits for a free slot) and, to be pulled, registers the slot with the btl | [`crate::Pml::handle_staged`] |
 //! | [`Action::Unstage`] | frees the slot of a staged chunk the peer pulled | — |
@@ -201,6 +202,14 @@ pub enum Action {
         /// The send request.
         token: u64,
     },
+    /// The rendezvous a registration was made for is over: hand `desc`
+    /// back to btl `btl` (`Btl::deregister`).
+    Deregister {
+        /// The btl that registered it.
+        btl: usize,
+        /// What its `register` returned.
+        desc: gmpi_btl::MemDesc,
+    },
     /// Copy `data` into device (or managed) memory at `dst`.
     CopyIn {
         /// Destination address.
@@ -229,7 +238,7 @@ impl Action {
     /// in the order the pml emitted them. (The staging actions have none:
     /// the driver may hold them while it waits for a pinned slot, which
     /// must not hold up the peer's other traffic; local clean-up
-    /// (`Unstage`, `IpcRelease`, `ForgetPeer`) must run even when the peer
+    /// (`Unstage`, `IpcRelease`, `Deregister`, `ForgetPeer`) must run even when the peer
     /// has failed.)
     pub fn peer(&self) -> Option<Rank> {
         match self {
@@ -243,6 +252,7 @@ impl Action {
             | Action::Unstage { .. }
             | Action::StageIn { .. }
             | Action::IpcRelease { .. }
+            | Action::Deregister { .. }
             | Action::ForgetPeer { .. } => None,
         }
     }

@@ -173,6 +173,9 @@ pub struct Pml {
     /// The first failed device copy of each streamed receive that had one
     /// (`rndv/staged.rs`), until the receive ends with it.
     copy_faults: std::collections::HashMap<u64, PmlError>,
+    /// The btl registrations of rendezvous sends (`rndv/get`), by send
+    /// token, until the rendezvous ends (`Action::Deregister`).
+    registered: std::collections::HashMap<u64, (usize, gmpi_btl::MemDesc)>,
 }
 
 impl Pml {
@@ -192,6 +195,7 @@ impl Pml {
             spare: VecDeque::new(),
             direct: None,
             copy_faults: std::collections::HashMap::new(),
+            registered: std::collections::HashMap::new(),
         }
     }
 
@@ -361,6 +365,7 @@ impl Pml {
         }
         tracing::debug!(target: LOG, "rank {peer} failed");
         let mut exports = Vec::new();
+        let mut regs = Vec::new();
         let victims: Vec<ReqId> = self
             .reqs
             .iter()
@@ -369,6 +374,7 @@ impl Pml {
                     if Self::holds_export(s) {
                         exports.push(id.0);
                     }
+                    regs.push(id.0);
                     true
                 }
                 request::Req::Send(_) => false,
@@ -391,6 +397,9 @@ impl Pml {
         self.peers.drop_pending(peer);
         for token in exports {
             self.release_export(token);
+        }
+        for token in regs {
+            self.release_registration(token);
         }
         self.actions.push_back(Action::ForgetPeer { peer });
     }

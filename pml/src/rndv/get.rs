@@ -3,7 +3,8 @@
 //!
 //! Sender: `Action::Register` → [`Pml::handle_registered`] → RNDV carrying
 //! the btl's memory descriptor (or, unregistered, a RNDV without one: the
-//! receiver then asks for the stream) → FIN ends the send.
+//! receiver then asks for the stream) → FIN ends the send, and
+//! `Action::Deregister` hands the registration back to the btl.
 //! Receiver: the matched RNDV's descriptor → `Action::Get` into the receive
 //! buffer → `handle_get_done` (FIN, complete) or `handle_get_failed` (fall
 //! back to the stream), both in `rndv/mod.rs`.
@@ -18,8 +19,19 @@ impl Pml {
     /// The driver registered send `token`'s buffer (`Some`: its
     /// descriptor) or could not (`None`: the message is streamed instead).
     pub fn handle_registered(&mut self, token: u64, desc: Option<MemDesc>) {
+        if let (Some(d), Some(s)) = (desc, self.reqs.send_mut(ReqId(token))) {
+            self.registered.insert(token, (s.btl, d));
+        }
         if let Some((id, m, sync)) = self.end_setup(token, desc.is_some()) {
             self.send_rts(id, m, sync, desc, true);
+        }
+    }
+
+    /// The rendezvous of send `token` is over (FIN, a fallback to the
+    /// stream, or a failure): let the btl go of its registration.
+    pub(crate) fn release_registration(&mut self, token: u64) {
+        if let Some((btl, desc)) = self.registered.remove(&token) {
+            self.actions.push_back(Action::Deregister { btl, desc });
         }
     }
 

@@ -123,6 +123,7 @@ impl Pml {
         if Self::holds_export(s) {
             self.release_export(sreq);
         }
+        self.release_registration(sreq);
         self.reqs.complete(id, Ok(Status::default()));
         Ok(())
     }

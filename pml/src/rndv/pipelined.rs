@@ -91,6 +91,8 @@ impl Pml {
             // staged chunks) read the send buffer itself.
             self.release_export(sreq);
         }
+        // The stream reads the send buffer itself.
+        self.release_registration(sreq);
         let Some(s) = self.reqs.send_mut(id) else {
             return Ok(());
         };

@@ -110,6 +110,10 @@ impl<H: HostMemory> Driver<H> {
                 self.pml.handle_ipc_exported(token, desc);
                 None
             }
+            Action::Deregister { btl, desc } => {
+                self.btls[btl].deregister(&desc);
+                None
+            }
             Action::IpcRelease { token } => {
                 // Dropping the lease hands its staging buffer back.
                 self.leases.remove(&token);

@@ -90,6 +90,9 @@ pub(super) struct Staging {
     out_copies: Vec<(Ticket, Out, Option<Landed>)>,
     /// Staged slots offered to peers, by (send token, offset).
     offered: HashMap<(u64, u64), (Rank, Box<dyn PinnedBuf>)>,
+    /// The btl registrations of offered slots (btl index, descriptor),
+    /// handed back (`Btl::deregister`) when the slot is freed.
+    registered: HashMap<(u64, u64), (usize, gmpi_btl::MemDesc)>,
     /// Chunks waiting for an incoming slot or for the btl, in order.
     in_wait: VecDeque<In>,
     /// Gets the btl queued, by this module's token: the chunk, and its slot
@@ -284,6 +287,14 @@ impl<H: HostMemory> Driver<H> {
 
     /// Free a staged slot the peer pulled (`Action::Unstage`).
     pub(super) fn unstage(&mut self, token: u64, offset: u64) {
+        self.free_offered(token, offset);
+    }
+
+    /// Free offered slot (`token`, `offset`) and its registration.
+    fn free_offered(&mut self, token: u64, offset: u64) {
+        if let Some((btl, desc)) = self.staging.registered.remove(&(token, offset)) {
+            self.btls[btl].deregister(&desc);
+        }
         if let Some((_, slot)) = self.staging.offered.remove(&(token, offset)) {
             self.gpu.put_slot(CopyDir::ToHost, slot);
         }
@@ -369,6 +380,9 @@ impl<H: HostMemory> Driver<H> {
                     self.staging
                         .offered
                         .insert((o.token, o.offset), (o.peer, slot));
+                    self.staging
+                        .registered
+                        .insert((o.token, o.offset), (o.btl, desc));
                     self.pml.handle_staged(o.token, o.offset, Ok(Some(desc)));
                 }
                 None => {
@@ -519,10 +533,8 @@ impl<H: HostMemory> Driver<H> {
             .filter(|(_, (peer, _))| pml.peer_failed(*peer))
             .map(|(k, _)| *k)
             .collect();
-        for k in gone {
-            if let Some((_, slot)) = self.staging.offered.remove(&k) {
-                self.gpu.put_slot(CopyDir::ToHost, slot);
-            }
+        for (token, offset) in gone {
+            self.free_offered(token, offset);
         }
     }
 

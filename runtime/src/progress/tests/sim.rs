@@ -424,6 +424,8 @@ fn consumed_receives_get_alone() {
     w.done(0, s).unwrap();
     assert_eq!(w.read(1, at, 100_000), data);
     assert_eq!(w.f.alone_gets(), 2);
+    // Every rendezvous handed its registration back after its FIN.
+    assert_eq!(w.f.registered(), 0);
 }
 
 #[test]
@@ -437,6 +439,8 @@ fn get_failure_falls_back_to_pipelined() {
     w.done(1, r).unwrap();
     w.done(0, s).unwrap();
     assert_eq!(w.read(1, a, 10_000), data);
+    // The stream that replaced the get handed the registration back.
+    assert_eq!(w.f.registered(), 0);
 }
 
 #[test]

@@ -760,6 +760,8 @@ fn staged_copies_overlap_and_every_slot_comes_back() {
             assert_eq!(d.gpu.slots_out(CopyDir::ToDevice), 0);
             assert_eq!(d.staging.offered(), 0);
         }
+        // Every slot a peer pulled was registered, and handed back.
+        assert_eq!(w.f.registered(), 0, "registrations of staged slots");
     }
 }
 
