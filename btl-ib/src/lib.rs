@@ -1,0 +1,1008 @@
+//! gmpi-btl-ib: the transport between nodes over InfiniBand or RoCE verbs.
+//!
+//! One port of one device per rank ([`fabric::Fabric`]: a protection
+//! domain, one completion queue, one shared receive queue), and one RC
+//! queue pair per peer on another node. The protocol here is written
+//! against the [`fabric::Fabric`] trait only, so it runs unchanged over
+//! libibverbs (`verbs.rs`, feature `ib`) and over the in-crate verbs model
+//! its tests use (`model.rs`).
+//!
+//! # File map
+//! - `lib.rs`: [`IbConfig`], [`IbBtl`] (credits, the shared receive queue,
+//!   selective signalling, RDMA READ gets, registrations, the [`Btl`] impl).
+//! - `fabric.rs`: the verbs the protocol uses, as plain data and a trait.
+//! - `card.rs`: the business card (LID, GID, MTU, one queue pair per peer).
+//! - `select.rs`: `GMPI_IB_DEVICES` and the choice of a port.
+//! - `model.rs`: an in-memory verbs model with RC's delivery, RNR and
+//!   remote-access semantics, for the protocol's tests.
+//! - `verbs.rs` (feature `ib`): the only `unsafe` of the crate besides the
+//!   model's copies; RAII owners of every verbs object, device and port
+//!   selection, the GID of RoCE v2.
+//!
+//! # Protocol
+//! - **Eager.** A fragment (at most [`IbConfig::max_frag`] bytes) is copied
+//!   into a registered send slot, or carried inline when it fits the queue
+//!   pair's inline limit, and sent with immediate data. The immediate data
+//!   returns credits: each peer may have [`IbConfig::credits`] fragments in
+//!   this rank's shared receive queue, and every SEND's immediate data gives
+//!   back the receive buffers consumed since the last one. A receiver that
+//!   owes half a peer's credits and has nothing to send returns them in a
+//!   zero-length *credit message* (its immediate data flagged
+//!   [`CREDIT_ONLY`]), for which the receive queue keeps
+//!   [`CREDIT_RESERVE`] buffers per peer beyond the credits. So an RNR NAK
+//!   does not happen in normal operation; the queue pairs still retry RNR
+//!   forever, as a safety net.
+//! - **Receive buffers** come back to the shared receive queue once per
+//!   progress pass, in one post (batched reposting).
+//! - **Selective signalling**: one send in [`IbConfig::signal_every`] asks
+//!   for a completion, and every send does once the slots or a send queue
+//!   run low; a completion retires every earlier work request of its queue
+//!   pair (send-queue completions come in order). Nothing waits unsignalled
+//!   when resources are short, so a refused send always has a completion
+//!   ahead that frees room.
+//! - **Gets** ([`Btl::get`], the pml's `rndv/get`): RDMA READs from the
+//!   owner's registration ([`Btl::register`]: a `MemDesc` with the rkey),
+//!   in chunks of at most [`IbConfig::read_chunk`], at most the port's
+//!   `max_rd_atomic` outstanding per queue pair. Bounds and the key's width
+//!   are checked before anything is posted.
+//! - **Registrations** are reference-counted per range and released when
+//!   the last rendezvous using them ends ([`Btl::deregister`], after the
+//!   pml's FIN) or when the get that wrote into them completes: a freed and
+//!   reallocated buffer can never meet a stale registration. (No
+//!   leave-pinned cache yet: it needs memory-release hooks.)
+//! - **Failures**: a completion error (a flush too: the queue pair is then
+//!   in the error state) fails the peer of its queue pair ([`Event::PeerFailed`], once, with the device, the peer
+//!   and the verbs status in the log); sends to it fail, its gets fail.
+//! - [`Btl::wait`] sleeps in the completion channel; [`Btl::waker`] wakes
+//!   it. [`Btl::watch`] has no helper thread: a rank asleep in another btl
+//!   wakes at least every [`WATCH_NAP`] to look at this one.
+//! - Dropping the btl waits (at most [`IbConfig::linger`]) for every posted
+//!   send to complete, so the last messages of a job are not lost when the
+//!   queue pairs are destroyed.
+
+// `unsafe` lives in `verbs.rs` and `model.rs` (memory the device or the
+// model reads and writes) and in the few calls below that hand the
+// `Fabric` contract on, each with a SAFETY comment.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod card;
+pub mod fabric;
+pub mod model;
+pub mod select;
+#[cfg(feature = "ib")]
+pub mod verbs;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Rank, Submit, Wake};
+
+use crate::fabric::{wc_status_str, Fabric, LocalQp, Mr, SendWr, Sge, Wc, WcKind, WC_FLUSH_ERR};
+
+/// Tracing target.
+const LOG: &str = "btl";
+
+/// Immediate-data flag of a credit message (no payload).
+pub const CREDIT_ONLY: u32 = 1 << 31;
+/// Receive buffers per peer beyond its credits, for its credit messages.
+pub const CREDIT_RESERVE: u32 = 4;
+/// Longest a rank asleep in another btl goes without looking at this one.
+pub const WATCH_NAP: Duration = Duration::from_millis(1);
+/// Completions one progress pass takes at most.
+const POLL_BATCH: usize = 64;
+
+/// Work-request id kinds (top two bits).
+const K_SEND: u64 = 0;
+const K_READ: u64 = 1;
+const K_RECV: u64 = 2;
+
+fn wr_id(kind: u64, peer: usize, low: u64) -> u64 {
+    (kind << 62) | ((peer as u64 & 0x3f_ffff) << 40) | (low & 0xff_ffff_ffff)
+}
+
+fn wr_kind(id: u64) -> u64 {
+    id >> 62
+}
+
+fn wr_peer(id: u64) -> usize {
+    ((id >> 40) & 0x3f_ffff) as usize
+}
+
+fn wr_low(id: u64) -> u64 {
+    id & 0xff_ffff_ffff
+}
+
+/// Settings of the transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IbConfig {
+    /// Largest fragment, header included (the size of every send slot and
+    /// receive buffer).
+    pub max_frag: usize,
+    /// Largest payload the pml sends eagerly.
+    pub eager_limit: usize,
+    /// Smallest message the pml sends by get (RDMA READ) rendezvous.
+    pub get_threshold: usize,
+    /// Fragments each peer may have in this rank's receive queue.
+    pub credits: u32,
+    /// Registered send slots.
+    pub send_slots: usize,
+    /// One send in this many asks for a completion.
+    pub signal_every: u32,
+    /// Largest RDMA READ of a get; a larger get is pipelined in chunks.
+    pub read_chunk: usize,
+    /// RDMA READs outstanding per queue pair at most (and at most the
+    /// port's `max_rd_atomic`).
+    pub max_reads: u32,
+    /// How long dropping the btl waits for posted sends.
+    pub linger: Duration,
+    /// Receive buffers to post, overriding what the credits need (for
+    /// tests: fewer than the peers' credits makes receivers answer RNR,
+    /// which the queue pairs retry).
+    pub recv_buffers: Option<u32>,
+}
+
+impl Default for IbConfig {
+    fn default() -> Self {
+        Self {
+            max_frag: 16 << 10,
+            eager_limit: 12 << 10,
+            get_threshold: 12 << 10,
+            credits: 32,
+            send_slots: 256,
+            signal_every: 16,
+            read_chunk: 1 << 20,
+            max_reads: 8,
+            linger: Duration::from_secs(2),
+            recv_buffers: None,
+        }
+    }
+}
+
+/// A posted send-queue work request not yet known complete.
+#[derive(Debug, Clone, Copy)]
+struct Posted {
+    seq: u64,
+    /// The send slot it holds.
+    slot: Option<u32>,
+    /// The get whose chunk it is.
+    get: Option<u64>,
+}
+
+/// A peer on another node.
+#[derive(Debug)]
+struct Peer {
+    rank: Rank,
+    qp: LocalQp,
+    connected: bool,
+    /// Fragments we may still send it.
+    credits: u32,
+    /// Its fragments consumed here since we last told it.
+    owed: u32,
+    /// Send-queue entries in flight, oldest first.
+    posted: VecDeque<Posted>,
+    next_seq: u64,
+    since_signal: u32,
+    reads_out: u32,
+    failed: bool,
+    reported: bool,
+}
+
+/// A get in progress.
+#[derive(Debug)]
+struct GetOp {
+    token: u64,
+    peer: usize,
+    remote_addr: u64,
+    rkey: u32,
+    local: Mr,
+    len: u64,
+    /// Bytes posted so far.
+    next: u64,
+    outstanding: u32,
+    error: Option<String>,
+}
+
+/// The verbs transport over fabric `F`.
+pub struct IbBtl<F: Fabric> {
+    rank: Rank,
+    caps: Capabilities,
+    cfg: IbConfig,
+    fabric: F,
+    /// Peers by index; `index[rank]` finds them.
+    peers: Vec<Peer>,
+    index: Vec<Option<usize>>,
+    by_qpn: HashMap<u32, usize>,
+    /// Send slots (registered once).
+    tx: Box<[u8]>,
+    tx_mr: Mr,
+    free_slots: Vec<u32>,
+    /// Receive buffers (registered once).
+    rx: Box<[u8]>,
+    rx_mr: Mr,
+    repost: Vec<u32>,
+    wcs: Vec<Wc>,
+    gets: HashMap<u64, GetOp>,
+    next_get: u64,
+    /// Gets with chunks still to post, in order.
+    pending_gets: VecDeque<u64>,
+    /// Registrations peers read, by range, with their use counts.
+    exposed: HashMap<(u64, u64), (Mr, u32)>,
+    /// Failures to report.
+    failed_news: Vec<Rank>,
+    waker: Arc<dyn Wake>,
+    warned_reg: bool,
+}
+
+impl<F: Fabric> std::fmt::Debug for IbBtl<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IbBtl")
+            .field("rank", &self.rank)
+            .field("port", self.fabric.port())
+            .field("peers", &self.peers.len())
+            .field("gets", &self.gets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the transport offers the pml with settings `cfg` (more than tcp's
+/// exclusivity, less than shm's: ranks of one node stay on shm).
+pub fn caps(cfg: &IbConfig) -> Capabilities {
+    Capabilities {
+        name: "ib",
+        eager_limit: cfg.eager_limit.min(cfg.max_frag),
+        max_send_size: cfg.max_frag,
+        get: true,
+        put: false,
+        exclusivity: 50,
+        get_threshold: cfg.get_threshold,
+        cuda_ipc: false,
+        gpudirect: false,
+    }
+}
+
+/// Why a registration failed, with the fix where it is the locked-memory
+/// limit.
+fn reg_error(what: &str, len: u64, e: &str) -> String {
+    let hint = if e.contains("Cannot allocate memory") || e.contains("ENOMEM") {
+        " (the locked-memory limit is too low: raise it with `ulimit -l unlimited`, or `LimitMEMLOCK=infinity` / `/etc/security/limits.conf` for the launcher's sessions)"
+    } else {
+        ""
+    };
+    format!("registering {len} bytes of {what}: {e}{hint}")
+}
+
+impl<F: Fabric> IbBtl<F> {
+    /// The transport of `rank` (of `size`) over `fabric`, reaching `peers`
+    /// (queue pairs are made now; [`IbBtl::add_peer`] connects them).
+    pub fn new(
+        rank: Rank,
+        size: u32,
+        mut fabric: F,
+        cfg: IbConfig,
+        peers: &[Rank],
+    ) -> Result<Self, String> {
+        let port = fabric.port().clone();
+        if cfg.max_frag < 64 || cfg.max_frag as u64 > port.max_msg {
+            return Err(format!(
+                "ib: fragment size {} outside 64..={}",
+                cfg.max_frag, port.max_msg
+            ));
+        }
+        let mut cfg = cfg;
+        let n = peers.len().max(1) as u32;
+        // The receive queue holds every peer's credits and reserve.
+        let per_peer = (port.srq_depth / n).max(2);
+        if per_peer < cfg.credits + CREDIT_RESERVE {
+            cfg.credits = per_peer.saturating_sub(CREDIT_RESERVE).max(1);
+        }
+        cfg.signal_every = cfg.signal_every.clamp(1, (port.sq_depth / 4).max(1));
+        let rx_n = match cfg.recv_buffers {
+            Some(b) => {
+                if b < n * (cfg.credits + CREDIT_RESERVE) {
+                    tracing::warn!(target: LOG, "ib: {b} receive buffers for {n} peers of {} credits: receivers will answer RNR", cfg.credits);
+                }
+                b.clamp(1, port.srq_depth.max(1)) as usize
+            }
+            None => (n * (cfg.credits + CREDIT_RESERVE)) as usize,
+        };
+        let mut tx = vec![0u8; cfg.send_slots * cfg.max_frag].into_boxed_slice();
+        let mut rx = vec![0u8; rx_n * cfg.max_frag].into_boxed_slice();
+        let tx_mr = fabric
+            .reg_mr(tx.as_mut_ptr() as u64, tx.len() as u64, false)
+            .map_err(|e| reg_error("send slots", tx.len() as u64, &e))?;
+        let rx_mr = fabric
+            .reg_mr(rx.as_mut_ptr() as u64, rx.len() as u64, false)
+            .map_err(|e| reg_error("receive buffers", rx.len() as u64, &e))?;
+        let mut index = vec![None; size as usize];
+        let mut list = Vec::with_capacity(peers.len());
+        let mut by_qpn = HashMap::new();
+        for &p in peers {
+            if p == rank || p >= size || index[p as usize].is_some() {
+                return Err(format!("ib: bad peer list {peers:?}"));
+            }
+            let qp = fabric.create_qp()?;
+            index[p as usize] = Some(list.len());
+            by_qpn.insert(qp.qpn, list.len());
+            list.push(Peer {
+                rank: p,
+                qp,
+                connected: false,
+                credits: cfg.credits,
+                owed: 0,
+                posted: VecDeque::new(),
+                next_seq: 1,
+                since_signal: 0,
+                reads_out: 0,
+                failed: false,
+                reported: false,
+            });
+        }
+        let waker = fabric.waker();
+        let caps = caps(&cfg);
+        let mut b = Self {
+            rank,
+            caps,
+            cfg,
+            fabric,
+            peers: list,
+            index,
+            by_qpn,
+            tx,
+            tx_mr,
+            free_slots: Vec::new(),
+            rx,
+            rx_mr,
+            repost: (0..rx_n as u32).collect(),
+            wcs: Vec::with_capacity(POLL_BATCH),
+            gets: HashMap::new(),
+            next_get: 1,
+            pending_gets: VecDeque::new(),
+            exposed: HashMap::new(),
+            failed_news: Vec::new(),
+            waker,
+            warned_reg: false,
+        };
+        b.free_slots = (0..b.cfg.send_slots as u32).rev().collect();
+        b.repost_buffers()?;
+        tracing::debug!(target: LOG, "ib: {} port {} ({:?}, MTU {} B, GID index {}), {} peers, {} credits each, {} receive buffers of {} B",
+            port.device, port.port, port.link, port.mtu_bytes(), port.gid_index, b.peers.len(), b.cfg.credits, rx_n, b.cfg.max_frag);
+        Ok(b)
+    }
+
+    /// The card to publish (see [`card`]).
+    pub fn card(&self) -> String {
+        let qps: Vec<(Rank, LocalQp)> = self.peers.iter().map(|p| (p.rank, p.qp)).collect();
+        card::encode(self.fabric.port(), &qps)
+    }
+
+    /// Connect to `peer` with the card it published.
+    pub fn add_peer(&mut self, peer: Rank, card: &str) -> Result<(), String> {
+        let i = self
+            .index
+            .get(peer as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("ib: rank {peer} is not a peer of rank {}", self.rank))?;
+        let remote = card::decode_for(card, self.rank).map_err(|e| format!("rank {peer}'s {e}"))?;
+        let qpn = self.peers[i].qp.qpn;
+        self.fabric.connect(qpn, &remote).map_err(|e| {
+            format!(
+                "ib: connecting to rank {peer} on {}: {e}",
+                self.fabric.port().device
+            )
+        })?;
+        self.peers[i].connected = true;
+        Ok(())
+    }
+
+    /// The port this btl uses.
+    pub fn port(&self) -> &fabric::PortInfo {
+        self.fabric.port()
+    }
+
+    /// The fabric (tests inspect the model through it).
+    pub fn fabric(&self) -> &F {
+        &self.fabric
+    }
+
+    /// The fabric, mutably.
+    pub fn fabric_mut(&mut self) -> &mut F {
+        &mut self.fabric
+    }
+
+    /// Credits this rank may still use towards `peer` (tests).
+    pub fn credits_to(&self, peer: Rank) -> Option<u32> {
+        let i = self.index.get(peer as usize).copied().flatten()?;
+        Some(self.peers[i].credits)
+    }
+
+    fn repost_buffers(&mut self) -> Result<(), String> {
+        if self.repost.is_empty() {
+            return Ok(());
+        }
+        let f = self.cfg.max_frag;
+        let base = self.rx.as_mut_ptr() as u64;
+        let lkey = self.rx_mr.lkey;
+        let bufs: Vec<(u64, Sge)> = self
+            .repost
+            .iter()
+            .map(|&s| {
+                (
+                    wr_id(K_RECV, 0, s as u64),
+                    Sge {
+                        addr: base + s as u64 * f as u64,
+                        len: f as u32,
+                        lkey,
+                    },
+                )
+            })
+            .collect();
+        // SAFETY: each buffer is a slot of `self.rx`, which lives as long as
+        // the fabric (dropped after it: `Drop` below destroys the queues
+        // first), and a slot is in `repost` only once its previous
+        // completion has been handed up and the callback has returned.
+        unsafe { self.fabric.post_recv(&bufs) }?;
+        self.repost.clear();
+        Ok(())
+    }
+
+    fn room(&self, p: &Peer) -> bool {
+        (p.posted.len() as u32) + 1 < self.fabric.port().sq_depth
+    }
+
+    /// Post `wr` on peer `i`'s queue pair, recording what it holds.
+    fn post(
+        &mut self,
+        i: usize,
+        mut wr: SendWr,
+        slot: Option<u32>,
+        get: Option<u64>,
+    ) -> Result<(), String> {
+        let sq = self.fabric.port().sq_depth;
+        let low_slots = self.free_slots.len() < 2 * self.cfg.signal_every as usize;
+        let p = &mut self.peers[i];
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        let id_kind = if get.is_some() { K_READ } else { K_SEND };
+        let id = wr_id(id_kind, i, seq);
+        if let SendWr::Send {
+            wr_id, signaled, ..
+        } = &mut wr
+        {
+            p.since_signal += 1;
+            let near_full = p.posted.len() as u32 + 2 * self.cfg.signal_every >= sq;
+            *signaled = p.since_signal >= self.cfg.signal_every || low_slots || near_full;
+            if *signaled {
+                p.since_signal = 0;
+            }
+            *wr_id = id;
+        } else if let SendWr::Read { wr_id, .. } = &mut wr {
+            *wr_id = id;
+            p.since_signal = 0;
+        }
+        let qpn = p.qp.qpn;
+        // SAFETY: a send's memory is a slot of `self.tx` (held in `posted`
+        // until a completion retires it) or inline (copied now); a read's
+        // is a get's destination, registered and held by its `GetOp`, which
+        // the caller of `Btl::get` keeps valid until GetComplete/GetFailed,
+        // reported only once its last chunk has completed.
+        unsafe { self.fabric.post_send(qpn, &wr) }?;
+        self.peers[i].posted.push_back(Posted { seq, slot, get });
+        Ok(())
+    }
+
+    /// Peer `i` failed (`why`): report it once, refuse it from now on.
+    fn fail_peer(&mut self, i: usize, why: &str) {
+        let p = &mut self.peers[i];
+        if !p.failed {
+            p.failed = true;
+            tracing::error!(target: LOG, "ib: rank {} (through {} port {}) failed: {why}",
+                p.rank, self.fabric.port().device, self.fabric.port().port);
+        }
+        if !p.reported {
+            p.reported = true;
+            self.failed_news.push(p.rank);
+        }
+    }
+
+    /// Retire peer `i`'s work requests up to `seq`; what they held.
+    fn retire(&mut self, i: usize, seq: u64, ok: bool, why: &str) -> Vec<u64> {
+        let mut done_gets = Vec::new();
+        while let Some(&front) = self.peers[i].posted.front() {
+            if front.seq > seq {
+                break;
+            }
+            self.peers[i].posted.pop_front();
+            if let Some(s) = front.slot {
+                self.free_slots.push(s);
+            }
+            if let Some(g) = front.get {
+                self.peers[i].reads_out = self.peers[i].reads_out.saturating_sub(1);
+                if let Some(op) = self.gets.get_mut(&g) {
+                    op.outstanding -= 1;
+                    if !ok && op.error.is_none() {
+                        op.error = Some(why.to_string());
+                    }
+                    if op.outstanding == 0 && (op.next == op.len || op.error.is_some()) {
+                        done_gets.push(g);
+                    }
+                }
+            }
+        }
+        done_gets
+    }
+
+    /// Post what chunks the queue pairs take of the gets that wait.
+    fn pump_gets(&mut self) {
+        let max_rd = (self.fabric.port().max_rd_atomic as u32)
+            .min(self.cfg.max_reads)
+            .max(1);
+        let chunk = self.cfg.read_chunk.max(1) as u64;
+        let mut k = 0;
+        while k < self.pending_gets.len() {
+            let g = self.pending_gets[k];
+            let Some(op) = self.gets.get(&g) else {
+                self.pending_gets.remove(k);
+                continue;
+            };
+            let i = op.peer;
+            let mut finished = false;
+            while let Some(op) = self.gets.get(&g) {
+                if op.next == op.len || op.error.is_some() {
+                    finished = true;
+                    break;
+                }
+                let p = &self.peers[i];
+                if p.failed {
+                    let op = self.gets.get_mut(&g).expect("get");
+                    op.error = Some(format!("rank {} failed", p.rank));
+                    finished = true;
+                    break;
+                }
+                if p.reads_out >= max_rd || !self.room(p) {
+                    break;
+                }
+                let n = (op.len - op.next).min(chunk);
+                let wr = SendWr::Read {
+                    wr_id: 0,
+                    local: Sge {
+                        addr: op.local.addr + op.next,
+                        len: n as u32,
+                        lkey: op.local.lkey,
+                    },
+                    remote_addr: op.remote_addr + op.next,
+                    rkey: op.rkey,
+                };
+                match self.post(i, wr, None, Some(g)) {
+                    Ok(()) => {
+                        self.peers[i].reads_out += 1;
+                        let op = self.gets.get_mut(&g).expect("get");
+                        op.next += n;
+                        op.outstanding += 1;
+                    }
+                    Err(e) => {
+                        let op = self.gets.get_mut(&g).expect("get");
+                        op.error = Some(format!("posting an RDMA READ: {e}"));
+                        finished = true;
+                        break;
+                    }
+                }
+            }
+            if finished {
+                self.pending_gets.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Send a credit message to every peer owed half its credits.
+    fn return_credits(&mut self) {
+        let half = self.cfg.credits.div_ceil(2).max(1);
+        for i in 0..self.peers.len() {
+            let p = &self.peers[i];
+            if p.owed < half || p.failed || !p.connected || !self.room(p) {
+                continue;
+            }
+            let owed = p.owed;
+            let wr = SendWr::Send {
+                wr_id: 0,
+                sge: Sge {
+                    addr: self.tx.as_ptr() as u64,
+                    len: 0,
+                    lkey: self.tx_mr.lkey,
+                },
+                imm: CREDIT_ONLY | owed,
+                inline: true,
+                signaled: false,
+            };
+            match self.post(i, wr, None, None) {
+                Ok(()) => self.peers[i].owed = 0,
+                Err(e) => self.fail_peer(i, &format!("posting a credit message: {e}")),
+            }
+        }
+    }
+
+    /// Finish get `g` (its last chunk is in, or it failed): its events.
+    fn end_get(&mut self, g: u64, on_event: &mut dyn FnMut(Event<'_>)) {
+        if let Some(op) = self.gets.remove(&g) {
+            self.fabric.dereg_mr(op.local);
+            match op.error {
+                None => on_event(Event::GetComplete { token: op.token }),
+                Some(e) => on_event(Event::GetFailed {
+                    token: op.token,
+                    error: BtlError::GetFailed(e),
+                }),
+            }
+        }
+    }
+
+    fn peer_index(&self, peer: Rank) -> Result<usize, BtlError> {
+        let i = self
+            .index
+            .get(peer as usize)
+            .copied()
+            .flatten()
+            .ok_or(BtlError::Unreachable(peer))?;
+        let p = &self.peers[i];
+        if p.failed {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        if !p.connected {
+            return Err(BtlError::Unreachable(peer));
+        }
+        Ok(i)
+    }
+
+    fn has_work(&self) -> bool {
+        !self.failed_news.is_empty()
+            || !self.pending_gets.is_empty()
+            || !self.repost.is_empty()
+            || self
+                .peers
+                .iter()
+                .any(|p| p.owed >= self.cfg.credits.div_ceil(2).max(1) && !p.failed)
+    }
+}
+
+impl<F: Fabric> Btl for IbBtl<F> {
+    fn caps(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn reaches(&self, peer: Rank) -> bool {
+        self.index
+            .get(peer as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|i| self.peers[i].connected)
+    }
+
+    fn send(&mut self, peer: Rank, parts: &[&[u8]], _token: u64) -> Result<Submit, BtlError> {
+        let i = self.peer_index(peer)?;
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.cfg.max_frag {
+            return Err(BtlError::TooLarge {
+                len,
+                max: self.cfg.max_frag,
+            });
+        }
+        let p = &self.peers[i];
+        if p.credits == 0 || !self.room(p) {
+            return Ok(Submit::NoResource);
+        }
+        let Some(slot) = self.free_slots.pop() else {
+            return Ok(Submit::NoResource);
+        };
+        let f = self.cfg.max_frag;
+        let at = slot as usize * f;
+        let mut o = at;
+        for part in parts {
+            gmpi_btl::copy_bytes(&mut self.tx[o..o + part.len()], part);
+            o += part.len();
+        }
+        let inline = len as u32 <= self.fabric.port().max_inline;
+        let owed = self.peers[i].owed.min(CREDIT_ONLY - 1);
+        let wr = SendWr::Send {
+            wr_id: 0,
+            sge: Sge {
+                addr: self.tx.as_ptr() as u64 + at as u64,
+                len: len as u32,
+                lkey: self.tx_mr.lkey,
+            },
+            imm: owed,
+            inline,
+            signaled: false,
+        };
+        // An inline send is copied at post time: its slot is free again.
+        let held = if inline { None } else { Some(slot) };
+        match self.post(i, wr, held, None) {
+            Ok(()) => {
+                if inline {
+                    self.free_slots.push(slot);
+                }
+                let p = &mut self.peers[i];
+                p.credits -= 1;
+                p.owed -= owed;
+                Ok(Submit::Done)
+            }
+            Err(e) => {
+                self.free_slots.push(slot);
+                self.fail_peer(i, &format!("posting a send: {e}"));
+                Err(BtlError::PeerFailed(peer))
+            }
+        }
+    }
+
+    fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        if len == 0 {
+            return None;
+        }
+        if let Some((mr, refs)) = self.exposed.get_mut(&(addr, len)) {
+            *refs += 1;
+            return Some(MemDesc {
+                addr,
+                len,
+                key: mr.rkey as u64,
+            });
+        }
+        match self.fabric.reg_mr(addr, len, true) {
+            Ok(mr) => {
+                self.exposed.insert((addr, len), (mr, 1));
+                Some(MemDesc {
+                    addr,
+                    len,
+                    key: mr.rkey as u64,
+                })
+            }
+            Err(e) => {
+                let msg = reg_error("a send buffer", len, &e);
+                if self.warned_reg {
+                    tracing::debug!(target: LOG, "ib: {msg}; streaming instead");
+                } else {
+                    self.warned_reg = true;
+                    tracing::warn!(target: LOG, "ib: {msg}; such messages are streamed instead");
+                }
+                None
+            }
+        }
+    }
+
+    fn deregister(&mut self, desc: &MemDesc) {
+        let k = (desc.addr, desc.len);
+        if let Some((mr, refs)) = self.exposed.get_mut(&k) {
+            if mr.rkey as u64 != desc.key {
+                return;
+            }
+            *refs -= 1;
+            if *refs == 0 {
+                let (mr, _) = self.exposed.remove(&k).expect("present");
+                self.fabric.dereg_mr(mr);
+            }
+        }
+    }
+
+    unsafe fn get(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let i = self.peer_index(peer)?;
+        let len = dst.len as u64;
+        let Ok(rkey) = u32::try_from(remote.key) else {
+            return Err(BtlError::GetFailed(format!(
+                "key {:#x} is not an rkey",
+                remote.key
+            )));
+        };
+        match offset.checked_add(len) {
+            Some(end) if end <= remote.len && remote.addr.checked_add(end).is_some() => {}
+            _ => {
+                return Err(BtlError::GetFailed(format!(
+                    "{len} bytes at offset {offset} outside the {} registered",
+                    remote.len
+                )))
+            }
+        }
+        if len == 0 {
+            return Ok(Submit::Done);
+        }
+        let local = self
+            .fabric
+            .reg_mr(dst.addr, len, false)
+            .map_err(|e| BtlError::GetFailed(reg_error("a receive buffer", len, &e)))?;
+        let g = self.next_get;
+        self.next_get += 1;
+        self.gets.insert(
+            g,
+            GetOp {
+                token,
+                peer: i,
+                remote_addr: remote.addr + offset,
+                rkey,
+                local,
+                len,
+                next: 0,
+                outstanding: 0,
+                error: None,
+            },
+        );
+        self.pending_gets.push_back(g);
+        self.pump_gets();
+        Ok(Submit::Queued)
+    }
+
+    fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
+        let mut n = 0;
+        while let Some((qpn, why)) = self.fabric.async_event() {
+            match qpn.and_then(|q| self.by_qpn.get(&q).copied()) {
+                Some(i) => self.fail_peer(i, &why),
+                None => {
+                    tracing::error!(target: LOG, "ib: {} port {}: {why}", self.fabric.port().device, self.fabric.port().port)
+                }
+            }
+        }
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        self.fabric.poll(&mut wcs, POLL_BATCH);
+        let f = self.cfg.max_frag;
+        for wc in wcs.iter().copied() {
+            let kind = wr_kind(wc.wr_id);
+            if kind == K_RECV {
+                let slot = wr_low(wc.wr_id) as u32;
+                if wc.status != 0 {
+                    // Its queue pair is in the error state (a receive
+                    // flushed from the shared queue names none it failed).
+                    if wc.status != WC_FLUSH_ERR {
+                        if let Some(&i) = self.by_qpn.get(&wc.qpn) {
+                            self.fail_peer(
+                                i,
+                                &format!("receive completion: {}", wc_status_str(wc.status)),
+                            );
+                        }
+                    }
+                    self.repost.push(slot);
+                    continue;
+                }
+                let WcKind::Recv { len, imm } = wc.kind else {
+                    self.repost.push(slot);
+                    continue;
+                };
+                let Some(&i) = self.by_qpn.get(&wc.qpn) else {
+                    tracing::warn!(target: LOG, "ib: a fragment on unknown queue pair {:#x} dropped", wc.qpn);
+                    self.repost.push(slot);
+                    continue;
+                };
+                let p = &mut self.peers[i];
+                if imm & CREDIT_ONLY != 0 {
+                    p.credits += imm & !CREDIT_ONLY;
+                    self.repost.push(slot);
+                    continue;
+                }
+                p.credits += imm;
+                p.owed += 1;
+                let rank = p.rank;
+                if p.failed || len as usize > f {
+                    self.repost.push(slot);
+                    continue;
+                }
+                let at = slot as usize * f;
+                on_event(Event::Frag {
+                    peer: rank,
+                    data: &self.rx[at..at + len as usize],
+                });
+                n += 1;
+                self.repost.push(slot);
+                continue;
+            }
+            let i = wr_peer(wc.wr_id);
+            if i >= self.peers.len() {
+                continue;
+            }
+            let ok = wc.status == 0;
+            let why = if ok {
+                String::new()
+            } else {
+                format!("{} (verbs status {})", wc_status_str(wc.status), wc.status)
+            };
+            if !ok {
+                // A queue pair that completes in error is in the error
+                // state: nothing it carries gets through any more.
+                let what = if kind == K_READ {
+                    "an RDMA READ"
+                } else {
+                    "a send"
+                };
+                self.fail_peer(i, &format!("{what} failed: {why}"));
+            }
+            for g in self.retire(i, wr_low(wc.wr_id), ok, &why) {
+                self.end_get(g, on_event);
+                n += 1;
+            }
+        }
+        self.wcs = wcs;
+        if let Err(e) = self.repost_buffers() {
+            tracing::error!(target: LOG, "ib: reposting receive buffers: {e}");
+        }
+        self.pump_gets();
+        // Gets that ended without a completion to come (their peer failed
+        // before their first chunk was posted).
+        let idle: Vec<u64> = self
+            .gets
+            .iter()
+            .filter(|(_, op)| op.outstanding == 0 && op.error.is_some())
+            .map(|(&g, _)| g)
+            .collect();
+        for g in idle {
+            self.end_get(g, on_event);
+            n += 1;
+        }
+        self.return_credits();
+        for r in std::mem::take(&mut self.failed_news) {
+            on_event(Event::PeerFailed { peer: r });
+            n += 1;
+        }
+        n
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        if self.has_work() {
+            return;
+        }
+        self.fabric.wait(timeout);
+    }
+
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        Some(self.waker.clone())
+    }
+
+    fn can_watch(&self) -> bool {
+        true
+    }
+
+    fn watch(&mut self, _wake: &Arc<dyn Wake>, timeout: Duration) -> Duration {
+        if self.has_work() {
+            return Duration::ZERO;
+        }
+        timeout.min(WATCH_NAP)
+    }
+}
+
+impl<F: Fabric> Drop for IbBtl<F> {
+    fn drop(&mut self) {
+        // Let every posted send reach its peer before the queue pairs go.
+        let deadline = Instant::now() + self.cfg.linger;
+        for i in 0..self.peers.len() {
+            let p = &self.peers[i];
+            let unsignalled = p.posted.back().is_some_and(|_| p.since_signal > 0);
+            if unsignalled && !p.failed && p.connected && self.room(p) {
+                let wr = SendWr::Send {
+                    wr_id: 0,
+                    sge: Sge {
+                        addr: self.tx.as_ptr() as u64,
+                        len: 0,
+                        lkey: self.tx_mr.lkey,
+                    },
+                    imm: CREDIT_ONLY,
+                    inline: true,
+                    signaled: true,
+                };
+                self.peers[i].since_signal = self.cfg.signal_every;
+                let _ = self.post(i, wr, None, None);
+            }
+        }
+        let mut sink = |_: Event<'_>| {};
+        while Instant::now() < deadline
+            && self.peers.iter().any(|p| !p.failed && !p.posted.is_empty())
+        {
+            self.progress(&mut sink);
+            self.fabric.wait(Duration::from_millis(1));
+        }
+        // The fabric, dropped next (before the slabs: field order),
+        // destroys the queues and then every registration still held.
+    }
+}

@@ -1,0 +1,541 @@
+//! An in-memory verbs model: several [`ModelFabric`]s (one per rank, each a
+//! port of its own device) on one [`ModelNet`], in one process. It keeps
+//! what the protocol depends on from RC verbs:
+//! - a SEND takes the next buffer of the receiver's shared receive queue;
+//!   with none posted the receiver answers RNR and the sender retries
+//!   (counted in [`ModelNet::rnr_naks`]), keeping the queue pair's order;
+//! - a SEND longer than the buffer is a receive error;
+//! - an RDMA READ is checked against the owner's registrations (key, range,
+//!   remote-read access) and fails with a remote access error otherwise,
+//!   which, as on real RC, moves the reader's queue pair to the error state
+//!   (every later request of it is flushed);
+//! - completions of one send queue come in order, unsignalled requests
+//!   complete silently;
+//! - local memory must lie in a registration with the key given;
+//! - a killed fabric ([`ModelNet::kill`]) stops answering: its peers' sends
+//!   end with "retry counter exceeded".
+//!
+//! Requests execute when posted (or when the receiver next polls, after
+//! RNR). The copies are the model's only `unsafe`: the protocol's posting
+//! rules ([`Fabric`]'s `# Safety`) make the memory valid.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use gmpi_btl::Wake;
+
+use crate::fabric::{
+    Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Sge, Wc, WcKind, WC_FLUSH_ERR,
+};
+
+/// Verbs status: local protection error (memory outside a registration).
+const LOC_PROT_ERR: u32 = 4;
+/// Verbs status: local length error (a SEND longer than the buffer).
+const LOC_LEN_ERR: u32 = 1;
+/// Verbs status: remote access error.
+const REM_ACCESS_ERR: u32 = 10;
+/// Verbs status: transport retry counter exceeded.
+const RETRY_EXC_ERR: u32 = 12;
+
+#[derive(Debug, Default)]
+struct Dev {
+    srq: VecDeque<(u64, Sge)>,
+    cq: VecDeque<Wc>,
+    mrs: HashMap<u32, (Mr, bool)>,
+    dead: bool,
+    woken: bool,
+}
+
+#[derive(Debug)]
+struct Qp {
+    dev: usize,
+    remote: Option<u32>,
+    error: bool,
+    /// Sends waiting for a receive buffer (RNR), in order.
+    waiting: VecDeque<(SendWr, Vec<u8>)>,
+}
+
+#[derive(Debug, Default)]
+struct Net {
+    devs: Vec<Dev>,
+    qps: HashMap<u32, Qp>,
+    next_qpn: u32,
+    next_key: u32,
+    rnr_naks: u64,
+}
+
+/// The shared state of a model network.
+#[derive(Debug, Clone, Default)]
+pub struct ModelNet {
+    inner: Arc<(Mutex<Net>, Condvar)>,
+}
+
+/// One rank's port on a [`ModelNet`].
+#[derive(Debug)]
+pub struct ModelFabric {
+    net: ModelNet,
+    dev: usize,
+    port: PortInfo,
+}
+
+#[derive(Debug)]
+struct ModelWaker {
+    net: ModelNet,
+    dev: usize,
+}
+
+impl Wake for ModelWaker {
+    fn wake(&self) {
+        let (m, c) = &*self.net.inner;
+        m.lock().expect("model").devs[self.dev].woken = true;
+        c.notify_all();
+    }
+}
+
+impl ModelNet {
+    /// An empty network.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A new port, with `max_inline` bytes of inline data, `sq_depth` send
+    /// queue entries and `srq_depth` receive buffers at most.
+    pub fn fabric(&self, max_inline: u32, sq_depth: u32, srq_depth: u32) -> ModelFabric {
+        let mut n = self.inner.0.lock().expect("model");
+        n.devs.push(Dev::default());
+        let dev = n.devs.len() - 1;
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[15] = dev as u8 + 1;
+        ModelFabric {
+            net: self.clone(),
+            dev,
+            port: PortInfo {
+                device: format!("model{dev}"),
+                port: 1,
+                link: Link::Ethernet,
+                lid: 0,
+                gid,
+                gid_index: 1,
+                mtu: 3,
+                max_msg: 1 << 31,
+                max_rd_atomic: 4,
+                max_inline,
+                sq_depth,
+                srq_depth,
+            },
+        }
+    }
+
+    /// Receivers that had no buffer posted for an arriving SEND, so far.
+    pub fn rnr_naks(&self) -> u64 {
+        self.inner.0.lock().expect("model").rnr_naks
+    }
+
+    /// Registrations of `dev`'s port still held.
+    pub fn registrations(&self, dev: usize) -> usize {
+        self.inner.0.lock().expect("model").devs[dev].mrs.len()
+    }
+
+    /// Kill `dev`'s port: it answers nothing from now on.
+    pub fn kill(&self, dev: usize) {
+        let (m, c) = &*self.inner;
+        let mut n = m.lock().expect("model");
+        n.devs[dev].dead = true;
+        c.notify_all();
+    }
+}
+
+impl Net {
+    fn key(&mut self) -> u32 {
+        self.next_key += 1;
+        // Spread keys so that a forged one rarely matches.
+        self.next_key.wrapping_mul(0x9e37_79b1) | 1
+    }
+
+    fn covered(&self, dev: usize, addr: u64, len: u64, key: u32, remote: bool) -> bool {
+        let Some((mr, read)) = self.devs[dev].mrs.get(&key) else {
+            return len == 0 && !remote;
+        };
+        if remote && (!*read || mr.rkey != key) {
+            return false;
+        }
+        if !remote && mr.lkey != key {
+            return false;
+        }
+        addr >= mr.addr && addr.checked_add(len).is_some_and(|e| e <= mr.addr + mr.len)
+    }
+
+    fn complete(&mut self, dev: usize, wc: Wc) {
+        self.devs[dev].cq.push_back(wc);
+    }
+
+    fn qp_error(&mut self, qpn: u32) {
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.error = true;
+            let dev = q.dev;
+            let flushed: Vec<_> = q.waiting.drain(..).collect();
+            for (wr, _) in flushed {
+                let id = match wr {
+                    SendWr::Send { wr_id, .. } | SendWr::Read { wr_id, .. } => wr_id,
+                };
+                self.complete(
+                    dev,
+                    Wc {
+                        wr_id: id,
+                        qpn,
+                        kind: WcKind::Send,
+                        status: WC_FLUSH_ERR,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Deliver the sends that wait on `qpn`, in order, while buffers last.
+    fn drain_waiting(&mut self, qpn: u32) {
+        loop {
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            let Some((wr, bytes)) = q.waiting.pop_front() else {
+                return;
+            };
+            if !self.deliver(qpn, wr, &bytes) {
+                let q = self.qps.get_mut(&qpn).expect("qp");
+                q.waiting.push_front((wr, bytes));
+                return;
+            }
+        }
+    }
+
+    /// Deliver a SEND of `qpn`: `false` when the receiver had no buffer.
+    fn deliver(&mut self, qpn: u32, wr: SendWr, bytes: &[u8]) -> bool {
+        let SendWr::Send {
+            wr_id,
+            imm,
+            signaled,
+            ..
+        } = wr
+        else {
+            return true;
+        };
+        let q = &self.qps[&qpn];
+        let dev = q.dev;
+        let Some(rq) = q.remote else { return true };
+        let rdev = self.qps.get(&rq).map(|r| r.dev);
+        let gone = match self.qps.get(&rq) {
+            Some(r) => self.devs[r.dev].dead || r.error,
+            None => true,
+        };
+        if gone {
+            self.complete(
+                dev,
+                Wc {
+                    wr_id,
+                    qpn,
+                    kind: WcKind::Send,
+                    status: RETRY_EXC_ERR,
+                },
+            );
+            self.qp_error(qpn);
+            return true;
+        }
+        let rdev = rdev.expect("live");
+        let Some((rid, buf)) = self.devs[rdev].srq.pop_front() else {
+            self.rnr_naks += 1;
+            return false;
+        };
+        if bytes.len() > buf.len as usize {
+            self.complete(
+                rdev,
+                Wc {
+                    wr_id: rid,
+                    qpn: rq,
+                    kind: WcKind::Recv { len: 0, imm },
+                    status: LOC_LEN_ERR,
+                },
+            );
+            return true;
+        }
+        // SAFETY: `buf` was posted by `post_recv`, whose caller keeps it
+        // valid and unused until this completion; `bytes` is our own copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.addr as *mut u8, bytes.len());
+        }
+        self.complete(
+            rdev,
+            Wc {
+                wr_id: rid,
+                qpn: rq,
+                kind: WcKind::Recv {
+                    len: bytes.len() as u32,
+                    imm,
+                },
+                status: 0,
+            },
+        );
+        if signaled {
+            self.complete(
+                dev,
+                Wc {
+                    wr_id,
+                    qpn,
+                    kind: WcKind::Send,
+                    status: 0,
+                },
+            );
+        }
+        true
+    }
+}
+
+impl Fabric for ModelFabric {
+    fn port(&self) -> &PortInfo {
+        &self.port
+    }
+
+    fn create_qp(&mut self) -> Result<LocalQp, String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        n.next_qpn += 1;
+        let qpn = n.next_qpn + 0x10;
+        n.qps.insert(
+            qpn,
+            Qp {
+                dev: self.dev,
+                remote: None,
+                error: false,
+                waiting: VecDeque::new(),
+            },
+        );
+        Ok(LocalQp {
+            qpn,
+            psn: qpn * 7 % (1 << 24),
+        })
+    }
+
+    fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        if !n.qps.contains_key(&remote.qpn) {
+            return Err(format!("no queue pair {:#x} on the network", remote.qpn));
+        }
+        let q = n.qps.get_mut(&qpn).ok_or("no such local queue pair")?;
+        q.remote = Some(remote.qpn);
+        Ok(())
+    }
+
+    fn reg_mr(&mut self, addr: u64, len: u64, remote_read: bool) -> Result<Mr, String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        let k = n.key();
+        let mr = Mr {
+            addr,
+            len,
+            lkey: k,
+            rkey: if remote_read { k } else { 0 },
+            handle: k as u64,
+        };
+        n.devs[self.dev].mrs.insert(k, (mr, remote_read));
+        Ok(mr)
+    }
+
+    fn dereg_mr(&mut self, mr: Mr) {
+        let mut n = self.net.inner.0.lock().expect("model");
+        n.devs[self.dev].mrs.remove(&(mr.handle as u32));
+    }
+
+    unsafe fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<(), String> {
+        let (m, c) = &*self.net.inner;
+        let mut n = m.lock().expect("model");
+        let q = n.qps.get(&qpn).ok_or("no such queue pair")?;
+        if q.dev != self.dev {
+            return Err("queue pair of another device".into());
+        }
+        if q.remote.is_none() {
+            return Err("queue pair not connected".into());
+        }
+        let (wr_id, kind) = match wr {
+            SendWr::Send { wr_id, .. } => (*wr_id, WcKind::Send),
+            SendWr::Read { wr_id, .. } => (*wr_id, WcKind::Read),
+        };
+        if q.error {
+            n.complete(
+                self.dev,
+                Wc {
+                    wr_id,
+                    qpn,
+                    kind,
+                    status: WC_FLUSH_ERR,
+                },
+            );
+            return Ok(());
+        }
+        match *wr {
+            SendWr::Send { sge, inline, .. } => {
+                if !inline && !n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) {
+                    n.complete(
+                        self.dev,
+                        Wc {
+                            wr_id,
+                            qpn,
+                            kind,
+                            status: LOC_PROT_ERR,
+                        },
+                    );
+                    n.qp_error(qpn);
+                    return Ok(());
+                }
+                if inline && sge.len > self.port.max_inline {
+                    return Err(format!(
+                        "{} bytes inline, the limit is {}",
+                        sge.len, self.port.max_inline
+                    ));
+                }
+                let mut bytes = vec![0u8; sge.len as usize];
+                // SAFETY: the caller keeps the send's memory valid until its
+                // completion (`Fabric::post_send`); the model reads it now.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        sge.addr as *const u8,
+                        bytes.as_mut_ptr(),
+                        bytes.len(),
+                    );
+                }
+                let blocked = !n.qps[&qpn].waiting.is_empty();
+                if blocked || !n.deliver(qpn, *wr, &bytes) {
+                    n.qps
+                        .get_mut(&qpn)
+                        .expect("qp")
+                        .waiting
+                        .push_back((*wr, bytes));
+                }
+            }
+            SendWr::Read {
+                local,
+                remote_addr,
+                rkey,
+                ..
+            } => {
+                let rq = q.remote.expect("connected");
+                let rdev = n.qps.get(&rq).map(|r| r.dev);
+                if !n.covered(self.dev, local.addr, local.len as u64, local.lkey, false) {
+                    n.complete(
+                        self.dev,
+                        Wc {
+                            wr_id,
+                            qpn,
+                            kind,
+                            status: LOC_PROT_ERR,
+                        },
+                    );
+                    n.qp_error(qpn);
+                    return Ok(());
+                }
+                let status = match rdev {
+                    Some(d) if n.devs[d].dead => RETRY_EXC_ERR,
+                    Some(d) if n.covered(d, remote_addr, local.len as u64, rkey, true) => 0,
+                    _ => REM_ACCESS_ERR,
+                };
+                if status == 0 {
+                    // SAFETY: the source lies in a live registration of the
+                    // owner (checked above; its owner keeps registered
+                    // memory valid until it deregisters), the destination
+                    // in the reader's, which the caller keeps valid and
+                    // unused until this completion.
+                    unsafe {
+                        std::ptr::copy(
+                            remote_addr as *const u8,
+                            local.addr as *mut u8,
+                            local.len as usize,
+                        );
+                    }
+                }
+                n.complete(
+                    self.dev,
+                    Wc {
+                        wr_id,
+                        qpn,
+                        kind,
+                        status,
+                    },
+                );
+                if status != 0 {
+                    n.qp_error(qpn);
+                }
+            }
+        }
+        c.notify_all();
+        Ok(())
+    }
+
+    unsafe fn post_recv(&mut self, bufs: &[(u64, Sge)]) -> Result<(), String> {
+        let (m, c) = &*self.net.inner;
+        let mut n = m.lock().expect("model");
+        for &(id, sge) in bufs {
+            if !n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) {
+                return Err("receive buffer outside its registration".into());
+            }
+            n.devs[self.dev].srq.push_back((id, sge));
+        }
+        // Senders held back by RNR retry now.
+        let qpns: Vec<u32> = n
+            .qps
+            .iter()
+            .filter(|(_, q)| !q.waiting.is_empty())
+            .map(|(&k, _)| k)
+            .collect();
+        for q in qpns {
+            n.drain_waiting(q);
+        }
+        c.notify_all();
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<Wc>, max: usize) -> usize {
+        let mut n = self.net.inner.0.lock().expect("model");
+        let d = &mut n.devs[self.dev];
+        let k = d.cq.len().min(max);
+        out.extend(d.cq.drain(..k));
+        k
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        let (m, c) = &*self.net.inner;
+        let n = m.lock().expect("model");
+        let dev = self.dev;
+        let mut n = c
+            .wait_timeout_while(n, timeout, |n| {
+                n.devs[dev].cq.is_empty() && !n.devs[dev].woken
+            })
+            .expect("model")
+            .0;
+        n.devs[dev].woken = false;
+    }
+
+    fn waker(&self) -> Arc<dyn Wake> {
+        Arc::new(ModelWaker {
+            net: self.net.clone(),
+            dev: self.dev,
+        })
+    }
+}
+
+impl Drop for ModelFabric {
+    fn drop(&mut self) {
+        let mut n = self.net.inner.0.lock().expect("model");
+        let dev = self.dev;
+        n.devs[dev].srq.clear();
+        n.devs[dev].mrs.clear();
+        n.devs[dev].dead = true;
+        let mine: Vec<u32> = n
+            .qps
+            .iter()
+            .filter(|(_, q)| q.dev == dev)
+            .map(|(&k, _)| k)
+            .collect();
+        for q in mine {
+            n.qps.remove(&q);
+        }
+    }
+}

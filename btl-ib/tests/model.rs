@@ -1,0 +1,345 @@
+//! The protocol over the in-crate verbs model: the btl conformance suite,
+//! then what the model can see that the suite cannot (credits, RNR,
+//! receive-buffer reposting, selective signalling, pipelined reads,
+//! registration lifetimes).
+
+use gmpi_btl::conformance::{Can, Fixture, Support};
+use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Rank, Submit};
+use gmpi_btl_ib::model::{ModelFabric, ModelNet};
+use gmpi_btl_ib::{IbBtl, IbConfig};
+
+/// `n` ranks on one model network, all connected.
+fn ranks(
+    n: u32,
+    cfg: &IbConfig,
+    max_inline: u32,
+    sq: u32,
+    srq: u32,
+) -> (ModelNet, Vec<IbBtl<ModelFabric>>) {
+    let net = ModelNet::new();
+    let mut btls: Vec<_> = (0..n)
+        .map(|r| {
+            let peers: Vec<Rank> = (0..n).filter(|&q| q != r).collect();
+            IbBtl::new(r, n, net.fabric(max_inline, sq, srq), cfg.clone(), &peers).expect("btl")
+        })
+        .collect();
+    let cards: Vec<String> = btls.iter().map(|b| b.card()).collect();
+    for (r, b) in btls.iter_mut().enumerate() {
+        for (q, c) in cards.iter().enumerate() {
+            if q != r {
+                b.add_peer(q as Rank, c).expect("connect");
+            }
+        }
+    }
+    (net, btls)
+}
+
+struct ModelFixture {
+    what: &'static str,
+    net: ModelNet,
+    btls: Vec<IbBtl<ModelFabric>>,
+    mem: Vec<Box<[u8]>>,
+}
+
+impl ModelFixture {
+    fn new(what: &'static str, cfg: IbConfig, max_inline: u32) -> Self {
+        let (net, btls) = ranks(2, &cfg, max_inline, 128, 1024);
+        Self {
+            what,
+            net,
+            btls,
+            mem: Vec::new(),
+        }
+    }
+}
+
+impl Fixture for ModelFixture {
+    type Btl = IbBtl<ModelFabric>;
+
+    fn name(&self) -> String {
+        format!("ib over the verbs model, {}", self.what)
+    }
+
+    fn support(&self) -> Support {
+        Support {
+            back_pressure: Can::Yes,
+            get: Can::Yes,
+            peer_failure: Can::Yes,
+            wait_sleeps: Can::Yes,
+        }
+    }
+
+    fn endpoints(&self) -> usize {
+        2
+    }
+
+    fn btl(&mut self, i: usize) -> &mut Self::Btl {
+        &mut self.btls[i]
+    }
+
+    fn rank(&self, i: usize) -> Rank {
+        i as Rank
+    }
+
+    fn alloc(&mut self, _: usize, data: &[u8]) -> LocalMem {
+        let mut b: Box<[u8]> = data.into();
+        let m = LocalMem::of(&mut b);
+        self.mem.push(b);
+        m
+    }
+
+    fn read(&self, _: usize, mem: LocalMem) -> Vec<u8> {
+        self.mem
+            .iter()
+            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
+            .expect("memory from alloc")
+            .to_vec()
+    }
+
+    #[allow(unsafe_code)] // lends fixture memory to a get
+    fn get(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+        alone: bool,
+    ) -> Result<Submit, BtlError> {
+        let b = &mut self.btls[i];
+        // SAFETY: `dst` lies in a buffer of `self.mem`, freed only with the
+        // fixture after the endpoints, and the suite reads it only once the
+        // get is over (`Fixture::get`).
+        unsafe {
+            if alone {
+                b.get_alone(peer, remote, offset, dst, token)
+            } else {
+                b.get(peer, remote, offset, dst, token)
+            }
+        }
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.net.kill(i);
+    }
+}
+
+gmpi_btl::conformance_tests!(default_config, || ModelFixture::new(
+    "default configuration",
+    IbConfig::default(),
+    64
+));
+gmpi_btl::conformance_tests!(tight, || ModelFixture::new(
+    "2 credits, 8 send slots, 64 KiB reads, no inline",
+    IbConfig {
+        credits: 2,
+        send_slots: 8,
+        signal_every: 4,
+        read_chunk: 64 << 10,
+        ..IbConfig::default()
+    },
+    0
+));
+
+/// Drive every btl until `done` or a bound of passes.
+fn drive(
+    btls: &mut [IbBtl<ModelFabric>],
+    got: &mut [Vec<Vec<u8>>],
+    mut done: impl FnMut(&[Vec<Vec<u8>>]) -> bool,
+) {
+    for _ in 0..100_000 {
+        if done(got) {
+            return;
+        }
+        for (r, b) in btls.iter_mut().enumerate() {
+            b.progress(&mut |e| {
+                if let Event::Frag { data, .. } = e {
+                    got[r].push(data.to_vec());
+                }
+            });
+        }
+    }
+    panic!("not done after 100000 passes");
+}
+
+/// A flood from several senders into one receiver that sometimes does not
+/// progress: the senders are held back by credits (NoResource), never by
+/// RNR, and everything arrives in order.
+#[test]
+fn credits_keep_the_receive_queue_from_running_dry() {
+    let cfg = IbConfig {
+        credits: 4,
+        send_slots: 16,
+        signal_every: 3,
+        ..IbConfig::default()
+    };
+    let (net, mut btls) = ranks(4, &cfg, 32, 64, 4 * 3 * 8);
+    let mut got = vec![Vec::new(); 4];
+    let per = 500u32;
+    let mut next = [0u32; 4];
+    let mut refused = 0;
+    while next[1..].iter().any(|&k| k < per) {
+        for s in 1..4 {
+            for _ in 0..10 {
+                if next[s] == per {
+                    break;
+                }
+                let len = [0usize, 5, 31, 32, 33, 700, 16 << 10][next[s] as usize % 7];
+                let mut m = vec![s as u8; len];
+                if len >= 4 {
+                    m[..4].copy_from_slice(&next[s].to_le_bytes());
+                }
+                match btls[s].send(0, &[&m], 0).expect("send") {
+                    Submit::Done => next[s] += 1,
+                    Submit::NoResource => {
+                        refused += 1;
+                        break;
+                    }
+                    Submit::Queued => panic!("ib never queues"),
+                }
+            }
+            btls[s].progress(&mut |_| {});
+        }
+        // The receiver progresses one pass in three.
+        if refused % 3 == 0 {
+            let g = &mut got[0];
+            btls[0].progress(&mut |e| {
+                if let Event::Frag { data, .. } = e {
+                    g.push(data.to_vec());
+                }
+            });
+        }
+        refused += 1;
+    }
+    drive(&mut btls, &mut got, |g| g[0].len() == 3 * per as usize);
+    assert_eq!(net.rnr_naks(), 0, "credits let the receive queue run dry");
+    // Per sender, in order.
+    for s in 1..4u8 {
+        let mine: Vec<&Vec<u8>> = got[0].iter().filter(|m| m.len() > 4 && m[4] == s).collect();
+        let mut last = None;
+        for m in mine {
+            let k = u32::from_le_bytes(m[..4].try_into().unwrap());
+            assert!(last.is_none_or(|l| k > l), "sender {s}: {k} after {last:?}");
+            last = Some(k);
+        }
+    }
+}
+
+/// One-way traffic: the receiver never sends, so its credits go back in
+/// credit messages, and the sender never stalls for good.
+#[test]
+fn one_way_traffic_returns_credits_by_credit_messages() {
+    let cfg = IbConfig {
+        credits: 3,
+        ..IbConfig::default()
+    };
+    let (net, mut btls) = ranks(2, &cfg, 64, 64, 64);
+    let mut got = vec![Vec::new(); 2];
+    let mut sent = 0;
+    let mut passes = 0;
+    while sent < 1000 {
+        match btls[0].send(1, &[b"x", &[sent as u8]], 0).expect("send") {
+            Submit::Done => sent += 1,
+            Submit::NoResource => {}
+            Submit::Queued => unreachable!(),
+        }
+        for (r, b) in btls.iter_mut().enumerate() {
+            b.progress(&mut |e| {
+                if let Event::Frag { data, .. } = e {
+                    got[r].push(data.to_vec());
+                }
+            });
+        }
+        passes += 1;
+        assert!(passes < 100_000, "stalled at {sent}");
+    }
+    drive(&mut btls, &mut got, |g| g[1].len() == 1000);
+    for _ in 0..4 {
+        for b in btls.iter_mut() {
+            b.progress(&mut |_| {});
+        }
+    }
+    for (k, m) in got[1].iter().enumerate() {
+        assert_eq!(m, &[b'x', k as u8]);
+    }
+    assert!(got[0].is_empty());
+    assert_eq!(net.rnr_naks(), 0);
+    // At most half the credits stay owed (below the credit message's mark).
+    assert!(
+        btls[0].credits_to(1) >= Some(2),
+        "{:?}",
+        btls[0].credits_to(1)
+    );
+}
+
+/// A 5 MiB get in 256 KiB reads (more chunks than `max_rd_atomic` lets
+/// out at once) lands byte-exact, and every registration it took is gone
+/// afterwards; a registration for a rendezvous lives until its last
+/// `deregister`.
+#[test]
+fn pipelined_get_and_registration_lifetimes() {
+    let cfg = IbConfig {
+        read_chunk: 256 << 10,
+        ..IbConfig::default()
+    };
+    let (net, mut btls) = ranks(2, &cfg, 64, 64, 256);
+    let base = net.registrations(0);
+    let src: Vec<u8> = (0..5 << 20)
+        .map(|i: u32| (i * 7 + i / 4096) as u8)
+        .collect();
+    let d1 = btls[0]
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .expect("register");
+    let d2 = btls[0]
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .expect("register");
+    assert_eq!(d1, d2, "one registration for one range, counted");
+    assert_eq!(net.registrations(0), base + 1);
+    let mut dst = vec![0u8; src.len() - 3];
+    let base1 = net.registrations(1);
+    // SAFETY: `dst` outlives the get, which the loop below drives to its end.
+    let r = unsafe { btls[1].get(0, &d1, 3, LocalMem::of(&mut dst), 9) };
+    assert_eq!(r, Ok(Submit::Queued));
+    let mut done = 0;
+    for _ in 0..10_000 {
+        btls[1].progress(&mut |e| match e {
+            Event::GetComplete { token: 9 } => done += 1,
+            Event::GetFailed { error, .. } => panic!("get failed: {error}"),
+            _ => {}
+        });
+        btls[0].progress(&mut |_| {});
+        if done > 0 {
+            break;
+        }
+    }
+    assert_eq!(done, 1);
+    assert!(dst == src[3..], "the get read the wrong bytes");
+    assert_eq!(
+        net.registrations(1),
+        base1,
+        "the get's destination is still registered"
+    );
+    btls[0].deregister(&d1);
+    assert_eq!(
+        net.registrations(0),
+        base + 1,
+        "released while still in use"
+    );
+    btls[0].deregister(&d2);
+    assert_eq!(
+        net.registrations(0),
+        base,
+        "not released after the last use"
+    );
+}
+
+/// A bad card is refused with a message naming the peer.
+#[test]
+fn bad_cards_are_refused() {
+    let net = ModelNet::new();
+    let mut b = IbBtl::new(0, 2, net.fabric(64, 64, 64), IbConfig::default(), &[1]).unwrap();
+    let e = b.add_peer(1, "ib1;0;nonsense").unwrap_err();
+    assert!(e.contains("rank 1"), "{e}");
+    assert!(b.add_peer(5, "x").is_err());
+}
