@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # install.sh -- build gmpi's C/Fortran library and launcher and lay out an MPI prefix.
 #
-#   ./install.sh [--prefix DIR] [--debug] [--no-build]
+#   ./install.sh [--prefix DIR] [--debug] [--no-build] [--ib | --no-ib]
 #
 # Builds `cargo build --release -p gmpi-capi -p gmpi-launcher` (the dev profile with
 # --debug; nothing with --no-build) and installs into DIR (default: <repo>/target/gmpi,
-# the same layout straight from the build tree):
+# the same layout straight from the build tree).
+#
+# InfiniBand/RoCE (cargo feature `ib`, the verbs transport btl-ib) is built in when
+# rdma-core's development files are present (pkg-config finds libibverbs and librdmacm,
+# and libclang is installed for the bindings: Debian's libibverbs-dev librdmacm-dev
+# libclang-dev); the script says which it chose. --ib insists (and fails without them),
+# --no-ib leaves it out. With it, libmpi.so and gmpirun need libibverbs.so.1 at run time.
+#
+# The layout:
 #
 #   bin/     gmpirun gmpicc gmpicxx gmpif90, and the usual MPI names as symlinks:
 #            mpirun mpiexec -> gmpirun, mpicc -> gmpicc, mpicxx mpic++ -> gmpicxx,
@@ -37,6 +45,7 @@ repo=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd -P)
 prefix=
 profile=release
 build=yes
+ib=auto
 while [ $# -gt 0 ]; do
     case $1 in
         --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; prefix=$2; shift 2 ;;
@@ -44,6 +53,8 @@ while [ $# -gt 0 ]; do
         --debug) profile=debug; shift ;;
         --release) profile=release; shift ;;
         --no-build) build=no; shift ;;
+        --ib) ib=yes; shift ;;
+        --no-ib) ib=no; shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument '$1' (see ./install.sh --help)" ;;
     esac
@@ -57,10 +68,30 @@ cd "$repo"
 # ---- build -------------------------------------------------------------------
 if [ "$build" = yes ]; then
     command -v cargo >/dev/null || die "cargo not found (install Rust from https://rustup.rs)"
+    have_verbs=no
+    if command -v pkg-config >/dev/null && pkg-config --exists libibverbs librdmacm \
+        && compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null; then
+        have_verbs=yes
+    fi
+    features=()
+    case $ib in
+        yes)
+            [ "$have_verbs" = yes ] || die "--ib: rdma-core's development files or libclang are missing (Debian: apt-get install libibverbs-dev librdmacm-dev libclang-dev)"
+            features=(--features gmpi-capi/ib,gmpi-launcher/ib)
+            note "InfiniBand/RoCE: built in (--ib)" ;;
+        no) note "InfiniBand/RoCE: left out (--no-ib)" ;;
+        auto)
+            if [ "$have_verbs" = yes ]; then
+                features=(--features gmpi-capi/ib,gmpi-launcher/ib)
+                note "InfiniBand/RoCE: built in (rdma-core's libibverbs and librdmacm found; --no-ib leaves it out)"
+            else
+                note "InfiniBand/RoCE: left out (no libibverbs/librdmacm development files or libclang; Debian: libibverbs-dev librdmacm-dev libclang-dev); nodes talk over TCP"
+            fi ;;
+    esac
     if [ "$profile" = release ]; then
-        cargo build --release -p gmpi-capi -p gmpi-launcher
+        cargo build --release -p gmpi-capi -p gmpi-launcher "${features[@]}"
     else
-        cargo build -p gmpi-capi -p gmpi-launcher
+        cargo build -p gmpi-capi -p gmpi-launcher "${features[@]}"
     fi
 fi
 

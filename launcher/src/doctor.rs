@@ -11,7 +11,7 @@ use gmpi_pml::{DeviceConfig, PmlConfig};
 
 /// The default capabilities of the same-node and other-node transports, as
 /// the protocol choice sees them (`GMPI_*` overrides are not applied here).
-fn transports() -> [(&'static str, Capabilities); 2] {
+fn transports() -> [(&'static str, Capabilities); 3] {
     let shm = Capabilities {
         name: "shm",
         eager_limit: 8 << 10,
@@ -34,7 +34,12 @@ fn transports() -> [(&'static str, Capabilities); 2] {
         cuda_ipc: false,
         gpudirect: false,
     };
-    [("same node (shm)", shm), ("other node (tcp)", tcp)]
+    let ib = gmpi_btl_ib::caps(&gmpi_btl_ib::IbConfig::default());
+    [
+        ("same node (shm)", shm),
+        ("other node (tcp)", tcp),
+        ("other node (ib)", ib),
+    ]
 }
 
 /// The device protocols' thresholds as `GMPI_GPU_EAGER_LIMIT` and
@@ -56,6 +61,65 @@ fn device_config(gdrcopy: bool) -> DeviceConfig {
         d.ipc_threshold = v;
     }
     d
+}
+
+/// The verbs ports btl-ib finds, which it would use, and why not.
+#[cfg(feature = "ib")]
+fn verbs_report(o: &mut String) {
+    use gmpi_btl_ib::verbs;
+    match verbs::probe() {
+        Err(e) => {
+            let _ = writeln!(o, "RDMA ports: none ({e}); ranks on other nodes talk over TCP, device data between nodes is staged through host memory");
+        }
+        Ok(c) => {
+            for p in &c {
+                let numa = std::fs::read_to_string(format!(
+                    "/sys/class/infiniband/{}/device/numa_node",
+                    p.port.device
+                ))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "?".into());
+                let _ = writeln!(
+                    o,
+                    "RDMA port: {} (NUMA node {numa})",
+                    verbs::describe(std::slice::from_ref(p))
+                );
+            }
+            let want = verbs::Want {
+                devices: std::env::var("GMPI_IB_DEVICES")
+                    .ok()
+                    .and_then(|d| verbs::parse_devices(&d).ok()),
+                ..verbs::Want::default()
+            };
+            match verbs::choose(&c, want.devices.as_deref()) {
+                Ok(p) => {
+                    let _ = writeln!(o, "btl-ib would use: {}:{}", p.port.device, p.port.port);
+                }
+                Err(e) => {
+                    let _ = writeln!(o, "btl-ib: {e}; ranks on other nodes talk over TCP");
+                }
+            }
+            let _ = writeln!(o, "GPUDirect RDMA: not implemented in btl-ib yet; device data between nodes is staged through host memory");
+        }
+    }
+}
+
+/// Without feature `ib`: what is there, and that it is not used.
+#[cfg(not(feature = "ib"))]
+fn verbs_report(o: &mut String) {
+    let ib = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if ib.is_empty() {
+        let _ = writeln!(o, "RDMA NICs: none (no /sys/class/infiniband); GPUDirect RDMA is not possible, device data between nodes is staged through host memory");
+    }
+    for n in &ib {
+        let _ = writeln!(o, "RDMA NIC: {n}; gmpi's InfiniBand transport is not built into this binary (./install.sh builds it where rdma-core's development files are present), so ranks on other nodes talk over TCP");
+    }
 }
 
 /// The report, and whether CUDA was usable.
@@ -106,24 +170,7 @@ pub fn report() -> (String, bool) {
         "nvidia_peermem: {}",
         if peermem { "loaded" } else { "not loaded" }
     );
-    let ib = std::fs::read_dir("/sys/class/infiniband")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    if ib.is_empty() {
-        let _ = writeln!(o, "RDMA NICs: none (no /sys/class/infiniband); GPUDirect RDMA is not possible, device data between nodes is staged through host memory");
-    } else {
-        for n in &ib {
-            let numa =
-                std::fs::read_to_string(format!("/sys/class/infiniband/{n}/device/numa_node"))
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_else(|_| "?".into());
-            let _ = writeln!(o, "RDMA NIC: {n} (NUMA node {numa}); gmpi's InfiniBand transport is not built into this binary, so GPUDirect RDMA is not used");
-        }
-    }
+    verbs_report(&mut o);
     match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
         Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => {
             let _ = writeln!(o, "ulimit -l: unlimited");
@@ -174,7 +221,9 @@ pub fn report() -> (String, bool) {
                 }
             }
         }
-        if !caps.cuda_ipc {
+        if !caps.cuda_ipc && caps.get && !caps.gpudirect {
+            let _ = writeln!(o, "    (no CUDA IPC between nodes; btl-ib does not register GPU memory yet (no GPUDirect RDMA): large device messages are staged)");
+        } else if !caps.cuda_ipc && !caps.gpudirect {
             let _ = writeln!(o, "    (no CUDA IPC between nodes; no GPUDirect without an RDMA transport: large device messages are staged)");
         }
     }

@@ -25,7 +25,8 @@
 //! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |
 //! | `alltoall_large` | `GMPI_ALLTOALL_LARGE` | alltoall: all exchanges at once below (bytes per peer), pairwise from here | 8 KiB |
 //! | `coll_check` | `GMPI_COLL_CHECK` | check that every rank passed the same root, op and size to each collective (one extra exchange per call) | `false` |
-//! | `btl` | `GMPI_BTL` | transports allowed, comma-separated (`self,tcp` sends even same-node peers over tcp; `shm` off also turns off the shared-memory collectives) | `self,shm,tcp` |
+//! | `btl` | `GMPI_BTL` | transports allowed, comma-separated (`self,tcp` sends even same-node peers over tcp; `shm` off also turns off the shared-memory collectives; `ib` is used between nodes where both ranks have a verbs port, in a build with feature `ib`) | `self,shm,tcp,ib` |
+//! | `ib_devices` | `GMPI_IB_DEVICES` | ib: verbs ports to use, in order of preference (`mlx5_0:1,rxe0`) | an active port, a RoCE one of this network namespace first |
 //! | `tcp_if` | `GMPI_TCP_IF` | tcp: interface names and/or CIDR blocks to listen on, comma-separated (`eth1`, `10.1.0.0/16`) | every non-loopback IPv4 address (loopback if none) |
 //! | `tcp_max_frag` | `GMPI_TCP_MAX_FRAG` | tcp: largest fragment, and so the pipelined rendezvous chunk | 128 KiB |
 //! | `node_name` | `GMPI_NODE_NAME` | the node identity ranks compare to find same-node peers (for tests: fake several nodes on one host) | the hostname |
@@ -116,11 +117,13 @@ pub struct Config {
     pub alltoall_large: Option<usize>,
     /// Check collective arguments across ranks.
     pub coll_check: bool,
-    /// Transports allowed (`self`, `shm`, `tcp`).
+    /// Transports allowed (`self`, `shm`, `tcp`, `ib`).
     #[serde(deserialize_with = "de_btls")]
     pub btl: Vec<String>,
     /// tcp: interfaces and CIDR blocks to listen on.
     pub tcp_if: Option<String>,
+    /// ib: ports to use (`GMPI_IB_DEVICES`).
+    pub ib_devices: Option<String>,
     /// tcp: largest fragment.
     #[serde(deserialize_with = "de_size")]
     pub tcp_max_frag: Option<usize>,
@@ -170,7 +173,7 @@ impl Config {
 }
 
 /// The transports `GMPI_BTL` may name.
-pub const BTLS: [&str; 3] = ["self", "shm", "tcp"];
+pub const BTLS: [&str; 4] = ["self", "shm", "tcp", "ib"];
 
 /// Parse a transport list (`self,tcp`): known names, `self` included.
 pub fn parse_btls(s: &str) -> Result<Vec<String>, String> {
@@ -239,6 +242,7 @@ impl Default for Config {
             coll_check: false,
             btl: BTLS.iter().map(|s| s.to_string()).collect(),
             tcp_if: None,
+            ib_devices: None,
             tcp_max_frag: None,
             node_name: None,
         }
@@ -421,6 +425,9 @@ impl Config {
         if let Some(v) = get("GMPI_TCP_IF") {
             self.tcp_if = Some(v).filter(|v| !v.trim().is_empty());
         }
+        if let Some(v) = get("GMPI_IB_DEVICES") {
+            self.ib_devices = Some(v).filter(|v| !v.trim().is_empty());
+        }
         if let Some(v) = size("GMPI_TCP_MAX_FRAG")? {
             self.tcp_max_frag = Some(v);
         }
@@ -491,7 +498,7 @@ shm_coop_min = \"1M\"
     #[test]
     fn transport_selection() {
         let mut c = Config::default();
-        assert_eq!(c.btl, ["self", "shm", "tcp"]);
+        assert_eq!(c.btl, ["self", "shm", "tcp", "ib"]);
         c.apply_env(|k| (k == "GMPI_BTL").then(|| " self, TCP ".into()))
             .unwrap();
         assert_eq!(c.btl, ["self", "tcp"]);

@@ -470,7 +470,7 @@ impl Engine {
             Err(_) => None,
         };
         let allow = |t: &str| cfg.btl.iter().any(|b| b == t);
-        let (allow_shm, allow_tcp) = (allow("shm"), allow("tcp"));
+        let (allow_shm, allow_tcp, allow_ib) = (allow("shm"), allow("tcp"), allow("ib"));
 
         // Business cards: which node each rank is on (its hostname, hex-encoded
         // so it travels as one PMI value).
@@ -555,7 +555,7 @@ impl Engine {
         let tcp_peers: Vec<u32> = (0..size)
             .filter(|&q| q != rank && !(allow_shm && node_of[q as usize] == me_node))
             .collect();
-        if let (Some(&q), false) = (tcp_peers.first(), allow_tcp) {
+        if let (Some(&q), false) = (tcp_peers.first(), allow_tcp || allow_ib) {
             return Err(Error::new(
                 ErrorClass::Unsupported,
                 CALL,
@@ -574,7 +574,7 @@ impl Engine {
             let job = job_tag(std::env::var("GMPI_JOBID").ok().as_deref(), p.kvsname());
             // tcp: listen and publish the card before the fences below.
             let mut tcp = None;
-            if !tcp_peers.is_empty() {
+            if !tcp_peers.is_empty() && allow_tcp {
                 let secret = match &env_secret {
                     Some(s) => s.clone(),
                     None => {
@@ -612,6 +612,28 @@ impl Engine {
                 p.put(&format!("gmpi-tcp-{rank}"), &t.card())
                     .map_err(pmi_err(CALL, r))?;
                 tcp = Some(t);
+            }
+            // ib: open a port and publish the card (or why there is none).
+            let mut ib = None;
+            if !tcp_peers.is_empty() {
+                let v = if allow_ib {
+                    match crate::ib::open(rank, size, &tcp_peers, cfg.ib_devices.as_deref()) {
+                        Ok(b) => {
+                            let c = b.card();
+                            ib = Some(b);
+                            c
+                        }
+                        Err(e) => {
+                            tracing::debug!(target: "btl", "ib: not used: {e}");
+                            crate::ib::NONE.to_string()
+                        }
+                    }
+                } else {
+                    tracing::debug!(target: "btl", "ib: not allowed (GMPI_BTL)");
+                    crate::ib::NONE.to_string()
+                };
+                p.put(&format!("gmpi-ib-{rank}"), &v)
+                    .map_err(pmi_err(CALL, r))?;
             }
             if allow_shm {
                 let node_tag = file_part(&me_node);
@@ -668,6 +690,23 @@ impl Engine {
                 p.fence().map_err(pmi_err(CALL, r))?;
                 p.fence().map_err(pmi_err(CALL, r))?;
                 cma_status = String::from("shared memory not allowed (GMPI_BTL)");
+            }
+            if let Some(mut b) = ib {
+                let mut reached = 0;
+                for &q in &tcp_peers {
+                    let v = p.get(&format!("gmpi-ib-{q}")).map_err(pmi_err(CALL, r))?;
+                    if !crate::ib::is_card(&v) {
+                        tracing::debug!(target: "btl", "ib: rank {q} has no ib; tcp reaches it");
+                        continue;
+                    }
+                    b.add_peer(q, &v)
+                        .map_err(|e| Error::new(ErrorClass::Other, CALL, r, e))?;
+                    reached += 1;
+                }
+                tracing::debug!(target: "btl", "ib: {reached} of {} peers on other nodes", tcp_peers.len());
+                if reached > 0 {
+                    btls.push(b.into_btl());
+                }
             }
             if let Some(mut t) = tcp {
                 for &q in &tcp_peers {
@@ -744,7 +783,7 @@ impl Engine {
             driver
                 .btls()
                 .iter()
-                .filter(|b| matches!(b.caps().name, "shm" | "tcp"))
+                .filter(|b| matches!(b.caps().name, "shm" | "tcp" | "ib"))
                 .count()
         };
         tracing::debug!(target: "gmpi", "idle sleep: {}", if blockers > 1 { "one btl at a time (1 ms cap)" } else { "one btl, woken across transports" });

@@ -92,6 +92,7 @@ mod engine;
 mod error;
 pub mod gpu;
 mod group;
+mod ib;
 mod intercomm;
 mod op;
 mod progress;

@@ -91,6 +91,37 @@ fn sweep(w: &Communicator, max: usize) -> R {
     Ok(())
 }
 
+/// Rendezvous sends from a buffer freed and allocated again between sends
+/// (large allocations are fresh mappings, often at the same address): a
+/// transport that kept a registration of the old pages would send stale
+/// bytes.
+fn realloc(w: &Communicator) -> R {
+    let (r, n) = (w.rank(), w.size());
+    let next = (r + 1) % n;
+    let prev = (r + n - 1) % n;
+    let mut addrs = std::collections::HashSet::new();
+    for k in 0..12u64 {
+        let len = (1 << 20) + 4096 * (k as usize % 3);
+        let out = pattern(len, r, 1000 + k);
+        addrs.insert(out.as_ptr() as usize);
+        let mut inp = vec![0u8; len];
+        let req = w.isend(&out[..], next, k as i32).map_err(e)?;
+        w.recv(&mut inp[..], prev, k as i32).map_err(e)?;
+        req.wait().map_err(e)?;
+        check(inp == pattern(len, prev, 1000 + k), || {
+            format!("round {k}: stale or wrong bytes")
+        })?;
+        drop(out);
+    }
+    if r == 0 {
+        println!(
+            "realloc: 12 rounds, {} distinct send-buffer addresses",
+            addrs.len()
+        );
+    }
+    Ok(())
+}
+
 /// `count` outstanding non-blocking messages each way between rank pairs.
 fn many(w: &Communicator, count: usize) -> R {
     let (r, n) = (w.rank(), w.size());
@@ -507,6 +538,7 @@ fn main() {
     let res = match arg(0).as_str() {
         "sweep" => sweep(&w, arg(1).parse().unwrap_or(usize::MAX)),
         "many" => many(&w, arg(1).parse().unwrap_or(10_000)),
+        "realloc" => realloc(&w),
         "self" => self_send(&w),
         "order" => order(&w),
         "wild" => wild(&w),

@@ -1,0 +1,89 @@
+//! Setting up btl-ib at `MPI_Init`: open a verbs port (feature `ib`),
+//! or say why there is none. Every rank publishes `gmpi-ib-<rank>`: its
+//! card, or `none: <why>`; a pair of ranks on different nodes uses ib only
+//! when both published a card (each side decides alike), otherwise tcp.
+
+use gmpi_btl::Btl;
+
+/// The card value of a rank without ib.
+pub(crate) const NONE: &str = "none";
+
+/// Whether a published value is a card.
+pub(crate) fn is_card(v: &str) -> bool {
+    v != NONE
+}
+
+/// A rank's ib transport before its peers' cards are known.
+pub(crate) trait Pending {
+    /// The card to publish.
+    fn card(&self) -> String;
+    /// Connect to `peer`.
+    fn add_peer(&mut self, peer: u32, card: &str) -> Result<(), String>;
+    /// The btl, once connected.
+    fn into_btl(self: Box<Self>) -> Box<dyn Btl>;
+}
+
+#[cfg(feature = "ib")]
+impl Pending for gmpi_btl_ib::IbBtl<gmpi_btl_ib::verbs::VerbsFabric> {
+    fn card(&self) -> String {
+        gmpi_btl_ib::IbBtl::card(self)
+    }
+    fn add_peer(&mut self, peer: u32, card: &str) -> Result<(), String> {
+        gmpi_btl_ib::IbBtl::add_peer(self, peer, card)
+    }
+    fn into_btl(self: Box<Self>) -> Box<dyn Btl> {
+        self
+    }
+}
+
+/// Open ib for `rank` of `size`, reaching `peers` (ranks on other nodes).
+#[cfg(feature = "ib")]
+pub(crate) fn open(
+    rank: u32,
+    size: u32,
+    peers: &[u32],
+    devices: Option<&str>,
+) -> Result<Box<dyn Pending>, String> {
+    use gmpi_btl_ib::verbs;
+    let mut want = verbs::Want::default();
+    if let Some(d) = devices {
+        want.devices = Some(verbs::parse_devices(d)?);
+    }
+    if let Ok(v) = std::env::var("GMPI_IB_TIMEOUT") {
+        want.timeout = v
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|t| (1..=31).contains(t))
+            .ok_or_else(|| format!("GMPI_IB_TIMEOUT={v:?}: expected 1 to 31"))?;
+    }
+    let f = verbs::open(&want)?;
+    let mut cfg = gmpi_btl_ib::IbConfig::default();
+    let count = |k: &str| -> Result<Option<u32>, String> {
+        match std::env::var(k) {
+            Ok(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&b| b > 0)
+                .map(Some)
+                .ok_or_else(|| format!("{k}={v:?}: expected a positive count")),
+            Err(_) => Ok(None),
+        }
+    };
+    cfg.recv_buffers = count("GMPI_IB_RECV_BUFFERS")?;
+    if let Some(n) = count("GMPI_IB_MAX_READS")? {
+        cfg.max_reads = n;
+    }
+    if let Some(n) = count("GMPI_IB_READ_CHUNK")? {
+        cfg.read_chunk = n as usize;
+    }
+    let b = gmpi_btl_ib::IbBtl::new(rank, size, f, cfg, peers)?;
+    Ok(Box::new(b))
+}
+
+/// Without feature `ib` there is no verbs transport.
+#[cfg(not(feature = "ib"))]
+pub(crate) fn open(_: u32, _: u32, _: &[u32], _: Option<&str>) -> Result<Box<dyn Pending>, String> {
+    Err("this gmpi was built without InfiniBand/RoCE support (cargo feature `ib`)".into())
+}
