@@ -1,7 +1,8 @@
 //! `gmpirun -np N gmpi-check SCENARIO [ARGS]`: one whole-job scenario per
 //! subcommand; exits non-zero (with a message) on any wrong result.
 //!
-//! Scenarios: `sweep [MAX]`, `many [N]`, `self`, `order`, `wild`, `ssend`,
+//! Scenarios: `sweep [MAX]`, `many [N]`, `realloc` (rendezvous sends from
+//! buffers freed and allocated again), `self`, `order`, `wild`, `ssend`,
 //! `errors`, `crash panic|exit3|kill|abort`, `pids DIR` (writes pid/jobid and
 //! waits in a barrier), `hang DIR` (as `pids`, then waits forever), `stdin`,
 //! `noinit` (the last rank exits 0 before initializing), `rma` (the typed

@@ -1,0 +1,160 @@
+#!/bin/bash
+# Runs inside the Soft-RoCE guest (see run.sh): the host's / is the guest's
+# read-only root, /tmp/work is run.sh's work directory (read-write). Reads
+# the paths from /tmp/work/env, writes one "PASS name" or "FAIL name: why"
+# line per check to /tmp/work/results, the logs beside it, then "DONE".
+exec >/tmp/work/console-guest.log 2>&1
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+# shellcheck disable=SC1091
+. /tmp/work/env
+res=/tmp/work/results
+: >"$res"
+pass() { echo "PASS $1" >>"$res"; }
+fail() { echo "FAIL $1: $2" >>"$res"; }
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+ip link set lo up
+
+# Two "nodes", each with its own Soft-RoCE device, on the two ends of a veth
+# pair. This kernel's rdma_rxe routes in the initial network namespace only,
+# so both ends stay there, and policy routing makes locally generated packets
+# between the two addresses leave by the other end instead of the loopback
+# (accept_local lets the receiving end take a packet from a local address).
+ip link add va type veth peer name vb
+ip addr add 10.9.1.1/32 dev va
+ip addr add 10.9.1.2/32 dev vb
+# Jumbo frames (RoCE MTU 4096) and deep queues: a burst of RDMA READ responses
+# that overflows the veth backlog is dropped, and this kernel's rxe then logs
+# "Failed sending ACK" and can move the queue pair to the error state.
+ip link set va mtu 9000 txqueuelen 10000 up
+ip link set vb mtu 9000 txqueuelen 10000 up
+sysctl -qw net.core.netdev_max_backlog=100000
+for i in all default va vb lo; do
+    sysctl -qw net.ipv4.conf.$i.accept_local=1 net.ipv4.conf.$i.rp_filter=0
+done
+ip route add 10.9.1.2 dev va table 201
+ip route add 10.9.1.1 dev vb table 202
+ip rule add pref 10 iif lo from 10.9.1.1 to 10.9.1.2 lookup 201
+ip rule add pref 11 iif lo from 10.9.1.2 to 10.9.1.1 lookup 202
+ip rule add pref 100 lookup local
+ip rule del pref 0
+rdma link add rxe1 type rxe netdev va
+rdma link add rxe2 type rxe netdev vb
+rdma link >/tmp/work/rdma-link.log 2>&1
+
+# Rank r runs on node (r % 2) + 1 with that node's device; rank
+# $IB_OFF_RANK (if set) names a device that does not exist.
+wrap='n=$((GMPI_RANK % 2 + 1)); d=rxe$n; [ "$GMPI_RANK" = "${IB_OFF_RANK:--1}" ] && d=nosuchdevice; exec env GMPI_NODE_NAME=node$n GMPI_IB_DEVICES=$d "$0" "$@"'
+job() { # job NAME NP TIMEOUT PROGRAM ARGS...: run, keep the log, return rc
+    local name=$1 np=$2 t=$3
+    shift 3
+    timeout "$t" "$GMPIRUN" -np "$np" sh -c "$wrap" "$@" >"/tmp/work/$name.log" 2>&1
+}
+check_job() { # check_job NAME NP TIMEOUT [--needs PATTERN]... -- PROGRAM ARGS...
+    local name=$1 np=$2 t=$3
+    shift 3
+    local needs=()
+    while [ "$1" = --needs ]; do
+        needs+=("$2")
+        shift 2
+    done
+    [ "$1" = -- ] && shift
+    local t0
+    t0=$(date +%s)
+    local rc=0
+    job "$name" "$np" "$t" "$@" || rc=$?
+    if [ "$rc" != 0 ]; then
+        fail "$name" "exit status $rc ($(grep -v DEBUG "/tmp/work/$name.log" | tail -2 | tr '\n' ' '))"
+        return
+    fi
+    for p in "${needs[@]}"; do
+        if ! grep -q -- "$p" "/tmp/work/$name.log"; then
+            fail "$name" "the log lacks \"$p\""
+            return
+        fi
+    done
+    pass "$name ($(($(date +%s) - t0)) s)"
+}
+
+# 1. The btl conformance suite over real verbs (one device, loopback).
+if GMPI_IB_TEST_DEVICE=rxe1 timeout 300 "$VERBS_TEST" --ignored --nocapture --test-threads 1 >/tmp/work/conformance.log 2>&1; then
+    pass conformance
+else
+    fail conformance "see conformance.log"
+fi
+
+export GMPI_LOG=pml=debug,btl=debug
+# 2. Point-to-point at every threshold (0 B to 16 MiB, content-checked).
+check_job sweep-np2 2 240 --needs "via ib: eager" --needs "via ib: rndv/get" -- "$CHECK" sweep 16777216
+check_job sweep-np4 4 300 --needs "via ib: rndv/get" --needs "via shm" -- "$CHECK" sweep 16777216
+# 3. A send buffer freed and reallocated between rendezvous sends.
+check_job realloc 2 180 --needs "12 rounds" -- "$CHECK" realloc
+# 4. Many small messages at once: credits and back-pressure.
+check_job many 2 180 -- "$CHECK" many 20000
+# 5. Receivers with two buffers only: RNR, retried by the queue pairs.
+GMPI_IB_RECV_BUFFERS=2 check_job rnr 2 240 --needs "receivers will answer RNR" -- "$CHECK" sweep 1048576
+# 6. A rank without a usable port: its peers reach it over tcp instead.
+IB_OFF_RANK=1 check_job fallback 2 120 --needs "via tcp" --needs "rank 1 has no ib" -- "$CHECK" sweep 1048576
+unset GMPI_LOG
+# 7. Every collective, one and two ranks per node.
+check_job coll-np2 2 300 -- "$COLL" all
+check_job coll-np4 4 400 -- "$COLL" all
+# 8. A killed rank ends the job quickly, with a message naming it.
+t0=$(date +%s)
+if job crash 2 60 "$CHECK" crash kill; then
+    fail crash "the job exited 0"
+elif [ $(($(date +%s) - t0)) -gt 30 ]; then
+    fail crash "the job took $(($(date +%s) - t0)) s to end"
+elif ! grep -q "rank 1" /tmp/work/crash.log; then
+    fail crash "no message names rank 1"
+else
+    pass "crash ($(($(date +%s) - t0)) s)"
+fi
+
+# 9. Figures (not checks): perftest and gmpi's pingpong on the same pair, and
+# callgrind's count of user-space instructions per message (the difference
+# between runs of N and 2N iterations, rank 0 only, blocking at once instead
+# of spinning so that waiting costs no instructions), ib against tcp. The
+# kernel's work (tcp's copies, Soft-RoCE itself) is not counted: on a real
+# HCA the user-space part is what the CPU pays.
+if [ -n "${PINGPONG:-}" ]; then
+    {
+        for k in 1 2 3; do
+            echo "== ib_send_lat 8 B ($k)"
+            ib_send_lat -d rxe1 -x 1 -s 8 -n 5000 >/dev/null 2>&1 &
+            sleep 2
+            timeout 60 ib_send_lat -d rxe2 -x 1 -s 8 -n 5000 10.9.1.1 | grep -A1 "#bytes"
+            wait
+        done
+        echo "== ib_read_bw 1 MiB"
+        ib_read_bw -d rxe1 -x 1 -s 1048576 -n 500 >/dev/null 2>&1 &
+        sleep 2
+        timeout 120 ib_read_bw -d rxe2 -x 1 -s 1048576 -n 500 10.9.1.1 | grep -A1 "#bytes"
+        wait
+        for k in 1 2 3; do
+            echo "== gmpi pingpong over ib: latency ($k)"
+            job pp-lat 2 200 "$PINGPONG" --lat-only --min 8 --max 8 --iters 5000
+            cat /tmp/work/pp-lat.log
+        done
+        echo "== gmpi pingpong over ib: 1 MiB"
+        job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 8
+        cat /tmp/work/pp-bw.log
+        if command -v valgrind >/dev/null; then
+            vg='if [ "$GMPI_RANK" = 0 ]; then exec valgrind -q --tool=callgrind --callgrind-out-file=/tmp/work/cg.$CG "$0" "$@"; else exec "$0" "$@"; fi'
+            for btl in ib tcp; do
+                for m in "8 8 2000" "1048576 1048576 20"; do
+                    set -- $m
+                    for it in $3 $(($3 * 2)); do
+                        CG=$btl-$1-$it GMPI_BTL=self,shm,$btl GMPI_SPIN=0 GMPI_YIELDS=0 timeout 300 "$GMPIRUN" -np 2 sh -c "$wrap" sh -c "$vg" "$PINGPONG" --lat-only --min $1 --max $2 --iters $it >/dev/null 2>&1
+                    done
+                    a=$(callgrind_annotate /tmp/work/cg.$btl-$1-$3 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+                    b=$(callgrind_annotate /tmp/work/cg.$btl-$1-$(($3 * 2)) 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+                    [ -n "$a" ] && [ -n "$b" ] && echo "callgrind $btl $1 B: $(((b - a) / $3)) instructions per round trip of rank 0 (a send and a receive)"
+                done
+            done
+            rm -f /tmp/work/cg.*
+        fi
+    } >/tmp/work/figures.log 2>&1
+fi
+echo DONE >>"$res"
+sync
+poweroff -f
