@@ -32,14 +32,18 @@ pub struct Candidate {
     pub netdev: Option<(String, bool)>,
     /// Why it cannot be used, if it cannot.
     pub unusable: Option<String>,
+    /// The NUMA node of its device, if the system says.
+    pub numa: Option<u32>,
 }
 
 /// Choose a port: the first usable one `devices` (`GMPI_IB_DEVICES`)
-/// names, else a usable one whose interface is in this network namespace,
-/// else the first usable one.
+/// names; else, among the usable ones, one whose interface is in this
+/// network namespace (RoCE), then one on NUMA node `near` (the rank's),
+/// then the first.
 pub fn choose(
     cands: &[Candidate],
     devices: Option<&[(String, Option<u8>)]>,
+    near: Option<u32>,
 ) -> Result<Candidate, String> {
     let usable = |c: &&Candidate| c.unusable.is_none();
     if let Some(list) = devices {
@@ -57,10 +61,15 @@ pub fn choose(
             describe(cands)
         ));
     }
+    let rank = |c: &Candidate| {
+        (
+            c.netdev.as_ref().is_some_and(|n| n.1),
+            near.is_some() && c.numa == near,
+        )
+    };
     let mut best: Option<&Candidate> = None;
     for c in cands.iter().filter(usable) {
-        let here = |c: &Candidate| c.netdev.as_ref().is_some_and(|n| n.1);
-        if best.is_none_or(|b| here(c) && !here(b)) {
+        if best.is_none_or(|b| rank(c) > rank(b)) {
             best = Some(c);
         }
     }
@@ -130,6 +139,7 @@ mod tests {
             },
             netdev: netdev.map(|(n, h)| (n.to_string(), h)),
             unusable: unusable.map(String::from),
+            numa: None,
         }
     }
 
@@ -151,14 +161,26 @@ mod tests {
             cand("rxe1", 1, Some(("veth1", true)), None),
             cand("mlx5_1", 1, None, None),
         ];
-        assert_eq!(choose(&c, None).unwrap().port.device, "rxe1");
+        assert_eq!(choose(&c, None, None).unwrap().port.device, "rxe1");
         let want = parse_devices("mlx5_0,mlx5_1:1").unwrap();
-        assert_eq!(choose(&c, Some(&want)).unwrap().port.device, "mlx5_1");
-        let e = choose(&c, Some(&parse_devices("nosuch").unwrap())).unwrap_err();
+        assert_eq!(choose(&c, Some(&want), None).unwrap().port.device, "mlx5_1");
+        let e = choose(&c, Some(&parse_devices("nosuch").unwrap()), None).unwrap_err();
         assert!(e.contains("mlx5_0:1 port state 1"), "{e}");
-        assert!(choose(&c[..1], None)
-            .unwrap_err()
-            .contains("no usable verbs port"));
-        assert_eq!(choose(&c[3..], None).unwrap().port.device, "mlx5_1");
+        let e = choose(&c[..1], None, None).unwrap_err();
+        assert!(e.contains("no usable verbs port"), "{e}");
+        assert_eq!(choose(&c[3..], None, None).unwrap().port.device, "mlx5_1");
+    }
+
+    #[test]
+    fn the_port_of_the_ranks_numa_node_is_preferred() {
+        let mut a = cand("mlx5_0", 1, None, None);
+        let mut b = cand("mlx5_1", 1, None, None);
+        a.numa = Some(0);
+        b.numa = Some(1);
+        let c = [a, b];
+        assert_eq!(choose(&c, None, Some(1)).unwrap().port.device, "mlx5_1");
+        assert_eq!(choose(&c, None, Some(0)).unwrap().port.device, "mlx5_0");
+        assert_eq!(choose(&c, None, None).unwrap().port.device, "mlx5_0");
+        assert_eq!(choose(&c, None, Some(7)).unwrap().port.device, "mlx5_0");
     }
 }

@@ -8,7 +8,8 @@
 //! Port selection ([`open`]): `GMPI_IB_DEVICES=mlx5_0:1,rxe0` names the
 //! devices (and ports) to use, in order of preference; otherwise every
 //! active port of every device is a candidate, preferring a RoCE port whose
-//! network interface lives in this process's network namespace. On RoCE the
+//! network interface lives in this process's network namespace, then a device
+//! on the NUMA node of the CPU the rank runs on. On RoCE the
 //! GID is the port's RoCE v2 GID of an IPv4 address (the interface's
 //! IPv4-mapped address); on InfiniBand, the LID and GID 0. Path MTU: the
 //! port's active MTU (the lower of the two ends at connection).
@@ -91,13 +92,18 @@ pub fn probe() -> Result<Vec<Candidate>, String> {
                     port: blank_port(&name, 1),
                     netdev: None,
                     unusable: Some(format!("cannot open the device: {e}")),
+                    numa: None,
                 });
                 continue;
             }
             let mut da: ibv_device_attr = std::mem::zeroed();
             if ibv_query_device(ctx, &mut da) == 0 {
+                let numa = sysfs(&format!("/sys/class/infiniband/{name}/device/numa_node"))
+                    .and_then(|n| n.parse::<u32>().ok());
                 for p in 1..=da.phys_port_cnt {
-                    out.push(port_candidate(ctx, &name, p, &da));
+                    let mut c = port_candidate(ctx, &name, p, &da);
+                    c.numa = numa;
+                    out.push(c);
                 }
             }
             ibv_close_device(ctx);
@@ -145,6 +151,7 @@ unsafe fn port_candidate(
             port,
             netdev: None,
             unusable: Some("ibv_query_port failed".into()),
+            numa: None,
         };
     }
     port.max_msg = u64::from(pa.max_msg_sz);
@@ -160,6 +167,7 @@ unsafe fn port_candidate(
             port,
             netdev: None,
             unusable: Some(format!("port state {} (not active)", pa.state)),
+            numa: None,
         };
     }
     if da.max_srq_wr <= 0 {
@@ -167,6 +175,7 @@ unsafe fn port_candidate(
             port,
             netdev: None,
             unusable: Some("no shared receive queue support".into()),
+            numa: None,
         };
     }
     let query = |i: i32| -> Option<[u8; 16]> {
@@ -188,12 +197,14 @@ unsafe fn port_candidate(
                     port,
                     netdev: None,
                     unusable: None,
+                    numa: None,
                 }
             }
             None => Candidate {
                 port,
                 netdev: None,
                 unusable: Some("no GID 0".into()),
+                numa: None,
             },
         };
     }
@@ -224,20 +235,31 @@ unsafe fn port_candidate(
                 port,
                 netdev: Some((nd, here)),
                 unusable: None,
+                numa: None,
             }
         }
         None => Candidate {
             port,
             netdev: None,
             unusable: Some("no RoCE v2 GID of an IPv4 address".into()),
+            numa: None,
         },
     }
+}
+
+/// The NUMA node of the CPU this thread runs on, if the system says.
+pub fn this_numa_node() -> Option<u32> {
+    let cpu = nix::sched::sched_getcpu().ok()?;
+    std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
 }
 
 /// Open the port [`choose`] picks.
 pub fn open(want: &Want) -> Result<VerbsFabric, String> {
     let cands = probe()?;
-    let c = choose(&cands, want.devices.as_deref())?;
+    let c = choose(&cands, want.devices.as_deref(), this_numa_node())?;
     VerbsFabric::open(&c.port, want)
 }
 

@@ -91,7 +91,7 @@ fn verbs_report(o: &mut String) {
                     .and_then(|d| verbs::parse_devices(&d).ok()),
                 ..verbs::Want::default()
             };
-            match verbs::choose(&c, want.devices.as_deref()) {
+            match verbs::choose(&c, want.devices.as_deref(), verbs::this_numa_node()) {
                 Ok(p) => {
                     let _ = writeln!(o, "btl-ib would use: {}:{}", p.port.device, p.port.port);
                 }
