@@ -597,6 +597,22 @@ impl<F: Fabric> IbBtl<F> {
         }
     }
 
+    /// A zero-length SEND giving back `credits` (`post` decides whether it
+    /// is signalled).
+    fn credit_message(&self, credits: u32) -> SendWr {
+        SendWr::Send {
+            wr_id: 0,
+            sge: Sge {
+                addr: self.tx.as_ptr() as u64,
+                len: 0,
+                lkey: self.tx_mr.lkey,
+            },
+            imm: CREDIT_ONLY | credits,
+            inline: true,
+            signaled: false,
+        }
+    }
+
     /// Send a credit message to every peer owed half its credits.
     fn return_credits(&mut self) {
         let half = self.cfg.credits.div_ceil(2).max(1);
@@ -605,18 +621,7 @@ impl<F: Fabric> IbBtl<F> {
             if p.owed < half || p.failed || !p.connected || !self.room(p) {
                 continue;
             }
-            let owed = p.owed;
-            let wr = SendWr::Send {
-                wr_id: 0,
-                sge: Sge {
-                    addr: self.tx.as_ptr() as u64,
-                    len: 0,
-                    lkey: self.tx_mr.lkey,
-                },
-                imm: CREDIT_ONLY | owed,
-                inline: true,
-                signaled: false,
-            };
+            let wr = self.credit_message(p.owed);
             match self.post(i, wr, None, None) {
                 Ok(()) => self.peers[i].owed = 0,
                 Err(e) => self.fail_peer(i, &format!("posting a credit message: {e}")),
@@ -980,17 +985,9 @@ impl<F: Fabric> Drop for IbBtl<F> {
             let p = &self.peers[i];
             let unsignalled = p.posted.back().is_some_and(|_| p.since_signal > 0);
             if unsignalled && !p.failed && p.connected && self.room(p) {
-                let wr = SendWr::Send {
-                    wr_id: 0,
-                    sge: Sge {
-                        addr: self.tx.as_ptr() as u64,
-                        len: 0,
-                        lkey: self.tx_mr.lkey,
-                    },
-                    imm: CREDIT_ONLY,
-                    inline: true,
-                    signaled: true,
-                };
+                // A credit message of none, signalled (`post` signals it:
+                // the count says one is due).
+                let wr = self.credit_message(0);
                 self.peers[i].since_signal = self.cfg.signal_every;
                 let _ = self.post(i, wr, None, None);
             }

@@ -168,8 +168,13 @@ impl Net {
         addr >= mr.addr && addr.checked_add(len).is_some_and(|e| e <= mr.addr + mr.len)
     }
 
-    fn complete(&mut self, dev: usize, wc: Wc) {
-        self.devs[dev].cq.push_back(wc);
+    fn complete(&mut self, dev: usize, wr_id: u64, qpn: u32, kind: WcKind, status: u32) {
+        self.devs[dev].cq.push_back(Wc {
+            wr_id,
+            qpn,
+            kind,
+            status,
+        });
     }
 
     fn qp_error(&mut self, qpn: u32) {
@@ -181,15 +186,7 @@ impl Net {
                 let id = match wr {
                     SendWr::Send { wr_id, .. } | SendWr::Read { wr_id, .. } => wr_id,
                 };
-                self.complete(
-                    dev,
-                    Wc {
-                        wr_id: id,
-                        qpn,
-                        kind: WcKind::Send,
-                        status: WC_FLUSH_ERR,
-                    },
-                );
+                self.complete(dev, id, qpn, WcKind::Send, WC_FLUSH_ERR);
             }
         }
     }
@@ -231,15 +228,7 @@ impl Net {
             None => true,
         };
         if gone {
-            self.complete(
-                dev,
-                Wc {
-                    wr_id,
-                    qpn,
-                    kind: WcKind::Send,
-                    status: RETRY_EXC_ERR,
-                },
-            );
+            self.complete(dev, wr_id, qpn, WcKind::Send, RETRY_EXC_ERR);
             self.qp_error(qpn);
             return true;
         }
@@ -249,15 +238,7 @@ impl Net {
             return false;
         };
         if bytes.len() > buf.len as usize {
-            self.complete(
-                rdev,
-                Wc {
-                    wr_id: rid,
-                    qpn: rq,
-                    kind: WcKind::Recv { len: 0, imm },
-                    status: LOC_LEN_ERR,
-                },
-            );
+            self.complete(rdev, rid, rq, WcKind::Recv { len: 0, imm }, LOC_LEN_ERR);
             return true;
         }
         // SAFETY: `buf` was posted by `post_recv`, whose caller keeps it
@@ -267,26 +248,16 @@ impl Net {
         }
         self.complete(
             rdev,
-            Wc {
-                wr_id: rid,
-                qpn: rq,
-                kind: WcKind::Recv {
-                    len: bytes.len() as u32,
-                    imm,
-                },
-                status: 0,
+            rid,
+            rq,
+            WcKind::Recv {
+                len: bytes.len() as u32,
+                imm,
             },
+            0,
         );
         if signaled {
-            self.complete(
-                dev,
-                Wc {
-                    wr_id,
-                    qpn,
-                    kind: WcKind::Send,
-                    status: 0,
-                },
-            );
+            self.complete(dev, wr_id, qpn, WcKind::Send, 0);
         }
         true
     }
@@ -360,29 +331,13 @@ impl Fabric for ModelFabric {
             SendWr::Read { wr_id, .. } => (*wr_id, WcKind::Read),
         };
         if q.error {
-            n.complete(
-                self.dev,
-                Wc {
-                    wr_id,
-                    qpn,
-                    kind,
-                    status: WC_FLUSH_ERR,
-                },
-            );
+            n.complete(self.dev, wr_id, qpn, kind, WC_FLUSH_ERR);
             return Ok(());
         }
         match *wr {
             SendWr::Send { sge, inline, .. } => {
                 if !inline && !n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) {
-                    n.complete(
-                        self.dev,
-                        Wc {
-                            wr_id,
-                            qpn,
-                            kind,
-                            status: LOC_PROT_ERR,
-                        },
-                    );
+                    n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     n.qp_error(qpn);
                     return Ok(());
                 }
@@ -420,15 +375,7 @@ impl Fabric for ModelFabric {
                 let rq = q.remote.expect("connected");
                 let rdev = n.qps.get(&rq).map(|r| r.dev);
                 if !n.covered(self.dev, local.addr, local.len as u64, local.lkey, false) {
-                    n.complete(
-                        self.dev,
-                        Wc {
-                            wr_id,
-                            qpn,
-                            kind,
-                            status: LOC_PROT_ERR,
-                        },
-                    );
+                    n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     n.qp_error(qpn);
                     return Ok(());
                 }
@@ -451,15 +398,7 @@ impl Fabric for ModelFabric {
                         );
                     }
                 }
-                n.complete(
-                    self.dev,
-                    Wc {
-                        wr_id,
-                        qpn,
-                        kind,
-                        status,
-                    },
-                );
+                n.complete(self.dev, wr_id, qpn, kind, status);
                 if status != 0 {
                     n.qp_error(qpn);
                 }

@@ -3,8 +3,11 @@
 //! receive-buffer reposting, selective signalling, pipelined reads,
 //! registration lifetimes).
 
-use gmpi_btl::conformance::{Can, Fixture, Support};
-use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Rank, Submit};
+mod common;
+
+use common::{connect, IbFixture};
+use gmpi_btl::conformance::{Can, Support};
+use gmpi_btl::{Btl, Event, LocalMem, Submit};
 use gmpi_btl_ib::model::{ModelFabric, ModelNet};
 use gmpi_btl_ib::{IbBtl, IbConfig};
 
@@ -17,111 +20,28 @@ fn ranks(
     srq: u32,
 ) -> (ModelNet, Vec<IbBtl<ModelFabric>>) {
     let net = ModelNet::new();
-    let mut btls: Vec<_> = (0..n)
-        .map(|r| {
-            let peers: Vec<Rank> = (0..n).filter(|&q| q != r).collect();
-            IbBtl::new(r, n, net.fabric(max_inline, sq, srq), cfg.clone(), &peers).expect("btl")
-        })
-        .collect();
-    let cards: Vec<String> = btls.iter().map(|b| b.card()).collect();
-    for (r, b) in btls.iter_mut().enumerate() {
-        for (q, c) in cards.iter().enumerate() {
-            if q != r {
-                b.add_peer(q as Rank, c).expect("connect");
-            }
-        }
-    }
+    let btls = connect(n, cfg, |_| net.fabric(max_inline, sq, srq));
     (net, btls)
 }
 
-struct ModelFixture {
-    what: &'static str,
-    net: ModelNet,
-    btls: Vec<IbBtl<ModelFabric>>,
-    mem: Vec<Box<[u8]>>,
-}
+struct ModelFixture;
 
 impl ModelFixture {
-    fn new(what: &'static str, cfg: IbConfig, max_inline: u32) -> Self {
+    #[allow(clippy::new_ret_no_self)]
+    fn new(what: &str, cfg: IbConfig, max_inline: u32) -> IbFixture<ModelFabric> {
         let (net, btls) = ranks(2, &cfg, max_inline, 128, 1024);
-        Self {
-            what,
-            net,
-            btls,
+        IbFixture {
+            what: format!("ib over the verbs model, {what}"),
+            support: Support {
+                back_pressure: Can::Yes,
+                get: Can::Yes,
+                peer_failure: Can::Yes,
+                wait_sleeps: Can::Yes,
+            },
+            btls: btls.into_iter().map(Some).collect(),
             mem: Vec::new(),
+            kill: Box::new(move |_, i| net.kill(i)),
         }
-    }
-}
-
-impl Fixture for ModelFixture {
-    type Btl = IbBtl<ModelFabric>;
-
-    fn name(&self) -> String {
-        format!("ib over the verbs model, {}", self.what)
-    }
-
-    fn support(&self) -> Support {
-        Support {
-            back_pressure: Can::Yes,
-            get: Can::Yes,
-            peer_failure: Can::Yes,
-            wait_sleeps: Can::Yes,
-        }
-    }
-
-    fn endpoints(&self) -> usize {
-        2
-    }
-
-    fn btl(&mut self, i: usize) -> &mut Self::Btl {
-        &mut self.btls[i]
-    }
-
-    fn rank(&self, i: usize) -> Rank {
-        i as Rank
-    }
-
-    fn alloc(&mut self, _: usize, data: &[u8]) -> LocalMem {
-        let mut b: Box<[u8]> = data.into();
-        let m = LocalMem::of(&mut b);
-        self.mem.push(b);
-        m
-    }
-
-    fn read(&self, _: usize, mem: LocalMem) -> Vec<u8> {
-        self.mem
-            .iter()
-            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
-            .expect("memory from alloc")
-            .to_vec()
-    }
-
-    #[allow(unsafe_code)] // lends fixture memory to a get
-    fn get(
-        &mut self,
-        i: usize,
-        peer: Rank,
-        remote: &MemDesc,
-        offset: u64,
-        dst: LocalMem,
-        token: u64,
-        alone: bool,
-    ) -> Result<Submit, BtlError> {
-        let b = &mut self.btls[i];
-        // SAFETY: `dst` lies in a buffer of `self.mem`, freed only with the
-        // fixture after the endpoints, and the suite reads it only once the
-        // get is over (`Fixture::get`).
-        unsafe {
-            if alone {
-                b.get_alone(peer, remote, offset, dst, token)
-            } else {
-                b.get(peer, remote, offset, dst, token)
-            }
-        }
-    }
-
-    fn kill(&mut self, i: usize) {
-        self.net.kill(i);
     }
 }
 

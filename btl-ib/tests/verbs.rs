@@ -5,15 +5,15 @@
 //! inside the Soft-RoCE guest with `--ignored`.
 #![cfg(feature = "ib")]
 
-use gmpi_btl::conformance::{self, Can, Fixture, Support};
-use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
-use gmpi_btl_ib::verbs::{self, VerbsFabric, Want};
-use gmpi_btl_ib::{IbBtl, IbConfig};
+mod common;
 
-struct VerbsFixture {
-    btls: Vec<Option<IbBtl<VerbsFabric>>>,
-    mem: Vec<Box<[u8]>>,
-}
+use common::{connect, IbFixture};
+use gmpi_btl::conformance::{self, Can, Fixture, Support};
+use gmpi_btl::Btl;
+use gmpi_btl_ib::verbs::{self, VerbsFabric, Want};
+use gmpi_btl_ib::IbConfig;
+
+type VerbsFixture = IbFixture<VerbsFabric>;
 
 fn want() -> Want {
     let mut w = Want::default();
@@ -23,116 +23,35 @@ fn want() -> Want {
     w
 }
 
-impl VerbsFixture {
-    fn new(cfg: IbConfig) -> Self {
-        let mut btls: Vec<_> = (0..2u32)
-            .map(|r| {
-                let f = verbs::open(&want()).expect("a verbs port");
-                IbBtl::new(r, 2, f, cfg.clone(), &[1 - r]).expect("btl")
-            })
-            .collect();
-        let cards: Vec<String> = btls.iter().map(|b| b.card()).collect();
-        for r in 0..2 {
-            btls[r]
-                .add_peer(1 - r as Rank, &cards[1 - r])
-                .expect("connect");
-        }
-        Self {
-            btls: btls.into_iter().map(Some).collect(),
-            mem: Vec::new(),
-        }
-    }
-}
-
-impl Fixture for VerbsFixture {
-    type Btl = IbBtl<VerbsFabric>;
-
-    fn name(&self) -> String {
-        format!(
-            "ib over {}",
-            self.btls[0]
-                .as_ref()
-                .map_or("?".into(), |b| b.port().device.clone())
-        )
-    }
-
-    fn support(&self) -> Support {
-        Support {
+/// Two endpoints on one device; killing one drops it, which destroys its
+/// queue pairs.
+fn fixture(cfg: IbConfig) -> VerbsFixture {
+    let btls = connect(2, &cfg, |_| verbs::open(&want()).expect("a verbs port"));
+    let device = btls[0].port().device.clone();
+    IbFixture {
+        what: format!("ib over {device}"),
+        support: Support {
             back_pressure: Can::Yes,
             get: Can::Yes,
             // Measured in the guest (`peer_death_probe`): Soft-RoCE keeps
             // retrying sends to a destroyed queue pair past 30 s without an
             // error completion. The model checks the failure path; a
             // killed rank ends the job through the launcher.
-            peer_failure: if self.name().contains("rxe") {
+            peer_failure: if device.starts_with("rxe") {
                 Can::no("Soft-RoCE reports no error for a destroyed peer queue pair within 30 s")
             } else {
                 Can::Yes
             },
             wait_sleeps: Can::Yes,
-        }
-    }
-
-    fn endpoints(&self) -> usize {
-        2
-    }
-
-    fn btl(&mut self, i: usize) -> &mut Self::Btl {
-        self.btls[i].as_mut().expect("a live endpoint")
-    }
-
-    fn rank(&self, i: usize) -> Rank {
-        i as Rank
-    }
-
-    fn alloc(&mut self, _: usize, data: &[u8]) -> LocalMem {
-        let mut b: Box<[u8]> = data.into();
-        let m = LocalMem::of(&mut b);
-        self.mem.push(b);
-        m
-    }
-
-    fn read(&self, _: usize, mem: LocalMem) -> Vec<u8> {
-        self.mem
-            .iter()
-            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
-            .expect("memory from alloc")
-            .to_vec()
-    }
-
-    #[allow(unsafe_code)] // lends fixture memory to a get
-    fn get(
-        &mut self,
-        i: usize,
-        peer: Rank,
-        remote: &MemDesc,
-        offset: u64,
-        dst: LocalMem,
-        token: u64,
-        alone: bool,
-    ) -> Result<Submit, BtlError> {
-        let b = self.btl(i);
-        // SAFETY: `dst` lies in a buffer of `self.mem`, freed only with the
-        // fixture after the endpoints, and the suite reads it only once the
-        // get is over (`Fixture::get`).
-        unsafe {
-            if alone {
-                b.get_alone(peer, remote, offset, dst, token)
-            } else {
-                b.get(peer, remote, offset, dst, token)
-            }
-        }
-    }
-
-    /// The victim's queue pairs are destroyed: the survivor's next request
-    /// ends in "retry counter exceeded".
-    fn kill(&mut self, i: usize) {
-        self.btls[i] = None;
+        },
+        btls: btls.into_iter().map(Some).collect(),
+        mem: Vec::new(),
+        kill: Box::new(|btls, i| btls[i] = None),
     }
 }
 
 fn run(cfg: IbConfig) {
-    let mut new = || VerbsFixture::new(cfg.clone());
+    let mut new = || fixture(cfg.clone());
     for (name, check) in [
         (
             "ordering",
@@ -179,7 +98,7 @@ fn conformance_tight() {
 #[ignore = "needs a verbs device (the Soft-RoCE guest: btl-ib/tests/rxe/run.sh)"]
 fn peer_death_probe() {
     for burst in [1usize, 40] {
-        let mut f = VerbsFixture::new(IbConfig::default());
+        let mut f = fixture(IbConfig::default());
         let _ = f.btl(0).send(1, &[b"hi"], 0);
         let mut got = 0;
         while got == 0 {
