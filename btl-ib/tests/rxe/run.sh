@@ -35,6 +35,8 @@ verbs_test=$(cargo test -q --release -p gmpi-btl-ib --features ib --test verbs -
 guest=$target/rxe-guest
 if [ ! -s "$guest/initrd.gz" ] || [ ! -s "$guest/vmlinuz" ]; then
     echo "rxe: making the guest (Debian kernel and busybox from the registry)"
+    # build-guest.sh finds the kernel package through apt's lists.
+    apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-[0-9]' || apt-get update -qq
     bash "$shared/rxe/build-guest.sh" "$guest" >/dev/null
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/gmpi-rxe.XXXXXX")
