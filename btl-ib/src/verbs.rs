@@ -310,6 +310,33 @@ fn os_err(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
+/// The verbs form of a scatter/gather element.
+fn to_ibv(s: crate::fabric::Sge) -> ibv_sge {
+    ibv_sge {
+        addr: s.addr,
+        length: s.len,
+        lkey: s.lkey,
+    }
+}
+
+/// Move `qp` to the state `a` names (`state`, for the message).
+///
+/// # Safety
+/// `qp` is a live queue pair.
+unsafe fn modify_qp(
+    qp: *mut ibv_qp,
+    a: &mut ibv_qp_attr,
+    mask: u32,
+    state: &str,
+) -> Result<(), String> {
+    // SAFETY: `qp` is live (our caller's contract); `a` is a valid
+    // attribute block, of which the device reads the masked fields.
+    if unsafe { ibv_modify_qp(qp, a, mask as i32) } != 0 {
+        return Err(os_err(&format!("ibv_modify_qp({state})")));
+    }
+    Ok(())
+}
+
 impl VerbsFabric {
     /// Open `port` (as [`probe`] described it).
     pub fn open(port: &PortInfo, want: &Want) -> Result<Self, String> {
@@ -472,9 +499,8 @@ impl Fabric for VerbsFabric {
             | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
             | ibv_qp_attr_mask::IBV_QP_PORT.0
             | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
-        // SAFETY: `qp` is live; `a` is ours.
-        if unsafe { ibv_modify_qp(qp, &mut a, mask as i32) } != 0 {
-            let e = os_err("ibv_modify_qp(INIT)");
+        // SAFETY: `qp` was just created and is live.
+        if let Err(e) = unsafe { modify_qp(qp, &mut a, mask, "INIT") } {
             self.destroy_qp(qpn);
             return Err(e);
         }
@@ -508,10 +534,8 @@ impl Fabric for VerbsFabric {
             | ibv_qp_attr_mask::IBV_QP_RQ_PSN.0
             | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0
             | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0;
-        // SAFETY: `qp` is live; `a` is ours.
-        if unsafe { ibv_modify_qp(qp, &mut a, mask as i32) } != 0 {
-            return Err(os_err("ibv_modify_qp(RTR)"));
-        }
+        // SAFETY: `qp` is live (in `self.qps`).
+        unsafe { modify_qp(qp, &mut a, mask, "RTR") }?;
         // SAFETY: as above.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTS;
@@ -526,11 +550,8 @@ impl Fabric for VerbsFabric {
             | ibv_qp_attr_mask::IBV_QP_RNR_RETRY.0
             | ibv_qp_attr_mask::IBV_QP_SQ_PSN.0
             | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        // SAFETY: `qp` is live; `a` is ours.
-        if unsafe { ibv_modify_qp(qp, &mut a, mask as i32) } != 0 {
-            return Err(os_err("ibv_modify_qp(RTS)"));
-        }
-        Ok(())
+        // SAFETY: as above.
+        unsafe { modify_qp(qp, &mut a, mask, "RTS") }
     }
 
     fn reg_mr(&mut self, addr: u64, len: u64, remote_read: bool) -> Result<Mr, String> {
@@ -578,11 +599,7 @@ impl Fabric for VerbsFabric {
                 inline,
                 signaled,
             } => {
-                sge = ibv_sge {
-                    addr: s.addr,
-                    length: s.len,
-                    lkey: s.lkey,
-                };
+                sge = to_ibv(s);
                 w.wr_id = wr_id;
                 w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
                 w.num_sge = i32::from(s.len > 0);
@@ -602,11 +619,7 @@ impl Fabric for VerbsFabric {
                 remote_addr,
                 rkey,
             } => {
-                sge = ibv_sge {
-                    addr: local.addr,
-                    length: local.len,
-                    lkey: local.lkey,
-                };
+                sge = to_ibv(local);
                 w.wr_id = wr_id;
                 w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
                 w.num_sge = 1;
@@ -633,14 +646,7 @@ impl Fabric for VerbsFabric {
         if bufs.is_empty() {
             return Ok(());
         }
-        let mut sges: Vec<ibv_sge> = bufs
-            .iter()
-            .map(|(_, s)| ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges: Vec<ibv_sge> = bufs.iter().map(|&(_, s)| to_ibv(s)).collect();
         let mut wrs: Vec<ibv_recv_wr> = Vec::with_capacity(bufs.len());
         for (k, (id, _)) in bufs.iter().enumerate() {
             wrs.push(ibv_recv_wr {

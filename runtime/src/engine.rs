@@ -613,7 +613,7 @@ impl Engine {
                     .map_err(pmi_err(CALL, r))?;
                 tcp = Some(t);
             }
-            // ib: open a port and publish the card (or why there is none).
+            // ib: open a port and publish the card (or `none`: the reason is logged here).
             let mut ib = None;
             if !tcp_peers.is_empty() {
                 let v = if allow_ib {
