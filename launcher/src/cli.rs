@@ -96,6 +96,19 @@ pub struct Cli {
     #[arg(long)]
     pub oversubscribe: bool,
 
+    /// Bind each rank to CPUs: the ranks of a host are mapped to its cores in order
+    /// and bound to that core (`core`: all its hardware threads), the cores sharing its
+    /// L3 cache (`l3cache`) or its NUMA node (`numa`); `none` leaves them unbound.
+    /// Default: $GMPI_BIND_TO, else `core` where a host runs 2 to as many ranks as
+    /// it has cores (those gmpirun may use), otherwise unbound.
+    #[arg(long, value_name = "POLICY", value_enum)]
+    pub bind_to: Option<crate::bind::BindTo>,
+
+    /// Print each rank's binding on stderr as it starts:
+    /// `gmpirun: rank 1 on HOST: bound to core 1 (cpus 1)`.
+    #[arg(long)]
+    pub report_bindings: bool,
+
     /// GPU per rank: `local-rank` makes GPU `local_rank % gpus` current in
     /// each rank at MPI_Init (other GPUs stay visible, so CUDA IPC between
     /// them works); `none` leaves the choice to the program.
@@ -141,6 +154,7 @@ const OPTIONS_WITH_VALUE: &[&str] = &[
     "--launcher",
     "--fanout",
     "--gpu-bind",
+    "--bind-to",
 ];
 
 /// `--launcher` / `GMPI_LAUNCHER`: how proxies are started.

@@ -216,6 +216,8 @@ impl<'a> Job<'a> {
             args: &self.spec.args,
             env: &self.spec.exports,
         };
+        let host = crate::sys::hostname();
+        let binder = crate::bind::Binder::for_host(&self.spec.exports, n, &host);
         for r in 0..n {
             let place = rank::Placement {
                 rank: r,
@@ -225,6 +227,7 @@ impl<'a> Job<'a> {
                 node_id: 0,
                 job_id: &self.job_id,
                 secret_hex: &self.secret,
+                cpus: binder.apply(r, r, &host),
             };
             if let Err(e) = self.ranks.spawn(&prog, &place) {
                 self.fail(

@@ -7,6 +7,8 @@
 //!   ssh or srun), hand-off to the job.
 //! - `cli.rs`: the command line (`-n/-np`, `-x`, `--tag-output`, `--timeout`, `-H`,
 //!   `--hostfile`, `--map-by`, `-N`, `--launch-agent`, `--launcher`, `--fanout`, ...).
+//! - `bind.rs`: `--bind-to` and `--report-bindings`: the host's topology from sysfs, the
+//!   CPUs of each rank.
 //! - `hosts.rs`: host lists and hostfiles, rank placement, `PMI_process_mapping`.
 //! - `job.rs`: a job on this node (no host option): the whole job's PMI server, stdin to
 //!   rank 0, line forwarding of the ranks' output, judging what they do (the first
@@ -47,6 +49,7 @@
 //! is cut off ends its own ranks once it notices, within a few seconds).
 
 mod agent;
+mod bind;
 mod cli;
 mod cluster;
 mod control;
@@ -190,6 +193,19 @@ fn main() {
     let mut exports = cli::exports(&cli.export).unwrap_or_else(|msg| usage_error(&msg));
     if cli.gpu_bind == cli::GpuBind::LocalRank {
         exports.push(("GMPI_GPU_BIND".into(), "local-rank".into()));
+    }
+    match cli.bind_to {
+        Some(b) => exports.push((bind::BIND_VAR.into(), b.name().into())),
+        None => {
+            if let Ok(v) = std::env::var(bind::BIND_VAR) {
+                if !v.trim().is_empty() {
+                    bind::BindTo::parse(&v).unwrap_or_else(|msg| usage_error(&msg));
+                }
+            }
+        }
+    }
+    if cli.report_bindings {
+        exports.push((bind::REPORT_VAR.into(), "1".into()));
     }
     let hosts = host_list(&cli).unwrap_or_else(|msg| usage_error(&msg));
     let _ = cli.oversubscribe; // Accepted for compatibility; always allowed.

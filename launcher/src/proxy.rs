@@ -460,6 +460,7 @@ impl Proxy {
         };
         let secret_hex = self.secret.to_hex();
         let local_size = self.spec.ranks.len() as u32;
+        let binder = crate::bind::Binder::for_host(&env, local_size, &self.spec.host_name);
         for (local_rank, &r) in self.spec.ranks.iter().enumerate() {
             let place = rank::Placement {
                 rank: r,
@@ -469,6 +470,7 @@ impl Proxy {
                 node_id: self.spec.node_id,
                 job_id: &self.spec.job_id,
                 secret_hex: &secret_hex,
+                cpus: binder.apply(r, local_rank as u32, &self.spec.host_name),
             };
             if let Err(e) = self.ranks.spawn(&prog, &place) {
                 let msg = fail(e.to_string());

@@ -71,6 +71,8 @@ pub struct Placement<'a> {
     pub job_id: &'a str,
     /// `GMPI_JOB_SECRET`: the job secret in hex.
     pub secret_hex: &'a str,
+    /// The CPUs it is bound to (`--bind-to`); `None`: gmpirun's own.
+    pub cpus: Option<nix::sched::CpuSet>,
 }
 
 /// The environment gmpirun gives a rank, besides its own and `-x`.
@@ -180,7 +182,7 @@ pub fn spawn(prog: &Program<'_>, place: &Placement<'_>, with_stdin: bool) -> io:
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    sys::prepare_child(&mut cmd, sys::raw(&theirs));
+    sys::prepare_child(&mut cmd, sys::raw(&theirs), place.cpus);
     let mut child = cmd.spawn()?;
     drop(theirs);
     let pid = Pid::from_raw(child.id() as i32);
@@ -528,6 +530,7 @@ mod tests {
             node_id: 2,
             job_id: "00ff",
             secret_hex: "ab",
+            cpus: None,
         };
         let env = rank_env(&place, 7);
         let get = |k: &str| env.iter().find(|(n, _)| *n == k).unwrap().1.as_str();
@@ -552,6 +555,7 @@ mod tests {
             node_id: 2,
             job_id: "00ff",
             secret_hex: "ab",
+            cpus: None,
         };
         assert!(slurm_task_env(&place, |_| false).is_empty());
         let env = slurm_task_env(&place, |k| k != "SLURM_NPROCS");

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sched::{sched_setaffinity, CpuSet};
 use nix::sys::signal::{killpg, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
@@ -97,19 +98,20 @@ pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
 
 /// Makes the child of `cmd` the leader of a new process group, lets it inherit `pmi_fd`
 /// (which is close-on-exec in gmpirun, so no other child gets it), and unblocks every
-/// signal in it before `exec`.
-pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd) {
-    prepare(cmd, Some(pmi_fd));
+/// signal in it before `exec`; binds it to `cpus` when given (`bind.rs`), so every
+/// thread the program starts inherits the mask.
+pub fn prepare_child(cmd: &mut Command, pmi_fd: RawFd, cpus: Option<CpuSet>) {
+    prepare(cmd, Some(pmi_fd), cpus);
 }
 
 /// As [`prepare_child`] for a helper process (a proxy, or the launch agent that starts
 /// one): own process group (a Ctrl-C at the terminal reaches gmpirun alone, which ends
 /// the job in order), killed if gmpirun dies, no descriptor inherited.
 pub fn prepare_helper(cmd: &mut Command) {
-    prepare(cmd, None);
+    prepare(cmd, None, None);
 }
 
-fn prepare(cmd: &mut Command, pmi_fd: Option<RawFd>) {
+fn prepare(cmd: &mut Command, pmi_fd: Option<RawFd>, cpus: Option<CpuSet>) {
     cmd.process_group(0);
     let parent = std::process::id() as libc::pid_t;
     let hook = move || -> io::Result<()> {
@@ -146,11 +148,15 @@ fn prepare(cmd: &mut Command, pmi_fd: Option<RawFd>) {
                 return Err(io::Error::last_os_error());
             }
         }
+        if let Some(set) = &cpus {
+            // The set was built before the fork; this is one system call.
+            sched_setaffinity(Pid::from_raw(0), set)?;
+        }
         SigSet::empty().thread_set_mask()?;
         Ok(())
     };
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe system
-    // calls (prctl, getppid, fcntl, sigprocmask); it allocates nothing and takes no lock
+    // calls (prctl, getppid, fcntl, sched_setaffinity, sigprocmask); it allocates nothing and takes no lock
     // (the `io::Error::other` of the parent-died path allocates, but then the child is
     // about to report failure and exit).
     unsafe { cmd.pre_exec(hook) };

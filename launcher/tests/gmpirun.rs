@@ -326,11 +326,87 @@ fn bad_command_lines_are_usage_errors() {
         "--npernode",
         "--launch-agent",
         "--fanout",
+        "--bind-to",
+        "--report-bindings",
     ] {
         assert!(o.stdout.contains(option), "--help lacks {option}");
     }
     assert!(!o.stdout.contains("--internal-proxy"));
     assert_eq!(run(&["--oversubscribe", "-n", "3", "true"]).code(), 0);
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list`).
+fn allowed_cpus(status: &str) -> Vec<String> {
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn bind_to_sets_each_ranks_cpus_and_reports_them() {
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ours = allowed_cpus(&ours).pop().unwrap();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let show = ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"];
+    let job = |extra: &[&str], np: &str| {
+        let mut a: Vec<&str> = extra.to_vec();
+        a.extend(["--tag-output", "-n", np]);
+        a.extend(show);
+        let o = run(&a);
+        assert_eq!(o.code(), 0, "{}", o.stderr);
+        o
+    };
+    // Unbound: every rank has gmpirun's CPUs; the report says so.
+    let o = job(&["--bind-to", "none", "--report-bindings"], "2");
+    assert_eq!(allowed_cpus(&o.stdout.replace("[0] ", "").replace("[1] ", "")), [ours.clone(), ours.clone()]);
+    assert_eq!(o.stderr.matches(": not bound (cpus ").count(), 2, "{}", o.stderr);
+    // Larger objects than a core: every rank gets a whole domain (one here).
+    let o = job(&["--bind-to", "numa", "--report-bindings"], "2");
+    assert_eq!(o.stderr.matches(": bound to numa ").count(), 2, "{}", o.stderr);
+    if cpus < 2 {
+        eprintln!("skipping the per-core part: {cpus} CPU");
+        return;
+    }
+    // One core each, in order, the default included; what the report says is what
+    // the rank has.
+    for extra in [&["--bind-to", "core", "--report-bindings"][..], &["--report-bindings"]] {
+        let o = job(extra, "2");
+        let mut seen = Vec::new();
+        for r in 0..2 {
+            let line = o
+                .stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("[{r}] ")))
+                .unwrap_or_else(|| panic!("no line of rank {r}: {}", o.stdout));
+            let got = allowed_cpus(line.split_once("] ").unwrap().1).pop().unwrap();
+            let report = o
+                .stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("gmpirun: rank {r} on ")))
+                .unwrap_or_else(|| panic!("no report for rank {r}: {}", o.stderr));
+            assert!(report.contains(&format!("bound to core {r} (cpus {got})")), "{report}");
+            seen.push(got);
+        }
+        assert_ne!(seen[0], seen[1], "two ranks on one core: {seen:?}");
+    }
+    // More ranks than cores: unbound by default, shared cores (with a warning) on
+    // request.
+    let many = (cpus + 1).to_string();
+    let o = job(&["--report-bindings"], &many);
+    assert_eq!(o.stderr.matches(": not bound (cpus ").count(), cpus + 1, "{}", o.stderr);
+    let o = job(&["--bind-to", "core"], &many);
+    assert!(o.stderr.contains("ranks share cores"), "{}", o.stderr);
+    // A bad policy is a usage error, from the flag or the variable.
+    assert_eq!(run(&["--bind-to", "socket", "-n", "1", "true"]).code(), 2);
+    let o = Command::new(gmpirun_path())
+        .args(["-n", "1", "true"])
+        .env("GMPI_BIND_TO", "sockets")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("GMPI_BIND_TO=sockets"));
 }
 
 #[test]

@@ -56,8 +56,9 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    /// Oversubscribed ranks (more local ranks than cores) give the CPU away
-    /// almost at once; others spin a while first for latency.
+    /// Oversubscribed ranks (more local ranks than `node_cpus`, the CPUs the
+    /// node's ranks may run on together: see [`node_cpu_count`]) give the CPU
+    /// away almost at once; others spin a while first for latency.
     ///
     /// `blockers`: how many btls the rank sleeps in one after the other
     /// (shm: futex, tcp: epoll). Normally 1: the driver sleeps in shm while
@@ -66,9 +67,8 @@ impl Backoff {
     /// turn, so a message on one waits while the rank sleeps in the other:
     /// the sleep is then cut to [`MULTI_BLOCK`] (a rank idle for long wakes
     /// about 1000 times a second instead of 10).
-    pub fn new(cfg: &Config, local_size: usize, blockers: usize) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let over = local_size > cores;
+    pub fn new(cfg: &Config, local_size: usize, node_cpus: usize, blockers: usize) -> Self {
+        let over = local_size > node_cpus;
         let mut block = Duration::from_millis(cfg.block_ms);
         if blockers > 1 {
             block = block.min(MULTI_BLOCK);
@@ -382,6 +382,54 @@ fn check_running(call: &str, s: &State) -> Result<()> {
     }
 }
 
+/// This process's CPU affinity as a business-card field: bytes in CPU order (byte
+/// `k` holds CPUs `8k..8k+8`, lowest bit first), in hex, trailing zero bytes
+/// dropped; empty when the mask cannot be read.
+fn cpu_mask_hex() -> String {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return String::new();
+    };
+    let mut bytes = vec![0u8; CpuSet::count().div_ceil(8)];
+    for c in 0..CpuSet::count() {
+        if set.is_set(c).unwrap_or(false) {
+            bytes[c / 8] |= 1 << (c % 8);
+        }
+    }
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How many CPUs the ranks of a node may run on together: the union of their
+/// affinity masks ([`cpu_mask_hex`] fields), so ranks pinned by `taskset`,
+/// `srun --cpu-bind`, a cgroup cpuset or `gmpirun --bind-to` count the CPUs they
+/// really have, not each one its own mask. A mask that is missing or malformed
+/// falls back to this process's CPU count.
+fn node_cpu_count<'a>(masks: impl IntoIterator<Item = &'a str>) -> usize {
+    let fallback = || std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut union: Vec<u8> = Vec::new();
+    for m in masks {
+        if m.is_empty() || m.len() % 2 != 0 || !m.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return fallback();
+        }
+        for (i, pair) in m.as_bytes().chunks(2).enumerate() {
+            let b = u8::from_str_radix(std::str::from_utf8(pair).unwrap_or("00"), 16).unwrap_or(0);
+            if union.len() <= i {
+                union.push(0);
+            }
+            union[i] |= b;
+        }
+    }
+    let n: u32 = union.iter().map(|b| b.count_ones()).sum();
+    if n == 0 {
+        fallback()
+    } else {
+        n as usize
+    }
+}
+
 fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
@@ -473,11 +521,15 @@ impl Engine {
         let (allow_shm, allow_tcp, allow_ib) = (allow("shm"), allow("tcp"), allow("ib"));
 
         // Business cards: which node each rank is on (its hostname, hex-encoded
-        // so it travels as one PMI value).
+        // so it travels as one PMI value) and the CPUs it may run on:
+        // `NODEHEX.MASKHEX`.
         let node_name = cfg.node_name.clone().unwrap_or_else(|| host.clone());
         let mut node_of: Vec<String> = vec![hex(&node_name); size as usize];
+        let mut mask_of: Vec<String> = vec![String::new(); size as usize];
+        mask_of[rank as usize] = cpu_mask_hex();
         if let Some(p) = pmi.as_mut() {
-            p.put(&format!("gmpi-card-{rank}"), &node_of[rank as usize])
+            let card = format!("{}.{}", node_of[rank as usize], mask_of[rank as usize]);
+            p.put(&format!("gmpi-card-{rank}"), &card)
                 .map_err(pmi_err(CALL, r))?;
             if !launcher_watches_exits {
                 p.put(&format!("gmpi-pid-{rank}"), &std::process::id().to_string())
@@ -492,14 +544,15 @@ impl Engine {
                 p.put(SECRET_KEY, &s.to_hex()).map_err(pmi_err(CALL, r))?;
             }
             p.fence().map_err(pmi_err(CALL, r))?;
-            for (peer, node) in node_of.iter_mut().enumerate() {
+            for peer in 0..size as usize {
                 if peer as u32 == rank {
                     continue;
                 }
                 let card = p
                     .get(&format!("gmpi-card-{peer}"))
                     .map_err(pmi_err(CALL, r))?;
-                if card.is_empty() || !card.bytes().all(|b| b.is_ascii_hexdigit()) {
+                let (node, mask) = card.split_once('.').unwrap_or((&card, ""));
+                if node.is_empty() || !node.bytes().all(|b| b.is_ascii_hexdigit()) {
                     return Err(Error::new(
                         ErrorClass::Intern,
                         CALL,
@@ -507,7 +560,8 @@ impl Engine {
                         format!("malformed business card of rank {peer}: {card:?}"),
                     ));
                 }
-                *node = card;
+                node_of[peer] = node.to_owned();
+                mask_of[peer] = mask.to_owned();
             }
         }
         let me_node = node_of[rank as usize].clone();
@@ -519,6 +573,8 @@ impl Engine {
             .position(|&q| q == rank)
             .expect("self is local") as u32;
         let local_size = local.len() as u32;
+        let node_cpus = node_cpu_count(local.iter().map(|&q| mask_of[q as usize].as_str()));
+        tracing::debug!(target: "gmpi", "{local_size} local ranks on {node_cpus} CPUs{}", if local_size as usize > node_cpus { ": oversubscribed" } else { "" });
 
         // The pids of this node's other ranks, for the peer watch.
         let mut local_pids = Vec::new();
@@ -639,13 +695,12 @@ impl Engine {
                 let node_tag = file_part(&me_node);
                 let path = format!("/dev/shm/gmpi-{job}-{node_tag}");
                 shm_prefix = Some(path.clone());
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let mut scfg = ShmConfig {
                     cma: cfg.cma,
                     ring_bytes: cfg.shm_ring_bytes,
                     // Oversubscribed, a helper may lose its core in the middle
                     // of a chunk and the receiver would wait for it.
-                    coop: cfg.shm_coop.unwrap_or(local.len() <= cores),
+                    coop: cfg.shm_coop.unwrap_or(local.len() <= node_cpus),
                     ..ShmConfig::default()
                 };
                 if let Some(m) = cfg.shm_coop_min {
@@ -787,7 +842,7 @@ impl Engine {
                 .count()
         };
         tracing::debug!(target: "gmpi", "idle sleep: {}", if blockers > 1 { "one btl at a time (1 ms cap)" } else { "one btl, woken across transports" });
-        let backoff = Backoff::new(&cfg, local_size as usize, blockers);
+        let backoff = Backoff::new(&cfg, local_size as usize, node_cpus, blockers);
         let watch = crate::watch::PeerWatch::new(&local_pids);
         if !launcher_watches_exits {
             tracing::debug!(target: "gmpi", "not started by gmpirun: watching {} of {} other local ranks", watch.len(), local_pids.len());
@@ -1177,7 +1232,22 @@ impl Locked {
 
 #[cfg(test)]
 mod tests {
-    use super::job_tag;
+    use super::{cpu_mask_hex, job_tag, node_cpu_count};
+
+    #[test]
+    fn node_cpus_are_the_union_of_the_ranks_masks() {
+        // Two ranks pinned to CPU 0 share one CPU; pinned to 0 and 1, two.
+        assert_eq!(node_cpu_count(["01", "01"]), 1);
+        assert_eq!(node_cpu_count(["01", "02"]), 2);
+        // CPUs 8-15 and 0-3: bytes in CPU order, masks of different lengths.
+        assert_eq!(node_cpu_count(["00ff", "0f"]), 12);
+        // Unknown or malformed: this process's own count.
+        let own = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(node_cpu_count(["01", ""]), own);
+        assert_eq!(node_cpu_count(["0x"]), own);
+        // This process's own mask reads back as its CPU count.
+        assert_eq!(node_cpu_count([cpu_mask_hex().as_str()]), own);
+    }
 
     #[test]
     fn job_tags_from_every_launcher_are_distinct_file_name_parts() {

@@ -2,6 +2,7 @@
 //! counts, thresholds moved by configuration, crash handling, clean-up.
 
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gmpi_tests::{run, run_scenario};
@@ -253,6 +254,38 @@ fn eight_ranks_on_two_cores_finish() {
     scenario(8, &["order"], &[]);
     scenario(8, &["wild"], &[]);
     eprintln!("np 8 order + wild took {:?}", t.elapsed());
+}
+
+/// The node's CPU count is the union of its ranks' affinity masks: ranks pinned
+/// one per CPU (as `srun --cpu-bind` or `gmpirun --bind-to core` pin them) are
+/// not taken for oversubscribed, ranks pinned onto one CPU are.
+#[test]
+fn pinned_ranks_count_the_cpus_of_the_node_not_their_own() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 || Command::new("taskset").arg("-V").output().is_err() {
+        eprintln!("skipping: {cpus} CPU, or no taskset");
+        return;
+    }
+    let job = |args: &[&str]| {
+        let mut a = vec!["--timeout", "60"];
+        a.extend_from_slice(args);
+        a.extend([CHECK, "order"]);
+        let o = run(&a, &[("GMPI_LOG", "gmpi=debug")]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{args:?}: {err}");
+        err
+    };
+    // Each rank pins itself to its own CPU before MPI_Init.
+    let own = "exec taskset -c $GMPI_RANK \"$0\" \"$@\"";
+    let err = job(&["--bind-to", "none", "-np", "2", "sh", "-c", own]);
+    assert!(err.contains("2 local ranks on 2 CPUs") && !err.contains("oversubscribed"), "{err}");
+    // gmpirun binds them (the default for 2 ranks on 2 or more cores).
+    let err = job(&["-np", "2"]);
+    assert!(err.contains("2 local ranks on 2 CPUs") && !err.contains("oversubscribed"), "{err}");
+    // Both on CPU 0.
+    let one = "exec taskset -c 0 \"$0\" \"$@\"";
+    let err = job(&["--bind-to", "none", "-np", "2", "sh", "-c", one]);
+    assert!(err.contains("2 local ranks on 1 CPUs: oversubscribed"), "{err}");
 }
 
 #[test]
