@@ -1,5 +1,6 @@
 //! A shared-memory collective area: barrier, small exchanges (allreduce,
-//! allgather, gather) and small broadcasts among the ranks of *one*
+//! allgather, gather), one-way gathers to a root (reduce) and small
+//! broadcasts among the ranks of *one*
 //! communicator whose members all live on one node, through a dedicated
 //! segment instead of point-to-point messages.
 //!
@@ -12,6 +13,8 @@
 //!                                    +0  arrived  u64   last barrier epoch r entered
 //!                                    +8  consumed u64   last epoch whose slots r has read
 //!                                    +16 present  u64   set once at bootstrap
+//!                                    +24 reading  u64   last epoch r entered as a
+//!                                                       reader of a root's slot
 //! data + (r*depth + i)*stride      slot i of rank r (written by r only), i = epoch % depth:
 //!                                    +0  len u64, +8 epoch tag u64, +16 slot_bytes of data
 //! ```
@@ -39,9 +42,22 @@
 //!   slot is `>= e` (Acquire), run `f` over the `n` slots, store
 //!   `consumed = e` (Release).
 //! - **bcast**: the root reserves and writes its slot (tag `= e`, Release),
-//!   stores `consumed = e` and returns without waiting. The others wait for
-//!   the root's tag `>= e` (Acquire), copy its slot out and store
-//!   `consumed = e` (Release).
+//!   stores `consumed = e` and returns without waiting. The others store
+//!   `reading = e`, wait for the root's tag `>= e` (Acquire), copy its slot
+//!   out and store `consumed = e` (Release).
+//! - **gather** (one-way, for reduce): every rank reserves and publishes its
+//!   slot as in an exchange; the others store `consumed = e` and return at
+//!   once, the root waits for every slot, reads them and stores `consumed`.
+//! - **absent ranks**: a rank that waits for another's slot of epoch `e`
+//!   also watches that rank's `consumed` and `reading`: if either reaches `e`
+//!   while the slot's tag stays below `e`, the rank did something at epoch `e`
+//!   that publishes nothing there (a barrier, or a bcast it reads as a
+//!   non-root: it named another root, or called another collective). The
+//!   waiter then stops waiting for it and sees its contribution as empty, so
+//!   callers that check headers report the mismatch instead of hanging. (The
+//!   loads are ordered: `consumed`/`reading` first, Acquire, then the tag; a
+//!   rank that published at `e` did so before either store, so its tag is
+//!   then seen.)
 //! - **reserve** (before writing the slot of epoch `e`): every rank's
 //!   `consumed >= e - depth`, i.e. nobody still reads the slot's previous
 //!   epoch. The answer is cached: a completed wait in which every rank was
@@ -110,6 +126,7 @@ const STATE_POISONED: u32 = 0xdead;
 const CTRL_ARRIVED: usize = 0;
 const CTRL_CONSUMED: usize = 8;
 const CTRL_PRESENT: usize = 16;
+const CTRL_READING: usize = 24;
 
 const SLOT_LEN: usize = 0;
 const SLOT_EPOCH: usize = 8;
@@ -404,7 +421,8 @@ impl ShmColl {
     /// [`slot_bytes`](Self::slot_bytes); normally the same length on every
     /// rank); once all have, `f` sees the `n` contributions in rank order —
     /// each with the length its rank gave, slices into the shared area valid
-    /// only during `f` — and its result is returned.
+    /// only during `f`; empty for an [absent](self) rank — and its result is
+    /// returned.
     ///
     /// Reducing in rank order inside `f` gives bit-identical results on every
     /// rank (allreduce); copying the slices gives allgather or gather.
@@ -422,18 +440,8 @@ impl ShmColl {
         let e = self.begin();
         self.reserve(e, idle)?;
         self.publish(e, data);
-        self.wait_all(e, idle, SlotOrCtrl::Slot)?;
-        let n = self.layout.n;
-        let out = if n <= STACK_RANKS {
-            let mut parts: [&[u8]; STACK_RANKS] = [&[]; STACK_RANKS];
-            for (r, p) in parts[..n].iter_mut().enumerate() {
-                *p = self.contribution(r, e);
-            }
-            f(&parts[..n])
-        } else {
-            let parts: Vec<&[u8]> = (0..n).map(|r| self.contribution(r, e)).collect();
-            f(&parts)
-        };
+        let absent = self.wait_all(e, idle, SlotOrCtrl::Slot)?;
+        let out = self.with_slots(e, &absent, f);
         // All reads of epoch `e`'s slots (inside `f`) happen before this.
         self.ctrl(self.rank, CTRL_CONSUMED)
             .store(e, Ordering::Release);
@@ -457,30 +465,135 @@ impl ShmColl {
         buf: &mut [u8],
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
     ) -> Result<(), E> {
+        if self.rank == root {
+            self.bcast_with(root, buf, idle, |_| ())?;
+        } else {
+            self.bcast_with(root, &[], idle, |src| {
+                let k = src.len().min(buf.len());
+                buf[..k].copy_from_slice(&src[..k]);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The root publishes `data` and returns `None` without waiting for the
+    /// others (unless it runs `depth` operations ahead of a reader); every
+    /// other participant (whose `data` is ignored) waits for it and gets
+    /// `Some` of `f` run over the root's contribution, a slice into the area
+    /// valid only during `f`: empty if the root is [absent](self) at this
+    /// epoch (it did not act as the root).
+    ///
+    /// # Panics
+    /// If `root` is not a participant, the root's `data` is longer than
+    /// [`slot_bytes`](Self::slot_bytes), or the area is
+    /// [broken](Self::is_broken).
+    pub fn bcast_with<E, R>(
+        &mut self,
+        root: usize,
+        data: &[u8],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, E> {
         assert!(
             root < self.layout.n,
             "bcast root {root} is not below {}",
             self.layout.n
         );
-        self.check_len(buf.len());
         let e = self.begin();
-        if self.rank == root {
+        let out = if self.rank == root {
+            self.check_len(data.len());
             self.reserve(e, idle)?;
-            self.publish(e, buf);
+            self.publish(e, data);
+            None
         } else {
-            let tag = self
-                .map
-                .u64_at(self.layout.slot(root, self.slot) + SLOT_EPOCH);
-            wait(idle, || tag.load(Ordering::Acquire) >= e)?;
-            let src = self.contribution(root, e);
-            let k = src.len().min(buf.len());
-            buf[..k].copy_from_slice(&src[..k]);
-        }
-        // Root: read nothing. Others: the copy above happens before this.
+            self.ctrl(self.rank, CTRL_READING)
+                .store(e, Ordering::Release);
+            let (map, layout, slot) = (&self.map, &self.layout, self.slot);
+            let tag = map.u64_at(layout.slot(root, slot) + SLOT_EPOCH);
+            let mut absent = false;
+            wait(idle, || {
+                tag.load(Ordering::Acquire) >= e || {
+                    absent = gone(map, layout, root, e) && tag.load(Ordering::Acquire) < e;
+                    absent
+                }
+            })?;
+            let src = if absent {
+                &[][..]
+            } else {
+                self.contribution(root, e)
+            };
+            Some(f(src))
+        };
+        // Root: read nothing. Others: `f`'s reads happen before this.
         self.ctrl(self.rank, CTRL_CONSUMED)
             .store(e, Ordering::Release);
         self.broken = false;
-        Ok(())
+        Ok(out)
+    }
+
+    /// A one-way gather to `root`: every participant contributes `data` (at
+    /// most [`slot_bytes`](Self::slot_bytes)); the others return `None` at
+    /// once, the root waits for every contribution and gets `Some` of `f`
+    /// run over the `n` of them in rank order (as in
+    /// [`exchange`](Self::exchange); an [absent](self) rank's is empty).
+    /// Reducing in rank order inside `f` is a reduce whose non-roots never
+    /// wait for anyone (unless they run `depth` operations ahead of the root).
+    ///
+    /// # Panics
+    /// If `root` is not a participant, `data` is longer than
+    /// [`slot_bytes`](Self::slot_bytes), or the area is
+    /// [broken](Self::is_broken).
+    pub fn gather_with<E, R>(
+        &mut self,
+        root: usize,
+        data: &[u8],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<Option<R>, E> {
+        assert!(
+            root < self.layout.n,
+            "gather root {root} is not below {}",
+            self.layout.n
+        );
+        self.check_len(data.len());
+        let e = self.begin();
+        self.reserve(e, idle)?;
+        self.publish(e, data);
+        let out = if self.rank == root {
+            let absent = self.wait_all(e, idle, SlotOrCtrl::Slot)?;
+            Some(self.with_slots(e, &absent, f))
+        } else {
+            None
+        };
+        self.ctrl(self.rank, CTRL_CONSUMED)
+            .store(e, Ordering::Release);
+        self.broken = false;
+        Ok(out)
+    }
+
+    /// `f` over every rank's contribution of epoch `e` (published, or empty
+    /// for the `absent` ranks), listed on the stack for up to
+    /// [`STACK_RANKS`] ranks.
+    #[inline]
+    fn with_slots<R>(&self, e: u64, absent: &[usize], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        let n = self.layout.n;
+        let part = |r: usize| {
+            if absent.contains(&r) {
+                &[][..]
+            } else {
+                self.contribution(r, e)
+            }
+        };
+        if n <= STACK_RANKS {
+            let mut parts: [&[u8]; STACK_RANKS] = [&[]; STACK_RANKS];
+            for (r, p) in parts[..n].iter_mut().enumerate() {
+                *p = part(r);
+            }
+            f(&parts[..n])
+        } else {
+            let parts: Vec<&[u8]> = (0..n).map(part).collect();
+            f(&parts)
+        }
     }
 
     fn check_len(&self, len: usize) {
@@ -557,32 +670,44 @@ impl ShmColl {
     }
 
     /// Wait until every rank has entered epoch `e`: its `arrived` (barrier)
-    /// or its slot's epoch tag (exchange) is at least `e`.
+    /// or its slot's epoch tag (exchange) is at least `e`. For slots, a rank
+    /// found [absent](self) is not waited for: the ranks returned (none, no
+    /// allocation, in the normal case).
     #[inline]
     fn wait_all<E>(
         &mut self,
         e: u64,
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
         word: SlotOrCtrl,
-    ) -> Result<(), E> {
+    ) -> Result<Vec<usize>, E> {
         let (map, layout, me, slot) = (&self.map, &self.layout, self.rank, self.slot);
         let at = |r: usize| match word {
             SlotOrCtrl::Ctrl => layout.ctrl(r) + CTRL_ARRIVED,
             SlotOrCtrl::Slot => layout.slot(r, slot) + SLOT_EPOCH,
         };
+        let slots = matches!(word, SlotOrCtrl::Slot);
         let mut next = 0;
+        let mut absent = Vec::new();
         wait(idle, || {
             while next < layout.n {
-                if next != me && map.u64_at(at(next)).load(Ordering::Acquire) < e {
-                    return false;
+                if next != me {
+                    let tag = map.u64_at(at(next));
+                    if tag.load(Ordering::Acquire) < e {
+                        if !(slots && gone(map, layout, next, e) && tag.load(Ordering::Acquire) < e)
+                        {
+                            return false;
+                        }
+                        absent.push(next);
+                    }
                 }
                 next += 1;
             }
             true
         })?;
-        // Everyone entered `e`, hence finished reading `e - 1`.
+        // Everyone entered `e`, hence finished reading `e - 1` (an absent
+        // rank too: it stored `consumed` or `reading` for `e`).
         self.done_all = self.done_all.max(e - 1);
-        Ok(())
+        Ok(absent)
     }
 
     /// Rank `r`'s published contribution for epoch `e` (after an Acquire
@@ -599,6 +724,17 @@ impl ShmColl {
         let len = len.min(self.layout.slot_bytes as u64) as usize;
         self.map.bytes(s + SLOT_DATA, len)
     }
+}
+
+/// Whether rank `r` has entered epoch `e` in a role that publishes no slot
+/// (see *absent ranks* in the module header): its `consumed` or `reading`
+/// is at least `e`. Callers then load its slot's tag again: it is `>= e` if
+/// the rank published after all.
+#[inline]
+fn gone(map: &Mapping, layout: &Layout, r: usize, e: u64) -> bool {
+    let ctrl = layout.ctrl(r);
+    map.u64_at(ctrl + CTRL_CONSUMED).load(Ordering::Acquire) >= e
+        || map.u64_at(ctrl + CTRL_READING).load(Ordering::Acquire) >= e
 }
 
 /// Rank 0: create the file, initialise the header, publish it.

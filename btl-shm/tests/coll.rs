@@ -137,8 +137,10 @@ fn contribution(rank: usize, op: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// Barriers, exchanges of varying length checked byte for byte, and
-/// broadcasts from rotating roots (two in a row, so a root runs ahead).
+/// Barriers, exchanges of varying length checked byte for byte,
+/// broadcasts from rotating roots (two in a row, so a root runs ahead), and
+/// one-way gathers to rotating roots (two in a row, so the non-roots run
+/// ahead).
 fn hammer(n: usize, cfg: CollConfig, iters: u64) {
     let path = TmpPath::new(&format!("hammer{n}"));
     let slot = cfg.slot_bytes;
@@ -180,13 +182,32 @@ fn hammer(n: usize, cfg: CollConfig, iters: u64) {
                 coll.bcast(root, &mut buf, &mut idle).unwrap();
                 assert_eq!(buf, contribution(root, op, blen), "bcast op {op}");
             }
+
+            for root in [(i as usize + 2) % n, (i as usize + 3) % n] {
+                op += 1;
+                let len = 16 + (i as usize * 5) % (slot - 15);
+                let mine = contribution(rank, op, len);
+                let got = coll
+                    .gather_with(root, &mine, &mut idle, |parts| {
+                        for (r, p) in parts.iter().enumerate() {
+                            assert_eq!(
+                                *p,
+                                &contribution(r, op, len)[..],
+                                "gather op {op} rank {r}"
+                            );
+                        }
+                        parts.len()
+                    })
+                    .unwrap();
+                assert_eq!(got, (rank == root).then_some(n), "gather op {op}");
+            }
         }
         assert!(!coll.is_broken());
         op
     });
     assert!(out
         .iter()
-        .all(|&(ops, fences)| ops == 4 * iters && fences == 2));
+        .all(|&(ops, fences)| ops == 6 * iters && fences == 2));
     assert!(!Path::new(&path.0).exists(), "unlinked after bootstrap");
 }
 
@@ -328,6 +349,57 @@ fn idle_is_called_only_after_a_failed_poll() {
             assert_eq!(x, [1, 2, 3]);
             coll.bcast(0, &mut [0u8; 4], &mut never).unwrap();
         }
+    });
+}
+
+/// Ranks that disagree on who publishes at an epoch do not wait for each
+/// other forever: a rank that entered the epoch without publishing (a bcast
+/// reader, a barrier) is absent to those waiting for its slot, which see its
+/// contribution as empty; the area stays usable after.
+#[test]
+fn ranks_that_publish_nothing_are_absent_not_waited_for() {
+    let path = TmpPath::new("absent");
+    run(&path.0, 3, &[small(2)], ok_fence, |rank, coll| {
+        let mut coll = coll.unwrap();
+        // Ranks 0 and 1 each read a bcast from the other; rank 2 roots one.
+        let root = [1, 0, 2][rank];
+        let got = coll
+            .bcast_with(root, &[7; 4], &mut idle, |s| s.len())
+            .unwrap();
+        assert_eq!(got, (rank != 2).then_some(0), "rank {rank}: root absent");
+        // A one-way gather to 0, which rank 2 takes for a bcast it reads
+        // from 0: rank 0 sees rank 2 absent, rank 2 sees 0's slot.
+        if rank == 2 {
+            let got = coll.bcast_with(0, &[], &mut idle, |s| s.to_vec()).unwrap();
+            assert_eq!(got, Some(vec![10; 8]));
+        } else {
+            let got = coll
+                .gather_with(0, &[10 + rank as u8; 8], &mut idle, |p| {
+                    p.iter().map(|s| s.len()).collect::<Vec<_>>()
+                })
+                .unwrap();
+            assert_eq!(got, (rank == 0).then(|| vec![8, 8, 0]));
+        }
+        // An exchange against a barrier: the barrier rank is absent to the
+        // others; it waits for their `arrived`, which the next barrier
+        // stores, so line them up with one.
+        if rank == 1 {
+            coll.barrier(&mut idle).unwrap();
+            coll.barrier(&mut idle).unwrap();
+        } else {
+            let lens = coll
+                .exchange(&[1; 3], &mut idle, |p| {
+                    p.iter().map(|s| s.len()).collect::<Vec<_>>()
+                })
+                .unwrap();
+            assert_eq!(lens, [3, 0, 3]);
+            coll.barrier(&mut idle).unwrap();
+        }
+        assert!(!coll.is_broken());
+        let all = coll
+            .exchange(&[rank as u8], &mut idle, |p| p.concat())
+            .unwrap();
+        assert_eq!(all, [0, 1, 2], "in step again");
     });
 }
 

@@ -143,9 +143,7 @@ impl Topology {
             let cache = cpu_dir(c).join("cache");
             (0..8)
                 .map(|k| cache.join(format!("index{k}")))
-                .find(|d| {
-                    std::fs::read_to_string(d.join("level")).is_ok_and(|l| l.trim() == "3")
-                })
+                .find(|d| std::fs::read_to_string(d.join("level")).is_ok_and(|l| l.trim() == "3"))
                 .and_then(|d| list(&d.join("shared_cpu_list")))
         };
         let mut nodes: Vec<Vec<usize>> = Vec::new();
@@ -394,7 +392,10 @@ mod tests {
 
     #[test]
     fn cpulists() {
-        assert_eq!(parse_cpulist("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
         assert_eq!(parse_cpulist(""), Some(vec![]));
         assert_eq!(parse_cpulist("3-1"), None);
         assert_eq!(parse_cpulist("x"), None);
@@ -419,7 +420,10 @@ mod tests {
                 &format!("{},{}\n", core, core + 4),
             );
             w(&format!("cpu/cpu{c}/cache/index0/level"), "1\n");
-            w(&format!("cpu/cpu{c}/cache/index0/shared_cpu_list"), &format!("{c}\n"));
+            w(
+                &format!("cpu/cpu{c}/cache/index0/shared_cpu_list"),
+                &format!("{c}\n"),
+            );
             w(&format!("cpu/cpu{c}/cache/index3/level"), "3\n");
             let l3 = if socket == 0 { "0-1,4-5" } else { "2-3,6-7" };
             w(&format!("cpu/cpu{c}/cache/index3/shared_cpu_list"), l3);
@@ -440,7 +444,10 @@ mod tests {
         fake_sysfs(&d);
         let all: Vec<usize> = (0..8).collect();
         let t = Topology::read_from(&d, &all);
-        assert_eq!(t.cores, vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
+        assert_eq!(
+            t.cores,
+            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
         assert_eq!(t.l3, vec![vec![0, 1, 4, 5], vec![2, 3, 6, 7]]);
         assert_eq!(t.numa, t.l3);
         // Restricted (taskset -c 1,2,5): only those threads count.
@@ -463,16 +470,28 @@ mod tests {
         let t = Topology::read_from(&d, &all);
         let _ = std::fs::remove_dir_all(&d);
         // Default: core for 2..=cores ranks, unbound for 1 or more than the cores.
-        assert_eq!(Binder::new(BindTo::Auto, t.clone(), 4, false).policy(), BindTo::Core);
-        assert_eq!(Binder::new(BindTo::Auto, t.clone(), 1, false).policy(), BindTo::None);
-        assert_eq!(Binder::new(BindTo::Auto, t.clone(), 5, false).policy(), BindTo::None);
+        assert_eq!(
+            Binder::new(BindTo::Auto, t.clone(), 4, false).policy(),
+            BindTo::Core
+        );
+        assert_eq!(
+            Binder::new(BindTo::Auto, t.clone(), 1, false).policy(),
+            BindTo::None
+        );
+        assert_eq!(
+            Binder::new(BindTo::Auto, t.clone(), 5, false).policy(),
+            BindTo::None
+        );
         let b = Binder::new(BindTo::Core, t.clone(), 6, true);
         let cpus: Vec<Vec<usize>> = (0..6).map(|r| b.binding(r).unwrap().cpus).collect();
         assert_eq!(cpus[0], vec![0, 4]);
         assert_eq!(cpus[3], vec![3, 7]);
         assert_eq!(cpus[4], vec![0, 4], "wraps when overloaded");
         assert!(b.overloaded());
-        assert!(b.overload_warning("h").unwrap().contains("6 ranks bound to 4 cores"));
+        assert!(b
+            .overload_warning("h")
+            .unwrap()
+            .contains("6 ranks bound to 4 cores"));
         assert_eq!(
             b.report_line(3, "h", b.binding(3).as_ref()).unwrap(),
             "gmpirun: rank 3 on h: bound to core 3 (cpus 3,7)"
@@ -496,6 +515,8 @@ mod tests {
     fn parse_policy() {
         assert_eq!(BindTo::parse("CORE"), Ok(BindTo::Core));
         assert_eq!(BindTo::parse("l3cache"), Ok(BindTo::L3cache));
-        assert!(BindTo::parse("socket").unwrap_err().contains("GMPI_BIND_TO=socket"));
+        assert!(BindTo::parse("socket")
+            .unwrap_err()
+            .contains("GMPI_BIND_TO=socket"));
     }
 }

@@ -360,18 +360,34 @@ fn bind_to_sets_each_ranks_cpus_and_reports_them() {
     };
     // Unbound: every rank has gmpirun's CPUs; the report says so.
     let o = job(&["--bind-to", "none", "--report-bindings"], "2");
-    assert_eq!(allowed_cpus(&o.stdout.replace("[0] ", "").replace("[1] ", "")), [ours.clone(), ours.clone()]);
-    assert_eq!(o.stderr.matches(": not bound (cpus ").count(), 2, "{}", o.stderr);
+    assert_eq!(
+        allowed_cpus(&o.stdout.replace("[0] ", "").replace("[1] ", "")),
+        [ours.clone(), ours.clone()]
+    );
+    assert_eq!(
+        o.stderr.matches(": not bound (cpus ").count(),
+        2,
+        "{}",
+        o.stderr
+    );
     // Larger objects than a core: every rank gets a whole domain (one here).
     let o = job(&["--bind-to", "numa", "--report-bindings"], "2");
-    assert_eq!(o.stderr.matches(": bound to numa ").count(), 2, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches(": bound to numa ").count(),
+        2,
+        "{}",
+        o.stderr
+    );
     if cpus < 2 {
         eprintln!("skipping the per-core part: {cpus} CPU");
         return;
     }
     // One core each, in order, the default included; what the report says is what
     // the rank has.
-    for extra in [&["--bind-to", "core", "--report-bindings"][..], &["--report-bindings"]] {
+    for extra in [
+        &["--bind-to", "core", "--report-bindings"][..],
+        &["--report-bindings"],
+    ] {
         let o = job(extra, "2");
         let mut seen = Vec::new();
         for r in 0..2 {
@@ -380,13 +396,18 @@ fn bind_to_sets_each_ranks_cpus_and_reports_them() {
                 .lines()
                 .find(|l| l.starts_with(&format!("[{r}] ")))
                 .unwrap_or_else(|| panic!("no line of rank {r}: {}", o.stdout));
-            let got = allowed_cpus(line.split_once("] ").unwrap().1).pop().unwrap();
+            let got = allowed_cpus(line.split_once("] ").unwrap().1)
+                .pop()
+                .unwrap();
             let report = o
                 .stderr
                 .lines()
                 .find(|l| l.starts_with(&format!("gmpirun: rank {r} on ")))
                 .unwrap_or_else(|| panic!("no report for rank {r}: {}", o.stderr));
-            assert!(report.contains(&format!("bound to core {r} (cpus {got})")), "{report}");
+            assert!(
+                report.contains(&format!("bound to core {r} (cpus {got})")),
+                "{report}"
+            );
             seen.push(got);
         }
         assert_ne!(seen[0], seen[1], "two ranks on one core: {seen:?}");
@@ -395,7 +416,12 @@ fn bind_to_sets_each_ranks_cpus_and_reports_them() {
     // request.
     let many = (cpus + 1).to_string();
     let o = job(&["--report-bindings"], &many);
-    assert_eq!(o.stderr.matches(": not bound (cpus ").count(), cpus + 1, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches(": not bound (cpus ").count(),
+        cpus + 1,
+        "{}",
+        o.stderr
+    );
     let o = job(&["--bind-to", "core"], &many);
     assert!(o.stderr.contains("ranks share cores"), "{}", o.stderr);
     // A bad policy is a usage error, from the flag or the variable.

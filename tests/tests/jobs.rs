@@ -278,14 +278,23 @@ fn pinned_ranks_count_the_cpus_of_the_node_not_their_own() {
     // Each rank pins itself to its own CPU before MPI_Init.
     let own = "exec taskset -c $GMPI_RANK \"$0\" \"$@\"";
     let err = job(&["--bind-to", "none", "-np", "2", "sh", "-c", own]);
-    assert!(err.contains("2 local ranks on 2 CPUs") && !err.contains("oversubscribed"), "{err}");
+    assert!(
+        err.contains("2 local ranks on 2 CPUs") && !err.contains("oversubscribed"),
+        "{err}"
+    );
     // gmpirun binds them (the default for 2 ranks on 2 or more cores).
     let err = job(&["-np", "2"]);
-    assert!(err.contains("2 local ranks on 2 CPUs") && !err.contains("oversubscribed"), "{err}");
+    assert!(
+        err.contains("2 local ranks on 2 CPUs") && !err.contains("oversubscribed"),
+        "{err}"
+    );
     // Both on CPU 0.
     let one = "exec taskset -c 0 \"$0\" \"$@\"";
     let err = job(&["--bind-to", "none", "-np", "2", "sh", "-c", one]);
-    assert!(err.contains("2 local ranks on 1 CPUs: oversubscribed"), "{err}");
+    assert!(
+        err.contains("2 local ranks on 1 CPUs: oversubscribed"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2205,18 +2205,43 @@ fn scenario_errors(w: &Communicator) -> R {
             res,
             ErrorClass::Op,
         )?;
-        // Different roots in a small bcast and reduce: every rank sees it.
+        // Small bcasts and reduces are one-way without coll_check (the root
+        // writes, the others read; a reduce's root alone waits): what a rank
+        // reads it checks against its own arguments. A bcast whose root
+        // sends fewer bytes than the others expect fails every reader.
+        // (`coll_check` fails every rank alike, the root included.)
+        let check = std::env::var("GMPI_COLL_CHECK").is_ok_and(|v| v == "1" || v == "true");
+        let k = if r == 1 { 2 } else { 3 };
+        let res = w.bcast(&mut vec![7u64; k][..], 1);
+        if r == 1 && !check {
+            res.map_err(|x| format!("bcast root sending 2 elements: {x}"))?;
+        } else {
+            expect_class(
+                "bcast of 3 elements from a root sending 2",
+                res,
+                ErrorClass::Count,
+            )?;
+        }
+        // Ranks 0 and 1 each name the other as root, the rest rank 0: no
+        // root broadcasts at all, and every rank says so instead of waiting.
         let mut bb = [7u64; 2];
         expect_class(
-            "bcast with rank 0 naming root 0, others root 1",
-            w.bcast(&mut bb[..], i32::from(r != 0)),
+            "bcast in which no rank is the root its readers name",
+            w.bcast(&mut bb[..], i32::from(r == 0)),
             ErrorClass::Root,
         )?;
-        expect_class(
-            "reduce with rank 0 naming root 0, others root 1",
-            w.reduce(&[1u32][..], &mut [0u32][..], Op::Sum, i32::from(r != 0)),
-            ErrorClass::Root,
-        )?;
+        // A reduce: the ranks that take themselves for its root see the
+        // others' roots.
+        let res = w.reduce(&[1u32][..], &mut [0u32][..], Op::Sum, i32::from(r != 0));
+        if r < 2 || check {
+            expect_class(
+                "reduce with rank 0 naming root 0, others root 1",
+                res,
+                ErrorClass::Root,
+            )?;
+        } else {
+            res.map_err(|x| format!("reduce to root 1 as a non-root: {x}"))?;
+        }
         still_ok(w, "mismatched counts and roots across ranks")?;
     }
 

@@ -201,9 +201,16 @@ impl Communicator {
         Ok(())
     }
 
-    /// A bcast through the area: every rank publishes a header (the root
-    /// its data too) and checks everyone's, so ranks naming different roots
-    /// or sizes all fail alike; then the others copy the root's data.
+    /// A bcast through the area. By default one-way, as the best peers do
+    /// it: the root publishes its header and data and returns; each other
+    /// rank waits for the root's slot, compares the root's header with its
+    /// own arguments (a different size, or a root that called another
+    /// collective, fails that rank naming the root) and copies the data. A
+    /// root that is not broadcasting at all (every rank named another root)
+    /// is seen absent by its readers (`ShmColl::bcast_with`), who fail
+    /// instead of waiting. With `coll_check` every rank publishes a header
+    /// and checks everyone's, so ranks naming different roots or sizes all
+    /// fail alike.
     pub(super) fn shm_bcast(
         &self,
         e: &mut Locked,
@@ -214,6 +221,33 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), v.bytes());
         let hdr = header(kind::BCAST, root, None, len);
+        if !e.cfg.coll_check {
+            let a = area.coll();
+            if me == root {
+                return with_contribution(engine::gpu(), call, me, hdr, Some(v), |data| {
+                    a.bcast_with(root as usize, data, &mut |k| e.idle_flags(call, k), |_| ())?;
+                    Ok(())
+                });
+            }
+            let got = a.bcast_with(root as usize, &[], &mut |k| e.idle_flags(call, k), |s| {
+                if s.is_empty() {
+                    return Err(crate::error::Error::new(
+                        crate::error::ErrorClass::Root,
+                        call,
+                        me,
+                        format!(
+                            "rank {root} is not broadcasting: it named another root, or \
+                             called another collective"
+                        ),
+                    ));
+                }
+                if let Some(err) = wire::mismatch_of(call, me, &hdr, root as usize, s) {
+                    return Err(err);
+                }
+                v.unpack(call, me, &s[HDR..])
+            })?;
+            return got.unwrap_or(Ok(()));
+        }
         self.exchange(
             e,
             call,
@@ -233,7 +267,10 @@ impl Communicator {
     /// publishes its input, then every rank, or the root, reduces the
     /// inputs in rank order into `out` (in place in host memory; into a
     /// host buffer unpacked into `out` when it is device memory or not
-    /// contiguous).
+    /// contiguous). A reduce is one-way unless `coll_check` is set
+    /// (`ShmColl::gather_with`): the others publish and return, the root
+    /// waits, checks every header against its own (a rank that passed
+    /// another root, op or size fails the root, naming it) and reduces.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn shm_reduce(
         &self,
@@ -250,7 +287,7 @@ impl Communicator {
         let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
         let hdr = header(kind::REDUCE, root.unwrap_or(-1), Some(&red.op), len);
         let mut staged: Option<Vec<u8>> = None;
-        self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+        let mut reduce = |slots: &[&[u8]]| {
             if let Some(o) = out {
                 if o.write_contig(|o| reduce_slots(red, slots, HDR, o))
                     .is_none()
@@ -260,8 +297,29 @@ impl Communicator {
                     staged = Some(r);
                 }
             }
-            Ok(())
-        })?;
+        };
+        match root {
+            Some(root) if !e.cfg.coll_check => {
+                let a = area.coll();
+                with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
+                    let idle = &mut |k| e.idle_flags(call, k);
+                    let got = a.gather_with(root as usize, data, idle, |slots| {
+                        match mismatch(call, me, data, slots) {
+                            Some(err) => Err(err),
+                            None => {
+                                reduce(slots);
+                                Ok(())
+                            }
+                        }
+                    })?;
+                    got.unwrap_or(Ok(()))
+                })?;
+            }
+            _ => self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+                reduce(slots);
+                Ok(())
+            })?,
+        }
         if let (Some(o), Some(r)) = (out, staged) {
             o.unpack(call, me, &r)?;
         }

@@ -119,12 +119,19 @@ pub(crate) fn poison(data: &mut [u8]) {
 /// contribution marked [`kind::FAILED`], ours or another rank's, is an
 /// error too, even where every rank's is.
 pub(crate) fn mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Option<Error> {
-    let field = |h: &[u8], i: usize| i32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-    let failed = |h: &[u8]| h.len() >= HDR && field(h, 0) == kind::FAILED as i32;
-    let (r, s) = slots
+    slots
         .iter()
         .enumerate()
-        .find(|(_, s)| s.len() < HDR || s[..HDR] != mine[..HDR] || failed(s))?;
+        .find_map(|(r, s)| mismatch_of(call, me, mine, r, s))
+}
+
+/// [`mismatch`] for the one contribution `s` of rank `r` (a bcast's root's).
+pub(crate) fn mismatch_of(call: &str, me: i32, mine: &[u8], r: usize, s: &[u8]) -> Option<Error> {
+    let field = |h: &[u8], i: usize| i32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let failed = |h: &[u8]| h.len() >= HDR && field(h, 0) == kind::FAILED as i32;
+    if !(s.len() < HDR || s[..HDR] != mine[..HDR] || failed(s)) {
+        return None;
+    }
     let (class, what) = if failed(s) {
         (
             ErrorClass::Other,
