@@ -41,8 +41,11 @@ impl Communicator {
             let v = buf.view_mut();
             return self.inter_blocking(CALL, |c, tag| c.inter_bcast(CALL, tag, &v, root));
         }
-        self.check_root(CALL, root)?;
         let v = buf.view_mut();
+        if let Some(r) = self.bcast_tiny(&v, root) {
+            return r;
+        }
+        self.check_root(CALL, root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(v.bytes()))?;
             let q = c.query(Coll::Bcast, Form::Blocking, v.bytes());

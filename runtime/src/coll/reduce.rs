@@ -125,6 +125,9 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.reduce_root_tiny(Some(&sv), &rv, &op, root) {
+            return r;
+        }
         let red = self.reduce_checked(CALL, Some(&sv), &rv, &op, root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, Some(&op), Some(sv.bytes()))?;
@@ -160,6 +163,9 @@ impl Communicator {
         const CALL: &str = "MPI_Reduce";
         self.check_in_place(CALL)?;
         let v = buf.view_mut();
+        if let Some(r) = self.reduce_root_tiny(None, &v, &op, root) {
+            return r;
+        }
         let red = self.reduce_checked(CALL, None, &v, &op, root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, Some(&op), Some(v.bytes()))?;

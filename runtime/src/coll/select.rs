@@ -7,8 +7,8 @@
 //! | collective | shared-memory area (single-node, blocking, up to `coll_shm_max`; any memory kind) | otherwise |
 //! |---|---|---|
 //! | barrier | the area's barrier | dissemination |
-//! | bcast | one exchange | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
-//! | reduce | one exchange, reduced in rank order | binomial tree (in rank order for non-commutative ops) |
+//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
+//! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast) | binomial tree (in rank order for non-commutative ops) |
 //! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
 //! | gather | one exchange (not gatherv) | linear |
 //! | scatter | — | linear |
@@ -42,9 +42,10 @@ use super::shm::wire::HDR;
 /// A kibibyte.
 pub(crate) const KIB: usize = 1024;
 
-/// The largest allreduce, in bytes per rank, that takes the tiny road
-/// ([`tiny`], `Communicator::allreduce_tiny`): a few cache lines, where the
-/// call's own overhead is most of its time.
+/// The largest allreduce, bcast or reduce, in bytes per rank, that takes
+/// the tiny road ([`tiny`], `Communicator::allreduce_tiny`, `bcast_tiny`,
+/// `reduce_root_tiny`): a few cache lines, where the call's own overhead is
+/// most of its time.
 pub(crate) const TINY: usize = 64;
 
 /// The collective being chosen for (the `v`, `w`, in-place and `i` forms
@@ -345,7 +346,10 @@ pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
 /// needs: contiguous buffers of one predefined type, an op with a kernel.)
 #[inline]
 pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
-    q.coll == Coll::Allreduce && !s.check && (1..=TINY).contains(&q.bytes) && area_wanted(q, s)
+    matches!(q.coll, Coll::Allreduce | Coll::Bcast | Coll::Reduce)
+        && !s.check
+        && (1..=TINY).contains(&q.bytes)
+        && area_wanted(q, s)
 }
 
 /// Whether a blocking allreduce takes the tiny road: [`tiny_wanted`] and an
@@ -618,7 +622,13 @@ mod tests {
             ("slot too small", slot(q(8), 8 + HDR - 1), D, false),
             ("several nodes", nodes(Coll::Allreduce, 4, 8), D, false),
             ("one rank", node(Coll::Allreduce, 1, 8), D, false),
-            ("a reduce", node(Coll::Reduce, 4, 8), D, false),
+            ("a reduce", node(Coll::Reduce, 4, 8), D, true),
+            ("a bcast", node(Coll::Bcast, 4, 8), D, true),
+            ("a bcast of TINY + 1 bytes", node(Coll::Bcast, 4, TINY + 1), D, false),
+            ("a bcast with coll_check", node(Coll::Bcast, 4, 8), check, false),
+            ("a reduce on several nodes", nodes(Coll::Reduce, 4, 8), D, false),
+            ("a nonblocking reduce", nonblocking(node(Coll::Reduce, 4, 8)), D, false),
+            ("an allgather", node(Coll::Allgather, 4, 8), D, false),
         ];
         for (what, q, s, want) in table {
             assert_eq!(tiny(&q, &s), want, "{what}");

@@ -113,10 +113,11 @@ impl Th {
 }
 
 /// Element counts 0, 1, 3 and just around each byte threshold in `ths`
-/// for elements of `es` bytes (each threshold divided by `div` first).
+/// and the 64-byte tiny road of allreduce, bcast and reduce, for elements of
+/// `es` bytes (each threshold divided by `div` first).
 fn sizes(ths: &[usize], es: usize, div: usize) -> Vec<usize> {
     let mut v = vec![0, 1, 3];
-    for &t in ths {
+    for &t in ths.iter().chain(&[64]) {
         let c = t / es / div.max(1);
         for x in [c.saturating_sub(1), c, c + 1] {
             v.push(x);

@@ -230,18 +230,7 @@ impl Communicator {
                 });
             }
             let got = a.bcast_with(root as usize, &[], &mut |k| e.idle_flags(call, k), |s| {
-                if s.is_empty() {
-                    return Err(crate::error::Error::new(
-                        crate::error::ErrorClass::Root,
-                        call,
-                        me,
-                        format!(
-                            "rank {root} is not broadcasting: it named another root, or \
-                             called another collective"
-                        ),
-                    ));
-                }
-                if let Some(err) = wire::mismatch_of(call, me, &hdr, root as usize, s) {
+                if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
                     return Err(err);
                 }
                 v.unpack(call, me, &s[HDR..])
@@ -374,10 +363,52 @@ impl Communicator {
         })
     }
 
+    /// The road of the latency-bound calls (`*_tiny`): on an
+    /// intracommunicator whose shared-memory area is already set up, for
+    /// `len` bytes (1 to [`TINY`]) of a blocking `coll` that the selector
+    /// sends to the area ([`select::tiny`]: never with `coll_check`), run
+    /// `body` on the engine and the area, once the call's tag is consumed as
+    /// the general road consumes it. `None`, before any effect, sends the
+    /// call down the general road, which makes every check (and sets the
+    /// area up on first use) itself.
+    #[inline]
+    fn tiny_road<R>(
+        &self,
+        call: &'static str,
+        q: impl FnOnce(&Self) -> select::Query,
+        body: impl FnOnce(&mut Locked, &mut ShmColl) -> Result<R>,
+    ) -> Option<Result<R>> {
+        if self.is_inter() || self.check_live(call).is_err() {
+            return None;
+        }
+        engine::with(call, |e| {
+            // Only where the general road would use the area too; the tiny
+            // road takes the area as it is and never sets it up.
+            let s = e.coll;
+            let q = q(self);
+            if !select::tiny_wanted(&q, &s) {
+                return Ok(None);
+            }
+            let mut g = self.lock_area(call)?;
+            let q = q.area(area_of(&g));
+            // `tiny` only takes a ready area; anything else takes the
+            // general road, which makes the same choice.
+            let ShmState::Ready(a) = &mut *g else {
+                return Ok(None);
+            };
+            if !select::tiny(&q, &s) {
+                return Ok(None);
+            }
+            self.next_tag();
+            tracing::debug!(target: "coll", "{call}: shared memory, {} B, tiny path", q.bytes);
+            body(e, a).map(Some)
+        })
+        .transpose()
+    }
+
     /// The latency-bound allreduce: contiguous buffers of one predefined
-    /// type, 1 to [`TINY`] bytes, a predefined element-wise op,
-    /// on an intracommunicator whose shared-memory area is already set up,
-    /// without `coll_check` ([`select::tiny`]). It is
+    /// type, 1 to [`TINY`] bytes, a predefined element-wise op
+    /// ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_reduce`](Self::shm_reduce)'s exchange (same header, same
     /// rank-order reduction, same mismatch errors, the same tag consumed),
     /// so ranks that take either path agree, minus what a tiny call cannot
@@ -386,9 +417,6 @@ impl Communicator {
     /// straight into `recv`. Device (or managed) buffers are copied into
     /// the contribution and the result copied out of a stack buffer, as the
     /// general path does.
-    ///
-    /// `None`, before any effect, sends the call down the general path,
-    /// which makes every check (and sets the area up on first use) itself.
     #[inline]
     pub(super) fn allreduce_tiny(
         &self,
@@ -401,14 +429,11 @@ impl Communicator {
         const CALL: &str = "MPI_Allreduce";
         let len = recv.bytes();
         let input = send.unwrap_or(recv);
-        if len == 0 || len > TINY || input.bytes() != len || !recv.writable || self.is_inter() {
+        if len == 0 || len > TINY || input.bytes() != len || !recv.writable {
             return None;
         }
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
         let (src, dst) = (input.contig_addr()?, recv.contig_addr()?);
-        if self.check_live(CALL).is_err() {
-            return None;
-        }
         // Memory the gpu layer cannot classify takes the general path,
         // which fails with that error.
         let out_host = recv.kind().ok()?.is_host();
@@ -417,35 +442,15 @@ impl Communicator {
             None => out_host,
         };
         let me = self.rank();
-        engine::with(CALL, |e| {
-            // Only where the general path would use the area too; the tiny
-            // road takes the area as it is and never sets it up.
-            let s = e.coll;
-            let q = self.query(Coll::Allreduce, Form::Blocking, len);
-            if !select::tiny_wanted(&q, &s) {
-                return Ok(None);
-            }
-            let mut g = self.lock_area(CALL)?;
-            let q = q.area(area_of(&g));
-            // `tiny` only takes a ready area; anything else takes the
-            // general road, which makes the same choice.
-            let ShmState::Ready(a) = &mut *g else {
-                return Ok(None);
-            };
-            if !select::tiny(&q, &s) {
-                return Ok(None);
-            }
-            self.next_tag();
-            tracing::debug!(target: "coll", "{CALL}: shared memory, {len} B, tiny path, reduced in rank order");
+        let query = |c: &Self| c.query(Coll::Allreduce, Form::Blocking, len);
+        self.tiny_road(CALL, query, |e, a| {
             let mut buf = [0u8; HDR + TINY];
             let data = &mut buf[..HDR + len];
             data[..HDR].copy_from_slice(&header(kind::REDUCE, -1, Some(op), len));
             // A contribution that cannot be copied out of the device still
             // takes part, marked failed (`wire::with_contribution`).
             let packed = if in_host {
-                HostMem.with_read(src, len, |d| {
-                    gmpi_btl::copy_bytes(&mut data[HDR..], d)
-                });
+                HostMem.with_read(src, len, |d| gmpi_btl::copy_bytes(&mut data[HDR..], d));
                 Ok(())
             } else {
                 input.pack_into(CALL, me, &mut data[HDR..])
@@ -457,18 +462,16 @@ impl Communicator {
             let mut bad = None;
             let mut staged = [0u8; TINY];
             let exchanged = a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
-                if packed.is_err()
-                    || slots
-                        .iter()
-                        .any(|s| s.len() != data.len() || s[..HDR] != data[..HDR])
-                {
+                if packed.is_err() {
                     bad = mismatch(CALL, me, data, slots);
                     return;
                 }
+                if let Some(err) = tiny_mismatch(CALL, me, data, slots) {
+                    bad = Some(err);
+                    return;
+                }
                 if out_host {
-                    HostMem.with_write(dst, len, |out| {
-                        reduce_tiny(kernel, slots, out)
-                    });
+                    HostMem.with_write(dst, len, |out| reduce_tiny(kernel, slots, out));
                 } else {
                     reduce_tiny(kernel, slots, &mut staged[..len]);
                 }
@@ -481,10 +484,174 @@ impl Communicator {
                     if !out_host {
                         recv.unpack(CALL, me, &staged[..len])?;
                     }
-                    Ok(Some(()))
+                    Ok(())
                 }
             }
         })
-        .transpose()
     }
+
+    /// The latency-bound bcast: a contiguous host buffer of 1 to [`TINY`]
+    /// bytes ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_bcast`](Self::shm_bcast)'s one-way road (same header, same
+    /// checks by the readers, same errors), with the root's header and data
+    /// assembled on the stack and a reader's copy made straight into its
+    /// buffer.
+    #[inline]
+    pub(super) fn bcast_tiny(&self, v: &View, root: i32) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Bcast";
+        let (me, len) = (self.rank(), v.bytes());
+        if len == 0 || len > TINY || !(0..self.size()).contains(&root) {
+            return None;
+        }
+        if (me != root && !v.writable) || !v.kind().ok()?.is_host() {
+            return None;
+        }
+        let addr = v.contig_addr()?;
+        let query = |c: &Self| c.query(Coll::Bcast, Form::Blocking, len);
+        self.tiny_road(CALL, query, |e, a| {
+            let hdr = header(kind::BCAST, root, None, len);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            if me == root {
+                let mut buf = [0u8; HDR + TINY];
+                buf[..HDR].copy_from_slice(&hdr);
+                HostMem.with_read(addr, len, |d| {
+                    gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
+                });
+                a.bcast_with(root as usize, &buf[..HDR + len], idle, |_| ())?;
+                return Ok(());
+            }
+            let got = a.bcast_with(root as usize, &[], idle, |s| {
+                if let Some(err) = bcast_mismatch(CALL, me, root, &hdr, s) {
+                    return Err(err);
+                }
+                if s.len() != HDR + len {
+                    return Err(short(CALL, me, root as usize, s.len()));
+                }
+                HostMem.with_write(addr, len, |out| {
+                    gmpi_btl::copy_bytes(out, &s[HDR..HDR + len])
+                });
+                Ok(())
+            })?;
+            got.unwrap_or(Ok(()))
+        })
+    }
+
+    /// The latency-bound reduce: contiguous host buffers of one predefined
+    /// type, 1 to [`TINY`] bytes, a predefined element-wise op
+    /// ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_reduce`](Self::shm_reduce)'s one-way gather (same header, same
+    /// rank-order reduction, same errors at the root), with the
+    /// contribution built on the stack, the op's kernel called directly and
+    /// the result written straight into the root's `recv`. `send` is `None`
+    /// in place (the input is then `recv` at the root, `send`'s role
+    /// elsewhere being `recv`'s too).
+    #[inline]
+    pub(super) fn reduce_root_tiny(
+        &self,
+        send: Option<&View>,
+        recv: &View,
+        op: &Op,
+        root: i32,
+    ) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Reduce";
+        let me = self.rank();
+        let input = send.unwrap_or(recv);
+        let len = input.bytes();
+        if len == 0 || len > TINY || !(0..self.size()).contains(&root) {
+            return None;
+        }
+        let kernel = crate::op::kernel(op, input.ty.prim()?)?;
+        let src = input.contig_addr()?;
+        if !input.kind().ok()?.is_host() {
+            return None;
+        }
+        let dst = if me == root {
+            if recv.bytes() != len || !recv.writable || !recv.kind().ok()?.is_host() {
+                return None;
+            }
+            Some(recv.contig_addr()?)
+        } else {
+            None
+        };
+        let query = |c: &Self| {
+            c.query(Coll::Reduce, Form::Blocking, len)
+                .commutative(op.is_commutative())
+                .in_place(send.is_none())
+        };
+        self.tiny_road(CALL, query, |e, a| {
+            let mut buf = [0u8; HDR + TINY];
+            buf[..HDR].copy_from_slice(&header(kind::REDUCE, root, Some(op), len));
+            HostMem.with_read(src, len, |d| {
+                gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
+            });
+            let data = &buf[..HDR + len];
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            let got = a.gather_with(root as usize, data, idle, |slots| {
+                if let Some(err) = tiny_mismatch(CALL, me, data, slots) {
+                    return Err(err);
+                }
+                if let Some(dst) = dst {
+                    HostMem.with_write(dst, len, |out| reduce_tiny(kernel, slots, out));
+                }
+                Ok(())
+            })?;
+            got.unwrap_or(Ok(()))
+        })
+    }
+}
+
+/// [`mismatch`] for the tiny roads, which read every slot as `data.len()`
+/// bytes: a slot of another length with an equal header (only a corrupt
+/// area makes one) is an error too.
+#[inline]
+fn tiny_mismatch(call: &str, me: i32, data: &[u8], slots: &[&[u8]]) -> Option<crate::error::Error> {
+    if slots
+        .iter()
+        .all(|s| s.len() == data.len() && s[..HDR] == data[..HDR])
+    {
+        return None;
+    }
+    mismatch(call, me, data, slots).or_else(|| {
+        let (r, s) = slots
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.len() != data.len())?;
+        Some(short(call, me, r, s.len()))
+    })
+}
+
+/// A contribution of rank `r` whose length `got` disagrees with its header.
+#[cold]
+fn short(call: &str, me: i32, r: usize, got: usize) -> crate::error::Error {
+    crate::error::Error::new(
+        crate::error::ErrorClass::Intern,
+        call,
+        me,
+        format!("rank {r}'s contribution is {got} bytes, not what its header says (corrupt shared-memory area?)"),
+    )
+}
+
+/// What a bcast reader makes of the root's contribution `s` against its own
+/// header `hdr`: `None` if it may be used, else the error of rank `me`
+/// (an empty `s`: the root is not broadcasting at all).
+fn bcast_mismatch(
+    call: &str,
+    me: i32,
+    root: i32,
+    hdr: &[u8],
+    s: &[u8],
+) -> Option<crate::error::Error> {
+    if s.is_empty() {
+        return Some(crate::error::Error::new(
+            crate::error::ErrorClass::Root,
+            call,
+            me,
+            format!("rank {root} is not broadcasting: it named another root, or called another collective"),
+        ));
+    }
+    wire::mismatch_of(call, me, hdr, root as usize, s)
 }
