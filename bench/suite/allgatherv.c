@@ -1,0 +1,3 @@
+/* gb_allgatherv: MPI_Allgatherv latency; see gather.c. */
+#define GB_OP GB_ALLGATHERV
+#include "gather.c"

@@ -1,0 +1,3 @@
+/* gb_gatherv: MPI_Gatherv latency; see gather.c. */
+#define GB_OP GB_GATHERV
+#include "gather.c"
