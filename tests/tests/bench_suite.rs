@@ -123,7 +123,14 @@ fn collective_programs_validate_every_byte() {
         smoke(np, "allreduce", &["-m", "4:65536"], &pow2(2, 16), 4);
         smoke(np, "allgather", &["-m", "1:16384"], &pow2(0, 14), 4);
         smoke(np, "alltoall", &["-m", "1:16384"], &pow2(0, 14), 4);
-        for v in ["gather", "gatherv", "scatter", "scatterv", "allgatherv", "alltoallv"] {
+        for v in [
+            "gather",
+            "gatherv",
+            "scatter",
+            "scatterv",
+            "allgatherv",
+            "alltoallv",
+        ] {
             smoke(np, v, &["-m", "1:16384"], &pow2(0, 14), 4);
         }
         for v in ["reduce_scatter", "reduce_scatter_block"] {

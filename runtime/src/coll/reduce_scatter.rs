@@ -1,15 +1,18 @@
 //! Reduce-scatter (`MPI_Reduce_scatter`, `MPI_Reduce_scatter_block`,
 //! their `i`-forms, in place or not): a ring for commutative ops, else a
 //! binomial reduce in rank order to rank 0 followed by a linear scatter
-//! (`algo.rs`; the choice in `select.rs`). No shared-memory path.
+//! (`algo.rs`; the choice in `select.rs`); on single-node communicators,
+//! blocking calls whose whole input fits the shared-memory area's slot take
+//! one exchange through it (`shm/`).
 
 use super::algo;
 use super::check::reduction;
-use super::run::Staged;
+use super::run::{Choice, Staged};
 use super::sched::{Reduction, Region, Sched};
 use super::select::{Algo, Coll, Form, Query};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
+use crate::engine::Locked;
 use crate::error::{ErrorClass, Result};
 use crate::op::Op;
 use crate::request::Request;
@@ -99,6 +102,45 @@ impl Communicator {
         s
     }
 
+    /// A blocking reduce-scatter: through the shared-memory area if the
+    /// selector says so (done: `None`), else the schedule to drive.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter_run(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        tag: i32,
+        q: Query,
+        send: Option<&View>,
+        recv: &View,
+        counts: &[usize],
+        red: Reduction,
+    ) -> Result<Option<Sched>> {
+        match self.choose(e, call, tag, q)? {
+            Choice::Shm(area) => {
+                let me = self.rank() as usize;
+                let input = send.unwrap_or(recv);
+                // In place the result lands in the first block of `recv`.
+                let mine;
+                let out = match send {
+                    Some(_) => recv,
+                    None => {
+                        let elems = counts[me] * red.unit / recv.ty.size().max(1);
+                        mine = recv
+                            .sub(0, elems)
+                            .expect("the first block is inside the buffer");
+                        &mine
+                    }
+                };
+                self.shm_reduce_scatter(e, call, area, input, out, counts, &red)?;
+                Ok(None)
+            }
+            Choice::Sched(algo) => Ok(Some(
+                self.reduce_scatter_sched(call, tag, send, recv, counts, red, algo),
+            )),
+        }
+    }
+
     /// The selector's question about a reduce-scatter of `counts` (in
     /// reduction units).
     fn reduce_scatter_query(
@@ -181,18 +223,9 @@ impl Communicator {
         let (sv, rv) = (send.view(), recv.view_mut());
         let (counts, red) = self.reduce_scatter_block_args(CALL, Some(&sv), &rv, &op)?;
         self.blocking(CALL, |c, e, tag| {
-            let q = c.reduce_scatter_query(Form::Blocking, &counts, &red, false);
-            let algo = c.pick(e, CALL, &q);
             c.check_agree(e, CALL, -1, Some(&op), Some(sv.bytes()))?;
-            Ok(Some(c.reduce_scatter_sched(
-                CALL,
-                tag,
-                Some(&sv),
-                &rv,
-                &counts,
-                red,
-                algo,
-            )))
+            let q = c.reduce_scatter_query(Form::Blocking, &counts, &red, false);
+            c.reduce_scatter_run(e, CALL, tag, q, Some(&sv), &rv, &counts, red)
         })
     }
 
@@ -211,10 +244,7 @@ impl Communicator {
         let (counts, red) = self.reduce_scatter_block_args(CALL, None, &v, &op)?;
         self.blocking(CALL, |c, e, tag| {
             let q = c.reduce_scatter_query(Form::Blocking, &counts, &red, true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.reduce_scatter_sched(
-                CALL, tag, None, &v, &counts, red, algo,
-            )))
+            c.reduce_scatter_run(e, CALL, tag, q, None, &v, &counts, red)
         })
     }
 
@@ -315,16 +345,7 @@ impl Communicator {
         let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
         self.blocking(CALL, |c, e, tag| {
             let q = c.reduce_scatter_query(Form::Blocking, &counts, &red, false);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.reduce_scatter_sched(
-                CALL,
-                tag,
-                Some(&sv),
-                &rv,
-                &counts,
-                red,
-                algo,
-            )))
+            c.reduce_scatter_run(e, CALL, tag, q, Some(&sv), &rv, &counts, red)
         })
     }
 
@@ -343,10 +364,7 @@ impl Communicator {
         let (counts, red) = self.reduce_scatter_args(CALL, None, &v, counts, &op)?;
         self.blocking(CALL, |c, e, tag| {
             let q = c.reduce_scatter_query(Form::Blocking, &counts, &red, true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.reduce_scatter_sched(
-                CALL, tag, None, &v, &counts, red, algo,
-            )))
+            c.reduce_scatter_run(e, CALL, tag, q, None, &v, &counts, red)
         })
     }
 

@@ -1,10 +1,12 @@
 //! Scatter (`MPI_Scatter`, `MPI_Scatterv`, their `i`-forms, in place or
-//! not): linear, the root sends every rank its block
-//! (`algo::scatter_linear`). No shared-memory path.
+//! not): one-way through the shared-memory area on single-node
+//! communicators (`shm/`; equal blocks, blocking calls only: the root
+//! writes every block, each rank reads its own), else linear: the root
+//! sends every rank its block (`algo::scatter_linear`).
 
 use super::algo;
 use super::gather::own_block;
-use super::run::Staged;
+use super::run::{Choice, Staged};
 use super::sched::{Region, Sched};
 use super::select::{Algo, Coll, Form};
 use crate::buffer::{Buffer, BufferMut, View};
@@ -75,15 +77,20 @@ impl Communicator {
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(rv.bytes()))?;
             let q = c.query(Coll::Scatter, Form::Blocking, rv.bytes());
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.scatter_sched(
-                CALL,
-                tag,
-                &blocks,
-                Some(&rv),
-                root,
-                algo,
-            )))
+            match c.choose(e, CALL, tag, q)? {
+                Choice::Shm(area) => {
+                    c.shm_scatter(e, CALL, area, &blocks, Some(&rv), root)?;
+                    Ok(None)
+                }
+                Choice::Sched(algo) => Ok(Some(c.scatter_sched(
+                    CALL,
+                    tag,
+                    &blocks,
+                    Some(&rv),
+                    root,
+                    algo,
+                ))),
+            }
         })
     }
 
@@ -103,15 +110,16 @@ impl Communicator {
                     own_block(me, root, &v, &blocks),
                 )
                 .in_place(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.scatter_sched(
-                CALL,
-                tag,
-                &blocks,
-                (me != root).then_some(&v),
-                root,
-                algo,
-            )))
+            let recv = (me != root).then_some(&v);
+            match c.choose(e, CALL, tag, q)? {
+                Choice::Shm(area) => {
+                    c.shm_scatter(e, CALL, area, &blocks, recv, root)?;
+                    Ok(None)
+                }
+                Choice::Sched(algo) => {
+                    Ok(Some(c.scatter_sched(CALL, tag, &blocks, recv, root, algo)))
+                }
+            }
         })
     }
 

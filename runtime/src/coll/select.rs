@@ -11,10 +11,10 @@
 //! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast) | binomial tree (in rank order for non-commutative ops) |
 //! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
 //! | gather | one exchange (not gatherv) | linear |
-//! | scatter | — | linear |
+//! | scatter | one-way: the root writes every block, each rank reads its own (not scatterv) | linear |
 //! | allgather | one exchange (not in place, not allgatherv) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
 //! | alltoall | one exchange (not alltoallv/w) | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
-//! | reduce_scatter | — | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
+//! | reduce_scatter | one exchange of the whole inputs, each rank reduces its block in rank order (`coll_shm_max` bounds the whole input) | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
 //! | scan, exscan | — | recursive doubling |
 //!
 //! One rank, or no data, is [`Algo::Local`] where the collective has
@@ -266,8 +266,9 @@ fn area_bytes(q: &Query) -> usize {
         Coll::Barrier => 0,
         // Equal blocks: each rank's is the n-th part of the result.
         Coll::Allgather => q.bytes / q.n.max(1) as usize,
-        // Equal blocks: each rank publishes its whole send buffer.
-        Coll::Alltoall => q.bytes.saturating_mul(q.n.max(0) as usize),
+        // Equal blocks: each rank publishes its whole send buffer; a
+        // scatter's root every rank's block.
+        Coll::Alltoall | Coll::Scatter => q.bytes.saturating_mul(q.n.max(0) as usize),
         _ => q.bytes,
     }
 }
@@ -279,9 +280,11 @@ fn area_bytes(q: &Query) -> usize {
 pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
     let has_path = match q.coll {
         Coll::Barrier | Coll::Bcast | Coll::Reduce | Coll::Allreduce => true,
-        Coll::Gather | Coll::Alltoall => !q.vform,
+        Coll::Gather | Coll::Alltoall | Coll::Scatter => !q.vform,
         Coll::Allgather => !q.vform && !q.in_place,
-        Coll::Scatter | Coll::ReduceScatter | Coll::Scan => false,
+        // The counts are the same on every rank: the total is too.
+        Coll::ReduceScatter => true,
+        Coll::Scan => false,
     };
     has_path
         && q.form == Form::Blocking
@@ -548,7 +551,9 @@ mod tests {
             ("gather, several nodes", nodes(Gather, 4, 8), D, GatherLinear),
             ("gather, one rank", nodes(Gather, 1, 8), D, GatherLinear),
             // scatter: no shared-memory path
-            ("scatter 8 B, one node", node(Scatter, 4, 8), D, ScatterLinear),
+            ("scatter 8 B, one node", node(Scatter, 4, 8), D, Shm),
+            ("scatter, one node, n blocks above coll_shm_max", node(Scatter, 4, 4 * KIB + 1), D, ScatterLinear),
+            ("scatterv, one node", vform(node(Scatter, 4, 8)), D, ScatterLinear),
             ("scatter, several nodes", nodes(Scatter, 4, MIB), D, ScatterLinear),
             // allgather (bytes: the whole result)
             ("allgather 4 × 8 B, one node", node(Allgather, 4, 32), D, Shm),
@@ -574,7 +579,9 @@ mod tests {
             ("alltoallv at alltoall_large", vform(nodes(Alltoall, 4, 8 * KIB)), D, AlltoallPairwise),
             ("alltoall at alltoall_large, one rank", nodes(Alltoall, 1, 8 * KIB), D, AlltoallPairwise),
             // reduce_scatter: no shared-memory path
-            ("reduce_scatter, one node", node(ReduceScatter, 4, 32), D, ReduceScatterRing),
+            ("reduce_scatter, one node", node(ReduceScatter, 4, 32), D, Shm),
+            ("reduce_scatter, one node, above coll_shm_max", node(ReduceScatter, 4, 16 * KIB + 1), D, ReduceScatterRing),
+            ("reduce_scatter, several nodes", nodes(ReduceScatter, 4, 32), D, ReduceScatterRing),
             ("reduce_scatter, non-commutative", noncommutative(nodes(ReduceScatter, 4, 32)), D, ReduceScatterRankOrder),
             ("reduce_scatter, one rank", nodes(ReduceScatter, 1, 32), D, Local),
             // scan: no shared-memory path
@@ -600,7 +607,8 @@ mod tests {
         assert_eq!(select(&q, &D), Algo::BcastBinomial);
         assert!(!area_wanted(&nonblocking(q), &D));
         assert!(!area_wanted(&nodes(Coll::Bcast, 4, 8), &D));
-        assert!(!area_wanted(&node(Coll::Scatter, 4, 8), &D));
+        assert!(area_wanted(&node(Coll::Scatter, 4, 8), &D));
+        assert!(!area_wanted(&vform(node(Coll::Scatter, 4, 8)), &D));
     }
 
     #[test]

@@ -624,8 +624,13 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
         same(&ctx("bcast u8", len), &buf, &exp)?;
     }
 
-    // gather / scatter (+ in place)
-    for len in sizes(&[th.shm], 8, 1) {
+    // gather / scatter (+ in place); a scatter's root publishes every
+    // rank's block, so its area threshold is `shm / n` per block.
+    let mut gl = sizes(&[th.shm], 8, 1);
+    gl.extend(sizes(&[th.shm], 8, nu));
+    gl.sort_unstable();
+    gl.dedup();
+    for len in gl {
         for root in [0, n - 1] {
             let mine: Vec<u64> = (0..len).map(|i| enc(r, 0, i)).collect();
             let exp: Vec<u64> = (0..n)

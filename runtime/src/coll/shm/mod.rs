@@ -67,19 +67,19 @@ fn area_of(state: &ShmState) -> Area {
 
 /// Write `slots` reduced in rank order (`slots[0] ∘ slots[1] ∘ …`) into
 /// `out`: every rank that does this gets the same bits.
-/// (Each slot's data starts at byte `off`.)
+/// (The data reduced is each slot's `out.len()` bytes from byte `off`.)
 fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
-    let cnt = out.len() / red.unit;
-    out.copy_from_slice(&slots[slots.len().min(2) - 1][off..]);
+    let (cnt, end) = (out.len() / red.unit, off + out.len());
+    out.copy_from_slice(&slots[slots.len().min(2) - 1][off..end]);
     if slots.len() < 2 {
         return;
     }
-    crate::op::apply_datatype(&red.op, red.dt, cnt, &slots[0][off..], out);
+    crate::op::apply_datatype(&red.op, red.dt, cnt, &slots[0][off..end], out);
     let mut acc = Vec::new();
     for s in &slots[2..] {
         acc.clear();
         acc.extend_from_slice(out);
-        out.copy_from_slice(&s[off..]);
+        out.copy_from_slice(&s[off..end]);
         crate::op::apply_datatype(&red.op, red.dt, cnt, &acc, out);
     }
 }
@@ -337,6 +337,104 @@ impl Communicator {
             }
             Ok(())
         })
+    }
+
+    /// A scatter through the area, one-way as a bcast: the root publishes
+    /// its header and every rank's block (`blocks`, in rank order) and
+    /// returns; each other rank checks the root's header against its own
+    /// (the same size, root and collective) and copies its block into
+    /// `recv`. `recv` is `None` at an in-place root.
+    pub(super) fn shm_scatter(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        blocks: &[View],
+        recv: Option<&View>,
+        root: i32,
+    ) -> Result<()> {
+        let me = self.rank();
+        let len = match (me == root, recv) {
+            (true, _) => blocks[root as usize].bytes(),
+            (false, Some(r)) => r.bytes(),
+            (false, None) => unreachable!("{call}: a non-root without a receive buffer"),
+        };
+        let hdr = header(kind::SCATTER, root, None, len);
+        let a = area.coll();
+        let idle = &mut |k| e.idle_flags(call, k);
+        if me == root {
+            let mut data = vec![0u8; HDR + len * blocks.len()];
+            data[..HDR].copy_from_slice(&hdr);
+            let g = engine::gpu();
+            let mut packed = Ok(());
+            for (i, b) in blocks.iter().enumerate() {
+                let at = HDR + i * len;
+                packed =
+                    packed.and_then(|()| b.pack_into_with(g, call, me, &mut data[at..at + len]));
+            }
+            if packed.is_err() {
+                wire::poison(&mut data);
+            }
+            a.bcast_with(root as usize, &data, idle, |_| ())?;
+            packed?;
+            if let Some(r) = recv {
+                let at = HDR + me as usize * len;
+                r.unpack(call, me, &data[at..at + len])?;
+            }
+            return Ok(());
+        }
+        let n = self.size() as usize;
+        let got = a.bcast_with(root as usize, &[], idle, |s| {
+            if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
+                return Err(err);
+            }
+            if s.len() != HDR + n * len {
+                return Err(short(call, me, root as usize, s.len()));
+            }
+            let at = HDR + me as usize * len;
+            recv.expect("a non-root receives")
+                .unpack(call, me, &s[at..at + len])
+        })?;
+        got.unwrap_or(Ok(()))
+    }
+
+    /// A reduce-scatter through the area: every rank publishes its whole
+    /// input (`counts` in reduction units, the same on every rank), then
+    /// reduces its own range of every rank's contribution, in rank order,
+    /// into `out` (this rank's block: the first of the buffer in place).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn shm_reduce_scatter(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        input: &View,
+        out: &View,
+        counts: &[usize],
+        red: &Reduction,
+    ) -> Result<()> {
+        let me = self.rank();
+        let total = input.bytes();
+        let off = HDR + counts[..me as usize].iter().sum::<usize>() * red.unit;
+        let len = counts[me as usize] * red.unit;
+        let hdr = header(kind::REDUCE_SCATTER, -1, Some(&red.op), total);
+        let mut staged: Option<Vec<u8>> = None;
+        self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+            if len > 0
+                && out
+                    .write_contig(|o| reduce_slots(red, slots, off, o))
+                    .is_none()
+            {
+                let mut r = vec![0u8; len];
+                reduce_slots(red, slots, off, &mut r);
+                staged = Some(r);
+            }
+            Ok(())
+        })?;
+        if let Some(r) = staged {
+            out.unpack(call, me, &r)?;
+        }
+        Ok(())
     }
 
     /// An alltoall through the area: every rank publishes its whole send

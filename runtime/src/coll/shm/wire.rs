@@ -4,7 +4,7 @@
 //!
 //! | bytes | field (little-endian) |
 //! |---|---|
-//! | 0..4 | collective ([`kind`]): 0 the `coll_check` agreement, 1 reduce/allreduce, 2 gather/allgather, 3 bcast, 4 alltoall; 5 this rank could not copy its data out of device memory |
+//! | 0..4 | collective ([`kind`]): 0 the `coll_check` agreement, 1 reduce/allreduce, 2 gather/allgather, 3 bcast, 4 alltoall; 5 this rank could not copy its data out of device memory; 6 scatter, 7 reduce_scatter(_block) |
 //! | 4..8 | root (-1: none) |
 //! | 8..12 | op: 0 none, 1 `SUM` … 14 `NO_OP`, 15 user-defined (see [`header`]) |
 //! | 12..16 | bytes of data that follow (`coll_check`: `u32::MAX` for the `v` forms, whose sizes differ by rank) |
@@ -42,6 +42,8 @@ pub(crate) mod kind {
     /// In place of the collective's kind: this rank's data is missing (a
     /// copy out of device memory failed), so nobody may use the exchange.
     pub(crate) const FAILED: u32 = 5;
+    pub(crate) const SCATTER: u32 = 6;
+    pub(crate) const REDUCE_SCATTER: u32 = 7;
 }
 
 /// The header of a shared-memory exchange.
