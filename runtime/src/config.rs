@@ -15,7 +15,7 @@
 //! | `shm_coop_min` | `GMPI_SHM_COOP_MIN` | smallest message copied cooperatively | 256 KiB |
 //! | `shm_coop_chunk` | `GMPI_SHM_COOP_CHUNK` | the unit sender and receiver of a cooperative copy claim | 128 KiB |
 //! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (5 when oversubscribed) |
-//! | `yields` | `GMPI_YIELDS` | yields before blocking | 100 (4 when oversubscribed) |
+//! | `yields` | `GMPI_YIELDS` | yields before blocking (skipped for 20 ms after a yield that took 20 µs or more, unless oversubscribed) | 100 (4 when oversubscribed) |
 //! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100; a rank with both shm and tcp peers sleeps in shm while a tcp watcher thread wakes it on socket readiness (capped at 1 only where that thread cannot start) |
 //! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
