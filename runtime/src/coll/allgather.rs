@@ -218,8 +218,15 @@ impl Communicator {
             let q = c
                 .query(Coll::Allgather, Form::Blocking, total(&blocks))
                 .vform(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.allgather_sched(CALL, tag, Some(&sv), &blocks, algo)))
+            match c.choose(e, CALL, tag, q)? {
+                Choice::Shm(area) => {
+                    c.shm_allgatherv(e, CALL, area, &sv, &blocks)?;
+                    Ok(None)
+                }
+                Choice::Sched(algo) => {
+                    Ok(Some(c.allgather_sched(CALL, tag, Some(&sv), &blocks, algo)))
+                }
+            }
         })
     }
 

@@ -7,7 +7,7 @@
 use super::algo;
 use super::run::{Choice, Staged};
 use super::sched::{Region, Sched};
-use super::select::{Algo, Coll, Form};
+use super::select::{Algo, Coll, Form, Query};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
 use crate::engine::Locked;
@@ -24,6 +24,29 @@ impl Communicator {
     /// An alltoall of `sblocks` into `rblocks`; `sblocks` is `None` in place:
     /// then each receive block is sent, packed into a temporary the
     /// schedule owns (so a request may outlive the call).
+    /// A blocking alltoallv or alltoallw (`send` `None` in place: `rb` is
+    /// both): through the shared-memory area if the selector says so, every
+    /// rank falling back to the pairwise schedule when some rank's blocks do
+    /// not fit there (`shm/vform.rs`).
+    fn alltoallv_run(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        tag: i32,
+        q: Query,
+        send: Option<&[View]>,
+        rb: &[View],
+    ) -> Result<Option<Sched>> {
+        let algo = match self.choose(e, call, tag, q)? {
+            Choice::Shm(area) => match self.shm_alltoallv(e, call, area, send.unwrap_or(rb), rb)? {
+                None => return Ok(None),
+                Some(_) => Algo::AlltoallPairwise,
+            },
+            Choice::Sched(algo) => algo,
+        };
+        Ok(Some(self.alltoall_sched(call, tag, send, rb, algo)))
+    }
+
     fn alltoall_sched(
         &self,
         call: &'static str,
@@ -214,8 +237,7 @@ impl Communicator {
             let q = c
                 .query(Coll::Alltoall, Form::Blocking, per_peer(&sb))
                 .vform(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.alltoall_sched(CALL, tag, Some(&sb), &rb, algo)))
+            c.alltoallv_run(e, CALL, tag, q, Some(&sb), &rb)
         })
     }
 
@@ -265,8 +287,7 @@ impl Communicator {
                 .query(Coll::Alltoall, Form::Blocking, per_peer(&rb))
                 .vform(true)
                 .in_place(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.alltoall_sched(CALL, tag, None, &rb, algo)))
+            c.alltoallv_run(e, CALL, tag, q, None, &rb)
         })
     }
 
@@ -355,8 +376,7 @@ impl Communicator {
             let q = c
                 .query(Coll::Alltoall, Form::Blocking, per_peer(&sb))
                 .vform(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.alltoall_sched(CALL, tag, Some(&sb), &rb, algo)))
+            c.alltoallv_run(e, CALL, tag, q, Some(&sb), &rb)
         })
     }
 
@@ -419,8 +439,7 @@ impl Communicator {
                 .query(Coll::Alltoall, Form::Blocking, per_peer(&rb))
                 .vform(true)
                 .in_place(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.alltoall_sched(CALL, tag, None, &rb, algo)))
+            c.alltoallv_run(e, CALL, tag, q, None, &rb)
         })
     }
 

@@ -6,9 +6,10 @@
 use super::algo;
 use super::run::{Choice, Staged};
 use super::sched::{Region, Sched};
-use super::select::{Algo, Coll, Form};
+use super::select::{Algo, Coll, Form, Query};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::request::Request;
 
@@ -51,6 +52,52 @@ impl Communicator {
         }
         st.finish(&mut s);
         s
+    }
+
+    /// A blocking gatherv (`input` is this rank's block, `send` its send
+    /// buffer unless an in-place root): through the shared-memory area if
+    /// the selector says so, the blocks that do not fit there then moving
+    /// by point-to-point (`shm/vform.rs`); else linear.
+    #[allow(clippy::too_many_arguments)]
+    fn gatherv_run(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        tag: i32,
+        q: Query,
+        input: &View,
+        send: Option<&View>,
+        blocks: &[View],
+        root: i32,
+    ) -> Result<Option<Sched>> {
+        let area = match self.choose(e, call, tag, q)? {
+            Choice::Shm(area) => area,
+            Choice::Sched(algo) => {
+                return Ok(Some(self.gather_sched(call, tag, send, blocks, root, algo)))
+            }
+        };
+        let (rest, bad) = self.shm_gatherv(e, call, area, input, send, blocks, root)?;
+        if let Some(ranks) = rest {
+            let mut s = if self.rank() == root {
+                // Only the marked ranks' blocks; the root's own is copied.
+                let only: Vec<View> = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(r, b)| {
+                        if ranks.contains(&r) {
+                            b.clone()
+                        } else {
+                            b.sub(0, 0).expect("an empty view fits")
+                        }
+                    })
+                    .collect();
+                self.gather_sched(call, tag, None, &only, root, Algo::GatherLinear)
+            } else {
+                self.gather_sched(call, tag, Some(input), &[], root, Algo::GatherLinear)
+            };
+            e.drive(call, &mut s)?;
+        }
+        bad.map_or(Ok(None), Err)
     }
 
     /// A blocking gather of equal blocks (`input` is this rank's block),
@@ -222,15 +269,7 @@ impl Communicator {
             let q = c
                 .query(Coll::Gather, Form::Blocking, sv.bytes())
                 .vform(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.gather_sched(
-                CALL,
-                tag,
-                Some(&sv),
-                &blocks,
-                root,
-                algo,
-            )))
+            c.gatherv_run(e, CALL, tag, q, &sv, Some(&sv), &blocks, root)
         })
     }
 
@@ -292,15 +331,21 @@ impl Communicator {
                 )
                 .vform(true)
                 .in_place(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.gather_sched(
+            let input = if me == root {
+                &blocks[root as usize]
+            } else {
+                &v
+            };
+            c.gatherv_run(
+                e,
                 CALL,
                 tag,
+                q,
+                input,
                 (me != root).then_some(&v),
                 &blocks,
                 root,
-                algo,
-            )))
+            )
         })
     }
 

@@ -8,9 +8,10 @@ use super::algo;
 use super::gather::own_block;
 use super::run::{Choice, Staged};
 use super::sched::{Region, Sched};
-use super::select::{Algo, Coll, Form};
+use super::select::{Algo, Coll, Form, Query};
 use crate::buffer::{Buffer, BufferMut, View};
 use crate::comm::Communicator;
+use crate::engine::Locked;
 use crate::error::Result;
 use crate::request::Request;
 
@@ -39,6 +40,32 @@ impl Communicator {
         }
         st.finish(&mut s);
         s
+    }
+
+    /// A blocking scatterv: through the shared-memory area if the selector
+    /// says so, falling back to the linear scatter when the root's blocks
+    /// do not fit there (`shm/vform.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn scatterv_run(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        tag: i32,
+        q: Query,
+        blocks: &[View],
+        recv: Option<&View>,
+        root: i32,
+    ) -> Result<Option<Sched>> {
+        let algo = match self.choose(e, call, tag, q)? {
+            Choice::Shm(area) => match self.shm_scatterv(e, call, area, blocks, recv, root)? {
+                None => return Ok(None),
+                Some(_) => Algo::ScatterLinear,
+            },
+            Choice::Sched(algo) => algo,
+        };
+        Ok(Some(
+            self.scatter_sched(call, tag, blocks, recv, root, algo),
+        ))
     }
 
     fn scatter_args(&self, call: &str, sv: View, rv: View, root: i32) -> Result<(Vec<View>, View)> {
@@ -201,15 +228,7 @@ impl Communicator {
             let q = c
                 .query(Coll::Scatter, Form::Blocking, rv.bytes())
                 .vform(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.scatter_sched(
-                CALL,
-                tag,
-                &blocks,
-                Some(&rv),
-                root,
-                algo,
-            )))
+            c.scatterv_run(e, CALL, tag, q, &blocks, Some(&rv), root)
         })
     }
 
@@ -271,15 +290,7 @@ impl Communicator {
                 )
                 .vform(true)
                 .in_place(true);
-            let algo = c.pick(e, CALL, &q);
-            Ok(Some(c.scatter_sched(
-                CALL,
-                tag,
-                &blocks,
-                (me != root).then_some(&v),
-                root,
-                algo,
-            )))
+            c.scatterv_run(e, CALL, tag, q, &blocks, (me != root).then_some(&v), root)
         })
     }
 

@@ -10,10 +10,10 @@
 //! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
 //! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast) | binomial tree (in rank order for non-commutative ops) |
 //! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
-//! | gather | one exchange (not gatherv) | linear |
-//! | scatter | one-way: the root writes every block, each rank reads its own (not scatterv) | linear |
-//! | allgather | one exchange (not in place, not allgatherv) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
-//! | alltoall | one exchange (not alltoallv/w) | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
+//! | gather | one exchange; gatherv one-way to the root whatever its size, blocks that do not fit moving by point-to-point (`shm/vform.rs`) | linear |
+//! | scatter | one-way: the root writes every block, each rank reads its own; scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
+//! | allgather | one exchange (not in place; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
+//! | alltoall | one exchange; alltoallv/w whatever their size, every rank falling back to pairwise when some rank's blocks do not fit | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
 //! | reduce_scatter | one exchange of the whole inputs, each rank reduces its block in rank order (`coll_shm_max` bounds the whole input) | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
 //! | scan, exscan | — | recursive doubling |
 //!
@@ -264,7 +264,11 @@ pub(crate) enum Algo {
 fn area_bytes(q: &Query) -> usize {
     match q.coll {
         Coll::Barrier => 0,
-        // Equal blocks: each rank's is the n-th part of the result.
+        // Sized inside (`shm/vform.rs`): the ranks do not all know the sizes.
+        _ if sized_inside(q) => 0,
+        // Equal blocks: each rank's is the n-th part of the result; an
+        // allgatherv's blocks are at most the whole result.
+        Coll::Allgather if q.vform => q.bytes,
         Coll::Allgather => q.bytes / q.n.max(1) as usize,
         // Equal blocks: each rank publishes its whole send buffer; a
         // scatter's root every rank's block.
@@ -280,8 +284,8 @@ fn area_bytes(q: &Query) -> usize {
 pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
     let has_path = match q.coll {
         Coll::Barrier | Coll::Bcast | Coll::Reduce | Coll::Allreduce => true,
-        Coll::Gather | Coll::Alltoall | Coll::Scatter => !q.vform,
-        Coll::Allgather => !q.vform && !q.in_place,
+        Coll::Gather | Coll::Alltoall | Coll::Scatter => true,
+        Coll::Allgather => !q.in_place,
         // The counts are the same on every rank: the total is too.
         Coll::ReduceScatter => true,
         Coll::Scan => false,
@@ -292,6 +296,15 @@ pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
         && q.n >= 2
         && s.shm
         && area_bytes(q) <= s.shm_max
+}
+
+/// Whether the call is a `v` form whose sizes not every rank knows
+/// (gatherv, scatterv, alltoallv/w): the selector sends it to the area
+/// whatever its size, and the ranks that know the sizes decide there
+/// whether the data fits or goes by point-to-point (`shm/vform.rs`).
+#[inline]
+fn sized_inside(q: &Query) -> bool {
+    q.vform && matches!(q.coll, Coll::Gather | Coll::Scatter | Coll::Alltoall)
 }
 
 /// Whether [`Query::area`] has room for this call's contribution.
@@ -545,7 +558,10 @@ mod tests {
             // gather
             ("gather 8 B, one node", node(Gather, 4, 8), D, Shm),
             ("gather in place, one node", in_place(node(Gather, 4, 8)), D, Shm),
-            ("gatherv, one node", vform(node(Gather, 4, 8)), D, GatherLinear),
+            ("gatherv, one node", vform(node(Gather, 4, 8)), D, Shm),
+            ("gatherv, one node, any size", vform(node(Gather, 4, MIB)), D, Shm),
+            ("gatherv, several nodes", vform(nodes(Gather, 4, 8)), D, GatherLinear),
+            ("gatherv, nonblocking", nonblocking(vform(node(Gather, 4, 8))), D, GatherLinear),
             ("gather above coll_shm_max", node(Gather, 4, 16 * KIB + 1), D, GatherLinear),
             ("igather", nonblocking(node(Gather, 4, 8)), D, GatherLinear),
             ("gather, several nodes", nodes(Gather, 4, 8), D, GatherLinear),
@@ -553,14 +569,16 @@ mod tests {
             // scatter: no shared-memory path
             ("scatter 8 B, one node", node(Scatter, 4, 8), D, Shm),
             ("scatter, one node, n blocks above coll_shm_max", node(Scatter, 4, 4 * KIB + 1), D, ScatterLinear),
-            ("scatterv, one node", vform(node(Scatter, 4, 8)), D, ScatterLinear),
+            ("scatterv, one node, any size", vform(node(Scatter, 4, MIB)), D, Shm),
+            ("scatterv, coll_shm off", vform(node(Scatter, 4, 8)), with(D, |s| s.shm = false), ScatterLinear),
             ("scatter, several nodes", nodes(Scatter, 4, MIB), D, ScatterLinear),
             // allgather (bytes: the whole result)
             ("allgather 4 × 8 B, one node", node(Allgather, 4, 32), D, Shm),
             ("allgather, 16 KiB per rank, one node", node(Allgather, 4, 64 * KIB), D, Shm),
             ("allgather, 16 KiB + 4 per rank, one node", node(Allgather, 4, 64 * KIB + 16), D, AllgatherRing),
             ("allgather in place, one node", in_place(node(Allgather, 4, 32)), D, AllgatherBruck),
-            ("allgatherv, one node", vform(node(Allgather, 4, 32)), D, AllgatherRing),
+            ("allgatherv, one node", vform(node(Allgather, 4, 32)), D, Shm),
+            ("allgatherv, one node, above coll_shm_max", vform(node(Allgather, 4, 16 * KIB + 1)), D, AllgatherRing),
             ("iallgather", nonblocking(node(Allgather, 4, 32)), D, AllgatherBruck),
             ("coll_check's exchange", internal(node(Allgather, 4, 64)), D, AllgatherBruck),
             ("allgather below allgather_large", nodes(Allgather, 4, 64 * KIB - 1), D, AllgatherBruck),
@@ -572,7 +590,9 @@ mod tests {
             ("alltoall in place, one node", in_place(node(Alltoall, 4, 8)), D, Shm),
             ("alltoall, 16 KiB in all, one node", node(Alltoall, 4, 4 * KIB), D, Shm),
             ("alltoall, 16 KiB + 4 in all, one node", node(Alltoall, 4, 4 * KIB + 1), D, AlltoallAtOnce),
-            ("alltoallv, one node", vform(node(Alltoall, 4, 8)), D, AlltoallAtOnce),
+            ("alltoallv, one node", vform(node(Alltoall, 4, 8)), D, Shm),
+            ("alltoallv, one node, any size", vform(node(Alltoall, 4, MIB)), D, Shm),
+            ("alltoallv, several nodes", vform(nodes(Alltoall, 4, 8)), D, AlltoallAtOnce),
             ("ialltoall", nonblocking(node(Alltoall, 4, 8)), D, AlltoallAtOnce),
             ("alltoall below alltoall_large", nodes(Alltoall, 4, 8 * KIB - 1), D, AlltoallAtOnce),
             ("alltoall at alltoall_large", nodes(Alltoall, 4, 8 * KIB), D, AlltoallPairwise),
@@ -608,7 +628,8 @@ mod tests {
         assert!(!area_wanted(&nonblocking(q), &D));
         assert!(!area_wanted(&nodes(Coll::Bcast, 4, 8), &D));
         assert!(area_wanted(&node(Coll::Scatter, 4, 8), &D));
-        assert!(!area_wanted(&vform(node(Coll::Scatter, 4, 8)), &D));
+        assert!(area_wanted(&vform(node(Coll::Scatter, 4, 8)), &D));
+        assert!(!area_wanted(&vform(nodes(Coll::Scatter, 4, 8)), &D));
     }
 
     #[test]

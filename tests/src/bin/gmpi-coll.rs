@@ -708,11 +708,16 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
         }
         (d, off)
     };
+    // (Around the area's slot too: gatherv, scatterv and alltoallv are
+    // sized inside the area, where some ranks' blocks fit and others' go by
+    // point-to-point.)
     for len in [
         0usize,
         1,
         3,
         th.shm / 8 / nu.max(1) + 1,
+        th.shm / 8 - 2,
+        th.shm / 8 + 1,
         th.allgather / 8 / nu + 1,
     ] {
         let counts = vcounts(len);
@@ -833,7 +838,14 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     }
 
     // alltoallv / alltoallw: count from a to b is cnt(a, b), some 0.
-    for len in [0usize, 1, 3, th.alltoall / 8 + 1] {
+    for len in [
+        0usize,
+        1,
+        3,
+        th.alltoall / 8 + 1,
+        th.shm / 8 / nu - 2,
+        th.shm / 8 / nu + 1,
+    ] {
         let cnt = |a: i32, b: i32| -> usize {
             if (a + b) % 3 == 2 {
                 0
@@ -2249,6 +2261,42 @@ fn scenario_errors(w: &Communicator) -> R {
             res.map_err(|x| format!("reduce to root 1 as a non-root: {x}"))?;
         }
         still_ok(w, "mismatched counts and roots across ranks")?;
+        // v forms: a block longer than the receiver's count truncates at the
+        // receiver (the root of a gatherv, rank 1 of an alltoallv); the
+        // others succeed.
+        let nu = n as usize;
+        let counts = vec![2i32; nu];
+        let displs: Vec<i32> = (0..n).map(|q| 2 * q).collect();
+        let mine = vec![r as u32; if r == 1 { 3 } else { 2 }];
+        let mut out = vec![0u32; if r == 0 { 2 * nu } else { 0 }];
+        let res = w.gatherv(&mine[..], &mut out[..], &counts, &displs, 0);
+        if r == 0 {
+            expect_class(
+                "gatherv with rank 1 sending 3 of 2",
+                res,
+                ErrorClass::Truncate,
+            )?;
+        } else {
+            res.map_err(|x| format!("gatherv as a sender: {x}"))?;
+        }
+        let sc: Vec<i32> = (0..n)
+            .map(|q| if r == 0 && q == 1 { 2 } else { 1 })
+            .collect();
+        let sd: Vec<i32> = (0..n).map(|q| 2 * q).collect();
+        let rc = vec![1i32; nu];
+        let send = vec![7u32; 2 * nu];
+        let mut recv = vec![0u32; 2 * nu];
+        let res = w.alltoallv(&send[..], &sc, &sd, &mut recv[..], &rc, &sd);
+        if r == 1 {
+            expect_class(
+                "alltoallv with rank 0 sending 2 of 1",
+                res,
+                ErrorClass::Truncate,
+            )?;
+        } else {
+            res.map_err(|x| format!("alltoallv: {x}"))?;
+        }
+        still_ok(w, "truncated v forms")?;
     }
 
     // mismatched buffer sizes (checked on every rank)

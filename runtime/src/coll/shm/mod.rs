@@ -25,6 +25,7 @@
 //! exchange ([`Communicator::allreduce_tiny`]), since their time is mostly
 //! the call's own overhead.
 
+mod vform;
 pub(crate) mod wire;
 
 use std::sync::MutexGuard;

@@ -4,7 +4,7 @@
 //!
 //! | bytes | field (little-endian) |
 //! |---|---|
-//! | 0..4 | collective ([`kind`]): 0 the `coll_check` agreement, 1 reduce/allreduce, 2 gather/allgather, 3 bcast, 4 alltoall; 5 this rank could not copy its data out of device memory; 6 scatter, 7 reduce_scatter(_block) |
+//! | 0..4 | collective ([`kind`]): 0 the `coll_check` agreement, 1 reduce/allreduce, 2 gather/allgather, 3 bcast, 4 alltoall; 5 this rank could not copy its data out of device memory; 6 scatter, 7 reduce_scatter(_block), 8 gatherv, 9 scatterv, 10 alltoallv, 11 allgatherv (`shm/vform.rs`) |
 //! | 4..8 | root (-1: none) |
 //! | 8..12 | op: 0 none, 1 `SUM` … 14 `NO_OP`, 15 user-defined (see [`header`]) |
 //! | 12..16 | bytes of data that follow (`coll_check`: `u32::MAX` for the `v` forms, whose sizes differ by rank) |
@@ -44,6 +44,10 @@ pub(crate) mod kind {
     pub(crate) const FAILED: u32 = 5;
     pub(crate) const SCATTER: u32 = 6;
     pub(crate) const REDUCE_SCATTER: u32 = 7;
+    pub(crate) const GATHERV: u32 = 8;
+    pub(crate) const SCATTERV: u32 = 9;
+    pub(crate) const ALLTOALLV: u32 = 10;
+    pub(crate) const ALLGATHERV: u32 = 11;
 }
 
 /// The header of a shared-memory exchange.

@@ -1,0 +1,323 @@
+//! The `v` forms through the shared-memory area: gatherv, scatterv and
+//! alltoallv, whose sizes differ by rank and are not all known to every
+//! rank, so the selector cannot size the call the same way everywhere (it
+//! sends every blocking `v` call of a single-node communicator here, and the
+//! fit is decided inside, where the ranks that know it tell the others).
+//!
+//! A `v` header ([`vheader`]) carries the collective and the root and, in
+//! its length field, `0` or [`BIG`]: "my data does not fit the slot, it
+//! goes by point-to-point". Ranks compare the first 12 bytes (collective,
+//! root, op) and check each block's length against the counts they were
+//! given.
+//!
+//! - **gatherv** (one-way to the root): each rank publishes its block, or
+//!   [`BIG`]; the root copies the blocks and the others return. Blocks
+//!   marked [`BIG`] then move by point-to-point, the root receiving from
+//!   exactly those ranks (its caller builds the schedule:
+//!   [`Fallback`]).
+//! - **scatterv** (one-way from the root): the root publishes an offset
+//!   table and every block, or [`BIG`] when they do not fit together; each
+//!   rank takes its own block, or, on [`BIG`], every rank takes part in the
+//!   point-to-point scatter.
+//! - **allgatherv** (an exchange, no fallback: every rank knows every
+//!   count, so the selector sizes it by the whole result like the others).
+//! - **alltoallv** (an exchange): each rank publishes an offset table and
+//!   its blocks for every rank, or [`BIG`]; each takes its block of every
+//!   slot, or, when any rank said [`BIG`] (every rank sees it), all of them
+//!   run the point-to-point alltoallv.
+
+use super::wire::{self, header, kind, HDR};
+use super::{bcast_mismatch, short, ShmArea};
+use crate::buffer::View;
+use crate::comm::Communicator;
+use crate::engine::{self, Locked};
+use crate::error::{Error, ErrorClass, Result};
+
+/// The length field of a `v` header whose rank's data goes by
+/// point-to-point.
+const BIG: u32 = u32::MAX;
+
+/// One entry of an offset table: offset and length (`u32` each, LE) of a
+/// block, from the start of the slot.
+const ENTRY: usize = 8;
+
+/// What is left to do after the area: `None`, nothing; `Some(ranks)`, move
+/// the blocks of `ranks` by point-to-point (every rank, for scatterv and
+/// alltoallv; the marked ranks, at a gatherv's root; itself, at a marked
+/// gatherv sender).
+pub(crate) type Fallback = Option<Vec<usize>>;
+
+/// The header of a `v` exchange: `big` marks data that goes by
+/// point-to-point.
+fn vheader(kind: u32, root: i32, big: bool) -> [u8; HDR] {
+    header(kind, root, None, if big { BIG as usize } else { 0 })
+}
+
+/// Whether a `v` contribution says [`BIG`].
+fn is_big(s: &[u8]) -> bool {
+    s.len() >= HDR && s[12..16] == BIG.to_le_bytes()
+}
+
+/// A `v` contribution `s` of rank `r` against ours (`mine`): the same
+/// collective, root and op (the length field differs by design).
+fn vmismatch(call: &str, me: i32, mine: &[u8], r: usize, s: &[u8]) -> Option<Error> {
+    if s.len() >= HDR && s[..12] == mine[..12] {
+        return None;
+    }
+    wire::mismatch_of(call, me, mine, r, s).or_else(|| Some(short(call, me, r, s.len())))
+}
+
+/// A block of `got` bytes where `want` were expected: truncation when it
+/// is longer (as a receive of it would say), a count mismatch when shorter.
+fn count_error(call: &str, me: i32, r: usize, got: usize, want: usize) -> Error {
+    let class = if got > want {
+        ErrorClass::Truncate
+    } else {
+        ErrorClass::Count
+    };
+    Error::new(
+        class,
+        call,
+        me,
+        format!("rank {r} passed {got} bytes for this rank's block, which holds {want}"),
+    )
+}
+
+/// Entry `i` of the offset table after the header of `s`, bounds-checked
+/// against `s`.
+fn entry(s: &[u8], i: usize) -> Option<(usize, usize)> {
+    let at = HDR + i * ENTRY;
+    let e = s.get(at..at + ENTRY)?;
+    let off = u32::from_le_bytes(e[..4].try_into().ok()?) as usize;
+    let len = u32::from_le_bytes(e[4..].try_into().ok()?) as usize;
+    (off.checked_add(len)? <= s.len()).then_some((off, len))
+}
+
+/// A contribution of `hdr`, an offset table and `blocks` packed after it,
+/// in order; a failed copy out of device memory poisons it
+/// ([`wire::poison`]) and is returned with it.
+fn packed_table(call: &str, me: i32, hdr: [u8; HDR], blocks: &[View]) -> (Vec<u8>, Result<()>) {
+    let table = HDR + blocks.len() * ENTRY;
+    let total: usize = blocks.iter().map(View::bytes).sum();
+    let mut data = vec![0u8; table + total];
+    data[..HDR].copy_from_slice(&hdr);
+    let g = engine::gpu();
+    let (mut off, mut packed) = (table, Ok(()));
+    for (i, b) in blocks.iter().enumerate() {
+        let len = b.bytes();
+        let e = HDR + i * ENTRY;
+        data[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
+        data[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
+        packed = packed.and_then(|()| b.pack_into_with(g, call, me, &mut data[off..off + len]));
+        off += len;
+    }
+    if packed.is_err() {
+        wire::poison(&mut data);
+    }
+    (data, packed)
+}
+
+/// Bytes of a table contribution of `blocks`.
+fn table_bytes(blocks: &[View]) -> usize {
+    HDR + blocks.len() * ENTRY + blocks.iter().map(View::bytes).sum::<usize>()
+}
+
+impl Communicator {
+    /// A gatherv's area part (see the module header). `input` is this
+    /// rank's block (the root's own block in place), `send` the root's send
+    /// buffer when not in place, `blocks` the root's receive blocks. With
+    /// the fallback comes the root's error, if it found one: the marked
+    /// ranks send their blocks anyway, so the root receives them first.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::coll) fn shm_gatherv(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        input: &View,
+        send: Option<&View>,
+        blocks: &[View],
+        root: i32,
+    ) -> Result<(Fallback, Option<Error>)> {
+        let me = self.rank();
+        let a = area.coll();
+        let idle = &mut |k| e.idle_flags(call, k);
+        if me != root {
+            let big = HDR + input.bytes() > a.slot_bytes();
+            let hdr = vheader(kind::GATHERV, root, big);
+            if big {
+                a.gather_with(root as usize, &hdr, idle, |_| ())?;
+                return Ok((Some(vec![me as usize]), None));
+            }
+            return wire::with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
+                a.gather_with(root as usize, data, idle, |_| ())?;
+                Ok((None, None))
+            });
+        }
+        let hdr = vheader(kind::GATHERV, root, false);
+        let mut big = Vec::new();
+        let mut bad: Option<Error> = None;
+        a.gather_with(root as usize, &hdr, idle, |slots| {
+            for (r, s) in slots.iter().enumerate() {
+                if r == me as usize {
+                    continue;
+                }
+                if let Some(err) = vmismatch(call, me, &hdr, r, s) {
+                    bad.get_or_insert(err);
+                } else if is_big(s) {
+                    big.push(r);
+                } else if s.len() - HDR != blocks[r].bytes() {
+                    let err = count_error(call, me, r, s.len() - HDR, blocks[r].bytes());
+                    bad.get_or_insert(err);
+                } else if let Err(err) = blocks[r].unpack(call, me, &s[HDR..]) {
+                    bad.get_or_insert(err);
+                }
+            }
+        })?;
+        if let Some(sv) = send {
+            let mine = sv.pack(call, me)?;
+            blocks[me as usize].unpack(call, me, &mine)?;
+        }
+        Ok(((!big.is_empty()).then_some(big), bad))
+    }
+
+    /// A scatterv's area part (see the module header). `blocks`: the root's
+    /// send blocks; `recv`: this rank's receive buffer (`None` at an
+    /// in-place root).
+    pub(in crate::coll) fn shm_scatterv(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        blocks: &[View],
+        recv: Option<&View>,
+        root: i32,
+    ) -> Result<Fallback> {
+        let (me, n) = (self.rank(), self.size() as usize);
+        let a = area.coll();
+        let idle = &mut |k| e.idle_flags(call, k);
+        let all = || Some((0..n).collect());
+        if me == root {
+            if table_bytes(blocks) > a.slot_bytes() {
+                a.bcast_with(
+                    root as usize,
+                    &vheader(kind::SCATTERV, root, true),
+                    idle,
+                    |_| (),
+                )?;
+                return Ok(all());
+            }
+            let (data, packed) =
+                packed_table(call, me, vheader(kind::SCATTERV, root, false), blocks);
+            a.bcast_with(root as usize, &data, idle, |_| ())?;
+            packed?;
+            if let (Some(r), Some((off, len))) = (recv, entry(&data, me as usize)) {
+                r.unpack(call, me, &data[off..off + len])?;
+            }
+            return Ok(None);
+        }
+        let recv = recv.expect("a non-root receives");
+        let hdr = vheader(kind::SCATTERV, root, false);
+        let got = a.bcast_with(root as usize, &[], idle, |s| {
+            if let Some(err) = bcast_mismatch(call, me, root, &hdr, s)
+                .filter(|_| s.len() < HDR || s[..12] != hdr[..12])
+            {
+                return Err(err);
+            }
+            if is_big(s) {
+                return Ok(all());
+            }
+            let (off, len) =
+                entry(s, me as usize).ok_or_else(|| short(call, me, root as usize, s.len()))?;
+            if len != recv.bytes() {
+                return Err(count_error(call, me, root as usize, len, recv.bytes()));
+            }
+            recv.unpack(call, me, &s[off..off + len])?;
+            Ok(None)
+        })?;
+        got.unwrap_or(Ok(None))
+    }
+
+    /// An allgatherv through the area: one exchange of every rank's block.
+    /// Unlike the other `v` forms every rank knows every count, so the
+    /// selector sized it (by the whole result) and every block fits.
+    pub(in crate::coll) fn shm_allgatherv(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        input: &View,
+        blocks: &[View],
+    ) -> Result<()> {
+        let me = self.rank();
+        let a = area.coll();
+        let hdr = vheader(kind::ALLGATHERV, -1, false);
+        wire::with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
+            let mut bad: Option<Error> = None;
+            a.exchange(data, &mut |k| e.idle_flags(call, k), |slots| {
+                for (r, s) in slots.iter().enumerate() {
+                    if let Some(err) = vmismatch(call, me, &hdr, r, s) {
+                        bad.get_or_insert(err);
+                    } else if s.len() - HDR != blocks[r].bytes() {
+                        let err = count_error(call, me, r, s.len() - HDR, blocks[r].bytes());
+                        bad.get_or_insert(err);
+                    } else if let Err(err) = blocks[r].unpack(call, me, &s[HDR..]) {
+                        bad.get_or_insert(err);
+                    }
+                }
+            })?;
+            bad.map_or(Ok(()), Err)
+        })
+    }
+
+    /// An alltoallv's area part (see the module header): `sblocks` this
+    /// rank's send blocks, `rblocks` its receive blocks.
+    pub(in crate::coll) fn shm_alltoallv(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        mut area: ShmArea<'_>,
+        sblocks: &[View],
+        rblocks: &[View],
+    ) -> Result<Fallback> {
+        let (me, n) = (self.rank(), self.size() as usize);
+        let a = area.coll();
+        let idle = &mut |k| e.idle_flags(call, k);
+        let big = table_bytes(sblocks) > a.slot_bytes();
+        let hdr = vheader(kind::ALLTOALLV, -1, big);
+        let (data, packed) = if big {
+            (hdr.to_vec(), Ok(()))
+        } else {
+            packed_table(call, me, hdr, sblocks)
+        };
+        let mut fallback = false;
+        let mut bad: Option<Error> = None;
+        a.exchange(&data, idle, |slots| {
+            for (r, s) in slots.iter().enumerate() {
+                if let Some(err) = vmismatch(call, me, &hdr, r, s) {
+                    bad.get_or_insert(err);
+                }
+                fallback |= is_big(s);
+            }
+            if bad.is_some() || fallback {
+                return;
+            }
+            for (r, s) in slots.iter().enumerate() {
+                let Some((off, len)) = entry(s, me as usize) else {
+                    bad.get_or_insert(short(call, me, r, s.len()));
+                    continue;
+                };
+                if len != rblocks[r].bytes() {
+                    bad.get_or_insert(count_error(call, me, r, len, rblocks[r].bytes()));
+                } else if let Err(err) = rblocks[r].unpack(call, me, &s[off..off + len]) {
+                    bad.get_or_insert(err);
+                }
+            }
+        })?;
+        packed?;
+        match bad {
+            Some(err) => Err(err),
+            None => Ok(fallback.then(|| (0..n).collect())),
+        }
+    }
+}
