@@ -243,7 +243,11 @@ fn ints<T: Wide>(call: &str, what: &str, p: *const T, n: usize) -> Result<Vec<c_
     ptr::slice(call, what, p, n)?
         .iter()
         .enumerate()
-        .map(|(i, &v)| int(call, &format!("{what}[{i}]"), v))
+        .map(|(i, &v)| {
+            // The entry's name only for the error: formatting it for every
+            // entry of every call cost a v-form more than its data did.
+            c_int::try_from(v.wide()).or_else(|_| int(call, &format!("{what}[{i}]"), v))
+        })
         .collect()
 }
 
@@ -716,7 +720,10 @@ fn wside<C: Wide, D: Wide>(
     let mut span: Option<(i128, i128)> = None;
     for i in 0..n {
         let t = resolve::dtype(call, ts[i])?.into_owned();
-        let cnt = ptr::count(call, &format!("{side}counts[{i}]"), cs[i])? as i128;
+        let cnt = match usize::try_from(cs[i]) {
+            Ok(c) => c as i128,
+            Err(_) => ptr::count(call, &format!("{side}counts[{i}]"), cs[i])? as i128,
+        };
         let mut range = None;
         if cnt > 0 && t.size() > 0 {
             let (d, lb, ext) = (ds[i], t.true_lb() as i128, t.extent() as i128);
@@ -842,7 +849,9 @@ fn reduce_scatter_io<C: Wide>(
     let counts = ints(call, "recvcounts", recvcounts, c.size() as usize)?;
     let mut total: c_int = 0;
     for (i, &k) in counts.iter().enumerate() {
-        ptr::count(call, &format!("recvcounts[{i}]"), k)?;
+        if k < 0 {
+            ptr::count(call, &format!("recvcounts[{i}]"), k)?;
+        }
         total = total
             .checked_add(k)
             .ok_or_else(|| err(ErrorClass::Count, call, "the sum of recvcounts overflows"))?;

@@ -318,7 +318,7 @@ impl Communicator {
 
     /// A gather (`root`) or allgather (`None`) through the area, every rank
     /// the same size: every rank, or the root, copies every slot into its
-    /// block of `blocks`.
+    /// block of `blocks`. A gather is one-way unless `coll_check` is set.
     pub(super) fn shm_gather(
         &self,
         e: &mut Locked,
@@ -330,14 +330,35 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), input.bytes());
         let hdr = header(kind::GATHER, root.unwrap_or(-1), None, len);
-        self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
-            if root.is_none_or(|r| r == me) {
-                for (b, s) in blocks.iter().zip(slots) {
-                    b.unpack(call, me, &s[HDR..])?;
-                }
+        let copy = |slots: &[&[u8]]| {
+            for (b, s) in blocks.iter().zip(slots) {
+                b.unpack(call, me, &s[HDR..])?;
             }
             Ok(())
-        })
+        };
+        match root {
+            // One-way, as a reduce: the others publish and return, the root
+            // checks every header against its own and copies the blocks.
+            Some(root) if !e.cfg.coll_check => {
+                let a = area.coll();
+                with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
+                    let idle = &mut |k| e.idle_flags(call, k);
+                    let got = a.gather_with(root as usize, data, idle, |slots| {
+                        match mismatch(call, me, data, slots) {
+                            Some(err) => Err(err),
+                            None => copy(slots),
+                        }
+                    })?;
+                    got.unwrap_or(Ok(()))
+                })
+            }
+            _ => self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
+                if root.is_none_or(|r| r == me) {
+                    copy(slots)?;
+                }
+                Ok(())
+            }),
+        }
     }
 
     /// A scatter through the area, one-way as a bcast: the root publishes
