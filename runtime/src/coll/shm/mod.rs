@@ -191,6 +191,36 @@ impl Communicator {
         })
     }
 
+    /// A one-way gather to `root` through the area: publish `hdr` and then
+    /// `input` packed; the others return at once, the root waits for every
+    /// contribution and, once every header agrees with its own, runs `f`
+    /// over every rank's slot (header included). A difference fails the
+    /// root, naming the first rank that differs.
+    #[allow(clippy::too_many_arguments)]
+    fn one_way_gather(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        hdr: [u8; HDR],
+        input: &View,
+        root: i32,
+        f: impl FnOnce(&[&[u8]]) -> Result<()>,
+    ) -> Result<()> {
+        let me = self.rank();
+        let a = area.coll();
+        with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
+            let idle = &mut |k| e.idle_flags(call, k);
+            let got = a.gather_with(root as usize, data, idle, |slots| {
+                match mismatch(call, me, data, slots) {
+                    Some(err) => Err(err),
+                    None => f(slots),
+                }
+            })?;
+            got.unwrap_or(Ok(()))
+        })
+    }
+
     /// A barrier through the area.
     pub(super) fn shm_barrier(
         &self,
@@ -290,19 +320,9 @@ impl Communicator {
         };
         match root {
             Some(root) if !e.cfg.coll_check => {
-                let a = area.coll();
-                with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
-                    let idle = &mut |k| e.idle_flags(call, k);
-                    let got = a.gather_with(root as usize, data, idle, |slots| {
-                        match mismatch(call, me, data, slots) {
-                            Some(err) => Err(err),
-                            None => {
-                                reduce(slots);
-                                Ok(())
-                            }
-                        }
-                    })?;
-                    got.unwrap_or(Ok(()))
+                self.one_way_gather(e, call, &mut area, hdr, input, root, |slots| {
+                    reduce(slots);
+                    Ok(())
                 })?;
             }
             _ => self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
@@ -340,17 +360,7 @@ impl Communicator {
             // One-way, as a reduce: the others publish and return, the root
             // checks every header against its own and copies the blocks.
             Some(root) if !e.cfg.coll_check => {
-                let a = area.coll();
-                with_contribution(engine::gpu(), call, me, hdr, Some(input), |data| {
-                    let idle = &mut |k| e.idle_flags(call, k);
-                    let got = a.gather_with(root as usize, data, idle, |slots| {
-                        match mismatch(call, me, data, slots) {
-                            Some(err) => Err(err),
-                            None => copy(slots),
-                        }
-                    })?;
-                    got.unwrap_or(Ok(()))
-                })
+                self.one_way_gather(e, call, &mut area, hdr, input, root, copy)
             }
             _ => self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
                 if root.is_none_or(|r| r == me) {

@@ -83,6 +83,16 @@ fn count_error(call: &str, me: i32, r: usize, got: usize, want: usize) -> Error 
     )
 }
 
+/// Copy rank `r`'s block, the data of its contribution `s` after the
+/// header, into `block`, if it has the block's length.
+fn take_block(call: &str, me: i32, r: usize, s: &[u8], block: &View) -> Result<()> {
+    let got = s.len() - HDR;
+    if got != block.bytes() {
+        return Err(count_error(call, me, r, got, block.bytes()));
+    }
+    block.unpack(call, me, &s[HDR..])
+}
+
 /// Entry `i` of the offset table after the header of `s`, bounds-checked
 /// against `s`.
 fn entry(s: &[u8], i: usize) -> Option<(usize, usize)> {
@@ -166,10 +176,7 @@ impl Communicator {
                     bad.get_or_insert(err);
                 } else if is_big(s) {
                     big.push(r);
-                } else if s.len() - HDR != blocks[r].bytes() {
-                    let err = count_error(call, me, r, s.len() - HDR, blocks[r].bytes());
-                    bad.get_or_insert(err);
-                } else if let Err(err) = blocks[r].unpack(call, me, &s[HDR..]) {
+                } else if let Err(err) = take_block(call, me, r, s, &blocks[r]) {
                     bad.get_or_insert(err);
                 }
             }
@@ -258,10 +265,7 @@ impl Communicator {
                 for (r, s) in slots.iter().enumerate() {
                     if let Some(err) = vmismatch(call, me, &hdr, r, s) {
                         bad.get_or_insert(err);
-                    } else if s.len() - HDR != blocks[r].bytes() {
-                        let err = count_error(call, me, r, s.len() - HDR, blocks[r].bytes());
-                        bad.get_or_insert(err);
-                    } else if let Err(err) = blocks[r].unpack(call, me, &s[HDR..]) {
+                    } else if let Err(err) = take_block(call, me, r, s, &blocks[r]) {
                         bad.get_or_insert(err);
                     }
                 }
