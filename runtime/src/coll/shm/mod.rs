@@ -55,6 +55,19 @@ impl ShmArea<'_> {
     }
 }
 
+/// Epochs each rank's slots buffer in a communicator of `n` ranks: how far
+/// the root of a one-way bcast, scatter, reduce or gather (or a non-root of
+/// the last two) may run ahead of the slowest rank. Deep on small
+/// communicators, where it matters most when their ranks share cores: the
+/// root then does many calls before a reader must run (an 8 B bcast at np 4
+/// on 2 cores: 2.9 µs per call at depth 2, 0.42 at 16); shallower as `n`
+/// grows, so that an area holds at most 64 slots (about 1 MiB at the
+/// default 16 KiB `coll_shm_max`) up to 32 ranks. Slots are pages of a
+/// file mapping touched only as far as the data goes.
+fn area_depth(n: i32) -> usize {
+    (64 / n.max(1) as usize).clamp(2, 16)
+}
+
 /// The area as the selector sees it.
 #[inline]
 fn area_of(state: &ShmState) -> Area {
@@ -126,7 +139,7 @@ impl Communicator {
                 let path = format!("{prefix}-c{}-{}", self.inner.ctx, self.inner.world[0]);
                 let cfg = CollConfig {
                     slot_bytes: e.coll.shm_max.max(64) + HDR,
-                    ..CollConfig::default()
+                    depth: area_depth(self.size()),
                 };
                 let (n, me) = (self.size(), self.rank());
                 let mut fence = || {
