@@ -6,7 +6,7 @@
 mod common;
 
 use common::{connect, IbFixture};
-use gmpi_btl::conformance::{Can, Support};
+use gmpi_btl::conformance::{Can, HostBuffers, Support};
 use gmpi_btl::{Btl, Event, LocalMem, Submit};
 use gmpi_btl_ib::model::{ModelFabric, ModelNet};
 use gmpi_btl_ib::{IbBtl, IbConfig};
@@ -39,7 +39,7 @@ impl ModelFixture {
                 wait_sleeps: Can::Yes,
             },
             btls: btls.into_iter().map(Some).collect(),
-            mem: Vec::new(),
+            mem: HostBuffers::default(),
             kill: Box::new(move |_, i| net.kill(i)),
         }
     }

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{connect, IbFixture};
-use gmpi_btl::conformance::{self, Can, Fixture, Support};
+use gmpi_btl::conformance::{self, Can, Fixture, HostBuffers, Support};
 use gmpi_btl::Btl;
 use gmpi_btl_ib::verbs::{self, VerbsFabric, Want};
 use gmpi_btl_ib::IbConfig;
@@ -45,7 +45,7 @@ fn fixture(cfg: IbConfig) -> VerbsFixture {
             wait_sleeps: Can::Yes,
         },
         btls: btls.into_iter().map(Some).collect(),
-        mem: Vec::new(),
+        mem: HostBuffers::default(),
         kill: Box::new(|btls, i| btls[i] = None),
     }
 }

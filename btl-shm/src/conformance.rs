@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
-use gmpi_btl::conformance::{Can, Fixture, Support};
+use gmpi_btl::conformance::{Can, Fixture, HostBuffers, Support};
 use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
 
 use crate::{layout, ShmBtl, ShmConfig};
@@ -21,7 +21,7 @@ struct ShmFixture {
     what: &'static str,
     /// Dropped before `mem` (fields drop in order): no get outlives it.
     btls: Vec<ShmBtl>,
-    mem: Vec<Box<[u8]>>,
+    mem: HostBuffers,
 }
 
 impl ShmFixture {
@@ -51,7 +51,7 @@ impl ShmFixture {
         Self {
             what,
             btls,
-            mem: Vec::new(),
+            mem: HostBuffers::default(),
         }
     }
 }
@@ -90,19 +90,11 @@ impl Fixture for ShmFixture {
     }
 
     fn alloc(&mut self, _: usize, data: &[u8]) -> LocalMem {
-        let mut b: Box<[u8]> = data.into();
-        let mem = LocalMem::of(&mut b);
-        self.mem.push(b);
-        mem
+        self.mem.alloc(data)
     }
 
     fn read(&self, _: usize, mem: LocalMem) -> Vec<u8> {
-        let b = self
-            .mem
-            .iter()
-            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
-            .expect("memory from alloc");
-        b.to_vec()
+        self.mem.read(mem)
     }
 
     #[allow(unsafe_code)] // lends fixture memory to a get

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::RawFd;
 
 use common::*;
-use gmpi_btl::conformance::{Can, Fixture, Support};
+use gmpi_btl::conformance::{Can, Fixture, HostBuffers, Support};
 use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
 use gmpi_btl_tcp::{TcpBtl, TcpConfig};
 use nix::sys::socket::{getpeername, getsockname, shutdown, Shutdown, SockaddrIn};
@@ -18,7 +18,7 @@ struct TcpFixture {
     /// Closed together on drop (a lone close waits for its peer's goodbye).
     btls: Vec<TcpBtl>,
     /// For the (refused) gets.
-    mem: Vec<Box<[u8]>>,
+    mem: HostBuffers,
 }
 
 impl TcpFixture {
@@ -26,7 +26,7 @@ impl TcpFixture {
         Self {
             what,
             btls: group(2, &cfg),
-            mem: Vec::new(),
+            mem: HostBuffers::default(),
         }
     }
 }
@@ -76,19 +76,11 @@ impl Fixture for TcpFixture {
     }
 
     fn alloc(&mut self, _: usize, data: &[u8]) -> LocalMem {
-        let mut b: Box<[u8]> = data.into();
-        let mem = LocalMem::of(&mut b);
-        self.mem.push(b);
-        mem
+        self.mem.alloc(data)
     }
 
     fn read(&self, _: usize, mem: LocalMem) -> Vec<u8> {
-        let b = self
-            .mem
-            .iter()
-            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
-            .expect("memory from alloc");
-        b.to_vec()
+        self.mem.read(mem)
     }
 
     fn get(

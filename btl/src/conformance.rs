@@ -142,6 +142,37 @@ pub trait Fixture {
     fn kill(&mut self, i: usize);
 }
 
+/// The memory of a fixture whose endpoints share this process's address
+/// space (shm, tcp and ib endpoints on threads): [`Fixture::alloc`] and
+/// [`Fixture::read`] for them. Buffers live, at their addresses, as long as
+/// this value; a fixture declares it after its endpoints, so they are
+/// dropped first and no get outlives the memory it writes.
+#[derive(Debug, Default)]
+pub struct HostBuffers(Vec<Box<[u8]>>);
+
+impl HostBuffers {
+    /// A new buffer holding `data` ([`Fixture::alloc`]).
+    pub fn alloc(&mut self, data: &[u8]) -> LocalMem {
+        let mut b: Box<[u8]> = data.into();
+        let mem = LocalMem::of(&mut b);
+        self.0.push(b);
+        mem
+    }
+
+    /// The bytes of `mem`, a buffer [`HostBuffers::alloc`] gave
+    /// ([`Fixture::read`]).
+    ///
+    /// # Panics
+    /// If `mem` is not one of them.
+    pub fn read(&self, mem: LocalMem) -> Vec<u8> {
+        self.0
+            .iter()
+            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
+            .expect("memory from alloc")
+            .to_vec()
+    }
+}
+
 /// What a check did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {

@@ -1,7 +1,7 @@
 //! What the model and verbs tests share: ranks connected by their cards,
 //! and the conformance fixture over any [`Fabric`].
 
-use gmpi_btl::conformance::{Fixture, Support};
+use gmpi_btl::conformance::{Fixture, HostBuffers, Support};
 use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
 use gmpi_btl_ib::fabric::Fabric;
 use gmpi_btl_ib::{IbBtl, IbConfig};
@@ -35,7 +35,7 @@ pub struct IbFixture<F: Fabric> {
     pub support: Support,
     /// Dropped before `mem` (fields drop in order): no get outlives it.
     pub btls: Vec<Option<IbBtl<F>>>,
-    pub mem: Vec<Box<[u8]>>,
+    pub mem: HostBuffers,
     #[allow(clippy::type_complexity)]
     pub kill: Box<dyn FnMut(&mut Vec<Option<IbBtl<F>>>, usize)>,
 }
@@ -64,18 +64,11 @@ impl<F: Fabric> Fixture for IbFixture<F> {
     }
 
     fn alloc(&mut self, _: usize, data: &[u8]) -> LocalMem {
-        let mut b: Box<[u8]> = data.into();
-        let m = LocalMem::of(&mut b);
-        self.mem.push(b);
-        m
+        self.mem.alloc(data)
     }
 
     fn read(&self, _: usize, mem: LocalMem) -> Vec<u8> {
-        self.mem
-            .iter()
-            .find(|b| b.as_ptr() as u64 == mem.addr && b.len() == mem.len)
-            .expect("memory from alloc")
-            .to_vec()
+        self.mem.read(mem)
     }
 
     #[allow(unsafe_code)] // lends fixture memory to a get

@@ -39,8 +39,8 @@ impl Communicator {
     ) -> Result<Option<Sched>> {
         let algo = match self.choose(e, call, tag, q)? {
             Choice::Shm(area) => match self.shm_alltoallv(e, call, area, send.unwrap_or(rb), rb)? {
-                None => return Ok(None),
-                Some(_) => Algo::AlltoallPairwise,
+                false => return Ok(None),
+                true => Algo::AlltoallPairwise,
             },
             Choice::Sched(algo) => algo,
         };

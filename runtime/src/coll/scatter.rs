@@ -58,8 +58,8 @@ impl Communicator {
     ) -> Result<Option<Sched>> {
         let algo = match self.choose(e, call, tag, q)? {
             Choice::Shm(area) => match self.shm_scatterv(e, call, area, blocks, recv, root)? {
-                None => return Ok(None),
-                Some(_) => Algo::ScatterLinear,
+                false => return Ok(None),
+                true => Algo::ScatterLinear,
             },
             Choice::Sched(algo) => algo,
         };

@@ -41,10 +41,10 @@ const BIG: u32 = u32::MAX;
 /// block, from the start of the slot.
 const ENTRY: usize = 8;
 
-/// What is left to do after the area: `None`, nothing; `Some(ranks)`, move
-/// the blocks of `ranks` by point-to-point (every rank, for scatterv and
-/// alltoallv; the marked ranks, at a gatherv's root; itself, at a marked
-/// gatherv sender).
+/// What is left of a gatherv after the area: `None`, nothing; `Some(ranks)`,
+/// move the blocks of `ranks` by point-to-point (the marked ranks, at the
+/// root; itself, at a marked sender). (Scatterv and alltoallv fall back on
+/// every rank or none: they answer whether.)
 pub(crate) type Fallback = Option<Vec<usize>>;
 
 /// The header of a `v` exchange: `big` marks data that goes by
@@ -190,7 +190,7 @@ impl Communicator {
 
     /// A scatterv's area part (see the module header). `blocks`: the root's
     /// send blocks; `recv`: this rank's receive buffer (`None` at an
-    /// in-place root).
+    /// in-place root). `true`: the blocks did not fit, every rank falls back.
     pub(in crate::coll) fn shm_scatterv(
         &self,
         e: &mut Locked,
@@ -199,20 +199,15 @@ impl Communicator {
         blocks: &[View],
         recv: Option<&View>,
         root: i32,
-    ) -> Result<Fallback> {
-        let (me, n) = (self.rank(), self.size() as usize);
+    ) -> Result<bool> {
+        let me = self.rank();
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
-        let all = || Some((0..n).collect());
         if me == root {
             if table_bytes(blocks) > a.slot_bytes() {
-                a.bcast_with(
-                    root as usize,
-                    &vheader(kind::SCATTERV, root, true),
-                    idle,
-                    |_| (),
-                )?;
-                return Ok(all());
+                let big = vheader(kind::SCATTERV, root, true);
+                a.bcast_with(root as usize, &big, idle, |_| ())?;
+                return Ok(true);
             }
             let (data, packed) =
                 packed_table(call, me, vheader(kind::SCATTERV, root, false), blocks);
@@ -221,18 +216,22 @@ impl Communicator {
             if let (Some(r), Some((off, len))) = (recv, entry(&data, me as usize)) {
                 r.unpack(call, me, &data[off..off + len])?;
             }
-            return Ok(None);
+            return Ok(false);
         }
         let recv = recv.expect("a non-root receives");
         let hdr = vheader(kind::SCATTERV, root, false);
         let got = a.bcast_with(root as usize, &[], idle, |s| {
-            if let Some(err) = bcast_mismatch(call, me, root, &hdr, s)
-                .filter(|_| s.len() < HDR || s[..12] != hdr[..12])
-            {
+            // An empty slot: the root is not scattering at all.
+            let bad = if s.is_empty() {
+                bcast_mismatch(call, me, root, &hdr, s)
+            } else {
+                vmismatch(call, me, &hdr, root as usize, s)
+            };
+            if let Some(err) = bad {
                 return Err(err);
             }
             if is_big(s) {
-                return Ok(all());
+                return Ok(true);
             }
             let (off, len) =
                 entry(s, me as usize).ok_or_else(|| short(call, me, root as usize, s.len()))?;
@@ -240,9 +239,9 @@ impl Communicator {
                 return Err(count_error(call, me, root as usize, len, recv.bytes()));
             }
             recv.unpack(call, me, &s[off..off + len])?;
-            Ok(None)
+            Ok(false)
         })?;
-        got.unwrap_or(Ok(None))
+        got.unwrap_or(Ok(false))
     }
 
     /// An allgatherv through the area: one exchange of every rank's block.
@@ -275,7 +274,8 @@ impl Communicator {
     }
 
     /// An alltoallv's area part (see the module header): `sblocks` this
-    /// rank's send blocks, `rblocks` its receive blocks.
+    /// rank's send blocks, `rblocks` its receive blocks. `true`: some rank's
+    /// blocks did not fit, every rank falls back.
     pub(in crate::coll) fn shm_alltoallv(
         &self,
         e: &mut Locked,
@@ -283,8 +283,8 @@ impl Communicator {
         mut area: ShmArea<'_>,
         sblocks: &[View],
         rblocks: &[View],
-    ) -> Result<Fallback> {
-        let (me, n) = (self.rank(), self.size() as usize);
+    ) -> Result<bool> {
+        let me = self.rank();
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
         let big = table_bytes(sblocks) > a.slot_bytes();
@@ -319,9 +319,6 @@ impl Communicator {
             }
         })?;
         packed?;
-        match bad {
-            Some(err) => Err(err),
-            None => Ok(fallback.then(|| (0..n).collect())),
-        }
+        bad.map_or(Ok(fallback), Err)
     }
 }
