@@ -49,7 +49,8 @@
 //!   slot as in an exchange; the others store `consumed = e` and return at
 //!   once, the root waits for every slot, reads them and stores `consumed`.
 //! - **absent ranks**: a rank that waits for another's slot of epoch `e`
-//!   also watches that rank's `consumed` and `reading`: if either reaches `e`
+//!   also watches (every `ABSENT_EVERY` polls) that rank's `consumed` and
+//!   `reading`: if either reaches `e`
 //!   while the slot's tag stays below `e`, the rank did something at epoch `e`
 //!   that publishes nothing there (a barrier, or a bcast it reads as a
 //!   non-root: it named another root, or called another collective). The
@@ -138,6 +139,11 @@ const MAX_SLOT_BYTES: usize = 1 << 30;
 const MAX_DEPTH: usize = 1024;
 /// Up to this many ranks, [`ShmColl::exchange`] lists the slots on the stack.
 const STACK_RANKS: usize = 16;
+/// A waiter looks for an absent rank (see the module header) once every
+/// this many unsuccessful polls: the check loads the rank's control line,
+/// which it writes at the end of every operation, and a normal wait ends
+/// long before (a mismatch is found a little later instead).
+const ABSENT_EVERY: u32 = 64;
 
 /// Which word announces that a rank entered an epoch.
 #[derive(Clone, Copy)]
@@ -510,10 +516,13 @@ impl ShmColl {
                 .store(e, Ordering::Release);
             let (map, layout, slot) = (&self.map, &self.layout, self.slot);
             let tag = map.u64_at(layout.slot(root, slot) + SLOT_EPOCH);
-            let mut absent = false;
+            let (mut absent, mut polls) = (false, 0u32);
             wait(idle, || {
                 tag.load(Ordering::Acquire) >= e || {
-                    absent = gone(map, layout, root, e) && tag.load(Ordering::Acquire) < e;
+                    polls = polls.wrapping_add(1);
+                    absent = polls.is_multiple_of(ABSENT_EVERY)
+                        && gone(map, layout, root, e)
+                        && tag.load(Ordering::Acquire) < e;
                     absent
                 }
             })?;
@@ -687,13 +696,15 @@ impl ShmColl {
         };
         let slots = matches!(word, SlotOrCtrl::Slot);
         let mut next = 0;
-        let mut absent = Vec::new();
+        let (mut absent, mut polls) = (Vec::new(), 0u32);
         wait(idle, || {
+            polls = polls.wrapping_add(1);
+            let look = slots && polls.is_multiple_of(ABSENT_EVERY);
             while next < layout.n {
                 if next != me {
                     let tag = map.u64_at(at(next));
                     if tag.load(Ordering::Acquire) < e {
-                        if !(slots && gone(map, layout, next, e) && tag.load(Ordering::Acquire) < e)
+                        if !(look && gone(map, layout, next, e) && tag.load(Ordering::Acquire) < e)
                         {
                             return false;
                         }
