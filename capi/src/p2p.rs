@@ -9,7 +9,8 @@
 //! (and a `MPI_Testall` that finds all ready) takes all its requests out
 //! under one lock and waits for them together ([`gmpi::wait_set`]); a send
 //! that completed when it started has the shared handle [`SENT`], which
-//! names no slot.
+//! names no slot, and the other sends and receives of the hot paths have
+//! direct handles (`tables::direct`): their pml id, no slot, no lock.
 
 use std::ffi::{c_int, c_void};
 
@@ -32,7 +33,26 @@ fn out_send_req(
     if r.is_complete() && !request.is_null() {
         return ptr::write(call, "request", request, SENT);
     }
-    out_req(call, request, Active::new(ptr::detach_req(r), comm))
+    out_direct(call, request, ptr::detach_req(r), comm, true)
+}
+
+/// Hand out the request of a send (`send`) or receive just started on
+/// `comm`: a direct handle where it can have one, else a table slot.
+#[inline]
+fn out_direct(
+    call: &str,
+    request: *mut MPI_Request,
+    r: Request<'static>,
+    comm: MPI_Comm,
+    send: bool,
+) -> Result<(), Error> {
+    if request.is_null() {
+        return out_req(call, request, Active::new(r, comm));
+    }
+    match direct::register(r, comm, send) {
+        Ok(h) => ptr::write(call, "request", request, h),
+        Err(r) => out_req(call, request, Active::new(r, comm)),
+    }
 }
 
 // ---- buffered sends ----
@@ -224,7 +244,7 @@ fn irecv_fast(
     let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
     Some(frame::fast(call, comm, || {
         let r = ptr::irecv_bytes(c, call, buf, len, src, tag)?;
-        out_req(call, request, Active::new(r, comm))
+        out_direct(call, request, r, comm, false)
     }))
 }
 
@@ -406,6 +426,20 @@ pub(crate) fn peek(call: &str, request: MPI_Request) -> Result<Peek, Error> {
     }
     if request == SENT {
         return Ok(Peek::Done(MPI_Status::empty()));
+    }
+    if let Some(t) = direct::take(call, request) {
+        let (slot, a) = t?;
+        errors::set_target(a.comm);
+        let r = a.req.peek();
+        direct::keep(slot, a);
+        return r.map(|o| match o {
+            Some(st) => {
+                let mut s = MPI_Status::empty();
+                s.set(&st);
+                Peek::Done(s)
+            }
+            None => Peek::Pending,
+        });
     }
     let slot = resolve::req_slot(call, request)?;
     let taken = std::mem::replace(
@@ -761,16 +795,32 @@ fn slotless(h: MPI_Request) -> Option<Taken> {
 }
 
 fn take(call: &str, h: MPI_Request) -> Result<Taken, Error> {
-    match slotless(h) {
-        Some(t) => Ok(t),
-        None => take_in(&mut state(), call, h),
+    if let Some(t) = slotless(h) {
+        return Ok(t);
     }
+    if let Some(t) = take_direct(call, h) {
+        return t;
+    }
+    take_in(&mut state(), call, h)
+}
+
+/// [`take`] of a direct handle (no lock); `None` for any other handle.
+#[inline]
+fn take_direct(call: &str, h: MPI_Request) -> Option<Result<Taken, Error>> {
+    Some(direct::take(call, h)?.map(|(slot, a)| Taken::Active {
+        slot,
+        a,
+        persistent: false,
+    }))
 }
 
 /// [`take`] with the tables already locked.
 fn take_in(st: &mut State, call: &str, h: MPI_Request) -> Result<Taken, Error> {
     if let Some(t) = slotless(h) {
         return Ok(t);
+    }
+    if let Some(t) = take_direct(call, h) {
+        return t;
     }
     let slot = resolve::req_slot(call, h)?;
     let Some(obj) = st.reqs.get_mut(slot) else {
@@ -815,11 +865,17 @@ fn take_in(st: &mut State, call: &str, h: MPI_Request) -> Result<Taken, Error> {
 
 /// Put back a request that has not completed.
 fn put_back(slot: usize, a: Active, persistent: bool) {
+    if direct::is_slot(slot) {
+        return direct::keep(slot, a);
+    }
     put_back_in(&mut state(), slot, a, persistent);
 }
 
 /// [`put_back`] with the tables already locked.
 fn put_back_in(st: &mut State, slot: usize, a: Active, persistent: bool) {
+    if direct::is_slot(slot) {
+        return direct::keep(slot, a);
+    }
     match st.reqs.get_mut(slot) {
         Some(ReqObj::Persistent { active, .. }) if persistent => *active = Some(a),
         Some(o) => *o = ReqObj::Active(a),
@@ -844,9 +900,12 @@ fn restore_in(st: &mut State, t: Taken) {
     }
 }
 
-/// Release the slot of a completed non-persistent request.
+/// Release the slot of a completed non-persistent request (a direct
+/// request has none: its entry was emptied when it was taken).
 fn release(slot: usize) {
-    state().reqs.remove(slot);
+    if !direct::is_slot(slot) {
+        state().reqs.remove(slot);
+    }
 }
 
 /// The outcome of completing one request: its status and handle after.
@@ -982,6 +1041,9 @@ fn wait_all(
     statuses: *mut MPI_Status,
 ) -> Result<Vec<(MPI_Comm, Error)>, Error> {
     reap();
+    if let Some(r) = wait_all_direct(call, reqs, statuses) {
+        return r;
+    }
     if reqs.iter().all(|&h| slotless(h).is_some()) {
         // Sends that completed when they started, and nulls: nothing to
         // look up or wait for.
@@ -995,13 +1057,22 @@ fn wait_all(
     }
     let mut taken = Vec::with_capacity(reqs.len());
     {
-        let mut st = state();
+        // The tables are locked only for requests that have a slot.
+        let mut st = None;
         for &h in reqs.iter() {
-            match take_in(&mut st, call, h) {
+            let t = match slotless(h) {
+                Some(t) => Ok(t),
+                None => match take_direct(call, h) {
+                    Some(t) => t,
+                    None => take_in(st.get_or_insert_with(state), call, h),
+                },
+            };
+            match t {
                 Ok(t) => taken.push(t),
                 Err(e) => {
+                    let st = st.get_or_insert_with(state);
                     for t in taken {
-                        restore_in(&mut st, t);
+                        restore_in(st, t);
                     }
                     return Err(e);
                 }
@@ -1022,7 +1093,11 @@ fn wait_all(
     let mut free = Vec::new();
     let mut errs = Vec::new();
     for (i, (t, h)) in taken.into_iter().zip(reqs.iter_mut()).enumerate() {
-        let c = complete(call, *h, t, |s| free.push(s));
+        let c = complete(call, *h, t, |s| {
+            if !direct::is_slot(s) {
+                free.push(s);
+            }
+        });
         *h = c.handle;
         let mut st = c.st;
         st.MPI_ERROR = c
@@ -1041,6 +1116,64 @@ fn wait_all(
         }
     }
     Ok(errs)
+}
+
+/// [`wait_all`] of handles that are all direct or slotless (the sends and
+/// receives of the hot paths, `MPI_REQUEST_NULL`, [`SENT`]): no table, no
+/// lock of it, no request built; the pml ids are waited for together
+/// ([`gmpi::wait_raw`]). `None` if any handle has a slot.
+fn wait_all_direct(
+    call: &'static str,
+    reqs: &mut [MPI_Request],
+    statuses: *mut MPI_Status,
+) -> Option<Result<Vec<(MPI_Comm, Error)>, Error>> {
+    if !reqs
+        .iter()
+        .all(|&h| direct::is_direct(h) || slotless(h).is_some())
+    {
+        return None;
+    }
+    // (index in reqs, pml id, communicator) of each direct request.
+    let mut taken: Vec<(usize, u64, MPI_Comm)> = Vec::with_capacity(reqs.len());
+    for (i, &h) in reqs.iter().enumerate() {
+        if slotless(h).is_some() {
+            continue;
+        }
+        match direct::take_raw(call, h) {
+            Ok((raw, comm)) => taken.push((i, raw, comm)),
+            Err(e) => {
+                for &(_, raw, _) in &taken {
+                    direct::keep_raw(raw);
+                }
+                return Some(Err(e));
+            }
+        }
+    }
+    let mut errs = Vec::new();
+    let mut finish = |i: usize, comm: MPI_Comm, r: Result<gmpi::Status, Error>| {
+        let mut st = status_of(&r);
+        if let Err(e) = r {
+            st.MPI_ERROR = class_code(e.class());
+            errs.push((comm, e));
+        }
+        ptr::status_at(statuses, i, &st);
+    };
+    let ids: Vec<u64> = taken.iter().map(|t| t.1).collect();
+    let together = gmpi::wait_raw(call, &ids, |k, r| finish(taken[k].0, taken[k].2, r));
+    if together.is_err() {
+        // Each one on its own, for its own outcome (a peer is gone).
+        for &(i, raw, comm) in &taken {
+            finish(i, comm, Request::from_raw(raw, call).wait());
+        }
+    }
+    for (i, h) in reqs.iter_mut().enumerate() {
+        if let Some(t) = slotless(*h) {
+            let c = complete(call, *h, t, release);
+            ptr::status_at(statuses, i, &c.st);
+        }
+        *h = MPI_REQUEST_NULL;
+    }
+    Some(Ok(errs))
 }
 
 /// Test request `h`: `None` if it has not completed.
@@ -1146,6 +1279,9 @@ fn any(
 
 /// Whether `h` is an inactive persistent request.
 fn is_inactive(h: MPI_Request) -> bool {
+    if direct::is_direct(h) {
+        return false;
+    }
     decode(Kind::Request, h).is_some_and(|i| {
         matches!(
             state().reqs.get(i),
@@ -1162,7 +1298,16 @@ fn wait_any(call: &'static str, reqs: &[MPI_Request]) -> Result<(), Error> {
         if h == MPI_REQUEST_NULL {
             continue;
         }
-        match take(call, h)? {
+        let t = match take(call, h) {
+            Ok(t) => t,
+            Err(e) => {
+                for (slot, a, p) in out {
+                    put_back(slot, a, p);
+                }
+                return Err(e);
+            }
+        };
+        match t {
             Taken::Active {
                 slot,
                 a,
@@ -1172,11 +1317,17 @@ fn wait_any(call: &'static str, reqs: &[MPI_Request]) -> Result<(), Error> {
                 if let Some(o) = state().reqs.get_mut(slot) {
                     *o = ReqObj::Done { comm, st };
                 }
-                out.clear();
+                // One can complete now: put back what was taken (dropping
+                // a request would wait for it).
+                for (slot, a, p) in out.drain(..) {
+                    put_back(slot, a, p);
+                }
                 break;
             }
             Taken::Sent => {
-                out.clear();
+                for (slot, a, p) in out.drain(..) {
+                    put_back(slot, a, p);
+                }
                 break;
             }
             Taken::Inactive => {}
@@ -1301,6 +1452,10 @@ mpi_fn! {
         if h == SENT {
             return ptr::write(CALL, "request", request, MPI_REQUEST_NULL);
         }
+        if let Some(t) = direct::take(CALL, h) {
+            detach(t?.1);
+            return ptr::write(CALL, "request", request, MPI_REQUEST_NULL);
+        }
         let slot = resolve::req_slot(CALL, h)?;
         let obj = state().reqs.remove(slot);
         match obj {
@@ -1334,6 +1489,12 @@ mpi_fn! {
             // A completed send: nothing to cancel.
             return Ok(());
         }
+        if let Some(t) = direct::take(CALL, h) {
+            let (slot, a) = t?;
+            let r = a.req.cancel();
+            direct::keep(slot, a);
+            return r;
+        }
         let slot = resolve::req_slot(CALL, h)?;
         let taken = std::mem::replace(state().reqs.get_mut(slot).ok_or_else(|| err(ErrorClass::Request, CALL, format!("request = {h:#x} is not a valid request")))?, ReqObj::Busy);
         let r = match &taken {
@@ -1364,7 +1525,13 @@ fn ready(call: &str, h: MPI_Request) -> Result<bool, Error> {
             a,
             persistent,
         } => {
-            let r = a.test();
+            // A direct request is looked at, not completed: its handle
+            // cannot keep a status.
+            let r = if direct::is_slot(slot) {
+                a.req.peek()
+            } else {
+                a.test()
+            };
             put_back(slot, a, persistent);
             Ok(!matches!(r, Ok(None)))
         }

@@ -335,6 +335,13 @@ impl Pml {
         self.reqs.result(id).is_some()
     }
 
+    /// A completed request's outcome, left in place (a later [`Pml::test`]
+    /// takes it); `None` while it is in flight.
+    #[inline]
+    pub fn peek(&self, id: ReqId) -> Option<Result<Status, PmlError>> {
+        self.reqs.result(id).cloned()
+    }
+
     /// Take a completed request's outcome; `None` while it is in flight.
     /// Sends report a default status.
     pub fn test(&mut self, id: ReqId) -> Option<Result<Status, PmlError>> {

@@ -1028,6 +1028,31 @@ impl Engine {
         }
     }
 
+    /// The outcome of a completed point-to-point operation, left in place
+    /// for [`Engine::take`]; other operations cannot be looked at so.
+    pub fn peek(&self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
+        let rank = self.rank as i32;
+        match h {
+            crate::comm::Handle::Pml(id) => match self.driver.pml.peek(id) {
+                Some(r) => r
+                    .map(crate::request::Status::from_pml)
+                    .map_err(|e| Error::from_pml(e, call, rank)),
+                None => Err(Error::new(
+                    ErrorClass::Request,
+                    call,
+                    rank,
+                    "request vanished",
+                )),
+            },
+            _ => Err(Error::new(
+                ErrorClass::Request,
+                call,
+                rank,
+                "only a point-to-point request can be looked at without completing it",
+            )),
+        }
+    }
+
     /// Take the outcome of a completed operation.
     pub fn take(&mut self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
         let rank = self.rank as i32;

@@ -126,7 +126,7 @@ pub use group::{Comparison, Group, UNDEFINED};
 /// product, min, max) like any float.
 pub use half;
 pub use op::{Op, RawMarker, TypedMarker, UserFunction, UserOp};
-pub use request::{wait_all, wait_any_ready, wait_set, Request, Status};
+pub use request::{wait_all, wait_any_ready, wait_raw, wait_set, Request, Status};
 pub use typemap::{AsDatatype, Order, UserDatatype};
 #[doc(hidden)]
 pub use win::{is_host_memory, AccHow};

@@ -239,6 +239,31 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Check for completion without blocking and without taking the
+    /// outcome: `Some(status)` once complete, and the request stays to be
+    /// waited on or tested (`MPI_Request_get_status`).
+    #[doc(hidden)]
+    pub fn peek(&self) -> Result<Option<Status>> {
+        let Some(id) = self.id.get() else {
+            return match self.failed.take() {
+                Some(e) => {
+                    let copy = (*e).clone();
+                    self.failed.set(Some(e));
+                    Err(copy)
+                }
+                None => Ok(self.done.get()),
+            };
+        };
+        let call = self.call;
+        engine::with(call, |e| {
+            e.poke(call)?;
+            match e.is_done(id).then(|| e.peek(call, id)) {
+                None => Ok(None),
+                Some(r) => r.map(Some),
+            }
+        })
+    }
+
     /// Cancel a receive that has not matched a message yet (collectives and
     /// receives into derived datatypes cannot be cancelled: this does nothing
     /// on them). The request then
@@ -255,6 +280,45 @@ impl<'a> Request<'a> {
             })?;
         }
         Ok(())
+    }
+}
+
+impl Request<'static> {
+    /// The point-to-point operation's pml id, if this request is one in
+    /// flight (the C ABI names its hot paths' requests by it).
+    #[doc(hidden)]
+    #[inline]
+    pub fn raw_id(&self) -> Option<u64> {
+        match self.id.get() {
+            Some(Handle::Pml(id)) => Some(id.0),
+            _ => None,
+        }
+    }
+
+    /// Let go of a point-to-point request in flight without waiting for
+    /// it: its pml id, from which [`Request::from_raw`] makes it again
+    /// (exactly once, or the operation is never waited for). `Err(self)`
+    /// for any other request.
+    #[doc(hidden)]
+    #[inline]
+    pub fn into_raw(self) -> std::result::Result<u64, Self> {
+        match self.raw_id() {
+            Some(raw) => {
+                // Nothing to drop: `failed` and `done` are empty while the
+                // id is set.
+                std::mem::forget(self);
+                Ok(raw)
+            }
+            None => Err(self),
+        }
+    }
+
+    /// The request [`Request::into_raw`] let go of, for `call`. An id that
+    /// names no request in flight (a stale one) fails at its wait.
+    #[doc(hidden)]
+    #[inline]
+    pub fn from_raw(raw: u64, call: &'static str) -> Self {
+        Request::new(Handle::Pml(gmpi_pml::ReqId(raw)), call)
     }
 }
 
@@ -339,6 +403,37 @@ pub fn wait_set(call: &'static str, reqs: &[&Request<'_>]) -> Result<()> {
                 Ok(st) => r.done.set(Some(st)),
                 Err(err) => r.failed.set(Some(Box::new(err))),
             }
+        }
+        Ok(())
+    })
+}
+
+/// [`wait_set`] for point-to-point requests let go of by
+/// [`Request::into_raw`]: block until every one of `raws` has completed,
+/// then hand each one's outcome to `out` (with its index), in order, under
+/// one hold of the engine (`out` must not call gmpi). An `Err` is the
+/// wait's own failure: no outcome was taken then, and every id is still in
+/// flight for [`Request::from_raw`].
+#[doc(hidden)]
+pub fn wait_raw(
+    call: &'static str,
+    raws: &[u64],
+    mut out: impl FnMut(usize, Result<Status>),
+) -> Result<()> {
+    if raws.is_empty() {
+        return Ok(());
+    }
+    let handle = |raw: u64| Handle::Pml(gmpi_pml::ReqId(raw));
+    engine::with(call, |e| {
+        let mut next = 0;
+        e.wait_until(call, |e| {
+            while next < raws.len() && e.is_done(handle(raws[next])) {
+                next += 1;
+            }
+            Ok(next == raws.len())
+        })?;
+        for (k, &raw) in raws.iter().enumerate() {
+            out(k, e.take(call, handle(raw)));
         }
         Ok(())
     })

@@ -55,6 +55,61 @@ pub fn decode(kind: Kind, h: c_int) -> Option<usize> {
 /// would reach only after 2^26 live requests (where handles run out anyway).
 pub const SENT: MPI_Request = (USER | (Kind::Request as u32) << 26 | SLOT) as MPI_Request;
 
+/// Slot bit 25 of a request handle: a request of the hot paths that has no
+/// table slot (see `tables::direct`): bit 24 says it is a send, bit 23 that
+/// it is on `MPI_COMM_SELF` (else `MPI_COMM_WORLD`), bits 17–22 hold the low
+/// bits of its pml id's generation and bits 0–16 the id's index. The
+/// request table's own slots stay below bit 25 (2^25 live requests), and
+/// [`SENT`], all ones, is no direct handle.
+const DIRECT: u32 = 1 << 25;
+const DIRECT_SEND: u32 = 1 << 24;
+const DIRECT_SELF: u32 = 1 << 23;
+const DIRECT_GEN_SHIFT: u32 = 17;
+/// The generation bits a direct handle keeps.
+pub const DIRECT_GEN_MASK: u32 = 0x3f;
+/// How many pml indices a direct handle can name (0 up to this, excluded:
+/// the all-ones index belongs to [`SENT`]).
+pub const DIRECT_INDICES: usize = (1 << DIRECT_GEN_SHIFT) - 1;
+
+/// What a direct request handle says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectHandle {
+    /// The pml id's index (below [`DIRECT_INDICES`]).
+    pub index: usize,
+    /// The pml id's generation, masked with [`DIRECT_GEN_MASK`].
+    pub gen: u32,
+    pub send: bool,
+    pub on_self: bool,
+}
+
+/// The handle of a direct request.
+pub fn encode_direct(d: DirectHandle) -> MPI_Request {
+    debug_assert!(d.index < DIRECT_INDICES);
+    let mut slot = DIRECT | (d.gen & DIRECT_GEN_MASK) << DIRECT_GEN_SHIFT | d.index as u32;
+    if d.send {
+        slot |= DIRECT_SEND;
+    }
+    if d.on_self {
+        slot |= DIRECT_SELF;
+    }
+    encode(Kind::Request, slot as usize)
+}
+
+/// The direct request `h` names, if it is a direct handle.
+#[inline]
+pub fn decode_direct(h: MPI_Request) -> Option<DirectHandle> {
+    let slot = decode(Kind::Request, h)? as u32;
+    if slot & DIRECT == 0 || h == SENT {
+        return None;
+    }
+    Some(DirectHandle {
+        index: (slot & ((1 << DIRECT_GEN_SHIFT) - 1)) as usize,
+        gen: slot >> DIRECT_GEN_SHIFT & DIRECT_GEN_MASK,
+        send: slot & DIRECT_SEND != 0,
+        on_self: slot & DIRECT_SELF != 0,
+    })
+}
+
 /// The index of a datatype handle of MPICH's builtin form (`0x4c00_00xx`)
 /// in a 256-entry table: its low byte, unique among MPICH's builtin
 /// datatypes. `None` for any other form. (A slot is no proof that the

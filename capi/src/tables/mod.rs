@@ -1,6 +1,8 @@
 //! Layer 1 of the C ABI: the tables of the objects C programs create, and
 //! the state of this process's MPI.
 //!
+//! - `direct.rs`: the requests of the hot paths, named by their pml id
+//!   with no table slot.
 //! - `slab.rs`: [`slab::Table`], a slab of objects addressed by slot.
 //! - `objects.rs`: what the C ABI keeps per object (communicators with their
 //!   names, error handlers, attributes and topologies; datatypes with their
@@ -17,6 +19,7 @@
 //! This layer imports only [`crate::abi`] (and the runtime): translating a
 //! handle a C program passed, with its checks, is [`crate::resolve`]'s work.
 
+pub mod direct;
 pub mod objects;
 pub mod requests;
 pub mod slab;

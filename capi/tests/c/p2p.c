@@ -760,6 +760,90 @@ static void test_waitall_batch(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Requests of the fast paths (gmpi names them by their pml id, with no table
+   slot): mixed with table requests in one Waitall, a stale copy of a
+   completed handle, a failing one among others, Testall's all-or-nothing,
+   and a freed pending receive. */
+static void test_direct_requests(void)
+{
+    MPI_Comm dup;
+    CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    enum { BIG = 300000 };
+    int *big = malloc(sizeof(int) * BIG), *bigr = malloc(sizeof(int) * BIG);
+    for (int i = 0; i < BIG; i++) big[i] = i ^ rank;
+    int a = rank * 7, b = rank * 11, ra = -1, rb = -1;
+    MPI_Request rq[6];
+    MPI_Status st[6];
+    /* world (direct) and dup (table) requests, eager and rendezvous */
+    CHECK_MPI(MPI_Irecv(&ra, 1, MPI_INT, prev, 1600, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Irecv(&rb, 1, MPI_INT, prev, 1601, dup, &rq[1]));
+    CHECK_MPI(MPI_Irecv(bigr, BIG, MPI_INT, prev, 1602, MPI_COMM_WORLD, &rq[2]));
+    CHECK_MPI(MPI_Isend(&a, 1, MPI_INT, next, 1600, MPI_COMM_WORLD, &rq[3]));
+    CHECK_MPI(MPI_Isend(&b, 1, MPI_INT, next, 1601, dup, &rq[4]));
+    CHECK_MPI(MPI_Isend(big, BIG, MPI_INT, next, 1602, MPI_COMM_WORLD, &rq[5]));
+    MPI_Request keep0 = rq[0];
+    CHECK_MPI(MPI_Waitall(6, rq, st));
+    for (int k = 0; k < 6; k++) CHECK(rq[k] == MPI_REQUEST_NULL, "mixed Waitall left request %d", k);
+    CHECK(ra == prev * 7 && rb == prev * 11, "mixed Waitall data %d %d", ra, rb);
+    CHECK(st[0].MPI_SOURCE == prev && st[0].MPI_TAG == 1600, "mixed Waitall status 0");
+    CHECK(st[1].MPI_SOURCE == prev && st[1].MPI_TAG == 1601, "mixed Waitall status 1");
+    CHECK(st[2].MPI_SOURCE == prev && st[2].MPI_TAG == 1602, "mixed Waitall status 2");
+    int n;
+    MPI_Get_count(&st[2], MPI_INT, &n);
+    CHECK(n == BIG, "mixed Waitall count %d", n);
+    for (int i = 0; i < BIG; i++) CHECK(bigr[i] == (i ^ prev), "rendezvous data [%d]", i);
+    /* a stale copy of a completed handle is an error, not someone else's request */
+    if (keep0 != MPI_REQUEST_NULL) {
+        int rc = MPI_Wait(&keep0, MPI_STATUS_IGNORE), cls = -1;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_REQUEST, "Wait on a stale handle: class %d", cls);
+    }
+    /* one failing receive (truncated) among good ones */
+    int two[2] = {rank, rank + 1}, one = -1, c = -1;
+    CHECK_MPI(MPI_Irecv(&one, 1, MPI_INT, prev, 1603, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Irecv(&c, 1, MPI_INT, prev, 1604, MPI_COMM_WORLD, &rq[1]));
+    CHECK_MPI(MPI_Send(two, 2, MPI_INT, next, 1603, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Send(&a, 1, MPI_INT, next, 1604, MPI_COMM_WORLD));
+    int rc = MPI_Waitall(2, rq, st), cls = -1;
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_IN_STATUS, "Waitall with a truncated receive: class %d", cls);
+    MPI_Error_class(st[0].MPI_ERROR, &cls);
+    CHECK(cls == MPI_ERR_TRUNCATE, "truncated receive's status error class %d", cls);
+    CHECK(st[1].MPI_ERROR == MPI_SUCCESS && c == prev * 7, "good receive beside it");
+    CHECK(rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL, "Waitall nulls");
+    /* Testall completes all or none: one ready, one not */
+    int x = -1, y = -1, flag = 1;
+    CHECK_MPI(MPI_Irecv(&x, 1, MPI_INT, prev, 1605, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Irecv(&y, 1, MPI_INT, prev, 1606, MPI_COMM_WORLD, &rq[1]));
+    CHECK_MPI(MPI_Send(&a, 1, MPI_INT, next, 1605, MPI_COMM_WORLD));
+    for (int i = 0; i < 1000 && x < 0; i++) {
+        CHECK_MPI(MPI_Testall(2, rq, &flag, MPI_STATUSES_IGNORE));
+        CHECK(!flag, "Testall reported done with one receive unmatched");
+        CHECK(rq[0] != MPI_REQUEST_NULL, "Testall freed a request without completing all");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_MPI(MPI_Send(&b, 1, MPI_INT, next, 1606, MPI_COMM_WORLD));
+    flag = 0;
+    while (!flag) CHECK_MPI(MPI_Testall(2, rq, &flag, st));
+    CHECK(x == prev * 7 && y == prev * 11, "Testall data %d %d", x, y);
+    CHECK(st[0].MPI_TAG == 1605 && st[1].MPI_TAG == 1606, "Testall statuses");
+    /* a pending receive freed: the message goes to it, later ones match on */
+    int lost = -1, after = -1;
+    CHECK_MPI(MPI_Irecv(&lost, 1, MPI_INT, prev, 1607, MPI_COMM_WORLD, &rq[0]));
+    CHECK_MPI(MPI_Request_free(&rq[0]));
+    CHECK(rq[0] == MPI_REQUEST_NULL, "Request_free of a receive did not null");
+    CHECK_MPI(MPI_Send(&a, 1, MPI_INT, next, 1607, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Send(&b, 1, MPI_INT, next, 1608, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Recv(&after, 1, MPI_INT, prev, 1608, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(after == prev * 11, "receive after a freed one: %d", after);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_MPI(MPI_Comm_free(&dup));
+    free(big);
+    free(bigr);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -785,6 +869,7 @@ int main(int argc, char **argv)
     test_proc_null_zero();
     test_truncate();
     test_waitall_batch();
+    test_direct_requests();
 
     REPORT_OK();
     MPI_Finalize();
