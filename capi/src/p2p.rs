@@ -1158,8 +1158,7 @@ fn wait_all_direct(
         }
         ptr::status_at(statuses, i, &st);
     };
-    let ids: Vec<u64> = taken.iter().map(|t| t.1).collect();
-    let together = gmpi::wait_raw(call, &ids, |k, r| finish(taken[k].0, taken[k].2, r));
+    let together = gmpi::wait_raw(call, &taken, |t| t.1, |t, r| finish(t.0, t.2, r));
     if together.is_err() {
         // Each one on its own, for its own outcome (a peer is gone).
         for &(i, raw, comm) in &taken {

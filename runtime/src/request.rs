@@ -409,31 +409,32 @@ pub fn wait_set(call: &'static str, reqs: &[&Request<'_>]) -> Result<()> {
 }
 
 /// [`wait_set`] for point-to-point requests let go of by
-/// [`Request::into_raw`]: block until every one of `raws` has completed,
-/// then hand each one's outcome to `out` (with its index), in order, under
-/// one hold of the engine (`out` must not call gmpi). An `Err` is the
-/// wait's own failure: no outcome was taken then, and every id is still in
-/// flight for [`Request::from_raw`].
+/// [`Request::into_raw`]: block until every one of `items` (whose pml ids
+/// `id` gives) has completed, then hand each one's outcome to `out`, in
+/// order, under one hold of the engine (`out` must not call gmpi). An
+/// `Err` is the wait's own failure: no outcome was taken then, and every
+/// id is still in flight for [`Request::from_raw`].
 #[doc(hidden)]
-pub fn wait_raw(
+pub fn wait_raw<T>(
     call: &'static str,
-    raws: &[u64],
-    mut out: impl FnMut(usize, Result<Status>),
+    items: &[T],
+    id: impl Fn(&T) -> u64,
+    mut out: impl FnMut(&T, Result<Status>),
 ) -> Result<()> {
-    if raws.is_empty() {
+    if items.is_empty() {
         return Ok(());
     }
-    let handle = |raw: u64| Handle::Pml(gmpi_pml::ReqId(raw));
+    let handle = |t: &T| Handle::Pml(gmpi_pml::ReqId(id(t)));
     engine::with(call, |e| {
         let mut next = 0;
         e.wait_until(call, |e| {
-            while next < raws.len() && e.is_done(handle(raws[next])) {
+            while next < items.len() && e.is_done(handle(&items[next])) {
                 next += 1;
             }
-            Ok(next == raws.len())
+            Ok(next == items.len())
         })?;
-        for (k, &raw) in raws.iter().enumerate() {
-            out(k, e.take(call, handle(raw)));
+        for t in items {
+            out(t, e.take(call, handle(t)));
         }
         Ok(())
     })

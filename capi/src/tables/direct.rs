@@ -71,11 +71,12 @@ pub fn register(
     }))
 }
 
-/// Take the request direct handle `h` names out of its entry, for `call`:
-/// its slot for [`keep`] and the operation. `None` if `h` is no direct
-/// handle; an `MPI_ERR_REQUEST` error if it names no request in flight.
+/// Take the pml id direct handle `h` names out of its entry, for `call`:
+/// the id and the handle's communicator and starting call. `None` if `h`
+/// is no direct handle; an `MPI_ERR_REQUEST` error if it names no request
+/// in flight.
 #[inline]
-pub fn take(call: &str, h: MPI_Request) -> Option<Result<(usize, Active), Error>> {
+fn take_id(call: &str, h: MPI_Request) -> Option<Result<(u64, DirectHandle), Error>> {
     let d = decode_direct(h)?;
     let entry = &IDS[d.index];
     let v = entry.load(Ordering::Acquire);
@@ -84,38 +85,47 @@ pub fn take(call: &str, h: MPI_Request) -> Option<Result<(usize, Active), Error>
         && entry
             .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
-    if !live {
-        return Some(Err(err(
+    Some(if live {
+        Ok((v - 1, d))
+    } else {
+        Err(err(
             ErrorClass::Request,
             call,
             format!("request = {h:#x} is not a valid request (freed or completed)"),
-        )));
+        ))
+    })
+}
+
+/// The communicator a direct handle names.
+#[inline]
+fn comm_of(d: &DirectHandle) -> MPI_Comm {
+    if d.on_self {
+        MPI_COMM_SELF
+    } else {
+        MPI_COMM_WORLD
     }
-    let (name, comm) = (
-        if d.send { "MPI_Isend" } else { "MPI_Irecv" },
-        if d.on_self {
-            MPI_COMM_SELF
-        } else {
-            MPI_COMM_WORLD
-        },
-    );
-    Some(Ok((
-        SLOT_BASE + d.index,
-        Active::new(Request::from_raw(v - 1, name), comm),
-    )))
+}
+
+/// Take the request direct handle `h` names out of its entry, for `call`:
+/// its slot for [`keep`] and the operation. `None` if `h` is no direct
+/// handle; an `MPI_ERR_REQUEST` error if it names no request in flight.
+#[inline]
+pub fn take(call: &str, h: MPI_Request) -> Option<Result<(usize, Active), Error>> {
+    Some(take_id(call, h)?.map(|(raw, d)| {
+        let name = if d.send { "MPI_Isend" } else { "MPI_Irecv" };
+        (
+            SLOT_BASE + d.index,
+            Active::new(Request::from_raw(raw, name), comm_of(&d)),
+        )
+    }))
 }
 
 /// [`take`] for a completion call that needs no [`Active`]: the pml id
-/// and the communicator of direct handle `h` (which the caller checked is
-/// one).
+/// and the communicator of direct handle `h`.
 #[inline]
 pub fn take_raw(call: &str, h: MPI_Request) -> Result<(u64, MPI_Comm), Error> {
-    match take(call, h) {
-        Some(Ok((_, a))) => {
-            let comm = a.comm;
-            let Active { req, .. } = a;
-            Ok((req.into_raw().expect("a direct request is in flight"), comm))
-        }
+    match take_id(call, h) {
+        Some(Ok((raw, d))) => Ok((raw, comm_of(&d))),
         Some(Err(e)) => Err(e),
         None => Err(err(
             ErrorClass::Request,
