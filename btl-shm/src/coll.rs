@@ -442,10 +442,22 @@ impl ShmColl {
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<R, E> {
-        self.check_len(data.len());
+        self.exchange_parts(&[data], idle, f)
+    }
+
+    /// [`exchange`](Self::exchange) of the contribution made of `parts`
+    /// one after the other (copied straight into the slot: a header and a
+    /// piece of the caller's buffer need not be put together first).
+    pub fn exchange_parts<E, R>(
+        &mut self,
+        parts: &[&[u8]],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, E> {
+        self.check_len(parts_len(parts));
         let e = self.begin();
         self.reserve(e, idle)?;
-        self.publish(e, data);
+        self.publish(e, parts);
         let absent = self.wait_all(e, idle, SlotOrCtrl::Slot)?;
         let out = self.with_slots(e, &absent, f);
         // All reads of epoch `e`'s slots (inside `f`) happen before this.
@@ -500,6 +512,18 @@ impl ShmColl {
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Option<R>, E> {
+        self.bcast_parts(root, &[data], idle, f)
+    }
+
+    /// [`bcast_with`](Self::bcast_with) of the root's contribution made of
+    /// `parts` one after the other (ignored on the others).
+    pub fn bcast_parts<E, R>(
+        &mut self,
+        root: usize,
+        parts: &[&[u8]],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, E> {
         assert!(
             root < self.layout.n,
             "bcast root {root} is not below {}",
@@ -507,9 +531,9 @@ impl ShmColl {
         );
         let e = self.begin();
         let out = if self.rank == root {
-            self.check_len(data.len());
+            self.check_len(parts_len(parts));
             self.reserve(e, idle)?;
-            self.publish(e, data);
+            self.publish(e, parts);
             None
         } else {
             self.ctrl(self.rank, CTRL_READING)
@@ -567,7 +591,7 @@ impl ShmColl {
         self.check_len(data.len());
         let e = self.begin();
         self.reserve(e, idle)?;
-        self.publish(e, data);
+        self.publish(e, &[data]);
         let out = if self.rank == root {
             let absent = self.wait_all(e, idle, SlotOrCtrl::Slot)?;
             Some(self.with_slots(e, &absent, f))
@@ -669,12 +693,16 @@ impl ShmColl {
     /// Write our slot for epoch `e` (reserved), then publish it: the Release
     /// store of its epoch tag.
     #[inline]
-    fn publish(&mut self, e: u64, data: &[u8]) {
+    fn publish(&mut self, e: u64, parts: &[&[u8]]) {
         let s = self.layout.slot(self.rank, self.slot);
-        self.map.write_bytes(s + SLOT_DATA, data);
+        let mut at = s + SLOT_DATA;
+        for p in parts {
+            self.map.write_bytes(at, p);
+            at += p.len();
+        }
         self.map
             .u64_at(s + SLOT_LEN)
-            .store(data.len() as u64, Ordering::Relaxed);
+            .store((at - s - SLOT_DATA) as u64, Ordering::Relaxed);
         self.map.u64_at(s + SLOT_EPOCH).store(e, Ordering::Release);
     }
 
@@ -735,6 +763,12 @@ impl ShmColl {
         let len = len.min(self.layout.slot_bytes as u64) as usize;
         self.map.bytes(s + SLOT_DATA, len)
     }
+}
+
+/// The length of a contribution made of `parts`.
+#[inline]
+fn parts_len(parts: &[&[u8]]) -> usize {
+    parts.iter().map(|p| p.len()).sum()
 }
 
 /// Whether rank `r` has entered epoch `e` in a role that publishes no slot

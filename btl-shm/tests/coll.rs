@@ -273,6 +273,41 @@ fn root_runs_ahead_of_slow_readers() {
     });
 }
 
+/// A contribution made of parts reaches the others as one, with the length
+/// of all of them, in exchanges and bcasts (and a part may be empty).
+#[test]
+fn parts_arrive_as_one_contribution() {
+    let path = TmpPath::new("parts");
+    run(&path.0, 3, &[small(2)], ok_fence, |rank, coll| {
+        let mut coll = coll.unwrap();
+        for op in 1..=50u64 {
+            let head = [rank as u8, op as u8];
+            let body = contribution(rank, op, 40);
+            let whole = [&head[..], &body[..]].concat();
+            coll.exchange_parts(&[&head, &[], &body], &mut idle, |parts| {
+                for (r, p) in parts.iter().enumerate() {
+                    let want = [&[r as u8, op as u8][..], &contribution(r, op, 40)].concat();
+                    assert_eq!(*p, &want[..], "rank {r}'s contribution at op {op}");
+                }
+            })
+            .unwrap();
+            let root = (op % 3) as usize;
+            let got = coll
+                .bcast_parts(root, &[&head, &body], &mut idle, |s| s.to_vec())
+                .unwrap();
+            match got {
+                None => assert_eq!(rank, root),
+                Some(s) => {
+                    let want = [&[root as u8, op as u8][..], &contribution(root, op, 40)].concat();
+                    assert_eq!(s, want);
+                    assert_ne!(s, whole);
+                }
+            }
+        }
+        coll.barrier(&mut idle).unwrap();
+    });
+}
+
 /// Contributions of different lengths are handed over with their own length;
 /// an empty exchange works; a short receive buffer gets a prefix.
 #[test]

@@ -19,7 +19,8 @@
 //! | `block_ms` | `GMPI_BLOCK_MS` | longest single sleep while idle | 100; a rank with both shm and tcp peers sleeps in shm while a tcp watcher thread wakes it on socket readiness (capped at 1 only where that thread cannot start) |
 //! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
-//! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry | 16 KiB |
+//! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry in one slot | 16 KiB |
+//! | `coll_shm_pipeline_max` | `GMPI_COLL_SHM_PIPELINE_MAX` | bcast, reduce, allreduce and allgather (per rank) above `coll_shm_max` go through shared memory in chunks up to this size (0: never) | 256 KiB |
 //! | `bcast_large` | `GMPI_BCAST_LARGE` | bcast: binomial tree below, scatter + ring allgather from here | 128 KiB |
 //! | `allreduce_large` | `GMPI_ALLREDUCE_LARGE` | allreduce: recursive doubling below, ring reduce-scatter + allgather from here | 64 KiB |
 //! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |
@@ -103,6 +104,10 @@ pub struct Config {
     /// Largest shared-memory collective message.
     #[serde(deserialize_with = "de_size")]
     pub coll_shm_max: Option<usize>,
+    /// Largest bcast, reduce, allreduce or allgather (per rank) through
+    /// shared memory in chunks.
+    #[serde(deserialize_with = "de_size")]
+    pub coll_shm_pipeline_max: Option<usize>,
     /// Bcast: scatter + allgather from this size.
     #[serde(deserialize_with = "de_size")]
     pub bcast_large: Option<usize>,
@@ -235,6 +240,7 @@ impl Default for Config {
             log: None,
             coll_shm: true,
             coll_shm_max: None,
+            coll_shm_pipeline_max: None,
             bcast_large: None,
             allreduce_large: None,
             allgather_large: None,
@@ -366,6 +372,10 @@ impl Config {
         }
         for (k, slot) in [
             ("GMPI_COLL_SHM_MAX", &mut self.coll_shm_max),
+            (
+                "GMPI_COLL_SHM_PIPELINE_MAX",
+                &mut self.coll_shm_pipeline_max,
+            ),
             ("GMPI_BCAST_LARGE", &mut self.bcast_large),
             ("GMPI_ALLREDUCE_LARGE", &mut self.allreduce_large),
             ("GMPI_ALLGATHER_LARGE", &mut self.allgather_large),

@@ -7,12 +7,12 @@
 //! | collective | shared-memory area (single-node, blocking, up to `coll_shm_max`; any memory kind) | otherwise |
 //! |---|---|---|
 //! | barrier | the area's barrier | dissemination |
-//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
-//! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast) | binomial tree (in rank order for non-commutative ops) |
-//! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
+//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one-way in chunks) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
+//! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast; above a slot, up to `coll_shm_pipeline_max`, an exchange per chunk) | binomial tree (in rank order for non-commutative ops) |
+//! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one per chunk), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
 //! | gather | one exchange; gatherv one-way to the root whatever its size, blocks that do not fit moving by point-to-point (`shm/vform.rs`) | linear |
 //! | scatter | one-way: the root writes every block, each rank reads its own; scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
-//! | allgather | one exchange (not in place; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
+//! | allgather | one exchange (not in place; above a slot per rank, up to `coll_shm_pipeline_max` per rank, one per chunk; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
 //! | alltoall | one exchange; alltoallv/w whatever their size, every rank falling back to pairwise when some rank's blocks do not fit | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
 //! | reduce_scatter | one exchange of the whole inputs, each rank reduces its block in rank order (`coll_shm_max` bounds the whole input) | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
 //! | scan, exscan | — | recursive doubling |
@@ -176,6 +176,10 @@ pub(crate) struct Settings {
     pub shm: bool,
     /// `coll_shm_max`: the largest contribution per rank the area takes.
     pub shm_max: usize,
+    /// `coll_shm_pipeline_max`: bcast, reduce, allreduce and allgather
+    /// above `shm_max` go through the area in chunks up to this size (per
+    /// rank: the allgather's block).
+    pub shm_pipeline_max: usize,
     /// `coll_check`: every call first checks that the ranks agree (which the
     /// tiny road cannot do).
     pub check: bool,
@@ -194,6 +198,7 @@ impl Settings {
     pub(crate) const DEFAULT: Settings = Settings {
         shm: true,
         shm_max: 16 * KIB,
+        shm_pipeline_max: 256 * KIB,
         check: false,
         bcast_large: 128 * KIB,
         allreduce_large: 64 * KIB,
@@ -208,6 +213,11 @@ impl Settings {
         Settings {
             shm: cfg.coll_shm,
             shm_max: cfg.coll_shm_max.unwrap_or(d.shm_max),
+            // The area's headers carry a length of 32 bits.
+            shm_pipeline_max: cfg
+                .coll_shm_pipeline_max
+                .unwrap_or(d.shm_pipeline_max)
+                .min(u32::MAX as usize),
             check: cfg.coll_check,
             bcast_large: cfg.bcast_large.unwrap_or(d.bcast_large),
             allreduce_large: cfg.allreduce_large.unwrap_or(d.allreduce_large),
@@ -277,6 +287,17 @@ fn area_bytes(q: &Query) -> usize {
     }
 }
 
+/// Whether the collective goes through the area in chunks when its
+/// contribution is larger than a slot (`shm/pipeline.rs`).
+#[inline]
+fn pipelines(q: &Query) -> bool {
+    !q.vform
+        && matches!(
+            q.coll,
+            Coll::Bcast | Coll::Reduce | Coll::Allreduce | Coll::Allgather
+        )
+}
+
 /// Whether this call goes through the shared-memory area if the area is
 /// there and has room: the question to ask before setting it up (which is
 /// itself collective) or looking at it.
@@ -295,7 +316,7 @@ pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
         && q.one_node
         && q.n >= 2
         && s.shm
-        && area_bytes(q) <= s.shm_max
+        && (area_bytes(q) <= s.shm_max || pipelines(q) && area_bytes(q) <= s.shm_pipeline_max)
 }
 
 /// Whether the call is a `v` form whose sizes not every rank knows
@@ -307,9 +328,21 @@ fn sized_inside(q: &Query) -> bool {
     q.vform && matches!(q.coll, Coll::Gather | Coll::Scatter | Coll::Alltoall)
 }
 
-/// Whether [`Query::area`] has room for this call's contribution.
+/// Whether [`Query::area`] has room for this call's contribution (in one
+/// slot, or a reduction element per chunk where it [`pipelines`]).
 #[inline]
 fn area_fits(q: &Query) -> bool {
+    match q.area {
+        Area::Ready { slot } => {
+            in_one_slot(q) || pipelines(q) && q.unit.max(1).saturating_add(HDR) <= slot
+        }
+        Area::None => false,
+    }
+}
+
+/// Whether [`Query::area`] has a slot for the whole contribution.
+#[inline]
+fn in_one_slot(q: &Query) -> bool {
     match q.area {
         Area::Ready { slot } => area_bytes(q).saturating_add(HDR) <= slot,
         Area::None => false,
@@ -374,7 +407,7 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
 /// [`select`]ion.
 #[inline]
 pub(crate) fn tiny(q: &Query, s: &Settings) -> bool {
-    tiny_wanted(q, s) && area_fits(q)
+    tiny_wanted(q, s) && in_one_slot(q)
 }
 
 impl Algo {
@@ -419,6 +452,11 @@ impl fmt::Display for Said<'_> {
         }?;
         if *algo == Algo::Shm && matches!(q.coll, Coll::Reduce | Coll::Allreduce) {
             write!(f, ", reduced in rank order")?;
+        }
+        if let (Algo::Shm, Area::Ready { slot }) = (algo, q.area) {
+            if area_bytes(q).saturating_add(HDR) > slot {
+                write!(f, ", in chunks of {} B", slot - HDR)?;
+            }
         }
         Ok(())
     }
@@ -495,6 +533,7 @@ mod tests {
         let small_area = with(D, |s| s.shm_max = 1024);
         let check = with(D, |s| s.check = true);
         let big_bcast = with(D, |s| s.bcast_large = 1024);
+        let no_pipeline = with(D, |s| s.shm_pipeline_max = 0);
         #[rustfmt::skip]
         let table: Vec<(&str, Query, Settings, Algo)> = vec![
             // barrier
@@ -511,9 +550,13 @@ mod tests {
             ("bcast 8 B, one node", node(Bcast, 4, 8), D, Shm),
             ("bcast 0 B, one node", node(Bcast, 4, 0), D, Shm),
             ("bcast at coll_shm_max", node(Bcast, 4, 16 * KIB), D, Shm),
-            ("bcast above coll_shm_max", node(Bcast, 4, 16 * KIB + 1), D, BcastBinomial),
-            ("bcast, smaller coll_shm_max", node(Bcast, 4, 1025), small_area, BcastBinomial),
-            ("bcast, slot too small", slot(node(Bcast, 4, 100), 100 + HDR - 1), D, BcastBinomial),
+            ("bcast above coll_shm_max: in chunks", node(Bcast, 4, 16 * KIB + 1), D, Shm),
+            ("bcast at coll_shm_pipeline_max", node(Bcast, 4, 256 * KIB), D, Shm),
+            ("bcast above coll_shm_pipeline_max", node(Bcast, 2, 256 * KIB + 1), D, BcastBinomial),
+            ("bcast above coll_shm_max, no pipelining", node(Bcast, 4, 16 * KIB + 1), no_pipeline, BcastBinomial),
+            ("bcast, smaller coll_shm_max", node(Bcast, 4, 1025), small_area, Shm),
+            ("bcast, slot too small: in chunks", slot(node(Bcast, 4, 100), 100 + HDR - 1), D, Shm),
+            ("bcast, slot of a header", slot(node(Bcast, 4, 100), HDR), D, BcastBinomial),
             ("bcast, slot just big enough", slot(node(Bcast, 4, 100), 100 + HDR), D, Shm),
             // No memory kind is asked: a device buffer takes the area as a host one does.
             ("bcast, device buffer", node(Bcast, 4, 8), D, Shm),
@@ -531,7 +574,10 @@ mod tests {
             ("reduce 8 B, one node", node(Reduce, 4, 8), D, Shm),
             ("reduce, non-commutative, one node", noncommutative(node(Reduce, 4, 8)), D, Shm),
             ("reduce in place, one node", in_place(node(Reduce, 4, 8)), D, Shm),
-            ("reduce above coll_shm_max", node(Reduce, 4, 16 * KIB + 1), D, ReduceBinomial { rank_order: false }),
+            ("reduce above coll_shm_max: in chunks", node(Reduce, 4, 16 * KIB + 1), D, Shm),
+            ("reduce above coll_shm_pipeline_max", node(Reduce, 4, 256 * KIB + 1), D, ReduceBinomial { rank_order: false }),
+            ("reduce in chunks, element too big for a slot", unit(node(Reduce, 4, 64 * KIB), 32 * KIB), D, ReduceBinomial { rank_order: false }),
+            ("reduce in chunks, an element per slot", unit(node(Reduce, 4, 64 * KIB), 16 * KIB), D, Shm),
             ("ireduce", nonblocking(node(Reduce, 4, 8)), D, ReduceBinomial { rank_order: false }),
             ("reduce, several nodes", nodes(Reduce, 4, 8), D, ReduceBinomial { rank_order: false }),
             ("reduce, non-commutative", noncommutative(nodes(Reduce, 4, 8)), D, ReduceBinomial { rank_order: true }),
@@ -540,7 +586,10 @@ mod tests {
             // allreduce
             ("allreduce 8 B, one node", node(Allreduce, 4, 8), D, Shm),
             ("allreduce at coll_shm_max", node(Allreduce, 4, 16 * KIB), D, Shm),
-            ("allreduce above coll_shm_max", node(Allreduce, 4, 16 * KIB + 1), D, AllreduceRecursiveDoubling),
+            ("allreduce above coll_shm_max: in chunks", node(Allreduce, 4, 16 * KIB + 1), D, Shm),
+            ("allreduce above coll_shm_pipeline_max", node(Allreduce, 4, 256 * KIB + 1), D, AllreduceRing),
+            ("allreduce above coll_shm_max, no pipelining", node(Allreduce, 4, 16 * KIB + 1), no_pipeline, AllreduceRecursiveDoubling),
+            ("iallreduce above coll_shm_max", nonblocking(node(Allreduce, 4, 16 * KIB + 1)), D, AllreduceRecursiveDoubling),
             ("allreduce, coll_shm off", node(Allreduce, 4, 8), no_shm, AllreduceRecursiveDoubling),
             ("allreduce, coll_check", node(Allreduce, 4, 8), check, Shm),
             ("iallreduce 8 B", nonblocking(node(Allreduce, 4, 8)), D, AllreduceRecursiveDoubling),
@@ -575,7 +624,9 @@ mod tests {
             // allgather (bytes: the whole result)
             ("allgather 4 × 8 B, one node", node(Allgather, 4, 32), D, Shm),
             ("allgather, 16 KiB per rank, one node", node(Allgather, 4, 64 * KIB), D, Shm),
-            ("allgather, 16 KiB + 4 per rank, one node", node(Allgather, 4, 64 * KIB + 16), D, AllgatherRing),
+            ("allgather, 16 KiB + 4 per rank, one node: in chunks", node(Allgather, 4, 64 * KIB + 16), D, Shm),
+            ("allgather, above coll_shm_pipeline_max per rank", node(Allgather, 4, MIB + 16), D, AllgatherRing),
+            ("allgather above a slot, no pipelining", node(Allgather, 4, 64 * KIB + 16), no_pipeline, AllgatherRing),
             ("allgather in place, one node", in_place(node(Allgather, 4, 32)), D, AllgatherBruck),
             ("allgatherv, one node", vform(node(Allgather, 4, 32)), D, Shm),
             ("allgatherv, one node, above coll_shm_max", vform(node(Allgather, 4, 16 * KIB + 1)), D, AllgatherRing),
@@ -647,7 +698,8 @@ mod tests {
             ("no area yet", no_area(q(8)), D, false),
             ("coll_check", q(8), check, false),
             ("coll_shm off", q(8), with(D, |s| s.shm = false), false),
-            ("coll_shm_max below", q(8), with(D, |s| s.shm_max = 4), false),
+            ("coll_shm_max below: in chunks", q(8), with(D, |s| s.shm_max = 4), true),
+            ("coll_shm_max below, no pipelining", q(8), with(D, |s| { s.shm_max = 4; s.shm_pipeline_max = 0 }), false),
             ("slot too small", slot(q(8), 8 + HDR - 1), D, false),
             ("several nodes", nodes(Coll::Allreduce, 4, 8), D, false),
             ("one rank", node(Coll::Allreduce, 1, 8), D, false),
@@ -677,6 +729,7 @@ mod tests {
         let cfg = crate::config::Config {
             coll_shm: false,
             coll_shm_max: Some(1),
+            coll_shm_pipeline_max: Some(6),
             coll_check: true,
             bcast_large: Some(2),
             allreduce_large: Some(3),
@@ -690,6 +743,7 @@ mod tests {
             Settings {
                 shm: false,
                 shm_max: 1,
+                shm_pipeline_max: 6,
                 check: true,
                 bcast_large: 2,
                 allreduce_large: 3,
@@ -715,6 +769,11 @@ mod tests {
         assert_eq!(
             Said(&q, select(&q, &D)).to_string(),
             "dissemination, 4 ranks"
+        );
+        let q = node(Coll::Bcast, 2, 40 * KIB);
+        assert_eq!(
+            Said(&q, select(&q, &D)).to_string(),
+            "shared memory, 40960 B over 2 ranks, in chunks of 16384 B"
         );
     }
 

@@ -94,6 +94,7 @@ fn env_size(name: &str, default: usize) -> usize {
 
 struct Th {
     shm: usize,
+    pipeline: usize,
     bcast: usize,
     allreduce: usize,
     allgather: usize,
@@ -104,6 +105,7 @@ impl Th {
     fn from_env() -> Self {
         Th {
             shm: env_size("GMPI_COLL_SHM_MAX", 16 << 10),
+            pipeline: env_size("GMPI_COLL_SHM_PIPELINE_MAX", 256 << 10),
             bcast: env_size("GMPI_BCAST_LARGE", 128 << 10),
             allreduce: env_size("GMPI_ALLREDUCE_LARGE", 64 << 10),
             allgather: env_size("GMPI_ALLGATHER_LARGE", 64 << 10),
@@ -455,7 +457,7 @@ fn all_reductions(c: &Communicator, th: &Th, big: bool) -> R {
         eq: &close,
         hash: Some(&hash_f64),
     };
-    for len in sizes(&[th.shm, th.allreduce], 8, 1) {
+    for len in sizes(&[th.shm, th.allreduce, th.pipeline], 8, 1) {
         reductions(c, &red, len, false)?;
     }
     if big {
@@ -596,7 +598,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     c.ibarrier().map_err(e)?.wait().map_err(e)?;
 
     // bcast: u64 and odd-sized u8 buffers.
-    let mut bl = sizes(&[th.shm, th.bcast], 8, 1);
+    let mut bl = sizes(&[th.shm, th.bcast, th.pipeline], 8, 1);
     if big {
         bl.push((4 << 20) / 8);
     }
@@ -793,6 +795,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     // allgather (+ in place): around the total-bytes threshold.
     let mut al = sizes(&[th.allgather], 8, nu);
     al.extend(sizes(&[th.shm], 8, nu));
+    al.extend(sizes(&[th.shm, th.pipeline], 8, 1));
     al.sort_unstable();
     al.dedup();
     for len in al {
@@ -2261,6 +2264,57 @@ fn scenario_errors(w: &Communicator) -> R {
             res.map_err(|x| format!("reduce to root 1 as a non-root: {x}"))?;
         }
         still_ok(w, "mismatched counts and roots across ranks")?;
+        // The same above a slot, where the area carries the data in chunks
+        // (up to GMPI_COLL_SHM_PIPELINE_MAX): every rank fails as it does in
+        // one slot, and reads as many of the area's epochs as the others
+        // publish, so the communicator's next collectives still work.
+        let th = Th::from_env();
+        let big = th.shm / 4 + 1000;
+        if 2 * big * 4 <= th.pipeline {
+            let k = if r == 0 { big + 1 } else { big };
+            expect_class(
+                "allreduce in chunks with rank 0 passing one element more",
+                w.allreduce(&vec![1u32; k][..], &mut vec![0u32; k][..], Op::Sum),
+                ErrorClass::Count,
+            )?;
+            expect_class(
+                "allgather in chunks with rank 0 passing one element more",
+                w.allgather(&vec![1u32; k][..], &mut vec![0u32; k * n as usize][..]),
+                ErrorClass::Count,
+            )?;
+            let res = w.reduce(&vec![1u32; k][..], &mut vec![0u32; k][..], Op::Sum, 0);
+            expect_class(
+                "reduce in chunks with rank 0 passing one element more",
+                res,
+                ErrorClass::Count,
+            )?;
+            still_ok(w, "mismatched counts in chunks")?;
+            // A root sending twice the chunks its readers expect, half,
+            // chunks to readers of one tiny slot, and one tiny slot to
+            // readers of chunks.
+            for (rk, other) in [(2 * big, big), (big, 2 * big), (big, 10), (10, big)] {
+                let k = if r == 1 { rk } else { other };
+                let res = w.bcast(&mut vec![7u32; k][..], 1);
+                if r == 1 && !check {
+                    res.map_err(|x| format!("bcast root sending {k} elements: {x}"))?;
+                } else {
+                    expect_class(
+                        &format!("bcast of {other} elements in chunks from a root sending {rk}"),
+                        res,
+                        ErrorClass::Count,
+                    )?;
+                }
+                still_ok(w, "a bcast in chunks of a different size")?;
+            }
+            let mut x = vec![1u32; big];
+            w.allreduce_in_place(&mut x[..], Op::Sum)
+                .map_err(|x| format!("allreduce in chunks after the mismatches: {x}"))?;
+            ensure!(
+                x.iter().all(|&v| v == n as u32),
+                "allreduce in chunks after the mismatches gave {:?}",
+                &x[..4]
+            );
+        }
         // v forms: a block longer than the receiver's count truncates at the
         // receiver (the root of a gatherv, rank 1 of an alltoallv); the
         // others succeed.

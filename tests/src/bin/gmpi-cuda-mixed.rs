@@ -319,7 +319,7 @@ fn all(w: &Communicator, mem: &Mem, m: usize) -> R {
 }
 
 /// Element counts per rank: 8 B and 64 B (the tiny allreduce), 4.7 KiB (the
-/// shared-memory area), 23 KiB (above `coll_shm_max`: the schedules).
+/// shared-memory area), 23 KiB (above `coll_shm_max`: the area in chunks).
 const COUNTS: [usize; 4] = [1, 8, 600, 3000];
 
 fn mixed(w: &Communicator, s: &Arc<CudaStream>) -> R {
@@ -336,8 +336,9 @@ fn mixed(w: &Communicator, s: &Arc<CudaStream>) -> R {
     Ok(())
 }
 
-/// `iters` allreduces and bcasts of device buffers, above `coll_shm_max`
-/// (schedules with device temporaries); the buffers are made once.
+/// `iters` allreduces and reduces of device buffers, above `coll_shm_max`
+/// (the area in chunks, staged through host memory); the buffers are made
+/// once.
 fn repeat(w: &Communicator, s: &Arc<CudaStream>, iters: usize) -> R {
     let (r, n) = (w.rank(), w.size());
     let m = 8192;

@@ -25,6 +25,7 @@
 //! exchange ([`Communicator::allreduce_tiny`]), since their time is mostly
 //! the call's own overhead.
 
+mod pipeline;
 mod vform;
 pub(crate) mod wire;
 
@@ -265,6 +266,10 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), v.bytes());
         let hdr = header(kind::BCAST, root, None, len);
+        if pipeline::pipelined(area.coll(), len) {
+            let check = e.cfg.coll_check;
+            return self.shm_bcast_pipelined(e, call, &mut area, v, root, hdr, check);
+        }
         if !e.cfg.coll_check {
             let a = area.coll();
             if me == root {
@@ -273,12 +278,16 @@ impl Communicator {
                     Ok(())
                 });
             }
-            let got = a.bcast_with(root as usize, &[], &mut |k| e.idle_flags(call, k), |s| {
+            let (room, mut more) = (a.slot_bytes() - HDR, 0);
+            let idle = &mut |k| e.idle_flags(call, k);
+            let got = a.bcast_with(root as usize, &[], idle, |s| {
                 if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
+                    more = pipeline::root_epochs(room, s) - 1;
                     return Err(err);
                 }
                 v.unpack(call, me, &s[HDR..])
             })?;
+            pipeline::skip_root(a, root, more, idle)?;
             return got.unwrap_or(Ok(()));
         }
         self.exchange(
@@ -319,6 +328,9 @@ impl Communicator {
         let len = input.bytes();
         let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
         let hdr = header(kind::REDUCE, root.unwrap_or(-1), Some(&red.op), len);
+        if pipeline::pipelined(area.coll(), len) {
+            return self.shm_reduce_pipelined(e, call, &mut area, input, out, red, hdr);
+        }
         let mut staged: Option<Vec<u8>> = None;
         let mut reduce = |slots: &[&[u8]]| {
             if let Some(o) = out {
@@ -363,6 +375,9 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), input.bytes());
         let hdr = header(kind::GATHER, root.unwrap_or(-1), None, len);
+        if root.is_none() && pipeline::pipelined(area.coll(), len) {
+            return self.shm_allgather_pipelined(e, call, &mut area, input, blocks, hdr);
+        }
         let copy = |slots: &[&[u8]]| {
             for (b, s) in blocks.iter().zip(slots) {
                 b.unpack(call, me, &s[HDR..])?;
@@ -665,8 +680,10 @@ impl Communicator {
                 a.bcast_with(root as usize, &buf[..HDR + len], idle, |_| ())?;
                 return Ok(());
             }
+            let (room, mut more) = (a.slot_bytes() - HDR, 0);
             let got = a.bcast_with(root as usize, &[], idle, |s| {
                 if let Some(err) = bcast_mismatch(CALL, me, root, &hdr, s) {
+                    more = pipeline::root_epochs(room, s) - 1;
                     return Err(err);
                 }
                 if s.len() != HDR + len {
@@ -677,6 +694,7 @@ impl Communicator {
                 });
                 Ok(())
             })?;
+            pipeline::skip_root(a, root, more, idle)?;
             got.unwrap_or(Ok(()))
         })
     }

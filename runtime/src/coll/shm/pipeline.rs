@@ -1,0 +1,342 @@
+//! Collectives larger than a slot of the area, pipelined through it: the
+//! data goes in chunks of the slot's room, one epoch each, so a bcast's
+//! root copies chunk `k + 1` into its slot while the readers copy chunk
+//! `k` out (the root runs up to the area's depth ahead), and an allreduce
+//! or allgather is one exchange per chunk. Up to `coll_shm_pipeline_max`
+//! this beats the point-to-point schedules on one node, which pay a
+//! rendezvous per message (the selector, `select.rs`, sends bcast, reduce,
+//! allreduce and allgather here between `coll_shm_max` and that size).
+//!
+//! Every chunk carries the call's header (with its whole length), so the
+//! ranks compare their arguments at the first chunk as an unpipelined call
+//! does. Ranks must also publish and read the same number of epochs, or
+//! the next collective on the communicator would read the wrong slots:
+//! - an exchange (allreduce, reduce, allgather; bcast under `coll_check`)
+//!   stops after the first chunk on a mismatch, which every rank sees
+//!   there, since each compares every header;
+//! - a one-way bcast's readers compare the root's header: on a mismatch
+//!   one still reads (and drops) as many chunks as the root's length makes,
+//!   then fails.
+//!
+//! A reduce is an exchange here too, not one-way as below a slot: were a
+//! non-root's length different from the root's, it would publish a
+//! different number of chunks, and no rank could tell.
+//!
+//! Data are read and written in place when they are one contiguous run of
+//! host memory; anything else (device memory, derived datatypes, an input
+//! that is also the output) is staged in one host buffer for the call.
+
+use std::ops::Range;
+
+use gmpi_btl_shm::ShmColl;
+
+use super::wire::{kind, mismatch, poison, HDR};
+use super::{bcast_mismatch, reduce_slots, short, ShmArea};
+use crate::buffer::View;
+use crate::coll::sched::Reduction;
+use crate::comm::Communicator;
+use crate::engine::Locked;
+use crate::error::Result;
+
+/// Bytes of data in each chunk: the slot's room after the header, in whole
+/// `unit`s (the selector sends here only calls whose unit fits).
+fn chunk_bytes(a: &ShmColl, unit: usize) -> usize {
+    let room = a.slot_bytes() - HDR;
+    room - room % unit.max(1)
+}
+
+/// Whether `len` bytes of data need more than one slot.
+pub(super) fn pipelined(a: &ShmColl, len: usize) -> bool {
+    HDR + len > a.slot_bytes()
+}
+
+/// The chunks of `len` bytes, `chunk` bytes each (the last one shorter).
+fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
+    (0..len.div_ceil(chunk)).map(move |k| k * chunk..((k + 1) * chunk).min(len))
+}
+
+/// The epochs the root of a one-way bcast publishes, from its first
+/// contribution `s` (an empty one: it is not broadcasting) and the slots'
+/// room for data: one, or a chunk each where its header is a bcast's (or a
+/// failed one's) whose length needs more than a slot. A reader that fails
+/// reads them all anyway, so that both sides go on at the same epoch.
+pub(super) fn root_epochs(room: usize, s: &[u8]) -> usize {
+    let field = |i: usize| {
+        s.get(i..i + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    };
+    match (field(0), field(12)) {
+        (Some(kind::BCAST | kind::FAILED), Some(len)) if len as usize > room => {
+            (len as usize).div_ceil(room)
+        }
+        _ => 1,
+    }
+}
+
+/// Read and drop `k` contributions of `root` (the rest of a one-way bcast
+/// this rank failed: [`root_epochs`]).
+pub(super) fn skip_root(
+    a: &mut ShmColl,
+    root: i32,
+    k: usize,
+    idle: &mut dyn FnMut(u32) -> Result<()>,
+) -> Result<()> {
+    for _ in 0..k {
+        a.bcast_parts(root as usize, &[], idle, |_| ())?;
+    }
+    Ok(())
+}
+
+/// Whether two views' data may share bytes (both one contiguous run).
+fn overlapping(a: &View, b: &View) -> bool {
+    match (a.contig_addr(), b.contig_addr()) {
+        (Some(x), Some(y)) => x < y + b.bytes() as u64 && y < x + a.bytes() as u64,
+        _ => false,
+    }
+}
+
+/// Run `f` over `v`'s data as host bytes (in place where they are one
+/// contiguous run of host memory, unless `stage`; else packed into a
+/// temporary) and whether they could be read: a failed device copy still
+/// runs `f`, on zeros, so the rank takes part (it marks its header), and
+/// that error is returned after it.
+fn with_input<R>(
+    call: &'static str,
+    me: i32,
+    v: &View,
+    stage: bool,
+    f: impl FnOnce(&[u8], bool) -> Result<R>,
+) -> Result<R> {
+    let mut f = Some(f);
+    if !stage {
+        if let Some(r) = v.read_contig(|b| (f.take().expect("runs once"))(b, true)) {
+            return r;
+        }
+    }
+    let mut buf = vec![0u8; v.bytes()];
+    let packed = v.pack_into(call, me, &mut buf);
+    let r = (f.take().expect("runs once"))(&buf, packed.is_ok());
+    packed?;
+    r
+}
+
+/// Run `f` over host bytes for `v`'s data (`v`'s own where they are one
+/// contiguous run of host memory; else a temporary, unpacked into `v`
+/// once `f` succeeded).
+fn with_output<R>(
+    call: &'static str,
+    me: i32,
+    v: &View,
+    f: impl FnOnce(&mut [u8]) -> Result<R>,
+) -> Result<R> {
+    let mut f = Some(f);
+    if let Some(r) = v.write_contig(|b| (f.take().expect("runs once"))(b)) {
+        return r;
+    }
+    let mut buf = vec![0u8; v.bytes()];
+    let r = (f.take().expect("runs once"))(&mut buf)?;
+    v.unpack(call, me, &buf)?;
+    Ok(r)
+}
+
+/// A header marked as a failed contribution where the data could not be
+/// read.
+fn marked(hdr: [u8; HDR], ok: bool) -> [u8; HDR] {
+    let mut h = hdr;
+    if !ok {
+        poison(&mut h);
+    }
+    h
+}
+
+impl Communicator {
+    /// A bcast of more than a slot: one-way in chunks (an exchange per
+    /// chunk under `coll_check`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn shm_bcast_pipelined(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        v: &View,
+        root: i32,
+        hdr: [u8; HDR],
+        check: bool,
+    ) -> Result<()> {
+        let (me, len) = (self.rank(), v.bytes());
+        let a = area.coll();
+        let chunk = chunk_bytes(a, 1);
+        let idle = &mut |k| e.idle_flags(call, k);
+        if me == root {
+            return with_input(call, me, v, false, |src, ok| {
+                let h = marked(hdr, ok);
+                for r in chunks(len, chunk) {
+                    if !check {
+                        a.bcast_parts(root as usize, &[&h, &src[r]], idle, |_| ())?;
+                        continue;
+                    }
+                    let bad = a.exchange_parts(&[&h, &src[r]], idle, |slots| {
+                        mismatch(call, me, &h, slots)
+                    })?;
+                    if let Some(err) = bad {
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            });
+        }
+        with_output(call, me, v, |out| {
+            let mut mine = chunks(len, chunk);
+            // Chunks the root publishes: as many as its length makes, read
+            // off its first (one if it is absent).
+            let (mut k, mut total, mut failed) = (0usize, 1usize, None);
+            while k < total {
+                let r = mine.next();
+                let first = k == 0;
+                let mut take = |s: &[u8]| -> Result<()> {
+                    if first {
+                        total = root_epochs(chunk, s);
+                    }
+                    if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
+                        return Err(err);
+                    }
+                    let r = r.clone().expect("a root of this rank's length");
+                    if s.len() != HDR + r.len() {
+                        return Err(short(call, me, root as usize, s.len()));
+                    }
+                    out[r].copy_from_slice(&s[HDR..]);
+                    Ok(())
+                };
+                let got = if check {
+                    a.exchange_parts(&[&hdr], idle, |slots| {
+                        match mismatch(call, me, &hdr, slots) {
+                            Some(err) => Err(err),
+                            None => take(slots[root as usize]),
+                        }
+                    })?
+                } else {
+                    let skip = failed.is_some();
+                    a.bcast_parts(root as usize, &[], idle, |s| {
+                        if skip {
+                            return Ok(());
+                        }
+                        take(s)
+                    })?
+                    .unwrap_or(Ok(()))
+                };
+                if let Err(err) = got {
+                    // An exchange: every rank saw it at this chunk and
+                    // stops. One-way: the root's chunks are read to the end.
+                    if check {
+                        return Err(err);
+                    }
+                    failed.get_or_insert(err);
+                }
+                k += 1;
+            }
+            failed.map_or(Ok(()), Err)
+        })
+    }
+
+    /// A reduce (`root`) or allreduce (`None`) of more than a slot: an
+    /// exchange per chunk, each reduced in rank order into the output's
+    /// chunk (every rank's, or the root's).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn shm_reduce_pipelined(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        input: &View,
+        out: Option<&View>,
+        red: &Reduction,
+        hdr: [u8; HDR],
+    ) -> Result<()> {
+        let (me, len) = (self.rank(), input.bytes());
+        let a = area.coll();
+        let chunk = chunk_bytes(a, red.unit);
+        let idle = &mut |k| e.idle_flags(call, k);
+        let stage = out.is_some_and(|o| overlapping(o, input));
+        with_input(call, me, input, stage, |src, ok| {
+            let h = marked(hdr, ok);
+            let mut run = |dst: Option<&mut [u8]>| -> Result<()> {
+                let mut dst = dst;
+                for r in chunks(len, chunk) {
+                    let bad = a.exchange_parts(&[&h, &src[r.clone()]], idle, |slots| {
+                        if let Some(err) = mismatch(call, me, &h, slots) {
+                            return Some(err);
+                        }
+                        if let Some(d) = dst.as_deref_mut() {
+                            reduce_slots(red, slots, HDR, &mut d[r.clone()]);
+                        }
+                        None
+                    })?;
+                    if let Some(err) = bad {
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            };
+            match out {
+                Some(o) => with_output(call, me, o, |d| run(Some(d))),
+                None => run(None),
+            }
+        })
+    }
+
+    /// An allgather of blocks of more than a slot: an exchange per chunk of
+    /// every rank's block, copied into each block's chunk.
+    pub(super) fn shm_allgather_pipelined(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        input: &View,
+        blocks: &[View],
+        hdr: [u8; HDR],
+    ) -> Result<()> {
+        let (me, len) = (self.rank(), input.bytes());
+        let a = area.coll();
+        let chunk = chunk_bytes(a, 1);
+        let idle = &mut |k| e.idle_flags(call, k);
+        with_input(call, me, input, false, |src, ok| {
+            let h = marked(hdr, ok);
+            // Each block in place where it is contiguous host memory, else
+            // staged and unpacked at the end.
+            let mut staged: Vec<Option<Vec<u8>>> = blocks
+                .iter()
+                .map(|b| (b.contig_addr().is_none() || !b.is_host()).then(|| vec![0u8; len]))
+                .collect();
+            for r in chunks(len, chunk) {
+                let bad = a.exchange_parts(&[&h, &src[r.clone()]], idle, |slots| {
+                    if let Some(err) = mismatch(call, me, &h, slots) {
+                        return Some(err);
+                    }
+                    let all = blocks.iter().zip(staged.iter_mut()).zip(slots);
+                    for (i, ((b, st), s)) in all.enumerate() {
+                        if s.len() != HDR + r.len() {
+                            return Some(short(call, me, i, s.len()));
+                        }
+                        let piece = &s[HDR..];
+                        match st {
+                            Some(buf) => buf[r.clone()].copy_from_slice(piece),
+                            None => {
+                                b.write_contig(|d| d[r.clone()].copy_from_slice(piece));
+                            }
+                        }
+                    }
+                    None
+                })?;
+                if let Some(err) = bad {
+                    return Err(err);
+                }
+            }
+            for (b, st) in blocks.iter().zip(staged) {
+                if let Some(buf) = st {
+                    b.unpack(call, me, &buf)?;
+                }
+            }
+            Ok(())
+        })
+    }
+}
