@@ -105,7 +105,7 @@ impl Th {
     fn from_env() -> Self {
         Th {
             shm: env_size("GMPI_COLL_SHM_MAX", 16 << 10),
-            pipeline: env_size("GMPI_COLL_SHM_PIPELINE_MAX", 256 << 10),
+            pipeline: env_size("GMPI_COLL_SHM_PIPELINE_MAX", 64 << 10),
             bcast: env_size("GMPI_BCAST_LARGE", 128 << 10),
             allreduce: env_size("GMPI_ALLREDUCE_LARGE", 64 << 10),
             allgather: env_size("GMPI_ALLGATHER_LARGE", 64 << 10),
