@@ -188,6 +188,115 @@ fn allreduce_fast(
     }))
 }
 
+/// The hot path of `MPI_Bcast`, as [`allreduce_fast`] is `MPI_Allreduce`'s.
+#[inline(always)]
+fn bcast_fast(
+    call: &'static str,
+    buffer: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let mut v = ptr::fast_buf(buffer, count, resolve::fast_dtype(dt)?, true)?;
+    Some(crate::frame::fast(call, comm, || c.bcast(&mut v, root)))
+}
+
+/// An empty receive (or send) buffer of a rank where MPI says the
+/// argument is not significant (a rooted collective's non-root).
+#[inline(always)]
+fn not_significant() -> Option<View> {
+    ptr::fast_buf(std::ptr::null(), 0, resolve::fast_dtype(MPI_BYTE)?, true)
+}
+
+/// The hot path of `MPI_Reduce`, as [`allreduce_fast`] (`recvbuf` only at
+/// the root).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn reduce_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let o = resolve::fast_op(op, dt)?;
+    let d = resolve::fast_dtype(dt)?;
+    let at_root = c.rank() == root;
+    let mut rv = if at_root {
+        ptr::fast_buf(recvbuf, count, d, true)?
+    } else {
+        not_significant()?
+    };
+    if ptr::in_place(sendbuf) {
+        // Elsewhere than at the root, the full path says what is wrong.
+        return at_root
+            .then(|| crate::frame::fast(call, comm, || c.reduce_in_place(&mut rv, o, root)));
+    }
+    let sv = ptr::fast_buf(sendbuf, count, d, false)?;
+    Some(crate::frame::fast(call, comm, || {
+        c.reduce(&sv, &mut rv, o, root)
+    }))
+}
+
+/// The hot path of `MPI_Gather` (`scatter`: `MPI_Scatter`), as
+/// [`all_fast`]: the root's whole buffer of `n` blocks, a non-root's
+/// nothing where MPI says the argument is not significant there; the in
+/// place forms take the full path.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn rooted_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+    scatter: bool,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let at_root = c.rank() == root;
+    let n = c.size();
+    if scatter {
+        let sv = if at_root {
+            ptr::fast_buf(
+                sendbuf,
+                sendcount.checked_mul(n)?,
+                resolve::fast_dtype(sendtype)?,
+                false,
+            )?
+        } else {
+            not_significant()?
+        };
+        let mut rv = ptr::fast_buf(recvbuf, recvcount, resolve::fast_dtype(recvtype)?, true)?;
+        return Some(crate::frame::fast(call, comm, || {
+            c.scatter(&sv, &mut rv, root)
+        }));
+    }
+    let sv = ptr::fast_buf(sendbuf, sendcount, resolve::fast_dtype(sendtype)?, false)?;
+    let mut rv = if at_root {
+        ptr::fast_buf(
+            recvbuf,
+            recvcount.checked_mul(n)?,
+            resolve::fast_dtype(recvtype)?,
+            true,
+        )?
+    } else {
+        not_significant()?
+    };
+    Some(crate::frame::fast(call, comm, || {
+        c.gather(&sv, &mut rv, root)
+    }))
+}
+
 /// Hand out the request of a started collective.
 fn out(
     call: &str,
@@ -1674,13 +1783,17 @@ mpi_fn! {
         let r = c.ibarrier()?;
         out(CALL, comm, r, request)
     }
-    fn Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+    fn Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) fast {
+        bcast_fast(CALL, buffer, count, datatype, root, comm)
+    } {
         bcast(CALL, buffer, count, datatype, root, comm)
     }
     fn Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         ibcast(CALL, buffer, count, datatype, root, comm, request)
     }
-    fn Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) {
+    fn Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) fast {
+        reduce_fast(CALL, sendbuf, recvbuf, count, datatype, op, root, comm)
+    } {
         reduce(CALL, sendbuf, recvbuf, count, datatype, op, root, comm)
     }
     fn Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
@@ -1697,7 +1810,9 @@ mpi_fn! {
     fn Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) {
         reduce_local(CALL, inbuf, inoutbuf, count, datatype, op)
     }
-    fn Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+    fn Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) fast {
+        rooted_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, false)
+    } {
         gather(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
     }
     fn Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
@@ -1709,7 +1824,9 @@ mpi_fn! {
     fn Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         igatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
     }
-    fn Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+    fn Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) fast {
+        rooted_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, true)
+    } {
         scatter(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
     }
     fn Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {

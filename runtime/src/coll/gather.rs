@@ -1,6 +1,7 @@
 //! Gather (`MPI_Gather`, `MPI_Gatherv`, their `i`-forms, in place or not):
 //! one exchange through the shared-memory area on single-node
-//! communicators (`shm/`; equal blocks, blocking calls only), else linear:
+//! communicators (`shm/`; equal blocks, blocking calls only; 1 to 64 B per
+//! rank of contiguous host memory by its tiny road), else linear:
 //! every rank sends its block to the root (`algo::gather_linear`).
 
 use super::algo;
@@ -145,7 +146,11 @@ impl Communicator {
                 c.inter_gather(CALL, tag, &sv, &rv, None, root)
             });
         }
-        let (sv, blocks) = self.gather_args(CALL, send.view(), recv.view_mut(), root)?;
+        let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.gather_tiny(&sv, &rv, root) {
+            return r;
+        }
+        let (sv, blocks) = self.gather_args(CALL, sv, rv, root)?;
         self.gather_blocking(CALL, &sv, Some(&sv), &blocks, root, false)
     }
 

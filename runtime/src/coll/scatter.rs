@@ -1,7 +1,8 @@
 //! Scatter (`MPI_Scatter`, `MPI_Scatterv`, their `i`-forms, in place or
 //! not): one-way through the shared-memory area on single-node
 //! communicators (`shm/`; equal blocks, blocking calls only: the root
-//! writes every block, each rank reads its own), else linear: the root
+//! writes every block, each rank reads its own; 1 to 64 B per rank of
+//! contiguous host memory by its tiny road), else linear: the root
 //! sends every rank its block (`algo::scatter_linear`).
 
 use super::algo;
@@ -100,7 +101,11 @@ impl Communicator {
                 c.inter_scatter(CALL, tag, &sv, None, &rv, root)
             });
         }
-        let (blocks, rv) = self.scatter_args(CALL, send.view(), recv.view_mut(), root)?;
+        let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.scatter_tiny(&sv, &rv, root) {
+            return r;
+        }
+        let (blocks, rv) = self.scatter_args(CALL, sv, rv, root)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, root, None, Some(rv.bytes()))?;
             let q = c.query(Coll::Scatter, Form::Blocking, rv.bytes());

@@ -389,13 +389,17 @@ pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
     }
 }
 
-/// Whether a blocking allreduce may take the tiny road, before looking at
-/// the area: the shared-memory choice, for 1 to [`TINY`] bytes, without
+/// Whether a blocking allreduce, bcast, reduce, gather or scatter (not a
+/// `v` form) may take the tiny road, before looking at the area: the
+/// shared-memory choice, for 1 to [`TINY`] bytes (per rank), without
 /// `coll_check`. (The caller has already checked the rest of what the road
 /// needs: contiguous buffers of one predefined type, an op with a kernel.)
 #[inline]
 pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
-    matches!(q.coll, Coll::Allreduce | Coll::Bcast | Coll::Reduce)
+    matches!(
+        q.coll,
+        Coll::Allreduce | Coll::Bcast | Coll::Reduce | Coll::Gather | Coll::Scatter
+    ) && !q.vform
         && !s.check
         && (1..=TINY).contains(&q.bytes)
         && area_wanted(q, s)
@@ -711,6 +715,10 @@ mod tests {
             ("a reduce on several nodes", nodes(Coll::Reduce, 4, 8), D, false),
             ("a nonblocking reduce", nonblocking(node(Coll::Reduce, 4, 8)), D, false),
             ("an allgather", node(Coll::Allgather, 4, 8), D, false),
+            ("a gather", node(Coll::Gather, 4, 8), D, true),
+            ("a gatherv", vform(node(Coll::Gather, 4, 8)), D, false),
+            ("a scatter", node(Coll::Scatter, 4, 8), D, true),
+            ("a scatter whose blocks fill no slot", slot(node(Coll::Scatter, 4, 8), 4 * 8 + HDR - 1), D, false),
         ];
         for (what, q, s, want) in table {
             assert_eq!(tiny(&q, &s), want, "{what}");

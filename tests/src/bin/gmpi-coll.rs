@@ -2263,6 +2263,30 @@ fn scenario_errors(w: &Communicator) -> R {
         } else {
             res.map_err(|x| format!("reduce to root 1 as a non-root: {x}"))?;
         }
+        // Small gathers and scatters are one-way too: a gather's root checks
+        // every rank's size, a scatter's readers the root's.
+        let nu = n as usize;
+        let mine = vec![r as u32; if r == 1 { 2 } else { 1 }];
+        let mut out = vec![0u32; if r == 0 { nu } else { 0 }];
+        let res = w.gather(&mine[..], &mut out[..], 0);
+        if r == 0 || check {
+            expect_class("gather with rank 1 sending 2 of 1", res, ErrorClass::Count)?;
+        } else {
+            res.map_err(|x| format!("gather as a sender: {x}"))?;
+        }
+        let blocks = vec![7u32; if r == 0 { nu } else { 0 }];
+        let mut got = vec![0u32; if r == 1 { 2 } else { 1 }];
+        let res = w.scatter(&blocks[..], &mut got[..], 0);
+        if r == 1 || check {
+            expect_class(
+                "scatter with rank 1 receiving 2 of 1",
+                res,
+                ErrorClass::Count,
+            )?;
+        } else {
+            res.map_err(|x| format!("scatter of 1 element: {x}"))?;
+            ensure!(got == [7], "scatter gave {got:?}");
+        }
         still_ok(w, "mismatched counts and roots across ranks")?;
         // The same above a slot, where the area carries the data in chunks
         // (up to GMPI_COLL_SHM_PIPELINE_MAX): every rank fails as it does in

@@ -21,9 +21,15 @@
 //! too, naming it, instead of using the data it does not have:
 //! `wire::with_contribution`).
 //!
-//! Allreduces of 1 to [`TINY`] bytes take a shorter road to the same
-//! exchange ([`Communicator::allreduce_tiny`]), since their time is mostly
-//! the call's own overhead.
+//! Allreduces, bcasts, reduces, gathers and scatters of 1 to [`TINY`]
+//! bytes (per rank) of contiguous host memory take a shorter road to the
+//! same exchange or one-way operation (`allreduce_tiny`, `bcast_tiny`,
+//! `reduce_root_tiny`, `gather_tiny`, `scatter_tiny`), since their time is
+//! mostly the call's own overhead; the C ABI reaches them without its
+//! handle tables on `MPI_COMM_WORLD` and `MPI_COMM_SELF`.
+//!
+//! Bcast, reduce, allreduce and allgather larger than a slot, up to
+//! `coll_shm_pipeline_max`, go through the area in chunks (`pipeline.rs`).
 
 mod pipeline;
 mod vform;
@@ -758,6 +764,113 @@ impl Communicator {
                 if let Some(dst) = dst {
                     HostMem.with_write(dst, len, |out| reduce_tiny(kernel, slots, out));
                 }
+                Ok(())
+            })?;
+            got.unwrap_or(Ok(()))
+        })
+    }
+}
+
+impl Communicator {
+    /// The latency-bound gather: contiguous host buffers, 1 to [`TINY`]
+    /// bytes per rank ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_gather`](Self::shm_gather)'s one-way gather (same header, the
+    /// same checks at the root), with the contribution built on the stack
+    /// and each slot copied straight into the root's `recv`.
+    #[inline]
+    pub(super) fn gather_tiny(&self, send: &View, recv: &View, root: i32) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Gather";
+        let (me, n, len) = (self.rank(), self.size(), send.bytes());
+        if len == 0 || len > TINY || !(0..n).contains(&root) || !send.kind().ok()?.is_host() {
+            return None;
+        }
+        let src = send.contig_addr()?;
+        let dst = if me == root {
+            let whole = len * n as usize;
+            if recv.bytes() != whole || !recv.writable || !recv.kind().ok()?.is_host() {
+                return None;
+            }
+            Some(recv.contig_addr()?)
+        } else {
+            None
+        };
+        let query = |c: &Self| c.query(Coll::Gather, Form::Blocking, len);
+        self.tiny_road(CALL, query, |e, a| {
+            let mut buf = [0u8; HDR + TINY];
+            buf[..HDR].copy_from_slice(&header(kind::GATHER, root, None, len));
+            HostMem.with_read(src, len, |d| {
+                gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
+            });
+            let data = &buf[..HDR + len];
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            let got = a.gather_with(root as usize, data, idle, |slots| {
+                if let Some(err) = tiny_mismatch(CALL, me, data, slots) {
+                    return Err(err);
+                }
+                let dst = dst.expect("the root has a receive buffer");
+                HostMem.with_write(dst, len * slots.len(), |out| {
+                    for (o, s) in out.chunks_exact_mut(len).zip(slots) {
+                        gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
+                    }
+                });
+                Ok(())
+            })?;
+            got.unwrap_or(Ok(()))
+        })
+    }
+
+    /// The latency-bound scatter: contiguous host buffers, 1 to [`TINY`]
+    /// bytes per rank ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_scatter`](Self::shm_scatter)'s one-way road (same header, the
+    /// same checks by the readers), with the root's send buffer copied
+    /// straight into its slot and a reader's block straight into `recv`.
+    #[inline]
+    pub(super) fn scatter_tiny(&self, send: &View, recv: &View, root: i32) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Scatter";
+        let (me, n, len) = (self.rank(), self.size() as usize, recv.bytes());
+        if len == 0 || len > TINY || !(0..n as i32).contains(&root) || !recv.writable {
+            return None;
+        }
+        if !recv.kind().ok()?.is_host() {
+            return None;
+        }
+        let dst = recv.contig_addr()?;
+        let src = if me == root {
+            if send.bytes() != len * n || !send.kind().ok()?.is_host() {
+                return None;
+            }
+            Some(send.contig_addr()?)
+        } else {
+            None
+        };
+        let query = |c: &Self| c.query(Coll::Scatter, Form::Blocking, len);
+        self.tiny_road(CALL, query, |e, a| {
+            let hdr = header(kind::SCATTER, root, None, len);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            if let Some(src) = src {
+                HostMem.with_read(src, len * n, |all| {
+                    a.bcast_parts(root as usize, &[&hdr, all], idle, |_| ())
+                })?;
+                // Its own block through the stack: the buffers may overlap.
+                let mut mine = [0u8; TINY];
+                let at = src + (me as usize * len) as u64;
+                HostMem.with_read(at, len, |b| gmpi_btl::copy_bytes(&mut mine[..len], b));
+                HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &mine[..len]));
+                return Ok(());
+            }
+            let got = a.bcast_with(root as usize, &[], idle, |s| {
+                if let Some(err) = bcast_mismatch(CALL, me, root, &hdr, s) {
+                    return Err(err);
+                }
+                if s.len() != HDR + n * len {
+                    return Err(short(CALL, me, root as usize, s.len()));
+                }
+                let at = HDR + me as usize * len;
+                HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &s[at..at + len]));
                 Ok(())
             })?;
             got.unwrap_or(Ok(()))
