@@ -297,6 +297,137 @@ fn rooted_fast(
     }))
 }
 
+/// The counts and displacements of `n` ranks (a `v` call's arrays, in
+/// elements) and the extent they cover, as [`vview`] computes it, when
+/// every entry is non-negative; `None` otherwise (the full path names the
+/// bad entry).
+#[inline(always)]
+fn fast_v<'a>(
+    n: usize,
+    counts: *const c_int,
+    displs: *const c_int,
+) -> Option<(&'a [c_int], &'a [c_int], c_int)> {
+    let c = ptr::slice("", "", counts, n).ok()?;
+    let d = ptr::slice("", "", displs, n).ok()?;
+    let mut hi: i64 = 0;
+    for (&k, &x) in c.iter().zip(d) {
+        if k < 0 || x < 0 {
+            return None;
+        }
+        if k > 0 {
+            hi = hi.max(x as i64 + k as i64);
+        }
+    }
+    Some((c, d, c_int::try_from(hi).ok()?))
+}
+
+/// The hot path of `MPI_Gatherv`, as [`rooted_fast`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gatherv_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let sv = ptr::fast_buf(sendbuf, sendcount, resolve::fast_dtype(sendtype)?, false)?;
+    let (counts, ds, mut rv): (&[c_int], &[c_int], View) = if c.rank() == root {
+        let (counts, ds, hi) = fast_v(c.size() as usize, recvcounts, displs)?;
+        let rv = ptr::fast_buf(recvbuf, hi, resolve::fast_dtype(recvtype)?, true)?;
+        (counts, ds, rv)
+    } else {
+        (&[], &[], not_significant()?)
+    };
+    Some(crate::frame::fast(call, comm, || {
+        c.gatherv(&sv, &mut rv, counts, ds, root)
+    }))
+}
+
+/// The hot path of `MPI_Scatterv`, as [`rooted_fast`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn scatterv_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let mut rv = ptr::fast_buf(recvbuf, recvcount, resolve::fast_dtype(recvtype)?, true)?;
+    let (counts, ds, sv): (&[c_int], &[c_int], View) = if c.rank() == root {
+        let (counts, ds, hi) = fast_v(c.size() as usize, sendcounts, displs)?;
+        let sv = ptr::fast_buf(sendbuf, hi, resolve::fast_dtype(sendtype)?, false)?;
+        (counts, ds, sv)
+    } else {
+        (&[], &[], not_significant()?)
+    };
+    Some(crate::frame::fast(call, comm, || {
+        c.scatterv(&sv, counts, ds, &mut rv, root)
+    }))
+}
+
+/// The hot path of `MPI_Allgatherv`, as [`all_fast`] (not in place).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn allgatherv_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let sv = ptr::fast_buf(sendbuf, sendcount, resolve::fast_dtype(sendtype)?, false)?;
+    let (counts, ds, hi) = fast_v(c.size() as usize, recvcounts, displs)?;
+    let mut rv = ptr::fast_buf(recvbuf, hi, resolve::fast_dtype(recvtype)?, true)?;
+    Some(crate::frame::fast(call, comm, || {
+        c.allgatherv(&sv, &mut rv, counts, ds)
+    }))
+}
+
+/// The hot path of `MPI_Alltoallv`, as [`all_fast`] (not in place).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn alltoallv_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    let n = c.size() as usize;
+    let (scounts, sds, shi) = fast_v(n, sendcounts, sdispls)?;
+    let (rcounts, rds, rhi) = fast_v(n, recvcounts, rdispls)?;
+    let sv = ptr::fast_buf(sendbuf, shi, resolve::fast_dtype(sendtype)?, false)?;
+    let mut rv = ptr::fast_buf(recvbuf, rhi, resolve::fast_dtype(recvtype)?, true)?;
+    Some(crate::frame::fast(call, comm, || {
+        c.alltoallv(&sv, scounts, sds, &mut rv, rcounts, rds)
+    }))
+}
+
 /// Hand out the request of a started collective.
 fn out(
     call: &str,
@@ -1818,7 +1949,9 @@ mpi_fn! {
     fn Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         igather(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
     }
-    fn Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+    fn Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) fast {
+        gatherv_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
+    } {
         gatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)
     }
     fn Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
@@ -1832,7 +1965,9 @@ mpi_fn! {
     fn Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
         iscatter(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
     }
-    fn Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) {
+    fn Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) fast {
+        scatterv_fast(CALL, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
+    } {
         scatterv(CALL, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)
     }
     fn Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) {
@@ -1846,7 +1981,9 @@ mpi_fn! {
     fn Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
         iallgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, false, request)
     }
-    fn Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
+    fn Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
+        allgatherv_fast(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
+    } {
         allgatherv(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
     }
     fn Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
@@ -1860,7 +1997,9 @@ mpi_fn! {
     fn Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
         iallgather_alltoall(CALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, true, request)
     }
-    fn Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) {
+    fn Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) fast {
+        alltoallv_fast(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+    } {
         alltoallv(CALL, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
     }
     fn Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
