@@ -1031,24 +1031,34 @@ impl Engine {
     /// The outcome of a completed point-to-point operation, left in place
     /// for [`Engine::take`]; other operations cannot be looked at so.
     pub fn peek(&self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
-        let rank = self.rank as i32;
         match h {
-            crate::comm::Handle::Pml(id) => match self.driver.pml.peek(id) {
-                Some(r) => r
-                    .map(crate::request::Status::from_pml)
-                    .map_err(|e| Error::from_pml(e, call, rank)),
-                None => Err(Error::new(
-                    ErrorClass::Request,
-                    call,
-                    rank,
-                    "request vanished",
-                )),
-            },
+            crate::comm::Handle::Pml(id) => self.pml_outcome(call, self.driver.pml.peek(id)),
             _ => Err(Error::new(
                 ErrorClass::Request,
                 call,
-                rank,
+                self.rank as i32,
                 "only a point-to-point request can be looked at without completing it",
+            )),
+        }
+    }
+
+    /// A point-to-point operation's outcome as the pml gave it (`None`: it
+    /// has no outcome to give, which no caller expects).
+    fn pml_outcome(
+        &self,
+        call: &str,
+        r: Option<std::result::Result<gmpi_pml::Status, gmpi_pml::PmlError>>,
+    ) -> Result<crate::request::Status> {
+        let rank = self.rank as i32;
+        match r {
+            Some(r) => r
+                .map(crate::request::Status::from_pml)
+                .map_err(|e| Error::from_pml(e, call, rank)),
+            None => Err(Error::new(
+                ErrorClass::Request,
+                call,
+                rank,
+                "request vanished",
             )),
         }
     }
@@ -1057,17 +1067,10 @@ impl Engine {
     pub fn take(&mut self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
         let rank = self.rank as i32;
         match h {
-            crate::comm::Handle::Pml(id) => match self.driver.test(id) {
-                Some(r) => r
-                    .map(crate::request::Status::from_pml)
-                    .map_err(|e| Error::from_pml(e, call, rank)),
-                None => Err(Error::new(
-                    ErrorClass::Request,
-                    call,
-                    rank,
-                    "request vanished",
-                )),
-            },
+            crate::comm::Handle::Pml(id) => {
+                let r = self.driver.test(id);
+                self.pml_outcome(call, r)
+            }
             crate::comm::Handle::User(id) => {
                 self.users.remove(&id);
                 Ok(crate::request::Status::empty())

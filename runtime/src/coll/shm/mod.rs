@@ -783,18 +783,13 @@ impl Communicator {
         use crate::progress::HostMemory;
         const CALL: &str = "MPI_Gather";
         let (me, n, len) = (self.rank(), self.size(), send.bytes());
-        if len == 0 || len > TINY || !(0..n).contains(&root) || !send.kind().ok()?.is_host() {
+        if len == 0 || len > TINY || !(0..n).contains(&root) {
             return None;
         }
-        let src = send.contig_addr()?;
-        let dst = if me == root {
-            let whole = len * n as usize;
-            if recv.bytes() != whole || !recv.writable || !recv.kind().ok()?.is_host() {
-                return None;
-            }
-            Some(recv.contig_addr()?)
-        } else {
-            None
+        let src = tiny_host(send, len, false)?;
+        let dst = match me == root {
+            true => Some(tiny_host(recv, len * n as usize, true)?),
+            false => None,
         };
         let query = |c: &Self| c.query(Coll::Gather, Form::Blocking, len);
         self.tiny_road(CALL, query, |e, a| {
@@ -832,20 +827,13 @@ impl Communicator {
         use crate::progress::HostMemory;
         const CALL: &str = "MPI_Scatter";
         let (me, n, len) = (self.rank(), self.size() as usize, recv.bytes());
-        if len == 0 || len > TINY || !(0..n as i32).contains(&root) || !recv.writable {
+        if len == 0 || len > TINY || !(0..n as i32).contains(&root) {
             return None;
         }
-        if !recv.kind().ok()?.is_host() {
-            return None;
-        }
-        let dst = recv.contig_addr()?;
-        let src = if me == root {
-            if send.bytes() != len * n || !send.kind().ok()?.is_host() {
-                return None;
-            }
-            Some(send.contig_addr()?)
-        } else {
-            None
+        let dst = tiny_host(recv, len, true)?;
+        let src = match me == root {
+            true => Some(tiny_host(send, len * n, false)?),
+            false => None,
         };
         let query = |c: &Self| c.query(Coll::Scatter, Form::Blocking, len);
         self.tiny_road(CALL, query, |e, a| {
@@ -876,6 +864,16 @@ impl Communicator {
             got.unwrap_or(Ok(()))
         })
     }
+}
+
+/// The address of `v`'s `bytes` bytes for a tiny road: one contiguous run
+/// of host memory (writable where the road writes it); `None` sends the
+/// call down the general road.
+#[inline]
+fn tiny_host(v: &View, bytes: usize, write: bool) -> Option<u64> {
+    (v.bytes() == bytes && (v.writable || !write) && v.kind().ok()?.is_host())
+        .then(|| v.contig_addr())
+        .flatten()
 }
 
 /// [`mismatch`] for the tiny roads, which read every slot as `data.len()`
