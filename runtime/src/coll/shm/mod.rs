@@ -750,23 +750,13 @@ impl Communicator {
                 .in_place(send.is_none())
         };
         self.tiny_road(CALL, query, |e, a| {
-            let mut buf = [0u8; HDR + TINY];
-            buf[..HDR].copy_from_slice(&header(kind::REDUCE, root, Some(op), len));
-            HostMem.with_read(src, len, |d| {
-                gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
-            });
-            let data = &buf[..HDR + len];
+            let hdr = header(kind::REDUCE, root, Some(op), len);
             let idle = &mut |k| e.idle_flags(CALL, k);
-            let got = a.gather_with(root as usize, data, idle, |slots| {
-                if let Some(err) = tiny_mismatch(CALL, me, data, slots) {
-                    return Err(err);
-                }
+            tiny_gather(a, CALL, me, root, hdr, (src, len), idle, |slots| {
                 if let Some(dst) = dst {
                     HostMem.with_write(dst, len, |out| reduce_tiny(kernel, slots, out));
                 }
-                Ok(())
-            })?;
-            got.unwrap_or(Ok(()))
+            })
         })
     }
 }
@@ -793,26 +783,16 @@ impl Communicator {
         };
         let query = |c: &Self| c.query(Coll::Gather, Form::Blocking, len);
         self.tiny_road(CALL, query, |e, a| {
-            let mut buf = [0u8; HDR + TINY];
-            buf[..HDR].copy_from_slice(&header(kind::GATHER, root, None, len));
-            HostMem.with_read(src, len, |d| {
-                gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
-            });
-            let data = &buf[..HDR + len];
+            let hdr = header(kind::GATHER, root, None, len);
             let idle = &mut |k| e.idle_flags(CALL, k);
-            let got = a.gather_with(root as usize, data, idle, |slots| {
-                if let Some(err) = tiny_mismatch(CALL, me, data, slots) {
-                    return Err(err);
-                }
+            tiny_gather(a, CALL, me, root, hdr, (src, len), idle, |slots| {
                 let dst = dst.expect("the root has a receive buffer");
                 HostMem.with_write(dst, len * slots.len(), |out| {
                     for (o, s) in out.chunks_exact_mut(len).zip(slots) {
                         gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
                     }
                 });
-                Ok(())
-            })?;
-            got.unwrap_or(Ok(()))
+            })
         })
     }
 
@@ -864,6 +844,40 @@ impl Communicator {
             got.unwrap_or(Ok(()))
         })
     }
+}
+
+/// The one-way gather of the tiny roads (reduce, gather): `hdr` and the
+/// `len` bytes at host address `src` published from the stack; the root
+/// checks every slot against them ([`tiny_mismatch`]) and runs `f` over the
+/// slots, the others return at once.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn tiny_gather(
+    a: &mut ShmColl,
+    call: &str,
+    me: i32,
+    root: i32,
+    hdr: [u8; HDR],
+    (src, len): (u64, usize),
+    idle: &mut dyn FnMut(u32) -> Result<()>,
+    f: impl FnOnce(&[&[u8]]),
+) -> Result<()> {
+    use crate::buffer::HostMem;
+    use crate::progress::HostMemory;
+    let mut buf = [0u8; HDR + TINY];
+    buf[..HDR].copy_from_slice(&hdr);
+    HostMem.with_read(src, len, |d| {
+        gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
+    });
+    let data = &buf[..HDR + len];
+    let got = a.gather_with(root as usize, data, idle, |slots| {
+        if let Some(err) = tiny_mismatch(call, me, data, slots) {
+            return Err(err);
+        }
+        f(slots);
+        Ok(())
+    })?;
+    got.unwrap_or(Ok(()))
 }
 
 /// The address of `v`'s `bytes` bytes for a tiny road: one contiguous run

@@ -30,7 +30,7 @@ use std::ops::Range;
 
 use gmpi_btl_shm::ShmColl;
 
-use super::wire::{kind, mismatch, poison, HDR};
+use super::wire::{field, kind, mismatch, poison, HDR};
 use super::{bcast_mismatch, reduce_slots, short, ShmArea};
 use crate::buffer::View;
 use crate::coll::sched::Reduction;
@@ -61,11 +61,7 @@ fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
 /// failed one's) whose length needs more than a slot. A reader that fails
 /// reads them all anyway, so that both sides go on at the same epoch.
 pub(super) fn root_epochs(room: usize, s: &[u8]) -> usize {
-    let field = |i: usize| {
-        s.get(i..i + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-    };
-    match (field(0), field(12)) {
+    match (field(s, 0), field(s, 12)) {
         (Some(kind::BCAST | kind::FAILED), Some(len)) if len as usize > room => {
             (len as usize).div_ceil(room)
         }

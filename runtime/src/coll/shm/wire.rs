@@ -120,6 +120,13 @@ pub(crate) fn poison(data: &mut [u8]) {
     data[0..4].copy_from_slice(&kind::FAILED.to_le_bytes());
 }
 
+/// The 4-byte field at byte `i` of a header `h` ([`kind`] at 0, root at 4,
+/// op at 8, length at 12); `None` past its end.
+#[inline]
+pub(crate) fn field(h: &[u8], i: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(h.get(i..i + 4)?.try_into().ok()?))
+}
+
 /// Compare every rank's header with ours (the header carries the length,
 /// so sizes are compared too): the first difference as an error. A
 /// contribution marked [`kind::FAILED`], ours or another rank's, is an
@@ -133,7 +140,7 @@ pub(crate) fn mismatch(call: &str, me: i32, mine: &[u8], slots: &[&[u8]]) -> Opt
 
 /// [`mismatch`] for the one contribution `s` of rank `r` (a bcast's root's).
 pub(crate) fn mismatch_of(call: &str, me: i32, mine: &[u8], r: usize, s: &[u8]) -> Option<Error> {
-    let field = |h: &[u8], i: usize| i32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let field = |h: &[u8], i: usize| field(h, i).map_or(-1, |v| v as i32);
     let failed = |h: &[u8]| h.len() >= HDR && field(h, 0) == kind::FAILED as i32;
     if !(s.len() < HDR || s[..HDR] != mine[..HDR] || failed(s)) {
         return None;
