@@ -583,15 +583,28 @@ impl ShmColl {
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<Option<R>, E> {
+        self.gather_parts(root, &[data], idle, f)
+    }
+
+    /// [`gather_with`](Self::gather_with) of the contribution made of
+    /// `parts` one after the other (as in
+    /// [`exchange_parts`](Self::exchange_parts)).
+    pub fn gather_parts<E, R>(
+        &mut self,
+        root: usize,
+        parts: &[&[u8]],
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<Option<R>, E> {
         assert!(
             root < self.layout.n,
             "gather root {root} is not below {}",
             self.layout.n
         );
-        self.check_len(data.len());
+        self.check_len(parts_len(parts));
         let e = self.begin();
         self.reserve(e, idle)?;
-        self.publish(e, &[data]);
+        self.publish(e, parts);
         let out = if self.rank == root {
             let absent = self.wait_all(e, idle, SlotOrCtrl::Slot)?;
             Some(self.with_slots(e, &absent, f))
@@ -692,7 +705,7 @@ impl ShmColl {
 
     /// Write our slot for epoch `e` (reserved), then publish it: the Release
     /// store of its epoch tag.
-    #[inline]
+    #[inline(always)]
     fn publish(&mut self, e: u64, parts: &[&[u8]]) {
         let s = self.layout.slot(self.rank, self.slot);
         let mut at = s + SLOT_DATA;

@@ -193,10 +193,11 @@ impl Mapping {
         // slice of it is borrowed in this process (`&mut self`) and, by the
         // caller's protocol, no peer accesses it concurrently; `src` is
         // caller memory, never the mapping (it cannot be borrowed from it
-        // while we hold `&mut self`), so the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len());
-        }
+        // while we hold `&mut self`), so the ranges do not overlap and the
+        // slice made of them is the only reference to these bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off), src.len()) };
+        // Inline for the few bytes of a collective's header and tiny data.
+        gmpi_btl::copy_bytes(dst, src);
     }
 
     /// The `len` bytes at byte offset `off` (bounds checked). The caller's

@@ -39,6 +39,23 @@ impl gmpi_pml::HostWrite for HostMem {
     }
 }
 
+impl HostMem {
+    /// Copy the `len` bytes at `src` to `dst`, which may overlap (a root's
+    /// own block of a collective, from a send buffer the user may have
+    /// placed inside the receive buffer).
+    #[inline]
+    pub(crate) fn copy(src: u64, dst: u64, len: usize) {
+        if len == 0 || src == dst {
+            return;
+        }
+        // SAFETY: (module docs) both ranges lie within buffers the user lent
+        // to the blocking call that copies, the destination mutably; `copy`
+        // is `memmove`, so an overlap is allowed, and no reference to either
+        // range is alive while it runs.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+    }
+}
+
 /// Read this rank's window memory at `addr` (see the module docs).
 pub(crate) fn window_read(addr: u64, out: &mut [u8]) {
     HostMem.with_read(addr, out.len(), |s| out.copy_from_slice(s));

@@ -1,7 +1,7 @@
 //! Allreduce (`MPI_Allreduce`, `MPI_Iallreduce`, in place or not): on
 //! single-node communicators one exchange through the shared-memory area,
-//! every input combined on every rank in rank order (`shm/`; 1 to 64
-//! bytes take its tiny road, `Communicator::allreduce_tiny`);
+//! every input combined on every rank in rank order (`shm/`; 1 B to 1 KiB
+//! take its tiny road, `Communicator::allreduce_tiny`);
 //! else recursive doubling, or from `allreduce_large` (commutative ops, an
 //! element per rank) a ring: reduce-scatter then allgather (`algo.rs`,
 //! thresholds in `select.rs`). Every rank gets the same bits.

@@ -1,7 +1,8 @@
 //! Gather (`MPI_Gather`, `MPI_Gatherv`, their `i`-forms, in place or not):
 //! one exchange through the shared-memory area on single-node
-//! communicators (`shm/`; equal blocks, blocking calls only; 1 to 64 B per
-//! rank of contiguous host memory by its tiny road), else linear:
+//! communicators (`shm/`; equal blocks, blocking calls only; 1 B to 1 KiB
+//! per rank of contiguous host memory by its tiny road, and a gatherv's
+//! blocks by its own), else linear:
 //! every rank sends its block to the root (`algo::gather_linear`).
 
 use super::algo;
@@ -79,26 +80,41 @@ impl Communicator {
         };
         let (rest, bad) = self.shm_gatherv(e, call, area, input, send, blocks, root)?;
         if let Some(ranks) = rest {
-            let mut s = if self.rank() == root {
-                // Only the marked ranks' blocks; the root's own is copied.
-                let only: Vec<View> = blocks
-                    .iter()
-                    .enumerate()
-                    .map(|(r, b)| {
-                        if ranks.contains(&r) {
-                            b.clone()
-                        } else {
-                            b.sub(0, 0).expect("an empty view fits")
-                        }
-                    })
-                    .collect();
-                self.gather_sched(call, tag, None, &only, root, Algo::GatherLinear)
-            } else {
-                self.gather_sched(call, tag, Some(input), &[], root, Algo::GatherLinear)
-            };
-            e.drive(call, &mut s)?;
+            e.drive(
+                call,
+                &mut self.gatherv_rest(call, tag, input, blocks, root, &ranks),
+            )?;
         }
         bad.map_or(Ok(None), Err)
+    }
+
+    /// What is left of a gatherv after the area: the blocks of `ranks` by
+    /// point-to-point (the marked ranks, at the root, its own block having
+    /// been copied; this rank's `input`, at a marked sender).
+    pub(super) fn gatherv_rest(
+        &self,
+        call: &'static str,
+        tag: i32,
+        input: &View,
+        blocks: &[View],
+        root: i32,
+        ranks: &[usize],
+    ) -> Sched {
+        if self.rank() != root {
+            return self.gather_sched(call, tag, Some(input), &[], root, Algo::GatherLinear);
+        }
+        let only: Vec<View> = blocks
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                if ranks.contains(&r) {
+                    b.clone()
+                } else {
+                    b.sub(0, 0).expect("an empty view fits")
+                }
+            })
+            .collect();
+        self.gather_sched(call, tag, None, &only, root, Algo::GatherLinear)
     }
 
     /// A blocking gather of equal blocks (`input` is this rank's block),
@@ -261,6 +277,9 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.gatherv_tiny(&sv, &rv, counts, displs, root) {
+            return r;
+        }
         let blocks = self.rooted_vblocks(
             CALL,
             "the receive buffer",

@@ -1,8 +1,9 @@
 //! Scatter (`MPI_Scatter`, `MPI_Scatterv`, their `i`-forms, in place or
 //! not): one-way through the shared-memory area on single-node
 //! communicators (`shm/`; equal blocks, blocking calls only: the root
-//! writes every block, each rank reads its own; 1 to 64 B per rank of
-//! contiguous host memory by its tiny road), else linear: the root
+//! writes every block, each rank reads its own; 1 B to 1 KiB per rank of
+//! contiguous host memory by its tiny road, and a scatterv whose table
+//! and blocks fit 1 KiB by its own), else linear: the root
 //! sends every rank its block (`algo::scatter_linear`).
 
 use super::algo;
@@ -17,7 +18,7 @@ use crate::error::Result;
 use crate::request::Request;
 
 impl Communicator {
-    fn scatter_sched(
+    pub(super) fn scatter_sched(
         &self,
         call: &'static str,
         tag: i32,
@@ -220,6 +221,9 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.scatterv_tiny(&sv, counts, displs, &rv, root) {
+            return r;
+        }
         let blocks = self.rooted_vblocks(
             CALL,
             "the send buffer",

@@ -114,12 +114,13 @@ impl Th {
     }
 }
 
-/// Element counts 0, 1, 3 and just around each byte threshold in `ths`
-/// and the 64-byte tiny road of allreduce, bcast and reduce, for elements of
-/// `es` bytes (each threshold divided by `div` first).
+/// Element counts 0, 1, 3 and just around each byte threshold in `ths`,
+/// 64 bytes (a cache line) and the 1 KiB tiny road of the rooted
+/// collectives and allreduce, for elements of `es` bytes (each threshold
+/// divided by `div` first).
 fn sizes(ths: &[usize], es: usize, div: usize) -> Vec<usize> {
     let mut v = vec![0, 1, 3];
-    for &t in ths.iter().chain(&[64]) {
+    for &t in ths.iter().chain(&[64, 1024]) {
         let c = t / es / div.max(1);
         for x in [c.saturating_sub(1), c, c + 1] {
             v.push(x);
@@ -717,6 +718,10 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
         0usize,
         1,
         3,
+        // Around the tiny roads' 1 KiB (of u64): some ranks on them.
+        127,
+        128,
+        129,
         th.shm / 8 / nu.max(1) + 1,
         th.shm / 8 - 2,
         th.shm / 8 + 1,
@@ -2204,13 +2209,13 @@ fn scenario_errors(w: &Communicator) -> R {
             w.alltoall(&vec![1u32; k * n as usize][..], &mut a2a[..]),
             ErrorClass::Count,
         )?;
-        // One rank small enough for the tiny allreduce, the others not:
-        // both paths exchange the same header, so all fail alike.
-        let k = if r == 0 { 3 } else { 20 };
+        // One rank small enough for the tiny allreduce (1 KiB), the others
+        // not: both paths exchange the same header, so all fail alike.
+        let k = if r == 0 { 3 } else { 300 };
         let src = vec![1u32; k];
         let mut dst = vec![0u32; k];
         expect_class(
-            "allreduce with rank 0 passing 3 elements, others 20",
+            "allreduce with rank 0 passing 3 elements, others 300",
             w.allreduce(&src[..], &mut dst[..], Op::Sum),
             ErrorClass::Count,
         )?;
@@ -2356,6 +2361,38 @@ fn scenario_errors(w: &Communicator) -> R {
             )?;
         } else {
             res.map_err(|x| format!("gatherv as a sender: {x}"))?;
+        }
+        // A block too big for the area from a rank the root expects a tiny
+        // block from: it moves by point-to-point all the same, and
+        // truncates there.
+        let th = Th::from_env();
+        let mine = vec![r as u32; if r == 1 { th.shm / 4 + 1000 } else { 2 }];
+        let res = w.gatherv(&mine[..], &mut out[..], &counts, &displs, 0);
+        if r == 0 {
+            expect_class(
+                "gatherv with rank 1 sending a block above the slot, of 2 expected",
+                res,
+                ErrorClass::Truncate,
+            )?;
+        } else {
+            res.map_err(|x| format!("gatherv as a sender of a large block: {x}"))?;
+        }
+        // A scatterv whose root gives rank 1 two elements more than it
+        // expects: rank 1 fails, the others get their blocks.
+        let sc: Vec<i32> = (0..n).map(|q| if q == 1 { 3 } else { 1 }).collect();
+        let sd: Vec<i32> = (0..n).map(|q| 3 * q).collect();
+        let send = vec![9u32; if r == 0 { 3 * nu } else { 0 }];
+        let mut got = [0u32; 1];
+        let res = w.scatterv(&send[..], &sc, &sd, &mut got[..], 0);
+        if r == 1 {
+            expect_class(
+                "scatterv giving rank 1 three elements of 1",
+                res,
+                ErrorClass::Truncate,
+            )?;
+        } else {
+            res.map_err(|x| format!("scatterv of 1 element: {x}"))?;
+            ensure!(got == [9], "scatterv gave {got:?}");
         }
         let sc: Vec<i32> = (0..n)
             .map(|q| if r == 0 && q == 1 { 2 } else { 1 })

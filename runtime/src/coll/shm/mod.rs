@@ -24,9 +24,12 @@
 //! Allreduces, bcasts, reduces, gathers and scatters of 1 to [`TINY`]
 //! bytes (per rank) of contiguous host memory take a shorter road to the
 //! same exchange or one-way operation (`allreduce_tiny`, `bcast_tiny`,
-//! `reduce_root_tiny`, `gather_tiny`, `scatter_tiny`), since their time is
-//! mostly the call's own overhead; the C ABI reaches them without its
-//! handle tables on `MPI_COMM_WORLD` and `MPI_COMM_SELF`.
+//! `reduce_root_tiny`, `gather_tiny`, `scatter_tiny`; gatherv and scatterv
+//! too, `vform.rs`), since their time is mostly the call's own overhead:
+//! no view per block, the contribution published straight from the
+//! user's buffer or the stack, the op's kernel called directly. The C ABI
+//! reaches them without its handle tables on `MPI_COMM_WORLD` and
+//! `MPI_COMM_SELF`.
 //!
 //! Bcast, reduce, allreduce and allgather larger than a slot, up to
 //! `coll_shm_pipeline_max`, go through the area in chunks (`pipeline.rs`).
@@ -117,12 +120,14 @@ fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
     let n = out.len();
     gmpi_btl::copy_bytes(out, data(slots[1], n));
     k(data(slots[0], n), out);
-    let mut acc = [0u8; TINY];
-    let acc = &mut acc[..n];
-    for s in &slots[2..] {
-        gmpi_btl::copy_bytes(acc, out);
-        gmpi_btl::copy_bytes(out, data(s, n));
-        k(acc, out);
+    if slots.len() > 2 {
+        let mut acc = [0u8; TINY];
+        let acc = &mut acc[..n];
+        for s in &slots[2..] {
+            gmpi_btl::copy_bytes(acc, out);
+            gmpi_btl::copy_bytes(out, data(s, n));
+            k(acc, out);
+        }
     }
 }
 
@@ -530,17 +535,18 @@ impl Communicator {
     /// The road of the latency-bound calls (`*_tiny`): on an
     /// intracommunicator whose shared-memory area is already set up, for
     /// `len` bytes (1 to [`TINY`]) of a blocking `coll` that the selector
-    /// sends to the area ([`select::tiny`]: never with `coll_check`), run
+    /// sends to the area ([`select::tiny_wanted`], [`select::tiny_room`]: never with `coll_check`), run
     /// `body` on the engine and the area, once the call's tag is consumed as
-    /// the general road consumes it. `None`, before any effect, sends the
+    /// the general road consumes it (`body` gets that tag, for what a `v`
+    /// form moves by point-to-point). `None`, before any effect, sends the
     /// call down the general road, which makes every check (and sets the
     /// area up on first use) itself.
     #[inline]
-    fn tiny_road<R>(
+    pub(super) fn tiny_road<R>(
         &self,
         call: &'static str,
         q: impl FnOnce(&Self) -> select::Query,
-        body: impl FnOnce(&mut Locked, &mut ShmColl) -> Result<R>,
+        body: impl FnOnce(&mut Locked, &mut ShmColl, i32) -> Result<R>,
     ) -> Option<Result<R>> {
         if self.is_inter() || self.check_live(call).is_err() {
             return None;
@@ -560,12 +566,12 @@ impl Communicator {
             let ShmState::Ready(a) = &mut *g else {
                 return Ok(None);
             };
-            if !select::tiny(&q, &s) {
+            if !select::tiny_room(&q) {
                 return Ok(None);
             }
-            self.next_tag();
+            let tag = self.next_tag();
             tracing::debug!(target: "coll", "{call}: shared memory, {} B, tiny path", q.bytes);
-            body(e, a).map(Some)
+            body(e, a, tag).map(Some)
         })
         .transpose()
     }
@@ -607,49 +613,57 @@ impl Communicator {
         };
         let me = self.rank();
         let query = |c: &Self| c.query(Coll::Allreduce, Form::Blocking, len);
-        self.tiny_road(CALL, query, |e, a| {
-            let mut buf = [0u8; HDR + TINY];
-            let data = &mut buf[..HDR + len];
-            data[..HDR].copy_from_slice(&header(kind::REDUCE, -1, Some(op), len));
-            // A contribution that cannot be copied out of the device still
-            // takes part, marked failed (`wire::with_contribution`).
-            let packed = if in_host {
-                HostMem.with_read(src, len, |d| gmpi_btl::copy_bytes(&mut data[HDR..], d));
-                Ok(())
-            } else {
-                input.pack_into(CALL, me, &mut data[HDR..])
-            };
-            if packed.is_err() {
-                wire::poison(data);
-            }
-            let data: &[u8] = data;
+        // Host input apart from host output is published straight from the
+        // user's buffer; the rest (in place, device memory) from the stack.
+        let apart = send.is_some() && (src + len as u64 <= dst || dst + len as u64 <= src);
+        self.tiny_road(CALL, query, |e, a, _| {
+            let hdr = header(kind::REDUCE, -1, Some(op), len);
+            let idle = &mut |k| e.idle_flags(CALL, k);
             let mut bad = None;
-            let mut staged = [0u8; TINY];
-            let exchanged = a.exchange(data, &mut |k| e.idle_flags(CALL, k), |slots| {
-                if packed.is_err() {
-                    bad = mismatch(CALL, me, data, slots);
+            let mut staged = (!out_host).then_some([0u8; TINY]);
+            // `mine`: the header published, poisoned where packing failed.
+            let mut reduce = |slots: &[&[u8]], mine: &[u8], packed: bool| {
+                if !packed {
+                    bad = mismatch(CALL, me, mine, slots);
                     return;
                 }
-                if let Some(err) = tiny_mismatch(CALL, me, data, slots) {
+                if let Some(err) = tiny_mismatch(CALL, me, &hdr, HDR + len, slots) {
                     bad = Some(err);
                     return;
                 }
-                if out_host {
-                    HostMem.with_write(dst, len, |out| reduce_tiny(kernel, slots, out));
-                } else {
-                    reduce_tiny(kernel, slots, &mut staged[..len]);
+                match &mut staged {
+                    None => HostMem.with_write(dst, len, |out| reduce_tiny(kernel, slots, out)),
+                    Some(st) => reduce_tiny(kernel, slots, &mut st[..len]),
                 }
-            });
-            packed?;
-            exchanged?;
-            match bad {
-                Some(err) => Err(err),
-                None => {
-                    if !out_host {
-                        recv.unpack(CALL, me, &staged[..len])?;
-                    }
+            };
+            if in_host && out_host && apart {
+                HostMem.with_read(src, len, |d| {
+                    a.exchange_parts(&[&hdr, d], idle, |slots| reduce(slots, &hdr, true))
+                })?;
+            } else {
+                let mut buf = [0u8; HDR + TINY];
+                let data = &mut buf[..HDR + len];
+                data[..HDR].copy_from_slice(&hdr);
+                // A contribution that cannot be copied out of the device
+                // still takes part, marked failed (`wire::with_contribution`).
+                let packed = if in_host {
+                    HostMem.with_read(src, len, |d| gmpi_btl::copy_bytes(&mut data[HDR..], d));
                     Ok(())
+                } else {
+                    input.pack_into(CALL, me, &mut data[HDR..])
+                };
+                if packed.is_err() {
+                    wire::poison(data);
                 }
+                let (ok, data) = (packed.is_ok(), &*data);
+                let exchanged = a.exchange(data, idle, |slots| reduce(slots, &data[..HDR], ok));
+                packed?;
+                exchanged?;
+            }
+            match (bad, staged) {
+                (Some(err), _) => Err(err),
+                (None, Some(st)) => recv.unpack(CALL, me, &st[..len]),
+                (None, None) => Ok(()),
             }
         })
     }
@@ -674,16 +688,13 @@ impl Communicator {
         }
         let addr = v.contig_addr()?;
         let query = |c: &Self| c.query(Coll::Bcast, Form::Blocking, len);
-        self.tiny_road(CALL, query, |e, a| {
+        self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::BCAST, root, None, len);
             let idle = &mut |k| e.idle_flags(CALL, k);
             if me == root {
-                let mut buf = [0u8; HDR + TINY];
-                buf[..HDR].copy_from_slice(&hdr);
                 HostMem.with_read(addr, len, |d| {
-                    gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
-                });
-                a.bcast_with(root as usize, &buf[..HDR + len], idle, |_| ())?;
+                    a.bcast_parts(root as usize, &[&hdr, d], idle, |_| ())
+                })?;
                 return Ok(());
             }
             let (room, mut more) = (a.slot_bytes() - HDR, 0);
@@ -749,7 +760,7 @@ impl Communicator {
                 .commutative(op.is_commutative())
                 .in_place(send.is_none())
         };
-        self.tiny_road(CALL, query, |e, a| {
+        self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::REDUCE, root, Some(op), len);
             let idle = &mut |k| e.idle_flags(CALL, k);
             tiny_gather(a, CALL, me, root, hdr, (src, len), idle, |slots| {
@@ -782,7 +793,7 @@ impl Communicator {
             false => None,
         };
         let query = |c: &Self| c.query(Coll::Gather, Form::Blocking, len);
-        self.tiny_road(CALL, query, |e, a| {
+        self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::GATHER, root, None, len);
             let idle = &mut |k| e.idle_flags(CALL, k);
             tiny_gather(a, CALL, me, root, hdr, (src, len), idle, |slots| {
@@ -816,18 +827,14 @@ impl Communicator {
             false => None,
         };
         let query = |c: &Self| c.query(Coll::Scatter, Form::Blocking, len);
-        self.tiny_road(CALL, query, |e, a| {
+        self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::SCATTER, root, None, len);
             let idle = &mut |k| e.idle_flags(CALL, k);
             if let Some(src) = src {
                 HostMem.with_read(src, len * n, |all| {
                     a.bcast_parts(root as usize, &[&hdr, all], idle, |_| ())
                 })?;
-                // Its own block through the stack: the buffers may overlap.
-                let mut mine = [0u8; TINY];
-                let at = src + (me as usize * len) as u64;
-                HostMem.with_read(at, len, |b| gmpi_btl::copy_bytes(&mut mine[..len], b));
-                HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &mine[..len]));
+                HostMem::copy(src + (me as usize * len) as u64, dst, len);
                 return Ok(());
             }
             let got = a.bcast_with(root as usize, &[], idle, |s| {
@@ -852,7 +859,7 @@ impl Communicator {
 /// slots, the others return at once.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn tiny_gather(
+pub(super) fn tiny_gather(
     a: &mut ShmColl,
     call: &str,
     me: i32,
@@ -864,18 +871,14 @@ fn tiny_gather(
 ) -> Result<()> {
     use crate::buffer::HostMem;
     use crate::progress::HostMemory;
-    let mut buf = [0u8; HDR + TINY];
-    buf[..HDR].copy_from_slice(&hdr);
-    HostMem.with_read(src, len, |d| {
-        gmpi_btl::copy_bytes(&mut buf[HDR..HDR + len], d)
-    });
-    let data = &buf[..HDR + len];
-    let got = a.gather_with(root as usize, data, idle, |slots| {
-        if let Some(err) = tiny_mismatch(call, me, data, slots) {
-            return Err(err);
-        }
-        f(slots);
-        Ok(())
+    let got = HostMem.with_read(src, len, |d| {
+        a.gather_parts(root as usize, &[&hdr, d], idle, |slots| {
+            if let Some(err) = tiny_mismatch(call, me, &hdr, HDR + len, slots) {
+                return Err(err);
+            }
+            f(slots);
+            Ok(())
+        })
     })?;
     got.unwrap_or(Ok(()))
 }
@@ -884,28 +887,28 @@ fn tiny_gather(
 /// of host memory (writable where the road writes it); `None` sends the
 /// call down the general road.
 #[inline]
-fn tiny_host(v: &View, bytes: usize, write: bool) -> Option<u64> {
+pub(super) fn tiny_host(v: &View, bytes: usize, write: bool) -> Option<u64> {
     (v.bytes() == bytes && (v.writable || !write) && v.kind().ok()?.is_host())
         .then(|| v.contig_addr())
         .flatten()
 }
 
-/// [`mismatch`] for the tiny roads, which read every slot as `data.len()`
-/// bytes: a slot of another length with an equal header (only a corrupt
-/// area makes one) is an error too.
+/// [`mismatch`] for the tiny roads, which read every slot as `len` bytes
+/// (header `hdr` and data): a slot of another length with an equal header
+/// (only a corrupt area makes one) is an error too.
 #[inline]
-fn tiny_mismatch(call: &str, me: i32, data: &[u8], slots: &[&[u8]]) -> Option<crate::error::Error> {
-    if slots
-        .iter()
-        .all(|s| s.len() == data.len() && s[..HDR] == data[..HDR])
-    {
+fn tiny_mismatch(
+    call: &str,
+    me: i32,
+    hdr: &[u8; HDR],
+    len: usize,
+    slots: &[&[u8]],
+) -> Option<crate::error::Error> {
+    if slots.iter().all(|s| s.len() == len && s[..HDR] == hdr[..]) {
         return None;
     }
-    mismatch(call, me, data, slots).or_else(|| {
-        let (r, s) = slots
-            .iter()
-            .enumerate()
-            .find(|(_, s)| s.len() != data.len())?;
+    mismatch(call, me, hdr, slots).or_else(|| {
+        let (r, s) = slots.iter().enumerate().find(|(_, s)| s.len() != len)?;
         Some(short(call, me, r, s.len()))
     })
 }

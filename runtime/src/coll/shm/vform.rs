@@ -25,13 +25,25 @@
 //!   its blocks for every rank, or [`BIG`]; each takes its block of every
 //!   slot, or, when any rank said [`BIG`] (every rank sees it), all of them
 //!   run the point-to-point alltoallv.
+//!
+//! Gatherv and scatterv of contiguous host memory of a predefined type
+//! also have tiny roads ([`Communicator::gatherv_tiny`],
+//! [`Communicator::scatterv_tiny`]), for 1 to [`TINY`] bytes of this
+//! rank's own data (and, at a scatterv's root, its table and every block in
+//! [`TINY`] bytes). They publish and read the same contributions as the
+//! roads above, so ranks on either road agree; they make no view per
+//! block, read the counts and displacements in place and copy between the
+//! slots and the user's buffers directly. What does not fit still moves by
+//! point-to-point after the area, as above.
 
+use super::super::select::{Algo, Coll, Form, TINY};
 use super::wire::{self, header, kind, HDR};
-use super::{bcast_mismatch, short, ShmArea};
-use crate::buffer::View;
+use super::{bcast_mismatch, short, tiny_gather, tiny_host, ShmArea};
+use crate::buffer::{HostMem, Ty, View};
 use crate::comm::Communicator;
 use crate::engine::{self, Locked};
 use crate::error::{Error, ErrorClass, Result};
+use crate::progress::HostMemory;
 
 /// The length field of a `v` header whose rank's data goes by
 /// point-to-point.
@@ -91,6 +103,61 @@ fn take_block(call: &str, me: i32, r: usize, s: &[u8], block: &View) -> Result<(
         return Err(count_error(call, me, r, got, block.bytes()));
     }
     block.unpack(call, me, &s[HDR..])
+}
+
+/// Rank `r`'s contribution `s` to a gatherv at the root, whose header is
+/// `hdr` and whose block from `r` holds `want` bytes: the block's data,
+/// `None` if `r` marked it [`BIG`], or the error it makes.
+fn gatherv_slot<'s>(
+    call: &str,
+    me: i32,
+    hdr: &[u8],
+    r: usize,
+    s: &'s [u8],
+    want: usize,
+) -> Result<Option<&'s [u8]>> {
+    if let Some(err) = vmismatch(call, me, hdr, r, s) {
+        return Err(err);
+    }
+    if is_big(s) {
+        return Ok(None);
+    }
+    let got = s.len() - HDR;
+    if got != want {
+        return Err(count_error(call, me, r, got, want));
+    }
+    Ok(Some(&s[HDR..]))
+}
+
+/// This rank's block of the root's scatterv contribution `s`, for a
+/// receive buffer of `want` bytes (`hdr` is this rank's header): its data,
+/// `None` if the root marked the blocks [`BIG`], or the error it makes.
+fn scatterv_block<'s>(
+    call: &str,
+    me: i32,
+    root: i32,
+    hdr: &[u8; HDR],
+    s: &'s [u8],
+    want: usize,
+) -> Result<Option<&'s [u8]>> {
+    // An empty slot: the root is not scattering at all.
+    let bad = if s.is_empty() {
+        bcast_mismatch(call, me, root, hdr, s)
+    } else {
+        vmismatch(call, me, hdr, root as usize, s)
+    };
+    if let Some(err) = bad {
+        return Err(err);
+    }
+    if is_big(s) {
+        return Ok(None);
+    }
+    let (off, len) =
+        entry(s, me as usize).ok_or_else(|| short(call, me, root as usize, s.len()))?;
+    if len != want {
+        return Err(count_error(call, me, root as usize, len, want));
+    }
+    Ok(Some(&s[off..off + len]))
 }
 
 /// Entry `i` of the offset table after the header of `s`, bounds-checked
@@ -172,12 +239,16 @@ impl Communicator {
                 if r == me as usize {
                     continue;
                 }
-                if let Some(err) = vmismatch(call, me, &hdr, r, s) {
-                    bad.get_or_insert(err);
-                } else if is_big(s) {
-                    big.push(r);
-                } else if let Err(err) = take_block(call, me, r, s, &blocks[r]) {
-                    bad.get_or_insert(err);
+                match gatherv_slot(call, me, &hdr, r, s, blocks[r].bytes()) {
+                    Err(err) => {
+                        bad.get_or_insert(err);
+                    }
+                    Ok(None) => big.push(r),
+                    Ok(Some(d)) => {
+                        if let Err(err) = blocks[r].unpack(call, me, d) {
+                            bad.get_or_insert(err);
+                        }
+                    }
                 }
             }
         })?;
@@ -221,25 +292,10 @@ impl Communicator {
         let recv = recv.expect("a non-root receives");
         let hdr = vheader(kind::SCATTERV, root, false);
         let got = a.bcast_with(root as usize, &[], idle, |s| {
-            // An empty slot: the root is not scattering at all.
-            let bad = if s.is_empty() {
-                bcast_mismatch(call, me, root, &hdr, s)
-            } else {
-                vmismatch(call, me, &hdr, root as usize, s)
-            };
-            if let Some(err) = bad {
-                return Err(err);
+            match scatterv_block(call, me, root, &hdr, s, recv.bytes())? {
+                None => Ok(true),
+                Some(d) => recv.unpack(call, me, d).map(|()| false),
             }
-            if is_big(s) {
-                return Ok(true);
-            }
-            let (off, len) =
-                entry(s, me as usize).ok_or_else(|| short(call, me, root as usize, s.len()))?;
-            if len != recv.bytes() {
-                return Err(count_error(call, me, root as usize, len, recv.bytes()));
-            }
-            recv.unpack(call, me, &s[off..off + len])?;
-            Ok(false)
         })?;
         got.unwrap_or(Ok(false))
     }
@@ -320,5 +376,217 @@ impl Communicator {
         })?;
         packed?;
         bad.map_or(Ok(fallback), Err)
+    }
+}
+
+/// The blocks of a tiny `v` road's root: `counts` and `displs` (elements
+/// of `v`'s predefined type) over `v`, one contiguous run of host memory.
+struct TinyBlocks<'a> {
+    base: u64,
+    size: usize,
+    counts: &'a [i32],
+    displs: &'a [i32],
+}
+
+impl<'a> TinyBlocks<'a> {
+    /// The blocks of `n` ranks over `v` (writable where `write`), if every
+    /// one is in it; `None` when anything is off sends the call down the
+    /// general road, which makes the checks and names the error.
+    fn of(v: &View, counts: &'a [i32], displs: &'a [i32], n: usize, write: bool) -> Option<Self> {
+        let Ty::Basic(d) = v.ty else { return None };
+        if counts.len() != n || displs.len() != n || v.count == 0 {
+            return None;
+        }
+        let base = tiny_host(v, v.bytes(), write)?;
+        // Every block within the view's elements (what was classified).
+        let count = v.count as i64;
+        for (&c, &x) in counts.iter().zip(displs) {
+            if c < 0 || x < 0 || c > 0 && x as i64 + c as i64 > count {
+                return None;
+            }
+        }
+        Some(TinyBlocks {
+            base,
+            size: d.size(),
+            counts,
+            displs,
+        })
+    }
+
+    /// Rank `r`'s block: host address and bytes.
+    fn get(&self, r: usize) -> (u64, usize) {
+        let at = self.base + (self.displs[r] as usize * self.size) as u64;
+        (at, self.counts[r] as usize * self.size)
+    }
+
+    /// Bytes of every block together.
+    fn total(&self) -> usize {
+        self.counts.iter().map(|&c| c as usize).sum::<usize>() * self.size
+    }
+}
+
+impl Communicator {
+    /// The latency-bound gatherv: contiguous host buffers of a predefined
+    /// type, 1 to [`TINY`] bytes from this rank
+    /// ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_gatherv`](Self::shm_gatherv) (same header, the same checks at
+    /// the root, and blocks marked [`BIG`] moved by point-to-point after
+    /// the area), without a view per block: a sender's contribution is
+    /// built on the stack, the root copies each slot straight into its
+    /// block of `recv`.
+    pub(in crate::coll) fn gatherv_tiny(
+        &self,
+        send: &View,
+        recv: &View,
+        counts: &[i32],
+        displs: &[i32],
+        root: i32,
+    ) -> Option<Result<()>> {
+        const CALL: &str = "MPI_Gatherv";
+        let (me, n, len) = (self.rank(), self.size() as usize, send.bytes());
+        if len == 0 || len > TINY || !(0..n as i32).contains(&root) {
+            return None;
+        }
+        let src = tiny_host(send, len, false)?;
+        let blocks = match me == root {
+            true => Some(TinyBlocks::of(recv, counts, displs, n, true)?),
+            false => None,
+        };
+        if blocks.as_ref().is_some_and(|b| b.get(me as usize).1 != len) {
+            return None;
+        }
+        let query = |c: &Self| c.query(Coll::Gather, Form::Blocking, len).vform(true);
+        let got = self.tiny_road(CALL, query, |e, a, tag| {
+            let hdr = vheader(kind::GATHERV, root, false);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            let Some(b) = &blocks else {
+                tiny_gather(a, CALL, me, root, hdr, (src, len), idle, |_| ())?;
+                return Ok(None);
+            };
+            let (mut big, mut bad) = (Vec::new(), None);
+            a.gather_with(root as usize, &hdr, idle, |slots| {
+                for (r, s) in slots.iter().enumerate() {
+                    if r == me as usize {
+                        continue;
+                    }
+                    let (at, want) = b.get(r);
+                    match gatherv_slot(CALL, me, &hdr, r, s, want) {
+                        Err(err) => {
+                            bad.get_or_insert(err);
+                        }
+                        Ok(None) => big.push(r),
+                        Ok(Some(d)) if want > 0 => {
+                            HostMem.with_write(at, want, |out| gmpi_btl::copy_bytes(out, d))
+                        }
+                        Ok(Some(_)) => {}
+                    }
+                }
+            })?;
+            HostMem::copy(src, b.get(me as usize).0, len);
+            Ok(Some((big, bad, tag)))
+        })?;
+        let Some((big, bad, tag)) = (match got {
+            Ok(rest) => rest,
+            Err(err) => return Some(Err(err)),
+        }) else {
+            return Some(Ok(()));
+        };
+        if !big.is_empty() {
+            // Senders whose blocks did not fit the area (a count mismatch:
+            // the root's fit) send them by point-to-point.
+            let run = || {
+                let v = self.vblocks(CALL, "the receive buffer", recv, counts, displs)?;
+                let mut s = self.gatherv_rest(CALL, tag, send, &v, root, &big);
+                engine::with(CALL, |e| e.drive(CALL, &mut s))
+            };
+            if let Err(err) = run() {
+                return Some(Err(bad.unwrap_or(err)));
+            }
+        }
+        Some(bad.map_or(Ok(()), Err))
+    }
+
+    /// The latency-bound scatterv: contiguous host buffers of a predefined
+    /// type, 1 to [`TINY`] bytes for this rank and, at the root, the offset
+    /// table and every block in [`TINY`] bytes
+    /// ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_scatterv`](Self::shm_scatterv) (same contribution, the same
+    /// checks by the readers, and every rank falling back to point-to-point
+    /// when the root's blocks do not fit), without a view per block: the
+    /// root assembles its contribution on the stack, a reader copies its
+    /// block straight into `recv`.
+    pub(in crate::coll) fn scatterv_tiny(
+        &self,
+        send: &View,
+        counts: &[i32],
+        displs: &[i32],
+        recv: &View,
+        root: i32,
+    ) -> Option<Result<()>> {
+        const CALL: &str = "MPI_Scatterv";
+        let (me, n, len) = (self.rank(), self.size() as usize, recv.bytes());
+        if len == 0 || len > TINY || !(0..n as i32).contains(&root) {
+            return None;
+        }
+        let dst = tiny_host(recv, len, true)?;
+        let (blocks, bytes) = match me == root {
+            true => {
+                let b = TinyBlocks::of(send, counts, displs, n, false)?;
+                let bytes = n.checked_mul(ENTRY)?.checked_add(b.total())?;
+                if bytes > TINY || b.get(me as usize).1 != len {
+                    return None;
+                }
+                (Some(b), bytes)
+            }
+            false => (None, len),
+        };
+        let query = |c: &Self| c.query(Coll::Scatter, Form::Blocking, bytes).vform(true);
+        let got = self.tiny_road(CALL, query, |e, a, tag| {
+            let hdr = vheader(kind::SCATTERV, root, false);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            if let Some(b) = &blocks {
+                // The contribution of `packed_table`: header, table, blocks.
+                let mut buf = [0u8; HDR + TINY];
+                buf[..HDR].copy_from_slice(&hdr);
+                let mut off = HDR + n * ENTRY;
+                for r in 0..n {
+                    let (at, blen) = b.get(r);
+                    let e = HDR + r * ENTRY;
+                    buf[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
+                    buf[e + 4..e + ENTRY].copy_from_slice(&(blen as u32).to_le_bytes());
+                    if blen > 0 {
+                        HostMem.with_read(at, blen, |d| {
+                            gmpi_btl::copy_bytes(&mut buf[off..off + blen], d)
+                        });
+                    }
+                    off += blen;
+                }
+                a.bcast_with(root as usize, &buf[..HDR + bytes], idle, |_| ())?;
+                let (o, l) = entry(&buf[..HDR + bytes], me as usize).expect("the root's own entry");
+                HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &buf[o..o + l]));
+                return Ok(None);
+            }
+            let got = a.bcast_with(root as usize, &[], idle, |s| {
+                let block = scatterv_block(CALL, me, root, &hdr, s, len)?;
+                match block {
+                    None => Ok(Some(tag)),
+                    Some(d) => {
+                        HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, d));
+                        Ok(None)
+                    }
+                }
+            })?;
+            got.unwrap_or(Ok(None))
+        })?;
+        match got {
+            Ok(None) => Some(Ok(())),
+            // The root's blocks did not fit the area: every rank falls back.
+            Ok(Some(tag)) => Some(engine::with(CALL, |e| {
+                let mut s =
+                    self.scatter_sched(CALL, tag, &[], Some(recv), root, Algo::ScatterLinear);
+                e.drive(CALL, &mut s)
+            })),
+            Err(err) => Some(Err(err)),
+        }
     }
 }
