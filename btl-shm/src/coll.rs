@@ -12,7 +12,8 @@
 //! 128 + 128*r                      control line of rank r (written by r only):
 //!                                    +0  arrived  u64   last barrier epoch r entered
 //!                                    +8  consumed u64   last epoch whose slots r has read
-//!                                    +16 present  u64   set once at bootstrap
+//!                                    +16 present  u64   set once at bootstrap (bit 1:
+//!                                                       r can read its peers by CMA)
 //!                                    +24 reading  u64   last epoch r entered as a
 //!                                                       reader of a root's slot
 //! data + (r*depth + i)*stride      slot i of rank r (written by r only), i = epoch % depth:
@@ -72,6 +73,14 @@
 //! rank that is itself blocked in a later operation: no deadlock for any
 //! `depth >= 1`.
 //!
+//! - **wait_read** (single copy): a contribution may say where its owner's
+//!   data lies (the caller's format) instead of holding it, and its readers
+//!   copy from there (CMA) inside `f`, before their `consumed = e`. The
+//!   owner then waits, without starting an epoch, until its readers'
+//!   `consumed >= e` (every other rank, or a gather's root) before it lets
+//!   go of the memory. Every operation stores `consumed`, so this never
+//!   waits for a rank that called something else at `e`.
+//!
 //! # Memory ordering
 //!
 //! Each word has a single writer and only grows (a slot's tag takes the
@@ -127,6 +136,8 @@ const STATE_POISONED: u32 = 0xdead;
 const CTRL_ARRIVED: usize = 0;
 const CTRL_CONSUMED: usize = 8;
 const CTRL_PRESENT: usize = 16;
+/// Set in a rank's `present` word: it can read its peers by CMA.
+const PRESENT_CMA: u64 = 2;
 const CTRL_READING: usize = 24;
 
 const SLOT_LEN: usize = 0;
@@ -164,6 +175,11 @@ pub struct CollConfig {
     /// Epochs buffered per rank (default 2, at least 1, at most 1024): how
     /// far a broadcast root may run ahead of the slowest reader.
     pub depth: usize,
+    /// Whether this rank can read its peers' memory by Cross Memory Attach
+    /// (the shm transport's probe). Not checked against the others: the
+    /// area's [`single_copy`](ShmColl::single_copy) says whether every rank
+    /// can (default `false`).
+    pub single_copy: bool,
 }
 
 impl Default for CollConfig {
@@ -171,6 +187,7 @@ impl Default for CollConfig {
         Self {
             slot_bytes: 16 << 10,
             depth: 2,
+            single_copy: false,
         }
     }
 }
@@ -267,6 +284,8 @@ pub struct ShmColl {
     done_all: u64,
     /// An operation started and did not complete.
     broken: bool,
+    /// Every rank said it can read its peers' memory by CMA.
+    single_copy: bool,
 }
 
 fn os(msg: impl Into<String>) -> BtlError {
@@ -350,7 +369,7 @@ impl ShmColl {
             map = attach(path, layout).map(Some);
         }
         if let (Ok(layout), Ok(Some(m)), Ok(())) = (&checked, &map, &first) {
-            mark_present(m, layout, rank);
+            mark_present(m, layout, rank, cfg.single_copy);
         }
         let second =
             fence().map_err(|e| os(format!("shm coll bootstrap: second fence failed: {e}")));
@@ -364,18 +383,19 @@ impl ShmColl {
         second?;
         let map = map?.ok_or_else(|| os("shm coll bootstrap: area not attached"))?;
 
-        // Phase 3: everyone attached?
+        // Phase 3: everyone attached? (And could everyone read by CMA?)
+        let mut single_copy = true;
         for r in 0..n {
-            if map
+            let present = map
                 .u64_at(layout.ctrl(r) + CTRL_PRESENT)
-                .load(Ordering::Acquire)
-                == 0
-            {
+                .load(Ordering::Acquire);
+            if present == 0 {
                 return Err(os(format!(
                     "shm coll area {}: rank {r} did not attach",
                     path.display()
                 )));
             }
+            single_copy &= present & PRESENT_CMA != 0;
         }
         Ok(ShmColl {
             map,
@@ -385,6 +405,7 @@ impl ShmColl {
             slot: 0,
             done_all: 0,
             broken: false,
+            single_copy,
         })
     }
 
@@ -408,6 +429,56 @@ impl ShmColl {
     /// panicked; the area is then unusable and further operations panic.
     pub fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// Whether every participant can read the others' memory by Cross
+    /// Memory Attach ([`CollConfig::single_copy`] on every rank): then an
+    /// operation may publish where its data lies instead of the data, and
+    /// its readers copy it straight from the owner's memory, the owner
+    /// waiting with [`wait_read`](Self::wait_read) before it lets go of it.
+    pub fn single_copy(&self) -> bool {
+        self.single_copy
+    }
+
+    /// Wait until the operation just completed (the last epoch) has been
+    /// read: by `root` only (`Some`: a gather's non-root, whose data the
+    /// root reads), or by every other participant (`None`: an exchange, a
+    /// bcast's root). Readers store `consumed` once their reads, including
+    /// any of the owners' memory they made inside `f`, are done, so after
+    /// this the memory a contribution described may be reused. Never waits
+    /// for a rank that called something else at that epoch: every
+    /// operation stores `consumed`. Starts no epoch; an `idle` error leaves
+    /// the area usable.
+    pub fn wait_read<E>(
+        &mut self,
+        root: Option<usize>,
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let e = self.epoch;
+        if e <= self.done_all {
+            return Ok(());
+        }
+        let (map, layout, me) = (&self.map, &self.layout, self.rank);
+        let done = |r: usize| {
+            map.u64_at(layout.ctrl(r) + CTRL_CONSUMED)
+                .load(Ordering::Acquire)
+                >= e
+        };
+        if let Some(r) = root {
+            return wait(idle, || r == me || done(r));
+        }
+        let mut next = 0;
+        wait(idle, || {
+            while next < layout.n {
+                if next != me && !done(next) {
+                    return false;
+                }
+                next += 1;
+            }
+            true
+        })?;
+        self.done_all = e;
+        Ok(())
     }
 
     /// Wait until every participant has entered this barrier.
@@ -886,9 +957,10 @@ fn attach(path: &Path, layout: &Layout) -> Result<Mapping, BtlError> {
 }
 
 /// Mark `rank` present (bootstrap phase 3 checks every rank did).
-fn mark_present(m: &Mapping, layout: &Layout, rank: usize) {
+fn mark_present(m: &Mapping, layout: &Layout, rank: usize, single_copy: bool) {
+    let flags = if single_copy { PRESENT_CMA } else { 0 };
     m.u64_at(layout.ctrl(rank) + CTRL_PRESENT)
-        .store(1, Ordering::Release);
+        .store(1 | flags, Ordering::Release);
 }
 
 #[cfg(test)]
@@ -917,6 +989,7 @@ mod tests {
             &CollConfig {
                 slot_bytes: 8,
                 depth: 1,
+                ..CollConfig::default()
             },
         )
         .unwrap();
@@ -955,7 +1028,8 @@ mod tests {
             1 << 31,
             &CollConfig {
                 depth: 1024,
-                slot_bytes: 1 << 30
+                slot_bytes: 1 << 30,
+                ..CollConfig::default()
             }
         )
         .is_err());

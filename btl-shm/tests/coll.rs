@@ -215,6 +215,7 @@ fn small(depth: usize) -> CollConfig {
     CollConfig {
         slot_bytes: 256,
         depth,
+        single_copy: false,
     }
 }
 
@@ -334,6 +335,91 @@ fn lengths_are_per_rank() {
         };
         coll.bcast(1, &mut buf, &mut idle).unwrap();
         assert!(buf.iter().all(|&b| b == 9));
+    });
+}
+
+/// `single_copy` holds where every rank said it can read the others by CMA,
+/// and not where one rank did not.
+#[test]
+fn single_copy_needs_every_rank() {
+    let cma = CollConfig {
+        single_copy: true,
+        ..small(2)
+    };
+    for (cfgs, want) in [
+        (vec![cma.clone()], true),
+        (vec![cma.clone(), small(2), cma.clone()], false),
+        (vec![small(2)], false),
+    ] {
+        let path = TmpPath::new("single-copy");
+        run(&path.0, 3, &cfgs, ok_fence, move |_, coll| {
+            assert_eq!(coll.unwrap().single_copy(), want);
+        });
+    }
+}
+
+/// `wait_read` returns only once the readers of the last operation are
+/// done with it: a bcast's root waits for every reader, a gather's sender
+/// for the root, every rank of an exchange for every other, even when the
+/// readers are slow; and it starts no epoch (the operations that follow
+/// still line up).
+#[test]
+fn owners_wait_until_their_readers_are_done() {
+    const N: usize = 3;
+    const OPS: usize = 30;
+    let path = TmpPath::new("wait-read");
+    let done: Arc<Vec<AtomicUsize>> = Arc::new((0..3 * OPS).map(|_| AtomicUsize::new(0)).collect());
+    let cfg = CollConfig {
+        single_copy: true,
+        ..small(2)
+    };
+    run(&path.0, N, &[cfg], ok_fence, move |rank, coll| {
+        let mut coll = coll.unwrap();
+        let slow = |op: usize| {
+            if op % 4 == rank % 4 {
+                thread::sleep(std::time::Duration::from_millis(2));
+            }
+        };
+        for op in 0..OPS {
+            let root = op % N;
+            let (b, g, x) = (&done[3 * op], &done[3 * op + 1], &done[3 * op + 2]);
+            coll.bcast_parts(root, &[b"b"], &mut idle, |_| {
+                slow(op);
+                b.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+            if rank == root {
+                coll.wait_read(None, &mut idle).unwrap();
+                assert_eq!(
+                    b.load(Ordering::SeqCst),
+                    N - 1,
+                    "bcast {op}: readers not done"
+                );
+            }
+            coll.gather_with(root, b"g", &mut idle, |_| {
+                slow(op + 1);
+                g.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+            coll.wait_read(Some(root), &mut idle).unwrap();
+            assert_eq!(
+                g.load(Ordering::SeqCst),
+                1,
+                "gather {op}: the root is not done"
+            );
+            coll.exchange(b"x", &mut idle, |_| {
+                slow(op + 2);
+                x.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+            coll.wait_read(None, &mut idle).unwrap();
+            assert_eq!(
+                x.load(Ordering::SeqCst),
+                N,
+                "exchange {op}: not everyone is done"
+            );
+        }
+        coll.barrier(&mut idle).unwrap();
     });
 }
 
@@ -526,6 +612,7 @@ fn configuration_mismatch_fails_every_rank() {
             CollConfig {
                 slot_bytes: 1024,
                 depth: 2,
+                ..small(2)
             },
             small(2),
         ],
@@ -547,6 +634,7 @@ fn bad_arguments_fail_every_rank() {
             CollConfig {
                 slot_bytes: 64,
                 depth: 0,
+                ..small(2)
             },
             small(2),
         ],
@@ -555,6 +643,7 @@ fn bad_arguments_fail_every_rank() {
             CollConfig {
                 slot_bytes: usize::MAX,
                 depth: 2,
+                ..small(2)
             },
         ],
     ] {

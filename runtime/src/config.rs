@@ -21,6 +21,7 @@
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
 //! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry in one slot | 16 KiB |
 //! | `coll_shm_pipeline_max` | `GMPI_COLL_SHM_PIPELINE_MAX` | bcast, reduce, allreduce and allgather (per rank) above `coll_shm_max` go through shared memory in chunks up to this size (0: never) | 64 KiB |
+//! | `coll_shm_copy_min` | `GMPI_COLL_SHM_COPY_MIN` | bcast, gather and scatter of single-node communicators whose blocks are at least this size (bcast and gather below 256 KiB), allgather and alltoall whose blocks are at least half of it: each rank says in shared memory where its data lies and the others copy it straight from there (`process_vm_readv`; where every rank can, see `cma`) | 16 KiB |
 //! | `bcast_large` | `GMPI_BCAST_LARGE` | bcast: binomial tree below, scatter + ring allgather from here | 128 KiB |
 //! | `allreduce_large` | `GMPI_ALLREDUCE_LARGE` | allreduce: recursive doubling below, ring reduce-scatter + allgather from here | 64 KiB |
 //! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |
@@ -108,6 +109,10 @@ pub struct Config {
     /// shared memory in chunks.
     #[serde(deserialize_with = "de_size")]
     pub coll_shm_pipeline_max: Option<usize>,
+    /// Smallest block of a bcast, gather, scatter, allgather or alltoall
+    /// copied straight from its owner's memory (CMA).
+    #[serde(deserialize_with = "de_size")]
+    pub coll_shm_copy_min: Option<usize>,
     /// Bcast: scatter + allgather from this size.
     #[serde(deserialize_with = "de_size")]
     pub bcast_large: Option<usize>,
@@ -241,6 +246,7 @@ impl Default for Config {
             coll_shm: true,
             coll_shm_max: None,
             coll_shm_pipeline_max: None,
+            coll_shm_copy_min: None,
             bcast_large: None,
             allreduce_large: None,
             allgather_large: None,
@@ -376,6 +382,7 @@ impl Config {
                 "GMPI_COLL_SHM_PIPELINE_MAX",
                 &mut self.coll_shm_pipeline_max,
             ),
+            ("GMPI_COLL_SHM_COPY_MIN", &mut self.coll_shm_copy_min),
             ("GMPI_BCAST_LARGE", &mut self.bcast_large),
             ("GMPI_ALLREDUCE_LARGE", &mut self.allreduce_large),
             ("GMPI_ALLGATHER_LARGE", &mut self.allgather_large),

@@ -142,6 +142,9 @@ pub(crate) struct Engine {
     pub gpu: std::sync::Arc<Gpu>,
     pub backoff: Backoff,
     pub cma_status: String,
+    /// Whether this rank reads its shared-memory peers by CMA (the shm
+    /// transport's probe passed and `cma` is on).
+    pub cma: bool,
     /// Node index of each world rank (ranks with equal indices share a node).
     pub node_of: Vec<u32>,
     /// Prefix of this job's shared-memory files on this node.
@@ -675,6 +678,7 @@ impl Engine {
         }
         let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
         let mut cma_status = String::from("no shared-memory peers");
+        let mut cma = false;
         let mut shm_prefix = None;
         if let Some(p) = pmi.as_mut() {
             let job = job_tag(std::env::var("GMPI_JOBID").ok().as_deref(), p.kvsname());
@@ -786,6 +790,7 @@ impl Engine {
                     )
                 })?;
                 cma_status = shm.cma_status().to_string();
+                cma = shm.cma_enabled();
                 tracing::debug!(target: "btl", "shm: {} local ranks, {} B per rank, cma: {}, cooperative copies: {}", local_size, shm.memory_per_rank(), cma_status, shm.coop_status());
                 if local_size > 1 {
                     btls.push(Box::new(shm));
@@ -921,6 +926,7 @@ impl Engine {
             gpu,
             backoff,
             cma_status,
+            cma,
         })
     }
 

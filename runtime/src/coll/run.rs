@@ -125,7 +125,14 @@ impl Communicator {
         }
         let (g, area) = self.area(e, call, tag)?;
         Ok(match selected(call, &q.area(area), &s) {
-            Algo::Shm => Choice::Shm(ShmArea(g)),
+            Algo::Shm => Choice::Shm(ShmArea {
+                guard: g,
+                copy: false,
+            }),
+            Algo::ShmCopy => Choice::Shm(ShmArea {
+                guard: g,
+                copy: true,
+            }),
             algo => Choice::Sched(algo),
         })
     }

@@ -7,13 +7,13 @@
 //! | collective | shared-memory area (single-node, blocking, up to `coll_shm_max`; any memory kind) | otherwise |
 //! |---|---|---|
 //! | barrier | the area's barrier | dissemination |
-//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one-way in chunks) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
+//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one-way in chunks; from `coll_shm_copy_min` below [`COPY_ROOTED_MAX`], where every rank can read the others by CMA, single copy: the readers copy from the root's memory) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
 //! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast; above a slot, up to `coll_shm_pipeline_max`, an exchange per chunk) | binomial tree (in rank order for non-commutative ops) |
 //! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one per chunk), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
-//! | gather | one exchange; gatherv one-way to the root whatever its size, blocks that do not fit moving by point-to-point (`shm/vform.rs`) | linear |
-//! | scatter | one-way: the root writes every block, each rank reads its own; scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
-//! | allgather | one exchange (not in place; above a slot per rank, up to `coll_shm_pipeline_max` per rank, one per chunk; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
-//! | alltoall | one exchange; alltoallv/w whatever their size, every rank falling back to pairwise when some rank's blocks do not fit | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
+//! | gather | one-way to the root (single copy as for bcast); gatherv one-way to the root whatever its size, blocks that do not fit moving by point-to-point (`shm/vform.rs`) | linear |
+//! | scatter | one-way: the root writes every block, each rank reads its own (single copy from `coll_shm_copy_min` at any size); scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
+//! | allgather | one exchange (not in place; above a slot per rank, up to `coll_shm_pipeline_max` per rank, one per chunk; single copy from half of `coll_shm_copy_min` per rank at any size; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
+//! | alltoall | one exchange (single copy from half of `coll_shm_copy_min` per peer at any size, not in place); alltoallv/w whatever their size, every rank falling back to pairwise when some rank's blocks do not fit | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
 //! | reduce_scatter | one exchange of the whole inputs, each rank reduces its block in rank order (`coll_shm_max` bounds the whole input) | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
 //! | scan, exscan | — | recursive doubling |
 //!
@@ -87,8 +87,9 @@ pub(crate) enum Form {
 pub(crate) enum Area {
     /// None to use: not set up (yet), none could be, or it broke.
     None,
-    /// A working area whose slots hold `slot` bytes each (header included).
-    Ready { slot: usize },
+    /// A working area whose slots hold `slot` bytes each (header included);
+    /// `single_copy`: every rank can read the others' memory by CMA.
+    Ready { slot: usize, single_copy: bool },
 }
 
 /// The inputs of one choice.
@@ -182,6 +183,9 @@ pub(crate) struct Settings {
     /// above `shm_max` go through the area in chunks up to this size (per
     /// rank: the allgather's block).
     pub shm_pipeline_max: usize,
+    /// `coll_shm_copy_min`: bcast, gather, scatter, allgather and alltoall
+    /// blocks from this size copied straight from their owners' memory.
+    pub shm_copy_min: usize,
     /// `coll_check`: every call first checks that the ranks agree (which the
     /// tiny road cannot do).
     pub check: bool,
@@ -201,6 +205,7 @@ impl Settings {
         shm: true,
         shm_max: 16 * KIB,
         shm_pipeline_max: 64 * KIB,
+        shm_copy_min: 16 * KIB,
         check: false,
         bcast_large: 128 * KIB,
         allreduce_large: 64 * KIB,
@@ -220,6 +225,7 @@ impl Settings {
                 .coll_shm_pipeline_max
                 .unwrap_or(d.shm_pipeline_max)
                 .min(u32::MAX as usize),
+            shm_copy_min: cfg.coll_shm_copy_min.unwrap_or(d.shm_copy_min).max(1),
             check: cfg.coll_check,
             bcast_large: cfg.bcast_large.unwrap_or(d.bcast_large),
             allreduce_large: cfg.allreduce_large.unwrap_or(d.allreduce_large),
@@ -235,6 +241,10 @@ pub(crate) enum Algo {
     /// Through the shared-memory area (`shm/`): its barrier, or one
     /// exchange of every rank's contribution.
     Shm,
+    /// Through the area's slots, which say where each rank's data lies;
+    /// the readers copy it straight from the owners' memory by CMA
+    /// (`shm/copy.rs`).
+    ShmCopy,
     /// Nothing to exchange (one rank, or no data): local copies at most.
     Local,
     /// `algo::barrier`.
@@ -318,8 +328,44 @@ pub(crate) fn area_wanted(q: &Query, s: &Settings) -> bool {
         && q.one_node
         && q.n >= 2
         && s.shm
-        && (area_bytes(q) <= s.shm_max || pipelines(q) && area_bytes(q) <= s.shm_pipeline_max)
+        && (in_area_sizes(q, s) || copies(q, s))
 }
+
+/// Whether the call's contribution is one the area's slots carry: up to
+/// `coll_shm_max`, or up to `coll_shm_pipeline_max` where it [`pipelines`].
+#[inline]
+fn in_area_sizes(q: &Query, s: &Settings) -> bool {
+    area_bytes(q) <= s.shm_max || pipelines(q) && area_bytes(q) <= s.shm_pipeline_max
+}
+
+/// Whether the call's blocks are copied straight from their owners' memory
+/// ([`Algo::ShmCopy`], where the area says every rank can): a bcast,
+/// gather or scatter of at least `coll_shm_copy_min` bytes per block, an
+/// allgather or alltoall (not in place) of half that (each rank copies
+/// from every other at once), not a `v` form. A bcast or gather below
+/// [`COPY_ROOTED_MAX`] only.
+#[inline]
+fn copies(q: &Query, s: &Settings) -> bool {
+    let min = s.shm_copy_min;
+    let fits = |block: usize, min: usize| (min..COPY_ROOTED_MAX).contains(&block);
+    !q.vform
+        && match q.coll {
+            Coll::Bcast | Coll::Gather => fits(q.bytes, min),
+            Coll::Scatter => q.bytes >= min,
+            Coll::Alltoall => !q.in_place && q.bytes >= min.div_ceil(2),
+            Coll::Allgather => q.bytes / q.n.max(1) as usize >= min.div_ceil(2),
+            _ => false,
+        }
+}
+
+/// Where a bcast or gather leaves the single-copy road: from here the
+/// point-to-point road's cooperative copy (`shm_coop_min`, 256 KiB), in
+/// which the sender writes part of the data while the receiver reads the
+/// rest, beat one reader copying all of it (np 2, the development
+/// machine: a 1 MiB bcast 23 µs against 46, a gather 91 against 161; a
+/// scatter, every rank reading its block, and the exchanges win at every
+/// size).
+pub(crate) const COPY_ROOTED_MAX: usize = 256 * KIB;
 
 /// Whether the call is a `v` form whose sizes not every rank knows
 /// (gatherv, scatterv, alltoallv/w): the selector sends it to the area
@@ -335,7 +381,7 @@ fn sized_inside(q: &Query) -> bool {
 #[inline]
 fn area_fits(q: &Query) -> bool {
     match q.area {
-        Area::Ready { slot } => {
+        Area::Ready { slot, .. } => {
             in_one_slot(q) || pipelines(q) && q.unit.max(1).saturating_add(HDR) <= slot
         }
         Area::None => false,
@@ -346,7 +392,7 @@ fn area_fits(q: &Query) -> bool {
 #[inline]
 fn in_one_slot(q: &Query) -> bool {
     match q.area {
-        Area::Ready { slot } => area_bytes(q).saturating_add(HDR) <= slot,
+        Area::Ready { slot, .. } => area_bytes(q).saturating_add(HDR) <= slot,
         Area::None => false,
     }
 }
@@ -354,8 +400,21 @@ fn in_one_slot(q: &Query) -> bool {
 /// The algorithm of a call.
 #[inline]
 pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
-    if area_wanted(q, s) && area_fits(q) {
-        return Algo::Shm;
+    if area_wanted(q, s) {
+        if copies(q, s)
+            && matches!(
+                q.area,
+                Area::Ready {
+                    single_copy: true,
+                    ..
+                }
+            )
+        {
+            return Algo::ShmCopy;
+        }
+        if in_area_sizes(q, s) && area_fits(q) {
+            return Algo::Shm;
+        }
     }
     let (n, bytes) = (q.n, q.bytes);
     match q.coll {
@@ -425,7 +484,7 @@ pub(crate) fn tiny(q: &Query, s: &Settings) -> bool {
 #[inline]
 pub(crate) fn tiny_room(q: &Query) -> bool {
     match (q.vform, q.area) {
-        (true, Area::Ready { slot }) => q.bytes.saturating_add(HDR) <= slot,
+        (true, Area::Ready { slot, .. }) => q.bytes.saturating_add(HDR) <= slot,
         (true, Area::None) => false,
         (false, _) => in_one_slot(q),
     }
@@ -436,6 +495,7 @@ impl Algo {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Algo::Shm => "shared memory",
+            Algo::ShmCopy => "shared memory, single copy (CMA)",
             Algo::Local => "local",
             Algo::Dissemination => "dissemination",
             Algo::BcastBinomial => "binomial tree",
@@ -474,7 +534,7 @@ impl fmt::Display for Said<'_> {
         if *algo == Algo::Shm && matches!(q.coll, Coll::Reduce | Coll::Allreduce) {
             write!(f, ", reduced in rank order")?;
         }
-        if let (Algo::Shm, Area::Ready { slot }) = (algo, q.area) {
+        if let (Algo::Shm, Area::Ready { slot, .. }) = (algo, q.area) {
             if area_bytes(q).saturating_add(HDR) > slot {
                 write!(f, ", in chunks of {} B", slot - HDR)?;
             }
@@ -494,6 +554,7 @@ mod tests {
     fn node(coll: Coll, n: i32, bytes: usize) -> Query {
         nodes(coll, n, bytes).one_node(true).area(Area::Ready {
             slot: D.shm_max + HDR,
+            single_copy: false,
         })
     }
 
@@ -521,7 +582,21 @@ mod tests {
     }
 
     fn slot(q: Query, slot: usize) -> Query {
-        q.area(Area::Ready { slot })
+        q.area(Area::Ready {
+            slot,
+            single_copy: false,
+        })
+    }
+
+    /// `q` with an area whose ranks can read each other by CMA.
+    fn cma(q: Query) -> Query {
+        match q.area {
+            Area::Ready { slot, .. } => q.area(Area::Ready {
+                slot,
+                single_copy: true,
+            }),
+            Area::None => q,
+        }
     }
 
     fn noncommutative(q: Query) -> Query {
@@ -694,6 +769,47 @@ mod tests {
     }
 
     #[test]
+    fn single_copy_road() {
+        use Algo::*;
+        use Coll::*;
+        let min = D.shm_copy_min;
+        let check = with(D, |s| s.check = true);
+        #[rustfmt::skip]
+        let table: Vec<(&str, Query, Settings, Algo)> = vec![
+            ("bcast at coll_shm_copy_min", cma(node(Bcast, 4, min)), D, ShmCopy),
+            ("bcast below it: one slot", cma(node(Bcast, 4, min - 1)), D, Shm),
+            ("bcast at it, no CMA: in chunks", node(Bcast, 4, min), D, Shm),
+            ("bcast just below COPY_ROOTED_MAX", cma(node(Bcast, 4, COPY_ROOTED_MAX - 1)), D, ShmCopy),
+            ("bcast at COPY_ROOTED_MAX", cma(node(Bcast, 4, COPY_ROOTED_MAX)), D, BcastScatterAllgather),
+            ("bcast with coll_check", cma(node(Bcast, 4, min)), check, ShmCopy),
+            ("bcast on several nodes", nodes(Bcast, 4, min), D, BcastBinomial),
+            ("a nonblocking bcast", cma(nonblocking(node(Bcast, 4, min))), D, BcastBinomial),
+            ("gather at coll_shm_copy_min", cma(node(Gather, 4, min)), D, ShmCopy),
+            ("gather at COPY_ROOTED_MAX", cma(node(Gather, 4, COPY_ROOTED_MAX)), D, GatherLinear),
+            ("gatherv", cma(vform(node(Gather, 4, min))), D, Shm),
+            ("scatter at coll_shm_copy_min", cma(node(Scatter, 4, min)), D, ShmCopy),
+            ("scatter of 4 MiB", cma(node(Scatter, 4, 4 << 20)), D, ShmCopy),
+            ("scatter below it", cma(node(Scatter, 2, min - 1)), D, ScatterLinear),
+            ("allgather of half of it per rank", cma(node(Allgather, 4, 4 * (min / 2))), D, ShmCopy),
+            ("allgather below", cma(node(Allgather, 4, 4 * (min / 2 - 1))), D, Shm),
+            ("allgather of 4 MiB per rank", cma(node(Allgather, 4, 16 << 20)), D, ShmCopy),
+            ("allgather in place", cma(in_place(node(Allgather, 4, 4 * min))), D, AllgatherRing),
+            ("alltoall of half of it per peer", cma(node(Alltoall, 2, min / 2)), D, ShmCopy),
+            ("alltoall in place", cma(in_place(node(Alltoall, 2, min))), D, AlltoallPairwise),
+            ("alltoallv", cma(vform(node(Alltoall, 2, min))), D, Shm),
+            ("allreduce", cma(node(Allreduce, 2, min)), D, Shm),
+            ("reduce above coll_shm_pipeline_max", cma(node(Reduce, 2, 64 * KIB + 1)), D, ReduceBinomial { rank_order: false }),
+            ("coll_shm_copy_min raised", cma(node(Bcast, 4, min)), with(D, |s| s.shm_copy_min = 2 * min), Shm),
+        ];
+        for (what, q, s, want) in table {
+            assert_eq!(select(&q, &s), want, "{what}");
+            if want == ShmCopy {
+                assert!(area_wanted(&no_area(q), &s), "{what}");
+            }
+        }
+    }
+
+    #[test]
     fn area_is_wanted_before_it_is_set_up() {
         let q = no_area(node(Coll::Bcast, 4, 8));
         assert!(area_wanted(&q, &D));
@@ -763,6 +879,7 @@ mod tests {
             coll_shm: false,
             coll_shm_max: Some(1),
             coll_shm_pipeline_max: Some(6),
+            coll_shm_copy_min: Some(7),
             coll_check: true,
             bcast_large: Some(2),
             allreduce_large: Some(3),
@@ -777,6 +894,7 @@ mod tests {
                 shm: false,
                 shm_max: 1,
                 shm_pipeline_max: 6,
+                shm_copy_min: 7,
                 check: true,
                 bcast_large: 2,
                 allreduce_large: 3,

@@ -95,6 +95,11 @@ fn env_size(name: &str, default: usize) -> usize {
 struct Th {
     shm: usize,
     pipeline: usize,
+    /// `coll_shm_copy_min`: bcast, gather and scatter blocks copied by CMA
+    /// from here (allgather and alltoall from half of it).
+    copy: usize,
+    /// Where bcast and gather leave the CMA road (`COPY_ROOTED_MAX`).
+    copy_rooted_max: usize,
     bcast: usize,
     allreduce: usize,
     allgather: usize,
@@ -106,6 +111,8 @@ impl Th {
         Th {
             shm: env_size("GMPI_COLL_SHM_MAX", 16 << 10),
             pipeline: env_size("GMPI_COLL_SHM_PIPELINE_MAX", 64 << 10),
+            copy: env_size("GMPI_COLL_SHM_COPY_MIN", 16 << 10),
+            copy_rooted_max: 256 << 10,
             bcast: env_size("GMPI_BCAST_LARGE", 128 << 10),
             allreduce: env_size("GMPI_ALLREDUCE_LARGE", 64 << 10),
             allgather: env_size("GMPI_ALLGATHER_LARGE", 64 << 10),
@@ -599,7 +606,11 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     c.ibarrier().map_err(e)?.wait().map_err(e)?;
 
     // bcast: u64 and odd-sized u8 buffers.
-    let mut bl = sizes(&[th.shm, th.bcast, th.pipeline], 8, 1);
+    let mut bl = sizes(
+        &[th.shm, th.bcast, th.pipeline, th.copy, th.copy_rooted_max],
+        8,
+        1,
+    );
     if big {
         bl.push((4 << 20) / 8);
     }
@@ -629,7 +640,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
 
     // gather / scatter (+ in place); a scatter's root publishes every
     // rank's block, so its area threshold is `shm / n` per block.
-    let mut gl = sizes(&[th.shm], 8, 1);
+    let mut gl = sizes(&[th.shm, th.copy, th.copy_rooted_max], 8, 1);
     gl.extend(sizes(&[th.shm], 8, nu));
     gl.sort_unstable();
     gl.dedup();
@@ -800,7 +811,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     // allgather (+ in place): around the total-bytes threshold.
     let mut al = sizes(&[th.allgather], 8, nu);
     al.extend(sizes(&[th.shm], 8, nu));
-    al.extend(sizes(&[th.shm, th.pipeline], 8, 1));
+    al.extend(sizes(&[th.shm, th.pipeline, th.copy / 2], 8, 1));
     al.sort_unstable();
     al.dedup();
     for len in al {
@@ -830,7 +841,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     }
 
     // alltoall (+ in place): around the per-peer threshold.
-    for len in sizes(&[th.alltoall], 8, 1) {
+    for len in sizes(&[th.alltoall, th.copy / 2], 8, 1) {
         let send: Vec<u64> = (0..n)
             .flat_map(|q| (0..len).map(move |i| enc(r, q, i)))
             .collect();

@@ -33,7 +33,12 @@
 //!
 //! Bcast, reduce, allreduce and allgather larger than a slot, up to
 //! `coll_shm_pipeline_max`, go through the area in chunks (`pipeline.rs`).
+//! Bcast, gather, scatter, allgather and alltoall of larger blocks
+//! (`coll_shm_copy_min`), where every rank can read the others' memory by
+//! CMA, publish where their data lies instead, and the readers copy it
+//! from there once (`copy.rs`).
 
+mod copy;
 mod pipeline;
 mod vform;
 pub(crate) mod wire;
@@ -54,11 +59,16 @@ use wire::{header, kind, mismatch, with_contribution, HDR};
 
 /// The area of a call the selector sent through shared memory: locked,
 /// set up, unbroken, with room for the call.
-pub(crate) struct ShmArea<'g>(pub(super) MutexGuard<'g, ShmState>);
+pub(crate) struct ShmArea<'g> {
+    pub(super) guard: MutexGuard<'g, ShmState>,
+    /// The selector chose [`Algo::ShmCopy`](super::select::Algo::ShmCopy):
+    /// the data moves by CMA from its owners' memory (`copy.rs`).
+    pub(super) copy: bool,
+}
 
 impl ShmArea<'_> {
     fn coll(&mut self) -> &mut ShmColl {
-        match &mut *self.0 {
+        match &mut *self.guard {
             ShmState::Ready(c) => c,
             _ => unreachable!("the selector chose an area that is not ready"),
         }
@@ -84,6 +94,7 @@ fn area_of(state: &ShmState) -> Area {
     match state {
         ShmState::Ready(c) if !c.is_broken() => Area::Ready {
             slot: c.slot_bytes(),
+            single_copy: c.single_copy(),
         },
         _ => Area::None,
     }
@@ -152,6 +163,7 @@ impl Communicator {
                 let cfg = CollConfig {
                     slot_bytes: e.coll.shm_max.max(64) + HDR,
                     depth: area_depth(self.size()),
+                    single_copy: e.cma,
                 };
                 let (n, me) = (self.size(), self.rank());
                 let mut fence = || {
@@ -275,6 +287,9 @@ impl Communicator {
         v: &View,
         root: i32,
     ) -> Result<()> {
+        if area.copy {
+            return self.shm_bcast_copy(e, call, &mut area, v, root);
+        }
         let (me, len) = (self.rank(), v.bytes());
         let hdr = header(kind::BCAST, root, None, len);
         if pipeline::pipelined(area.coll(), len) {
@@ -290,10 +305,11 @@ impl Communicator {
                 });
             }
             let (room, mut more) = (a.slot_bytes() - HDR, 0);
+            let copies = pipeline::copy_min(a, &e.coll);
             let idle = &mut |k| e.idle_flags(call, k);
             let got = a.bcast_with(root as usize, &[], idle, |s| {
                 if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
-                    more = pipeline::root_epochs(room, s) - 1;
+                    more = pipeline::root_epochs(room, copies, s) - 1;
                     return Err(err);
                 }
                 v.unpack(call, me, &s[HDR..])
@@ -384,6 +400,9 @@ impl Communicator {
         blocks: &[View],
         root: Option<i32>,
     ) -> Result<()> {
+        if area.copy {
+            return self.shm_gather_copy(e, call, &mut area, input, blocks, root);
+        }
         let (me, len) = (self.rank(), input.bytes());
         let hdr = header(kind::GATHER, root.unwrap_or(-1), None, len);
         if root.is_none() && pipeline::pipelined(area.coll(), len) {
@@ -424,6 +443,9 @@ impl Communicator {
         recv: Option<&View>,
         root: i32,
     ) -> Result<()> {
+        if area.copy {
+            return self.shm_scatter_copy(e, call, &mut area, blocks, recv, root);
+        }
         let me = self.rank();
         let len = match (me == root, recv) {
             (true, _) => blocks[root as usize].bytes(),
@@ -520,6 +542,9 @@ impl Communicator {
         input: &View,
         rblocks: &[View],
     ) -> Result<()> {
+        if area.copy {
+            return self.shm_alltoall_copy(e, call, &mut area, input, rblocks);
+        }
         let (me, total) = (self.rank(), input.bytes());
         let block = total / rblocks.len();
         let at = HDR + me as usize * block;
@@ -690,6 +715,7 @@ impl Communicator {
         let query = |c: &Self| c.query(Coll::Bcast, Form::Blocking, len);
         self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::BCAST, root, None, len);
+            let copies = pipeline::copy_min(a, &e.coll);
             let idle = &mut |k| e.idle_flags(CALL, k);
             if me == root {
                 HostMem.with_read(addr, len, |d| {
@@ -700,7 +726,7 @@ impl Communicator {
             let (room, mut more) = (a.slot_bytes() - HDR, 0);
             let got = a.bcast_with(root as usize, &[], idle, |s| {
                 if let Some(err) = bcast_mismatch(CALL, me, root, &hdr, s) {
-                    more = pipeline::root_epochs(room, s) - 1;
+                    more = pipeline::root_epochs(room, copies, s) - 1;
                     return Err(err);
                 }
                 if s.len() != HDR + len {

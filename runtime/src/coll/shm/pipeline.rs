@@ -34,6 +34,7 @@ use super::wire::{field, kind, mismatch, poison, HDR};
 use super::{bcast_mismatch, reduce_slots, short, ShmArea};
 use crate::buffer::View;
 use crate::coll::sched::Reduction;
+use crate::coll::select::Settings;
 use crate::comm::Communicator;
 use crate::engine::Locked;
 use crate::error::Result;
@@ -56,17 +57,27 @@ fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
 }
 
 /// The epochs the root of a one-way bcast publishes, from its first
-/// contribution `s` (an empty one: it is not broadcasting) and the slots'
-/// room for data: one, or a chunk each where its header is a bcast's (or a
-/// failed one's) whose length needs more than a slot. A reader that fails
-/// reads them all anyway, so that both sides go on at the same epoch.
-pub(super) fn root_epochs(room: usize, s: &[u8]) -> usize {
+/// contribution `s` (an empty one: it is not broadcasting), the slots'
+/// room for data and, where the area copies by CMA, `coll_shm_copy_min`
+/// (`copy_min`): one, or a chunk each where its header is a bcast's (or a
+/// failed one's) whose length needs more than a slot and is below
+/// `copy_min` (from there the root took the single-copy road, `copy.rs`,
+/// one epoch). A reader that fails reads them all anyway, so that both
+/// sides go on at the same epoch.
+pub(super) fn root_epochs(room: usize, copy_min: Option<usize>, s: &[u8]) -> usize {
     match (field(s, 0), field(s, 12)) {
-        (Some(kind::BCAST | kind::FAILED), Some(len)) if len as usize > room => {
+        (Some(kind::BCAST | kind::FAILED), Some(len))
+            if len as usize > room && copy_min.is_none_or(|m| (len as usize) < m) =>
+        {
             (len as usize).div_ceil(room)
         }
         _ => 1,
     }
+}
+
+/// The `copy_min` of [`root_epochs`] for area `a` under settings `s`.
+pub(super) fn copy_min(a: &ShmColl, s: &Settings) -> Option<usize> {
+    a.single_copy().then_some(s.shm_copy_min)
 }
 
 /// Read and drop `k` contributions of `root` (the rest of a one-way bcast
@@ -162,6 +173,7 @@ impl Communicator {
         let (me, len) = (self.rank(), v.bytes());
         let a = area.coll();
         let chunk = chunk_bytes(a, 1);
+        let copies = copy_min(a, &e.coll);
         let idle = &mut |k| e.idle_flags(call, k);
         if me == root {
             return with_input(call, me, v, false, |src, ok| {
@@ -191,7 +203,7 @@ impl Communicator {
                 let first = k == 0;
                 let mut take = |s: &[u8]| -> Result<()> {
                     if first {
-                        total = root_epochs(chunk, s);
+                        total = root_epochs(chunk, copies, s);
                     }
                     if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
                         return Err(err);
