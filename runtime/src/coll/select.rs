@@ -342,20 +342,23 @@ fn in_area_sizes(q: &Query, s: &Settings) -> bool {
 /// ([`Algo::ShmCopy`], where the area says every rank can): a bcast,
 /// gather or scatter of at least `coll_shm_copy_min` bytes per block, an
 /// allgather or alltoall (not in place) of half that (each rank copies
-/// from every other at once), not a `v` form. A bcast or gather below
-/// [`COPY_ROOTED_MAX`] only.
+/// from every other at once; an allgatherv by its mean block), not the
+/// other `v` forms. A bcast or gather below [`COPY_ROOTED_MAX`] only.
 #[inline]
 fn copies(q: &Query, s: &Settings) -> bool {
     let min = s.shm_copy_min;
     let fits = |block: usize, min: usize| (min..COPY_ROOTED_MAX).contains(&block);
-    !q.vform
-        && match q.coll {
-            Coll::Bcast | Coll::Gather => fits(q.bytes, min),
-            Coll::Scatter => q.bytes >= min,
-            Coll::Alltoall => !q.in_place && q.bytes >= min.div_ceil(2),
-            Coll::Allgather => q.bytes / q.n.max(1) as usize >= min.div_ceil(2),
-            _ => false,
-        }
+    match q.coll {
+        // The ranks of a gatherv, scatterv or alltoallv do not all know the
+        // sizes: the ones that publish them decide (`shm/vform.rs`).
+        _ if sized_inside(q) => false,
+        Coll::Bcast | Coll::Gather => fits(q.bytes, min),
+        Coll::Scatter => q.bytes >= min,
+        Coll::Alltoall => !q.in_place && q.bytes >= min.div_ceil(2),
+        // An allgatherv by its whole result, as the slot road sizes it.
+        Coll::Allgather => q.bytes / q.n.max(1) as usize >= min.div_ceil(2),
+        _ => false,
+    }
 }
 
 /// Where a bcast or gather leaves the single-copy road: from here the
@@ -797,6 +800,10 @@ mod tests {
             ("alltoall of half of it per peer", cma(node(Alltoall, 2, min / 2)), D, ShmCopy),
             ("alltoall in place", cma(in_place(node(Alltoall, 2, min))), D, AlltoallPairwise),
             ("alltoallv", cma(vform(node(Alltoall, 2, min))), D, Shm),
+            ("allgatherv of half of it per rank", cma(vform(node(Allgather, 4, 4 * (min / 2)))), D, ShmCopy),
+            ("allgatherv below, in one slot", cma(vform(node(Allgather, 2, 2 * (min / 2 - 1)))), D, Shm),
+            ("allgatherv below, above a slot", cma(vform(node(Allgather, 4, 4 * (min / 2 - 1)))), D, AllgatherRing),
+            ("allgatherv of 1 MiB, no CMA", vform(node(Allgather, 4, 1 << 20)), D, AllgatherRing),
             ("allreduce", cma(node(Allreduce, 2, min)), D, Shm),
             ("reduce above coll_shm_pipeline_max", cma(node(Reduce, 2, 64 * KIB + 1)), D, ReduceBinomial { rank_order: false }),
             ("coll_shm_copy_min raised", cma(node(Bcast, 4, min)), with(D, |s| s.shm_copy_min = 2 * min), Shm),

@@ -65,17 +65,17 @@ fn desc(call: &str, me: i32, r: usize, s: &[u8]) -> Result<(u64, u64)> {
 
 /// The memory this rank exposes to its readers: the user's, or a host
 /// copy that lives as long as this.
-struct Exposed {
-    addr: u64,
+pub(super) struct Exposed {
+    pub(super) addr: u64,
     _copy: Vec<u8>,
     /// Whether the data could be copied out (a device copy may fail).
-    packed: Result<()>,
+    pub(super) packed: Result<()>,
 }
 
 impl Exposed {
     /// `views` one after the other: in place when they are one contiguous
     /// run of host memory in that order, else packed into a host copy.
-    fn of(call: &str, me: i32, views: &[&View]) -> Self {
+    pub(super) fn of(call: &str, me: i32, views: &[&View]) -> Self {
         let in_place = views.first().and_then(|f| f.contig_addr()).filter(|&base| {
             let mut at = base;
             views.iter().all(|v| {
@@ -118,7 +118,7 @@ impl Exposed {
 
     /// Unpack `len` bytes from `off` of what this exposes into `dst` (this
     /// rank's own block), unless `dst` is that memory itself (in place).
-    fn copy_own(&self, call: &str, me: i32, off: usize, dst: &View) -> Result<()> {
+    pub(super) fn copy_own(&self, call: &str, me: i32, off: usize, dst: &View) -> Result<()> {
         let (at, len) = (self.addr + off as u64, dst.bytes());
         if len == 0 || dst.contig_addr() == Some(at) {
             return Ok(());
@@ -130,25 +130,48 @@ impl Exposed {
 /// Read `dst.bytes()` bytes at `addr` in rank `r`'s process `pid` into
 /// `dst`: straight into it when it is contiguous host memory, else through
 /// a host buffer.
-fn read_block(call: &str, me: i32, r: usize, (pid, addr): (u64, u64), dst: &View) -> Result<()> {
+pub(super) fn read_block(
+    call: &str,
+    me: i32,
+    r: usize,
+    (pid, addr): (u64, u64),
+    dst: &View,
+) -> Result<()> {
     let len = dst.bytes();
     if len == 0 {
         return Ok(());
     }
-    let failed = |e: String| {
-        Error::new(
-            ErrorClass::Other,
-            call,
-            me,
-            format!("reading rank {r}'s {len} bytes by process_vm_readv: {e}"),
-        )
-    };
     if let Some(read) = dst.write_contig(|out| cma_read(pid, addr, out)) {
-        return read.map_err(failed);
+        return read.map_err(|e| read_failed(call, me, r, len, e));
     }
     let mut tmp = vec![0u8; len];
-    cma_read(pid, addr, &mut tmp).map_err(failed)?;
+    cma_read(pid, addr, &mut tmp).map_err(|e| read_failed(call, me, r, len, e))?;
     dst.unpack(call, me, &tmp)
+}
+
+/// Read `len` bytes at `addr` in rank `r`'s process `pid` into this
+/// process's host memory at `at` (a buffer the call was lent, writable).
+pub(super) fn read_host(
+    call: &str,
+    me: i32,
+    r: usize,
+    (pid, addr): (u64, u64),
+    at: u64,
+    len: usize,
+) -> Result<()> {
+    HostMem
+        .with_write(at, len, |out| cma_read(pid, addr, out))
+        .map_err(|e| read_failed(call, me, r, len, e))
+}
+
+#[cold]
+fn read_failed(call: &str, me: i32, r: usize, len: usize, e: String) -> Error {
+    Error::new(
+        ErrorClass::Other,
+        call,
+        me,
+        format!("reading rank {r}'s {len} bytes by process_vm_readv: {e}"),
+    )
 }
 
 impl Communicator {

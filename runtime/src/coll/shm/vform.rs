@@ -26,6 +26,16 @@
 //!   slot, or, when any rank said [`BIG`] (every rank sees it), all of them
 //!   run the point-to-point alltoallv.
 //!
+//! Where every rank can read the others' memory by CMA
+//! (`ShmColl::single_copy`), data of `coll_shm_copy_min` or more need not
+//! go by point-to-point: its owner marks its header [`COPY`] and says where
+//! it lies instead (process id, then an address and length per block), its
+//! readers copy it from there (`copy.rs`), and the owner waits until they
+//! are done. A gatherv's sender decides so for its block, a scatterv's root
+//! for its blocks (when their table fits a slot); readers take whatever
+//! they find. An allgatherv goes that way as a whole, by its mean block
+//! (the selector's [`Algo::ShmCopy`]).
+//!
 //! Gatherv and scatterv of contiguous host memory of a predefined type
 //! also have tiny roads ([`Communicator::gatherv_tiny`],
 //! [`Communicator::scatterv_tiny`]), for 1 to [`TINY`] bytes of this
@@ -36,7 +46,8 @@
 //! slots and the user's buffers directly. What does not fit still moves by
 //! point-to-point after the area, as above.
 
-use super::super::select::{Algo, Coll, Form, TINY};
+use super::super::select::{Algo, Coll, Form, COPY_ROOTED_MAX, TINY};
+use super::copy::{read_block, read_host, Exposed};
 use super::wire::{self, header, kind, HDR};
 use super::{bcast_mismatch, short, tiny_gather, tiny_host, ShmArea};
 use crate::buffer::{HostMem, Ty, View};
@@ -48,6 +59,79 @@ use crate::progress::HostMemory;
 /// The length field of a `v` header whose rank's data goes by
 /// point-to-point.
 const BIG: u32 = u32::MAX;
+
+/// The length field of a `v` header whose rank says where its data lies,
+/// for its readers to copy it from there by CMA (`copy.rs`): after the
+/// header its process id (`u64` LE), then one [`COPY_ENTRY`] per block.
+const COPY: u32 = u32::MAX - 1;
+
+/// One block of a [`COPY`] contribution: address and length (`u64` LE
+/// each).
+const COPY_ENTRY: usize = 16;
+
+/// What a `v` contribution holds for one reader.
+enum VData<'s> {
+    /// The block itself.
+    Data(&'s [u8]),
+    /// Nothing: it moves by point-to-point ([`BIG`]).
+    Big,
+    /// Where it lies: process id and address ([`COPY`]).
+    Copy(u64, u64),
+}
+
+/// Whether a `v` contribution says [`COPY`].
+fn is_copy(s: &[u8]) -> bool {
+    s.len() >= HDR && s[12..16] == COPY.to_le_bytes()
+}
+
+/// A [`COPY`] contribution: `hdr`'s collective and root, this process's id
+/// and the `(address, length)` of each block.
+fn copy_contribution(kind: u32, root: i32, blocks: &[(u64, usize)], failed: bool) -> Vec<u8> {
+    let mut c = Vec::with_capacity(HDR + 8 + blocks.len() * COPY_ENTRY);
+    c.extend_from_slice(&header(kind, root, None, COPY as usize));
+    c.extend_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    for &(addr, len) in blocks {
+        c.extend_from_slice(&addr.to_le_bytes());
+        c.extend_from_slice(&(len as u64).to_le_bytes());
+    }
+    if failed {
+        wire::poison(&mut c);
+    }
+    c
+}
+
+/// Block `i` of rank `r`'s [`COPY`] contribution `s`, whose reader expects
+/// `want` bytes: where it lies, or the error it makes.
+fn copy_entry(
+    call: &str,
+    me: i32,
+    r: usize,
+    s: &[u8],
+    i: usize,
+    want: usize,
+) -> Result<VData<'static>> {
+    let word = |at: usize| {
+        s.get(at..at + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+    };
+    let at = HDR + 8 + i * COPY_ENTRY;
+    let (Some(pid), Some(addr), Some(len)) = (word(HDR), word(at), word(at + 8)) else {
+        return Err(short(call, me, r, s.len()));
+    };
+    if len != want as u64 {
+        let got = usize::try_from(len).unwrap_or(usize::MAX);
+        return Err(count_error(call, me, r, got, want));
+    }
+    Ok(VData::Copy(pid, addr))
+}
+
+/// Whether this rank's `bytes` of a gatherv or scatterv go by single copy:
+/// the area lets every rank read the others and they reach `copy_min`
+/// (`coll_shm_copy_min`). The rank that publishes them decides; a reader
+/// takes whatever it finds.
+fn copies(a: &gmpi_btl_shm::ShmColl, copy_min: usize, bytes: usize) -> bool {
+    a.single_copy() && bytes >= copy_min
+}
 
 /// One entry of an offset table: offset and length (`u32` each, LE) of a
 /// block, from the start of the slot.
@@ -107,7 +191,8 @@ fn take_block(call: &str, me: i32, r: usize, s: &[u8], block: &View) -> Result<(
 
 /// Rank `r`'s contribution `s` to a gatherv at the root, whose header is
 /// `hdr` and whose block from `r` holds `want` bytes: the block's data,
-/// `None` if `r` marked it [`BIG`], or the error it makes.
+/// [`VData::Big`] if `r` marked it [`BIG`], where it lies if [`COPY`], or
+/// the error it makes.
 fn gatherv_slot<'s>(
     call: &str,
     me: i32,
@@ -115,23 +200,27 @@ fn gatherv_slot<'s>(
     r: usize,
     s: &'s [u8],
     want: usize,
-) -> Result<Option<&'s [u8]>> {
+) -> Result<VData<'s>> {
     if let Some(err) = vmismatch(call, me, hdr, r, s) {
         return Err(err);
     }
     if is_big(s) {
-        return Ok(None);
+        return Ok(VData::Big);
+    }
+    if is_copy(s) {
+        return copy_entry(call, me, r, s, 0, want);
     }
     let got = s.len() - HDR;
     if got != want {
         return Err(count_error(call, me, r, got, want));
     }
-    Ok(Some(&s[HDR..]))
+    Ok(VData::Data(&s[HDR..]))
 }
 
 /// This rank's block of the root's scatterv contribution `s`, for a
 /// receive buffer of `want` bytes (`hdr` is this rank's header): its data,
-/// `None` if the root marked the blocks [`BIG`], or the error it makes.
+/// [`VData::Big`] if the root marked the blocks [`BIG`], where it lies if
+/// [`COPY`], or the error it makes.
 fn scatterv_block<'s>(
     call: &str,
     me: i32,
@@ -139,7 +228,7 @@ fn scatterv_block<'s>(
     hdr: &[u8; HDR],
     s: &'s [u8],
     want: usize,
-) -> Result<Option<&'s [u8]>> {
+) -> Result<VData<'s>> {
     // An empty slot: the root is not scattering at all.
     let bad = if s.is_empty() {
         bcast_mismatch(call, me, root, hdr, s)
@@ -150,14 +239,17 @@ fn scatterv_block<'s>(
         return Err(err);
     }
     if is_big(s) {
-        return Ok(None);
+        return Ok(VData::Big);
+    }
+    if is_copy(s) {
+        return copy_entry(call, me, root as usize, s, me as usize, want);
     }
     let (off, len) =
         entry(s, me as usize).ok_or_else(|| short(call, me, root as usize, s.len()))?;
     if len != want {
         return Err(count_error(call, me, root as usize, len, want));
     }
-    Ok(Some(&s[off..off + len]))
+    Ok(VData::Data(&s[off..off + len]))
 }
 
 /// Entry `i` of the offset table after the header of `s`, bounds-checked
@@ -216,9 +308,19 @@ impl Communicator {
         blocks: &[View],
         root: i32,
     ) -> Result<(Fallback, Option<Error>)> {
-        let me = self.rank();
+        let (me, copy_min) = (self.rank(), e.coll.shm_copy_min);
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
+        // Below `COPY_ROOTED_MAX`, as a gather: from there the root reading
+        // alone loses to point-to-point's cooperative copy.
+        if me != root && copies(a, copy_min, input.bytes()) && input.bytes() < COPY_ROOTED_MAX {
+            let x = Exposed::of(call, me, &[input]);
+            let block = [(x.addr, input.bytes())];
+            let c = copy_contribution(kind::GATHERV, root, &block, x.packed.is_err());
+            a.gather_with(root as usize, &c, idle, |_| ())?;
+            a.wait_read(Some(root as usize), idle)?;
+            return x.packed.map(|()| (None, None));
+        }
         if me != root {
             let big = HDR + input.bytes() > a.slot_bytes();
             let hdr = vheader(kind::GATHERV, root, big);
@@ -239,16 +341,17 @@ impl Communicator {
                 if r == me as usize {
                     continue;
                 }
-                match gatherv_slot(call, me, &hdr, r, s, blocks[r].bytes()) {
-                    Err(err) => {
-                        bad.get_or_insert(err);
+                let got = match gatherv_slot(call, me, &hdr, r, s, blocks[r].bytes()) {
+                    Err(err) => Err(err),
+                    Ok(VData::Big) => {
+                        big.push(r);
+                        Ok(())
                     }
-                    Ok(None) => big.push(r),
-                    Ok(Some(d)) => {
-                        if let Err(err) = blocks[r].unpack(call, me, d) {
-                            bad.get_or_insert(err);
-                        }
-                    }
+                    Ok(VData::Data(d)) => blocks[r].unpack(call, me, d),
+                    Ok(VData::Copy(pid, addr)) => read_block(call, me, r, (pid, addr), &blocks[r]),
+                };
+                if let Err(err) = got {
+                    bad.get_or_insert(err);
                 }
             }
         })?;
@@ -271,9 +374,31 @@ impl Communicator {
         recv: Option<&View>,
         root: i32,
     ) -> Result<bool> {
-        let me = self.rank();
+        let (me, copy_min) = (self.rank(), e.coll.shm_copy_min);
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
+        let total: usize = blocks.iter().map(View::bytes).sum();
+        if me == root
+            && copies(a, copy_min, total)
+            && HDR + 8 + blocks.len() * COPY_ENTRY <= a.slot_bytes()
+        {
+            // Each block where it lies (or a host copy of it).
+            let xs: Vec<Exposed> = blocks.iter().map(|b| Exposed::of(call, me, &[b])).collect();
+            let table: Vec<(u64, usize)> = xs
+                .iter()
+                .zip(blocks)
+                .map(|(x, b)| (x.addr, b.bytes()))
+                .collect();
+            let failed = xs.iter().find_map(|x| x.packed.as_ref().err()).cloned();
+            let c = copy_contribution(kind::SCATTERV, root, &table, failed.is_some());
+            a.bcast_with(root as usize, &c, idle, |_| ())?;
+            let own = match recv {
+                Some(r) if failed.is_none() => xs[me as usize].copy_own(call, me, 0, r),
+                _ => Ok(()),
+            };
+            a.wait_read(None, idle)?;
+            return failed.map_or(own, Err).map(|()| false);
+        }
         if me == root {
             if table_bytes(blocks) > a.slot_bytes() {
                 let big = vheader(kind::SCATTERV, root, true);
@@ -293,8 +418,11 @@ impl Communicator {
         let hdr = vheader(kind::SCATTERV, root, false);
         let got = a.bcast_with(root as usize, &[], idle, |s| {
             match scatterv_block(call, me, root, &hdr, s, recv.bytes())? {
-                None => Ok(true),
-                Some(d) => recv.unpack(call, me, d).map(|()| false),
+                VData::Big => Ok(true),
+                VData::Data(d) => recv.unpack(call, me, d).map(|()| false),
+                VData::Copy(pid, addr) => {
+                    read_block(call, me, root as usize, (pid, addr), recv).map(|()| false)
+                }
             }
         })?;
         got.unwrap_or(Ok(false))
@@ -311,6 +439,9 @@ impl Communicator {
         input: &View,
         blocks: &[View],
     ) -> Result<()> {
+        if area.copy {
+            return self.shm_allgatherv_copy(e, call, &mut area, input, blocks);
+        }
         let me = self.rank();
         let a = area.coll();
         let hdr = vheader(kind::ALLGATHERV, -1, false);
@@ -327,6 +458,54 @@ impl Communicator {
             })?;
             bad.map_or(Ok(()), Err)
         })
+    }
+
+    /// An allgatherv by single copy (the selector chose it by the whole
+    /// result, as it sizes the slot road): every rank says where its block
+    /// lies, checks every header against its own and copies every other
+    /// rank's block from that rank's memory (`copy.rs`), then waits for
+    /// every other rank to be done with its own.
+    fn shm_allgatherv_copy(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        input: &View,
+        blocks: &[View],
+    ) -> Result<()> {
+        let me = self.rank();
+        let a = area.coll();
+        let idle = &mut |k| e.idle_flags(call, k);
+        let x = Exposed::of(call, me, &[input]);
+        let mine = [(x.addr, input.bytes())];
+        let c = copy_contribution(kind::ALLGATHERV, -1, &mine, x.packed.is_err());
+        let mut bad: Option<Error> = None;
+        a.exchange(&c, idle, |slots| {
+            for (r, s) in slots.iter().enumerate() {
+                let got = match vmismatch(call, me, &c, r, s) {
+                    Some(err) => Err(err),
+                    None if r == me as usize => Ok(()),
+                    None => match copy_entry(call, me, r, s, 0, blocks[r].bytes()) {
+                        Ok(VData::Copy(pid, addr)) => {
+                            read_block(call, me, r, (pid, addr), &blocks[r])
+                        }
+                        Ok(_) => Err(short(call, me, r, s.len())),
+                        Err(err) => Err(err),
+                    },
+                };
+                if let Err(err) = got {
+                    bad.get_or_insert(err);
+                }
+            }
+        })?;
+        a.wait_read(None, idle)?;
+        if let Err(err) = &x.packed {
+            return Err(err.clone());
+        }
+        if let Some(err) = bad {
+            return Err(err);
+        }
+        x.copy_own(call, me, 0, &blocks[me as usize])
     }
 
     /// An alltoallv's area part (see the module header): `sblocks` this
@@ -470,15 +649,20 @@ impl Communicator {
                         continue;
                     }
                     let (at, want) = b.get(r);
-                    match gatherv_slot(CALL, me, &hdr, r, s, want) {
-                        Err(err) => {
-                            bad.get_or_insert(err);
+                    let got = match gatherv_slot(CALL, me, &hdr, r, s, want) {
+                        Err(err) => Err(err),
+                        Ok(VData::Big) => {
+                            big.push(r);
+                            Ok(())
                         }
-                        Ok(None) => big.push(r),
-                        Ok(Some(d)) if want > 0 => {
-                            HostMem.with_write(at, want, |out| gmpi_btl::copy_bytes(out, d))
+                        Ok(VData::Data(d)) => {
+                            HostMem.with_write(at, want, |out| gmpi_btl::copy_bytes(out, d));
+                            Ok(())
                         }
-                        Ok(Some(_)) => {}
+                        Ok(VData::Copy(pid, addr)) => read_host(CALL, me, r, (pid, addr), at, want),
+                    };
+                    if let Err(err) = got {
+                        bad.get_or_insert(err);
                     }
                 }
             })?;
@@ -569,10 +753,13 @@ impl Communicator {
             let got = a.bcast_with(root as usize, &[], idle, |s| {
                 let block = scatterv_block(CALL, me, root, &hdr, s, len)?;
                 match block {
-                    None => Ok(Some(tag)),
-                    Some(d) => {
+                    VData::Big => Ok(Some(tag)),
+                    VData::Data(d) => {
                         HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, d));
                         Ok(None)
+                    }
+                    VData::Copy(pid, addr) => {
+                        read_host(CALL, me, root as usize, (pid, addr), dst, len).map(|()| None)
                     }
                 }
             })?;
