@@ -33,7 +33,7 @@
 use gmpi_btl_shm::cma_read;
 
 use super::wire::{self, header, kind, mismatch, HDR};
-use super::{bcast_mismatch, pipeline, short, ShmArea};
+use super::{bcast_mismatch, pipeline, scatter_block, short, ShmArea};
 use crate::buffer::{HostMem, View};
 use crate::comm::Communicator;
 use crate::engine::{self, Locked};
@@ -114,6 +114,25 @@ impl Exposed {
             wire::poison(&mut c);
         }
         c
+    }
+
+    /// The end of an operation on this memory, once its readers are done:
+    /// the packing error first, then the operation's own (`bad`), else this
+    /// rank's own block, at `off` of what this exposes, copied into `dst`.
+    pub(super) fn settle(
+        &self,
+        call: &str,
+        me: i32,
+        bad: Option<Error>,
+        own: Option<(usize, &View)>,
+    ) -> Result<()> {
+        if let Err(err) = &self.packed {
+            return Err(err.clone());
+        }
+        if let Some(err) = bad {
+            return Err(err);
+        }
+        own.map_or(Ok(()), |(off, dst)| self.copy_own(call, me, off, dst))
     }
 
     /// Unpack `len` bytes from `off` of what this exposes into `dst` (this
@@ -283,16 +302,7 @@ impl Communicator {
                 a.wait_read(None, idle)?;
             }
         }
-        if let Err(err) = &x.packed {
-            return Err(err.clone());
-        }
-        if let Some(err) = bad {
-            return Err(err);
-        }
-        if reads {
-            x.copy_own(call, me, 0, &blocks[me as usize])?;
-        }
-        Ok(())
+        x.settle(call, me, bad, reads.then(|| (0, &blocks[me as usize])))
     }
 
     /// A scatter by single copy: the root says where its send blocks lie
@@ -309,11 +319,7 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         let me = self.rank();
-        let len = match (me == root, recv) {
-            (true, _) => blocks[root as usize].bytes(),
-            (false, Some(r)) => r.bytes(),
-            (false, None) => unreachable!("{call}: a non-root without a receive buffer"),
-        };
+        let len = scatter_block(call, me == root, blocks, recv, root);
         let hdr = header(kind::SCATTER, root, None, len);
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
@@ -380,12 +386,11 @@ impl Communicator {
             }
         })?;
         a.wait_read(None, idle)?;
-        if let Err(err) = &x.packed {
-            return Err(err.clone());
-        }
-        if let Some(err) = bad {
-            return Err(err);
-        }
-        x.copy_own(call, me, me as usize * block, &rblocks[me as usize])
+        x.settle(
+            call,
+            me,
+            bad,
+            Some((me as usize * block, &rblocks[me as usize])),
+        )
     }
 }

@@ -447,11 +447,7 @@ impl Communicator {
             return self.shm_scatter_copy(e, call, &mut area, blocks, recv, root);
         }
         let me = self.rank();
-        let len = match (me == root, recv) {
-            (true, _) => blocks[root as usize].bytes(),
-            (false, Some(r)) => r.bytes(),
-            (false, None) => unreachable!("{call}: a non-root without a receive buffer"),
-        };
+        let len = scatter_block(call, me == root, blocks, recv, root);
         let hdr = header(kind::SCATTER, root, None, len);
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
@@ -937,6 +933,22 @@ fn tiny_mismatch(
         let (r, s) = slots.iter().enumerate().find(|(_, s)| s.len() != len)?;
         Some(short(call, me, r, s.len()))
     })
+}
+
+/// Bytes of each block of a scatter: the root's own send block at the root,
+/// the receive buffer elsewhere.
+fn scatter_block(
+    call: &str,
+    root_here: bool,
+    blocks: &[View],
+    recv: Option<&View>,
+    root: i32,
+) -> usize {
+    match (root_here, recv) {
+        (true, _) => blocks[root as usize].bytes(),
+        (false, Some(r)) => r.bytes(),
+        (false, None) => unreachable!("{call}: a non-root without a receive buffer"),
+    }
 }
 
 /// A contribution of rank `r` whose length `got` disagrees with its header.

@@ -499,13 +499,7 @@ impl Communicator {
             }
         })?;
         a.wait_read(None, idle)?;
-        if let Err(err) = &x.packed {
-            return Err(err.clone());
-        }
-        if let Some(err) = bad {
-            return Err(err);
-        }
-        x.copy_own(call, me, 0, &blocks[me as usize])
+        x.settle(call, me, bad, Some((0, &blocks[me as usize])))
     }
 
     /// An alltoallv's area part (see the module header): `sblocks` this
