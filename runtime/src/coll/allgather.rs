@@ -213,6 +213,9 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.allgatherv_tiny(&sv, &rv, counts, displs) {
+            return r;
+        }
         let blocks = self.allgatherv_args(CALL, Some(&sv), &rv, counts, displs)?;
         self.blocking(CALL, |c, e, tag| {
             let q = c

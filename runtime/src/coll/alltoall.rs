@@ -47,7 +47,7 @@ impl Communicator {
         Ok(Some(self.alltoall_sched(call, tag, send, rb, algo)))
     }
 
-    fn alltoall_sched(
+    pub(super) fn alltoall_sched(
         &self,
         call: &'static str,
         tag: i32,
@@ -185,7 +185,7 @@ impl Communicator {
 
     /// The blocks of an alltoallv, checked.
     #[allow(clippy::too_many_arguments)]
-    fn alltoallv_args(
+    pub(super) fn alltoallv_args(
         &self,
         call: &str,
         sv: &View,
@@ -232,6 +232,9 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.alltoallv_tiny(&sv, scounts, sdispls, &rv, rcounts, rdispls) {
+            return r;
+        }
         let (sb, rb) = self.alltoallv_args(CALL, &sv, scounts, sdispls, &rv, rcounts, rdispls)?;
         self.blocking(CALL, |c, e, tag| {
             let q = c

@@ -45,7 +45,8 @@ pub(crate) const KIB: usize = 1024;
 /// The largest allreduce, bcast, reduce, gather or scatter, in bytes per
 /// rank, that takes the tiny road ([`tiny_wanted`],
 /// `Communicator::allreduce_tiny`, `bcast_tiny`, `reduce_root_tiny`, …;
-/// a gatherv's own block, a scatterv root's table and blocks): up to
+/// a gatherv's own block, a scatterv root's or an alltoallv's table and
+/// blocks, an allgatherv's whole result): up to
 /// here, at np 2 on the development machine, the road's saving (no views,
 /// no packing, 0.03–0.15 µs a call) beat the extra copy through the stack.
 pub(crate) const TINY: usize = 1024;
@@ -454,9 +455,10 @@ pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
 }
 
 /// Whether a blocking allreduce, bcast, reduce, gather or scatter, or a
-/// gatherv or scatterv, may take the tiny road, before looking at the area:
-/// the shared-memory choice, for 1 to [`TINY`] bytes (per rank; for a `v`
-/// form, what this rank itself publishes), without `coll_check`. (The
+/// `v` form, may take the tiny road, before looking at the area: the
+/// shared-memory choice, for 1 to [`TINY`] bytes (per rank; for a gatherv,
+/// scatterv or alltoallv, what this rank itself publishes; for an
+/// allgatherv, the whole result), without `coll_check`. (The
 /// caller has already checked the rest of what the road needs: contiguous
 /// buffers of one predefined type, an op with a kernel.)
 #[inline]
@@ -466,9 +468,22 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
             q.coll,
             Coll::Allreduce | Coll::Bcast | Coll::Reduce | Coll::Gather | Coll::Scatter
         ),
-        true => sized_inside(q) && q.coll != Coll::Alltoall,
+        true => sized_inside(q) || q.coll == Coll::Allgather,
     };
-    coll && !s.check && (1..=TINY).contains(&q.bytes) && area_wanted(q, s)
+    coll && !s.check && (1..=tiny_max(q, s)).contains(&q.bytes) && area_wanted(q, s)
+}
+
+/// The largest call [`tiny_wanted`] takes: [`TINY`] bytes, but a whole
+/// slot for the `v` exchanges (an allgatherv's result, an alltoallv's
+/// table and blocks), whose tiny roads make no copy the general road does
+/// not (they publish from the user's buffer and read into it); they only
+/// skip its views and temporaries.
+#[inline]
+fn tiny_max(q: &Query, s: &Settings) -> usize {
+    match (q.vform, q.coll) {
+        (true, Coll::Allgather | Coll::Alltoall) => s.shm_max,
+        _ => TINY,
+    }
 }
 
 /// Whether a blocking call takes the tiny road: [`tiny_wanted`] and an area
@@ -479,18 +494,29 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
 /// its `bytes`.)
 #[cfg(test)]
 pub(crate) fn tiny(q: &Query, s: &Settings) -> bool {
-    tiny_wanted(q, s) && tiny_room(q)
+    tiny_wanted(q, s) && tiny_room(q, s)
 }
 
 /// The half of `tiny` that looks at the area, for a call whose
 /// [`tiny_wanted`] is already known.
 #[inline]
-pub(crate) fn tiny_room(q: &Query) -> bool {
-    match (q.vform, q.area) {
+pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
+    let room = match (q.vform, q.area) {
         (true, Area::Ready { slot, .. }) => q.bytes.saturating_add(HDR) <= slot,
         (true, Area::None) => false,
         (false, _) => in_one_slot(q),
-    }
+    };
+    // Not where the general road copies from the owners' memory (a
+    // `coll_shm_copy_min` below the tiny sizes): ranks on either road
+    // must publish the same contributions.
+    let single_copy = matches!(
+        q.area,
+        Area::Ready {
+            single_copy: true,
+            ..
+        }
+    );
+    room && !(single_copy && copies(q, s))
 }
 
 impl Algo {
@@ -862,8 +888,22 @@ mod tests {
             ("a gatherv of TINY + 1 bytes", vform(node(Coll::Gather, 4, TINY + 1)), D, false),
             ("a gatherv with coll_check", vform(node(Coll::Gather, 4, 8)), check, false),
             ("a gatherv on several nodes", vform(nodes(Coll::Gather, 4, 8)), D, false),
-            ("an alltoallv", vform(node(Coll::Alltoall, 4, 8)), D, false),
-            ("an allgatherv", vform(node(Coll::Allgather, 4, 8)), D, false),
+            ("an alltoallv", vform(node(Coll::Alltoall, 4, 8)), D, true),
+            ("an alltoallv of TINY + 1 bytes", vform(node(Coll::Alltoall, 4, TINY + 1)), D, true),
+            ("an alltoallv above a slot", vform(node(Coll::Alltoall, 4, D.shm_max + 1)), D, false),
+            ("an alltoallv with coll_check", vform(node(Coll::Alltoall, 4, 8)), check, false),
+            ("an allgatherv", vform(node(Coll::Allgather, 4, 8)), D, true),
+            ("an allgatherv of TINY + 1 bytes in all", vform(node(Coll::Allgather, 4, TINY + 1)), D, true),
+            ("an allgatherv in place", in_place(vform(node(Coll::Allgather, 4, 8))), D, false),
+            ("an allgatherv whose result fills no slot", slot(vform(node(Coll::Allgather, 4, 8)), 8 + HDR - 1), D, false),
+            ("an allgatherv on several nodes", vform(nodes(Coll::Allgather, 4, 8)), D, false),
+            ("an allgatherv of a slot", vform(node(Coll::Allgather, 4, D.shm_max)), D, true),
+            ("an allgatherv above a slot", vform(node(Coll::Allgather, 4, D.shm_max + 1)), D, false),
+            ("an alltoallv of a slot", vform(node(Coll::Alltoall, 4, D.shm_max)), D, true),
+            ("an allgatherv copied by CMA", cma(vform(node(Coll::Allgather, 2, D.shm_max))), D, false),
+            ("a gather copied by CMA", cma(node(Coll::Gather, 2, 64)), with(D, |s| s.shm_copy_min = 64), false),
+            ("a gather by CMA but no CMA", node(Coll::Gather, 2, 64), with(D, |s| s.shm_copy_min = 64), true),
+            ("a gather below coll_shm_copy_min, CMA", cma(node(Coll::Gather, 2, 63)), with(D, |s| s.shm_copy_min = 64), true),
             ("a scatter", node(Coll::Scatter, 4, 8), D, true),
             ("a scatter whose blocks fill no slot", slot(node(Coll::Scatter, 4, 8), 4 * 8 + HDR - 1), D, false),
         ];

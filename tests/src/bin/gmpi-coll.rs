@@ -1559,7 +1559,94 @@ fn scenario_types(w: &Communicator) -> R {
         "unpack/pack round trip"
     );
     ensure!(vt2.pack_size(3).map_err(e)? == 24, "pack_size");
+    v_exchanges_mixed(w)?;
     derived_collectives(w)
+}
+
+/// Allgatherv and alltoallv where the even ranks pass a derived datatype
+/// (one `u64` per element, so the same counts) and the odd ranks plain
+/// `u64` slices: the odd ranks take the tiny roads, the even ones the
+/// general road, and both must publish and read the same contributions.
+/// Also with rank 0 sending one block too big for the area, so that every
+/// rank falls back to point-to-point from either road.
+fn v_exchanges_mixed(w: &Communicator) -> R {
+    let (n, r) = (w.size(), w.rank());
+    let th = Th::from_env();
+    let one = UserDatatype::contiguous(1, &u64::DATATYPE)
+        .map_err(e)?
+        .committed();
+    let typed = r % 2 == 0;
+    for big in [false, true] {
+        let huge = th.shm / 8 + 1;
+        let cnt = |a: i32, b: i32| -> usize {
+            match (a, b) {
+                (0, b) if big && b == n - 1 => huge,
+                _ => ((a + 2 * b) % 4) as usize,
+            }
+        };
+        let offsets = |counts: &[i32]| -> (Vec<i32>, usize) {
+            let mut at = 0usize;
+            let d = counts.iter().map(|&c| {
+                let here = at as i32;
+                at += c as usize + 1;
+                here
+            });
+            (d.collect(), at)
+        };
+        let sc: Vec<i32> = (0..n).map(|q| cnt(r, q) as i32).collect();
+        let rc: Vec<i32> = (0..n).map(|q| cnt(q, r) as i32).collect();
+        let (sd, stot) = offsets(&sc);
+        let (rd, rtot) = offsets(&rc);
+        let mut send = vec![SENT; stot];
+        let mut exp = vec![SENT; rtot];
+        for q in 0..n as usize {
+            for i in 0..sc[q] as usize {
+                send[sd[q] as usize + i] = enc(r, q as i32, i);
+            }
+            for i in 0..rc[q] as usize {
+                exp[rd[q] as usize + i] = enc(q as i32, r, i);
+            }
+        }
+        let mut out = vec![SENT; rtot];
+        let what = format!("alltoallv, derived types on even ranks, big {big}, counts {sc:?}");
+        if typed {
+            let sb = TypedBuf::new(&send[..], stot, &one).map_err(e)?;
+            let mut rb = TypedBufMut::new(&mut out[..], rtot, &one).map_err(e)?;
+            w.alltoallv(&sb, &sc, &sd, &mut rb, &rc, &rd)
+                .map_err(|x| format!("{what}: {x}"))?;
+        } else {
+            w.alltoallv(&send[..], &sc, &sd, &mut out[..], &rc, &rd)
+                .map_err(|x| format!("{what}: {x}"))?;
+        }
+        same(&what, &out, &exp)?;
+
+        // allgatherv: rank q contributes cnt(q, 0) elements (rank 0 many
+        // when `big`: above the area, by point-to-point on every rank).
+        let counts: Vec<i32> = (0..n).map(|q| cnt(q, n - 1) as i32).collect();
+        let (displs, total) = offsets(&counts);
+        let mine: Vec<u64> = (0..counts[r as usize] as usize)
+            .map(|i| enc(r, 7, i))
+            .collect();
+        let mut exp = vec![SENT; total];
+        for q in 0..n as usize {
+            for i in 0..counts[q] as usize {
+                exp[displs[q] as usize + i] = enc(q as i32, 7, i);
+            }
+        }
+        let mut out = vec![SENT; total];
+        let what = format!("allgatherv, derived types on even ranks, counts {counts:?}");
+        if typed {
+            let sb = TypedBuf::new(&mine[..], mine.len(), &one).map_err(e)?;
+            let mut rb = TypedBufMut::new(&mut out[..], total, &one).map_err(e)?;
+            w.allgatherv(&sb, &mut rb, &counts, &displs)
+                .map_err(|x| format!("{what}: {x}"))?;
+        } else {
+            w.allgatherv(&mine[..], &mut out[..], &counts, &displs)
+                .map_err(|x| format!("{what}: {x}"))?;
+        }
+        same(&what, &out, &exp)?;
+    }
+    Ok(())
 }
 
 /// Collectives on non-contiguous derived types (every other i64), at sizes

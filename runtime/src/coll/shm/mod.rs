@@ -587,7 +587,7 @@ impl Communicator {
             let ShmState::Ready(a) = &mut *g else {
                 return Ok(None);
             };
-            if !select::tiny_room(&q) {
+            if !select::tiny_room(&q, &s) {
                 return Ok(None);
             }
             let tag = self.next_tag();

@@ -36,15 +36,19 @@
 //! they find. An allgatherv goes that way as a whole, by its mean block
 //! (the selector's [`Algo::ShmCopy`]).
 //!
-//! Gatherv and scatterv of contiguous host memory of a predefined type
-//! also have tiny roads ([`Communicator::gatherv_tiny`],
-//! [`Communicator::scatterv_tiny`]), for 1 to [`TINY`] bytes of this
-//! rank's own data (and, at a scatterv's root, its table and every block in
-//! [`TINY`] bytes). They publish and read the same contributions as the
-//! roads above, so ranks on either road agree; they make no view per
-//! block, read the counts and displacements in place and copy between the
-//! slots and the user's buffers directly. What does not fit still moves by
-//! point-to-point after the area, as above.
+//! Every `v` form of contiguous host memory of a predefined type also has
+//! a tiny road ([`Communicator::gatherv_tiny`],
+//! [`Communicator::scatterv_tiny`], [`Communicator::allgatherv_tiny`],
+//! [`Communicator::alltoallv_tiny`]): a gatherv or scatterv for 1 to
+//! [`TINY`] bytes of this rank's own data (and, at a scatterv's root, its
+//! table and every block in [`TINY`] bytes); an allgatherv whose whole
+//! result, an alltoallv whose table and blocks fit a slot (these make no
+//! copy the general road does not, so they go as far as it does). They
+//! publish and read the same contributions as the roads above, so ranks
+//! on either road agree; they make no view per block, read the counts and
+//! displacements in place and copy between the slots and the user's
+//! buffers directly. What does not fit still moves by point-to-point after
+//! the area, as above.
 
 use super::super::select::{Algo, Coll, Form, COPY_ROOTED_MAX, TINY};
 use super::copy::{read_block, read_host, Exposed};
@@ -136,6 +140,11 @@ fn copies(a: &gmpi_btl_shm::ShmColl, copy_min: usize, bytes: usize) -> bool {
 /// One entry of an offset table: offset and length (`u32` each, LE) of a
 /// block, from the start of the slot.
 const ENTRY: usize = 8;
+
+/// The most ranks whose alltoallv takes the tiny road
+/// ([`Communicator::alltoallv_tiny`]), which makes its offset table on the
+/// stack.
+const TINY_TABLE: usize = 64;
 
 /// What is left of a gatherv after the area: `None`, nothing; `Some(ranks)`,
 /// move the blocks of `ranks` by point-to-point (the marked ranks, at the
@@ -556,6 +565,8 @@ impl Communicator {
 /// of `v`'s predefined type) over `v`, one contiguous run of host memory.
 struct TinyBlocks<'a> {
     base: u64,
+    /// Bytes of the whole view.
+    bytes: usize,
     size: usize,
     counts: &'a [i32],
     displs: &'a [i32],
@@ -580,6 +591,7 @@ impl<'a> TinyBlocks<'a> {
         }
         Some(TinyBlocks {
             base,
+            bytes: v.bytes(),
             size: d.size(),
             counts,
             displs,
@@ -588,13 +600,60 @@ impl<'a> TinyBlocks<'a> {
 
     /// Rank `r`'s block: host address and bytes.
     fn get(&self, r: usize) -> (u64, usize) {
-        let at = self.base + (self.displs[r] as usize * self.size) as u64;
-        (at, self.counts[r] as usize * self.size)
+        let (off, len) = self.range(r);
+        (self.base + off as u64, len)
+    }
+
+    /// Rank `r`'s block: offset in the view and bytes.
+    fn range(&self, r: usize) -> (usize, usize) {
+        (
+            self.displs[r] as usize * self.size,
+            self.counts[r] as usize * self.size,
+        )
+    }
+
+    /// Whether these blocks' view and `other`'s share no byte.
+    fn apart(&self, other: &TinyBlocks<'_>) -> bool {
+        self.base + self.bytes as u64 <= other.base || other.base + other.bytes as u64 <= self.base
     }
 
     /// Bytes of every block together.
     fn total(&self) -> usize {
         self.counts.iter().map(|&c| c as usize).sum::<usize>() * self.size
+    }
+
+    /// The contribution [`packed_table`] makes of these blocks (header
+    /// `hdr`, the offset table, every block), written into `buf`: the
+    /// caller checked that its table and blocks fit [`TINY`] bytes.
+    fn table(&self, hdr: [u8; HDR], buf: &mut [u8; HDR + TINY]) {
+        let n = self.counts.len();
+        buf[..HDR].copy_from_slice(&hdr);
+        let mut off = HDR + n * ENTRY;
+        for r in 0..n {
+            let (at, len) = self.get(r);
+            let e = HDR + r * ENTRY;
+            buf[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
+            buf[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
+            if len > 0 {
+                HostMem.with_read(at, len, |d| {
+                    gmpi_btl::copy_bytes(&mut buf[off..off + len], d)
+                });
+            }
+            off += len;
+        }
+    }
+
+    /// Write rank `r`'s `data` into its block, if it has the block's
+    /// length ([`take_block`]'s check).
+    fn put(&self, call: &str, me: i32, r: usize, data: &[u8]) -> Result<()> {
+        let (at, want) = self.get(r);
+        if data.len() != want {
+            return Err(count_error(call, me, r, data.len(), want));
+        }
+        if want > 0 {
+            HostMem.with_write(at, want, |out| gmpi_btl::copy_bytes(out, data));
+        }
+        Ok(())
     }
 }
 
@@ -723,22 +782,8 @@ impl Communicator {
             let hdr = vheader(kind::SCATTERV, root, false);
             let idle = &mut |k| e.idle_flags(CALL, k);
             if let Some(b) = &blocks {
-                // The contribution of `packed_table`: header, table, blocks.
                 let mut buf = [0u8; HDR + TINY];
-                buf[..HDR].copy_from_slice(&hdr);
-                let mut off = HDR + n * ENTRY;
-                for r in 0..n {
-                    let (at, blen) = b.get(r);
-                    let e = HDR + r * ENTRY;
-                    buf[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
-                    buf[e + 4..e + ENTRY].copy_from_slice(&(blen as u32).to_le_bytes());
-                    if blen > 0 {
-                        HostMem.with_read(at, blen, |d| {
-                            gmpi_btl::copy_bytes(&mut buf[off..off + blen], d)
-                        });
-                    }
-                    off += blen;
-                }
+                b.table(hdr, &mut buf);
                 a.bcast_with(root as usize, &buf[..HDR + bytes], idle, |_| ())?;
                 let (o, l) = entry(&buf[..HDR + bytes], me as usize).expect("the root's own entry");
                 HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &buf[o..o + l]));
@@ -767,6 +812,157 @@ impl Communicator {
                     self.scatter_sched(CALL, tag, &[], Some(recv), root, Algo::ScatterLinear);
                 e.drive(CALL, &mut s)
             })),
+            Err(err) => Some(Err(err)),
+        }
+    }
+
+    /// The latency-bound allgatherv: contiguous host buffers of a
+    /// predefined type, 1 to [`TINY`] bytes in the whole result
+    /// ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_allgatherv`](Self::shm_allgatherv)'s exchange (same header,
+    /// same checks of every block's length), without a view per block:
+    /// this rank's block is published from its send buffer and every slot
+    /// copied straight into its block of `recv`.
+    pub(in crate::coll) fn allgatherv_tiny(
+        &self,
+        send: &View,
+        recv: &View,
+        counts: &[i32],
+        displs: &[i32],
+    ) -> Option<Result<()>> {
+        const CALL: &str = "MPI_Allgatherv";
+        let (me, n, len) = (self.rank(), self.size() as usize, send.bytes());
+        let blocks = TinyBlocks::of(recv, counts, displs, n, true)?;
+        if blocks.get(me as usize).1 != len {
+            return None;
+        }
+        // A rank may contribute nothing (and pass no buffer).
+        let src = match len {
+            0 => 0,
+            _ => tiny_host(send, len, false)?,
+        };
+        let total = blocks.total();
+        let query = |c: &Self| c.query(Coll::Allgather, Form::Blocking, total).vform(true);
+        self.tiny_road(CALL, query, |e, a, _| {
+            let hdr = vheader(kind::ALLGATHERV, -1, false);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            let mut bad: Option<Error> = None;
+            let take = |slots: &[&[u8]]| {
+                for (r, s) in slots.iter().enumerate() {
+                    let got = match vmismatch(CALL, me, &hdr, r, s) {
+                        Some(err) => Err(err),
+                        None => blocks.put(CALL, me, r, &s[HDR..]),
+                    };
+                    if let Err(err) = got {
+                        bad.get_or_insert(err);
+                    }
+                }
+            };
+            match len {
+                0 => a.exchange(&hdr, idle, take)?,
+                _ => HostMem.with_read(src, len, |d| a.exchange_parts(&[&hdr, d], idle, take))?,
+            }
+            bad.map_or(Ok(()), Err)
+        })
+    }
+
+    /// The latency-bound alltoallv: contiguous host buffers of a predefined
+    /// type whose offset table and blocks for every rank fit a slot, for up
+    /// to [`TINY_TABLE`] ranks ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_alltoallv`](Self::shm_alltoallv)'s exchange (same contribution,
+    /// the same checks, and every rank falling back to the pairwise
+    /// point-to-point exchange, on the call's tag, when some rank's blocks
+    /// do not fit the area), without a view per block or a packed copy: the
+    /// table is made on the stack, the blocks are published straight from
+    /// the send buffer and every rank's block for this one copied straight
+    /// into `recv`.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::coll) fn alltoallv_tiny(
+        &self,
+        send: &View,
+        scounts: &[i32],
+        sdispls: &[i32],
+        recv: &View,
+        rcounts: &[i32],
+        rdispls: &[i32],
+    ) -> Option<Result<()>> {
+        const CALL: &str = "MPI_Alltoallv";
+        let (me, n) = (self.rank() as usize, self.size() as usize);
+        if n > TINY_TABLE {
+            return None;
+        }
+        let sb = TinyBlocks::of(send, scounts, sdispls, n, false)?;
+        let rb = TinyBlocks::of(recv, rcounts, rdispls, n, true)?;
+        if sb.range(me).1 != rb.range(me).1 || !sb.apart(&rb) {
+            return None;
+        }
+        let table = HDR + n * ENTRY;
+        let bytes = (table - HDR).checked_add(sb.total())?;
+        let query = |c: &Self| c.query(Coll::Alltoall, Form::Blocking, bytes).vform(true);
+        let got = self.tiny_road(CALL, query, |e, a, tag| {
+            let hdr = vheader(kind::ALLTOALLV, -1, false);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            // `packed_table`'s contribution: the header, the table, then
+            // each block in rank order.
+            let mut head = [0u8; HDR + TINY_TABLE * ENTRY];
+            head[..HDR].copy_from_slice(&hdr);
+            let mut off = table;
+            for r in 0..n {
+                let len = sb.range(r).1;
+                let e = HDR + r * ENTRY;
+                head[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
+                head[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
+                off += len;
+            }
+            let (mut fallback, mut bad) = (false, None);
+            let take = |slots: &[&[u8]]| {
+                for (r, s) in slots.iter().enumerate() {
+                    if let Some(err) = vmismatch(CALL, me as i32, &hdr, r, s) {
+                        bad.get_or_insert(err);
+                    }
+                    fallback |= is_big(s);
+                }
+                if bad.is_some() || fallback {
+                    return;
+                }
+                HostMem.with_write(rb.base, rb.bytes, |out| {
+                    for (r, s) in slots.iter().enumerate() {
+                        let (at, want) = rb.range(r);
+                        match entry(s, me) {
+                            Some((o, len)) if len == want => {
+                                gmpi_btl::copy_bytes(&mut out[at..at + len], &s[o..o + len])
+                            }
+                            Some((_, len)) => {
+                                bad.get_or_insert(count_error(CALL, me as i32, r, len, want));
+                            }
+                            None => {
+                                bad.get_or_insert(short(CALL, me as i32, r, s.len()));
+                            }
+                        }
+                    }
+                });
+            };
+            HostMem.with_read(sb.base, sb.bytes, |whole| {
+                let mut parts: [&[u8]; TINY_TABLE + 1] = [&[]; TINY_TABLE + 1];
+                parts[0] = &head[..table];
+                for (r, p) in parts[1..=n].iter_mut().enumerate() {
+                    let (o, len) = sb.range(r);
+                    *p = &whole[o..o + len];
+                }
+                a.exchange_parts(&parts[..=n], idle, take)
+            })?;
+            bad.map_or(Ok(fallback.then_some(tag)), Err)
+        })?;
+        match got {
+            Ok(None) => Some(Ok(())),
+            // Some rank's blocks did not fit the area: every rank falls back.
+            Ok(Some(tag)) => Some((|| {
+                let (sv, rv) = (send, recv);
+                let (sb, rb) =
+                    self.alltoallv_args(CALL, sv, scounts, sdispls, rv, rcounts, rdispls)?;
+                let mut s = self.alltoall_sched(CALL, tag, Some(&sb), &rb, Algo::AlltoallPairwise);
+                engine::with(CALL, |e| e.drive(CALL, &mut s))
+            })()),
             Err(err) => Some(Err(err)),
         }
     }
