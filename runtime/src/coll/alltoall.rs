@@ -38,7 +38,7 @@ impl Communicator {
         rb: &[View],
     ) -> Result<Option<Sched>> {
         let algo = match self.choose(e, call, tag, q)? {
-            Choice::Shm(area) => match self.shm_alltoallv(e, call, area, send.unwrap_or(rb), rb)? {
+            Choice::Shm(area) => match self.shm_alltoallv(e, call, area, send, rb)? {
                 false => return Ok(None),
                 true => Algo::AlltoallPairwise,
             },

@@ -340,22 +340,36 @@ fn in_area_sizes(q: &Query, s: &Settings) -> bool {
 }
 
 /// Whether the call's blocks are copied straight from their owners' memory
-/// ([`Algo::ShmCopy`], where the area says every rank can): a bcast,
-/// gather or scatter of at least `coll_shm_copy_min` bytes per block, an
-/// allgather or alltoall (not in place) of half that (each rank copies
-/// from every other at once; an allgatherv by its mean block), not the
-/// other `v` forms. A bcast or gather below [`COPY_ROOTED_MAX`] only.
+/// ([`Algo::ShmCopy`], where the area says every rank can): a call the
+/// area's slots cannot carry (in one slot, or in chunks where it
+/// [`pipelines`]) whose blocks are large enough: a bcast, gather or
+/// scatter of at least `coll_shm_copy_min` bytes per block, an alltoall
+/// (not in place) too, an allgather of half that (an allgatherv by its
+/// mean block); not the other `v` forms. A bcast or gather below
+/// [`COPY_ROOTED_MAX`] only.
+///
+/// Where the slots carry it they win: CMA's system call and page walk
+/// cost more than the second copy (np 2 on the development machine, slots
+/// against CMA: a 32 KiB bcast 0.71 µs against 3.8, a 16 KiB gather 1.1
+/// against 3.0, an alltoall of 8 KiB per peer 2.3 against 3.6, an
+/// allgather of 64 KiB per rank 6.4 against 7.8; np 4 on 2 cores, an
+/// allgather of 16 KiB 8.1 against 21.9), and below `coll_shm_copy_min`
+/// point-to-point does (an alltoall of 8 KiB per peer at np 4: 14.3
+/// against 26.9).
 #[inline]
 fn copies(q: &Query, s: &Settings) -> bool {
     let min = s.shm_copy_min;
     let fits = |block: usize, min: usize| (min..COPY_ROOTED_MAX).contains(&block);
+    if in_area_sizes(q, s) {
+        return false;
+    }
     match q.coll {
         // The ranks of a gatherv, scatterv or alltoallv do not all know the
         // sizes: the ones that publish them decide (`shm/vform.rs`).
         _ if sized_inside(q) => false,
         Coll::Bcast | Coll::Gather => fits(q.bytes, min),
         Coll::Scatter => q.bytes >= min,
-        Coll::Alltoall => !q.in_place && q.bytes >= min.div_ceil(2),
+        Coll::Alltoall => !q.in_place && q.bytes >= min,
         // An allgatherv by its whole result, as the slot road sizes it.
         Coll::Allgather => q.bytes / q.n.max(1) as usize >= min.div_ceil(2),
         _ => false,
@@ -805,25 +819,34 @@ mod tests {
         let check = with(D, |s| s.check = true);
         #[rustfmt::skip]
         let table: Vec<(&str, Query, Settings, Algo)> = vec![
-            ("bcast at coll_shm_copy_min", cma(node(Bcast, 4, min)), D, ShmCopy),
-            ("bcast below it: one slot", cma(node(Bcast, 4, min - 1)), D, Shm),
-            ("bcast at it, no CMA: in chunks", node(Bcast, 4, min), D, Shm),
+            ("bcast at coll_shm_copy_min: in chunks", cma(node(Bcast, 4, min)), D, Shm),
+            ("bcast at coll_shm_pipeline_max: in chunks", cma(node(Bcast, 4, D.shm_pipeline_max)), D, Shm),
+            ("bcast above it", cma(node(Bcast, 4, D.shm_pipeline_max + 1)), D, ShmCopy),
+            ("bcast above coll_shm_max, no pipelining", cma(node(Bcast, 4, min + 1)), with(D, |s| s.shm_pipeline_max = 0), ShmCopy),
+            ("bcast below coll_shm_copy_min, no pipelining", cma(node(Bcast, 4, min - 1)), with(D, |s| { s.shm_pipeline_max = 0; s.shm_max = 64 }), BcastBinomial),
+            ("bcast above it, no CMA", node(Bcast, 4, D.shm_pipeline_max + 1), D, BcastBinomial),
             ("bcast just below COPY_ROOTED_MAX", cma(node(Bcast, 4, COPY_ROOTED_MAX - 1)), D, ShmCopy),
             ("bcast at COPY_ROOTED_MAX", cma(node(Bcast, 4, COPY_ROOTED_MAX)), D, BcastScatterAllgather),
-            ("bcast with coll_check", cma(node(Bcast, 4, min)), check, ShmCopy),
+            ("bcast with coll_check", cma(node(Bcast, 4, D.shm_pipeline_max + 1)), check, ShmCopy),
             ("bcast on several nodes", nodes(Bcast, 4, min), D, BcastBinomial),
-            ("a nonblocking bcast", cma(nonblocking(node(Bcast, 4, min))), D, BcastBinomial),
-            ("gather at coll_shm_copy_min", cma(node(Gather, 4, min)), D, ShmCopy),
+            ("a nonblocking bcast", cma(nonblocking(node(Bcast, 4, D.shm_pipeline_max + 1))), D, BcastBinomial),
+            ("gather of a slot", cma(node(Gather, 4, min)), D, Shm),
+            ("gather above a slot", cma(node(Gather, 4, min + 1)), D, ShmCopy),
             ("gather at COPY_ROOTED_MAX", cma(node(Gather, 4, COPY_ROOTED_MAX)), D, GatherLinear),
             ("gatherv", cma(vform(node(Gather, 4, min))), D, Shm),
             ("scatter at coll_shm_copy_min", cma(node(Scatter, 4, min)), D, ShmCopy),
             ("scatter of 4 MiB", cma(node(Scatter, 4, 4 << 20)), D, ShmCopy),
             ("scatter below it", cma(node(Scatter, 2, min - 1)), D, ScatterLinear),
-            ("allgather of half of it per rank", cma(node(Allgather, 4, 4 * (min / 2))), D, ShmCopy),
-            ("allgather below", cma(node(Allgather, 4, 4 * (min / 2 - 1))), D, Shm),
+            ("scatter whose blocks fit a slot", cma(node(Scatter, 2, min / 2)), D, Shm),
+            ("allgather in chunks", cma(node(Allgather, 4, 4 * D.shm_pipeline_max)), D, Shm),
+            ("allgather above", cma(node(Allgather, 4, 4 * (D.shm_pipeline_max + 1))), D, ShmCopy),
+            ("allgather of half of it per rank, no pipelining", cma(node(Allgather, 4, 4 * (min / 2))), with(D, |s| { s.shm_pipeline_max = 0; s.shm_max = 64 }), ShmCopy),
+            ("allgather below it, no pipelining", cma(node(Allgather, 4, 4 * (min / 2 - 1))), with(D, |s| { s.shm_pipeline_max = 0; s.shm_max = 64 }), AllgatherBruck),
             ("allgather of 4 MiB per rank", cma(node(Allgather, 4, 16 << 20)), D, ShmCopy),
             ("allgather in place", cma(in_place(node(Allgather, 4, 4 * min))), D, AllgatherRing),
-            ("alltoall of half of it per peer", cma(node(Alltoall, 2, min / 2)), D, ShmCopy),
+            ("alltoall of half of it per peer: in a slot", cma(node(Alltoall, 2, min / 2)), D, Shm),
+            ("alltoall of half of it per peer at np 4", cma(node(Alltoall, 4, min / 2)), D, AlltoallPairwise),
+            ("alltoall of it per peer", cma(node(Alltoall, 4, min)), D, ShmCopy),
             ("alltoall in place", cma(in_place(node(Alltoall, 2, min))), D, AlltoallPairwise),
             ("alltoallv", cma(vform(node(Alltoall, 2, min))), D, Shm),
             ("allgatherv of half of it per rank", cma(vform(node(Allgather, 4, 4 * (min / 2)))), D, ShmCopy),
@@ -832,7 +855,7 @@ mod tests {
             ("allgatherv of 1 MiB, no CMA", vform(node(Allgather, 4, 1 << 20)), D, AllgatherRing),
             ("allreduce", cma(node(Allreduce, 2, min)), D, Shm),
             ("reduce above coll_shm_pipeline_max", cma(node(Reduce, 2, 64 * KIB + 1)), D, ReduceBinomial { rank_order: false }),
-            ("coll_shm_copy_min raised", cma(node(Bcast, 4, min)), with(D, |s| s.shm_copy_min = 2 * min), Shm),
+            ("coll_shm_copy_min raised", cma(node(Bcast, 4, 4 * min + 1)), with(D, |s| s.shm_copy_min = 8 * min), BcastBinomial),
         ];
         for (what, q, s, want) in table {
             assert_eq!(select(&q, &s), want, "{what}");
@@ -900,10 +923,8 @@ mod tests {
             ("an allgatherv of a slot", vform(node(Coll::Allgather, 4, D.shm_max)), D, true),
             ("an allgatherv above a slot", vform(node(Coll::Allgather, 4, D.shm_max + 1)), D, false),
             ("an alltoallv of a slot", vform(node(Coll::Alltoall, 4, D.shm_max)), D, true),
-            ("an allgatherv copied by CMA", cma(vform(node(Coll::Allgather, 2, D.shm_max))), D, false),
-            ("a gather copied by CMA", cma(node(Coll::Gather, 2, 64)), with(D, |s| s.shm_copy_min = 64), false),
-            ("a gather by CMA but no CMA", node(Coll::Gather, 2, 64), with(D, |s| s.shm_copy_min = 64), true),
-            ("a gather below coll_shm_copy_min, CMA", cma(node(Coll::Gather, 2, 63)), with(D, |s| s.shm_copy_min = 64), true),
+            ("an allgatherv of a slot, CMA", cma(vform(node(Coll::Allgather, 2, D.shm_max))), D, true),
+            ("a gather, coll_shm_copy_min below it, CMA", cma(node(Coll::Gather, 2, 64)), with(D, |s| s.shm_copy_min = 64), true),
             ("a scatter", node(Coll::Scatter, 4, 8), D, true),
             ("a scatter whose blocks fill no slot", slot(node(Coll::Scatter, 4, 8), 4 * 8 + HDR - 1), D, false),
         ];

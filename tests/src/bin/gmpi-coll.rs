@@ -95,8 +95,9 @@ fn env_size(name: &str, default: usize) -> usize {
 struct Th {
     shm: usize,
     pipeline: usize,
-    /// `coll_shm_copy_min`: bcast, gather and scatter blocks copied by CMA
-    /// from here (allgather and alltoall from half of it).
+    /// `coll_shm_copy_min`: bcast, gather, scatter and alltoall blocks the
+    /// area's slots do not carry are copied by CMA from here (allgather
+    /// from half of it).
     copy: usize,
     /// Where bcast and gather leave the CMA road (`COPY_ROOTED_MAX`).
     copy_rooted_max: usize,
@@ -841,7 +842,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     }
 
     // alltoall (+ in place): around the per-peer threshold.
-    for len in sizes(&[th.alltoall, th.copy / 2], 8, 1) {
+    for len in sizes(&[th.alltoall, th.copy / 2, th.copy], 8, 1) {
         let send: Vec<u64> = (0..n)
             .flat_map(|q| (0..len).map(move |i| enc(r, q, i)))
             .collect();
@@ -857,6 +858,8 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     }
 
     // alltoallv / alltoallw: count from a to b is cnt(a, b), some 0.
+    // (Around the single-copy road too: blocks of coll_shm_copy_min, where
+    // some ranks publish where their blocks lie and others the data.)
     for len in [
         0usize,
         1,
@@ -864,6 +867,9 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
         th.alltoall / 8 + 1,
         th.shm / 8 / nu - 2,
         th.shm / 8 / nu + 1,
+        th.copy / 8 - 2,
+        th.copy / 8,
+        th.copy / 8 + 1,
     ] {
         let cnt = |a: i32, b: i32| -> usize {
             if (a + b) % 3 == 2 {

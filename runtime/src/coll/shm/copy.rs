@@ -1,7 +1,8 @@
 //! Single-copy collectives through the area ([`Algo::ShmCopy`]): bcast,
-//! gather, scatter, allgather and alltoall whose blocks are at least
-//! `coll_shm_copy_min`, on areas whose every rank can read the others'
-//! memory by Cross Memory Attach (`ShmColl::single_copy`).
+//! gather, scatter, allgather and alltoall too large for the area's slots
+//! (in one, or in chunks) whose blocks are at least `coll_shm_copy_min`
+//! (half of it for allgather), on areas whose every rank can read the
+//! others' memory by Cross Memory Attach (`ShmColl::single_copy`).
 //!
 //! A rank's slot holds the usual header ([`wire`]: the same collective,
 //! root and length as the other roads, so every mismatch is found and
@@ -166,6 +167,22 @@ pub(super) fn read_block(
     let mut tmp = vec![0u8; len];
     cma_read(pid, addr, &mut tmp).map_err(|e| read_failed(call, me, r, len, e))?;
     dst.unpack(call, me, &tmp)
+}
+
+/// Read `out.len()` bytes at `addr` in rank `r`'s process `pid` into
+/// `out`.
+pub(super) fn read_into(
+    call: &str,
+    me: i32,
+    r: usize,
+    (pid, addr): (u64, u64),
+    out: &mut [u8],
+) -> Result<()> {
+    let len = out.len();
+    if len == 0 {
+        return Ok(());
+    }
+    cma_read(pid, addr, out).map_err(|e| read_failed(call, me, r, len, e))
 }
 
 /// Read `len` bytes at `addr` in rank `r`'s process `pid` into this

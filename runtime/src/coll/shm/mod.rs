@@ -33,10 +33,10 @@
 //!
 //! Bcast, reduce, allreduce and allgather larger than a slot, up to
 //! `coll_shm_pipeline_max`, go through the area in chunks (`pipeline.rs`).
-//! Bcast, gather, scatter, allgather and alltoall of larger blocks
-//! (`coll_shm_copy_min`), where every rank can read the others' memory by
-//! CMA, publish where their data lies instead, and the readers copy it
-//! from there once (`copy.rs`).
+//! Bcast, gather, scatter, allgather and alltoall that the slots do not
+//! carry, of large enough blocks (`coll_shm_copy_min`), where every rank
+//! can read the others' memory by CMA, publish where their data lies
+//! instead, and the readers copy it from there once (`copy.rs`).
 
 mod copy;
 mod pipeline;

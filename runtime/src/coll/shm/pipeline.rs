@@ -58,12 +58,13 @@ fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
 
 /// The epochs the root of a one-way bcast publishes, from its first
 /// contribution `s` (an empty one: it is not broadcasting), the slots'
-/// room for data and, where the area copies by CMA, `coll_shm_copy_min`
-/// (`copy_min`): one, or a chunk each where its header is a bcast's (or a
-/// failed one's) whose length needs more than a slot and is below
-/// `copy_min` (from there the root took the single-copy road, `copy.rs`,
-/// one epoch). A reader that fails reads them all anyway, so that both
-/// sides go on at the same epoch.
+/// room for data and, where the area copies by CMA, the smallest bcast
+/// that takes the single-copy road (`copy_min`, [`copy_min`]): one, or a
+/// chunk each where its header is a bcast's (or a failed one's) whose
+/// length needs more than a slot and is below `copy_min` (from there the
+/// root took the single-copy road, `copy.rs`, one epoch). A reader that
+/// fails reads them all anyway, so that both sides go on at the same
+/// epoch.
 pub(super) fn root_epochs(room: usize, copy_min: Option<usize>, s: &[u8]) -> usize {
     match (field(s, 0), field(s, 12)) {
         (Some(kind::BCAST | kind::FAILED), Some(len))
@@ -75,9 +76,13 @@ pub(super) fn root_epochs(room: usize, copy_min: Option<usize>, s: &[u8]) -> usi
     }
 }
 
-/// The `copy_min` of [`root_epochs`] for area `a` under settings `s`.
+/// The `copy_min` of [`root_epochs`] for area `a` under settings `s`: a
+/// bcast takes the single-copy road from `coll_shm_copy_min` where the
+/// slots do not carry it, in one or in chunks (the selector's `copies`).
 pub(super) fn copy_min(a: &ShmColl, s: &Settings) -> Option<usize> {
-    a.single_copy().then_some(s.shm_copy_min)
+    let carried = s.shm_max.max(s.shm_pipeline_max);
+    a.single_copy()
+        .then_some(s.shm_copy_min.max(carried.saturating_add(1)))
 }
 
 /// Read and drop `k` contributions of `root` (the rest of a one-way bcast

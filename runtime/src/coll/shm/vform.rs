@@ -32,8 +32,10 @@
 //! it lies instead (process id, then an address and length per block), its
 //! readers copy it from there (`copy.rs`), and the owner waits until they
 //! are done. A gatherv's sender decides so for its block, a scatterv's root
-//! for its blocks (when their table fits a slot); readers take whatever
-//! they find. An allgatherv goes that way as a whole, by its mean block
+//! for its blocks (when their table fits a slot), an alltoallv's rank for
+//! its blocks when they do not fit a slot and one is `coll_shm_copy_min`
+//! (then no rank falls back to point-to-point); readers take whatever they
+//! find. An allgatherv goes that way as a whole, by its mean block
 //! (the selector's [`Algo::ShmCopy`]).
 //!
 //! Every `v` form of contiguous host memory of a predefined type also has
@@ -51,7 +53,7 @@
 //! the area, as above.
 
 use super::super::select::{Algo, Coll, Form, COPY_ROOTED_MAX, TINY};
-use super::copy::{read_block, read_host, Exposed};
+use super::copy::{read_block, read_host, read_into, Exposed};
 use super::wire::{self, header, kind, HDR};
 use super::{bcast_mismatch, short, tiny_gather, tiny_host, ShmArea};
 use crate::buffer::{HostMem, Ty, View};
@@ -511,24 +513,52 @@ impl Communicator {
         x.settle(call, me, bad, Some((0, &blocks[me as usize])))
     }
 
-    /// An alltoallv's area part (see the module header): `sblocks` this
-    /// rank's send blocks, `rblocks` its receive blocks. `true`: some rank's
-    /// blocks did not fit, every rank falls back.
+    /// An alltoallv's area part (see the module header): `send` this
+    /// rank's send blocks (`None` in place: `rblocks` are sent, and are
+    /// never read from where they lie, since they are overwritten while
+    /// read), `rblocks` its receive blocks. `true`: some rank's blocks did
+    /// not fit, every rank falls back.
     pub(in crate::coll) fn shm_alltoallv(
         &self,
         e: &mut Locked,
         call: &'static str,
         mut area: ShmArea<'_>,
-        sblocks: &[View],
+        send: Option<&[View]>,
         rblocks: &[View],
     ) -> Result<bool> {
-        let me = self.rank();
+        let (me, copy_min) = (self.rank(), e.coll.shm_copy_min);
+        let sblocks = send.unwrap_or(rblocks);
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
-        let big = table_bytes(sblocks) > a.slot_bytes();
-        let hdr = vheader(kind::ALLTOALLV, -1, big);
-        let (data, packed) = if big {
-            (hdr.to_vec(), Ok(()))
+        let fits = table_bytes(sblocks) <= a.slot_bytes();
+        // Where the ranks can read each other, blocks that do not fit the
+        // slot go by single copy when one is `coll_shm_copy_min` (as an
+        // alltoall's: smaller ones are faster by point-to-point).
+        let largest = sblocks.iter().map(View::bytes).max().unwrap_or(0);
+        let copy = !fits
+            && a.single_copy()
+            && send.is_some()
+            && largest >= copy_min
+            && HDR + 8 + sblocks.len() * COPY_ENTRY <= a.slot_bytes();
+        let hdr = vheader(kind::ALLTOALLV, -1, false);
+        let xs: Vec<Exposed> = match copy {
+            true => sblocks
+                .iter()
+                .map(|b| Exposed::of(call, me, &[b]))
+                .collect(),
+            false => Vec::new(),
+        };
+        let (data, packed) = if copy {
+            let table: Vec<(u64, usize)> = xs
+                .iter()
+                .zip(sblocks)
+                .map(|(x, b)| (x.addr, b.bytes()))
+                .collect();
+            let failed = xs.iter().find_map(|x| x.packed.as_ref().err()).cloned();
+            let c = copy_contribution(kind::ALLTOALLV, -1, &table, failed.is_some());
+            (c, failed.map_or(Ok(()), Err))
+        } else if !fits {
+            (vheader(kind::ALLTOALLV, -1, true).to_vec(), Ok(()))
         } else {
             packed_table(call, me, hdr, sblocks)
         };
@@ -545,20 +575,52 @@ impl Communicator {
                 return;
             }
             for (r, s) in slots.iter().enumerate() {
-                let Some((off, len)) = entry(s, me as usize) else {
-                    bad.get_or_insert(short(call, me, r, s.len()));
-                    continue;
+                let want = rblocks[r].bytes();
+                let got = match alltoallv_block(call, me, r, s, want) {
+                    // This rank's own block, from its own memory below.
+                    _ if copy && r == me as usize => Ok(()),
+                    Err(err) => Err(err),
+                    Ok(VData::Data(d)) => rblocks[r].unpack(call, me, d),
+                    Ok(VData::Copy(pid, addr)) => read_block(call, me, r, (pid, addr), &rblocks[r]),
+                    Ok(VData::Big) => unreachable!("no rank said BIG"),
                 };
-                if len != rblocks[r].bytes() {
-                    bad.get_or_insert(count_error(call, me, r, len, rblocks[r].bytes()));
-                } else if let Err(err) = rblocks[r].unpack(call, me, &s[off..off + len]) {
+                if let Err(err) = got {
                     bad.get_or_insert(err);
                 }
             }
         })?;
+        if copy {
+            a.wait_read(None, idle)?;
+        }
         packed?;
-        bad.map_or(Ok(fallback), Err)
+        if let Some(err) = bad {
+            return Err(err);
+        }
+        if copy && !fallback {
+            xs[me as usize].copy_own(call, me, 0, &rblocks[me as usize])?;
+        }
+        Ok(fallback)
     }
+}
+
+/// This rank's block (`want` bytes) of rank `r`'s alltoallv contribution
+/// `s`, whose header matched: its data from the offset table, or where it
+/// lies ([`COPY`]), or the error it makes. (Not for [`BIG`].)
+fn alltoallv_block<'s>(
+    call: &str,
+    me: i32,
+    r: usize,
+    s: &'s [u8],
+    want: usize,
+) -> Result<VData<'s>> {
+    if is_copy(s) {
+        return copy_entry(call, me, r, s, me as usize, want);
+    }
+    let (off, len) = entry(s, me as usize).ok_or_else(|| short(call, me, r, s.len()))?;
+    if len != want {
+        return Err(count_error(call, me, r, len, want));
+    }
+    Ok(VData::Data(&s[off..off + len]))
 }
 
 /// The blocks of a tiny `v` road's root: `counts` and `displs` (elements
@@ -928,16 +990,20 @@ impl Communicator {
                 HostMem.with_write(rb.base, rb.bytes, |out| {
                     for (r, s) in slots.iter().enumerate() {
                         let (at, want) = rb.range(r);
-                        match entry(s, me) {
-                            Some((o, len)) if len == want => {
-                                gmpi_btl::copy_bytes(&mut out[at..at + len], &s[o..o + len])
+                        let out = &mut out[at..at + want];
+                        let got = match alltoallv_block(CALL, me as i32, r, s, want) {
+                            Err(err) => Err(err),
+                            Ok(VData::Data(d)) => {
+                                gmpi_btl::copy_bytes(out, d);
+                                Ok(())
                             }
-                            Some((_, len)) => {
-                                bad.get_or_insert(count_error(CALL, me as i32, r, len, want));
+                            Ok(VData::Copy(pid, addr)) => {
+                                read_into(CALL, me as i32, r, (pid, addr), out)
                             }
-                            None => {
-                                bad.get_or_insert(short(CALL, me as i32, r, s.len()));
-                            }
+                            Ok(VData::Big) => unreachable!("no rank said BIG"),
+                        };
+                        if let Err(err) = got {
+                            bad.get_or_insert(err);
                         }
                     }
                 });
