@@ -48,6 +48,16 @@ fn all_collectives_without_shared_memory_collectives() {
 }
 
 #[test]
+fn all_collectives_with_a_low_pipeline_limit() {
+    // Sizes around the end of the chunked roads (64 MiB by default, too
+    // large to try in every job), and single copy past it.
+    let env = [("GMPI_COLL_SHM_PIPELINE_MAX", "128K")];
+    for np in [2, 3, 4] {
+        scenario(np, &["all", "nobig"], &env);
+    }
+}
+
+#[test]
 fn all_collectives_with_small_shared_memory_slots() {
     let mut env = LOW.to_vec();
     env.push(("GMPI_COLL_SHM_MAX", "256"));
