@@ -14,7 +14,7 @@
 //! | scatter | one-way: the root writes every block, each rank reads its own (where the blocks do not fit a slot, single copy from `coll_shm_copy_min` at any size); scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
 //! | allgather | one exchange (not in place; above a slot per rank, up to `coll_shm_pipeline_max` per rank, one per chunk; past that, single copy from half of `coll_shm_copy_min` per rank; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
 //! | alltoall | one exchange (where the blocks do not fit a slot, single copy from `coll_shm_copy_min` per peer, not in place); alltoallv/w whatever their size, a rank whose blocks do not fit a slot saying where they lie when one is `coll_shm_copy_min`, every rank falling back to pairwise when some rank's blocks do not fit otherwise | every exchange at once below `alltoall_large` (8 KiB per peer), pairwise from there |
-//! | reduce_scatter | one exchange of the whole inputs, each rank reduces its block in rank order (`coll_shm_max` bounds the whole input) | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
+//! | reduce_scatter | one exchange of the whole inputs, each rank reduces its block in rank order (above a slot, up to `coll_shm_pipeline_max` of the whole input, an exchange per chunk of every other rank's block) | ring (commutative ops), else a rank-order reduce to rank 0 and a scatter |
 //! | scan, exscan | — | recursive doubling |
 //!
 //! One rank, or no data, is [`Algo::Local`] where the collective has
@@ -314,7 +314,7 @@ fn pipelines(q: &Query) -> bool {
     !q.vform
         && matches!(
             q.coll,
-            Coll::Bcast | Coll::Reduce | Coll::Allreduce | Coll::Allgather
+            Coll::Bcast | Coll::Reduce | Coll::Allreduce | Coll::Allgather | Coll::ReduceScatter
         )
 }
 
@@ -407,7 +407,13 @@ fn sized_inside(q: &Query) -> bool {
 fn area_fits(q: &Query) -> bool {
     match q.area {
         Area::Ready { slot, .. } => {
-            in_one_slot(q) || pipelines(q) && q.unit.max(1).saturating_add(HDR) <= slot
+            // A reduce-scatter's chunk holds a unit of every other rank's
+            // block.
+            let unit = match q.coll {
+                Coll::ReduceScatter => q.unit.max(1).saturating_mul(q.n.max(2) as usize - 1),
+                _ => q.unit.max(1),
+            };
+            in_one_slot(q) || pipelines(q) && unit.saturating_add(HDR) <= slot
         }
         Area::None => false,
     }
@@ -799,7 +805,11 @@ mod tests {
             ("alltoall at alltoall_large, one rank", nodes(Alltoall, 1, 8 * KIB), D, AlltoallPairwise),
             // reduce_scatter: no shared-memory path
             ("reduce_scatter, one node", node(ReduceScatter, 4, 32), D, Shm),
-            ("reduce_scatter, one node, above coll_shm_max", node(ReduceScatter, 4, 16 * KIB + 1), D, ReduceScatterRing),
+            ("reduce_scatter, one node, above coll_shm_max: in chunks", node(ReduceScatter, 4, 16 * KIB + 1), D, Shm),
+            ("reduce_scatter above coll_shm_pipeline_max", node(ReduceScatter, 4, D.shm_pipeline_max + 1), D, ReduceScatterRing),
+            ("reduce_scatter in chunks, units too big for a slot", unit(node(ReduceScatter, 4, 64 * KIB), 8 * KIB), D, ReduceScatterRing),
+            ("reduce_scatter in chunks, a unit of each other block per slot", unit(node(ReduceScatter, 4, 64 * KIB), 4 * KIB), D, Shm),
+            ("reduce_scatter, non-commutative, in chunks", noncommutative(node(ReduceScatter, 4, 64 * KIB)), D, Shm),
             ("reduce_scatter, several nodes", nodes(ReduceScatter, 4, 32), D, ReduceScatterRing),
             ("reduce_scatter, non-commutative", noncommutative(nodes(ReduceScatter, 4, 32)), D, ReduceScatterRankOrder),
             ("reduce_scatter, one rank", nodes(ReduceScatter, 1, 32), D, Local),

@@ -873,9 +873,9 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
         1,
         3,
         th.alltoall / 8 + 1,
-        th.shm / 8 / nu - 2,
+        (th.shm / 8 / nu).saturating_sub(2),
         th.shm / 8 / nu + 1,
-        th.copy / 8 - 2,
+        (th.copy / 8).saturating_sub(2),
         th.copy / 8,
         th.copy / 8 + 1,
     ] {

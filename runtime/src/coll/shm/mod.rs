@@ -31,8 +31,9 @@
 //! reaches them without its handle tables on `MPI_COMM_WORLD` and
 //! `MPI_COMM_SELF`.
 //!
-//! Bcast, reduce, allreduce and allgather larger than a slot, up to
-//! `coll_shm_pipeline_max`, go through the area in chunks (`pipeline.rs`).
+//! Bcast, reduce, allreduce, allgather and reduce-scatter larger than a
+//! slot, up to `coll_shm_pipeline_max`, go through the area in chunks
+//! (`pipeline.rs`).
 //! Bcast, gather, scatter, allgather and alltoall that the slots do not
 //! carry, of large enough blocks (`coll_shm_copy_min`), where every rank
 //! can read the others' memory by CMA, publish where their data lies
@@ -491,6 +492,7 @@ impl Communicator {
     /// input (`counts` in reduction units, the same on every rank), then
     /// reduces its own range of every rank's contribution, in rank order,
     /// into `out` (this rank's block: the first of the buffer in place).
+    /// An input larger than a slot goes in chunks (`pipeline.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn shm_reduce_scatter(
         &self,
@@ -507,6 +509,10 @@ impl Communicator {
         let off = HDR + counts[..me as usize].iter().sum::<usize>() * red.unit;
         let len = counts[me as usize] * red.unit;
         let hdr = header(kind::REDUCE_SCATTER, -1, Some(&red.op), total);
+        if pipeline::pipelined(area.coll(), total) {
+            return self
+                .shm_reduce_scatter_pipelined(e, call, &mut area, input, out, counts, red, hdr);
+        }
         let mut staged: Option<Vec<u8>> = None;
         self.exchange(e, call, &mut area, hdr, Some(input), |slots| {
             if len > 0

@@ -2,10 +2,13 @@
 //! data goes in chunks of the slot's room, one epoch each, so a bcast's
 //! root copies chunk `k + 1` into its slot while the readers copy chunk
 //! `k` out (the root runs up to the area's depth ahead), and an allreduce
-//! or allgather is one exchange per chunk. Up to `coll_shm_pipeline_max`
+//! allgather or reduce-scatter is one exchange per chunk (a reduce-scatter's
+//! chunk holds a piece of every block but the publisher's own). Up to
+//! `coll_shm_pipeline_max`
 //! this beats the point-to-point schedules on one node, which pay a
 //! rendezvous per message (the selector, `select.rs`, sends bcast, reduce,
-//! allreduce and allgather here between `coll_shm_max` and that size).
+//! allreduce, allgather and reduce-scatter here between `coll_shm_max` and
+//! that size).
 //!
 //! Every chunk carries the call's header (with its whole length), so the
 //! ranks compare their arguments at the first chunk as an unpipelined call
@@ -294,6 +297,91 @@ impl Communicator {
                 Some(o) => with_output(call, me, o, |d| run(Some(d))),
                 None => run(None),
             }
+        })
+    }
+
+    /// A reduce-scatter of more than a slot: an exchange per chunk, in
+    /// which each rank publishes the next piece of every other rank's block
+    /// of its input (`per` units of each, not its own block's) and reduces,
+    /// in rank order, the pieces of its own block the others published
+    /// with its own input's, into its output (`counts` in reduction units,
+    /// the same on every rank, so every rank makes the same chunks).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn shm_reduce_scatter_pipelined(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        area: &mut ShmArea<'_>,
+        input: &View,
+        out: &View,
+        counts: &[usize],
+        red: &Reduction,
+        hdr: [u8; HDR],
+    ) -> Result<()> {
+        let (me, n, unit) = (self.rank(), counts.len(), red.unit);
+        let a = area.coll();
+        // Units of each block per chunk: the others' pieces fill a slot
+        // (the selector sends here only calls where one unit each fits).
+        let per = (chunk_bytes(a, unit) / unit / (n - 1).max(1)).max(1);
+        let starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let here = *at;
+                *at += c;
+                Some(here)
+            })
+            .collect();
+        let epochs = counts.iter().max().map_or(0, |&m| m.div_ceil(per));
+        let idle = &mut |k| e.idle_flags(call, k);
+        let stage = overlapping(out, input);
+        let me = me as usize;
+        // Block `j`'s piece of chunk `k`, in bytes of the input.
+        let piece = |j: usize, k: usize| {
+            let (lo, hi) = ((k * per).min(counts[j]), ((k + 1) * per).min(counts[j]));
+            (starts[j] + lo) * unit..(starts[j] + hi) * unit
+        };
+        with_input(call, me as i32, input, stage, |src, ok| {
+            let h = marked(hdr, ok);
+            with_output(call, me as i32, out, |dst| {
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(n);
+                for k in 0..epochs {
+                    parts.clear();
+                    parts.push(&h);
+                    parts.extend((0..n).filter(|&j| j != me).map(|j| &src[piece(j, k)]));
+                    let mine = piece(me, k);
+                    let at = mine.start - starts[me] * unit;
+                    let bad = a.exchange_parts(&parts, idle, |slots| {
+                        if let Some(err) = mismatch(call, me as i32, &h, slots) {
+                            return Some(err);
+                        }
+                        let mut pieces: Vec<&[u8]> = Vec::with_capacity(n);
+                        for (q, s) in slots.iter().enumerate() {
+                            if q == me {
+                                pieces.push(&src[mine.clone()]);
+                                continue;
+                            }
+                            // Rank q's slot: the pieces of every block but
+                            // its own, in rank order.
+                            let others = |j: &usize| *j != q;
+                            let len: usize = (0..n).filter(others).map(|j| piece(j, k).len()).sum();
+                            let off: usize =
+                                (0..me).filter(others).map(|j| piece(j, k).len()).sum();
+                            if s.len() != HDR + len {
+                                return Some(short(call, me as i32, q, s.len()));
+                            }
+                            pieces.push(&s[HDR + off..HDR + off + mine.len()]);
+                        }
+                        if !mine.is_empty() {
+                            reduce_slots(red, &pieces, 0, &mut dst[at..at + mine.len()]);
+                        }
+                        None
+                    })?;
+                    if let Some(err) = bad {
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            })
         })
     }
 
