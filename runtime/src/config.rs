@@ -20,7 +20,7 @@
 //! | `log` | `GMPI_LOG` | tracing filter, e.g. `pml=debug`, `coll=debug` | off (warnings) |
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
 //! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry in one slot | 16 KiB |
-//! | `coll_shm_pipeline_max` | `GMPI_COLL_SHM_PIPELINE_MAX` | bcast, reduce, allreduce and allgather (per rank) above `coll_shm_max` go through shared memory in chunks up to this size (0: never) | 64 MiB |
+//! | `coll_shm_pipeline_max` | `GMPI_COLL_SHM_PIPELINE_MAX` | bcast, reduce, allreduce, allgather (per rank) and reduce-scatter (the whole input) above `coll_shm_max` go through shared memory in chunks up to this size (0: never) | 64 MiB |
 //! | `coll_shm_copy_min` | `GMPI_COLL_SHM_COPY_MIN` | bcast, gather, scatter, alltoall and alltoallv of single-node communicators too large for the area's slots (`coll_shm_max`, or in chunks up to `coll_shm_pipeline_max`) whose blocks are at least this size (bcast and gather below 256 KiB), allgather whose blocks are at least half of it: each rank says in shared memory where its data lies and the others copy it straight from there (`process_vm_readv`; where every rank can, see `cma`) | 16 KiB |
 //! | `bcast_large` | `GMPI_BCAST_LARGE` | bcast: binomial tree below, scatter + ring allgather from here | 128 KiB |
 //! | `allreduce_large` | `GMPI_ALLREDUCE_LARGE` | allreduce: recursive doubling below, ring reduce-scatter + allgather from here | 64 KiB |

@@ -183,9 +183,9 @@ pub(crate) struct Settings {
     pub shm: bool,
     /// `coll_shm_max`: the largest contribution per rank the area takes.
     pub shm_max: usize,
-    /// `coll_shm_pipeline_max`: bcast, reduce, allreduce and allgather
-    /// above `shm_max` go through the area in chunks up to this size (per
-    /// rank: the allgather's block).
+    /// `coll_shm_pipeline_max`: bcast, reduce, allreduce, allgather and
+    /// reduce-scatter above `shm_max` go through the area in chunks up to
+    /// this size (per rank: the allgather's block).
     pub shm_pipeline_max: usize,
     /// `coll_shm_copy_min`: bcast, gather, scatter, allgather and alltoall
     /// blocks from this size copied straight from their owners' memory.
