@@ -1,14 +1,13 @@
 //! Collectives larger than a slot of the area, pipelined through it: the
 //! data goes in chunks of the slot's room, one epoch each, so a bcast's
 //! root copies chunk `k + 1` into its slot while the readers copy chunk
-//! `k` out (the root runs up to the area's depth ahead), and an allreduce
+//! `k` out (the root runs up to the area's depth ahead), and an allreduce,
 //! allgather or reduce-scatter is one exchange per chunk (a reduce-scatter's
 //! chunk holds a piece of every block but the publisher's own). Up to
-//! `coll_shm_pipeline_max`
-//! this beats the point-to-point schedules on one node, which pay a
-//! rendezvous per message (the selector, `select.rs`, sends bcast, reduce,
-//! allreduce, allgather and reduce-scatter here between `coll_shm_max` and
-//! that size).
+//! `coll_shm_pipeline_max` this beats the point-to-point schedules on one
+//! node, which pay a rendezvous per message (the selector, `select.rs`,
+//! sends bcast, reduce, allreduce, allgather and reduce-scatter here
+//! between `coll_shm_max` and that size).
 //!
 //! Every chunk carries the call's header (with its whole length), so the
 //! ranks compare their arguments at the first chunk as an unpipelined call

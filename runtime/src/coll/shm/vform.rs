@@ -131,6 +131,32 @@ fn copy_entry(
     Ok(VData::Copy(pid, addr))
 }
 
+/// Whether a [`COPY`] contribution of `n` blocks fits a slot of `a`.
+fn copy_table_fits(a: &gmpi_btl_shm::ShmColl, n: usize) -> bool {
+    HDR + 8 + n * COPY_ENTRY <= a.slot_bytes()
+}
+
+/// Each of `blocks` where it lies (or a host copy of it), the [`COPY`]
+/// contribution that says so (`kind`, `root`; marked failed if a block
+/// could not be copied out of the device) and that failure.
+fn expose_blocks(
+    call: &str,
+    me: i32,
+    kind: u32,
+    root: i32,
+    blocks: &[View],
+) -> (Vec<Exposed>, Vec<u8>, Option<Error>) {
+    let xs: Vec<Exposed> = blocks.iter().map(|b| Exposed::of(call, me, &[b])).collect();
+    let table: Vec<(u64, usize)> = xs
+        .iter()
+        .zip(blocks)
+        .map(|(x, b)| (x.addr, b.bytes()))
+        .collect();
+    let failed = xs.iter().find_map(|x| x.packed.as_ref().err()).cloned();
+    let c = copy_contribution(kind, root, &table, failed.is_some());
+    (xs, c, failed)
+}
+
 /// Whether this rank's `bytes` of a gatherv or scatterv go by single copy:
 /// the area lets every rank read the others and they reach `copy_min`
 /// (`coll_shm_copy_min`). The rank that publishes them decides; a reader
@@ -277,17 +303,13 @@ fn entry(s: &[u8], i: usize) -> Option<(usize, usize)> {
 /// in order; a failed copy out of device memory poisons it
 /// ([`wire::poison`]) and is returned with it.
 fn packed_table(call: &str, me: i32, hdr: [u8; HDR], blocks: &[View]) -> (Vec<u8>, Result<()>) {
-    let table = HDR + blocks.len() * ENTRY;
     let total: usize = blocks.iter().map(View::bytes).sum();
-    let mut data = vec![0u8; table + total];
-    data[..HDR].copy_from_slice(&hdr);
+    let mut data = vec![0u8; HDR + blocks.len() * ENTRY + total];
+    let mut off = write_table(&mut data, hdr, blocks.iter().map(View::bytes));
     let g = engine::gpu();
-    let (mut off, mut packed) = (table, Ok(()));
-    for (i, b) in blocks.iter().enumerate() {
+    let mut packed = Ok(());
+    for b in blocks {
         let len = b.bytes();
-        let e = HDR + i * ENTRY;
-        data[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
-        data[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
         packed = packed.and_then(|()| b.pack_into_with(g, call, me, &mut data[off..off + len]));
         off += len;
     }
@@ -295,6 +317,26 @@ fn packed_table(call: &str, me: i32, hdr: [u8; HDR], blocks: &[View]) -> (Vec<u8
         wire::poison(&mut data);
     }
     (data, packed)
+}
+
+/// Write `hdr` and the offset table of blocks of `lens` (placed one after
+/// the other right after the table) at the start of `buf`; the table's
+/// end, where the first block goes.
+fn write_table(
+    buf: &mut [u8],
+    hdr: [u8; HDR],
+    lens: impl ExactSizeIterator<Item = usize>,
+) -> usize {
+    let table = HDR + lens.len() * ENTRY;
+    buf[..HDR].copy_from_slice(&hdr);
+    let mut off = table;
+    for (i, len) in lens.enumerate() {
+        let e = HDR + i * ENTRY;
+        buf[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
+        buf[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
+        off += len;
+    }
+    table
 }
 
 /// Bytes of a table contribution of `blocks`.
@@ -389,19 +431,8 @@ impl Communicator {
         let a = area.coll();
         let idle = &mut |k| e.idle_flags(call, k);
         let total: usize = blocks.iter().map(View::bytes).sum();
-        if me == root
-            && copies(a, copy_min, total)
-            && HDR + 8 + blocks.len() * COPY_ENTRY <= a.slot_bytes()
-        {
-            // Each block where it lies (or a host copy of it).
-            let xs: Vec<Exposed> = blocks.iter().map(|b| Exposed::of(call, me, &[b])).collect();
-            let table: Vec<(u64, usize)> = xs
-                .iter()
-                .zip(blocks)
-                .map(|(x, b)| (x.addr, b.bytes()))
-                .collect();
-            let failed = xs.iter().find_map(|x| x.packed.as_ref().err()).cloned();
-            let c = copy_contribution(kind::SCATTERV, root, &table, failed.is_some());
+        if me == root && copies(a, copy_min, total) && copy_table_fits(a, blocks.len()) {
+            let (xs, c, failed) = expose_blocks(call, me, kind::SCATTERV, root, blocks);
             a.bcast_with(root as usize, &c, idle, |_| ())?;
             let own = match recv {
                 Some(r) if failed.is_none() => xs[me as usize].copy_own(call, me, 0, r),
@@ -539,23 +570,12 @@ impl Communicator {
             && a.single_copy()
             && send.is_some()
             && largest >= copy_min
-            && HDR + 8 + sblocks.len() * COPY_ENTRY <= a.slot_bytes();
+            && copy_table_fits(a, sblocks.len());
         let hdr = vheader(kind::ALLTOALLV, -1, false);
-        let xs: Vec<Exposed> = match copy {
-            true => sblocks
-                .iter()
-                .map(|b| Exposed::of(call, me, &[b]))
-                .collect(),
-            false => Vec::new(),
-        };
+        let mut xs = Vec::new();
         let (data, packed) = if copy {
-            let table: Vec<(u64, usize)> = xs
-                .iter()
-                .zip(sblocks)
-                .map(|(x, b)| (x.addr, b.bytes()))
-                .collect();
-            let failed = xs.iter().find_map(|x| x.packed.as_ref().err()).cloned();
-            let c = copy_contribution(kind::ALLTOALLV, -1, &table, failed.is_some());
+            let (x, c, failed) = expose_blocks(call, me, kind::ALLTOALLV, -1, sblocks);
+            xs = x;
             (c, failed.map_or(Ok(()), Err))
         } else if !fits {
             (vheader(kind::ALLTOALLV, -1, true).to_vec(), Ok(()))
@@ -688,14 +708,9 @@ impl<'a> TinyBlocks<'a> {
     /// `hdr`, the offset table, every block), written into `buf`: the
     /// caller checked that its table and blocks fit [`TINY`] bytes.
     fn table(&self, hdr: [u8; HDR], buf: &mut [u8; HDR + TINY]) {
-        let n = self.counts.len();
-        buf[..HDR].copy_from_slice(&hdr);
-        let mut off = HDR + n * ENTRY;
-        for r in 0..n {
+        let mut off = self.write_table(hdr, buf);
+        for r in 0..self.counts.len() {
             let (at, len) = self.get(r);
-            let e = HDR + r * ENTRY;
-            buf[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
-            buf[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
             if len > 0 {
                 HostMem.with_read(at, len, |d| {
                     gmpi_btl::copy_bytes(&mut buf[off..off + len], d)
@@ -703,6 +718,11 @@ impl<'a> TinyBlocks<'a> {
             }
             off += len;
         }
+    }
+
+    /// [`write_table`] of these blocks into `buf`.
+    fn write_table(&self, hdr: [u8; HDR], buf: &mut [u8]) -> usize {
+        write_table(buf, hdr, (0..self.counts.len()).map(|r| self.range(r).1))
     }
 
     /// Write rank `r`'s `data` into its block, if it has the block's
@@ -967,15 +987,7 @@ impl Communicator {
             // `packed_table`'s contribution: the header, the table, then
             // each block in rank order.
             let mut head = [0u8; HDR + TINY_TABLE * ENTRY];
-            head[..HDR].copy_from_slice(&hdr);
-            let mut off = table;
-            for r in 0..n {
-                let len = sb.range(r).1;
-                let e = HDR + r * ENTRY;
-                head[e..e + 4].copy_from_slice(&(off as u32).to_le_bytes());
-                head[e + 4..e + ENTRY].copy_from_slice(&(len as u32).to_le_bytes());
-                off += len;
-            }
+            sb.write_table(hdr, &mut head);
             let (mut fallback, mut bad) = (false, None);
             let take = |slots: &[&[u8]]| {
                 for (r, s) in slots.iter().enumerate() {
