@@ -97,6 +97,11 @@ const BIG_THRESHOLD: usize = 4 << 20;
 
 struct Th {
     shm: usize,
+    /// Calls of one slot that still go in two chunks: bcast and reduce
+    /// above half a slot, allreduce and allgather above seven eighths
+    /// (`pipeline::Split`).
+    split: usize,
+    split_all: usize,
     pipeline: usize,
     /// `coll_shm_copy_min`: bcast, gather, scatter and alltoall blocks the
     /// area's slots do not carry are copied by CMA from here (allgather
@@ -112,8 +117,12 @@ struct Th {
 
 impl Th {
     fn from_env() -> Self {
+        let shm = env_size("GMPI_COLL_SHM_MAX", 16 << 10);
+        let room = shm.max(64);
         Th {
-            shm: env_size("GMPI_COLL_SHM_MAX", 16 << 10),
+            shm,
+            split: room / 2,
+            split_all: room / 8 * 7,
             pipeline: env_size("GMPI_COLL_SHM_PIPELINE_MAX", 64 << 20),
             copy: env_size("GMPI_COLL_SHM_COPY_MIN", 16 << 10),
             copy_rooted_max: 256 << 10,
@@ -474,7 +483,11 @@ fn all_reductions(c: &Communicator, th: &Th, big: bool) -> R {
         eq: &close,
         hash: Some(&hash_f64),
     };
-    for len in sizes(&[th.shm, th.allreduce, th.pipeline], 8, 1) {
+    for len in sizes(
+        &[th.shm, th.split, th.split_all, th.allreduce, th.pipeline],
+        8,
+        1,
+    ) {
         reductions(c, &red, len, false)?;
     }
     if big {
@@ -573,7 +586,7 @@ fn all_reductions(c: &Communicator, th: &Th, big: bool) -> R {
         eq: &|a: &[u64; 4], b: &[u64; 4]| a == b,
         hash: None,
     };
-    for len in sizes(&[th.shm, th.allreduce], 32, 1) {
+    for len in sizes(&[th.shm, th.split, th.allreduce], 32, 1) {
         reductions(c, &rm, len, false)?;
     }
     // The same op declared commutative would be wrong; a commutative user
@@ -616,7 +629,14 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
 
     // bcast: u64 and odd-sized u8 buffers.
     let mut bl = sizes(
-        &[th.shm, th.bcast, th.pipeline, th.copy, th.copy_rooted_max],
+        &[
+            th.shm,
+            th.split,
+            th.bcast,
+            th.pipeline,
+            th.copy,
+            th.copy_rooted_max,
+        ],
         8,
         1,
     );
@@ -635,7 +655,7 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
             same(&ctx(&format!("bcast u64 root {root}"), len), &buf, &exp)?;
         }
     }
-    for len in sizes(&[th.shm, th.bcast], 1, 1) {
+    for len in sizes(&[th.shm, th.split, th.bcast], 1, 1) {
         let root = n - 1;
         let exp: Vec<u8> = (0..len).map(|i| h(root, i, 1) as u8).collect();
         let mut buf = if r == root {
@@ -820,7 +840,11 @@ fn movement(c: &Communicator, th: &Th, big: bool) -> R {
     // allgather (+ in place): around the total-bytes threshold.
     let mut al = sizes(&[th.allgather], 8, nu);
     al.extend(sizes(&[th.shm], 8, nu));
-    al.extend(sizes(&[th.shm, th.pipeline, th.copy / 2], 8, 1));
+    al.extend(sizes(
+        &[th.shm, th.split_all, th.pipeline, th.copy / 2],
+        8,
+        1,
+    ));
     al.sort_unstable();
     al.dedup();
     for len in al {

@@ -56,6 +56,7 @@ use crate::comm::{Communicator, ShmState};
 use crate::engine::{self, Locked};
 use crate::error::Result;
 use crate::op::Op;
+use pipeline::Split;
 use wire::{header, kind, mismatch, with_contribution, HDR};
 
 /// The area of a call the selector sent through shared memory: locked,
@@ -293,7 +294,7 @@ impl Communicator {
         }
         let (me, len) = (self.rank(), v.bytes());
         let hdr = header(kind::BCAST, root, None, len);
-        if pipeline::pipelined(area.coll(), len) {
+        if pipeline::pipelined(Split::Rooted, area.coll(), len) {
             let check = e.cfg.coll_check;
             return self.shm_bcast_pipelined(e, call, &mut area, v, root, hdr, check);
         }
@@ -356,7 +357,12 @@ impl Communicator {
         let len = input.bytes();
         let out = out.filter(|_| root.is_none_or(|r| r == me) && len > 0);
         let hdr = header(kind::REDUCE, root.unwrap_or(-1), Some(&red.op), len);
-        if pipeline::pipelined(area.coll(), len) {
+        let split = if root.is_some() {
+            Split::Rooted
+        } else {
+            Split::Exchange
+        };
+        if pipeline::pipelined(split, area.coll(), len) {
             return self.shm_reduce_pipelined(e, call, &mut area, input, out, red, hdr);
         }
         let mut staged: Option<Vec<u8>> = None;
@@ -406,7 +412,7 @@ impl Communicator {
         }
         let (me, len) = (self.rank(), input.bytes());
         let hdr = header(kind::GATHER, root.unwrap_or(-1), None, len);
-        if root.is_none() && pipeline::pipelined(area.coll(), len) {
+        if root.is_none() && pipeline::pipelined(Split::Exchange, area.coll(), len) {
             return self.shm_allgather_pipelined(e, call, &mut area, input, blocks, hdr);
         }
         let copy = |slots: &[&[u8]]| {
@@ -509,7 +515,7 @@ impl Communicator {
         let off = HDR + counts[..me as usize].iter().sum::<usize>() * red.unit;
         let len = counts[me as usize] * red.unit;
         let hdr = header(kind::REDUCE_SCATTER, -1, Some(&red.op), total);
-        if pipeline::pipelined(area.coll(), total) {
+        if pipeline::pipelined(Split::Scatter, area.coll(), total) {
             return self
                 .shm_reduce_scatter_pipelined(e, call, &mut area, input, out, counts, red, hdr);
         }

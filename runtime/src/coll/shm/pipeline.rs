@@ -41,16 +41,70 @@ use crate::comm::Communicator;
 use crate::engine::Locked;
 use crate::error::Result;
 
-/// Bytes of data in each chunk: the slot's room after the header, in whole
-/// `unit`s (the selector sends here only calls whose unit fits).
-fn chunk_bytes(a: &ShmColl, unit: usize) -> usize {
-    let room = a.slot_bytes() - HDR;
-    room - room % unit.max(1)
+/// The collectives that go through the area in chunks, for the rule that
+/// splits a call of one slot ([`Split::min`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Split {
+    /// A bcast, or a reduce with a root.
+    Rooted,
+    /// An allreduce or allgather (an exchange, every rank reading every slot).
+    Exchange,
+    /// A reduce-scatter (one piece of every block per chunk).
+    Scatter,
 }
 
-/// Whether `len` bytes of data need more than one slot.
-pub(super) fn pipelined(a: &ShmColl, len: usize) -> bool {
-    HDR + len > a.slot_bytes()
+impl Split {
+    /// The smallest length in bytes, for slots of `room` bytes of data,
+    /// that goes in more than one chunk. A call of more than half a slot
+    /// still goes in two: the readers copy the first chunk out while the
+    /// publisher writes the second, and two half copies stay in the first
+    /// level cache where one slot-sized one does not. Measured at np 2
+    /// with 16 KiB slots (interleaved medians), two chunks took 0.60–0.84
+    /// of one slot's time for a bcast of 10–16 KiB and 0.82–0.94 for a
+    /// reduce; an allreduce or allgather gained only at a full slot
+    /// (0.85, 0.88), none at 14 KiB and lost at 8 KiB (1.08), so those
+    /// split from seven eighths of a slot. A reduce-scatter splits only
+    /// above a slot.
+    fn min(self, room: usize) -> usize {
+        match self {
+            Split::Rooted => room / 2 + 1,
+            Split::Exchange => room / 8 * 7 + 1,
+            Split::Scatter => room + 1,
+        }
+    }
+}
+
+/// Bytes of data the slots of `a` hold after the header.
+pub(super) fn room(a: &ShmColl) -> usize {
+    a.slot_bytes() - HDR
+}
+
+/// Bytes of data in each chunk of a call of `len` bytes, in whole `unit`s,
+/// through slots of `room` bytes of data: two halves of a call that
+/// [`Split::min`] splits and one slot holds, else the room (the selector
+/// sends here only calls whose unit fits).
+fn chunk_bytes(room: usize, unit: usize, len: usize) -> usize {
+    let unit = unit.max(1);
+    let full = room - room % unit;
+    if len > room {
+        return full;
+    }
+    (len.div_ceil(2).div_ceil(unit) * unit).clamp(unit, full.max(unit))
+}
+
+/// The number of chunks (epochs) of a `len`-byte call of kind `k`, in
+/// whole `unit`s, through slots of `room` bytes of data: the publisher
+/// and every reader count them alike from the length.
+pub(super) fn epochs(k: Split, room: usize, unit: usize, len: usize) -> usize {
+    if len < k.min(room) {
+        return 1;
+    }
+    len.div_ceil(chunk_bytes(room, unit, len))
+}
+
+/// Whether a `len`-byte call of kind `k` goes through `a` in chunks.
+pub(super) fn pipelined(k: Split, a: &ShmColl, len: usize) -> bool {
+    len >= k.min(room(a))
 }
 
 /// The chunks of `len` bytes, `chunk` bytes each (the last one shorter).
@@ -61,18 +115,17 @@ fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
 /// The epochs the root of a one-way bcast publishes, from its first
 /// contribution `s` (an empty one: it is not broadcasting), the slots'
 /// room for data and, where the area copies by CMA, the smallest bcast
-/// that takes the single-copy road (`copy_min`, [`copy_min`]): one, or a
-/// chunk each where its header is a bcast's (or a failed one's) whose
-/// length needs more than a slot and is below `copy_min` (from there the
-/// root took the single-copy road, `copy.rs`, one epoch). A reader that
-/// fails reads them all anyway, so that both sides go on at the same
-/// epoch.
+/// that takes the single-copy road (`copy_min`, [`copy_min`]): one, or
+/// [`epochs`] where its header is a bcast's (or a failed one's) whose
+/// length goes in chunks and is below `copy_min` (from there the root took
+/// the single-copy road, `copy.rs`, one epoch). A reader that fails reads
+/// them all anyway, so that both sides go on at the same epoch.
 pub(super) fn root_epochs(room: usize, copy_min: Option<usize>, s: &[u8]) -> usize {
     match (field(s, 0), field(s, 12)) {
         (Some(kind::BCAST | kind::FAILED), Some(len))
-            if len as usize > room && copy_min.is_none_or(|m| (len as usize) < m) =>
+            if copy_min.is_none_or(|m| (len as usize) < m) =>
         {
-            (len as usize).div_ceil(room)
+            epochs(Split::Rooted, room, 1, len as usize)
         }
         _ => 1,
     }
@@ -179,7 +232,8 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), v.bytes());
         let a = area.coll();
-        let chunk = chunk_bytes(a, 1);
+        let room = room(a);
+        let chunk = chunk_bytes(room, 1, len);
         let copies = copy_min(a, &e.coll);
         let idle = &mut |k| e.idle_flags(call, k);
         if me == root {
@@ -210,7 +264,7 @@ impl Communicator {
                 let first = k == 0;
                 let mut take = |s: &[u8]| -> Result<()> {
                     if first {
-                        total = root_epochs(chunk, copies, s);
+                        total = root_epochs(room, copies, s);
                     }
                     if let Some(err) = bcast_mismatch(call, me, root, &hdr, s) {
                         return Err(err);
@@ -269,7 +323,7 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), input.bytes());
         let a = area.coll();
-        let chunk = chunk_bytes(a, red.unit);
+        let chunk = chunk_bytes(room(a), red.unit, len);
         let idle = &mut |k| e.idle_flags(call, k);
         let stage = out.is_some_and(|o| overlapping(o, input));
         with_input(call, me, input, stage, |src, ok| {
@@ -321,7 +375,7 @@ impl Communicator {
         let a = area.coll();
         // Units of each block per chunk: the others' pieces fill a slot
         // (the selector sends here only calls where one unit each fits).
-        let per = (chunk_bytes(a, unit) / unit / (n - 1).max(1)).max(1);
+        let per = (chunk_bytes(room(a), unit, usize::MAX) / unit / (n - 1).max(1)).max(1);
         let starts: Vec<usize> = counts
             .iter()
             .scan(0, |at, &c| {
@@ -397,7 +451,7 @@ impl Communicator {
     ) -> Result<()> {
         let (me, len) = (self.rank(), input.bytes());
         let a = area.coll();
-        let chunk = chunk_bytes(a, 1);
+        let chunk = chunk_bytes(room(a), 1, len);
         let idle = &mut |k| e.idle_flags(call, k);
         with_input(call, me, input, false, |src, ok| {
             let h = marked(hdr, ok);
