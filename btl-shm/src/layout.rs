@@ -290,10 +290,14 @@ mod tests {
             l.total,
             64 + 2 * 128 + 2 * COOP_SLOTS * 64 + 2 * (128 + (1 << 20))
         );
-        for n in 1..=256 {
+        for n in 1..=127 {
             let l = Layout::new(n, None, crate::DEFAULT_MAX_FRAG).unwrap();
             assert!(l.memory_per_rank() <= 16 << 20, "{n} ranks: {l:?}");
         }
+        // Beyond, every ring is at its floor: two largest records.
+        let l = Layout::new(256, None, crate::DEFAULT_MAX_FRAG).unwrap();
+        assert_eq!(l.ring_bytes, min_ring_bytes(crate::DEFAULT_MAX_FRAG));
+        assert!(l.memory_per_rank() <= 33 << 20, "{l:?}");
     }
 
     #[test]

@@ -143,7 +143,8 @@ fn two_processes_wake_up_and_cma_get() {
         assert_eq!(d.len(), gmpi_btl_shm::DEFAULT_MAX_FRAG);
         frags += 1;
     }
-    assert!(frags > 20, "{frags}");
+    // A full ring: 1 MiB holds 15 largest records (64 KiB + 128 B each).
+    assert!(frags >= 15, "{frags}");
 
     let status = p.child.wait().unwrap();
     assert!(status.success(), "child failed: {status}");

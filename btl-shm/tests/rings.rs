@@ -24,7 +24,7 @@ fn caps_and_reachability() {
     let caps = b[0].caps().clone();
     assert_eq!(caps.name, "shm");
     assert_eq!(caps.eager_limit, cfg.eager_limit);
-    assert_eq!(cfg.eager_limit, 8 << 10);
+    assert_eq!(cfg.eager_limit, 64 << 10);
     assert_eq!(caps.max_send_size, gmpi_btl_shm::DEFAULT_MAX_FRAG);
     assert_eq!(caps.exclusivity, 100);
     assert_eq!(caps.get_threshold, 8 << 10);
@@ -326,7 +326,7 @@ fn mismatched_configs_are_refused() {
     let path = unique_path("mismatch");
     let a = ShmConfig::default();
     let b = ShmConfig {
-        max_frag: 16 << 10,
+        max_frag: 128 << 10,
         ..ShmConfig::default()
     };
     let res = boot_with(&path, &[0, 1], &[a, b], |_, _, _| {});

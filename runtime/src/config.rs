@@ -5,12 +5,12 @@
 //!
 //! | key (`gmpi.toml`) | environment | meaning | default |
 //! |---|---|---|---|
-//! | `eager_limit` | `GMPI_EAGER_LIMIT` | largest message sent eagerly | the transport's (shm: 8 KiB) |
+//! | `eager_limit` | `GMPI_EAGER_LIMIT` | largest message sent eagerly | the transport's (shm: 64 KiB) |
 //! | `get_threshold` | `GMPI_GET_THRESHOLD` | smallest message sent by single-copy get | the transport's (shm: 8 KiB) |
 //! | `pipeline_chunk` | `GMPI_PIPELINE_CHUNK` | fragment size of the pipelined rendezvous | the transport's largest fragment |
 //! | `cma` | `GMPI_CMA` | use `process_vm_readv` single copy (`true`/`false`) | `true` |
 //! | `shm_ring_bytes` | `GMPI_SHM_RING_BYTES` | bytes per shared-memory ring | automatic (memory bound) |
-//! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 32 KiB − 8 (a 32 KiB record) |
+//! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 64 KiB + 120 (the eager limit and any pml header) |
 //! | `shm_coop` | `GMPI_SHM_COOP` | cooperative single copy: from `shm_coop_min` bytes the sender, while inside MPI, writes part of a message (`process_vm_writev`) as the receiver reads the rest (below 1 MiB, not for a collective's receive that is reduced right away) | `true`, `false` when oversubscribed (more local ranks than the CPUs in the union of their affinity masks) |
 //! | `shm_coop_min` | `GMPI_SHM_COOP_MIN` | smallest message copied cooperatively | 256 KiB |
 //! | `shm_coop_chunk` | `GMPI_SHM_COOP_CHUNK` | the unit sender and receiver of a cooperative copy claim | 128 KiB |
