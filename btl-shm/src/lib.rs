@@ -91,7 +91,7 @@
 //! and at most 16 MiB for every `local_size` up to 127 with the default
 //! `max_frag`; beyond that the per-ring floor (64 KiB, or
 //! `2 * (max_frag + 8) + 64`, 128.3 KiB by default) makes it grow linearly
-//! (32.6 MiB at 256 ranks). The whole
+//! (32 MiB at 256 ranks: 255 × (128.3 KiB + 128 B)). The whole
 //! segment is `local_size ×` that (1 GiB at 64 ranks). The file is sized with
 //! `ftruncate`, so a page is allocated only when a ring first reaches it.
 

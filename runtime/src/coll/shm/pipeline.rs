@@ -84,12 +84,16 @@ pub(super) fn room(a: &ShmColl) -> usize {
 /// [`Split::min`] splits and one slot holds, else the room (the selector
 /// sends here only calls whose unit fits).
 fn chunk_bytes(room: usize, unit: usize, len: usize) -> usize {
-    let unit = unit.max(1);
-    let full = room - room % unit;
+    let (unit, full) = (unit.max(1), whole_room(room, unit));
     if len > room {
         return full;
     }
     (len.div_ceil(2).div_ceil(unit) * unit).clamp(unit, full.max(unit))
+}
+
+/// The slot's `room` in whole `unit`s.
+fn whole_room(room: usize, unit: usize) -> usize {
+    room - room % unit.max(1)
 }
 
 /// The number of chunks (epochs) of a `len`-byte call of kind `k`, in
@@ -375,7 +379,7 @@ impl Communicator {
         let a = area.coll();
         // Units of each block per chunk: the others' pieces fill a slot
         // (the selector sends here only calls where one unit each fits).
-        let per = (chunk_bytes(room(a), unit, usize::MAX) / unit / (n - 1).max(1)).max(1);
+        let per = (whole_room(room(a), unit) / unit / (n - 1).max(1)).max(1);
         let starts: Vec<usize> = counts
             .iter()
             .scan(0, |at, &c| {
