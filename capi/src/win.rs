@@ -77,7 +77,7 @@ static SERIAL_LAST: Serial = Serial(UnsafeCell::new(None));
 
 /// Read the caller's cached look-up (its thread's, or the process's below
 /// `MPI_THREAD_MULTIPLE`). `f` must not enter the C ABI.
-#[inline]
+#[inline(always)]
 fn read_last<R>(f: impl FnOnce(&Lookup) -> Option<R>) -> Option<R> {
     if errors::multithreaded() {
         return LAST.with(|l| f(&*l.try_borrow().ok()?));
@@ -134,7 +134,7 @@ fn with_win<R>(
 /// Run `f` on window `h` if the caller's cached look-up has it (the hot
 /// path: no lock, no check to repeat, no reference count); `None`
 /// otherwise. `f` must not enter the C ABI.
-#[inline]
+#[inline(always)]
 fn cached_win<R>(h: MPI_Win, f: impl FnOnce(&Window) -> Option<R>) -> Option<R> {
     let gen = WIN_GEN.load(Ordering::Acquire);
     read_last(|l| match l {

@@ -308,18 +308,20 @@ impl Gpu {
     /// for the hot paths that only ask that, with no `Result` to build (a
     /// failed query is "not host": the caller's general path classifies
     /// again and reports it).
-    #[inline]
+    /// Always inlined, so a host-only process pays one branch; with CUDA
+    /// loaded the cache look-up is one call ([`Gpu::is_host_cuda`]).
+    #[inline(always)]
     pub fn is_host(&self, addr: u64, len: usize) -> bool {
         match &self.api {
             None => true,
-            Some(api) => {
-                self.host_hit(addr, len)
-                    || matches!(
-                        self.classify_slow(api.as_ref(), addr, len),
-                        Ok(MemKind::Host)
-                    )
-            }
+            Some(api) => self.is_host_cuda(api.as_ref(), addr, len),
         }
+    }
+
+    /// [`Gpu::is_host`] with CUDA loaded.
+    #[inline(never)]
+    fn is_host_cuda(&self, api: &dyn CudaApi, addr: u64, len: usize) -> bool {
+        self.host_hit(addr, len) || matches!(self.classify_slow(api, addr, len), Ok(MemKind::Host))
     }
 
     /// The host fast path of [`Gpu::classify`] with CUDA loaded: a NULL

@@ -399,7 +399,7 @@ impl AccHow {
     /// How `op` combines elements of `p`; `None` where only the general
     /// path can (undefined pairs, the location operations, user
     /// functions), which names the error if there is one.
-    #[inline]
+    #[inline(always)]
     pub fn of(op: &Op, p: Primitive) -> Option<AccHow> {
         Some(match op {
             Op::Replace => AccHow::Replace,
