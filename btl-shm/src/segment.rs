@@ -62,6 +62,44 @@ unsafe impl Send for Mapping {}
 // ring types, which need `&mut` for their own non-atomic accesses.
 unsafe impl Sync for Mapping {}
 
+/// Below this a one-sided copy (`MPI_Put`/`MPI_Get` of window memory) goes
+/// through `memcpy` in [`WINDOW_CHUNK`]-byte pieces ([`copy_window`]).
+const WINDOW_CHUNKED_MAX: usize = 32 << 10;
+
+/// The pieces of [`copy_window`]: glibc's smallest
+/// `x86_rep_movsb_threshold` (2 KiB), up to which its `memcpy` uses vector
+/// moves.
+const WINDOW_CHUNK: usize = 2048;
+
+/// Copy `len` bytes from `src` to `dst` (not overlapping) for the one-sided
+/// paths: `memcpy`, in 2 KiB pieces above 2 KiB and below
+/// [`WINDOW_CHUNKED_MAX`], since glibc's `memcpy` takes `rep movsb` above
+/// its `x86_rep_movsb_threshold`, which on this machine moves a cached
+/// 4 KiB at 0.7 times the speed of its vector loop (np 2 `gb_get_bw` at
+/// 4 KiB: 109 GB/s with `rep movsb`, 153 GB/s with the threshold raised by
+/// `GLIBC_TUNABLES`; 145 GB/s in 2 KiB pieces).
+///
+/// # Safety
+///
+/// `src` is valid for reads and `dst` for writes of `len` bytes, and the
+/// ranges do not overlap (as for `ptr::copy_nonoverlapping`).
+#[inline]
+unsafe fn copy_window(src: *const u8, dst: *mut u8, len: usize) {
+    if len <= WINDOW_CHUNK || len >= WINDOW_CHUNKED_MAX {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let mut at = 0;
+    while at < len {
+        let n = WINDOW_CHUNK.min(len - at);
+        // SAFETY: `at + n <= len`: inside both ranges (the caller's
+        // contract), which do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) };
+        at += n;
+    }
+}
+
 impl Mapping {
     /// Create `path` exclusively (`O_CREAT|O_EXCL`, mode 0600), size it to
     /// `len` zero bytes (no page is touched) and map it.
@@ -227,9 +265,7 @@ impl Mapping {
         // mapping, whose bytes are never handed out as `&mut`); concurrent
         // writers are other processes or raw pointers of the window's owner,
         // kept apart by the MPI synchronisation described above.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len());
-        }
+        unsafe { copy_window(self.base.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Copy `src` to byte offset `off` (bounds checked), with no claim on
@@ -241,9 +277,7 @@ impl Mapping {
         // mapping borrowed as `&mut` (none is ever handed out for window
         // bytes); other accesses to these bytes are kept apart by MPI's
         // synchronisation, as for `read_shared`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(off), src.len());
-        }
+        unsafe { copy_window(src.as_ptr(), self.base.as_ptr().add(off), src.len()) }
     }
 
     /// Run `f` on bytes `[off, off + len)` of the mapping, writable in

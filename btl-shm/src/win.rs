@@ -358,6 +358,39 @@ mod tests {
         assert_eq!(a.posts(0, 0).load(Ordering::Relaxed), 0);
     }
 
+    /// Reads and writes of every length around the chunked copy's bounds
+    /// (one piece, several, a short last piece, memcpy again from 32 KiB)
+    /// at odd offsets move exactly their bytes.
+    #[test]
+    fn copies_of_every_size_class_move_their_bytes() {
+        let path = format!("/dev/shm/gmpi-test-win-copy-{}", std::process::id());
+        let size = 40 << 10;
+        let a = WinArea::bootstrap(&path, 0, &[size as u64], false, &mut || Ok(())).unwrap();
+        for len in [
+            0, 1, 2047, 2048, 2049, 4096, 5000, 6143, 16384, 32767, 32768, 33000,
+        ] {
+            for off in [0, 3, 64] {
+                let src: Vec<u8> = (0..len).map(|i| (i * 7 + len + off) as u8).collect();
+                a.write(0, 0, &vec![0xee; size]).unwrap();
+                a.write(0, off, &src).unwrap();
+                let mut all = vec![0u8; size];
+                a.read(0, 0, &mut all).unwrap();
+                assert!(
+                    all[..off].iter().all(|&b| b == 0xee),
+                    "{len} at {off}: before"
+                );
+                assert_eq!(&all[off..off + len], &src[..], "{len} at {off}");
+                assert!(
+                    all[off + len..].iter().all(|&b| b == 0xee),
+                    "{len} at {off}: after"
+                );
+                let mut back = vec![0u8; len];
+                a.read(0, off, &mut back).unwrap();
+                assert_eq!(back, src, "{len} at {off}: read");
+            }
+        }
+    }
+
     #[test]
     fn cma_on_self() {
         let mut x = [0u8; 8];
