@@ -77,7 +77,10 @@ const WINDOW_CHUNK: usize = 2048;
 /// its `x86_rep_movsb_threshold`, which on this machine moves a cached
 /// 4 KiB at 0.7 times the speed of its vector loop (np 2 `gb_get_bw` at
 /// 4 KiB: 109 GB/s with `rep movsb`, 153 GB/s with the threshold raised by
-/// `GLIBC_TUNABLES`; 145 GB/s in 2 KiB pieces).
+/// `GLIBC_TUNABLES`; 145 GB/s in 2 KiB pieces). The trade: on data that
+/// comes from DRAM (a 256 MiB window read once) `rep movsb` is ahead, so
+/// cold gets lose up to 6% (at 8 KiB; 4 KiB even, 16 KiB 2%), against
+/// 9-32% won on cached data from 4 to 16 KiB.
 ///
 /// # Safety
 ///
