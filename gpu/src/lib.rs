@@ -308,8 +308,9 @@ impl Gpu {
     /// for the hot paths that only ask that, with no `Result` to build (a
     /// failed query is "not host": the caller's general path classifies
     /// again and reports it).
+    ///
     /// Always inlined, so a host-only process pays one branch; with CUDA
-    /// loaded the cache look-up is one call ([`Gpu::is_host_cuda`]).
+    /// loaded the cache look-up is one call (`is_host_cuda`).
     #[inline(always)]
     pub fn is_host(&self, addr: u64, len: usize) -> bool {
         match &self.api {
