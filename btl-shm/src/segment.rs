@@ -62,25 +62,23 @@ unsafe impl Send for Mapping {}
 // ring types, which need `&mut` for their own non-atomic accesses.
 unsafe impl Sync for Mapping {}
 
-/// Below this a one-sided copy (`MPI_Put`/`MPI_Get` of window memory) goes
-/// through `memcpy` in [`WINDOW_CHUNK`]-byte pieces ([`copy_window`]).
+/// From here on a one-sided copy is one `memcpy` again ([`copy_window`]).
 const WINDOW_CHUNKED_MAX: usize = 32 << 10;
 
-/// The pieces of [`copy_window`]: glibc's smallest
-/// `x86_rep_movsb_threshold` (2 KiB), up to which its `memcpy` uses vector
-/// moves.
+/// The pieces of [`copy_window`]: at 2 KiB one `memcpy` beats smaller
+/// pieces (np 2 `gb_get_bw` at 2 KiB in 1 KiB pieces: 0.92 of one call).
 const WINDOW_CHUNK: usize = 2048;
 
 /// Copy `len` bytes from `src` to `dst` (not overlapping) for the one-sided
-/// paths: `memcpy`, in 2 KiB pieces above 2 KiB and below
-/// [`WINDOW_CHUNKED_MAX`], since glibc's `memcpy` takes `rep movsb` above
-/// its `x86_rep_movsb_threshold`, which on this machine moves a cached
-/// 4 KiB at 0.7 times the speed of its vector loop (np 2 `gb_get_bw` at
-/// 4 KiB: 109 GB/s with `rep movsb`, 153 GB/s with the threshold raised by
-/// `GLIBC_TUNABLES`; 145 GB/s in 2 KiB pieces). The trade: on data that
-/// comes from DRAM (a 256 MiB window read once) `rep movsb` is ahead, so
-/// cold gets lose up to 6% (at 8 KiB; 4 KiB even, 16 KiB 2%), against
-/// 9-32% won on cached data from 4 to 16 KiB.
+/// paths (`MPI_Put`/`MPI_Get` of window memory): `memcpy`, in
+/// [`WINDOW_CHUNK`] pieces between it and [`WINDOW_CHUNKED_MAX`]. Above some
+/// size glibc's `memcpy` takes `rep movsb`, which here moves a cached 4 KiB
+/// at 0.7 times the speed of its vector loop (np 2 `gb_get_bw` at 4 KiB:
+/// 109 GB/s, 153 GB/s with `x86_rep_movsb_threshold` raised by
+/// `GLIBC_TUNABLES`, 145 GB/s in pieces). The trade: on data from DRAM (a
+/// 256 MiB window read once) `rep movsb` is ahead, so cold copies lose up
+/// to 6% (8 KiB; 4 KiB even, 16 KiB 2%) against 9-32% won on cached data
+/// from 4 to 16 KiB.
 ///
 /// # Safety
 ///
