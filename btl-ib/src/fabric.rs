@@ -223,6 +223,31 @@ pub trait Fabric: Send + std::fmt::Debug {
     /// Register `len` bytes at `addr`; readable by peers when `remote_read`.
     fn reg_mr(&mut self, addr: u64, len: u64, remote_read: bool) -> Result<Mr, String>;
 
+    /// Register `len` bytes at `offset` in dma-buf `fd` (device memory the
+    /// gpu layer exported), addressed in work requests and by peers as
+    /// `iova` (the device address, so a device registration is used like a
+    /// host one); readable by peers when `remote_read`
+    /// (`ibv_reg_dmabuf_mr`). The default: not supported.
+    fn reg_dmabuf_mr(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        remote_read: bool,
+    ) -> Result<Mr, String> {
+        let _ = (fd, offset, len, iova, remote_read);
+        Err("this fabric cannot register dma-bufs".into())
+    }
+
+    /// Whether this device registers dma-bufs: `Ok` where
+    /// [`Fabric::reg_dmabuf_mr`] can work, else why not. (Over verbs,
+    /// `ibv_reg_dmabuf_mr` with fd −1 answers `EBADF` where the provider
+    /// and the kernel support it, `EOPNOTSUPP` or `ENOSYS` where not.)
+    fn probe_dmabuf(&mut self) -> Result<(), String> {
+        Err("this fabric cannot register dma-bufs".into())
+    }
+
     /// Deregister.
     fn dereg_mr(&mut self, mr: Mr);
 

@@ -12,6 +12,8 @@
 //!   selective signalling, RDMA READ gets, registrations, the [`Btl`] impl).
 //! - `fabric.rs`: the verbs the protocol uses, as plain data and a trait.
 //! - `card.rs`: the business card (LID, GID, MTU, one queue pair per peer).
+//! - `gpudirect.rs`: whether and how the NIC registers GPU memory
+//!   (dma-buf, else `nvidia_peermem`, else staging).
 //! - `select.rs`: `GMPI_IB_DEVICES` and the choice of a port.
 //! - `model.rs`: an in-memory verbs model with RC's delivery, RNR and
 //!   remote-access semantics, for the protocol's tests.
@@ -50,6 +52,13 @@
 //!   pml's FIN) or when the get that wrote into them completes: a freed and
 //!   reallocated buffer can never meet a stale registration. (No
 //!   leave-pinned cache yet: it needs memory-release hooks.)
+//! - **GPUDirect RDMA** ([`IbBtl::set_gpudirect`], chosen by
+//!   [`gpudirect::decide`]): device memory is registered like host memory,
+//!   through its dma-buf (`ibv_reg_dmabuf_mr`, addressed by the device
+//!   address as iova) or by its address (`nvidia_peermem`): a sender's
+//!   buffer by [`Btl::register_device`], a receiver's destination by
+//!   [`Btl::get_device`], so RDMA READs move GPU memory to GPU memory with
+//!   no host copy (the pml's `rndv/gpudirect`).
 //! - **Failures**: a completion error (a flush too: the queue pair is then
 //!   in the error state) fails the peer of its queue pair ([`Event::PeerFailed`], once, with the device, the peer
 //!   and the verbs status in the log); sends to it fail, its gets fail.
@@ -67,6 +76,7 @@
 
 pub mod card;
 pub mod fabric;
+pub mod gpudirect;
 pub mod model;
 pub mod select;
 #[cfg(feature = "ib")]
@@ -76,7 +86,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gmpi_btl::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Rank, Submit, Wake};
+use gmpi_btl::{
+    Btl, BtlError, Capabilities, DeviceReg, DmaBuf, Event, LocalMem, MemDesc, Rank, Submit, Wake,
+};
 
 use crate::fabric::{wc_status_str, Fabric, LocalQp, Mr, SendWr, Sge, Wc, WcKind, WC_FLUSH_ERR};
 
@@ -232,6 +244,7 @@ pub struct IbBtl<F: Fabric> {
     failed_news: Vec<Rank>,
     waker: Arc<dyn Wake>,
     warned_reg: bool,
+    warned_dev_reg: bool,
 }
 
 impl<F: Fabric> std::fmt::Debug for IbBtl<F> {
@@ -257,7 +270,7 @@ pub fn caps(cfg: &IbConfig) -> Capabilities {
         exclusivity: 50,
         get_threshold: cfg.get_threshold,
         cuda_ipc: false,
-        gpudirect: false,
+        gpudirect: None,
     }
 }
 
@@ -362,6 +375,7 @@ impl<F: Fabric> IbBtl<F> {
             failed_news: Vec::new(),
             waker,
             warned_reg: false,
+            warned_dev_reg: false,
         };
         b.free_slots = (0..b.cfg.send_slots as u32).rev().collect();
         b.repost_buffers()?;
@@ -394,6 +408,193 @@ impl<F: Fabric> IbBtl<F> {
         })?;
         self.peers[i].connected = true;
         Ok(())
+    }
+
+    /// Whether this port registers dma-bufs ([`Fabric::probe_dmabuf`]):
+    /// one of [`gpudirect::decide`]'s inputs.
+    pub fn probe_dmabuf(&mut self) -> Result<(), String> {
+        self.fabric.probe_dmabuf()
+    }
+
+    /// Decide GPUDirect RDMA for this port ([`gpudirect::decide`]) from
+    /// the gpu layer's answers `gpu` (a device is there, its memory
+    /// exports as dma-bufs), this NIC's dma-buf probe, `nvidia_peermem`
+    /// under the sysfs root `sys`, and what the user allows; set it
+    /// ([`IbBtl::set_gpudirect`]) and return it. A setting that asks for
+    /// GPUDirect RDMA where there is none is warned about.
+    pub fn decide_gpudirect(
+        &mut self,
+        gpu: (Result<(), String>, Result<(), String>),
+        want: gpudirect::Want,
+        sys: &std::path::Path,
+    ) -> gpudirect::Decision {
+        let (gpu, gpu_dmabuf) = gpu;
+        // No GPU: nothing to ask the NIC or the kernel.
+        let (nic_dmabuf, peermem) = if gpu.is_ok() {
+            (self.probe_dmabuf(), gpudirect::peermem(sys))
+        } else {
+            let n = Err("not asked (no GPU)".to_string());
+            (n.clone(), n)
+        };
+        let p = gpudirect::Probes {
+            gpu,
+            gpu_dmabuf,
+            nic_dmabuf,
+            peermem,
+        };
+        let d = gpudirect::decide(want, &p);
+        if !matches!(want, gpudirect::Want::Auto | gpudirect::Want::Off) && d.via.is_none() {
+            tracing::warn!(target: LOG, "ib: GMPI_IB_GPUDIRECT asks for GPUDirect RDMA, which {} cannot do: {}", self.fabric.port().device, d.describe());
+        }
+        self.set_gpudirect(d.via);
+        d
+    }
+
+    /// Register GPU memory as `via` says (GPUDirect RDMA), or never
+    /// (`None`, the default): the [`Capabilities::gpudirect`] the pml sees.
+    pub fn set_gpudirect(&mut self, via: Option<DeviceReg>) {
+        self.caps.gpudirect = via;
+    }
+
+    /// Register `len` bytes of device memory at `addr` as
+    /// [`Capabilities::gpudirect`] says (peers read it when `remote_read`).
+    fn reg_device(
+        &mut self,
+        addr: u64,
+        len: u64,
+        dmabuf: Option<DmaBuf<'_>>,
+        remote_read: bool,
+    ) -> Result<Mr, String> {
+        match (self.caps.gpudirect, dmabuf) {
+            (Some(DeviceReg::DmaBuf), Some(d)) => self
+                .fabric
+                .reg_dmabuf_mr(d.fd, d.offset, len, addr, remote_read)
+                .map_err(|e| format!("ibv_reg_dmabuf_mr: {e}")),
+            (Some(DeviceReg::DmaBuf), None) => Err("no dma-buf of the memory".into()),
+            (Some(DeviceReg::Address), _) => self
+                .fabric
+                .reg_mr(addr, len, remote_read)
+                .map_err(|e| format!("ibv_reg_mr of device memory: {e}")),
+            (None, _) => Err("GPUDirect RDMA is not available".into()),
+        }
+    }
+
+    /// Say once (then in the debug log) that registering memory failed.
+    fn reg_failed(&mut self, device: bool, msg: &str) {
+        let warned = if device {
+            &mut self.warned_dev_reg
+        } else {
+            &mut self.warned_reg
+        };
+        if *warned {
+            tracing::debug!(target: LOG, "ib: {msg}; streaming instead");
+        } else {
+            *warned = true;
+            tracing::warn!(target: LOG, "ib: {msg}; such messages are streamed instead");
+        }
+    }
+
+    /// Check a get of `len` bytes at `offset` of `remote` from `peer`:
+    /// the peer's index and the rkey.
+    fn check_get(
+        &self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        len: u64,
+    ) -> Result<(usize, u32), BtlError> {
+        let i = self.peer_index(peer)?;
+        let Ok(rkey) = u32::try_from(remote.key) else {
+            return Err(BtlError::GetFailed(format!(
+                "key {:#x} is not an rkey",
+                remote.key
+            )));
+        };
+        match offset.checked_add(len) {
+            Some(end) if end <= remote.len && remote.addr.checked_add(end).is_some() => {
+                Ok((i, rkey))
+            }
+            _ => Err(BtlError::GetFailed(format!(
+                "{len} bytes at offset {offset} outside the {} registered",
+                remote.len
+            ))),
+        }
+    }
+
+    /// Queue the RDMA READs of a checked get into the registration `local`.
+    fn queue_get(
+        &mut self,
+        i: usize,
+        remote: &MemDesc,
+        offset: u64,
+        rkey: u32,
+        local: Mr,
+        token: u64,
+    ) -> Submit {
+        let g = self.next_get;
+        self.next_get += 1;
+        self.gets.insert(
+            g,
+            GetOp {
+                token,
+                peer: i,
+                remote_addr: remote.addr + offset,
+                rkey,
+                local,
+                len: local.len,
+                next: 0,
+                outstanding: 0,
+                error: None,
+            },
+        );
+        self.pending_gets.push_back(g);
+        self.pump_gets();
+        Submit::Queued
+    }
+
+    /// A descriptor peers read `len` bytes at `addr` by: host memory
+    /// (`device` `None`) or device memory with its dma-buf, if any. One
+    /// registration per range, counted, released by [`Btl::deregister`].
+    fn expose(
+        &mut self,
+        addr: u64,
+        len: u64,
+        device: Option<Option<DmaBuf<'_>>>,
+    ) -> Option<MemDesc> {
+        if len == 0 {
+            return None;
+        }
+        if let Some((mr, refs)) = self.exposed.get_mut(&(addr, len)) {
+            *refs += 1;
+            return Some(MemDesc {
+                addr,
+                len,
+                key: mr.rkey as u64,
+            });
+        }
+        let reg = match device {
+            None => self.fabric.reg_mr(addr, len, true),
+            Some(dmabuf) => self.reg_device(addr, len, dmabuf, true),
+        };
+        match reg {
+            Ok(mr) => {
+                self.exposed.insert((addr, len), (mr, 1));
+                Some(MemDesc {
+                    addr,
+                    len,
+                    key: mr.rkey as u64,
+                })
+            }
+            Err(e) => {
+                let what = if device.is_some() {
+                    "a device send buffer"
+                } else {
+                    "a send buffer"
+                };
+                self.reg_failed(device.is_some(), &reg_error(what, len, &e));
+                None
+            }
+        }
     }
 
     /// The port this btl uses.
@@ -741,37 +942,17 @@ impl<F: Fabric> Btl for IbBtl<F> {
     }
 
     fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
-        if len == 0 {
-            return None;
-        }
-        if let Some((mr, refs)) = self.exposed.get_mut(&(addr, len)) {
-            *refs += 1;
-            return Some(MemDesc {
-                addr,
-                len,
-                key: mr.rkey as u64,
-            });
-        }
-        match self.fabric.reg_mr(addr, len, true) {
-            Ok(mr) => {
-                self.exposed.insert((addr, len), (mr, 1));
-                Some(MemDesc {
-                    addr,
-                    len,
-                    key: mr.rkey as u64,
-                })
-            }
-            Err(e) => {
-                let msg = reg_error("a send buffer", len, &e);
-                if self.warned_reg {
-                    tracing::debug!(target: LOG, "ib: {msg}; streaming instead");
-                } else {
-                    self.warned_reg = true;
-                    tracing::warn!(target: LOG, "ib: {msg}; such messages are streamed instead");
-                }
-                None
-            }
-        }
+        self.expose(addr, len, None)
+    }
+
+    fn register_device(
+        &mut self,
+        addr: u64,
+        len: u64,
+        dmabuf: Option<DmaBuf<'_>>,
+    ) -> Option<MemDesc> {
+        self.caps.gpudirect?;
+        self.expose(addr, len, Some(dmabuf))
     }
 
     fn deregister(&mut self, desc: &MemDesc) {
@@ -796,23 +977,8 @@ impl<F: Fabric> Btl for IbBtl<F> {
         dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        let i = self.peer_index(peer)?;
         let len = dst.len as u64;
-        let Ok(rkey) = u32::try_from(remote.key) else {
-            return Err(BtlError::GetFailed(format!(
-                "key {:#x} is not an rkey",
-                remote.key
-            )));
-        };
-        match offset.checked_add(len) {
-            Some(end) if end <= remote.len && remote.addr.checked_add(end).is_some() => {}
-            _ => {
-                return Err(BtlError::GetFailed(format!(
-                    "{len} bytes at offset {offset} outside the {} registered",
-                    remote.len
-                )))
-            }
-        }
+        let (i, rkey) = self.check_get(peer, remote, offset, len)?;
         if len == 0 {
             return Ok(Submit::Done);
         }
@@ -820,25 +986,30 @@ impl<F: Fabric> Btl for IbBtl<F> {
             .fabric
             .reg_mr(dst.addr, len, false)
             .map_err(|e| BtlError::GetFailed(reg_error("a receive buffer", len, &e)))?;
-        let g = self.next_get;
-        self.next_get += 1;
-        self.gets.insert(
-            g,
-            GetOp {
-                token,
-                peer: i,
-                remote_addr: remote.addr + offset,
-                rkey,
-                local,
-                len,
-                next: 0,
-                outstanding: 0,
-                error: None,
-            },
-        );
-        self.pending_gets.push_back(g);
-        self.pump_gets();
-        Ok(Submit::Queued)
+        Ok(self.queue_get(i, remote, offset, rkey, local, token))
+    }
+
+    unsafe fn get_device(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        dmabuf: Option<DmaBuf<'_>>,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        if self.caps.gpudirect.is_none() {
+            return Err(BtlError::Unsupported(self.caps.name));
+        }
+        let len = dst.len as u64;
+        let (i, rkey) = self.check_get(peer, remote, offset, len)?;
+        if len == 0 {
+            return Ok(Submit::Done);
+        }
+        let local = self
+            .reg_device(dst.addr, len, dmabuf, false)
+            .map_err(|e| BtlError::GetFailed(reg_error("a device receive buffer", len, &e)))?;
+        Ok(self.queue_get(i, remote, offset, rkey, local, token))
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {

@@ -13,13 +13,22 @@
 //!   complete silently;
 //! - local memory must lie in a registration with the key given;
 //! - a killed fabric ([`ModelNet::kill`]) stops answering: its peers' sends
-//!   end with "retry counter exceeded".
+//!   end with "retry counter exceeded";
+//! - GPU memory ([`ModelNet::with_gpu`]: a [`DeviceMemory`] and what the
+//!   "NIC" can do with it, [`GpuNic`]) is registered as on a real host:
+//!   `reg_mr` of a device address fails with "Bad address" unless
+//!   `nvidia_peermem` is "loaded"; `reg_dmabuf_mr` works only on a NIC
+//!   with dma-buf support, checks the descriptor and that the range lies in
+//!   the buffer (its size is `fstat`'s), and addresses the memory by its
+//!   iova; RDMA READs from and into such registrations move the bytes
+//!   through the [`DeviceMemory`], never as host pointers.
 //!
 //! Requests execute when posted (or when the receiver next polls, after
 //! RNR). The copies are the model's only `unsafe`: the protocol's posting
 //! rules ([`Fabric`]'s `# Safety`) make the memory valid.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -38,11 +47,50 @@ const REM_ACCESS_ERR: u32 = 10;
 /// Verbs status: transport retry counter exceeded.
 const RETRY_EXC_ERR: u32 = 12;
 
+/// GPU memory as the model's "NIC" reaches it (a test implements it over
+/// the gpu layer's test double).
+pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
+    /// Whether `len` bytes at `addr` are device memory.
+    fn contains(&self, addr: u64, len: u64) -> bool;
+    /// Read `len` bytes of device memory at `addr`.
+    fn read(&self, addr: u64, len: usize) -> Vec<u8>;
+    /// Write device memory at `addr`.
+    fn write(&self, addr: u64, data: &[u8]);
+}
+
+/// What the model's NIC can do with GPU memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuNic {
+    /// `ibv_reg_dmabuf_mr` works (the provider and the kernel have it).
+    pub dmabuf: bool,
+    /// `nvidia_peermem` is loaded: `ibv_reg_mr` accepts device addresses.
+    pub peermem: bool,
+}
+
+/// Registrations made so far, by kind (see [`ModelNet::registered`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Registered {
+    /// Of host memory, by `reg_mr`.
+    pub host: u64,
+    /// Of device memory by its address (`reg_mr`, peermem).
+    pub device_address: u64,
+    /// Of device memory through a dma-buf (`reg_dmabuf_mr`).
+    pub dmabuf: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ModelMr {
+    mr: Mr,
+    remote_read: bool,
+    /// GPU memory (reached through [`DeviceMemory`]).
+    device: bool,
+}
+
 #[derive(Debug, Default)]
 struct Dev {
     srq: VecDeque<(u64, Sge)>,
     cq: VecDeque<Wc>,
-    mrs: HashMap<u32, (Mr, bool)>,
+    mrs: HashMap<u32, ModelMr>,
     dead: bool,
     woken: bool,
 }
@@ -63,6 +111,8 @@ struct Net {
     next_qpn: u32,
     next_key: u32,
     rnr_naks: u64,
+    gpu: Option<(Arc<dyn DeviceMemory>, GpuNic)>,
+    registered: Registered,
 }
 
 /// The shared state of a model network.
@@ -129,6 +179,18 @@ impl ModelNet {
         }
     }
 
+    /// A network whose NICs reach GPU memory `mem` as `nic` says.
+    pub fn with_gpu(mem: Arc<dyn DeviceMemory>, nic: GpuNic) -> Self {
+        let n = Self::new();
+        n.inner.0.lock().expect("model").gpu = Some((mem, nic));
+        n
+    }
+
+    /// Registrations made so far on every port, by kind.
+    pub fn registered(&self) -> Registered {
+        self.inner.0.lock().expect("model").registered
+    }
+
     /// Receivers that had no buffer posted for an arriving SEND, so far.
     pub fn rnr_naks(&self) -> u64 {
         self.inner.0.lock().expect("model").rnr_naks
@@ -155,17 +217,50 @@ impl Net {
         self.next_key.wrapping_mul(0x9e37_79b1) | 1
     }
 
-    fn covered(&self, dev: usize, addr: u64, len: u64, key: u32, remote: bool) -> bool {
-        let Some((mr, read)) = self.devs[dev].mrs.get(&key) else {
-            return len == 0 && !remote;
+    /// Whether `len` bytes at `addr` lie in `dev`'s registration `key`
+    /// (remote access asked for when `remote`): `Some(device memory?)`.
+    fn covered(&self, dev: usize, addr: u64, len: u64, key: u32, remote: bool) -> Option<bool> {
+        let Some(m) = self.devs[dev].mrs.get(&key) else {
+            return (len == 0 && !remote).then_some(false);
         };
-        if remote && (!*read || mr.rkey != key) {
-            return false;
+        let mr = &m.mr;
+        if remote && (!m.remote_read || mr.rkey != key) {
+            return None;
         }
         if !remote && mr.lkey != key {
-            return false;
+            return None;
         }
-        addr >= mr.addr && addr.checked_add(len).is_some_and(|e| e <= mr.addr + mr.len)
+        (addr >= mr.addr && addr.checked_add(len).is_some_and(|e| e <= mr.addr + mr.len))
+            .then_some(m.device)
+    }
+
+    /// Record a registration of `dev` and hand it out.
+    fn register(&mut self, dev: usize, addr: u64, len: u64, remote_read: bool, device: bool) -> Mr {
+        let k = self.key();
+        let mr = Mr {
+            addr,
+            len,
+            lkey: k,
+            rkey: if remote_read { k } else { 0 },
+            handle: k as u64,
+        };
+        self.devs[dev].mrs.insert(
+            k,
+            ModelMr {
+                mr,
+                remote_read,
+                device,
+            },
+        );
+        mr
+    }
+
+    /// The GPU memory the NICs reach, if `len` bytes at `addr` are in it.
+    fn gpu_at(&self, addr: u64, len: u64) -> Option<(&Arc<dyn DeviceMemory>, GpuNic)> {
+        self.gpu
+            .as_ref()
+            .filter(|(m, _)| m.contains(addr, len.max(1)))
+            .map(|(m, nic)| (m, *nic))
     }
 
     fn complete(&mut self, dev: usize, wr_id: u64, qpn: u32, kind: WcKind, status: u32) {
@@ -299,16 +394,54 @@ impl Fabric for ModelFabric {
 
     fn reg_mr(&mut self, addr: u64, len: u64, remote_read: bool) -> Result<Mr, String> {
         let mut n = self.net.inner.0.lock().expect("model");
-        let k = n.key();
-        let mr = Mr {
-            addr,
-            len,
-            lkey: k,
-            rkey: if remote_read { k } else { 0 },
-            handle: k as u64,
+        let device = match n.gpu_at(addr, len) {
+            // What ibv_reg_mr of a GPU address answers without a peer
+            // memory client: get_user_pages() fails on it.
+            Some((_, nic)) if !nic.peermem => return Err("Bad address (os error 14)".into()),
+            Some(_) => {
+                n.registered.device_address += 1;
+                true
+            }
+            None => {
+                n.registered.host += 1;
+                false
+            }
         };
-        n.devs[self.dev].mrs.insert(k, (mr, remote_read));
-        Ok(mr)
+        Ok(n.register(self.dev, addr, len, remote_read, device))
+    }
+
+    fn reg_dmabuf_mr(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        remote_read: bool,
+    ) -> Result<Mr, String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        if !n.gpu.as_ref().is_some_and(|(_, nic)| nic.dmabuf) {
+            return Err("Operation not supported (os error 95)".into());
+        }
+        let size = fd
+            .try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|f| f.metadata())
+            .map_err(|e| e.to_string())?
+            .len();
+        if offset.checked_add(len).is_none_or(|e| e > size) || n.gpu_at(iova, len).is_none() {
+            return Err("Invalid argument (os error 22)".into());
+        }
+        n.registered.dmabuf += 1;
+        Ok(n.register(self.dev, iova, len, remote_read, true))
+    }
+
+    fn probe_dmabuf(&mut self) -> Result<(), String> {
+        let n = self.net.inner.0.lock().expect("model");
+        if n.gpu.as_ref().is_some_and(|(_, nic)| nic.dmabuf) {
+            Ok(())
+        } else {
+            Err("ibv_reg_dmabuf_mr: Operation not supported (os error 95)".into())
+        }
     }
 
     fn dereg_mr(&mut self, mr: Mr) {
@@ -336,7 +469,9 @@ impl Fabric for ModelFabric {
         }
         match *wr {
             SendWr::Send { sge, inline, .. } => {
-                if !inline && !n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) {
+                if !inline
+                    && n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) != Some(false)
+                {
                     n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     n.qp_error(qpn);
                     return Ok(());
@@ -374,28 +509,67 @@ impl Fabric for ModelFabric {
             } => {
                 let rq = q.remote.expect("connected");
                 let rdev = n.qps.get(&rq).map(|r| r.dev);
-                if !n.covered(self.dev, local.addr, local.len as u64, local.lkey, false) {
+                let len = local.len as usize;
+                let Some(local_dev) =
+                    n.covered(self.dev, local.addr, len as u64, local.lkey, false)
+                else {
                     n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     n.qp_error(qpn);
                     return Ok(());
-                }
-                let status = match rdev {
-                    Some(d) if n.devs[d].dead => RETRY_EXC_ERR,
-                    Some(d) if n.covered(d, remote_addr, local.len as u64, rkey, true) => 0,
-                    _ => REM_ACCESS_ERR,
+                };
+                let (status, remote_dev) = match rdev {
+                    Some(d) if n.devs[d].dead => (RETRY_EXC_ERR, false),
+                    Some(d) => match n.covered(d, remote_addr, len as u64, rkey, true) {
+                        Some(dev) => (0, dev),
+                        None => (REM_ACCESS_ERR, false),
+                    },
+                    None => (REM_ACCESS_ERR, false),
                 };
                 if status == 0 {
-                    // SAFETY: the source lies in a live registration of the
-                    // owner (checked above; its owner keeps registered
-                    // memory valid until it deregisters), the destination
-                    // in the reader's, which the caller keeps valid and
-                    // unused until this completion.
-                    unsafe {
-                        std::ptr::copy(
-                            remote_addr as *const u8,
-                            local.addr as *mut u8,
-                            local.len as usize,
-                        );
+                    let gpu = n.gpu.as_ref().map(|(m, _)| m);
+                    match (remote_dev, local_dev, gpu) {
+                        (false, false, _) => {
+                            // SAFETY: the source lies in a live registration
+                            // of the owner (checked above; its owner keeps
+                            // registered memory valid until it
+                            // deregisters), the destination in the
+                            // reader's, which the caller keeps valid and
+                            // unused until this completion.
+                            unsafe {
+                                std::ptr::copy(
+                                    remote_addr as *const u8,
+                                    local.addr as *mut u8,
+                                    len,
+                                );
+                            }
+                        }
+                        (true, true, Some(g)) => g.write(local.addr, &g.read(remote_addr, len)),
+                        (true, false, Some(g)) => {
+                            let bytes = g.read(remote_addr, len);
+                            // SAFETY: as above, for the reader's host
+                            // registration.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    bytes.as_ptr(),
+                                    local.addr as *mut u8,
+                                    len,
+                                );
+                            }
+                        }
+                        (false, true, Some(g)) => {
+                            let mut bytes = vec![0u8; len];
+                            // SAFETY: as above, for the owner's host
+                            // registration.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    remote_addr as *const u8,
+                                    bytes.as_mut_ptr(),
+                                    len,
+                                );
+                            }
+                            g.write(local.addr, &bytes);
+                        }
+                        (_, _, None) => unreachable!("device registrations need a GPU"),
                     }
                 }
                 n.complete(self.dev, wr_id, qpn, kind, status);
@@ -412,8 +586,8 @@ impl Fabric for ModelFabric {
         let (m, c) = &*self.net.inner;
         let mut n = m.lock().expect("model");
         for &(id, sge) in bufs {
-            if !n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) {
-                return Err("receive buffer outside its registration".into());
+            if n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) != Some(false) {
+                return Err("receive buffer outside its host registration".into());
             }
             n.devs[self.dev].srq.push_back((id, sge));
         }

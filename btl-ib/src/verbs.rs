@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -310,6 +310,18 @@ fn os_err(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
+/// What a failed `ibv_reg_dmabuf_mr` of fd −1 says about the device:
+/// `EBADF` (the kernel looked for the buffer) means dma-bufs register;
+/// anything else (`EOPNOTSUPP` from a provider without the verb, `ENOSYS`
+/// or `EPROTONOSUPPORT` from a kernel without it) means they do not.
+fn dmabuf_probe_answer(e: std::io::Error) -> Result<(), String> {
+    if e.raw_os_error() == Some(nix::libc::EBADF) {
+        Ok(())
+    } else {
+        Err(format!("ibv_reg_dmabuf_mr is not supported: {e}"))
+    }
+}
+
 /// The verbs form of a scatter/gather element.
 fn to_ibv(s: crate::fabric::Sge) -> ibv_sge {
     ibv_sge {
@@ -338,6 +350,22 @@ unsafe fn modify_qp(
 }
 
 impl VerbsFabric {
+    /// Own registration `mr` (of `len` bytes addressed from `addr`).
+    fn keep_mr(&mut self, mr: *mut ibv_mr, addr: u64, len: u64, remote_read: bool) -> Mr {
+        let h = self.next_mr;
+        self.next_mr += 1;
+        self.mrs.insert(h, mr);
+        // SAFETY: `mr` is live (just registered, now owned by `mrs`).
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        Mr {
+            addr,
+            len,
+            lkey,
+            rkey: if remote_read { rkey } else { 0 },
+            handle: h,
+        }
+    }
+
     /// Open `port` (as [`probe`] described it).
     pub fn open(port: &PortInfo, want: &Want) -> Result<Self, String> {
         let mut f = Self {
@@ -564,18 +592,53 @@ impl Fabric for VerbsFabric {
         if mr.is_null() {
             return Err(os_err("ibv_reg_mr"));
         }
-        let h = self.next_mr;
-        self.next_mr += 1;
-        self.mrs.insert(h, mr);
-        // SAFETY: `mr` is live.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        Ok(Mr {
-            addr,
-            len,
-            lkey,
-            rkey: if remote_read { rkey } else { 0 },
-            handle: h,
-        })
+        Ok(self.keep_mr(mr, addr, len, remote_read))
+    }
+
+    fn reg_dmabuf_mr(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        remote_read: bool,
+    ) -> Result<Mr, String> {
+        let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        if remote_read {
+            access |= ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        }
+        // SAFETY: the kernel takes its own reference to the dma-buf behind
+        // `fd` (borrowed, open for the call) and pins its pages; nothing is
+        // read or written here.
+        let mr = unsafe {
+            ibv_reg_dmabuf_mr(
+                self.pd,
+                offset,
+                len as usize,
+                iova,
+                fd.as_raw_fd(),
+                access as i32,
+            )
+        };
+        if mr.is_null() {
+            return Err(os_err("ibv_reg_dmabuf_mr"));
+        }
+        Ok(self.keep_mr(mr, iova, len, remote_read))
+    }
+
+    fn probe_dmabuf(&mut self) -> Result<(), String> {
+        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
+        // SAFETY: fd -1 is never a dma-buf: the call fails before anything
+        // is registered, and tells by its errno whether the provider and
+        // the kernel know the operation (EBADF) or not.
+        let mr = unsafe { ibv_reg_dmabuf_mr(self.pd, 0, 4096, 0, -1, access) };
+        if !mr.is_null() {
+            // SAFETY: a registration we own (it should not exist).
+            unsafe { ibv_dereg_mr(mr) };
+            return Ok(());
+        }
+        dmabuf_probe_answer(std::io::Error::last_os_error())
+            .map_err(|e| format!("{}: {e}", self.port.device))
     }
 
     fn dereg_mr(&mut self, mr: Mr) {
@@ -826,6 +889,32 @@ impl Drop for VerbsFabric {
             if !self.ctx.is_null() {
                 ibv_close_device(self.ctx);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dmabuf_probe_answer;
+    use std::io::Error;
+
+    #[test]
+    fn the_dma_buf_probe_reads_ebadf_as_support_and_anything_else_as_none() {
+        assert_eq!(
+            dmabuf_probe_answer(Error::from_raw_os_error(nix::libc::EBADF)),
+            Ok(())
+        );
+        for e in [
+            nix::libc::EOPNOTSUPP,
+            nix::libc::ENOSYS,
+            nix::libc::EPROTONOSUPPORT,
+            nix::libc::EINVAL,
+        ] {
+            let why = dmabuf_probe_answer(Error::from_raw_os_error(e)).unwrap_err();
+            assert!(
+                why.starts_with("ibv_reg_dmabuf_mr is not supported: "),
+                "{why}"
+            );
         }
     }
 }

@@ -353,7 +353,7 @@ impl ShmBtl {
             exclusivity: 100,
             get_threshold: cfg.get_threshold,
             cuda_ipc: true,
-            gpudirect: false,
+            gpudirect: None,
         };
         let cma_status = match cma_ok {
             Ok(s) => format!("enabled: {s}"),

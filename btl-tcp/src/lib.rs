@@ -320,7 +320,7 @@ impl TcpBtl {
             exclusivity: 10,
             get_threshold: usize::MAX,
             cuda_ipc: false,
-            gpudirect: false,
+            gpudirect: None,
         };
         tracing::debug!(target: LOG, "tcp: rank {me} listening on {}", list_addrs(&listeners.iter().map(|l| l.1).collect::<Vec<_>>()));
         Ok(TcpBtl {

@@ -132,9 +132,47 @@ pub struct Capabilities {
     /// The peers this btl reaches share this node's GPUs: device memory may
     /// travel by CUDA IPC (the pml's `rndv/cuda-ipc`).
     pub cuda_ipc: bool,
-    /// [`Btl::register_device`] works: the NIC can read GPU memory directly
-    /// (GPUDirect RDMA), so device memory travels by `get` (`rndv/gpudirect`).
-    pub gpudirect: bool,
+    /// How [`Btl::register_device`] and [`Btl::get_device`] register GPU
+    /// memory, where the NIC can read and write it directly (GPUDirect
+    /// RDMA): device memory then travels by `get` (`rndv/gpudirect`).
+    /// `None`: this btl cannot reach device memory.
+    pub gpudirect: Option<DeviceReg>,
+}
+
+/// How a btl registers device memory for GPUDirect RDMA
+/// ([`Capabilities::gpudirect`]); it tells the driver whether to export a
+/// dma-buf of the memory first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceReg {
+    /// Through a dma-buf of the memory, exported by the gpu layer
+    /// (`cuMemGetHandleForAddressRange`) and registered by the NIC
+    /// (`ibv_reg_dmabuf_mr`): the upstream kernel path.
+    DmaBuf,
+    /// By the device address itself, where a kernel module lets the NIC
+    /// driver pin GPU memory (`ibv_reg_mr` with `nvidia_peermem` loaded).
+    Address,
+}
+
+impl DeviceReg {
+    /// Its name in logs and the doctor's report.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceReg::DmaBuf => "dma-buf",
+            DeviceReg::Address => "nvidia_peermem",
+        }
+    }
+}
+
+/// A dma-buf export of device memory, lent to [`Btl::register_device`] or
+/// [`Btl::get_device`] for the registration only (the NIC keeps its own
+/// reference to the buffer; the caller closes the descriptor afterwards).
+#[derive(Debug, Clone, Copy)]
+pub struct DmaBuf<'a> {
+    /// The dma-buf.
+    pub fd: std::os::fd::BorrowedFd<'a>,
+    /// Where the registered address lies in it (the export covers whole GPU
+    /// pages around the range).
+    pub offset: u64,
 }
 
 /// Outcome of submitting an operation to a btl.
@@ -340,16 +378,19 @@ pub trait Btl: Send {
     }
 
     /// Describe device memory so that a peer can [`Btl::get`] it straight
-    /// from the GPU (GPUDirect RDMA): `dmabuf` is the memory exported by the
-    /// gpu layer (`cuMemGetHandleForAddressRange`), for a verbs btl's
-    /// `ibv_reg_dmabuf_mr` (or, failing that, `ibv_reg_mr` on the device
-    /// address where `nvidia_peermem` is loaded). Only btls that set
-    /// [`Capabilities::gpudirect`] implement it; `None` otherwise.
+    /// from the GPU (GPUDirect RDMA). With [`DeviceReg::DmaBuf`] the driver
+    /// passes the memory's dma-buf (exported by the gpu layer), for a verbs
+    /// btl's `ibv_reg_dmabuf_mr`; with [`DeviceReg::Address`] it passes
+    /// none and the btl registers the device address (`ibv_reg_mr` where
+    /// `nvidia_peermem` is loaded). Only btls that set
+    /// [`Capabilities::gpudirect`] implement it; `None` otherwise, or when
+    /// the registration fails (the pml then stages the message). The
+    /// descriptor is released by [`Btl::deregister`], like a host one.
     fn register_device(
         &mut self,
         addr: u64,
         len: u64,
-        dmabuf: std::os::fd::BorrowedFd<'_>,
+        dmabuf: Option<DmaBuf<'_>>,
     ) -> Option<MemDesc> {
         let _ = (addr, len, dmabuf);
         None
@@ -387,6 +428,28 @@ pub trait Btl: Send {
         token: u64,
     ) -> Result<Submit, BtlError> {
         let _ = (peer, remote, offset, dst, token);
+        Err(BtlError::Unsupported(self.caps().name))
+    }
+
+    /// [`Btl::get`] into device memory (GPUDirect RDMA): `dst` is GPU
+    /// memory, which the btl registers as [`Capabilities::gpudirect`] says
+    /// (with `dmabuf`, the destination's export, for [`DeviceReg::DmaBuf`]).
+    /// A registration that fails is an error, and the pml falls back to a
+    /// copy protocol. The default: [`BtlError::Unsupported`].
+    ///
+    /// # Safety
+    /// As for [`Btl::get`], for the device memory `dst`.
+    #[allow(unsafe_code)]
+    unsafe fn get_device(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        dmabuf: Option<DmaBuf<'_>>,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let _ = (peer, remote, offset, dst, dmabuf, token);
         Err(BtlError::Unsupported(self.caps().name))
     }
 

@@ -32,7 +32,7 @@ impl Loopback {
                 // Device memory reaches this peer by address: the driver
                 // copies device-to-device without an IPC handle.
                 cuda_ipc: true,
-                gpudirect: false,
+                gpudirect: None,
             },
             queue: VecDeque::new(),
         }

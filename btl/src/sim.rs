@@ -209,7 +209,7 @@ impl Fabric {
             exclusivity: 100,
             get_threshold: eager_limit,
             cuda_ipc: false,
-            gpudirect: false,
+            gpudirect: None,
         }
     }
 

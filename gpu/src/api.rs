@@ -293,6 +293,41 @@ pub trait PinnedBuf: Send + fmt::Debug {
     fn as_mut_slice(&mut self) -> &mut [u8];
 }
 
+/// Alignment of a dma-buf export: the GPU page (64 KiB). The driver
+/// exports whole pages only.
+pub const DMABUF_ALIGN: u64 = 1 << 16;
+
+/// The range [`CudaApi::export_dmabuf`] exports for `len` bytes at `addr`:
+/// `(start, len)` rounded out to [`DMABUF_ALIGN`]. The fd covers this range,
+/// so a NIC registers the bytes with offset `addr - start`
+/// (`ibv_reg_dmabuf_mr(pd, addr - start, len, iova, fd, access)`).
+pub fn dmabuf_span(addr: u64, len: usize) -> (u64, usize) {
+    let start = addr & !(DMABUF_ALIGN - 1);
+    let end = (addr + len.max(1) as u64).next_multiple_of(DMABUF_ALIGN);
+    (start, (end - start) as usize)
+}
+
+/// Device memory exported as a dma-buf ([`CudaApi::export_dmabuf`]).
+#[derive(Debug)]
+pub struct DmaBufExport {
+    /// The dma-buf; closing it does not undo a NIC's registration of it.
+    pub fd: std::os::fd::OwnedFd,
+    /// Where the exported address lies in the buffer.
+    pub offset: u64,
+}
+
+impl DmaBufExport {
+    /// The export of `len` bytes at `addr` through `fd`, which covers
+    /// [`dmabuf_span`]`(addr, len)`.
+    pub fn of_span(fd: std::os::fd::OwnedFd, addr: u64, len: usize) -> Self {
+        let (start, _) = dmabuf_span(addr, len);
+        Self {
+            fd,
+            offset: addr - start,
+        }
+    }
+}
+
 /// What `gmpirun --doctor` and the runtime's start-up log say about CUDA.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
@@ -430,8 +465,9 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
 
     /// Export `len` bytes of device memory at `addr` as a dma-buf file
     /// descriptor, for a NIC to register (`ibv_reg_dmabuf_mr`): the hook
-    /// GPUDirect RDMA transports use.
-    fn export_dmabuf(&self, addr: u64, len: usize) -> Result<std::os::fd::OwnedFd, GpuError>;
+    /// GPUDirect RDMA transports use. The export covers
+    /// [`dmabuf_span`]`(addr, len)`.
+    fn export_dmabuf(&self, addr: u64, len: usize) -> Result<DmaBufExport, GpuError>;
 
     /// Make `ordinal` the device of this thread (retaining its primary
     /// context if no context is current), for `select_device`.
@@ -439,4 +475,10 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
 
     /// What the doctor reports.
     fn facts(&self) -> Facts;
+
+    /// Whether device memory exports as dma-bufs ([`Facts::dmabuf`] alone,
+    /// for a transport deciding on GPUDirect RDMA at start-up).
+    fn dmabuf_supported(&self) -> Result<(), String> {
+        self.facts().dmabuf
+    }
 }

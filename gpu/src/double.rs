@@ -14,6 +14,9 @@
 //! the tests of [`crate::Gpu::reduce`]'s host fallback;
 //! [`TestCuda::fail_queries`] and [`TestCuda::fail_copies`] make pointer
 //! queries or copies fail as after a sticky driver error.
+//! [`TestCuda::with_dmabuf`] exports device memory as a "dma-buf": a real,
+//! unlinked file of the exported span's size, so a NIC model can check the
+//! descriptor and the range it is asked to register, as the kernel does.
 //!
 //! One `TestCuda`'s memory is shared by every rank of an in-process test, the
 //! way one driver serves every process of a node; each rank that plays a
@@ -35,6 +38,26 @@ use crate::MemKind;
 /// The double's "kernel", and the reference the device tests compare
 /// against (it lives in `host_reduce.rs`, which production code uses too).
 pub use crate::host_reduce::host_reduce;
+
+/// The double's dma-buf: an unlinked temporary file of `span` bytes (its
+/// size is what `fstat` reports, as for a real dma-buf).
+fn span_file(span: usize) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "gmpi-double-dmabuf-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    f.set_len(span as u64)?;
+    Ok(f.into())
+}
 
 /// Where the fake device address space starts.
 const DEVICE_BASE: u64 = 0x7a00_0000_0000;
@@ -81,6 +104,8 @@ pub struct Counts {
     /// ([`CudaApi::copy_device_async`]; each is also counted in `dtod` when
     /// it lands).
     pub async_dtod: u64,
+    /// dma-buf exports made ([`CudaApi::export_dmabuf`]).
+    pub dmabuf_exports: u64,
 }
 
 /// One step of the asynchronous copies, in the order it happened
@@ -184,6 +209,7 @@ struct State {
 pub struct TestCuda {
     devices: usize,
     gdrcopy: bool,
+    dmabuf: bool,
     /// What one pointer query (`query`, `buffer_id`) costs, spent spinning:
     /// the cost model benchmarks use (a real `cuPointerGetAttributes` takes
     /// a few hundred nanoseconds).
@@ -258,6 +284,7 @@ impl TestCuda {
         Self {
             devices,
             gdrcopy: false,
+            dmabuf: false,
             call_cost: std::time::Duration::ZERO,
             kernels: true,
             pid: 0,
@@ -278,10 +305,33 @@ impl TestCuda {
         Self {
             devices: self.devices,
             gdrcopy: self.gdrcopy,
+            dmabuf: self.dmabuf,
             call_cost: self.call_cost,
             kernels: self.kernels,
             pid,
             st: Arc::clone(&self.st),
+        }
+    }
+
+    /// Pretend the GPU exports dma-bufs (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`
+    /// and the open kernel modules): [`CudaApi::export_dmabuf`] then
+    /// answers with a real descriptor (see the module documentation).
+    pub fn with_dmabuf(mut self) -> Self {
+        self.dmabuf = true;
+        self
+    }
+
+    /// Whether `len` bytes at `addr` lie in one device allocation (its own
+    /// address, not an IPC mapping): what a NIC model asks before it reads
+    /// or writes "GPU memory" with [`TestCuda::peek`] / [`TestCuda::poke`].
+    pub fn is_device_range(&self, addr: u64, len: usize) -> bool {
+        let s = self.st();
+        match s.allocs.range(..=addr).next_back() {
+            Some((&base, a)) => {
+                matches!(a.kind, MemKind::Device { .. })
+                    && addr - base + len as u64 <= a.data.len() as u64
+            }
+            None => false,
         }
     }
 
@@ -789,10 +839,25 @@ impl CudaApi for TestCuda {
         Ok(())
     }
 
-    fn export_dmabuf(&self, _addr: u64, _len: usize) -> Result<std::os::fd::OwnedFd, GpuError> {
-        Err(GpuError::Unsupported(
-            "the test double has no dma-buf export".into(),
-        ))
+    fn export_dmabuf(&self, addr: u64, len: usize) -> Result<DmaBufExport, GpuError> {
+        if !self.dmabuf {
+            return Err(GpuError::Unsupported(
+                "the test double has no dma-buf export (TestCuda::with_dmabuf)".into(),
+            ));
+        }
+        if !self.is_device_range(addr, len) {
+            return Err(GpuError::Driver {
+                call: "cuMemGetHandleForAddressRange",
+                msg: format!("CUDA_ERROR_INVALID_VALUE: {addr:#x}+{len} is not device memory"),
+            });
+        }
+        let (_, span) = dmabuf_span(addr, len);
+        let fd = span_file(span).map_err(|e| GpuError::Driver {
+            call: "cuMemGetHandleForAddressRange",
+            msg: format!("the double's dma-buf file: {e}"),
+        })?;
+        self.st().counts.dmabuf_exports += 1;
+        Ok(DmaBufExport::of_span(fd, addr, len))
     }
 
     fn set_device(&self, ordinal: i32) -> Result<(), GpuError> {
@@ -816,7 +881,11 @@ impl CudaApi for TestCuda {
             } else {
                 Err("test double without GDRCopy".into())
             },
-            dmabuf: Err("test double".into()),
+            dmabuf: if self.dmabuf {
+                Ok(())
+            } else {
+                Err("test double without dma-buf export".into())
+            },
             peer_access: Vec::new(),
         }
     }

@@ -725,8 +725,24 @@ impl Gpu {
         Ok(Some(ordinal))
     }
 
+    /// What a NIC needs of the GPU for GPUDirect RDMA: `(a device is
+    /// there, its memory exports as dma-bufs)`, each `Ok` or why not.
+    pub fn gpudirect_probe(&self) -> (Result<(), String>, Result<(), String>) {
+        match &self.api {
+            Some(api) if api.device_count() > 0 => (Ok(()), api.dmabuf_supported()),
+            Some(_) => {
+                let no = Err("CUDA sees no device".to_string());
+                (no.clone(), no)
+            }
+            None => {
+                let no = Err(format!("CUDA is not in use ({})", self.status()));
+                (no.clone(), no)
+            }
+        }
+    }
+
     /// Export device memory as a dma-buf for a NIC (GPUDirect RDMA hook).
-    pub fn export_dmabuf(&self, addr: u64, len: usize) -> Result<std::os::fd::OwnedFd, GpuError> {
+    pub fn export_dmabuf(&self, addr: u64, len: usize) -> Result<api::DmaBufExport, GpuError> {
         self.need_api()?.export_dmabuf(addr, len)
     }
 

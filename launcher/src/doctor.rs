@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use gmpi_btl::Capabilities;
+use gmpi_btl::{Capabilities, DeviceReg};
+use gmpi_btl_ib::gpudirect;
 use gmpi_gpu::{CudaMode, Gpu, GpuConfig, MemKind};
 use gmpi_pml::protocol::{size_name, PlanTable, SendMode};
 use gmpi_pml::{DeviceConfig, PmlConfig};
@@ -21,7 +22,7 @@ fn transports() -> [(&'static str, Capabilities); 3] {
         exclusivity: 100,
         get_threshold: 8 << 10,
         cuda_ipc: true,
-        gpudirect: false,
+        gpudirect: None,
     };
     let tcp = Capabilities {
         name: "tcp",
@@ -32,7 +33,7 @@ fn transports() -> [(&'static str, Capabilities); 3] {
         exclusivity: 10,
         get_threshold: usize::MAX,
         cuda_ipc: false,
-        gpudirect: false,
+        gpudirect: None,
     };
     let ib = gmpi_btl_ib::caps(&gmpi_btl_ib::IbConfig::default());
     [
@@ -63,13 +64,27 @@ fn device_config(gdrcopy: bool) -> DeviceConfig {
     d
 }
 
-/// The verbs ports btl-ib finds, which it would use, and why not.
+/// What the gpu layer answers for GPUDirect RDMA (a device, dma-buf
+/// export), or why not when CUDA is not usable.
+fn gpu_probe(gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> (Result<(), String>, Result<(), String>) {
+    match gpu {
+        Ok(g) => g.gpudirect_probe(),
+        Err(e) => {
+            let no = Err(format!("CUDA is not usable: {e}"));
+            (no.clone(), no)
+        }
+    }
+}
+
+/// The verbs ports btl-ib finds, which it would use, and why not; and how
+/// it would register GPU memory (GPUDirect RDMA), which it returns.
 #[cfg(feature = "ib")]
-fn verbs_report(o: &mut String) {
+fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option<DeviceReg> {
     use gmpi_btl_ib::verbs;
     match verbs::probe() {
         Err(e) => {
             let _ = writeln!(o, "RDMA ports: none ({e}); ranks on other nodes talk over TCP, device data between nodes is staged through host memory");
+            None
         }
         Ok(c) => {
             for p in &c {
@@ -91,22 +106,60 @@ fn verbs_report(o: &mut String) {
                     .and_then(|d| verbs::parse_devices(&d).ok()),
                 ..verbs::Want::default()
             };
-            match verbs::choose(&c, want.devices.as_deref(), verbs::this_numa_node()) {
+            let chosen = match verbs::choose(&c, want.devices.as_deref(), verbs::this_numa_node()) {
                 Ok(p) => {
                     let _ = writeln!(o, "btl-ib would use: {}:{}", p.port.device, p.port.port);
+                    Some(p)
                 }
                 Err(e) => {
                     let _ = writeln!(o, "btl-ib: {e}; ranks on other nodes talk over TCP");
+                    None
                 }
+            };
+            let chosen = chosen?;
+            // The NIC's answer needs a protection domain on it: open the
+            // port as a rank would.
+            let nic_dmabuf = verbs::open(&verbs::Want {
+                devices: Some(vec![(chosen.port.device.clone(), Some(chosen.port.port))]),
+                ..verbs::Want::default()
+            })
+            .and_then(|mut f| {
+                use gmpi_btl_ib::fabric::Fabric;
+                f.probe_dmabuf()
+            });
+            match &nic_dmabuf {
+                Ok(()) => writeln!(o, "dma-buf registration on {}: yes", chosen.port.device),
+                Err(e) => writeln!(
+                    o,
+                    "dma-buf registration on {}: no ({e})",
+                    chosen.port.device
+                ),
             }
-            let _ = writeln!(o, "GPUDirect RDMA: not implemented in btl-ib yet; device data between nodes is staged through host memory");
+            .ok();
+            let (gpu_ok, gpu_dmabuf) = gpu_probe(gpu);
+            let probes = gpudirect::Probes {
+                gpu: gpu_ok,
+                gpu_dmabuf,
+                nic_dmabuf,
+                peermem: gpudirect::peermem(std::path::Path::new("/sys")),
+            };
+            let d = match gpudirect::Want::from_env() {
+                Ok(w) => gpudirect::decide(w, &probes),
+                Err(e) => {
+                    let _ = writeln!(o, "GPUDirect RDMA: {e}");
+                    return None;
+                }
+            };
+            let _ = writeln!(o, "GPUDirect RDMA: {}", d.describe());
+            d.via
         }
     }
 }
 
 /// Without feature `ib`: what is there, and that it is not used.
 #[cfg(not(feature = "ib"))]
-fn verbs_report(o: &mut String) {
+fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option<DeviceReg> {
+    let _ = gpu_probe(gpu);
     let ib = std::fs::read_dir("/sys/class/infiniband")
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -120,6 +173,7 @@ fn verbs_report(o: &mut String) {
     for n in &ib {
         let _ = writeln!(o, "RDMA NIC: {n}; gmpi's InfiniBand transport is not built into this binary (./install.sh builds it where rdma-core's development files are present), so ranks on other nodes talk over TCP");
     }
+    None
 }
 
 /// The report, and whether CUDA was usable.
@@ -164,13 +218,12 @@ pub fn report() -> (String, bool) {
             false
         }
     };
-    let peermem = std::path::Path::new("/sys/module/nvidia_peermem").exists();
-    let _ = writeln!(
-        o,
-        "nvidia_peermem: {}",
-        if peermem { "loaded" } else { "not loaded" }
-    );
-    verbs_report(&mut o);
+    match gpudirect::peermem(std::path::Path::new("/sys")) {
+        Ok(()) => writeln!(o, "nvidia_peermem: loaded"),
+        Err(e) => writeln!(o, "nvidia_peermem: {e}"),
+    }
+    .ok();
+    let via = verbs_report(&mut o, &gpu);
     match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
         Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => {
             let _ = writeln!(o, "ulimit -l: unlimited");
@@ -200,7 +253,10 @@ pub fn report() -> (String, bool) {
         "protocols (source -> destination, size: protocol; then the whole plan table, as GMPI_LOG=pml=debug prints it):"
     );
     let dev = MemKind::Device { ordinal: 0 };
-    for (where_, caps) in transports() {
+    for (where_, mut caps) in transports() {
+        if caps.name == "ib" {
+            caps.gpudirect = via;
+        }
         let _ = writeln!(o, "  {where_}:");
         for (sn, sk) in [("H", MemKind::Host), ("D", dev)] {
             for (dn, dk) in [("H", MemKind::Host), ("D", dev)] {
@@ -221,9 +277,9 @@ pub fn report() -> (String, bool) {
                 }
             }
         }
-        if !caps.cuda_ipc && caps.get && !caps.gpudirect {
-            let _ = writeln!(o, "    (no CUDA IPC between nodes; btl-ib does not register GPU memory yet (no GPUDirect RDMA): large device messages are staged)");
-        } else if !caps.cuda_ipc && !caps.gpudirect {
+        if !caps.cuda_ipc && caps.get && caps.gpudirect.is_none() {
+            let _ = writeln!(o, "    (no CUDA IPC between nodes, and btl-ib does not register GPU memory here (see GPUDirect RDMA above): large device messages are staged)");
+        } else if !caps.cuda_ipc && caps.gpudirect.is_none() {
             let _ = writeln!(o, "    (no CUDA IPC between nodes; no GPUDirect without an RDMA transport: large device messages are staged)");
         }
     }

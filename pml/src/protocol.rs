@@ -279,7 +279,7 @@ fn sender_protocol(q: &Query, caps: &Capabilities, cfg: &PmlConfig) -> Protocol 
         if device && caps.cuda_ipc && d.ipc && q.len >= d.ipc_threshold {
             return Protocol::RndvIpc;
         }
-        if device && caps.gpudirect && caps.get && cfg.use_get {
+        if device && caps.gpudirect.is_some() && caps.get && cfg.use_get {
             return Protocol::RndvGet;
         }
         return Protocol::RndvPipelined;
@@ -297,12 +297,18 @@ fn sender_protocol(q: &Query, caps: &Capabilities, cfg: &PmlConfig) -> Protocol 
 
 /// The receiver's half of a plan: how a matched rendezvous that offers
 /// `offer` is completed into memory of kind `dst` over a transport with
-/// `caps`. A get lands in host memory, or in device memory only where the
-/// transport registered it for GPUDirect; a device destination otherwise
-/// asks for the stream and copies each chunk in.
+/// `caps`. A get lands in host memory, or in device memory (not managed
+/// memory, which no NIC registers) only where the transport registers it
+/// for GPUDirect; a device destination otherwise asks for the stream and
+/// copies each chunk in.
 pub fn receive(offer: Offer, dst: MemKind, caps: &Capabilities, cfg: &PmlConfig) -> Protocol {
     match offer {
-        Offer::Get if caps.get && cfg.use_get && (dst.is_host() || caps.gpudirect) => {
+        Offer::Get
+            if caps.get
+                && cfg.use_get
+                && (dst.is_host()
+                    || (matches!(dst, MemKind::Device { .. }) && caps.gpudirect.is_some())) =>
+        {
             Protocol::RndvGet
         }
         Offer::Get | Offer::Stream => Protocol::RndvPipelined,
@@ -466,7 +472,7 @@ mod tests {
             exclusivity: 1,
             get_threshold: 8192,
             cuda_ipc: false,
-            gpudirect: false,
+            gpudirect: None,
         }
     }
 
@@ -555,7 +561,7 @@ mod tests {
         );
         assert_eq!(choose(1 << 20, DEV, STD, &c, &high), Protocol::RndvIpc);
         c.cuda_ipc = false;
-        c.gpudirect = true;
+        c.gpudirect = Some(gmpi_btl::DeviceReg::DmaBuf);
         assert_eq!(choose(1 << 20, DEV, STD, &c, &cfg), Protocol::RndvGet);
         assert_eq!(
             Protocol::RndvGet.describe(DEV, None, false),
@@ -659,7 +665,7 @@ mod tests {
             exclusivity: 100,
             get_threshold: 8 << 10,
             cuda_ipc: true,
-            gpudirect: false,
+            gpudirect: None,
         };
         let tcp = Capabilities {
             name: "tcp",
@@ -670,11 +676,11 @@ mod tests {
             exclusivity: 10,
             get_threshold: usize::MAX,
             cuda_ipc: false,
-            gpudirect: false,
+            gpudirect: None,
         };
         let ib = Capabilities {
             name: "ib",
-            gpudirect: true,
+            gpudirect: Some(gmpi_btl::DeviceReg::DmaBuf),
             get: true,
             cuda_ipc: false,
             get_threshold: 16 << 10,
@@ -751,7 +757,14 @@ mod tests {
             receive(Offer::Get, MemKind::Managed, &c, &cfg),
             Protocol::RndvPipelined
         );
-        c.gpudirect = true;
+        c.gpudirect = Some(gmpi_btl::DeviceReg::DmaBuf);
+        assert_eq!(receive(Offer::Get, DEV, &c, &cfg), Protocol::RndvGet);
+        // No NIC registers managed memory: it is streamed even then.
+        assert_eq!(
+            receive(Offer::Get, MemKind::Managed, &c, &cfg),
+            Protocol::RndvPipelined
+        );
+        c.gpudirect = Some(gmpi_btl::DeviceReg::Address);
         assert_eq!(receive(Offer::Get, DEV, &c, &cfg), Protocol::RndvGet);
         let nog = PmlConfig {
             use_get: false,

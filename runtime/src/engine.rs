@@ -676,6 +676,40 @@ impl Engine {
                 ),
             ));
         }
+        let gcfg = cfg
+            .gpu()
+            .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
+        // Before the transports: btl-ib asks it whether the GPU exports
+        // dma-bufs (GPUDirect RDMA). Loads libcuda (under `auto`, where present) but creates no context
+        // and allocates nothing: the first device buffer does that.
+        let gpu =
+            std::sync::Arc::new(Gpu::init(&gcfg).map_err(|e| {
+                Error::new(ErrorClass::Other, CALL, r, format!("GMPI_CUDA=on: {e}"))
+            })?);
+        tracing::debug!(target: "gpu", "CUDA: {}", gpu.status());
+        match std::env::var("GMPI_GPU_BIND").as_deref() {
+            Ok("local-rank") => match gpu.select_device(local_rank as usize) {
+                Ok(Some(d)) => tracing::debug!(target: "gpu", "local rank {local_rank}: GPU {d}"),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        CALL,
+                        r,
+                        format!("GMPI_GPU_BIND=local-rank: {e}"),
+                    ))
+                }
+            },
+            Ok("none") | Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::new(
+                    ErrorClass::Arg,
+                    CALL,
+                    r,
+                    format!("GMPI_GPU_BIND={other:?}: expected none or local-rank"),
+                ))
+            }
+        }
         let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
         let mut cma_status = String::from("no shared-memory peers");
         let mut cma = false;
@@ -815,6 +849,8 @@ impl Engine {
                 }
                 tracing::debug!(target: "btl", "ib: {reached} of {} peers on other nodes", tcp_peers.len());
                 if reached > 0 {
+                    b.gpudirect(&gpu)
+                        .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
                     btls.push(b.into_btl());
                 }
             }
@@ -826,39 +862,6 @@ impl Engine {
                 }
                 tracing::debug!(target: "btl", "tcp: {} peers, listening on {}", tcp_peers.len(), t.card());
                 btls.push(Box::new(t));
-            }
-        }
-        let gcfg = cfg
-            .gpu()
-            .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
-        // Loads libcuda (under `auto`, where present) but creates no context
-        // and allocates nothing: the first device buffer does that.
-        let gpu =
-            std::sync::Arc::new(Gpu::init(&gcfg).map_err(|e| {
-                Error::new(ErrorClass::Other, CALL, r, format!("GMPI_CUDA=on: {e}"))
-            })?);
-        tracing::debug!(target: "gpu", "CUDA: {}", gpu.status());
-        match std::env::var("GMPI_GPU_BIND").as_deref() {
-            Ok("local-rank") => match gpu.select_device(local_rank as usize) {
-                Ok(Some(d)) => tracing::debug!(target: "gpu", "local rank {local_rank}: GPU {d}"),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(Error::new(
-                        ErrorClass::Other,
-                        CALL,
-                        r,
-                        format!("GMPI_GPU_BIND=local-rank: {e}"),
-                    ))
-                }
-            },
-            Ok("none") | Ok("") | Err(_) => {}
-            Ok(other) => {
-                return Err(Error::new(
-                    ErrorClass::Arg,
-                    CALL,
-                    r,
-                    format!("GMPI_GPU_BIND={other:?}: expected none or local-rank"),
-                ))
             }
         }
         let pcfg = PmlConfig {

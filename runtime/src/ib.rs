@@ -2,8 +2,12 @@
 //! or say why there is none. Every rank publishes `gmpi-ib-<rank>`: its
 //! card, or `none: <why>`; a pair of ranks on different nodes uses ib only
 //! when both published a card (each side decides alike), otherwise tcp.
+//! Once connected, the btl learns whether it registers GPU memory
+//! (GPUDirect RDMA: [`gpudirect`], from the gpu layer's and the NIC's
+//! answers and `GMPI_IB_GPUDIRECT`).
 
 use gmpi_btl::Btl;
+use gmpi_gpu::Gpu;
 
 /// The card value of a rank without ib.
 pub(crate) const NONE: &str = "none";
@@ -19,6 +23,9 @@ pub(crate) trait Pending {
     fn card(&self) -> String;
     /// Connect to `peer`.
     fn add_peer(&mut self, peer: u32, card: &str) -> Result<(), String>;
+    /// Decide GPUDirect RDMA ([`gpudirect`]); an error for a bad
+    /// `GMPI_IB_GPUDIRECT`.
+    fn gpudirect(&mut self, gpu: &Gpu) -> Result<(), String>;
     /// The btl, once connected.
     fn into_btl(self: Box<Self>) -> Box<dyn Btl>;
 }
@@ -30,6 +37,12 @@ impl Pending for gmpi_btl_ib::IbBtl<gmpi_btl_ib::verbs::VerbsFabric> {
     }
     fn add_peer(&mut self, peer: u32, card: &str) -> Result<(), String> {
         gmpi_btl_ib::IbBtl::add_peer(self, peer, card)
+    }
+    fn gpudirect(&mut self, gpu: &Gpu) -> Result<(), String> {
+        let want = gmpi_btl_ib::gpudirect::Want::from_env()?;
+        let d = self.decide_gpudirect(gpu.gpudirect_probe(), want, std::path::Path::new("/sys"));
+        tracing::debug!(target: "btl", "ib: GPUDirect RDMA on {}: {}", self.port().device, d.describe());
+        Ok(())
     }
     fn into_btl(self: Box<Self>) -> Box<dyn Btl> {
         self

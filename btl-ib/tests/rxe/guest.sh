@@ -84,7 +84,7 @@ fi
 
 export GMPI_LOG=pml=debug,btl=debug
 # 2. Point-to-point at every threshold (0 B to 16 MiB, content-checked).
-check_job sweep-np2 2 240 --needs "via ib: eager" --needs "via ib: rndv/get" -- "$CHECK" sweep 16777216
+check_job sweep-np2 2 240 --needs "via ib: eager" --needs "via ib: rndv/get" --needs "ib: GPUDirect RDMA on rxe" -- "$CHECK" sweep 16777216
 check_job sweep-np4 4 300 --needs "via ib: rndv/get" --needs "via shm" -- "$CHECK" sweep 16777216
 # 3. A send buffer freed and reallocated between rendezvous sends.
 check_job realloc 2 180 --needs "12 rounds" -- "$CHECK" realloc
@@ -95,6 +95,16 @@ GMPI_IB_RECV_BUFFERS=2 check_job rnr 2 240 --needs "receivers will answer RNR" -
 # 6. A rank without a usable port: its peers reach it over tcp instead.
 IB_OFF_RANK=1 check_job fallback 2 120 --needs "via tcp" --needs "rank 1 has no ib" -- "$CHECK" sweep 1048576
 unset GMPI_LOG
+# 6b. The doctor asks the real device whether it registers dma-bufs
+# (ibv_reg_dmabuf_mr with fd -1: EBADF where it does) and decides GPUDirect
+# RDMA; without a GPU the answer must be "no", with the reason.
+if GMPI_IB_DEVICES=rxe1 timeout 60 "$GMPIRUN" --doctor >/tmp/work/doctor.log 2>&1 \
+    && grep -q '^dma-buf registration on rxe1: ' /tmp/work/doctor.log \
+    && grep -q '^GPUDirect RDMA: no, device data between nodes is staged' /tmp/work/doctor.log; then
+    pass "doctor ($(grep '^dma-buf registration on rxe1: ' /tmp/work/doctor.log))"
+else
+    fail doctor "see doctor.log"
+fi
 # 7. Every collective, one and two ranks per node.
 check_job coll-np2 2 300 -- "$COLL" all
 check_job coll-np4 4 400 -- "$COLL" all

@@ -56,18 +56,12 @@ pub const GDRCOPY_LIMIT: usize = 8 << 10;
 /// Size (and alignment) of the windows of device memory GDRCopy pins.
 pub const GDRCOPY_WINDOW: u64 = 2 << 20;
 
-/// Alignment of a dma-buf export (the GPU page): see [`dmabuf_span`].
-pub const DMABUF_ALIGN: u64 = driver::GPU_PAGE;
+pub use crate::api::{dmabuf_span, DMABUF_ALIGN};
 
-/// The range [`CudaApi::export_dmabuf`] exports for `len` bytes at `addr`:
-/// `(start, len)` rounded out to [`DMABUF_ALIGN`]. The fd covers this range,
-/// so a NIC registers it with offset `addr - start`
-/// (`ibv_reg_dmabuf_mr(pd, addr - start, len, iova, fd, access)`).
-pub fn dmabuf_span(addr: u64, len: usize) -> (u64, usize) {
-    let start = addr & !(DMABUF_ALIGN - 1);
-    let end = (addr + len.max(1) as u64).next_multiple_of(DMABUF_ALIGN);
-    (start, (end - start) as usize)
-}
+const _: () = assert!(
+    DMABUF_ALIGN == driver::GPU_PAGE,
+    "dma-buf exports cover GPU pages"
+);
 
 /// Load the CUDA driver (`libcuda.so`), `cuInit(0)` and count devices.
 /// Creates no context. [`GpuError::Unavailable`] when the library is absent,
@@ -740,7 +734,7 @@ impl CudaApi for Cuda {
 
     /// The fd covers [`dmabuf_span`]`(addr, len)`: the range rounded out to
     /// 64 KiB GPU pages (the driver requires page-aligned ranges).
-    fn export_dmabuf(&self, addr: u64, len: usize) -> Result<std::os::fd::OwnedFd, GpuError> {
+    fn export_dmabuf(&self, addr: u64, len: usize) -> Result<DmaBufExport, GpuError> {
         if !self.inner.has_dmabuf {
             return Err(GpuError::Unsupported(
                 "the CUDA driver lacks cuMemGetHandleForAddressRange (dma-buf export)".into(),
@@ -750,6 +744,7 @@ impl CudaApi for Cuda {
         let ordinal = self.inner.ordinal_of(addr);
         self.inner
             .on_device(ordinal, |_| driver::dmabuf_fd(start, span))
+            .map(|fd| DmaBufExport::of_span(fd, addr, len))
     }
 
     fn set_device(&self, ordinal: i32) -> Result<(), GpuError> {
@@ -776,9 +771,36 @@ impl CudaApi for Cuda {
             .get_or_init(|| self.inner.gather_facts())
             .clone()
     }
+
+    fn dmabuf_supported(&self) -> Result<(), String> {
+        self.inner.dmabuf_supported()
+    }
 }
 
 impl Inner {
+    /// Whether every visible device exports dma-bufs.
+    fn dmabuf_supported(&self) -> Result<(), String> {
+        let n = self.devices;
+        if !self.has_dmabuf {
+            return Err("the driver lacks cuMemGetHandleForAddressRange".to_string());
+        }
+        if n == 0 {
+            return Err("no device".to_string());
+        }
+        let no: Vec<String> = (0..n)
+            .filter(|i| !matches!(driver::device_dmabuf_supported(*i), Ok(true)))
+            .map(|i| i.to_string())
+            .collect();
+        if no.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 on device(s) {} (needs the open kernel modules)",
+                no.join(", ")
+            ))
+        }
+    }
+
     fn gather_facts(&self) -> Facts {
         let driver_version = driver::driver_version()
             .ok()
@@ -798,24 +820,7 @@ impl Inner {
             Ok(g) => Ok(g.gdr.version().to_string()),
             Err(why) => Err(why.clone()),
         };
-        let dmabuf = if !self.has_dmabuf {
-            Err("the driver lacks cuMemGetHandleForAddressRange".to_string())
-        } else if n == 0 {
-            Err("no device".to_string())
-        } else {
-            let no: Vec<String> = (0..n)
-                .filter(|i| !matches!(driver::device_dmabuf_supported(*i), Ok(true)))
-                .map(|i| i.to_string())
-                .collect();
-            if no.is_empty() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 on device(s) {} (needs the open kernel modules)",
-                    no.join(", ")
-                ))
-            }
-        };
+        let dmabuf = self.dmabuf_supported();
         let peer_access = (0..n)
             .flat_map(|a| (0..n).map(move |b| (a, b)))
             .filter(|(a, b)| a != b && matches!(driver::can_access_peer(*a, *b), Ok(true)))
@@ -845,6 +850,56 @@ mod tests {
             Err(e) => panic!("expected Unavailable, got {e}"),
             Ok(_) => panic!("loaded CUDA without a driver"),
         }
+    }
+
+    /// On a GPU machine (this test binary runs in `tests/device/run.sh`):
+    /// `cuMemGetHandleForAddressRange` gives a dma-buf of `cuMemAlloc`
+    /// memory that covers the exported pages, which is what GPUDirect RDMA
+    /// registers (`ibv_reg_dmabuf_mr`); or, where the GPU says it cannot,
+    /// the export fails with an error, not a crash. Says SKIPPED elsewhere.
+    #[test]
+    fn a_real_gpu_exports_device_memory_as_a_dma_buf() {
+        if !driver::driver_present() {
+            eprintln!("SKIPPED a_real_gpu_exports_device_memory_as_a_dma_buf: no CUDA driver here");
+            return;
+        }
+        let api = match load() {
+            Ok(a) if a.device_count() > 0 => a,
+            Ok(_) => {
+                eprintln!("SKIPPED a_real_gpu_exports_device_memory_as_a_dma_buf: no device");
+                return;
+            }
+            Err(e) => {
+                eprintln!("SKIPPED a_real_gpu_exports_device_memory_as_a_dma_buf: {e}");
+                return;
+            }
+        };
+        let len = 3 << 20;
+        let d = api.alloc_device(len, 0).expect("cuMemAlloc");
+        let (addr, n) = (d + 4096, 1 << 20);
+        match api.dmabuf_supported() {
+            Ok(()) => {
+                let e = api
+                    .export_dmabuf(addr, n)
+                    .expect("a dma-buf of cuMemAlloc memory");
+                let (start, span) = dmabuf_span(addr, n);
+                assert_eq!(e.offset, addr - start);
+                let size = std::fs::File::from(e.fd.try_clone().expect("dup"))
+                    .metadata()
+                    .expect("fstat of the dma-buf")
+                    .len();
+                eprintln!(
+                    "note: dma-buf export of cuMemAlloc memory: {span} B from {start:#x}, offset {}, fstat size {size}",
+                    e.offset
+                );
+                assert!(size == 0 || size >= e.offset + n as u64, "size {size}");
+            }
+            Err(why) => {
+                eprintln!("note: this GPU does not export dma-bufs: {why}");
+                assert!(api.export_dmabuf(addr, n).is_err());
+            }
+        }
+        api.free_device(d).expect("cuMemFree");
     }
 
     #[test]

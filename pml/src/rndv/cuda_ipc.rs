@@ -103,7 +103,7 @@ mod tests {
             exclusivity: 10,
             get_threshold: 4096,
             cuda_ipc: true,
-            gpudirect: false,
+            gpudirect: None,
         };
         p.add_btl(caps, &|r| r == 1);
         p

@@ -609,7 +609,7 @@ mod tests {
             exclusivity: 1,
             get_threshold: 16,
             cuda_ipc: false,
-            gpudirect: false,
+            gpudirect: None,
         };
         p.add_btl(caps, &|r| r == 1);
         let buf = Buf {

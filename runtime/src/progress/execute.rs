@@ -26,7 +26,7 @@
 
 use std::os::fd::AsFd;
 
-use gmpi_btl::{Btl, BtlError, LocalMem, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, DeviceReg, DmaBuf, LocalMem, Rank, Submit};
 use gmpi_pml::{Action, MemKind, Payload, PmlError};
 
 use super::{Driver, HostMemory};
@@ -60,6 +60,76 @@ impl<H: HostMemory> Driver<H> {
         }
     }
 
+    /// Run `f` over btl `btl` with the dma-buf of `len` bytes of device
+    /// memory at `addr` when the btl registers device memory that way
+    /// ([`DeviceReg::DmaBuf`]), else with none; the export is closed after
+    /// `f` (a registration keeps its own reference). An error: the export
+    /// failed.
+    fn with_dmabuf<R>(
+        &mut self,
+        btl: usize,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(&mut dyn Btl, Option<DmaBuf<'_>>) -> R,
+    ) -> Result<R, String> {
+        let b = &mut self.btls[btl];
+        if b.caps().gpudirect != Some(DeviceReg::DmaBuf) {
+            return Ok(f(b.as_mut(), None));
+        }
+        let e = self
+            .gpu
+            .export_dmabuf(addr, len)
+            .map_err(|e| e.to_string())?;
+        let dmabuf = DmaBuf {
+            fd: e.fd.as_fd(),
+            offset: e.offset,
+        };
+        Ok(f(b.as_mut(), Some(dmabuf)))
+    }
+
+    /// A get into device memory (GPUDirect RDMA: `rndv/gpudirect`), which
+    /// the btl registers itself; an export or registration that fails
+    /// fails the get, and the pml falls back to the stream.
+    #[allow(clippy::too_many_arguments)]
+    fn get_device(
+        &mut self,
+        btl: usize,
+        peer: Rank,
+        desc: gmpi_btl::MemDesc,
+        offset: u64,
+        d: LocalMem,
+        token: u64,
+        a: Action,
+    ) -> Option<(Rank, Action)> {
+        // SAFETY: as for a host get (see `execute`): the destination is the
+        // device buffer of a receive request in `AwaitPull`, kept alive and
+        // untouched until this get's outcome reaches the pml.
+        let res = self.with_dmabuf(btl, d.addr, d.len, |b, dmabuf| unsafe {
+            b.get_device(peer, &desc, offset, d, dmabuf, token)
+        });
+        match res {
+            Ok(Ok(Submit::Done)) => {
+                self.pml.handle_get_done(token);
+                None
+            }
+            Ok(Ok(Submit::Queued)) => None,
+            Ok(Ok(Submit::NoResource)) => Some((peer, a)),
+            Ok(Err(BtlError::PeerFailed(p))) => {
+                self.pml.handle_peer_failed(p);
+                None
+            }
+            Ok(Err(e)) => {
+                self.pml.handle_get_failed(token, &e.to_string());
+                None
+            }
+            Err(why) => {
+                self.pml
+                    .handle_get_failed(token, &format!("no dma-buf of the destination: {why}"));
+                None
+            }
+        }
+    }
+
     /// Run one action; give it back, with its peer, if the btl had no
     /// resources (only sends and gets go to a btl that can refuse).
     fn execute(&mut self, a: Action) -> Option<(Rank, Action)> {
@@ -77,17 +147,16 @@ impl<H: HostMemory> Driver<H> {
                 buf,
                 token,
             } => {
-                let b = &mut self.btls[btl];
                 let desc = if buf.kind.is_host() {
-                    b.register(buf.addr, buf.len as u64)
+                    self.btls[btl].register(buf.addr, buf.len as u64)
                 } else {
-                    match self.gpu.export_dmabuf(buf.addr, buf.len) {
-                        Ok(fd) => b.register_device(buf.addr, buf.len as u64, fd.as_fd()),
-                        Err(e) => {
-                            tracing::debug!(target: "pml", "no dma-buf for {:#x}+{}: {e}", buf.addr, buf.len);
-                            None
-                        }
-                    }
+                    self.with_dmabuf(btl, buf.addr, buf.len, |b, dmabuf| {
+                        b.register_device(buf.addr, buf.len as u64, dmabuf)
+                    })
+                    .unwrap_or_else(|e| {
+                        tracing::debug!(target: "pml", "no dma-buf for {:#x}+{}: {e}", buf.addr, buf.len);
+                        None
+                    })
                 };
                 self.pml.handle_registered(token, desc);
                 None
@@ -130,14 +199,17 @@ impl<H: HostMemory> Driver<H> {
                 desc,
                 offset,
                 dst,
-                dst_kind: _,
+                dst_kind,
                 len,
                 token,
                 alone,
             } => {
                 self.quiet[btl] = false;
-                let b = &mut self.btls[btl];
                 let d = LocalMem { addr: dst, len };
+                if !dst_kind.is_host() {
+                    return self.get_device(btl, peer, desc, offset, d, token, a);
+                }
+                let b = &mut self.btls[btl];
                 // SAFETY: the pml emits a get only into the buffer of a
                 // receive request in its `AwaitPull` state (host memory, or
                 // device memory the btl registered for GPUDirect), which the

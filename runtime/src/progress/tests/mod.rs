@@ -1,6 +1,7 @@
 //! The pml and the driver together over the simulated fabric
 //! (`gmpi_btl::sim`): protocols, ordering, wildcards, back-pressure, peer
 //! failure, device memory over the gpu layer's test double (`sim_gpu.rs`),
+//! GPUDirect RDMA over btl-ib's verbs model and the double (`ib_gpu.rs`),
 //! and sleeping across transports (`wake.rs`).
 
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,7 @@ use gmpi_pml::HostWrite;
 
 use super::HostMemory;
 
+mod ib_gpu;
 mod sim;
 mod sim_gpu;
 mod wake;

@@ -29,7 +29,7 @@ fn caps(get: bool, excl: u32) -> Capabilities {
         exclusivity: excl,
         get_threshold: EAGER,
         cuda_ipc: false,
-        gpudirect: false,
+        gpudirect: None,
     }
 }
 

@@ -47,7 +47,7 @@ fn caps(ipc: bool) -> Capabilities {
         exclusivity: 10,
         get_threshold: EAGER,
         cuda_ipc: ipc,
-        gpudirect: false,
+        gpudirect: None,
     }
 }
 
@@ -231,6 +231,7 @@ fn diff(a: &Counts, b: &Counts) -> Counts {
         frees: a.frees - b.frees,
         async_copies: a.async_copies - b.async_copies,
         async_dtod: a.async_dtod - b.async_dtod,
+        dmabuf_exports: a.dmabuf_exports - b.dmabuf_exports,
     }
 }
 

@@ -79,7 +79,7 @@ impl ShmLike {
                 exclusivity: 100,
                 get_threshold: usize::MAX,
                 cuda_ipc: false,
-                gpudirect: false,
+                gpudirect: None,
             },
             bell: Arc::clone(bell),
         }

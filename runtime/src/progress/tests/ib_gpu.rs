@@ -1,0 +1,383 @@
+//! GPUDirect RDMA through the whole stack without a GPU or a NIC: two ranks
+//! "on two nodes", each a driver over btl-ib's verbs model
+//! (`gmpi_btl_ib::model`, whose NIC reaches the gpu layer's test double as
+//! GPU memory) and the double. For each way the NIC may register GPU memory
+//! (dma-buf, `nvidia_peermem`, none) and each host/device pair: the protocol
+//! chosen, the bytes delivered, the registrations and exports made, and no
+//! host copy of device data where GPUDirect applies; every registration
+//! comes back at the end of each message, so a freed and reallocated buffer
+//! can never meet a stale one.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gmpi_btl::loopback::Loopback;
+use gmpi_btl::{Btl, DeviceReg};
+use gmpi_btl_ib::gpudirect::Want;
+use gmpi_btl_ib::model::{DeviceMemory, GpuNic, ModelFabric, ModelNet, Registered};
+use gmpi_btl_ib::{IbBtl, IbConfig};
+use gmpi_gpu::double::{Counts, TestCuda};
+use gmpi_gpu::{Gpu, GpuConfig, MemKind};
+use gmpi_pml::{Buf, Pml, PmlConfig, Protocol, RecvArgs, SendArgs, SendMode};
+
+use crate::buffer::HostMem;
+use crate::progress::Driver;
+
+const DEV: MemKind = MemKind::Device { ordinal: 0 };
+
+/// The double's device memory, as the model's NIC reaches it.
+#[derive(Debug)]
+struct DoubleMem(Arc<TestCuda>);
+
+impl DeviceMemory for DoubleMem {
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        self.0.is_device_range(addr, len as usize)
+    }
+    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.0.peek(addr, len)
+    }
+    fn write(&self, addr: u64, data: &[u8]) {
+        self.0.poke(addr, data)
+    }
+}
+
+/// A sysfs root with `nvidia_peermem` loaded, or without.
+struct Sys(PathBuf);
+
+impl Sys {
+    fn new(peermem: bool) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let root = std::env::temp_dir().join(format!(
+            "gmpi-ib-gpu-sys-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(root.join("module/ib_core")).unwrap();
+        if peermem {
+            std::fs::create_dir_all(root.join("module/nvidia_peermem")).unwrap();
+        }
+        Sys(root)
+    }
+}
+
+impl Drop for Sys {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct World {
+    net: ModelNet,
+    cuda: Arc<TestCuda>,
+    d: Vec<Driver<HostMem>>,
+    /// Host buffers, kept alive while the drivers may touch them.
+    host: Vec<Vec<u8>>,
+    /// The registrations each rank's port holds between messages (its
+    /// send slots and receive buffers).
+    idle_regs: Vec<usize>,
+}
+
+impl World {
+    /// Two ranks on two "nodes" whose NICs can do `nic`, on GPUs that
+    /// export dma-bufs where `gpu_dmabuf` says (rank 0, rank 1).
+    fn new(nic: GpuNic, gpu_dmabuf: [bool; 2], want: Want) -> (Self, Vec<Option<DeviceReg>>) {
+        Self::build(nic, gpu_dmabuf, want, |_, _| {})
+    }
+
+    /// [`World::new`], with `adjust` run over each rank's btl after its
+    /// decision (to force a mode its GPU cannot serve).
+    fn build(
+        nic: GpuNic,
+        gpu_dmabuf: [bool; 2],
+        want: Want,
+        adjust: impl Fn(usize, &mut IbBtl<ModelFabric>),
+    ) -> (Self, Vec<Option<DeviceReg>>) {
+        let cuda = Arc::new(TestCuda::new(1));
+        let net = ModelNet::with_gpu(Arc::new(DoubleMem(cuda.clone())), nic);
+        let sys = Sys::new(nic.peermem);
+        let mut ibs: Vec<IbBtl<ModelFabric>> = (0..2u32)
+            .map(|r| {
+                IbBtl::new(
+                    r,
+                    2,
+                    net.fabric(128, 256, 1024),
+                    IbConfig::default(),
+                    &[1 - r],
+                )
+                .expect("ib over the model")
+            })
+            .collect();
+        let cards: Vec<String> = ibs.iter().map(|b| b.card()).collect();
+        let mut d = Vec::new();
+        let mut via = Vec::new();
+        for (r, mut b) in ibs.drain(..).enumerate() {
+            b.add_peer(1 - r as u32, &cards[1 - r]).expect("connect");
+            let mut view = cuda.process(r as u32);
+            if gpu_dmabuf[r] {
+                view = view.with_dmabuf();
+            }
+            let g = Arc::new(Gpu::with_api(Arc::new(view), GpuConfig::default()));
+            let decision = b.decide_gpudirect(g.gpudirect_probe(), want, &sys.0);
+            via.push(decision.via);
+            adjust(r, &mut b);
+            let btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(r as u32)), Box::new(b)];
+            d.push(Driver::new(
+                Pml::new(r as u32, 2, PmlConfig::default()),
+                btls,
+                HostMem,
+                g,
+            ));
+        }
+        let idle_regs = (0..2).map(|r| net.registrations(r)).collect();
+        (
+            Self {
+                net,
+                cuda,
+                d,
+                host: Vec::new(),
+                idle_regs,
+            },
+            via,
+        )
+    }
+
+    fn buffer(&mut self, kind: MemKind, data: &[u8]) -> Buf {
+        let addr = if kind.is_host() {
+            let mut v = data.to_vec();
+            let a = v.as_mut_ptr() as u64;
+            self.host.push(v);
+            a
+        } else {
+            let p = self.cuda.malloc(data.len(), 0);
+            self.cuda.poke(p, data);
+            p
+        };
+        Buf {
+            addr,
+            len: data.len(),
+            kind,
+        }
+    }
+
+    fn read(&self, b: Buf) -> Vec<u8> {
+        if b.kind.is_host() {
+            let v = self
+                .host
+                .iter()
+                .find(|v| v.as_ptr() as u64 == b.addr)
+                .expect("a buffer of this world");
+            v.clone()
+        } else {
+            self.cuda.peek(b.addr, b.len)
+        }
+    }
+
+    /// Send `len` bytes of `sk` memory from rank 0 into `rk` memory on
+    /// rank 1; check them and that every registration came back; return
+    /// the double's and the NIC's counts of the transfer and the protocol.
+    fn transfer(&mut self, sk: MemKind, rk: MemKind, len: usize) -> (Counts, Registered, Protocol) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let s = self.buffer(sk, &data);
+        let r = self.buffer(rk, &vec![0u8; len]);
+        let protocol = self.d[0]
+            .pml
+            .protocol_for(1, len, sk, SendMode::Standard)
+            .expect("a route");
+        let (c0, n0) = (self.cuda.counts(), self.net.registered());
+        let rid = self.d[1]
+            .post_recv(RecvArgs {
+                ctx: 0,
+                src: Some(0),
+                src_world: Some(0),
+                tag: Some(3),
+                buf: r,
+                consumed: false,
+            })
+            .expect("post_recv");
+        let sid = self.d[0]
+            .post_send(SendArgs {
+                ctx: 0,
+                src: 0,
+                dest: 1,
+                tag: 3,
+                buf: s,
+                mode: SendMode::Standard,
+            })
+            .expect("post_send");
+        let (mut sent, mut got) = (None, None);
+        for _ in 0..1_000_000 {
+            for d in &mut self.d {
+                d.progress();
+                assert!(d.fatal().is_none(), "fatal: {:?}", d.fatal());
+            }
+            if sent.is_none() {
+                sent = self.d[0].test(sid);
+            }
+            if got.is_none() {
+                got = self.d[1].test(rid);
+            }
+            if sent.is_some() && got.is_some() {
+                break;
+            }
+        }
+        sent.expect("send done").expect("send ok");
+        let st = got.expect("receive done").expect("receive ok");
+        assert_eq!(st.len, len as u64);
+        assert!(
+            self.read(r) == data,
+            "{sk:?} -> {rk:?}, {len} B: bytes differ"
+        );
+        // The FIN's deregistration runs when rank 0 next progresses.
+        for _ in 0..100 {
+            for d in &mut self.d {
+                d.progress();
+            }
+        }
+        for rank in 0..2 {
+            assert_eq!(
+                self.net.registrations(rank),
+                self.idle_regs[rank],
+                "rank {rank} still holds a registration after {sk:?} -> {rk:?}, {len} B"
+            );
+        }
+        let c1 = self.cuda.counts();
+        let n1 = self.net.registered();
+        let counts = Counts {
+            dtoh: c1.dtoh - c0.dtoh,
+            htod: c1.htod - c0.htod,
+            dtod: c1.dtod - c0.dtod,
+            dmabuf_exports: c1.dmabuf_exports - c0.dmabuf_exports,
+            ..Counts::default()
+        };
+        let regs = Registered {
+            host: n1.host - n0.host,
+            device_address: n1.device_address - n0.device_address,
+            dmabuf: n1.dmabuf - n0.dmabuf,
+        };
+        (counts, regs, protocol)
+    }
+}
+
+/// Sizes across the get threshold and the NIC's 1 MiB read chunk.
+const SIZES: [usize; 3] = [64 << 10, 1 << 20, (3 << 20) + 5];
+
+#[test]
+fn dma_buf_gpudirect_reads_gpu_memory_with_no_host_copy() {
+    let nic = GpuNic {
+        dmabuf: true,
+        peermem: true,
+    };
+    let (mut w, via) = World::new(nic, [true, true], Want::Auto);
+    assert_eq!(via, vec![Some(DeviceReg::DmaBuf); 2], "dma-buf comes first");
+    for len in SIZES {
+        let (c, regs, p) = w.transfer(DEV, DEV, len);
+        assert_eq!(p, Protocol::RndvGet, "{len} B");
+        assert_eq!((c.dtoh, c.htod, c.dtod), (0, 0, 0), "{len} B: {c:?}");
+        assert_eq!(c.dmabuf_exports, 2, "the sender's and the receiver's");
+        assert_eq!((regs.dmabuf, regs.device_address), (2, 0), "{regs:?}");
+
+        // A host sender: its buffer registered as usual, the receiver's
+        // GPU memory through its dma-buf.
+        let (c, regs, p) = w.transfer(MemKind::Host, DEV, len);
+        assert_eq!(p, Protocol::RndvGet);
+        assert_eq!((c.dtoh, c.htod, c.dmabuf_exports), (0, 0, 1), "{c:?}");
+        assert_eq!((regs.dmabuf, regs.host), (1, 1), "{regs:?}");
+
+        // A host receiver reads the sender's GPU memory.
+        let (c, regs, p) = w.transfer(DEV, MemKind::Host, len);
+        assert_eq!(p, Protocol::RndvGet);
+        assert_eq!((c.dtoh, c.htod, c.dmabuf_exports), (0, 0, 1), "{c:?}");
+        assert_eq!((regs.dmabuf, regs.host), (1, 1), "{regs:?}");
+    }
+}
+
+#[test]
+fn without_nic_dma_buf_peermem_registers_device_addresses() {
+    let nic = GpuNic {
+        dmabuf: false,
+        peermem: true,
+    };
+    let (mut w, via) = World::new(nic, [true, true], Want::Auto);
+    assert_eq!(via, vec![Some(DeviceReg::Address); 2]);
+    for len in SIZES {
+        let (c, regs, p) = w.transfer(DEV, DEV, len);
+        assert_eq!(p, Protocol::RndvGet);
+        assert_eq!((c.dtoh, c.htod, c.dmabuf_exports), (0, 0, 0), "{c:?}");
+        assert_eq!((regs.device_address, regs.dmabuf), (2, 0), "{regs:?}");
+    }
+}
+
+#[test]
+fn without_gpudirect_device_data_is_staged_and_nothing_registers_gpu_memory() {
+    for (nic, gpu, want) in [
+        // Neither path on the host.
+        (GpuNic::default(), [true, true], Want::Auto),
+        // The NIC could, but the GPU does not export and peermem is absent.
+        (
+            GpuNic {
+                dmabuf: true,
+                peermem: false,
+            },
+            [false, false],
+            Want::Auto,
+        ),
+        // Everything could, but the user said no.
+        (
+            GpuNic {
+                dmabuf: true,
+                peermem: true,
+            },
+            [true, true],
+            Want::Off,
+        ),
+    ] {
+        let (mut w, via) = World::new(nic, gpu, want);
+        assert_eq!(via, vec![None, None], "{nic:?} {gpu:?} {want:?}");
+        let len = 1 << 20;
+        let (c, regs, p) = w.transfer(DEV, DEV, len);
+        assert_eq!(p, Protocol::RndvPipelined);
+        assert!(c.dtoh > 0 && c.htod > 0, "staged through the host: {c:?}");
+        assert_eq!((regs.dmabuf, regs.device_address), (0, 0), "{regs:?}");
+        assert_eq!(c.dmabuf_exports, 0);
+    }
+}
+
+#[test]
+fn a_receiver_without_gpudirect_asks_for_the_stream_and_the_senders_registration_goes() {
+    // Rank 0 registers its GPU memory by dma-buf and offers a get; rank 1's
+    // GPU exports nothing, so its transport has no GPUDirect and it asks for
+    // the stream instead: the message arrives whole, staged into rank 1's
+    // GPU, and rank 0's registration is released (`transfer` checks).
+    let nic = GpuNic {
+        dmabuf: true,
+        peermem: false,
+    };
+    let (mut w, via) = World::new(nic, [true, false], Want::Auto);
+    assert_eq!(via, vec![Some(DeviceReg::DmaBuf), None]);
+    let (c, regs, p) = w.transfer(DEV, DEV, 1 << 20);
+    assert_eq!(p, Protocol::RndvGet, "the sender's choice");
+    assert!(c.htod > 0, "copied into rank 1's GPU from the host: {c:?}");
+    assert_eq!((regs.dmabuf, regs.device_address), (1, 0), "{regs:?}");
+}
+
+#[test]
+fn a_failed_export_at_the_receiver_fails_the_get_and_falls_back_to_the_stream() {
+    // Rank 1's transport is told to register by dma-buf, but its GPU cannot
+    // export: the get fails before anything is posted, and the pml takes
+    // the stream instead.
+    let nic = GpuNic {
+        dmabuf: true,
+        peermem: false,
+    };
+    let (mut w, via) = World::build(nic, [true, false], Want::Auto, |r, b| {
+        if r == 1 {
+            b.set_gpudirect(Some(DeviceReg::DmaBuf));
+        }
+    });
+    assert_eq!(via, vec![Some(DeviceReg::DmaBuf), None]);
+    let (c, regs, _) = w.transfer(DEV, DEV, 1 << 20);
+    assert!(c.htod > 0, "copied into rank 1's GPU from the host: {c:?}");
+    assert_eq!(c.dmabuf_exports, 1, "rank 0's only");
+    assert_eq!(regs.dmabuf, 1, "{regs:?}");
+}
