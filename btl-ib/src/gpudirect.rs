@@ -11,8 +11,8 @@
 //!    export of its GPU pages, at offset `address − start of the export`.
 //! 2. **`nvidia_peermem`**: the kernel module that lets `ibv_reg_mr` pin
 //!    GPU memory by its address, found in sysfs ([`peermem`]).
-//! 3. Neither: device data between nodes is staged through host memory
-//!    (the pml's `rndv/pipelined`), as before.
+//! 3. Neither: device data between nodes is staged through pinned host
+//!    memory (the pml's `rndv/staged`), as before.
 //!
 //! `GMPI_IB_GPUDIRECT=auto|dmabuf|peermem|off` ([`Want`]) narrows the
 //! choice; `gmpirun --doctor` prints the decision with every reason.

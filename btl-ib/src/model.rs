@@ -56,6 +56,12 @@ pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
     fn read(&self, addr: u64, len: usize) -> Vec<u8>;
     /// Write device memory at `addr`.
     fn write(&self, addr: u64, data: &[u8]);
+    /// The device address at which dma-buf `fd` starts, where known: a
+    /// registration of `offset` in it must then name iova `start + offset`.
+    fn dmabuf_start(&self, fd: BorrowedFd<'_>) -> Option<u64> {
+        let _ = fd;
+        None
+    }
 }
 
 /// What the model's NIC can do with GPU memory.
@@ -428,7 +434,15 @@ impl Fabric for ModelFabric {
             .and_then(|f| f.metadata())
             .map_err(|e| e.to_string())?
             .len();
-        if offset.checked_add(len).is_none_or(|e| e > size) || n.gpu_at(iova, len).is_none() {
+        // The kernel's checks: the range lies in the buffer, and the
+        // offset and the iova agree within a page. The model's own: the
+        // iova is where that offset of the buffer lies in GPU memory.
+        let start = n.gpu.as_ref().and_then(|(m, _)| m.dmabuf_start(fd));
+        if offset.checked_add(len).is_none_or(|e| e > size)
+            || (offset ^ iova) & 0xfff != 0
+            || start.is_some_and(|s| s.checked_add(offset) != Some(iova))
+            || n.gpu_at(iova, len).is_none()
+        {
             return Err("Invalid argument (os error 22)".into());
         }
         n.registered.dmabuf += 1;

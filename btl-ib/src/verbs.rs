@@ -32,7 +32,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdma_sys::*;
 
 use crate::fabric::{Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Wc, WcKind};
-pub use crate::select::{choose, describe, parse_devices, Candidate};
+pub use crate::select::{choose, describe, parse_devices, Candidate, Near};
 
 /// What [`open`] is asked for.
 #[derive(Debug, Clone)]
@@ -93,6 +93,7 @@ pub fn probe() -> Result<Vec<Candidate>, String> {
                     netdev: None,
                     unusable: Some(format!("cannot open the device: {e}")),
                     numa: None,
+                    pci: None,
                 });
                 continue;
             }
@@ -100,9 +101,12 @@ pub fn probe() -> Result<Vec<Candidate>, String> {
             if ibv_query_device(ctx, &mut da) == 0 {
                 let numa = sysfs(&format!("/sys/class/infiniband/{name}/device/numa_node"))
                     .and_then(|n| n.parse::<u32>().ok());
+                let pci =
+                    std::fs::canonicalize(format!("/sys/class/infiniband/{name}/device")).ok();
                 for p in 1..=da.phys_port_cnt {
                     let mut c = port_candidate(ctx, &name, p, &da);
                     c.numa = numa;
+                    c.pci = pci.clone();
                     out.push(c);
                 }
             }
@@ -152,6 +156,7 @@ unsafe fn port_candidate(
             netdev: None,
             unusable: Some("ibv_query_port failed".into()),
             numa: None,
+            pci: None,
         };
     }
     port.max_msg = u64::from(pa.max_msg_sz);
@@ -168,6 +173,7 @@ unsafe fn port_candidate(
             netdev: None,
             unusable: Some(format!("port state {} (not active)", pa.state)),
             numa: None,
+            pci: None,
         };
     }
     if da.max_srq_wr <= 0 {
@@ -176,6 +182,7 @@ unsafe fn port_candidate(
             netdev: None,
             unusable: Some("no shared receive queue support".into()),
             numa: None,
+            pci: None,
         };
     }
     let query = |i: i32| -> Option<[u8; 16]> {
@@ -198,6 +205,7 @@ unsafe fn port_candidate(
                     netdev: None,
                     unusable: None,
                     numa: None,
+                    pci: None,
                 }
             }
             None => Candidate {
@@ -205,6 +213,7 @@ unsafe fn port_candidate(
                 netdev: None,
                 unusable: Some("no GID 0".into()),
                 numa: None,
+                pci: None,
             },
         };
     }
@@ -236,6 +245,7 @@ unsafe fn port_candidate(
                 netdev: Some((nd, here)),
                 unusable: None,
                 numa: None,
+                pci: None,
             }
         }
         None => Candidate {
@@ -243,6 +253,7 @@ unsafe fn port_candidate(
             netdev: None,
             unusable: Some("no RoCE v2 GID of an IPv4 address".into()),
             numa: None,
+            pci: None,
         },
     }
 }
@@ -256,10 +267,24 @@ pub fn this_numa_node() -> Option<u32> {
         .find_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
 }
 
-/// Open the port [`choose`] picks.
-pub fn open(want: &Want) -> Result<VerbsFabric, String> {
+/// What the rank's port should be near: its GPU (by the PCI bus id CUDA
+/// gives, if it uses one: [`Near::of_gpu`]), else the NUMA node of the CPU
+/// it runs on.
+pub fn near(gpu_bus_id: Option<&str>) -> Near {
+    let sys = std::path::Path::new("/sys");
+    match gpu_bus_id.and_then(|b| Near::of_gpu(sys, b)) {
+        Some(n) => n,
+        None => Near {
+            numa: this_numa_node(),
+            gpu: None,
+        },
+    }
+}
+
+/// Open the port [`choose`] picks, nearest `near`.
+pub fn open(want: &Want, near: &Near) -> Result<VerbsFabric, String> {
     let cands = probe()?;
-    let c = choose(&cands, want.devices.as_deref(), this_numa_node())?;
+    let c = choose(&cands, want.devices.as_deref(), near)?;
     VerbsFabric::open(&c.port, want)
 }
 
@@ -607,9 +632,10 @@ impl Fabric for VerbsFabric {
         if remote_read {
             access |= ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
         }
-        // SAFETY: the kernel takes its own reference to the dma-buf behind
-        // `fd` (borrowed, open for the call) and pins its pages; nothing is
-        // read or written here.
+        // SAFETY: `fd` is open for the call (borrowed); the kernel takes its
+        // own reference to the dma-buf behind it, which keeps the memory
+        // mapped for the NIC until `ibv_dereg_mr` whatever the descriptor
+        // does after; nothing is read or written here.
         let mr = unsafe {
             ibv_reg_dmabuf_mr(
                 self.pd,

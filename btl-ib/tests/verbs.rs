@@ -26,7 +26,9 @@ fn want() -> Want {
 /// Two endpoints on one device; killing one drops it, which destroys its
 /// queue pairs.
 fn fixture(cfg: IbConfig) -> VerbsFixture {
-    let btls = connect(2, &cfg, |_| verbs::open(&want()).expect("a verbs port"));
+    let btls = connect(2, &cfg, |_| {
+        verbs::open(&want(), &verbs::Near::default()).expect("a verbs port")
+    });
     let device = btls[0].port().device.clone();
     IbFixture {
         what: format!("ib over {device}"),

@@ -476,6 +476,22 @@ pub trait CudaApi: Send + Sync + fmt::Debug {
     /// What the doctor reports.
     fn facts(&self) -> Facts;
 
+    /// Make memory operations on the allocation holding `addr` synchronous
+    /// (`CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`): a NIC that reads or writes it
+    /// directly (GPUDirect RDMA) must never see a `cudaMemcpy` or
+    /// `cudaMemset` on it still in flight. The default does nothing.
+    fn sync_memops(&self, addr: u64) -> Result<(), GpuError> {
+        let _ = addr;
+        Ok(())
+    }
+
+    /// The PCI bus id of device `ordinal` (`0000:3B:00.0`), where the
+    /// backend knows it: for a NIC to be chosen near the GPU.
+    fn pci_bus_id(&self, ordinal: i32) -> Option<String> {
+        let _ = ordinal;
+        None
+    }
+
     /// Whether device memory exports as dma-bufs ([`Facts::dmabuf`] alone,
     /// for a transport deciding on GPUDirect RDMA at start-up).
     fn dmabuf_supported(&self) -> Result<(), String> {

@@ -41,7 +41,8 @@ pub use crate::host_reduce::host_reduce;
 
 /// The double's dma-buf: an unlinked temporary file of `span` bytes (its
 /// size is what `fstat` reports, as for a real dma-buf).
-fn span_file(span: usize) -> std::io::Result<std::os::fd::OwnedFd> {
+fn span_file(span: usize) -> std::io::Result<(std::os::fd::OwnedFd, u64)> {
+    use std::os::unix::fs::MetadataExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let path = std::env::temp_dir().join(format!(
@@ -56,7 +57,8 @@ fn span_file(span: usize) -> std::io::Result<std::os::fd::OwnedFd> {
         .open(&path)?;
     let _ = std::fs::remove_file(&path);
     f.set_len(span as u64)?;
-    Ok(f.into())
+    let ino = f.metadata()?.ino();
+    Ok((f.into(), ino))
 }
 
 /// Where the fake device address space starts.
@@ -106,6 +108,8 @@ pub struct Counts {
     pub async_dtod: u64,
     /// dma-buf exports made ([`CudaApi::export_dmabuf`]).
     pub dmabuf_exports: u64,
+    /// Allocations made synchronous for a NIC ([`CudaApi::sync_memops`]).
+    pub sync_memops: u64,
 }
 
 /// One step of the asynchronous copies, in the order it happened
@@ -202,6 +206,8 @@ struct State {
     /// driver error.
     copy_error: Option<String>,
     counts: Counts,
+    /// The start address of each dma-buf exported, by its file's inode.
+    dmabufs: BTreeMap<u64, u64>,
 }
 
 /// The test double. See the module documentation.
@@ -333,6 +339,16 @@ impl TestCuda {
             }
             None => false,
         }
+    }
+
+    /// The device address at which the dma-buf behind `fd` (an export of
+    /// this double) starts: what a NIC model checks a registration's
+    /// offset and iova against.
+    pub fn dmabuf_start(&self, fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let f = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+        let ino = f.metadata().ok()?.ino();
+        self.st().dmabufs.get(&ino).copied()
     }
 
     /// Pretend GDRCopy is present (copies then report [`CopyPath::GdrCopy`]).
@@ -851,13 +867,26 @@ impl CudaApi for TestCuda {
                 msg: format!("CUDA_ERROR_INVALID_VALUE: {addr:#x}+{len} is not device memory"),
             });
         }
-        let (_, span) = dmabuf_span(addr, len);
-        let fd = span_file(span).map_err(|e| GpuError::Driver {
+        let (start, span) = dmabuf_span(addr, len);
+        let (fd, ino) = span_file(span).map_err(|e| GpuError::Driver {
             call: "cuMemGetHandleForAddressRange",
             msg: format!("the double's dma-buf file: {e}"),
         })?;
-        self.st().counts.dmabuf_exports += 1;
+        let mut s = self.st();
+        s.counts.dmabuf_exports += 1;
+        s.dmabufs.insert(ino, start);
         Ok(DmaBufExport::of_span(fd, addr, len))
+    }
+
+    fn sync_memops(&self, addr: u64) -> Result<(), GpuError> {
+        if !self.is_device_range(addr, 1) {
+            return Err(GpuError::Driver {
+                call: "cuPointerSetAttribute",
+                msg: format!("CUDA_ERROR_INVALID_VALUE: {addr:#x} is not device memory"),
+            });
+        }
+        self.st().counts.sync_memops += 1;
+        Ok(())
     }
 
     fn set_device(&self, ordinal: i32) -> Result<(), GpuError> {

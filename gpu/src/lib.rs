@@ -725,6 +725,18 @@ impl Gpu {
         Ok(Some(ordinal))
     }
 
+    /// The PCI bus id of the GPU a rank that is `local_rank` on its node
+    /// uses by default (`local_rank % gpus`, as [`Gpu::select_device`]
+    /// picks), where CUDA says: a NIC is chosen near it.
+    pub fn bus_id_for(&self, local_rank: usize) -> Option<String> {
+        let api = self.api.as_ref()?;
+        let n = api.device_count();
+        if n == 0 {
+            return None;
+        }
+        api.pci_bus_id((local_rank % n) as i32)
+    }
+
     /// What a NIC needs of the GPU for GPUDirect RDMA: `(a device is
     /// there, its memory exports as dma-bufs)`, each `Ok` or why not.
     pub fn gpudirect_probe(&self) -> (Result<(), String>, Result<(), String>) {
@@ -739,6 +751,13 @@ impl Gpu {
                 (no.clone(), no)
             }
         }
+    }
+
+    /// Prepare `len` bytes of device memory at `addr` for a NIC to read or
+    /// write directly (GPUDirect RDMA): memory operations on its allocation
+    /// become synchronous ([`CudaApi::sync_memops`]).
+    pub fn prepare_for_nic(&self, addr: u64) -> Result<(), GpuError> {
+        self.need_api()?.sync_memops(addr)
     }
 
     /// Export device memory as a dma-buf for a NIC (GPUDirect RDMA hook).

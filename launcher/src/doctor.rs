@@ -106,7 +106,13 @@ fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option
                     .and_then(|d| verbs::parse_devices(&d).ok()),
                 ..verbs::Want::default()
             };
-            let chosen = match verbs::choose(&c, want.devices.as_deref(), verbs::this_numa_node()) {
+            // The GPU of local rank 0, as a rank would be near it.
+            let bus = gpu.as_ref().ok().and_then(|g| g.bus_id_for(0));
+            let near = verbs::near(bus.as_deref());
+            if let Some(g) = &near.gpu {
+                let _ = writeln!(o, "GPU 0 in the PCI tree: {}", g.display());
+            }
+            let chosen = match verbs::choose(&c, want.devices.as_deref(), &near) {
                 Ok(p) => {
                     let _ = writeln!(o, "btl-ib would use: {}:{}", p.port.device, p.port.port);
                     Some(p)
@@ -119,10 +125,13 @@ fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option
             let chosen = chosen?;
             // The NIC's answer needs a protection domain on it: open the
             // port as a rank would.
-            let nic_dmabuf = verbs::open(&verbs::Want {
-                devices: Some(vec![(chosen.port.device.clone(), Some(chosen.port.port))]),
-                ..verbs::Want::default()
-            })
+            let nic_dmabuf = verbs::open(
+                &verbs::Want {
+                    devices: Some(vec![(chosen.port.device.clone(), Some(chosen.port.port))]),
+                    ..verbs::Want::default()
+                },
+                &near,
+            )
             .and_then(|mut f| {
                 use gmpi_btl_ib::fabric::Fabric;
                 f.probe_dmabuf()

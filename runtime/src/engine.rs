@@ -676,40 +676,23 @@ impl Engine {
                 ),
             ));
         }
+        // Checked before any transport is set up: a bad value fails here
+        // on every rank alike.
+        let ib_want = gmpi_btl_ib::gpudirect::Want::from_env()
+            .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
         let gcfg = cfg
             .gpu()
             .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
-        // Before the transports: btl-ib asks it whether the GPU exports
-        // dma-bufs (GPUDirect RDMA). Loads libcuda (under `auto`, where present) but creates no context
-        // and allocates nothing: the first device buffer does that.
+        // Before the transports (btl-ib chooses its port near the rank's
+        // GPU). Loads libcuda (under `auto`, where present) but creates no
+        // context and allocates nothing: the first device buffer does that.
         let gpu =
             std::sync::Arc::new(Gpu::init(&gcfg).map_err(|e| {
                 Error::new(ErrorClass::Other, CALL, r, format!("GMPI_CUDA=on: {e}"))
             })?);
         tracing::debug!(target: "gpu", "CUDA: {}", gpu.status());
-        match std::env::var("GMPI_GPU_BIND").as_deref() {
-            Ok("local-rank") => match gpu.select_device(local_rank as usize) {
-                Ok(Some(d)) => tracing::debug!(target: "gpu", "local rank {local_rank}: GPU {d}"),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(Error::new(
-                        ErrorClass::Other,
-                        CALL,
-                        r,
-                        format!("GMPI_GPU_BIND=local-rank: {e}"),
-                    ))
-                }
-            },
-            Ok("none") | Ok("") | Err(_) => {}
-            Ok(other) => {
-                return Err(Error::new(
-                    ErrorClass::Arg,
-                    CALL,
-                    r,
-                    format!("GMPI_GPU_BIND={other:?}: expected none or local-rank"),
-                ))
-            }
-        }
+        // btl-ib once connected, and where it goes among the transports.
+        let mut ib_btl = None;
         let mut btls: Vec<Box<dyn Btl>> = vec![Box::new(Loopback::new(rank))];
         let mut cma_status = String::from("no shared-memory peers");
         let mut cma = false;
@@ -761,7 +744,14 @@ impl Engine {
             let mut ib = None;
             if !tcp_peers.is_empty() {
                 let v = if allow_ib {
-                    match crate::ib::open(rank, size, &tcp_peers, cfg.ib_devices.as_deref()) {
+                    let bus = gpu.bus_id_for(local_rank as usize);
+                    match crate::ib::open(
+                        rank,
+                        size,
+                        &tcp_peers,
+                        cfg.ib_devices.as_deref(),
+                        bus.as_deref(),
+                    ) {
                         Ok(b) => {
                             let c = b.card();
                             ib = Some(b);
@@ -849,9 +839,7 @@ impl Engine {
                 }
                 tracing::debug!(target: "btl", "ib: {reached} of {} peers on other nodes", tcp_peers.len());
                 if reached > 0 {
-                    b.gpudirect(&gpu)
-                        .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
-                    btls.push(b.into_btl());
+                    ib_btl = Some((btls.len(), b));
                 }
             }
             if let Some(mut t) = tcp {
@@ -863,6 +851,35 @@ impl Engine {
                 tracing::debug!(target: "btl", "tcp: {} peers, listening on {}", tcp_peers.len(), t.card());
                 btls.push(Box::new(t));
             }
+        }
+        match std::env::var("GMPI_GPU_BIND").as_deref() {
+            Ok("local-rank") => match gpu.select_device(local_rank as usize) {
+                Ok(Some(d)) => tracing::debug!(target: "gpu", "local rank {local_rank}: GPU {d}"),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        CALL,
+                        r,
+                        format!("GMPI_GPU_BIND=local-rank: {e}"),
+                    ))
+                }
+            },
+            Ok("none") | Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::new(
+                    ErrorClass::Arg,
+                    CALL,
+                    r,
+                    format!("GMPI_GPU_BIND={other:?}: expected none or local-rank"),
+                ))
+            }
+        }
+        // btl-ib, connected above, learns whether it registers GPU memory
+        // (GPUDirect RDMA), and takes its place among the transports.
+        if let Some((at, mut b)) = ib_btl {
+            b.gpudirect(&gpu, ib_want);
+            btls.insert(at, b.into_btl());
         }
         let pcfg = PmlConfig {
             eager_limit: cfg.eager_limit,

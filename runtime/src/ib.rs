@@ -3,8 +3,8 @@
 //! card, or `none: <why>`; a pair of ranks on different nodes uses ib only
 //! when both published a card (each side decides alike), otherwise tcp.
 //! Once connected, the btl learns whether it registers GPU memory
-//! (GPUDirect RDMA: [`gpudirect`], from the gpu layer's and the NIC's
-//! answers and `GMPI_IB_GPUDIRECT`).
+//! (GPUDirect RDMA: `gmpi_btl_ib::gpudirect`, from the gpu layer's and the
+//! NIC's answers and `GMPI_IB_GPUDIRECT`).
 
 use gmpi_btl::Btl;
 use gmpi_gpu::Gpu;
@@ -23,9 +23,9 @@ pub(crate) trait Pending {
     fn card(&self) -> String;
     /// Connect to `peer`.
     fn add_peer(&mut self, peer: u32, card: &str) -> Result<(), String>;
-    /// Decide GPUDirect RDMA ([`gpudirect`]); an error for a bad
-    /// `GMPI_IB_GPUDIRECT`.
-    fn gpudirect(&mut self, gpu: &Gpu) -> Result<(), String>;
+    /// Decide GPUDirect RDMA (`gmpi_btl_ib::gpudirect`) as `want`
+    /// (`GMPI_IB_GPUDIRECT`) allows, from what `gpu` answers.
+    fn gpudirect(&mut self, gpu: &Gpu, want: gmpi_btl_ib::gpudirect::Want);
     /// The btl, once connected.
     fn into_btl(self: Box<Self>) -> Box<dyn Btl>;
 }
@@ -38,24 +38,25 @@ impl Pending for gmpi_btl_ib::IbBtl<gmpi_btl_ib::verbs::VerbsFabric> {
     fn add_peer(&mut self, peer: u32, card: &str) -> Result<(), String> {
         gmpi_btl_ib::IbBtl::add_peer(self, peer, card)
     }
-    fn gpudirect(&mut self, gpu: &Gpu) -> Result<(), String> {
-        let want = gmpi_btl_ib::gpudirect::Want::from_env()?;
+    fn gpudirect(&mut self, gpu: &Gpu, want: gmpi_btl_ib::gpudirect::Want) {
         let d = self.decide_gpudirect(gpu.gpudirect_probe(), want, std::path::Path::new("/sys"));
         tracing::debug!(target: "btl", "ib: GPUDirect RDMA on {}: {}", self.port().device, d.describe());
-        Ok(())
     }
     fn into_btl(self: Box<Self>) -> Box<dyn Btl> {
         self
     }
 }
 
-/// Open ib for `rank` of `size`, reaching `peers` (ranks on other nodes).
+/// Open ib for `rank` of `size`, reaching `peers` (ranks on other nodes),
+/// on the port `devices` (`GMPI_IB_DEVICES`) names, else the one nearest
+/// the GPU at `gpu_bus_id`, else nearest the CPU.
 #[cfg(feature = "ib")]
 pub(crate) fn open(
     rank: u32,
     size: u32,
     peers: &[u32],
     devices: Option<&str>,
+    gpu_bus_id: Option<&str>,
 ) -> Result<Box<dyn Pending>, String> {
     use gmpi_btl_ib::verbs;
     let mut want = verbs::Want::default();
@@ -70,7 +71,7 @@ pub(crate) fn open(
             .filter(|t| (1..=31).contains(t))
             .ok_or_else(|| format!("GMPI_IB_TIMEOUT={v:?}: expected 1 to 31"))?;
     }
-    let f = verbs::open(&want)?;
+    let f = verbs::open(&want, &verbs::near(gpu_bus_id))?;
     let mut cfg = gmpi_btl_ib::IbConfig::default();
     let count = |k: &str| -> Result<Option<u32>, String> {
         match std::env::var(k) {
@@ -97,6 +98,12 @@ pub(crate) fn open(
 
 /// Without feature `ib` there is no verbs transport.
 #[cfg(not(feature = "ib"))]
-pub(crate) fn open(_: u32, _: u32, _: &[u32], _: Option<&str>) -> Result<Box<dyn Pending>, String> {
+pub(crate) fn open(
+    _: u32,
+    _: u32,
+    _: &[u32],
+    _: Option<&str>,
+    _: Option<&str>,
+) -> Result<Box<dyn Pending>, String> {
     Err("this gmpi was built without InfiniBand/RoCE support (cargo feature `ib`)".into())
 }

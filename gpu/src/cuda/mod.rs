@@ -775,6 +775,14 @@ impl CudaApi for Cuda {
     fn dmabuf_supported(&self) -> Result<(), String> {
         self.inner.dmabuf_supported()
     }
+
+    fn pci_bus_id(&self, ordinal: i32) -> Option<String> {
+        driver::device_pci_bus_id(ordinal).ok()
+    }
+
+    fn sync_memops(&self, addr: u64) -> Result<(), GpuError> {
+        driver::set_sync_memops(addr)
+    }
 }
 
 impl Inner {

@@ -166,8 +166,9 @@ impl Pml {
         match (how, body) {
             (Protocol::RndvIpc, RndvBody::Ipc(d)) => self.start_ipc_copy(id, matched, d),
             (Protocol::RndvGet, RndvBody::Get(d)) => self.start_get(id, matched, d, consumed),
-            // Host memory offered for a get, into device memory the
-            // transport cannot write: pull it through pinned slots.
+            // Memory offered for a get (host memory, or GPU memory the
+            // sender's NIC registered for GPUDirect), into device memory
+            // this transport cannot write: pull it through pinned slots.
             (Protocol::RndvPipelined, RndvBody::Get(d)) if can_get => {
                 self.start_staged_pull(id, matched, d)
             }

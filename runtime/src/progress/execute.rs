@@ -62,9 +62,10 @@ impl<H: HostMemory> Driver<H> {
 
     /// Run `f` over btl `btl` with the dma-buf of `len` bytes of device
     /// memory at `addr` when the btl registers device memory that way
-    /// ([`DeviceReg::DmaBuf`]), else with none; the export is closed after
+    /// ([`DeviceReg::DmaBuf`]), else with none, after making memory
+    /// operations on the allocation synchronous; the export is closed after
     /// `f` (a registration keeps its own reference). An error: the export
-    /// failed.
+    /// (or the attribute) failed.
     fn with_dmabuf<R>(
         &mut self,
         btl: usize,
@@ -72,6 +73,9 @@ impl<H: HostMemory> Driver<H> {
         len: usize,
         f: impl FnOnce(&mut dyn Btl, Option<DmaBuf<'_>>) -> R,
     ) -> Result<R, String> {
+        // The NIC reads or writes the memory behind CUDA's back: no copy
+        // or memset on it may still be in flight when it does.
+        self.gpu.prepare_for_nic(addr).map_err(|e| e.to_string())?;
         let b = &mut self.btls[btl];
         if b.caps().gpudirect != Some(DeviceReg::DmaBuf) {
             return Ok(f(b.as_mut(), None));

@@ -39,6 +39,9 @@ impl DeviceMemory for DoubleMem {
     fn write(&self, addr: u64, data: &[u8]) {
         self.0.poke(addr, data)
     }
+    fn dmabuf_start(&self, fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
+        self.0.dmabuf_start(fd)
+    }
 }
 
 /// A sysfs root with `nvidia_peermem` loaded, or without.
@@ -149,7 +152,9 @@ impl World {
             self.host.push(v);
             a
         } else {
-            let p = self.cuda.malloc(data.len(), 0);
+            // Inside an allocation, off its GPU pages' boundaries: a dma-buf
+            // registration then has an offset that matters.
+            let p = self.cuda.malloc(data.len() + (128 << 10), 0) + (68 << 10) + 40;
             self.cuda.poke(p, data);
             p
         };
@@ -248,6 +253,7 @@ impl World {
             htod: c1.htod - c0.htod,
             dtod: c1.dtod - c0.dtod,
             dmabuf_exports: c1.dmabuf_exports - c0.dmabuf_exports,
+            sync_memops: c1.sync_memops - c0.sync_memops,
             ..Counts::default()
         };
         let regs = Registered {
@@ -275,6 +281,10 @@ fn dma_buf_gpudirect_reads_gpu_memory_with_no_host_copy() {
         assert_eq!(p, Protocol::RndvGet, "{len} B");
         assert_eq!((c.dtoh, c.htod, c.dtod), (0, 0, 0), "{len} B: {c:?}");
         assert_eq!(c.dmabuf_exports, 2, "the sender's and the receiver's");
+        assert_eq!(
+            c.sync_memops, 2,
+            "both buffers made synchronous for the NIC"
+        );
         assert_eq!((regs.dmabuf, regs.device_address), (2, 0), "{regs:?}");
 
         // A host sender: its buffer registered as usual, the receiver's
@@ -305,6 +315,10 @@ fn without_nic_dma_buf_peermem_registers_device_addresses() {
         assert_eq!(p, Protocol::RndvGet);
         assert_eq!((c.dtoh, c.htod, c.dmabuf_exports), (0, 0, 0), "{c:?}");
         assert_eq!((regs.device_address, regs.dmabuf), (2, 0), "{regs:?}");
+        assert_eq!(
+            c.sync_memops, 2,
+            "both buffers made synchronous for the NIC"
+        );
     }
 }
 
@@ -344,11 +358,13 @@ fn without_gpudirect_device_data_is_staged_and_nothing_registers_gpu_memory() {
 }
 
 #[test]
-fn a_receiver_without_gpudirect_asks_for_the_stream_and_the_senders_registration_goes() {
+fn a_receiver_without_gpudirect_pulls_the_senders_gpu_memory_through_host_slots() {
     // Rank 0 registers its GPU memory by dma-buf and offers a get; rank 1's
-    // GPU exports nothing, so its transport has no GPUDirect and it asks for
-    // the stream instead: the message arrives whole, staged into rank 1's
-    // GPU, and rank 0's registration is released (`transfer` checks).
+    // GPU exports nothing, so its transport has no GPUDirect: it reads the
+    // sender's GPU memory by RDMA into pinned host slots and copies them
+    // into its GPU (the staged pull). No copy out of rank 0's GPU is made,
+    // the message arrives whole, and rank 0's registration is released
+    // (`transfer` checks).
     let nic = GpuNic {
         dmabuf: true,
         peermem: false,
@@ -357,8 +373,16 @@ fn a_receiver_without_gpudirect_asks_for_the_stream_and_the_senders_registration
     assert_eq!(via, vec![Some(DeviceReg::DmaBuf), None]);
     let (c, regs, p) = w.transfer(DEV, DEV, 1 << 20);
     assert_eq!(p, Protocol::RndvGet, "the sender's choice");
-    assert!(c.htod > 0, "copied into rank 1's GPU from the host: {c:?}");
+    assert_eq!(c.dtoh, 0, "the NIC read rank 0's GPU memory: {c:?}");
+    assert!(
+        c.htod > 0,
+        "copied into rank 1's GPU from host slots: {c:?}"
+    );
     assert_eq!((regs.dmabuf, regs.device_address), (1, 0), "{regs:?}");
+    assert!(
+        regs.host > 0,
+        "rank 1's slots, registered for the reads: {regs:?}"
+    );
 }
 
 #[test]

@@ -232,6 +232,7 @@ fn diff(a: &Counts, b: &Counts) -> Counts {
         async_copies: a.async_copies - b.async_copies,
         async_dtod: a.async_dtod - b.async_dtod,
         dmabuf_exports: a.dmabuf_exports - b.dmabuf_exports,
+        sync_memops: a.sync_memops - b.sync_memops,
     }
 }
 
