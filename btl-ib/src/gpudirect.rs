@@ -71,6 +71,25 @@ pub struct Probes {
     pub peermem: Result<(), String>,
 }
 
+impl Probes {
+    /// The probes from the gpu layer's answers `gpu` (a device is there,
+    /// its memory exports as dma-bufs), the NIC's `nic_dmabuf`
+    /// ([`crate::fabric::Fabric::probe_dmabuf`]) and `nvidia_peermem`
+    /// under the sysfs root `sys`.
+    pub fn gather(
+        gpu: (Result<(), String>, Result<(), String>),
+        nic_dmabuf: Result<(), String>,
+        sys: &Path,
+    ) -> Self {
+        Probes {
+            gpu: gpu.0,
+            gpu_dmabuf: gpu.1,
+            nic_dmabuf,
+            peermem: peermem(sys),
+        }
+    }
+}
+
 /// The choice, and why each path that was not taken was not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {

@@ -410,12 +410,6 @@ impl<F: Fabric> IbBtl<F> {
         Ok(())
     }
 
-    /// Whether this port registers dma-bufs ([`Fabric::probe_dmabuf`]):
-    /// one of [`gpudirect::decide`]'s inputs.
-    pub fn probe_dmabuf(&mut self) -> Result<(), String> {
-        self.fabric.probe_dmabuf()
-    }
-
     /// Decide GPUDirect RDMA for this port ([`gpudirect::decide`]) from
     /// the gpu layer's answers `gpu` (a device is there, its memory
     /// exports as dma-bufs), this NIC's dma-buf probe, `nvidia_peermem`
@@ -428,20 +422,7 @@ impl<F: Fabric> IbBtl<F> {
         want: gpudirect::Want,
         sys: &std::path::Path,
     ) -> gpudirect::Decision {
-        let (gpu, gpu_dmabuf) = gpu;
-        // No GPU: nothing to ask the NIC or the kernel.
-        let (nic_dmabuf, peermem) = if gpu.is_ok() {
-            (self.probe_dmabuf(), gpudirect::peermem(sys))
-        } else {
-            let n = Err("not asked (no GPU)".to_string());
-            (n.clone(), n)
-        };
-        let p = gpudirect::Probes {
-            gpu,
-            gpu_dmabuf,
-            nic_dmabuf,
-            peermem,
-        };
+        let p = gpudirect::Probes::gather(gpu, self.fabric.probe_dmabuf(), sys);
         let d = gpudirect::decide(want, &p);
         if !matches!(want, gpudirect::Want::Auto | gpudirect::Want::Off) && d.via.is_none() {
             tracing::warn!(target: LOG, "ib: GMPI_IB_GPUDIRECT asks for GPUDirect RDMA, which {} cannot do: {}", self.fabric.port().device, d.describe());
@@ -494,15 +475,34 @@ impl<F: Fabric> IbBtl<F> {
         }
     }
 
-    /// Check a get of `len` bytes at `offset` of `remote` from `peer`:
-    /// the peer's index and the rkey.
-    fn check_get(
-        &self,
+    /// Register `len` bytes at `addr`: host memory (`device` `None`), or
+    /// device memory with its dma-buf, if any ([`IbBtl::reg_device`]).
+    fn reg(
+        &mut self,
+        addr: u64,
+        len: u64,
+        device: Option<Option<DmaBuf<'_>>>,
+        remote_read: bool,
+    ) -> Result<Mr, String> {
+        match device {
+            None => self.fabric.reg_mr(addr, len, remote_read),
+            Some(dmabuf) => self.reg_device(addr, len, dmabuf, remote_read),
+        }
+    }
+
+    /// A get into `dst`, host memory (`device` `None`) or device memory
+    /// (with its dma-buf, if any): checked, its destination registered, its
+    /// RDMA READs queued.
+    fn get_into(
+        &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        len: u64,
-    ) -> Result<(usize, u32), BtlError> {
+        dst: LocalMem,
+        device: Option<Option<DmaBuf<'_>>>,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let len = dst.len as u64;
         let i = self.peer_index(peer)?;
         let Ok(rkey) = u32::try_from(remote.key) else {
             return Err(BtlError::GetFailed(format!(
@@ -511,26 +511,25 @@ impl<F: Fabric> IbBtl<F> {
             )));
         };
         match offset.checked_add(len) {
-            Some(end) if end <= remote.len && remote.addr.checked_add(end).is_some() => {
-                Ok((i, rkey))
+            Some(end) if end <= remote.len && remote.addr.checked_add(end).is_some() => {}
+            _ => {
+                return Err(BtlError::GetFailed(format!(
+                    "{len} bytes at offset {offset} outside the {} registered",
+                    remote.len
+                )))
             }
-            _ => Err(BtlError::GetFailed(format!(
-                "{len} bytes at offset {offset} outside the {} registered",
-                remote.len
-            ))),
         }
-    }
-
-    /// Queue the RDMA READs of a checked get into the registration `local`.
-    fn queue_get(
-        &mut self,
-        i: usize,
-        remote: &MemDesc,
-        offset: u64,
-        rkey: u32,
-        local: Mr,
-        token: u64,
-    ) -> Submit {
+        if len == 0 {
+            return Ok(Submit::Done);
+        }
+        let what = if device.is_some() {
+            "a device receive buffer"
+        } else {
+            "a receive buffer"
+        };
+        let local = self
+            .reg(dst.addr, len, device, false)
+            .map_err(|e| BtlError::GetFailed(reg_error(what, len, &e)))?;
         let g = self.next_get;
         self.next_get += 1;
         self.gets.insert(
@@ -541,7 +540,7 @@ impl<F: Fabric> IbBtl<F> {
                 remote_addr: remote.addr + offset,
                 rkey,
                 local,
-                len: local.len,
+                len,
                 next: 0,
                 outstanding: 0,
                 error: None,
@@ -549,7 +548,7 @@ impl<F: Fabric> IbBtl<F> {
         );
         self.pending_gets.push_back(g);
         self.pump_gets();
-        Submit::Queued
+        Ok(Submit::Queued)
     }
 
     /// A descriptor peers read `len` bytes at `addr` by: host memory
@@ -572,11 +571,7 @@ impl<F: Fabric> IbBtl<F> {
                 key: mr.rkey as u64,
             });
         }
-        let reg = match device {
-            None => self.fabric.reg_mr(addr, len, true),
-            Some(dmabuf) => self.reg_device(addr, len, dmabuf, true),
-        };
-        match reg {
+        match self.reg(addr, len, device, true) {
             Ok(mr) => {
                 self.exposed.insert((addr, len), (mr, 1));
                 Some(MemDesc {
@@ -977,16 +972,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
         dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        let len = dst.len as u64;
-        let (i, rkey) = self.check_get(peer, remote, offset, len)?;
-        if len == 0 {
-            return Ok(Submit::Done);
-        }
-        let local = self
-            .fabric
-            .reg_mr(dst.addr, len, false)
-            .map_err(|e| BtlError::GetFailed(reg_error("a receive buffer", len, &e)))?;
-        Ok(self.queue_get(i, remote, offset, rkey, local, token))
+        self.get_into(peer, remote, offset, dst, None, token)
     }
 
     unsafe fn get_device(
@@ -1001,15 +987,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
         if self.caps.gpudirect.is_none() {
             return Err(BtlError::Unsupported(self.caps.name));
         }
-        let len = dst.len as u64;
-        let (i, rkey) = self.check_get(peer, remote, offset, len)?;
-        if len == 0 {
-            return Ok(Submit::Done);
-        }
-        let local = self
-            .reg_device(dst.addr, len, dmabuf, false)
-            .map_err(|e| BtlError::GetFailed(reg_error("a device receive buffer", len, &e)))?;
-        Ok(self.queue_get(i, remote, offset, rkey, local, token))
+        self.get_into(peer, remote, offset, dst, Some(dmabuf), token)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {

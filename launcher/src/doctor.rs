@@ -66,6 +66,7 @@ fn device_config(gdrcopy: bool) -> DeviceConfig {
 
 /// What the gpu layer answers for GPUDirect RDMA (a device, dma-buf
 /// export), or why not when CUDA is not usable.
+#[cfg(feature = "ib")]
 fn gpu_probe(gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> (Result<(), String>, Result<(), String>) {
     match gpu {
         Ok(g) => g.gpudirect_probe(),
@@ -145,13 +146,8 @@ fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option
                 ),
             }
             .ok();
-            let (gpu_ok, gpu_dmabuf) = gpu_probe(gpu);
-            let probes = gpudirect::Probes {
-                gpu: gpu_ok,
-                gpu_dmabuf,
-                nic_dmabuf,
-                peermem: gpudirect::peermem(std::path::Path::new("/sys")),
-            };
+            let probes =
+                gpudirect::Probes::gather(gpu_probe(gpu), nic_dmabuf, std::path::Path::new("/sys"));
             let d = match gpudirect::Want::from_env() {
                 Ok(w) => gpudirect::decide(w, &probes),
                 Err(e) => {
@@ -168,7 +164,7 @@ fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option
 /// Without feature `ib`: what is there, and that it is not used.
 #[cfg(not(feature = "ib"))]
 fn verbs_report(o: &mut String, gpu: &Result<Gpu, gmpi_gpu::GpuError>) -> Option<DeviceReg> {
-    let _ = gpu_probe(gpu);
+    let _ = gpu;
     let ib = std::fs::read_dir("/sys/class/infiniband")
         .map(|d| {
             d.filter_map(|e| e.ok())

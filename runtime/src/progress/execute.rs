@@ -91,44 +91,28 @@ impl<H: HostMemory> Driver<H> {
         Ok(f(b.as_mut(), Some(dmabuf)))
     }
 
-    /// A get into device memory (GPUDirect RDMA: `rndv/gpudirect`), which
-    /// the btl registers itself; an export or registration that fails
-    /// fails the get, and the pml falls back to the stream.
-    #[allow(clippy::too_many_arguments)]
-    fn get_device(
+    /// Hand the pml the outcome of get `a` (to `peer`, `token`); give the
+    /// action back if the btl had no resources.
+    fn get_outcome(
         &mut self,
-        btl: usize,
+        res: Result<Submit, BtlError>,
         peer: Rank,
-        desc: gmpi_btl::MemDesc,
-        offset: u64,
-        d: LocalMem,
         token: u64,
         a: Action,
     ) -> Option<(Rank, Action)> {
-        // SAFETY: as for a host get (see `execute`): the destination is the
-        // device buffer of a receive request in `AwaitPull`, kept alive and
-        // untouched until this get's outcome reaches the pml.
-        let res = self.with_dmabuf(btl, d.addr, d.len, |b, dmabuf| unsafe {
-            b.get_device(peer, &desc, offset, d, dmabuf, token)
-        });
         match res {
-            Ok(Ok(Submit::Done)) => {
+            Ok(Submit::Done) => {
                 self.pml.handle_get_done(token);
                 None
             }
-            Ok(Ok(Submit::Queued)) => None,
-            Ok(Ok(Submit::NoResource)) => Some((peer, a)),
-            Ok(Err(BtlError::PeerFailed(p))) => {
+            Ok(Submit::Queued) => None,
+            Ok(Submit::NoResource) => Some((peer, a)),
+            Err(BtlError::PeerFailed(p)) => {
                 self.pml.handle_peer_failed(p);
                 None
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 self.pml.handle_get_failed(token, &e.to_string());
-                None
-            }
-            Err(why) => {
-                self.pml
-                    .handle_get_failed(token, &format!("no dma-buf of the destination: {why}"));
                 None
             }
         }
@@ -210,41 +194,39 @@ impl<H: HostMemory> Driver<H> {
             } => {
                 self.quiet[btl] = false;
                 let d = LocalMem { addr: dst, len };
-                if !dst_kind.is_host() {
-                    return self.get_device(btl, peer, desc, offset, d, token, a);
-                }
-                let b = &mut self.btls[btl];
-                // SAFETY: the pml emits a get only into the buffer of a
-                // receive request in its `AwaitPull` state (host memory, or
-                // device memory the btl registered for GPUDirect), which the
-                // runtime keeps alive and leaves alone until the request
-                // completes (`buffer.rs`: a blocking call holds the borrow,
-                // a `Request` holds it until done); the request completes
-                // only after this get's `Done`, error, `GetComplete` or
-                // `GetFailed` (the pml's `handle_get_*`).
-                let res = unsafe {
-                    if alone {
-                        b.get_alone(peer, &desc, offset, d, token)
-                    } else {
-                        b.get(peer, &desc, offset, d, token)
+                // Both gets below write `d`: the pml emits a get only into
+                // the buffer of a receive request in its `AwaitPull` state
+                // (host memory, or device memory the btl registers for
+                // GPUDirect), which the runtime keeps alive and leaves alone
+                // until the request completes (`buffer.rs`: a blocking call
+                // holds the borrow, a `Request` holds it until done); the
+                // request completes only after this get's `Done`, error,
+                // `GetComplete` or `GetFailed` (the pml's `handle_get_*`).
+                let res = if !dst_kind.is_host() {
+                    // GPUDirect RDMA (`rndv/gpudirect`): the btl registers
+                    // the device destination itself; an export that fails
+                    // fails the get, and the pml falls back.
+                    self.with_dmabuf(btl, dst, len, |b, dmabuf| {
+                        // SAFETY: `d` as said above.
+                        unsafe { b.get_device(peer, &desc, offset, d, dmabuf, token) }
+                    })
+                    .unwrap_or_else(|why| {
+                        Err(BtlError::GetFailed(format!(
+                            "preparing the device destination for the NIC: {why}"
+                        )))
+                    })
+                } else {
+                    let b = &mut self.btls[btl];
+                    // SAFETY: `d` as said above.
+                    unsafe {
+                        if alone {
+                            b.get_alone(peer, &desc, offset, d, token)
+                        } else {
+                            b.get(peer, &desc, offset, d, token)
+                        }
                     }
                 };
-                match res {
-                    Ok(Submit::Done) => {
-                        self.pml.handle_get_done(token);
-                        None
-                    }
-                    Ok(Submit::Queued) => None,
-                    Ok(Submit::NoResource) => Some((peer, a)),
-                    Err(BtlError::PeerFailed(p)) => {
-                        self.pml.handle_peer_failed(p);
-                        None
-                    }
-                    Err(e) => {
-                        self.pml.handle_get_failed(token, &e.to_string());
-                        None
-                    }
-                }
+                self.get_outcome(res, peer, token, a)
             }
             Action::IpcCopy {
                 peer,
