@@ -1,41 +1,61 @@
-//! The business card a rank publishes through PMI: its port's address and,
-//! for every peer it reaches, the queue pair that peer should connect to.
+//! The business card a rank publishes through PMI: its port's address, the
+//! number of its datagram (UD) queue pair, through which peers ask for an
+//! RC queue pair on first use, and a random nonce that names this run of
+//! the rank (a connection message must carry it).
 //!
-//! `ib1;<lid hex>;<gid, 32 hex digits>;<mtu>;<rank>@<qpn hex>.<psn hex>,...`
+//! `ib2;<lid hex>;<gid, 32 hex digits>;<mtu>;<ud qpn hex>;<nonce hex>`
 //! (no whitespace and no `=`: it travels as one PMI value)
 //! (pure; every field of a peer's card is checked before it is used).
 
-use crate::fabric::{LocalQp, PortInfo, RemoteQp};
-use gmpi_btl::Rank;
+use crate::fabric::{PortInfo, RemoteQp, UdAddr};
 
 /// Version tag at the front of every card.
-const TAG: &str = "ib1";
+const TAG: &str = "ib2";
 
-/// Write the card of `port` with one queue pair per peer.
-pub fn encode(port: &PortInfo, qps: &[(Rank, LocalQp)]) -> String {
+/// What a peer's card says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Card {
+    /// Its datagram queue pair.
+    pub ud: UdAddr,
+    /// Its port's path MTU (verbs enum, 1..=5).
+    pub mtu: u8,
+    /// The nonce its connection messages carry.
+    pub nonce: u64,
+}
+
+impl Card {
+    /// The address of the RC queue pair `qpn` (first PSN `psn`) on the
+    /// card's port.
+    pub fn rc(&self, qpn: u32, psn: u32) -> RemoteQp {
+        RemoteQp {
+            qpn,
+            psn,
+            lid: self.ud.lid,
+            gid: self.ud.gid,
+            mtu: self.mtu,
+        }
+    }
+}
+
+/// Write the card of `port`, whose datagram queue pair is `ud_qpn`.
+pub fn encode(port: &PortInfo, ud_qpn: u32, nonce: u64) -> String {
     let mut s = format!("{TAG};{:x};", port.lid);
     for b in port.gid {
         s.push_str(&format!("{b:02x}"));
     }
-    s.push_str(&format!(";{};", port.mtu));
-    let list: Vec<String> = qps
-        .iter()
-        .map(|(r, q)| format!("{r}@{:x}.{:x}", q.qpn, q.psn))
-        .collect();
-    s.push_str(&list.join(","));
+    s.push_str(&format!(";{};{ud_qpn:x};{nonce:x}", port.mtu));
     s
 }
 
-/// What a card says to rank `me`: the address of the queue pair its owner
-/// made for `me`.
-pub fn decode_for(card: &str, me: Rank) -> Result<RemoteQp, String> {
+/// Read a card.
+pub fn decode(card: &str) -> Result<Card, String> {
     let bad = |why: &str| format!("malformed ib card ({why}): {card:?}");
     let f: Vec<&str> = card.split(';').collect();
-    if f.len() != 5 || f[0] != TAG {
-        return Err(bad("expected 5 fields after the tag ib1"));
+    if f.len() != 6 || f[0] != TAG {
+        return Err(bad("expected 6 fields after the tag ib2"));
     }
     let lid = u16::from_str_radix(f[1], 16).map_err(|_| bad("LID"))?;
-    if f[2].len() != 32 {
+    if f[2].len() != 32 || !f[2].is_ascii() {
         return Err(bad("GID"));
     }
     let mut gid = [0u8; 16];
@@ -46,27 +66,16 @@ pub fn decode_for(card: &str, me: Rank) -> Result<RemoteQp, String> {
     if !(1..=5).contains(&mtu) {
         return Err(bad("MTU out of range"));
     }
-    for e in f[4].split(',').filter(|e| !e.is_empty()) {
-        let (r, q) = e.split_once('@').ok_or_else(|| bad("peer entry"))?;
-        let r: Rank = r.parse().map_err(|_| bad("peer rank"))?;
-        if r != me {
-            continue;
-        }
-        let (qpn, psn) = q.split_once('.').ok_or_else(|| bad("queue pair"))?;
-        let qpn = u32::from_str_radix(qpn, 16).map_err(|_| bad("QPN"))?;
-        let psn = u32::from_str_radix(psn, 16).map_err(|_| bad("PSN"))?;
-        if qpn >= 1 << 24 || psn >= 1 << 24 {
-            return Err(bad("QPN or PSN wider than 24 bits"));
-        }
-        return Ok(RemoteQp {
-            qpn,
-            psn,
-            lid,
-            gid,
-            mtu,
-        });
+    let qpn = u32::from_str_radix(f[4], 16).map_err(|_| bad("UD QPN"))?;
+    if qpn >= 1 << 24 {
+        return Err(bad("UD QPN wider than 24 bits"));
     }
-    Err(format!("ib card has no queue pair for rank {me}: {card:?}"))
+    let nonce = u64::from_str_radix(f[5], 16).map_err(|_| bad("nonce"))?;
+    Ok(Card {
+        ud: UdAddr { qpn, lid, gid },
+        mtu,
+        nonce,
+    })
 }
 
 #[cfg(test)]
@@ -92,44 +101,43 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_and_only_my_entry() {
-        let qps = [
-            (
-                1,
-                LocalQp {
-                    qpn: 0x11,
-                    psn: 0xabc,
+    fn round_trip() {
+        let c = encode(&port(), 0x1234, 0xdead_beef_0123);
+        let d = decode(&c).unwrap();
+        assert_eq!(
+            d,
+            Card {
+                ud: UdAddr {
+                    qpn: 0x1234,
+                    lid: 0,
+                    gid: port().gid
                 },
-            ),
-            (
-                7,
-                LocalQp {
-                    qpn: 0x12,
-                    psn: 0xfff,
-                },
-            ),
-        ];
-        let c = encode(&port(), &qps);
-        let r = decode_for(&c, 7).unwrap();
-        assert_eq!((r.qpn, r.psn, r.mtu, r.gid), (0x12, 0xfff, 3, port().gid));
-        assert!(decode_for(&c, 3)
-            .unwrap_err()
-            .contains("no queue pair for rank 3"));
+                mtu: 3,
+                nonce: 0xdead_beef_0123,
+            }
+        );
+        let rc = d.rc(0x77, 0x55);
+        assert_eq!(
+            (rc.qpn, rc.psn, rc.gid, rc.mtu),
+            (0x77, 0x55, port().gid, 3)
+        );
     }
 
     #[test]
     fn garbage_is_refused() {
         for c in [
             "",
-            "ib2;0;00;3;",
-            "ib1;zz;00000000000000000000ffff0a090001;3;1@1.1",
-            "ib1;0;0000;3;1@1.1",
-            "ib1;0;00000000000000000000ffff0a090001;9;1@1.1",
-            "ib1;0;00000000000000000000ffff0a090001;3;1@1",
-            "ib1;0;00000000000000000000ffff0a090001;3;1@1000000.1",
-            "ib1;0;00000000000000000000ffff0a090001;3;x@1.1",
+            "ib1;0;00000000000000000000ffff0a090001;3;1@1.1",
+            "ib2;zz;00000000000000000000ffff0a090001;3;11;1",
+            "ib2;0;0000;3;11;1",
+            "ib2;0;00000000000000000000ffff0a090001;9;11;1",
+            "ib2;0;00000000000000000000ffff0a090001;3;1000000;1",
+            "ib2;0;00000000000000000000ffff0a090001;3;x;1",
+            "ib2;0;00000000000000000000ffff0a090001;3;11;",
+            "ib2;0;00000000000000000000ffff0a090001;3;11;1;2",
+            "ib2;0;0000000000000000000é0ffff0a09000;3;11;1",
         ] {
-            assert!(decode_for(c, 1).is_err(), "{c:?} was accepted");
+            assert!(decode(c).is_err(), "{c:?} was accepted");
         }
     }
 }

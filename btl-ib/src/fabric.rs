@@ -73,6 +73,26 @@ pub struct RemoteQp {
     pub mtu: u8,
 }
 
+/// Where a port's datagram (UD) queue pair is reached: what a rank's card
+/// says, for the connection messages that set up RC queue pairs on first
+/// use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdAddr {
+    /// The UD queue pair's number.
+    pub qpn: u32,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// GID (RoCE, or InfiniBand across subnets).
+    pub gid: [u8; 16],
+}
+
+/// The Q_Key of every gmpi datagram queue pair.
+pub const UD_QKEY: u32 = 0x474d_5049;
+
+/// Bytes a UD receive buffer holds before the datagram: room for the
+/// Global Routing Header, which verbs always reserves there.
+pub const GRH_BYTES: usize = 40;
+
 /// A local queue pair, as [`Fabric::create_qp`] made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalQp {
@@ -215,6 +235,39 @@ pub trait Fabric: Send + std::fmt::Debug {
 
     /// Create an RC queue pair on the shared receive queue (state INIT).
     fn create_qp(&mut self) -> Result<LocalQp, String>;
+
+    /// Create this port's datagram (UD) queue pair, ready to send and
+    /// receive, with a receive queue of its own of `recv_depth` buffers
+    /// ([`Fabric::post_ud_recv`]) and its completions on the common
+    /// completion queue; its number. At most one per fabric.
+    fn create_ud(&mut self, recv_depth: u32) -> Result<u32, String>;
+
+    /// An address handle for datagrams to `to` (a number for
+    /// [`Fabric::post_ud_send`], freed with the fabric).
+    fn ud_ah(&mut self, to: &UdAddr) -> Result<u64, String>;
+
+    /// Send the bytes of `sge` as one datagram, signalled, to UD queue pair
+    /// `qpn` through address handle `ah`, with Q_Key [`UD_QKEY`]. Datagrams
+    /// may be lost.
+    ///
+    /// # Safety
+    /// As [`Fabric::post_send`]: `sge`'s memory stays valid until the
+    /// completion.
+    unsafe fn post_ud_send(
+        &mut self,
+        ah: u64,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+    ) -> Result<(), String>;
+
+    /// Post receive buffers to the UD queue pair; a datagram lands
+    /// [`GRH_BYTES`] into its buffer, and its completion's length counts
+    /// those bytes too.
+    ///
+    /// # Safety
+    /// As [`Fabric::post_recv`].
+    unsafe fn post_ud_recv(&mut self, bufs: &[(u64, Sge)]) -> Result<(), String>;
 
     /// Move queue pair `qpn` to ready-to-send towards `remote`
     /// (INIT → RTR → RTS).

@@ -1,8 +1,9 @@
 //! gmpi-btl-ib: the transport between nodes over InfiniBand or RoCE verbs.
 //!
 //! One port of one device per rank ([`fabric::Fabric`]: a protection
-//! domain, one completion queue, one shared receive queue), and one RC
-//! queue pair per peer on another node. The protocol here is written
+//! domain, one completion queue, one shared receive queue, one datagram
+//! queue pair), and one RC queue pair per peer on another node, made on
+//! first use ([`conn`]). The protocol here is written
 //! against the [`fabric::Fabric`] trait only, so it runs unchanged over
 //! libibverbs (`verbs.rs`, feature `ib`) and over the in-crate verbs model
 //! its tests use (`model.rs`).
@@ -11,7 +12,10 @@
 //! - `lib.rs`: [`IbConfig`], [`IbBtl`] (credits, the shared receive queue,
 //!   selective signalling, RDMA READ gets, registrations, the [`Btl`] impl).
 //! - `fabric.rs`: the verbs the protocol uses, as plain data and a trait.
-//! - `card.rs`: the business card (LID, GID, MTU, one queue pair per peer).
+//! - `card.rs`: the business card (LID, GID, MTU, the datagram queue
+//!   pair, a nonce).
+//! - `conn.rs`: the connection messages that set up a peer's RC queue
+//!   pair on first use, and their retry schedule.
 //! - `gpudirect.rs`: whether and how the NIC registers GPU memory
 //!   (dma-buf, else `nvidia_peermem`, else staging).
 //! - `select.rs`: `GMPI_IB_DEVICES` and the choice of a port.
@@ -22,6 +26,12 @@
 //!   selection, the GID of RoCE v2.
 //!
 //! # Protocol
+//! - **Connections on first use.** `MPI_Init` makes no RC queue pair: the
+//!   first send or get towards a peer makes one and asks the peer for its
+//!   own over the datagram queue pairs (REQ, REP, RTU: [`conn`]); until the
+//!   peer's answer, sends answer [`Submit::NoResource`] (the pml holds them
+//!   and retries) and gets wait. A rank therefore holds queue pairs only
+//!   for the peers it talks to.
 //! - **Eager.** A fragment (at most [`IbConfig::max_frag`] bytes) is copied
 //!   into a registered send slot, or carried inline when it fits the queue
 //!   pair's inline limit, and sent with immediate data. The immediate data
@@ -75,6 +85,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod card;
+pub mod conn;
 pub mod fabric;
 pub mod gpudirect;
 pub mod model;
@@ -90,7 +101,11 @@ use gmpi_btl::{
     Btl, BtlError, Capabilities, DeviceReg, DmaBuf, Event, LocalMem, MemDesc, Rank, Submit, Wake,
 };
 
-use crate::fabric::{wc_status_str, Fabric, LocalQp, Mr, SendWr, Sge, Wc, WcKind, WC_FLUSH_ERR};
+use crate::card::Card;
+use crate::conn::{Kind, Msg, MSG_BYTES};
+use crate::fabric::{
+    wc_status_str, Fabric, LocalQp, Mr, SendWr, Sge, Wc, WcKind, GRH_BYTES, WC_FLUSH_ERR,
+};
 
 /// Tracing target.
 const LOG: &str = "btl";
@@ -108,6 +123,18 @@ const POLL_BATCH: usize = 64;
 const K_SEND: u64 = 0;
 const K_READ: u64 = 1;
 const K_RECV: u64 = 2;
+/// A datagram (connection message): the peer field says which way
+/// ([`CM_TX`] or [`CM_RX`]), the low bits the buffer.
+const K_CM: u64 = 3;
+const CM_TX: usize = 0;
+const CM_RX: usize = 1;
+
+/// Datagram send buffers (a connection message each).
+const CM_SLOTS: usize = 64;
+/// Datagram receive buffers.
+const CM_RECVS: usize = 128;
+/// Bytes of a datagram receive buffer: the GRH room, then a message.
+const CM_RX_BYTES: usize = GRH_BYTES + MSG_BYTES;
 
 fn wr_id(kind: u64, peer: usize, low: u64) -> u64 {
     (kind << 62) | ((peer as u64 & 0x3f_ffff) << 40) | (low & 0xff_ffff_ffff)
@@ -181,12 +208,35 @@ struct Posted {
     get: Option<u64>,
 }
 
+/// A REQ waiting for its answer.
+#[derive(Debug, Clone, Copy)]
+struct Asking {
+    /// When to ask again.
+    next: Instant,
+    /// REQs sent so far.
+    tries: u32,
+    /// The first one.
+    since: Instant,
+    /// Whether the slow answer was warned about.
+    warned: bool,
+}
+
 /// A peer on another node.
 #[derive(Debug)]
 struct Peer {
     rank: Rank,
-    qp: LocalQp,
-    connected: bool,
+    /// Its card ([`IbBtl::add_peer`]).
+    card: Option<Card>,
+    /// The address handle of its datagram queue pair, once made.
+    ah: Option<u64>,
+    /// Our RC queue pair towards it, made on first use.
+    qp: Option<LocalQp>,
+    /// The peer's queue pair ours is connected to (RTR, RTS).
+    remote_qpn: Option<u32>,
+    /// The peer's queue pair is known to be connected too: sends may go.
+    ready: bool,
+    /// Our REQ, while unanswered.
+    asking: Option<Asking>,
     /// Fragments we may still send it.
     credits: u32,
     /// Its fragments consumed here since we last told it.
@@ -242,6 +292,19 @@ pub struct IbBtl<F: Fabric> {
     exposed: HashMap<(u64, u64), (Mr, u32)>,
     /// Failures to report.
     failed_news: Vec<Rank>,
+    /// The datagram queue pair's number, and this run's nonce (the card).
+    ud_qpn: u32,
+    nonce: u64,
+    /// Datagram send buffers (registered once) and the free ones.
+    cm_tx: Box<[u8]>,
+    cm_tx_mr: Mr,
+    cm_free: Vec<u32>,
+    /// Datagram receive buffers (registered once) and those to repost.
+    cm_rx: Box<[u8]>,
+    cm_rx_mr: Mr,
+    cm_repost: Vec<u32>,
+    /// RC queue pairs made so far.
+    qps_made: usize,
     waker: Arc<dyn Wake>,
     warned_reg: bool,
     warned_dev_reg: bool,
@@ -287,7 +350,8 @@ fn reg_error(what: &str, len: u64, e: &str) -> String {
 
 impl<F: Fabric> IbBtl<F> {
     /// The transport of `rank` (of `size`) over `fabric`, reaching `peers`
-    /// (queue pairs are made now; [`IbBtl::add_peer`] connects them).
+    /// once their cards are added ([`IbBtl::add_peer`]); their queue pairs
+    /// are made on first use.
     pub fn new(
         rank: Rank,
         size: u32,
@@ -327,20 +391,34 @@ impl<F: Fabric> IbBtl<F> {
         let rx_mr = fabric
             .reg_mr(rx.as_mut_ptr() as u64, rx.len() as u64, false)
             .map_err(|e| reg_error("receive buffers", rx.len() as u64, &e))?;
+        let mut cm_tx = vec![0u8; CM_SLOTS * MSG_BYTES].into_boxed_slice();
+        let mut cm_rx = vec![0u8; CM_RECVS * CM_RX_BYTES].into_boxed_slice();
+        let cm_tx_mr = fabric
+            .reg_mr(cm_tx.as_mut_ptr() as u64, cm_tx.len() as u64, false)
+            .map_err(|e| reg_error("connection messages", cm_tx.len() as u64, &e))?;
+        let cm_rx_mr = fabric
+            .reg_mr(cm_rx.as_mut_ptr() as u64, cm_rx.len() as u64, false)
+            .map_err(|e| reg_error("connection messages", cm_rx.len() as u64, &e))?;
+        let ud_qpn = fabric
+            .create_ud(CM_RECVS as u32)
+            .map_err(|e| format!("ib: the datagram queue pair: {e}"))?;
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| format!("ib: a random nonce: {e}"))?;
         let mut index = vec![None; size as usize];
         let mut list = Vec::with_capacity(peers.len());
-        let mut by_qpn = HashMap::new();
         for &p in peers {
             if p == rank || p >= size || index[p as usize].is_some() {
                 return Err(format!("ib: bad peer list {peers:?}"));
             }
-            let qp = fabric.create_qp()?;
             index[p as usize] = Some(list.len());
-            by_qpn.insert(qp.qpn, list.len());
             list.push(Peer {
                 rank: p,
-                qp,
-                connected: false,
+                card: None,
+                ah: None,
+                qp: None,
+                remote_qpn: None,
+                ready: false,
+                asking: None,
                 credits: cfg.credits,
                 owed: 0,
                 posted: VecDeque::new(),
@@ -360,7 +438,7 @@ impl<F: Fabric> IbBtl<F> {
             fabric,
             peers: list,
             index,
-            by_qpn,
+            by_qpn: HashMap::new(),
             tx,
             tx_mr,
             free_slots: Vec::new(),
@@ -373,12 +451,22 @@ impl<F: Fabric> IbBtl<F> {
             pending_gets: VecDeque::new(),
             exposed: HashMap::new(),
             failed_news: Vec::new(),
+            ud_qpn,
+            nonce: u64::from_le_bytes(nonce),
+            cm_tx,
+            cm_tx_mr,
+            cm_free: (0..CM_SLOTS as u32).rev().collect(),
+            cm_rx,
+            cm_rx_mr,
+            cm_repost: (0..CM_RECVS as u32).collect(),
+            qps_made: 0,
             waker,
             warned_reg: false,
             warned_dev_reg: false,
         };
         b.free_slots = (0..b.cfg.send_slots as u32).rev().collect();
         b.repost_buffers()?;
+        b.repost_cm()?;
         tracing::debug!(target: LOG, "ib: {} port {} ({:?}, MTU {} B, GID index {}), {} peers, {} credits each, {} receive buffers of {} B",
             port.device, port.port, port.link, port.mtu_bytes(), port.gid_index, b.peers.len(), b.cfg.credits, rx_n, b.cfg.max_frag);
         Ok(b)
@@ -386,11 +474,11 @@ impl<F: Fabric> IbBtl<F> {
 
     /// The card to publish (see [`card`]).
     pub fn card(&self) -> String {
-        let qps: Vec<(Rank, LocalQp)> = self.peers.iter().map(|p| (p.rank, p.qp)).collect();
-        card::encode(self.fabric.port(), &qps)
+        card::encode(self.fabric.port(), self.ud_qpn, self.nonce)
     }
 
-    /// Connect to `peer` with the card it published.
+    /// Reach `peer` through the card it published (its queue pair is made
+    /// on first use).
     pub fn add_peer(&mut self, peer: Rank, card: &str) -> Result<(), String> {
         let i = self
             .index
@@ -398,15 +486,235 @@ impl<F: Fabric> IbBtl<F> {
             .copied()
             .flatten()
             .ok_or_else(|| format!("ib: rank {peer} is not a peer of rank {}", self.rank))?;
-        let remote = card::decode_for(card, self.rank).map_err(|e| format!("rank {peer}'s {e}"))?;
-        let qpn = self.peers[i].qp.qpn;
-        self.fabric.connect(qpn, &remote).map_err(|e| {
-            format!(
-                "ib: connecting to rank {peer} on {}: {e}",
-                self.fabric.port().device
-            )
-        })?;
-        self.peers[i].connected = true;
+        let c = card::decode(card).map_err(|e| format!("ib: rank {peer}'s {e}"))?;
+        self.peers[i].card = Some(c);
+        Ok(())
+    }
+
+    /// RC queue pairs made so far (one per peer talked to).
+    pub fn queue_pairs(&self) -> usize {
+        self.qps_made
+    }
+
+    /// Peer `i`'s queue pair, made now if it has none.
+    fn ensure_qp(&mut self, i: usize) -> Result<LocalQp, String> {
+        if let Some(q) = self.peers[i].qp {
+            return Ok(q);
+        }
+        let q = self.fabric.create_qp()?;
+        self.qps_made += 1;
+        self.by_qpn.insert(q.qpn, i);
+        self.peers[i].qp = Some(q);
+        Ok(q)
+    }
+
+    /// Connect peer `i`'s queue pair to the peer's `qpn` (first PSN `psn`):
+    /// `false` (and nothing done) when it is connected to another one.
+    fn connect_qp(&mut self, i: usize, qpn: u32, psn: u32) -> Result<bool, String> {
+        let p = &self.peers[i];
+        if let Some(q) = p.remote_qpn {
+            return Ok(q == qpn);
+        }
+        let card = p.card.expect("connection messages come from carded peers");
+        let local = self.ensure_qp(i)?;
+        self.fabric.connect(local.qpn, &card.rc(qpn, psn))?;
+        self.peers[i].remote_qpn = Some(qpn);
+        Ok(true)
+    }
+
+    /// Peer `i` may be sent to from now on.
+    fn set_ready(&mut self, i: usize) {
+        let p = &mut self.peers[i];
+        if !p.ready {
+            p.ready = true;
+            p.asking = None;
+            tracing::debug!(target: LOG, "ib: connected to rank {} (queue pair {:#x} to {:#x})",
+                p.rank, p.qp.map_or(0, |q| q.qpn), p.remote_qpn.unwrap_or(0));
+        }
+    }
+
+    /// Ask peer `i` for a connection, unless it is ready or asked already.
+    fn ask(&mut self, i: usize) {
+        let p = &self.peers[i];
+        if p.ready || p.failed || p.asking.is_some() {
+            return;
+        }
+        if let Err(e) = self.ensure_qp(i) {
+            self.fail_peer(i, &format!("creating a queue pair: {e}"));
+            return;
+        }
+        let now = Instant::now();
+        self.peers[i].asking = Some(Asking {
+            next: now + conn::retry_after(1),
+            tries: 1,
+            since: now,
+            warned: false,
+        });
+        self.send_cm(i, Kind::Req);
+    }
+
+    /// Ask again every peer whose answer is late.
+    fn ask_again(&mut self) {
+        let now = Instant::now();
+        for i in 0..self.peers.len() {
+            let Some(mut a) = self.peers[i].asking else {
+                continue;
+            };
+            if a.next > now || self.peers[i].failed {
+                continue;
+            }
+            a.tries += 1;
+            a.next = now + conn::retry_after(a.tries);
+            if !a.warned && now.duration_since(a.since) >= conn::SLOW_ANSWER {
+                a.warned = true;
+                tracing::warn!(target: LOG, "ib: rank {} has not answered a connection request for {} s (busy outside MPI, or gone?); still asking",
+                    self.peers[i].rank, now.duration_since(a.since).as_secs());
+            }
+            self.peers[i].asking = Some(a);
+            self.send_cm(i, Kind::Req);
+        }
+    }
+
+    /// The earliest time a REQ is due again, if any is waited for.
+    fn next_ask(&self) -> Option<Instant> {
+        self.peers
+            .iter()
+            .filter(|p| !p.failed)
+            .filter_map(|p| p.asking.map(|a| a.next))
+            .min()
+    }
+
+    /// Send connection message `kind` to peer `i` (best effort: a message
+    /// that cannot go now is as good as lost, which the REQ's repeats
+    /// cover).
+    fn send_cm(&mut self, i: usize, kind: Kind) {
+        let Some(local) = self.peers[i].qp else {
+            return;
+        };
+        let Some(card) = self.peers[i].card else {
+            return;
+        };
+        let ah = match self.peers[i].ah {
+            Some(a) => a,
+            None => match self.fabric.ud_ah(&card.ud) {
+                Ok(a) => {
+                    self.peers[i].ah = Some(a);
+                    a
+                }
+                Err(e) => {
+                    self.fail_peer(i, &format!("an address handle for its datagrams: {e}"));
+                    return;
+                }
+            },
+        };
+        let Some(slot) = self.cm_free.pop() else {
+            tracing::debug!(target: LOG, "ib: no buffer for a {kind:?} to rank {}: dropped", self.peers[i].rank);
+            return;
+        };
+        let m = Msg {
+            kind,
+            from: self.rank,
+            to: self.peers[i].rank,
+            nonce: self.nonce,
+            qpn: local.qpn,
+            psn: local.psn,
+        };
+        let at = slot as usize * MSG_BYTES;
+        self.cm_tx[at..at + MSG_BYTES].copy_from_slice(&m.encode());
+        let sge = Sge {
+            addr: self.cm_tx.as_ptr() as u64 + at as u64,
+            len: MSG_BYTES as u32,
+            lkey: self.cm_tx_mr.lkey,
+        };
+        // SAFETY: the message is slot `slot` of `self.cm_tx`, out of
+        // `cm_free` until its completion returns it; `cm_tx` outlives the
+        // fabric's queues (field order, `Drop`).
+        let r = unsafe {
+            self.fabric
+                .post_ud_send(ah, card.ud.qpn, wr_id(K_CM, CM_TX, slot as u64), sge)
+        };
+        if let Err(e) = r {
+            self.cm_free.push(slot);
+            tracing::debug!(target: LOG, "ib: a {kind:?} to rank {}: {e}", self.peers[i].rank);
+        }
+    }
+
+    /// A datagram arrived in receive buffer `slot` (`len` bytes with the
+    /// GRH room): act on the connection message it holds.
+    fn on_cm(&mut self, slot: u32, len: u32) {
+        let at = slot as usize * CM_RX_BYTES;
+        let len = (len as usize).min(CM_RX_BYTES);
+        let m = if len < GRH_BYTES {
+            Err(format!("a datagram of {len} bytes"))
+        } else {
+            Msg::decode(&self.cm_rx[at + GRH_BYTES..at + len])
+        };
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(target: LOG, "ib: a datagram dropped: {e}");
+                return;
+            }
+        };
+        let i = self.index.get(m.from as usize).copied().flatten();
+        let Some(i) = i.filter(|_| m.to == self.rank) else {
+            tracing::debug!(target: LOG, "ib: a connection message from rank {} to rank {} dropped: not for this rank's peers", m.from, m.to);
+            return;
+        };
+        let p = &self.peers[i];
+        if p.failed || p.card.is_none_or(|c| c.nonce != m.nonce) {
+            tracing::debug!(target: LOG, "ib: a {:?} from rank {} dropped (failed peer, or another run's nonce)", m.kind, m.from);
+            return;
+        }
+        let connected = match m.kind {
+            Kind::Req | Kind::Rep => self.connect_qp(i, m.qpn, m.psn),
+            Kind::Rtu => Ok(self.peers[i].remote_qpn == Some(m.qpn)),
+        };
+        match connected {
+            Err(e) => {
+                let dev = self.fabric.port().device.clone();
+                self.fail_peer(i, &format!("connecting its queue pair on {dev}: {e}"));
+            }
+            Ok(false) => {
+                tracing::debug!(target: LOG, "ib: a {:?} from rank {} names queue pair {:#x}, not the one connected: dropped", m.kind, m.from, m.qpn);
+            }
+            Ok(true) => match m.kind {
+                Kind::Req => self.send_cm(i, Kind::Rep),
+                Kind::Rep => {
+                    self.set_ready(i);
+                    self.send_cm(i, Kind::Rtu);
+                }
+                Kind::Rtu => self.set_ready(i),
+            },
+        }
+    }
+
+    /// Give the datagram receive buffers back to the queue pair.
+    fn repost_cm(&mut self) -> Result<(), String> {
+        if self.cm_repost.is_empty() {
+            return Ok(());
+        }
+        let base = self.cm_rx.as_mut_ptr() as u64;
+        let lkey = self.cm_rx_mr.lkey;
+        let bufs: Vec<(u64, Sge)> = self
+            .cm_repost
+            .iter()
+            .map(|&s| {
+                (
+                    wr_id(K_CM, CM_RX, s as u64),
+                    Sge {
+                        addr: base + (s as usize * CM_RX_BYTES) as u64,
+                        len: CM_RX_BYTES as u32,
+                        lkey,
+                    },
+                )
+            })
+            .collect();
+        // SAFETY: each buffer is a slot of `self.cm_rx`, which outlives the
+        // fabric's queues, and is reposted only after its completion was
+        // handled.
+        unsafe { self.fabric.post_ud_recv(&bufs) }?;
+        self.cm_repost.clear();
         Ok(())
     }
 
@@ -677,7 +985,7 @@ impl<F: Fabric> IbBtl<F> {
             *wr_id = id;
             p.since_signal = 0;
         }
-        let qpn = p.qp.qpn;
+        let qpn = p.qp.expect("only ready peers are posted to").qpn;
         // SAFETY: a send's memory is a slot of `self.tx` (held in `posted`
         // until a completion retires it) or inline (copied now); a read's
         // is a get's destination, registered and held by its `GetOp`, which
@@ -735,6 +1043,7 @@ impl<F: Fabric> IbBtl<F> {
             .min(self.cfg.max_reads)
             .max(1);
         let chunk = self.cfg.read_chunk.max(1) as u64;
+        let mut unready = Vec::new();
         let mut k = 0;
         while k < self.pending_gets.len() {
             let g = self.pending_gets[k];
@@ -754,6 +1063,10 @@ impl<F: Fabric> IbBtl<F> {
                     let op = self.gets.get_mut(&g).expect("get");
                     op.error = Some(format!("rank {} failed", p.rank));
                     finished = true;
+                    break;
+                }
+                if !p.ready {
+                    unready.push(i);
                     break;
                 }
                 if p.reads_out >= max_rd || !self.room(p) {
@@ -791,6 +1104,9 @@ impl<F: Fabric> IbBtl<F> {
                 k += 1;
             }
         }
+        for i in unready {
+            self.ask(i);
+        }
     }
 
     /// A zero-length SEND giving back `credits` (`post` decides whether it
@@ -814,7 +1130,7 @@ impl<F: Fabric> IbBtl<F> {
         let half = self.cfg.credits.div_ceil(2).max(1);
         for i in 0..self.peers.len() {
             let p = &self.peers[i];
-            if p.owed < half || p.failed || !p.connected || !self.room(p) {
+            if p.owed < half || p.failed || !p.ready || !self.room(p) {
                 continue;
             }
             let wr = self.credit_message(p.owed);
@@ -850,7 +1166,7 @@ impl<F: Fabric> IbBtl<F> {
         if p.failed {
             return Err(BtlError::PeerFailed(peer));
         }
-        if !p.connected {
+        if p.card.is_none() {
             return Err(BtlError::Unreachable(peer));
         }
         Ok(i)
@@ -860,6 +1176,8 @@ impl<F: Fabric> IbBtl<F> {
         !self.failed_news.is_empty()
             || !self.pending_gets.is_empty()
             || !self.repost.is_empty()
+            || !self.cm_repost.is_empty()
+            || self.next_ask().is_some_and(|t| t <= Instant::now())
             || self
                 .peers
                 .iter()
@@ -877,7 +1195,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
             .get(peer as usize)
             .copied()
             .flatten()
-            .is_some_and(|i| self.peers[i].connected)
+            .is_some_and(|i| self.peers[i].card.is_some() && !self.peers[i].failed)
     }
 
     fn send(&mut self, peer: Rank, parts: &[&[u8]], _token: u64) -> Result<Submit, BtlError> {
@@ -888,6 +1206,15 @@ impl<F: Fabric> Btl for IbBtl<F> {
                 len,
                 max: self.cfg.max_frag,
             });
+        }
+        if !self.peers[i].ready {
+            // The pml holds the fragment and offers it again once the
+            // connection is up (the answer wakes `wait`).
+            self.ask(i);
+            if self.peers[i].failed {
+                return Err(BtlError::PeerFailed(peer));
+            }
+            return Ok(Submit::NoResource);
         }
         let p = &self.peers[i];
         if p.credits == 0 || !self.room(p) {
@@ -1006,6 +1333,20 @@ impl<F: Fabric> Btl for IbBtl<F> {
         let f = self.cfg.max_frag;
         for wc in wcs.iter().copied() {
             let kind = wr_kind(wc.wr_id);
+            if kind == K_CM {
+                let slot = wr_low(wc.wr_id) as u32;
+                if wr_peer(wc.wr_id) == CM_TX {
+                    self.cm_free.push(slot);
+                } else {
+                    if wc.status == 0 {
+                        if let WcKind::Recv { len, .. } = wc.kind {
+                            self.on_cm(slot, len);
+                        }
+                    }
+                    self.cm_repost.push(slot);
+                }
+                continue;
+            }
             if kind == K_RECV {
                 let slot = wr_low(wc.wr_id) as u32;
                 if wc.status != 0 {
@@ -1031,6 +1372,10 @@ impl<F: Fabric> Btl for IbBtl<F> {
                     self.repost.push(slot);
                     continue;
                 };
+                // Traffic on the queue pair: the peer's side is connected.
+                if !self.peers[i].ready && self.peers[i].remote_qpn.is_some() {
+                    self.set_ready(i);
+                }
                 let p = &mut self.peers[i];
                 if imm & CREDIT_ONLY != 0 {
                     p.credits += imm & !CREDIT_ONLY;
@@ -1082,6 +1427,10 @@ impl<F: Fabric> Btl for IbBtl<F> {
         if let Err(e) = self.repost_buffers() {
             tracing::error!(target: LOG, "ib: reposting receive buffers: {e}");
         }
+        if let Err(e) = self.repost_cm() {
+            tracing::error!(target: LOG, "ib: reposting datagram buffers: {e}");
+        }
+        self.ask_again();
         self.pump_gets();
         // Gets that ended without a completion to come (their peer failed
         // before their first chunk was posted).
@@ -1107,6 +1456,10 @@ impl<F: Fabric> Btl for IbBtl<F> {
         if self.has_work() {
             return;
         }
+        let timeout = match self.next_ask() {
+            Some(t) => timeout.min(t.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
         self.fabric.wait(timeout);
     }
 
@@ -1133,7 +1486,7 @@ impl<F: Fabric> Drop for IbBtl<F> {
         for i in 0..self.peers.len() {
             let p = &self.peers[i];
             let unsignalled = p.posted.back().is_some_and(|_| p.since_signal > 0);
-            if unsignalled && !p.failed && p.connected && self.room(p) {
+            if unsignalled && !p.failed && p.ready && self.room(p) {
                 // A credit message of none, signalled (`post` signals it:
                 // the count says one is due).
                 let wr = self.credit_message(0);

@@ -14,6 +14,14 @@
 //! - local memory must lie in a registration with the key given;
 //! - a killed fabric ([`ModelNet::kill`]) stops answering: its peers' sends
 //!   end with "retry counter exceeded";
+//! - a SEND towards a queue pair not yet connected (still INIT) is not
+//!   taken (real RC drops it and retransmits): it waits, like RNR, and is
+//!   counted ([`ModelNet::early_sends`]: the connection protocol must keep
+//!   it at zero);
+//! - datagrams (UD) reach the port whose datagram queue pair and GID the
+//!   address names, land [`GRH_BYTES`] into the next UD receive buffer,
+//!   and are lost, silently, without one, towards a dead port, or when the
+//!   test says so ([`ModelNet::drop_datagrams`]);
 //! - GPU memory ([`ModelNet::with_gpu`]: a [`DeviceMemory`] and what the
 //!   "NIC" can do with it, [`GpuNic`]) is registered as on a real host:
 //!   `reg_mr` of a device address fails with "Bad address" unless
@@ -35,7 +43,8 @@ use std::time::Duration;
 use gmpi_btl::Wake;
 
 use crate::fabric::{
-    Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Sge, Wc, WcKind, WC_FLUSH_ERR,
+    Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Sge, UdAddr, Wc, WcKind, GRH_BYTES,
+    WC_FLUSH_ERR,
 };
 
 /// Verbs status: local protection error (memory outside a registration).
@@ -94,6 +103,15 @@ struct ModelMr {
 
 #[derive(Debug, Default)]
 struct Dev {
+    /// The port's GID (how datagrams find it).
+    gid: [u8; 16],
+    /// Its datagram queue pair, and that queue pair's receive buffers.
+    ud: Option<u32>,
+    ud_rq: VecDeque<(u64, Sge)>,
+    /// Address handles made on it.
+    ahs: Vec<UdAddr>,
+    /// RC queue pairs made on it.
+    qps_made: usize,
     srq: VecDeque<(u64, Sge)>,
     cq: VecDeque<Wc>,
     mrs: HashMap<u32, ModelMr>,
@@ -117,6 +135,11 @@ struct Net {
     next_qpn: u32,
     next_key: u32,
     rnr_naks: u64,
+    early_sends: u64,
+    /// Datagrams still to lose (tests).
+    drop_datagrams: u32,
+    /// Datagrams delivered, and lost.
+    datagrams: (u64, u64),
     gpu: Option<(Arc<dyn DeviceMemory>, GpuNic)>,
     registered: Registered,
 }
@@ -159,12 +182,15 @@ impl ModelNet {
     /// queue entries and `srq_depth` receive buffers at most.
     pub fn fabric(&self, max_inline: u32, sq_depth: u32, srq_depth: u32) -> ModelFabric {
         let mut n = self.inner.0.lock().expect("model");
-        n.devs.push(Dev::default());
-        let dev = n.devs.len() - 1;
+        let dev = n.devs.len();
         let mut gid = [0u8; 16];
         gid[10] = 0xff;
         gid[11] = 0xff;
-        gid[15] = dev as u8 + 1;
+        gid[12..16].copy_from_slice(&(dev as u32 + 1).to_be_bytes());
+        n.devs.push(Dev {
+            gid,
+            ..Dev::default()
+        });
         ModelFabric {
             net: self.clone(),
             dev,
@@ -195,6 +221,26 @@ impl ModelNet {
     /// Registrations made so far on every port, by kind.
     pub fn registered(&self) -> Registered {
         self.inner.0.lock().expect("model").registered
+    }
+
+    /// SENDs that reached a queue pair not yet connected, so far.
+    pub fn early_sends(&self) -> u64 {
+        self.inner.0.lock().expect("model").early_sends
+    }
+
+    /// Lose the next `n` datagrams, whatever their port.
+    pub fn drop_datagrams(&self, n: u32) {
+        self.inner.0.lock().expect("model").drop_datagrams = n;
+    }
+
+    /// Datagrams delivered and lost so far.
+    pub fn datagrams(&self) -> (u64, u64) {
+        self.inner.0.lock().expect("model").datagrams
+    }
+
+    /// RC queue pairs `dev`'s port has made.
+    pub fn queue_pairs(&self, dev: usize) -> usize {
+        self.inner.0.lock().expect("model").devs[dev].qps_made
     }
 
     /// Receivers that had no buffer posted for an arriving SEND, so far.
@@ -292,6 +338,19 @@ impl Net {
         }
     }
 
+    /// Retry the sends of every queue pair that has some waiting.
+    fn drain_all(&mut self) {
+        let qpns: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| !q.waiting.is_empty())
+            .map(|(&k, _)| k)
+            .collect();
+        for q in qpns {
+            self.drain_waiting(q);
+        }
+    }
+
     /// Deliver the sends that wait on `qpn`, in order, while buffers last.
     fn drain_waiting(&mut self, qpn: u32) {
         loop {
@@ -334,6 +393,10 @@ impl Net {
             return true;
         }
         let rdev = rdev.expect("live");
+        if self.qps[&rq].remote.is_none() {
+            self.early_sends += 1;
+            return false;
+        }
         let Some((rid, buf)) = self.devs[rdev].srq.pop_front() else {
             self.rnr_naks += 1;
             return false;
@@ -382,6 +445,7 @@ impl Fabric for ModelFabric {
                 waiting: VecDeque::new(),
             },
         );
+        n.devs[self.dev].qps_made += 1;
         Ok(LocalQp {
             qpn,
             psn: qpn * 7 % (1 << 24),
@@ -394,7 +458,105 @@ impl Fabric for ModelFabric {
             return Err(format!("no queue pair {:#x} on the network", remote.qpn));
         }
         let q = n.qps.get_mut(&qpn).ok_or("no such local queue pair")?;
+        if q.remote.is_some() {
+            return Err("queue pair already connected (RTS)".into());
+        }
         q.remote = Some(remote.qpn);
+        // Sends that reached this queue pair early are retransmitted.
+        n.drain_all();
+        Ok(())
+    }
+
+    fn create_ud(&mut self, recv_depth: u32) -> Result<u32, String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        if n.devs[self.dev].ud.is_some() {
+            return Err("this port already has its datagram queue pair".into());
+        }
+        let _ = recv_depth;
+        n.next_qpn += 1;
+        let qpn = n.next_qpn + 0x10;
+        n.devs[self.dev].ud = Some(qpn);
+        Ok(qpn)
+    }
+
+    fn ud_ah(&mut self, to: &UdAddr) -> Result<u64, String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        let d = &mut n.devs[self.dev];
+        d.ahs.push(*to);
+        Ok(d.ahs.len() as u64 - 1)
+    }
+
+    unsafe fn post_ud_send(
+        &mut self,
+        ah: u64,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+    ) -> Result<(), String> {
+        let (m, c) = &*self.net.inner;
+        let mut n = m.lock().expect("model");
+        let Some(ud) = n.devs[self.dev].ud else {
+            return Err("no datagram queue pair".into());
+        };
+        let to = *n.devs[self.dev]
+            .ahs
+            .get(ah as usize)
+            .ok_or("no such address handle")?;
+        if n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) != Some(false) {
+            n.complete(self.dev, wr_id, ud, WcKind::Send, LOC_PROT_ERR);
+            return Ok(());
+        }
+        let mut bytes = vec![0u8; sge.len as usize];
+        // SAFETY: the caller keeps the send's memory valid until its
+        // completion (`Fabric::post_ud_send`); the model reads it now.
+        unsafe {
+            std::ptr::copy_nonoverlapping(sge.addr as *const u8, bytes.as_mut_ptr(), bytes.len());
+        }
+        n.complete(self.dev, wr_id, ud, WcKind::Send, 0);
+        let dest = n
+            .devs
+            .iter()
+            .position(|d| d.gid == to.gid && d.ud == Some(qpn) && qpn == to.qpn && !d.dead);
+        let lose = n.drop_datagrams > 0;
+        n.drop_datagrams = n.drop_datagrams.saturating_sub(1);
+        let buf = match dest {
+            Some(d) if !lose => n.devs[d].ud_rq.pop_front().map(|b| (d, b)),
+            _ => None,
+        };
+        let Some((d, (rid, buf))) =
+            buf.filter(|(_, (_, b))| b.len as usize >= GRH_BYTES + bytes.len())
+        else {
+            n.datagrams.1 += 1;
+            return Ok(());
+        };
+        // SAFETY: `buf` was posted by `post_ud_recv`, whose caller keeps it
+        // valid and unused until this completion (and it is long enough).
+        unsafe {
+            std::ptr::write_bytes(buf.addr as *mut u8, 0, GRH_BYTES);
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                (buf.addr as *mut u8).add(GRH_BYTES),
+                bytes.len(),
+            );
+        }
+        n.datagrams.0 += 1;
+        let len = (GRH_BYTES + bytes.len()) as u32;
+        n.complete(d, rid, qpn, WcKind::Recv { len, imm: 0 }, 0);
+        c.notify_all();
+        Ok(())
+    }
+
+    unsafe fn post_ud_recv(&mut self, bufs: &[(u64, Sge)]) -> Result<(), String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        if n.devs[self.dev].ud.is_none() {
+            return Err("no datagram queue pair".into());
+        }
+        for &(id, sge) in bufs {
+            if n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) != Some(false) {
+                return Err("datagram buffer outside its host registration".into());
+            }
+            n.devs[self.dev].ud_rq.push_back((id, sge));
+        }
         Ok(())
     }
 
@@ -606,15 +768,7 @@ impl Fabric for ModelFabric {
             n.devs[self.dev].srq.push_back((id, sge));
         }
         // Senders held back by RNR retry now.
-        let qpns: Vec<u32> = n
-            .qps
-            .iter()
-            .filter(|(_, q)| !q.waiting.is_empty())
-            .map(|(&k, _)| k)
-            .collect();
-        for q in qpns {
-            n.drain_waiting(q);
-        }
+        n.drain_all();
         c.notify_all();
         Ok(())
     }
@@ -653,6 +807,7 @@ impl Drop for ModelFabric {
         let mut n = self.net.inner.0.lock().expect("model");
         let dev = self.dev;
         n.devs[dev].srq.clear();
+        n.devs[dev].ud_rq.clear();
         n.devs[dev].mrs.clear();
         n.devs[dev].dead = true;
         let mine: Vec<u32> = n

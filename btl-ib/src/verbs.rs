@@ -1,9 +1,9 @@
 //! [`Fabric`] over libibverbs (`rdma-sys`): the crate's unsafe module.
 //!
 //! Every verbs object has one owner here ([`VerbsFabric`]) that destroys it
-//! in dependency order on drop: queue pairs, shared receive queue,
-//! completion queue, completion channel, registrations, protection domain,
-//! device context. Nothing else in the crate touches a verbs pointer.
+//! in dependency order on drop: queue pairs (the datagram one too), address
+//! handles, shared receive queue, completion queue, completion channel,
+//! registrations, protection domain, device context. Nothing else in the crate touches a verbs pointer.
 //!
 //! Port selection ([`open`]): `GMPI_IB_DEVICES=mlx5_0:1,rxe0` names the
 //! devices (and ports) to use, in order of preference; otherwise every
@@ -31,7 +31,9 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdma_sys::*;
 
-use crate::fabric::{Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Wc, WcKind};
+use crate::fabric::{
+    Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Sge, UdAddr, Wc, WcKind, UD_QKEY,
+};
 pub use crate::select::{choose, describe, parse_devices, Candidate, Near};
 
 /// What [`open`] is asked for.
@@ -307,6 +309,10 @@ pub struct VerbsFabric {
     srq: *mut ibv_srq,
     /// Queue pairs by number, with the PSN each sends from.
     qps: HashMap<u32, (*mut ibv_qp, u32)>,
+    /// The datagram queue pair (connection messages), if made.
+    ud: *mut ibv_qp,
+    /// Address handles of datagram destinations, by their number.
+    ahs: Vec<*mut ibv_ah>,
     mrs: HashMap<u64, *mut ibv_mr>,
     next_mr: u64,
     max_dest_rd: u8,
@@ -401,6 +407,8 @@ impl VerbsFabric {
             cq: ptr::null_mut(),
             srq: ptr::null_mut(),
             qps: HashMap::new(),
+            ud: ptr::null_mut(),
+            ahs: Vec::new(),
             mrs: HashMap::new(),
             next_mr: 1,
             max_dest_rd: 1,
@@ -558,6 +566,145 @@ impl Fabric for VerbsFabric {
             return Err(e);
         }
         Ok(LocalQp { qpn, psn })
+    }
+
+    fn create_ud(&mut self, recv_depth: u32) -> Result<u32, String> {
+        if !self.ud.is_null() {
+            return Err("this port already has its datagram queue pair".into());
+        }
+        let mut ia = ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            srq: ptr::null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: 64,
+                max_recv_wr: recv_depth.max(1),
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: ibv_qp_type::IBV_QPT_UD,
+            sq_sig_all: 0,
+        };
+        // SAFETY: pd and cq are live objects of this fabric.
+        let qp = unsafe { ibv_create_qp(self.pd, &mut ia) };
+        if qp.is_null() {
+            return Err(os_err("ibv_create_qp(UD)"));
+        }
+        // Owned from here: `Drop` destroys it.
+        self.ud = qp;
+        // SAFETY: a zeroed attr is valid; only the masked fields are read.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = self.port.port;
+        a.qkey = UD_QKEY;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
+            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+            | ibv_qp_attr_mask::IBV_QP_PORT.0
+            | ibv_qp_attr_mask::IBV_QP_QKEY.0;
+        // SAFETY: `qp` is live (just created, owned by `self.ud`).
+        unsafe { modify_qp(qp, &mut a, mask, "UD INIT") }?;
+        // SAFETY: as above.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        // SAFETY: as above.
+        unsafe { modify_qp(qp, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0, "UD RTR") }?;
+        // SAFETY: as above.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = 0;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0 | ibv_qp_attr_mask::IBV_QP_SQ_PSN.0;
+        // SAFETY: as above.
+        unsafe { modify_qp(qp, &mut a, mask, "UD RTS") }?;
+        // SAFETY: `qp` is live.
+        Ok(unsafe { (*qp).qp_num })
+    }
+
+    fn ud_ah(&mut self, to: &UdAddr) -> Result<u64, String> {
+        // SAFETY: a zeroed attr is valid; the fields set below are the ones
+        // an address handle reads.
+        let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.dlid = to.lid;
+        a.port_num = self.port.port;
+        if self.port.link == Link::Ethernet || to.lid == 0 {
+            a.is_global = 1;
+            a.grh.dgid = ibv_gid { raw: to.gid };
+            a.grh.sgid_index = self.port.gid_index;
+            a.grh.hop_limit = 64;
+        }
+        // SAFETY: pd is live; `a` outlives the call.
+        let ah = unsafe { ibv_create_ah(self.pd, &mut a) };
+        if ah.is_null() {
+            return Err(os_err("ibv_create_ah"));
+        }
+        self.ahs.push(ah);
+        Ok(self.ahs.len() as u64 - 1)
+    }
+
+    unsafe fn post_ud_send(
+        &mut self,
+        ah: u64,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+    ) -> Result<(), String> {
+        if self.ud.is_null() {
+            return Err("no datagram queue pair".into());
+        }
+        let ah = *self.ahs.get(ah as usize).ok_or("no such address handle")?;
+        let mut s = to_ibv(sge);
+        // SAFETY: zeroed work requests are valid; the fields set below are
+        // the ones a UD SEND reads.
+        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr_id;
+        w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        w.num_sge = 1;
+        w.sg_list = &mut s;
+        w.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        w.wr.ud = ud_t {
+            ah,
+            remote_qpn: qpn,
+            remote_qkey: UD_QKEY,
+        };
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: `ud` and `ah` are live; `w` and `s` outlive the call; the
+        // memory `s` names is the caller's duty (`Fabric::post_ud_send`).
+        let rc = unsafe { ibv_post_send(self.ud, &mut w, &mut bad) };
+        if rc != 0 {
+            return Err(format!(
+                "ibv_post_send(UD): {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+        Ok(())
+    }
+
+    unsafe fn post_ud_recv(&mut self, bufs: &[(u64, Sge)]) -> Result<(), String> {
+        if self.ud.is_null() {
+            return Err("no datagram queue pair".into());
+        }
+        for &(id, sge) in bufs {
+            let mut s = to_ibv(sge);
+            let mut w = ibv_recv_wr {
+                wr_id: id,
+                next: ptr::null_mut(),
+                sg_list: &mut s,
+                num_sge: 1,
+            };
+            let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+            // SAFETY: `ud` is live; `w` and `s` outlive the call; the buffer
+            // is the caller's duty (`Fabric::post_ud_recv`).
+            let rc = unsafe { ibv_post_recv(self.ud, &mut w, &mut bad) };
+            if rc != 0 {
+                return Err(format!(
+                    "ibv_post_recv(UD): {}",
+                    std::io::Error::from_raw_os_error(rc)
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String> {
@@ -896,6 +1043,12 @@ impl Drop for VerbsFabric {
             }
             for (_, (qp, _)) in self.qps.drain() {
                 ibv_destroy_qp(qp);
+            }
+            if !self.ud.is_null() {
+                ibv_destroy_qp(self.ud);
+            }
+            for ah in self.ahs.drain(..) {
+                ibv_destroy_ah(ah);
             }
             if !self.srq.is_null() {
                 ibv_destroy_srq(self.srq);

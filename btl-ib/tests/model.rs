@@ -259,7 +259,185 @@ fn pipelined_get_and_registration_lifetimes() {
 fn bad_cards_are_refused() {
     let net = ModelNet::new();
     let mut b = IbBtl::new(0, 2, net.fabric(64, 64, 64), IbConfig::default(), &[1]).unwrap();
-    let e = b.add_peer(1, "ib1;0;nonsense").unwrap_err();
+    let e = b.add_peer(1, "ib2;0;nonsense").unwrap_err();
     assert!(e.contains("rank 1"), "{e}");
     assert!(b.add_peer(5, "x").is_err());
+}
+
+/// Send `data` from rank `from` to rank `to`, progressing every rank while
+/// the btl answers `NoResource` (a connection on its way, or credits),
+/// for at most 5 s.
+fn send_when_ready(btls: &mut [IbBtl<ModelFabric>], from: usize, to: u32, data: &[u8]) {
+    let t = std::time::Instant::now();
+    loop {
+        match btls[from].send(to, &[data], 0) {
+            Ok(Submit::Done) => return,
+            Ok(Submit::NoResource) => {}
+            other => panic!("send from {from} to {to}: {other:?}"),
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "rank {from} could not send to rank {to} in 5 s"
+        );
+        for b in btls.iter_mut() {
+            b.progress(&mut |_| {});
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// Progress every rank, keeping the fragments, until `done` (at most 5 s).
+fn drive_for(
+    btls: &mut [IbBtl<ModelFabric>],
+    got: &mut [Vec<Vec<u8>>],
+    mut done: impl FnMut(&[Vec<Vec<u8>>]) -> bool,
+) {
+    let t = std::time::Instant::now();
+    while !done(got) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "not done in 5 s"
+        );
+        for (r, b) in btls.iter_mut().enumerate() {
+            b.progress(&mut |e| {
+                if let Event::Frag { data, .. } = e {
+                    got[r].push(data.to_vec());
+                }
+            });
+        }
+    }
+}
+
+/// `MPI_Init` makes no RC queue pair: the first send towards a peer makes
+/// one on each side of that pair only, and nothing is sent to a queue pair
+/// before it is connected.
+#[test]
+fn queue_pairs_are_made_on_first_use_only() {
+    let (net, mut btls) = ranks(4, &IbConfig::default(), 64, 64, 1024);
+    for (r, b) in btls.iter().enumerate() {
+        assert_eq!((net.queue_pairs(r), b.queue_pairs()), (0, 0));
+    }
+    let mut got = vec![Vec::new(); 4];
+    send_when_ready(&mut btls, 0, 2, b"first");
+    drive_for(&mut btls, &mut got, |g| g[2].len() == 1);
+    assert_eq!(got[2], [b"first".to_vec()]);
+    // The answer goes without another connection.
+    send_when_ready(&mut btls, 2, 0, b"back");
+    drive_for(&mut btls, &mut got, |g| g[0].len() == 1);
+    assert_eq!(got[0], [b"back".to_vec()]);
+    let made: Vec<usize> = (0..4).map(|r| net.queue_pairs(r)).collect();
+    assert_eq!(made, [1, 0, 1, 0]);
+    assert_eq!(btls[0].queue_pairs(), 1);
+    assert_eq!(net.early_sends(), 0, "a SEND reached a queue pair in INIT");
+}
+
+/// Two ranks whose first sends cross: each asks, each answers the other,
+/// and they end with one queue pair each, everything delivered in order.
+#[test]
+fn crossing_first_sends_make_one_queue_pair_each() {
+    let (net, mut btls) = ranks(2, &IbConfig::default(), 64, 64, 1024);
+    for (from, to) in [(0usize, 1u32), (1, 0)] {
+        assert_eq!(btls[from].send(to, &[b"x"], 0), Ok(Submit::NoResource));
+    }
+    let mut got = vec![Vec::new(); 2];
+    for k in 0..20u8 {
+        send_when_ready(&mut btls, 0, 1, &[k]);
+        send_when_ready(&mut btls, 1, 0, &[100 + k]);
+    }
+    drive_for(&mut btls, &mut got, |g| {
+        g[0].len() == 20 && g[1].len() == 20
+    });
+    assert_eq!(got[1], (0..20u8).map(|k| vec![k]).collect::<Vec<_>>());
+    assert_eq!(got[0], (0..20u8).map(|k| vec![100 + k]).collect::<Vec<_>>());
+    assert_eq!((net.queue_pairs(0), net.queue_pairs(1)), (1, 1));
+    assert_eq!(net.early_sends(), 0);
+}
+
+/// Lost datagrams (a REQ, its repeats, an RTU) cost repeats, not the
+/// connection.
+#[test]
+fn lost_connection_messages_are_repeated() {
+    let (net, mut btls) = ranks(2, &IbConfig::default(), 64, 64, 1024);
+    net.drop_datagrams(3);
+    let mut got = vec![Vec::new(); 2];
+    send_when_ready(&mut btls, 0, 1, b"despite");
+    drive_for(&mut btls, &mut got, |g| g[1].len() == 1);
+    assert!(net.datagrams().1 >= 3, "{:?}", net.datagrams());
+
+    // Rank 1's RTU is lost and rank 0 sends nothing more: rank 1, which
+    // has not seen its peer ready, asks again itself before it sends.
+    let (net, mut btls) = ranks(2, &IbConfig::default(), 64, 64, 1024);
+    assert_eq!(btls[0].send(1, &[b"x"], 0), Ok(Submit::NoResource));
+    btls[1].progress(&mut |_| {}); // REQ in, REP out
+    net.drop_datagrams(1);
+    btls[0].progress(&mut |_| {}); // REP in (ready), RTU lost
+    assert_eq!(net.datagrams().1, 1);
+    let mut got = vec![Vec::new(); 2];
+    send_when_ready(&mut btls, 1, 0, b"later");
+    drive_for(&mut btls, &mut got, |g| g[0].len() == 1);
+    assert_eq!(got[0], [b"later".to_vec()]);
+    assert_eq!((net.queue_pairs(0), net.queue_pairs(1)), (1, 1));
+    assert_eq!(net.early_sends(), 0);
+}
+
+/// A connection message whose nonce is not the sender's card's (another
+/// run of that rank, another job) is dropped: no queue pair is made for it.
+#[test]
+fn a_request_with_another_nonce_is_dropped() {
+    let net = ModelNet::new();
+    let cfg = IbConfig::default();
+    let mut a = IbBtl::new(0, 2, net.fabric(64, 64, 64), cfg.clone(), &[1]).unwrap();
+    let mut b = IbBtl::new(1, 2, net.fabric(64, 64, 64), cfg, &[0]).unwrap();
+    let card = b.card();
+    let (head, nonce) = card.rsplit_once(';').unwrap();
+    let other = u64::from_str_radix(nonce, 16).unwrap() ^ 1;
+    a.add_peer(1, &format!("{head};{other:x}")).unwrap();
+    b.add_peer(0, &a.card()).unwrap();
+    assert_eq!(b.send(0, &[b"x"], 0), Ok(Submit::NoResource));
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_millis(100) {
+        a.progress(&mut |_| {});
+        b.progress(&mut |_| {});
+    }
+    assert_eq!(net.queue_pairs(0), 0, "rank 0 answered a stranger");
+    assert!(net.datagrams().0 >= 2, "rank 1 did not ask again");
+    assert_eq!(b.send(0, &[b"x"], 0), Ok(Submit::NoResource));
+}
+
+/// A get towards a peer nothing was sent to yet waits for the connection,
+/// then reads.
+#[test]
+#[allow(unsafe_code)] // lends a test buffer to a get
+fn a_first_get_connects_then_reads() {
+    let (net, mut btls) = ranks(2, &IbConfig::default(), 64, 64, 1024);
+    let src: Vec<u8> = (0..100_000u32).map(|k| (k * 7) as u8).collect();
+    let desc = btls[1]
+        .register(src.as_ptr() as u64, src.len() as u64)
+        .expect("registered");
+    let mut dst = vec![0u8; src.len()];
+    let local = LocalMem {
+        addr: dst.as_mut_ptr() as u64,
+        len: dst.len(),
+    };
+    // SAFETY: `dst` outlives the get, which ends below (GetComplete) before
+    // `dst` is read or dropped.
+    let r = unsafe { btls[0].get(1, &desc, 0, local, 7) };
+    assert_eq!(r, Ok(Submit::Queued));
+    let mut done = false;
+    let t = std::time::Instant::now();
+    while !done {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "get not done"
+        );
+        btls[0].progress(&mut |e| {
+            if let Event::GetComplete { token: 7 } = e {
+                done = true;
+            }
+        });
+        btls[1].progress(&mut |_| {});
+    }
+    assert_eq!(dst, src);
+    assert_eq!((net.queue_pairs(0), net.queue_pairs(1)), (1, 1));
+    btls[1].deregister(&desc);
 }

@@ -84,7 +84,7 @@ fi
 
 export GMPI_LOG=pml=debug,btl=debug
 # 2. Point-to-point at every threshold (0 B to 16 MiB, content-checked).
-check_job sweep-np2 2 240 --needs "via ib: eager" --needs "via ib: rndv/get" --needs "ib: GPUDirect RDMA on rxe" -- "$CHECK" sweep 16777216
+check_job sweep-np2 2 240 --needs "via ib: eager" --needs "via ib: rndv/get" --needs "ib: GPUDirect RDMA on rxe" --needs "ib: connected to rank" -- "$CHECK" sweep 16777216
 check_job sweep-np4 4 300 --needs "via ib: rndv/get" --needs "via shm" -- "$CHECK" sweep 16777216
 # 3. A send buffer freed and reallocated between rendezvous sends.
 check_job realloc 2 180 --needs "12 rounds" -- "$CHECK" realloc
