@@ -152,6 +152,31 @@ fn wr_low(id: u64) -> u64 {
     id & 0xff_ffff_ffff
 }
 
+/// Receive work requests for `slots` of `slab` (`size` bytes each,
+/// registered as `mr`), their ids of kind and tag `id` and the slot.
+fn slots_to_post(
+    slots: &[u32],
+    id: (u64, usize),
+    slab: &mut [u8],
+    size: usize,
+    mr: &Mr,
+) -> Vec<(u64, Sge)> {
+    let base = slab.as_mut_ptr() as u64;
+    slots
+        .iter()
+        .map(|&s| {
+            (
+                wr_id(id.0, id.1, s as u64),
+                Sge {
+                    addr: base + s as u64 * size as u64,
+                    len: size as u32,
+                    lkey: mr.lkey,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Settings of the transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IbConfig {
@@ -694,22 +719,13 @@ impl<F: Fabric> IbBtl<F> {
         if self.cm_repost.is_empty() {
             return Ok(());
         }
-        let base = self.cm_rx.as_mut_ptr() as u64;
-        let lkey = self.cm_rx_mr.lkey;
-        let bufs: Vec<(u64, Sge)> = self
-            .cm_repost
-            .iter()
-            .map(|&s| {
-                (
-                    wr_id(K_CM, CM_RX, s as u64),
-                    Sge {
-                        addr: base + (s as usize * CM_RX_BYTES) as u64,
-                        len: CM_RX_BYTES as u32,
-                        lkey,
-                    },
-                )
-            })
-            .collect();
+        let bufs = slots_to_post(
+            &self.cm_repost,
+            (K_CM, CM_RX),
+            &mut self.cm_rx,
+            CM_RX_BYTES,
+            &self.cm_rx_mr,
+        );
         // SAFETY: each buffer is a slot of `self.cm_rx`, which outlives the
         // fabric's queues, and is reposted only after its completion was
         // handled.
@@ -925,23 +941,13 @@ impl<F: Fabric> IbBtl<F> {
         if self.repost.is_empty() {
             return Ok(());
         }
-        let f = self.cfg.max_frag;
-        let base = self.rx.as_mut_ptr() as u64;
-        let lkey = self.rx_mr.lkey;
-        let bufs: Vec<(u64, Sge)> = self
-            .repost
-            .iter()
-            .map(|&s| {
-                (
-                    wr_id(K_RECV, 0, s as u64),
-                    Sge {
-                        addr: base + s as u64 * f as u64,
-                        len: f as u32,
-                        lkey,
-                    },
-                )
-            })
-            .collect();
+        let bufs = slots_to_post(
+            &self.repost,
+            (K_RECV, 0),
+            &mut self.rx,
+            self.cfg.max_frag,
+            &self.rx_mr,
+        );
         // SAFETY: each buffer is a slot of `self.rx`, which lives as long as
         // the fabric (dropped after it: `Drop` below destroys the queues
         // first), and a slot is in `repost` only once its previous
