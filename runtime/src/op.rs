@@ -441,26 +441,37 @@ pub(crate) fn kernel(op: &Op, prim: Primitive) -> Option<Kernel> {
 /// element-wise kernel.
 #[inline]
 fn elementwise(simd: Simd, op: &Op, prim: Primitive) -> Option<Kernel> {
+    match simd {
+        Simd::Base => typed::<false>(op, prim),
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => typed::<true>(op, prim),
+    }
+}
+
+/// [`elementwise`] for one vector unit: AVX2 kernels when `AVX2` (one
+/// branch on the unit per resolution, then the same two table look-ups as
+/// without it).
+fn typed<const AVX2: bool>(op: &Op, prim: Primitive) -> Option<Kernel> {
     use Primitive as P;
     match prim {
-        P::I8 | P::Char => int::<i8>(simd, op),
-        P::I16 => int::<i16>(simd, op),
-        P::I32 => int::<i32>(simd, op),
-        P::I64 => int::<i64>(simd, op),
-        P::I128 => int::<i128>(simd, op),
-        P::ISize => int::<isize>(simd, op),
-        P::U8 | P::Bool | P::Byte => int::<u8>(simd, op),
-        P::U16 => int::<u16>(simd, op),
-        P::U32 => int::<u32>(simd, op),
-        P::U64 => int::<u64>(simd, op),
-        P::U128 => int::<u128>(simd, op),
-        P::USize => int::<usize>(simd, op),
-        P::F32 => arith::<f32>(simd, op),
-        P::F64 => arith::<f64>(simd, op),
+        P::I8 | P::Char => int::<i8, AVX2>(op),
+        P::I16 => int::<i16, AVX2>(op),
+        P::I32 => int::<i32, AVX2>(op),
+        P::I64 => int::<i64, AVX2>(op),
+        P::I128 => int::<i128, AVX2>(op),
+        P::ISize => int::<isize, AVX2>(op),
+        P::U8 | P::Bool | P::Byte => int::<u8, AVX2>(op),
+        P::U16 => int::<u16, AVX2>(op),
+        P::U32 => int::<u32, AVX2>(op),
+        P::U64 => int::<u64, AVX2>(op),
+        P::U128 => int::<u128, AVX2>(op),
+        P::USize => int::<usize, AVX2>(op),
+        P::F32 => arith::<f32, AVX2>(op),
+        P::F64 => arith::<f64, AVX2>(op),
         // Half precision: each operation in f32, rounded back (as the
         // `half` crate's operators and CUDA's `__half` arithmetic do).
-        P::F16 => arith::<half::f16>(simd, op),
-        P::BF16 => arith::<half::bf16>(simd, op),
+        P::F16 => arith::<half::f16, AVX2>(op),
+        P::BF16 => arith::<half::bf16, AVX2>(op),
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => None,
     }
 }
@@ -571,6 +582,14 @@ fn zip<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
         // vectors at a time, with a tail of masked loads and stores in the
         // AVX2 build; [`zip_wide`] hands that build whole blocks only.
         let l = BLOCK / size_of::<T>();
+        if x.len() < l {
+            // Less than a block (a one-element accumulate, say): the loop
+            // alone, without the blocks' bookkeeping.
+            for (x, y) in x.iter().zip(y.iter_mut()) {
+                *y = f(*x, *y);
+            }
+            return;
+        }
         let mut xs = x.chunks_exact(l);
         let mut ys = y.chunks_exact_mut(l);
         for (x, y) in (&mut xs).zip(&mut ys) {
@@ -671,49 +690,67 @@ impl Simd {
     }
 }
 
-/// The kernel `b[i] = f(a[i], b[i])` on `T`, compiled for `simd`. `f` must
-/// be a path or a closure that captures nothing (the kernel is a plain
-/// `fn`).
+/// The kernel `b[i] = f(a[i], b[i])` on `T`: the AVX2 one when `$avx2`.
+/// `f` must be a path or a closure that captures nothing (the kernel is a
+/// plain `fn`).
 macro_rules! zip_kernel {
-    ($simd:expr, $t:ty, $f:expr) => {{
-        let k: Kernel = match $simd {
-            Simd::Base => |a, b| zip::<$t>(a, b, $f),
-            #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => |a, b| {
-                if a.len() < AVX2_FROM {
-                    zip::<$t>(a, b, $f)
-                } else {
-                    // SAFETY: `Simd::Avx2` comes only from `Simd::get` on a
-                    // CPU that has AVX2.
-                    unsafe { zip_wide::<$t>(a, b, $f) }
-                }
-            },
+    ($avx2:expr, $t:ty, $f:expr) => {{
+        let k: Kernel = if $avx2 {
+            wide_kernel!($t, $f)
+        } else {
+            |a, b| zip::<$t>(a, b, $f)
         };
         k
     }};
 }
 
+/// The AVX2 kernel: below [`AVX2_FROM`] the baseline loop, inlined here,
+/// which is faster than a call into AVX2 code; above it [`zip_wide`].
+#[cfg(target_arch = "x86_64")]
+macro_rules! wide_kernel {
+    ($t:ty, $f:expr) => {
+        |a, b| {
+            if a.len() < AVX2_FROM {
+                zip::<$t>(a, b, $f)
+            } else {
+                // SAFETY: AVX2 kernels are made only by `typed::<true>`,
+                // which `elementwise` calls only under `Simd::Avx2`, and
+                // that comes only from `Simd::get` on a CPU with AVX2.
+                unsafe { zip_wide::<$t>(a, b, $f) }
+            }
+        }
+    };
+}
+
+/// No AVX2 off x86-64 (never asked for: there is no `Simd::Avx2`).
+#[cfg(not(target_arch = "x86_64"))]
+macro_rules! wide_kernel {
+    ($t:ty, $f:expr) => {
+        |a, b| zip::<$t>(a, b, $f)
+    };
+}
+
 /// Sum, product, minimum and maximum.
-fn arith<T: Num>(simd: Simd, op: &Op) -> Option<Kernel> {
+fn arith<T: Num, const AVX2: bool>(op: &Op) -> Option<Kernel> {
     Some(match op {
-        Op::Sum => zip_kernel!(simd, T, T::sum),
-        Op::Prod => zip_kernel!(simd, T, T::prod),
-        Op::Min => zip_kernel!(simd, T, |x: T, y: T| if x < y { x } else { y }),
-        Op::Max => zip_kernel!(simd, T, |x: T, y: T| if x > y { x } else { y }),
+        Op::Sum => zip_kernel!(AVX2, T, T::sum),
+        Op::Prod => zip_kernel!(AVX2, T, T::prod),
+        Op::Min => zip_kernel!(AVX2, T, |x: T, y: T| if x < y { x } else { y }),
+        Op::Max => zip_kernel!(AVX2, T, |x: T, y: T| if x > y { x } else { y }),
         _ => return None,
     })
 }
 
 /// Every operation on integers.
-fn int<T: Int>(simd: Simd, op: &Op) -> Option<Kernel> {
+fn int<T: Int, const AVX2: bool>(op: &Op) -> Option<Kernel> {
     Some(match op {
-        Op::Land => zip_kernel!(simd, T, |x: T, y: T| T::from_truth(x.truth() & y.truth())),
-        Op::Lor => zip_kernel!(simd, T, |x: T, y: T| T::from_truth(x.truth() | y.truth())),
-        Op::Lxor => zip_kernel!(simd, T, |x: T, y: T| T::from_truth(x.truth() ^ y.truth())),
-        Op::Band => zip_kernel!(simd, T, |x: T, y: T| x & y),
-        Op::Bor => zip_kernel!(simd, T, |x: T, y: T| x | y),
-        Op::Bxor => zip_kernel!(simd, T, |x: T, y: T| x ^ y),
-        _ => return arith::<T>(simd, op),
+        Op::Land => zip_kernel!(AVX2, T, |x: T, y: T| T::from_truth(x.truth() & y.truth())),
+        Op::Lor => zip_kernel!(AVX2, T, |x: T, y: T| T::from_truth(x.truth() | y.truth())),
+        Op::Lxor => zip_kernel!(AVX2, T, |x: T, y: T| T::from_truth(x.truth() ^ y.truth())),
+        Op::Band => zip_kernel!(AVX2, T, |x: T, y: T| x & y),
+        Op::Bor => zip_kernel!(AVX2, T, |x: T, y: T| x | y),
+        Op::Bxor => zip_kernel!(AVX2, T, |x: T, y: T| x ^ y),
+        _ => return arith::<T, AVX2>(op),
     })
 }
 
