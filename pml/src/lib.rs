@@ -389,8 +389,13 @@ impl Pml {
             })
             .map(|(id, _)| id)
             .collect();
+        self.matching.unpost_all(
+            &victims
+                .iter()
+                .copied()
+                .collect::<std::collections::HashSet<_>>(),
+        );
         for id in victims {
-            self.matching.unpost(id);
             self.copy_faults.remove(&id.0);
             self.reqs.complete(id, Err(PmlError::PeerFailed(peer)));
         }

@@ -139,6 +139,15 @@ impl Matching {
         self.posted.retain(|p| p.id != id);
     }
 
+    /// Withdraw every posted receive in `ids`, in one pass (a failed peer
+    /// may take hundreds of thousands with it: one [`Matching::unpost`]
+    /// each would be quadratic).
+    pub fn unpost_all(&mut self, ids: &std::collections::HashSet<ReqId>) {
+        if !ids.is_empty() {
+            self.posted.retain(|p| !ids.contains(&p.id));
+        }
+    }
+
     /// The first posted receive accepting this envelope, removed.
     #[inline]
     pub fn match_posted(&mut self, ctx: u32, src: u32, tag: i32) -> Option<ReqId> {
@@ -220,6 +229,20 @@ mod tests {
 
     fn eager(src: u32, tag: i32) -> Unexpected {
         msg(src, 0, src, tag, UnexpectedBody::Eager(vec![tag as u8]))
+    }
+
+    #[test]
+    fn unpost_all_withdraws_exactly_the_named_receives_in_order() {
+        let mut m = Matching::new();
+        for n in 0..10 {
+            m.post(id(n), 0, Some((n % 2) as u32), Some(n as i32));
+        }
+        let gone: std::collections::HashSet<ReqId> = (0..10).step_by(2).map(id).collect();
+        m.unpost_all(&gone);
+        m.unpost_all(&Default::default());
+        let left: Vec<ReqId> = (0..10).filter_map(|n| m.match_posted(0, 1, n)).collect();
+        assert_eq!(left, [1, 3, 5, 7, 9].map(id));
+        assert!(m.nothing_posted());
     }
 
     #[test]
