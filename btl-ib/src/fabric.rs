@@ -330,8 +330,9 @@ pub trait Fabric: Send + std::fmt::Debug {
     /// Interrupts [`Fabric::wait`] from any thread.
     fn waker(&self) -> Arc<dyn Wake>;
 
-    /// The next asynchronous event (port down, queue pair fatal), as a
-    /// sentence, and the queue pair it names (if any).
+    /// The next fatal asynchronous event (port down, queue pair fatal,
+    /// device fatal), as a sentence, and the queue pair it names (if any).
+    /// [`Fabric::wait`] returns when one is pending.
     fn async_event(&mut self) -> Option<(Option<u32>, String)> {
         None
     }

@@ -69,7 +69,9 @@
 //!   buffer by [`Btl::register_device`], a receiver's destination by
 //!   [`Btl::get_device`], so RDMA READs move GPU memory to GPU memory with
 //!   no host copy (the pml's `rndv/gpudirect`).
-//! - **Failures**: a completion error (a flush too: the queue pair is then
+//! - **Failures**: a fatal asynchronous event fails the peer of the queue
+//!   pair it names, or every peer when it names none (port down, device
+//!   fatal, a queue of the port); a completion error (a flush too: the queue pair is then
 //!   in the error state) fails the peer of its queue pair ([`Event::PeerFailed`], once, with the device, the peer
 //!   and the verbs status in the log); sends to it fail, its gets fail.
 //! - [`Btl::wait`] sleeps in the completion channel; [`Btl::waker`] wakes
@@ -514,6 +516,12 @@ impl<F: Fabric> IbBtl<F> {
         let c = card::decode(card).map_err(|e| format!("ib: rank {peer}'s {e}"))?;
         self.peers[i].card = Some(c);
         Ok(())
+    }
+
+    /// The number of this rank's queue pair towards `peer`, once made.
+    pub fn queue_pair_of(&self, peer: Rank) -> Option<u32> {
+        let i = self.index.get(peer as usize).copied().flatten()?;
+        self.peers[i].qp.map(|q| q.qpn)
     }
 
     /// RC queue pairs made so far (one per peer talked to).
@@ -1329,7 +1337,13 @@ impl<F: Fabric> Btl for IbBtl<F> {
             match qpn.and_then(|q| self.by_qpn.get(&q).copied()) {
                 Some(i) => self.fail_peer(i, &why),
                 None => {
-                    tracing::error!(target: LOG, "ib: {} port {}: {why}", self.fabric.port().device, self.fabric.port().port)
+                    // The port, the device, the completion or receive queue,
+                    // or the datagram queue pair: nothing more gets through
+                    // this port, to any peer.
+                    tracing::error!(target: LOG, "ib: {} port {}: {why}; every peer reached through it fails", self.fabric.port().device, self.fabric.port().port);
+                    for i in 0..self.peers.len() {
+                        self.fail_peer(i, &why);
+                    }
                 }
             }
         }

@@ -105,6 +105,8 @@ struct ModelMr {
 struct Dev {
     /// The port's GID (how datagrams find it).
     gid: [u8; 16],
+    /// Asynchronous events to hand out (tests).
+    events: VecDeque<(Option<u32>, String)>,
     /// Its datagram queue pair, and that queue pair's receive buffers.
     ud: Option<u32>,
     ud_rq: VecDeque<(u64, Sge)>,
@@ -226,6 +228,16 @@ impl ModelNet {
     /// SENDs that reached a queue pair not yet connected, so far.
     pub fn early_sends(&self) -> u64 {
         self.inner.0.lock().expect("model").early_sends
+    }
+
+    /// Raise a fatal asynchronous event on `dev`'s port, naming queue pair
+    /// `qpn` or none (a port error).
+    pub fn async_event(&self, dev: usize, qpn: Option<u32>, what: &str) {
+        let (m, c) = &*self.inner;
+        m.lock().expect("model").devs[dev]
+            .events
+            .push_back((qpn, what.to_string()));
+        c.notify_all();
     }
 
     /// Lose the next `n` datagrams, whatever their port.
@@ -787,11 +799,17 @@ impl Fabric for ModelFabric {
         let dev = self.dev;
         let mut n = c
             .wait_timeout_while(n, timeout, |n| {
-                n.devs[dev].cq.is_empty() && !n.devs[dev].woken
+                n.devs[dev].cq.is_empty() && !n.devs[dev].woken && n.devs[dev].events.is_empty()
             })
             .expect("model")
             .0;
         n.devs[dev].woken = false;
+    }
+
+    fn async_event(&mut self) -> Option<(Option<u32>, String)> {
+        self.net.inner.0.lock().expect("model").devs[self.dev]
+            .events
+            .pop_front()
     }
 
     fn waker(&self) -> Arc<dyn Wake> {

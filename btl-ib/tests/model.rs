@@ -441,3 +441,44 @@ fn a_first_get_connects_then_reads() {
     assert_eq!((net.queue_pairs(0), net.queue_pairs(1)), (1, 1));
     btls[1].deregister(&desc);
 }
+
+/// A fatal asynchronous event fails the peer of the queue pair it names;
+/// one that names none (the port went down) fails every peer, and each is
+/// reported once, with sends to it refused.
+#[test]
+fn asynchronous_events_fail_their_peers() {
+    let (net, mut btls) = ranks(3, &IbConfig::default(), 64, 64, 1024);
+    let mut got = vec![Vec::new(); 3];
+    send_when_ready(&mut btls, 0, 1, b"a");
+    drive_for(&mut btls, &mut got, |g| g[1].len() == 1);
+    send_when_ready(&mut btls, 0, 2, b"b");
+    drive_for(&mut btls, &mut got, |g| g[2].len() == 1);
+    let failed_of = |b: &mut IbBtl<ModelFabric>| {
+        let mut f = Vec::new();
+        b.progress(&mut |e| {
+            if let Event::PeerFailed { peer } = e {
+                f.push(peer);
+            }
+        });
+        f
+    };
+    // Rank 2's queue pair to rank 0 goes fatal: rank 0 only fails for it.
+    let qpn = btls[2].queue_pair_of(0).expect("made by the first message");
+    net.async_event(2, Some(qpn), "asynchronous event IBV_EVENT_QP_FATAL");
+    assert_eq!(failed_of(&mut btls[2]), [0]);
+    // A port error on rank 0 fails every peer it reaches.
+    net.async_event(
+        0,
+        None,
+        "asynchronous event IBV_EVENT_PORT_ERR on model0 port 1",
+    );
+    let mut failed = failed_of(&mut btls[0]);
+    failed.sort();
+    assert_eq!(failed, [1, 2]);
+    assert!(failed_of(&mut btls[0]).is_empty(), "reported twice");
+    assert!(matches!(
+        btls[0].send(2, &[b"c"], 0),
+        Err(gmpi_btl::BtlError::PeerFailed(2))
+    ));
+    assert!(!btls[0].reaches(1));
+}

@@ -120,6 +120,43 @@ else
     pass "crash ($(($(date +%s) - t0)) s)"
 fi
 
+# 8b. A port that goes down under a running job (node 2's link: rdma_rxe
+# raises IBV_EVENT_PORT_ERR) fails the peers reached through it at once,
+# not after the queue pairs' retries: the job ends with a message naming
+# the device and the event. The link comes back up afterwards.
+t0=$(date +%s)
+job port-down 2 90 "$CHECK" many 300000 &
+jp=$!
+sleep 6
+echo "== link down at $(($(date +%s) - t0)) s" >/tmp/work/port-down.diag
+ip link set vb down
+for _ in $(seq 45); do
+    kill -0 "$jp" 2>/dev/null || break
+    sleep 1
+done
+if kill -0 "$jp" 2>/dev/null; then
+    { # Still running: what the ranks are doing, for the failure message.
+        ps -eo pid,stat,wchan:32,etime,args | grep -v grep | grep -E 'gmpi-check|gmpirun'
+        for p in $(pgrep -f 'gmpi-check many'); do
+            echo "-- $p"
+            cat /proc/"$p"/stack 2>/dev/null | head -8
+        done
+    } >>/tmp/work/port-down.diag 2>&1
+fi
+rc=0
+wait "$jp" || rc=$?
+ip link set vb up
+took=$(($(date +%s) - t0))
+if [ "$rc" = 0 ]; then
+    fail port-down "the job exited 0"
+elif [ "$took" -gt 30 ]; then
+    fail port-down "the job took $took s to end"
+elif ! grep -q "IBV_EVENT_PORT_ERR on rxe" /tmp/work/port-down.log; then
+    fail port-down "no message names the port error ($(grep -v DEBUG /tmp/work/port-down.log | tail -2 | tr '\n' ' '))"
+else
+    pass "port-down ($took s, $(grep -o 'IBV_EVENT_PORT_ERR on rxe[0-9] port [0-9]' /tmp/work/port-down.log | head -1))"
+fi
+
 # 9. Figures (not checks): perftest and gmpi's pingpong on the same pair, and
 # callgrind's count of user-space instructions per message (the difference
 # between runs of N and 2N iterations, rank 0 only, blocking at once instead

@@ -405,3 +405,80 @@ fn a_failed_export_at_the_receiver_fails_the_get_and_falls_back_to_the_stream() 
     assert_eq!(c.dmabuf_exports, 1, "rank 0's only");
     assert_eq!(regs.dmabuf, 1, "{regs:?}");
 }
+
+/// A port that goes down (a fatal asynchronous event naming no queue pair)
+/// under messages in flight both ways: every send and receive towards the
+/// peer behind it ends with `PeerFailed` on both ranks, none hangs.
+#[test]
+fn a_port_error_ends_every_request_towards_the_peers_behind_it() {
+    let (mut w, _) = World::new(GpuNic::default(), [false, false], Want::Off);
+    let mut reqs: Vec<(usize, gmpi_pml::ReqId)> = Vec::new();
+    for r in 0..2usize {
+        let peer = 1 - r as u32;
+        for k in 0..200 {
+            // Receives never matched (tags nobody sends), and sends, eager
+            // and by rendezvous.
+            let rb = w.buffer(MemKind::Host, &[0u8; 64]);
+            let id = w.d[r]
+                .post_recv(RecvArgs {
+                    ctx: 0,
+                    src: Some(peer),
+                    src_world: Some(peer),
+                    tag: Some(1000 + k),
+                    buf: rb,
+                    consumed: false,
+                })
+                .expect("post_recv");
+            reqs.push((r, id));
+            let len = if k % 10 == 0 { 100_000 } else { 64 };
+            let sb = w.buffer(MemKind::Host, &vec![7u8; len]);
+            let id = w.d[r]
+                .post_send(SendArgs {
+                    ctx: 0,
+                    src: r as u32,
+                    dest: peer,
+                    tag: k,
+                    buf: sb,
+                    mode: SendMode::Standard,
+                })
+                .expect("post_send");
+            reqs.push((r, id));
+        }
+    }
+    for _ in 0..50 {
+        for d in &mut w.d {
+            d.progress();
+        }
+    }
+    for dev in 0..2 {
+        w.net.async_event(
+            dev,
+            None,
+            "asynchronous event IBV_EVENT_PORT_ERR on model port 1",
+        );
+    }
+    let mut open: Vec<(usize, gmpi_pml::ReqId)> = reqs;
+    for _ in 0..10_000 {
+        for d in &mut w.d {
+            d.progress();
+        }
+        open.retain(|&(r, id)| match w.d[r].test(id) {
+            None => true,
+            Some(res) => {
+                // A send may have finished before the port went down; a
+                // receive of an unsent tag can only fail.
+                if let Err(e) = res {
+                    assert!(
+                        matches!(e, gmpi_pml::PmlError::PeerFailed(_)),
+                        "rank {r}: {e}"
+                    );
+                }
+                false
+            }
+        });
+        if open.is_empty() {
+            return;
+        }
+    }
+    panic!("{} requests still open after the port error", open.len());
+}
