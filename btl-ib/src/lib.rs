@@ -44,8 +44,11 @@
 //!   [`CREDIT_RESERVE`] buffers per peer beyond the credits. So an RNR NAK
 //!   does not happen in normal operation; the queue pairs still retry RNR
 //!   forever, as a safety net.
-//! - **Receive buffers** come back to the shared receive queue once per
-//!   progress pass, in one post (batched reposting).
+//! - **Receive buffers** are registered and posted a peer's share (its
+//!   credits and reserve) at a time, when that peer's queue pair is made, so
+//!   a rank's memory grows with the peers it talks to, not with the job;
+//!   they come back to the shared receive queue once per progress pass, in
+//!   one post (batched reposting).
 //! - **Selective signalling**: one send in [`IbConfig::signal_every`] asks
 //!   for a completion, and every send does once the slots or a send queue
 //!   run low; a completion retires every earlier work request of its queue
@@ -154,25 +157,25 @@ fn wr_low(id: u64) -> u64 {
     id & 0xff_ffff_ffff
 }
 
-/// Receive work requests for `slots` of `slab` (`size` bytes each,
-/// registered as `mr`), their ids of kind and tag `id` and the slot.
+/// Receive work requests for buffers `slots` of `size` bytes, each at the
+/// address and with the key `place` gives, their ids of kind and tag `id`
+/// and the slot.
 fn slots_to_post(
     slots: &[u32],
     id: (u64, usize),
-    slab: &mut [u8],
     size: usize,
-    mr: &Mr,
+    place: impl Fn(u32) -> (u64, u32),
 ) -> Vec<(u64, Sge)> {
-    let base = slab.as_mut_ptr() as u64;
     slots
         .iter()
         .map(|&s| {
+            let (addr, lkey) = place(s);
             (
                 wr_id(id.0, id.1, s as u64),
                 Sge {
-                    addr: base + s as u64 * size as u64,
+                    addr,
                     len: size as u32,
-                    lkey: mr.lkey,
+                    lkey,
                 },
             )
         })
@@ -306,9 +309,12 @@ pub struct IbBtl<F: Fabric> {
     tx: Box<[u8]>,
     tx_mr: Mr,
     free_slots: Vec<u32>,
-    /// Receive buffers (registered once).
-    rx: Box<[u8]>,
-    rx_mr: Mr,
+    /// Receive buffers, in slabs registered once each: one slab of a
+    /// peer's share (credits and reserve) per peer connected
+    /// ([`IbBtl::grow_rx`]), or one of [`IbConfig::recv_buffers`].
+    rx: Vec<(Box<[u8]>, Mr)>,
+    /// The slab of each receive buffer (buffers are numbered across slabs).
+    rx_slab: Vec<(u32, u32)>,
     repost: Vec<u32>,
     wcs: Vec<Wc>,
     gets: HashMap<u64, GetOp>,
@@ -401,6 +407,8 @@ impl<F: Fabric> IbBtl<F> {
             cfg.credits = per_peer.saturating_sub(CREDIT_RESERVE).max(1);
         }
         cfg.signal_every = cfg.signal_every.clamp(1, (port.sq_depth / 4).max(1));
+        // Buffers posted now: a fixed number if the settings say so, else
+        // none until a peer connects (each brings its share).
         let rx_n = match cfg.recv_buffers {
             Some(b) => {
                 if b < n * (cfg.credits + CREDIT_RESERVE) {
@@ -408,16 +416,12 @@ impl<F: Fabric> IbBtl<F> {
                 }
                 b.clamp(1, port.srq_depth.max(1)) as usize
             }
-            None => (n * (cfg.credits + CREDIT_RESERVE)) as usize,
+            None => 0,
         };
         let mut tx = vec![0u8; cfg.send_slots * cfg.max_frag].into_boxed_slice();
-        let mut rx = vec![0u8; rx_n * cfg.max_frag].into_boxed_slice();
         let tx_mr = fabric
             .reg_mr(tx.as_mut_ptr() as u64, tx.len() as u64, false)
             .map_err(|e| reg_error("send slots", tx.len() as u64, &e))?;
-        let rx_mr = fabric
-            .reg_mr(rx.as_mut_ptr() as u64, rx.len() as u64, false)
-            .map_err(|e| reg_error("receive buffers", rx.len() as u64, &e))?;
         let mut cm_tx = vec![0u8; CM_SLOTS * MSG_BYTES].into_boxed_slice();
         let mut cm_rx = vec![0u8; CM_RECVS * CM_RX_BYTES].into_boxed_slice();
         let cm_tx_mr = fabric
@@ -469,9 +473,9 @@ impl<F: Fabric> IbBtl<F> {
             tx,
             tx_mr,
             free_slots: Vec::new(),
-            rx,
-            rx_mr,
-            repost: (0..rx_n as u32).collect(),
+            rx: Vec::new(),
+            rx_slab: Vec::new(),
+            repost: Vec::new(),
             wcs: Vec::with_capacity(POLL_BATCH),
             gets: HashMap::new(),
             next_get: 1,
@@ -492,10 +496,13 @@ impl<F: Fabric> IbBtl<F> {
             warned_dev_reg: false,
         };
         b.free_slots = (0..b.cfg.send_slots as u32).rev().collect();
-        b.repost_buffers()?;
+        if rx_n > 0 {
+            b.grow_rx(rx_n)?;
+        }
         b.repost_cm()?;
-        tracing::debug!(target: LOG, "ib: {} port {} ({:?}, MTU {} B, GID index {}), {} peers, {} credits each, {} receive buffers of {} B",
-            port.device, port.port, port.link, port.mtu_bytes(), port.gid_index, b.peers.len(), b.cfg.credits, rx_n, b.cfg.max_frag);
+        tracing::debug!(target: LOG, "ib: {} port {} ({:?}, MTU {} B, GID index {}), {} peers, {} credits each, receive buffers of {} B: {}",
+            port.device, port.port, port.link, port.mtu_bytes(), port.gid_index, b.peers.len(), b.cfg.credits, b.cfg.max_frag,
+            if rx_n > 0 { format!("{rx_n}") } else { format!("{} per peer connected", b.cfg.credits + CREDIT_RESERVE) });
         Ok(b)
     }
 
@@ -534,11 +541,49 @@ impl<F: Fabric> IbBtl<F> {
         if let Some(q) = self.peers[i].qp {
             return Ok(q);
         }
+        // The peer's share of receive buffers is posted before its queue
+        // pair exists, so before anything can arrive on it.
+        if self.cfg.recv_buffers.is_none() {
+            self.grow_rx((self.cfg.credits + CREDIT_RESERVE) as usize)?;
+        }
         let q = self.fabric.create_qp()?;
         self.qps_made += 1;
         self.by_qpn.insert(q.qpn, i);
         self.peers[i].qp = Some(q);
         Ok(q)
+    }
+
+    /// Register a slab of `n` more receive buffers and post them.
+    fn grow_rx(&mut self, n: usize) -> Result<(), String> {
+        let room = (self.fabric.port().srq_depth as usize).saturating_sub(self.rx_slab.len());
+        let n = n.min(room);
+        if n == 0 {
+            return Ok(());
+        }
+        let f = self.cfg.max_frag;
+        let mut slab = vec![0u8; n * f].into_boxed_slice();
+        let mr = self
+            .fabric
+            .reg_mr(slab.as_mut_ptr() as u64, slab.len() as u64, false)
+            .map_err(|e| reg_error("receive buffers", slab.len() as u64, &e))?;
+        let k = self.rx.len() as u32;
+        self.rx.push((slab, mr));
+        let first = self.rx_slab.len() as u32;
+        self.rx_slab.extend((0..n as u32).map(|j| (k, j)));
+        self.repost.extend(first..first + n as u32);
+        self.repost_buffers()
+    }
+
+    /// Receive buffer `slot`'s bytes.
+    fn rx_buf(&self, slot: u32) -> &[u8] {
+        let (k, j) = self.rx_slab[slot as usize];
+        let f = self.cfg.max_frag;
+        &self.rx[k as usize].0[j as usize * f..(j as usize + 1) * f]
+    }
+
+    /// Receive buffers posted or in use.
+    pub fn receive_buffers(&self) -> usize {
+        self.rx_slab.len()
     }
 
     /// Connect peer `i`'s queue pair to the peer's `qpn` (first PSN `psn`):
@@ -727,13 +772,10 @@ impl<F: Fabric> IbBtl<F> {
         if self.cm_repost.is_empty() {
             return Ok(());
         }
-        let bufs = slots_to_post(
-            &self.cm_repost,
-            (K_CM, CM_RX),
-            &mut self.cm_rx,
-            CM_RX_BYTES,
-            &self.cm_rx_mr,
-        );
+        let (base, lkey) = (self.cm_rx.as_ptr() as u64, self.cm_rx_mr.lkey);
+        let bufs = slots_to_post(&self.cm_repost, (K_CM, CM_RX), CM_RX_BYTES, |s| {
+            (base + (s as usize * CM_RX_BYTES) as u64, lkey)
+        });
         // SAFETY: each buffer is a slot of `self.cm_rx`, which outlives the
         // fabric's queues, and is reposted only after its completion was
         // handled.
@@ -949,14 +991,13 @@ impl<F: Fabric> IbBtl<F> {
         if self.repost.is_empty() {
             return Ok(());
         }
-        let bufs = slots_to_post(
-            &self.repost,
-            (K_RECV, 0),
-            &mut self.rx,
-            self.cfg.max_frag,
-            &self.rx_mr,
-        );
-        // SAFETY: each buffer is a slot of `self.rx`, which lives as long as
+        let f = self.cfg.max_frag;
+        let bufs = slots_to_post(&self.repost, (K_RECV, 0), f, |s| {
+            let (k, j) = self.rx_slab[s as usize];
+            let (slab, mr) = &self.rx[k as usize];
+            (slab.as_ptr() as u64 + (j as usize * f) as u64, mr.lkey)
+        });
+        // SAFETY: each buffer is a slot of a slab of `self.rx`, which lives as long as
         // the fabric (dropped after it: `Drop` below destroys the queues
         // first), and a slot is in `repost` only once its previous
         // completion has been handed up and the callback has returned.
@@ -1409,10 +1450,9 @@ impl<F: Fabric> Btl for IbBtl<F> {
                     self.repost.push(slot);
                     continue;
                 }
-                let at = slot as usize * f;
                 on_event(Event::Frag {
                     peer: rank,
-                    data: &self.rx[at..at + len as usize],
+                    data: &self.rx_buf(slot)[..len as usize],
                 });
                 n += 1;
                 self.repost.push(slot);

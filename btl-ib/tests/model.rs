@@ -204,6 +204,8 @@ fn pipelined_get_and_registration_lifetimes() {
         ..IbConfig::default()
     };
     let (net, mut btls) = ranks(2, &cfg, 64, 64, 256);
+    // Connected first: a connection registers its receive buffers.
+    send_when_ready(&mut btls, 1, 0, b"hello");
     let base = net.registrations(0);
     let src: Vec<u8> = (0..5 << 20)
         .map(|i: u32| (i * 7 + i / 4096) as u8)
@@ -327,7 +329,16 @@ fn queue_pairs_are_made_on_first_use_only() {
     assert_eq!(got[0], [b"back".to_vec()]);
     let made: Vec<usize> = (0..4).map(|r| net.queue_pairs(r)).collect();
     assert_eq!(made, [1, 0, 1, 0]);
-    assert_eq!(btls[0].queue_pairs(), 1);
+    // Receive buffers too: a peer's share (credits and reserve) per peer
+    // connected, none before.
+    let share = (IbConfig::default().credits + gmpi_btl_ib::CREDIT_RESERVE) as usize;
+    let bufs: Vec<usize> = btls.iter().map(|b| b.receive_buffers()).collect();
+    assert_eq!(bufs, [share, 0, share, 0]);
+    send_when_ready(&mut btls, 0, 1, b"third");
+    drive_for(&mut btls, &mut got, |g| g[1].len() == 1);
+    assert_eq!(btls[0].receive_buffers(), 2 * share);
+    assert_eq!(net.rnr_naks(), 0);
+    assert_eq!(btls[0].queue_pairs(), 2);
     assert_eq!(net.early_sends(), 0, "a SEND reached a queue pair in INIT");
 }
 

@@ -132,17 +132,58 @@ impl World {
                 g,
             ));
         }
-        let idle_regs = (0..2).map(|r| net.registrations(r)).collect();
-        (
-            Self {
-                net,
-                cuda,
-                d,
-                host: Vec::new(),
-                idle_regs,
-            },
-            via,
-        )
+        let mut w = Self {
+            net,
+            cuda,
+            d,
+            host: Vec::new(),
+            idle_regs: Vec::new(),
+        };
+        w.connect();
+        w.idle_regs = (0..2).map(|r| w.net.registrations(r)).collect();
+        (w, via)
+    }
+
+    /// One byte from rank 0 to rank 1: the two ranks' queue pairs are made
+    /// (and their receive buffers registered) on first use.
+    fn connect(&mut self) {
+        let (s, r) = (
+            self.buffer(MemKind::Host, &[1]),
+            self.buffer(MemKind::Host, &[0]),
+        );
+        let rid = self.d[1]
+            .post_recv(RecvArgs {
+                ctx: 0,
+                src: Some(0),
+                src_world: Some(0),
+                tag: Some(1),
+                buf: r,
+                consumed: false,
+            })
+            .expect("post_recv");
+        let sid = self.d[0]
+            .post_send(SendArgs {
+                ctx: 0,
+                src: 0,
+                dest: 1,
+                tag: 1,
+                buf: s,
+                mode: SendMode::Standard,
+            })
+            .expect("post_send");
+        let (mut sent, mut got) = (None, None);
+        for _ in 0..1_000_000 {
+            for d in &mut self.d {
+                d.progress();
+            }
+            sent = sent.or_else(|| self.d[0].test(sid));
+            got = got.or_else(|| self.d[1].test(rid));
+            if let (Some(s), Some(g)) = (&sent, &got) {
+                assert!(s.is_ok() && g.is_ok(), "the first message failed");
+                return;
+            }
+        }
+        panic!("the ranks did not connect");
     }
 
     fn buffer(&mut self, kind: MemKind, data: &[u8]) -> Buf {
