@@ -18,7 +18,7 @@ use gmpi_btl_ib::model::{DeviceMemory, GpuNic, ModelFabric, ModelNet, Registered
 use gmpi_btl_ib::{IbBtl, IbConfig};
 use gmpi_gpu::double::{Counts, TestCuda};
 use gmpi_gpu::{Gpu, GpuConfig, MemKind};
-use gmpi_pml::{Buf, Pml, PmlConfig, Protocol, RecvArgs, SendArgs, SendMode};
+use gmpi_pml::{Buf, Pml, PmlConfig, PmlError, Protocol, RecvArgs, SendArgs, SendMode, Status};
 
 use crate::buffer::HostMem;
 use crate::progress::Driver;
@@ -151,12 +151,25 @@ impl World {
             self.buffer(MemKind::Host, &[1]),
             self.buffer(MemKind::Host, &[0]),
         );
+        let (sent, got) = self.message(s, r, 1);
+        assert!(sent.is_ok() && got.is_ok(), "the first message failed");
+    }
+
+    /// Send `s` from rank 0 into `r` on rank 1 with `tag`, progressing both
+    /// ranks until both ends are done (no rank may fail meanwhile); their
+    /// outcomes.
+    fn message(
+        &mut self,
+        s: Buf,
+        r: Buf,
+        tag: i32,
+    ) -> (Result<Status, PmlError>, Result<Status, PmlError>) {
         let rid = self.d[1]
             .post_recv(RecvArgs {
                 ctx: 0,
                 src: Some(0),
                 src_world: Some(0),
-                tag: Some(1),
+                tag: Some(tag),
                 buf: r,
                 consumed: false,
             })
@@ -166,7 +179,7 @@ impl World {
                 ctx: 0,
                 src: 0,
                 dest: 1,
-                tag: 1,
+                tag,
                 buf: s,
                 mode: SendMode::Standard,
             })
@@ -175,15 +188,15 @@ impl World {
         for _ in 0..1_000_000 {
             for d in &mut self.d {
                 d.progress();
+                assert!(d.fatal().is_none(), "fatal: {:?}", d.fatal());
             }
             sent = sent.or_else(|| self.d[0].test(sid));
             got = got.or_else(|| self.d[1].test(rid));
-            if let (Some(s), Some(g)) = (&sent, &got) {
-                assert!(s.is_ok() && g.is_ok(), "the first message failed");
-                return;
+            if let (Some(s), Some(g)) = (sent.clone(), got.clone()) {
+                return (s, g);
             }
         }
-        panic!("the ranks did not connect");
+        panic!("the message did not arrive");
     }
 
     fn buffer(&mut self, kind: MemKind, data: &[u8]) -> Buf {
@@ -231,44 +244,9 @@ impl World {
             .protocol_for(1, len, sk, SendMode::Standard)
             .expect("a route");
         let (c0, n0) = (self.cuda.counts(), self.net.registered());
-        let rid = self.d[1]
-            .post_recv(RecvArgs {
-                ctx: 0,
-                src: Some(0),
-                src_world: Some(0),
-                tag: Some(3),
-                buf: r,
-                consumed: false,
-            })
-            .expect("post_recv");
-        let sid = self.d[0]
-            .post_send(SendArgs {
-                ctx: 0,
-                src: 0,
-                dest: 1,
-                tag: 3,
-                buf: s,
-                mode: SendMode::Standard,
-            })
-            .expect("post_send");
-        let (mut sent, mut got) = (None, None);
-        for _ in 0..1_000_000 {
-            for d in &mut self.d {
-                d.progress();
-                assert!(d.fatal().is_none(), "fatal: {:?}", d.fatal());
-            }
-            if sent.is_none() {
-                sent = self.d[0].test(sid);
-            }
-            if got.is_none() {
-                got = self.d[1].test(rid);
-            }
-            if sent.is_some() && got.is_some() {
-                break;
-            }
-        }
-        sent.expect("send done").expect("send ok");
-        let st = got.expect("receive done").expect("receive ok");
+        let (sent, got) = self.message(s, r, 3);
+        sent.expect("send ok");
+        let st = got.expect("receive ok");
         assert_eq!(st.len, len as u64);
         assert!(
             self.read(r) == data,
