@@ -338,6 +338,9 @@ pub struct IbBtl<F: Fabric> {
     cm_repost: Vec<u32>,
     /// RC queue pairs made so far.
     qps_made: usize,
+    /// Peers with a REQ unanswered (so that a progress pass without any
+    /// reads no clock and walks no peer list).
+    asking: usize,
     waker: Arc<dyn Wake>,
     warned_reg: bool,
     warned_dev_reg: bool,
@@ -491,6 +494,7 @@ impl<F: Fabric> IbBtl<F> {
             cm_rx_mr,
             cm_repost: (0..CM_RECVS as u32).collect(),
             qps_made: 0,
+            asking: 0,
             waker,
             warned_reg: false,
             warned_dev_reg: false,
@@ -605,7 +609,9 @@ impl<F: Fabric> IbBtl<F> {
         let p = &mut self.peers[i];
         if !p.ready {
             p.ready = true;
-            p.asking = None;
+            if p.asking.take().is_some() {
+                self.asking -= 1;
+            }
             tracing::debug!(target: LOG, "ib: connected to rank {} (queue pair {:#x} to {:#x})",
                 p.rank, p.qp.map_or(0, |q| q.qpn), p.remote_qpn.unwrap_or(0));
         }
@@ -628,11 +634,15 @@ impl<F: Fabric> IbBtl<F> {
             since: now,
             warned: false,
         });
+        self.asking += 1;
         self.send_cm(i, Kind::Req);
     }
 
     /// Ask again every peer whose answer is late.
     fn ask_again(&mut self) {
+        if self.asking == 0 {
+            return;
+        }
         let now = Instant::now();
         for i in 0..self.peers.len() {
             let Some(mut a) = self.peers[i].asking else {
@@ -655,6 +665,9 @@ impl<F: Fabric> IbBtl<F> {
 
     /// The earliest time a REQ is due again, if any is waited for.
     fn next_ask(&self) -> Option<Instant> {
+        if self.asking == 0 {
+            return None;
+        }
         self.peers
             .iter()
             .filter(|p| !p.failed)
@@ -1054,6 +1067,9 @@ impl<F: Fabric> IbBtl<F> {
     /// Peer `i` failed (`why`): report it once, refuse it from now on.
     fn fail_peer(&mut self, i: usize, why: &str) {
         let p = &mut self.peers[i];
+        if p.asking.take().is_some() {
+            self.asking -= 1;
+        }
         if !p.failed {
             p.failed = true;
             tracing::error!(target: LOG, "ib: rank {} (through {} port {}) failed: {why}",
