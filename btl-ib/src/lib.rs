@@ -336,8 +336,6 @@ pub struct IbBtl<F: Fabric> {
     cm_rx: Box<[u8]>,
     cm_rx_mr: Mr,
     cm_repost: Vec<u32>,
-    /// RC queue pairs made so far.
-    qps_made: usize,
     /// Peers with a REQ unanswered (so that a progress pass without any
     /// reads no clock and walks no peer list).
     asking: usize,
@@ -493,7 +491,6 @@ impl<F: Fabric> IbBtl<F> {
             cm_rx,
             cm_rx_mr,
             cm_repost: (0..CM_RECVS as u32).collect(),
-            qps_made: 0,
             asking: 0,
             waker,
             warned_reg: false,
@@ -537,7 +534,7 @@ impl<F: Fabric> IbBtl<F> {
 
     /// RC queue pairs made so far (one per peer talked to).
     pub fn queue_pairs(&self) -> usize {
-        self.qps_made
+        self.by_qpn.len()
     }
 
     /// Peer `i`'s queue pair, made now if it has none.
@@ -551,7 +548,6 @@ impl<F: Fabric> IbBtl<F> {
             self.grow_rx((self.cfg.credits + CREDIT_RESERVE) as usize)?;
         }
         let q = self.fabric.create_qp()?;
-        self.qps_made += 1;
         self.by_qpn.insert(q.qpn, i);
         self.peers[i].qp = Some(q);
         Ok(q)

@@ -354,11 +354,53 @@ fn dmabuf_probe_answer(e: std::io::Error) -> Result<(), String> {
 }
 
 /// The verbs form of a scatter/gather element.
-fn to_ibv(s: crate::fabric::Sge) -> ibv_sge {
+fn to_ibv(s: Sge) -> ibv_sge {
     ibv_sge {
         addr: s.addr,
         length: s.len,
         lkey: s.lkey,
+    }
+}
+
+/// The outcome of an `ibv_post_*` call that returned `rc` (an errno).
+fn posted(what: &str, rc: i32) -> Result<(), String> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", std::io::Error::from_raw_os_error(rc)))
+    }
+}
+
+/// Receive work requests for `bufs` (ids and buffers), chained for one
+/// post. The chain points into both vectors, which stay put until this is
+/// dropped (moving a `Vec` does not move its elements).
+struct RecvChain {
+    _sges: Vec<ibv_sge>,
+    wrs: Vec<ibv_recv_wr>,
+}
+
+impl RecvChain {
+    fn new(bufs: &[(u64, Sge)]) -> Self {
+        let mut sges: Vec<ibv_sge> = bufs.iter().map(|&(_, s)| to_ibv(s)).collect();
+        let mut wrs: Vec<ibv_recv_wr> = Vec::with_capacity(bufs.len());
+        for (k, (id, _)) in bufs.iter().enumerate() {
+            wrs.push(ibv_recv_wr {
+                wr_id: *id,
+                next: ptr::null_mut(),
+                sg_list: &mut sges[k],
+                num_sge: 1,
+            });
+        }
+        for k in 1..wrs.len() {
+            let next: *mut ibv_recv_wr = &mut wrs[k];
+            wrs[k - 1].next = next;
+        }
+        RecvChain { _sges: sges, wrs }
+    }
+
+    /// The chain's head.
+    fn head(&mut self) -> *mut ibv_recv_wr {
+        self.wrs.as_mut_ptr()
     }
 }
 
@@ -671,40 +713,25 @@ impl Fabric for VerbsFabric {
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: `ud` and `ah` are live; `w` and `s` outlive the call; the
         // memory `s` names is the caller's duty (`Fabric::post_ud_send`).
-        let rc = unsafe { ibv_post_send(self.ud, &mut w, &mut bad) };
-        if rc != 0 {
-            return Err(format!(
-                "ibv_post_send(UD): {}",
-                std::io::Error::from_raw_os_error(rc)
-            ));
-        }
-        Ok(())
+        posted("ibv_post_send(UD)", unsafe {
+            ibv_post_send(self.ud, &mut w, &mut bad)
+        })
     }
 
     unsafe fn post_ud_recv(&mut self, bufs: &[(u64, Sge)]) -> Result<(), String> {
         if self.ud.is_null() {
             return Err("no datagram queue pair".into());
         }
-        for &(id, sge) in bufs {
-            let mut s = to_ibv(sge);
-            let mut w = ibv_recv_wr {
-                wr_id: id,
-                next: ptr::null_mut(),
-                sg_list: &mut s,
-                num_sge: 1,
-            };
-            let mut bad: *mut ibv_recv_wr = ptr::null_mut();
-            // SAFETY: `ud` is live; `w` and `s` outlive the call; the buffer
-            // is the caller's duty (`Fabric::post_ud_recv`).
-            let rc = unsafe { ibv_post_recv(self.ud, &mut w, &mut bad) };
-            if rc != 0 {
-                return Err(format!(
-                    "ibv_post_recv(UD): {}",
-                    std::io::Error::from_raw_os_error(rc)
-                ));
-            }
+        if bufs.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut chain = RecvChain::new(bufs);
+        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+        // SAFETY: `ud` is live; the chain outlives the call; the buffers are
+        // the caller's duty (`Fabric::post_ud_recv`).
+        posted("ibv_post_recv(UD)", unsafe {
+            ibv_post_recv(self.ud, chain.head(), &mut bad)
+        })
     }
 
     fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String> {
@@ -868,46 +895,22 @@ impl Fabric for VerbsFabric {
         // SAFETY: `qp` is live; `w` and `sge` outlive the call (the device
         // copies the request); the memory `sge` names is the caller's duty
         // (`Fabric::post_send`).
-        let rc = unsafe { ibv_post_send(qp, &mut w, &mut bad) };
-        if rc != 0 {
-            return Err(format!(
-                "ibv_post_send: {}",
-                std::io::Error::from_raw_os_error(rc)
-            ));
-        }
-        Ok(())
+        posted("ibv_post_send", unsafe {
+            ibv_post_send(qp, &mut w, &mut bad)
+        })
     }
 
-    unsafe fn post_recv(&mut self, bufs: &[(u64, crate::fabric::Sge)]) -> Result<(), String> {
+    unsafe fn post_recv(&mut self, bufs: &[(u64, Sge)]) -> Result<(), String> {
         if bufs.is_empty() {
             return Ok(());
         }
-        let mut sges: Vec<ibv_sge> = bufs.iter().map(|&(_, s)| to_ibv(s)).collect();
-        let mut wrs: Vec<ibv_recv_wr> = Vec::with_capacity(bufs.len());
-        for (k, (id, _)) in bufs.iter().enumerate() {
-            wrs.push(ibv_recv_wr {
-                wr_id: *id,
-                next: ptr::null_mut(),
-                sg_list: &mut sges[k],
-                num_sge: 1,
-            });
-        }
-        // Chain them: one post for the batch.
-        for k in 1..wrs.len() {
-            let next: *mut ibv_recv_wr = &mut wrs[k];
-            wrs[k - 1].next = next;
-        }
+        let mut chain = RecvChain::new(bufs);
         let mut bad: *mut ibv_recv_wr = ptr::null_mut();
-        // SAFETY: `srq` is live; the chain and its sges outlive the call;
-        // the buffers are the caller's duty (`Fabric::post_recv`).
-        let rc = unsafe { ibv_post_srq_recv(self.srq, wrs.as_mut_ptr(), &mut bad) };
-        if rc != 0 {
-            return Err(format!(
-                "ibv_post_srq_recv: {}",
-                std::io::Error::from_raw_os_error(rc)
-            ));
-        }
-        Ok(())
+        // SAFETY: `srq` is live; the chain outlives the call; the buffers
+        // are the caller's duty (`Fabric::post_recv`).
+        posted("ibv_post_srq_recv", unsafe {
+            ibv_post_srq_recv(self.srq, chain.head(), &mut bad)
+        })
     }
 
     fn poll(&mut self, out: &mut Vec<Wc>, max: usize) -> usize {

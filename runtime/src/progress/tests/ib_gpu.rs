@@ -18,7 +18,9 @@ use gmpi_btl_ib::model::{DeviceMemory, GpuNic, ModelFabric, ModelNet, Registered
 use gmpi_btl_ib::{IbBtl, IbConfig};
 use gmpi_gpu::double::{Counts, TestCuda};
 use gmpi_gpu::{Gpu, GpuConfig, MemKind};
-use gmpi_pml::{Buf, Pml, PmlConfig, PmlError, Protocol, RecvArgs, SendArgs, SendMode, Status};
+use gmpi_pml::{
+    Buf, Pml, PmlConfig, PmlError, Protocol, RecvArgs, ReqId, SendArgs, SendMode, Status,
+};
 
 use crate::buffer::HostMem;
 use crate::progress::Driver;
@@ -164,26 +166,8 @@ impl World {
         r: Buf,
         tag: i32,
     ) -> (Result<Status, PmlError>, Result<Status, PmlError>) {
-        let rid = self.d[1]
-            .post_recv(RecvArgs {
-                ctx: 0,
-                src: Some(0),
-                src_world: Some(0),
-                tag: Some(tag),
-                buf: r,
-                consumed: false,
-            })
-            .expect("post_recv");
-        let sid = self.d[0]
-            .post_send(SendArgs {
-                ctx: 0,
-                src: 0,
-                dest: 1,
-                tag,
-                buf: s,
-                mode: SendMode::Standard,
-            })
-            .expect("post_send");
+        let rid = self.recv(1, 0, tag, r);
+        let sid = self.send(0, 1, tag, s);
         let (mut sent, mut got) = (None, None);
         for _ in 0..1_000_000 {
             for d in &mut self.d {
@@ -197,6 +181,34 @@ impl World {
             }
         }
         panic!("the message did not arrive");
+    }
+
+    /// Post on rank `at` a receive of `buf` from rank `from` with `tag`.
+    fn recv(&mut self, at: usize, from: u32, tag: i32, buf: Buf) -> ReqId {
+        self.d[at]
+            .post_recv(RecvArgs {
+                ctx: 0,
+                src: Some(from),
+                src_world: Some(from),
+                tag: Some(tag),
+                buf,
+                consumed: false,
+            })
+            .expect("post_recv")
+    }
+
+    /// Post on rank `from` a standard send of `buf` to rank `to` with `tag`.
+    fn send(&mut self, from: usize, to: u32, tag: i32, buf: Buf) -> ReqId {
+        self.d[from]
+            .post_send(SendArgs {
+                ctx: 0,
+                src: from as u32,
+                dest: to,
+                tag,
+                buf,
+                mode: SendMode::Standard,
+            })
+            .expect("post_send")
     }
 
     fn buffer(&mut self, kind: MemKind, data: &[u8]) -> Buf {
@@ -431,36 +443,18 @@ fn a_failed_export_at_the_receiver_fails_the_get_and_falls_back_to_the_stream() 
 #[test]
 fn a_port_error_ends_every_request_towards_the_peers_behind_it() {
     let (mut w, _) = World::new(GpuNic::default(), [false, false], Want::Off);
-    let mut reqs: Vec<(usize, gmpi_pml::ReqId)> = Vec::new();
+    let mut reqs: Vec<(usize, ReqId)> = Vec::new();
     for r in 0..2usize {
         let peer = 1 - r as u32;
         for k in 0..200 {
             // Receives never matched (tags nobody sends), and sends, eager
             // and by rendezvous.
             let rb = w.buffer(MemKind::Host, &[0u8; 64]);
-            let id = w.d[r]
-                .post_recv(RecvArgs {
-                    ctx: 0,
-                    src: Some(peer),
-                    src_world: Some(peer),
-                    tag: Some(1000 + k),
-                    buf: rb,
-                    consumed: false,
-                })
-                .expect("post_recv");
+            let id = w.recv(r, peer, 1000 + k, rb);
             reqs.push((r, id));
             let len = if k % 10 == 0 { 100_000 } else { 64 };
             let sb = w.buffer(MemKind::Host, &vec![7u8; len]);
-            let id = w.d[r]
-                .post_send(SendArgs {
-                    ctx: 0,
-                    src: r as u32,
-                    dest: peer,
-                    tag: k,
-                    buf: sb,
-                    mode: SendMode::Standard,
-                })
-                .expect("post_send");
+            let id = w.send(r, peer, k, sb);
             reqs.push((r, id));
         }
     }
@@ -476,7 +470,7 @@ fn a_port_error_ends_every_request_towards_the_peers_behind_it() {
             "asynchronous event IBV_EVENT_PORT_ERR on model port 1",
         );
     }
-    let mut open: Vec<(usize, gmpi_pml::ReqId)> = reqs;
+    let mut open: Vec<(usize, ReqId)> = reqs;
     for _ in 0..10_000 {
         for d in &mut w.d {
             d.progress();
