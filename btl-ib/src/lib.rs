@@ -18,6 +18,9 @@
 //!   pair on first use, and their retry schedule.
 //! - `gpudirect.rs`: whether and how the NIC registers GPU memory
 //!   (dma-buf, else `nvidia_peermem`, else staging).
+//! - `rcache.rs`: the registration cache of host memory, and the
+//!   [`rcache::MemWatch`] it trusts to hear when memory leaves.
+//! - `memwatch.rs`: that watch over a `userfaultfd` and a helper thread.
 //! - `select.rs`: `GMPI_IB_DEVICES` and the choice of a port.
 //! - `model.rs`: an in-memory verbs model with RC's delivery, RNR and
 //!   remote-access semantics, for the protocol's tests.
@@ -60,11 +63,17 @@
 //!   in chunks of at most [`IbConfig::read_chunk`], at most the port's
 //!   `max_rd_atomic` outstanding per queue pair. Bounds and the key's width
 //!   are checked before anything is posted.
-//! - **Registrations** are reference-counted per range and released when
-//!   the last rendezvous using them ends ([`Btl::deregister`], after the
-//!   pml's FIN) or when the get that wrote into them completes: a freed and
-//!   reallocated buffer can never meet a stale registration. (No
-//!   leave-pinned cache yet: it needs memory-release hooks.)
+//! - **Registrations** of host memory (a send buffer peers read, a get's
+//!   destination) come from the registration cache ([`rcache`]): the
+//!   buffer's pages are registered once and stay registered after the
+//!   rendezvous ([`Btl::deregister`], after the pml's FIN, or the get's
+//!   end), serving every later request inside them, until the memory
+//!   watch ([`memwatch`], a `userfaultfd`) reports that the program
+//!   unmapped, moved or emptied any of those pages: a freed and
+//!   reallocated buffer can never meet a stale registration. Without a
+//!   watch, registrations are counted per use and released with the last.
+//!   Device memory is registered per rendezvous (freeing it raises no
+//!   event to watch).
 //! - **GPUDirect RDMA** ([`IbBtl::set_gpudirect`], chosen by
 //!   [`gpudirect::decide`]): device memory is registered like host memory,
 //!   through its dma-buf (`ibv_reg_dmabuf_mr`, addressed by the device
@@ -93,7 +102,9 @@ pub mod card;
 pub mod conn;
 pub mod fabric;
 pub mod gpudirect;
+pub mod memwatch;
 pub mod model;
+pub mod rcache;
 pub mod select;
 #[cfg(feature = "ib")]
 pub mod verbs;
@@ -287,7 +298,12 @@ struct GetOp {
     peer: usize,
     remote_addr: u64,
     rkey: u32,
+    /// The destination's registration (it may start before `dst`).
     local: Mr,
+    /// Its entry in the registration cache (host memory), else `local`
+    /// is the get's own (device memory).
+    cached: Option<u64>,
+    dst: u64,
     len: u64,
     /// Bytes posted so far.
     next: u64,
@@ -321,7 +337,11 @@ pub struct IbBtl<F: Fabric> {
     next_get: u64,
     /// Gets with chunks still to post, in order.
     pending_gets: VecDeque<u64>,
-    /// Registrations peers read, by range, with their use counts.
+    /// Registrations of host memory (send buffers peers read, gets'
+    /// destinations), cached while their memory stays mapped.
+    rcache: rcache::Rcache,
+    /// Registrations of device memory peers read, by range, with their
+    /// use counts.
     exposed: HashMap<(u64, u64), (Mr, u32)>,
     /// Failures to report.
     failed_news: Vec<Rank>,
@@ -481,6 +501,7 @@ impl<F: Fabric> IbBtl<F> {
             gets: HashMap::new(),
             next_get: 1,
             pending_gets: VecDeque::new(),
+            rcache: rcache::Rcache::new(Box::new(rcache::NoWatch), rcache::Limits::default()),
             exposed: HashMap::new(),
             failed_news: Vec::new(),
             ud_qpn,
@@ -814,6 +835,19 @@ impl<F: Fabric> IbBtl<F> {
         d
     }
 
+    /// Keep host registrations while `watch` says their memory stays
+    /// mapped, within `limits` ([`rcache`]); without a watch (the default)
+    /// each is released when its last user ends.
+    pub fn set_memwatch(&mut self, watch: Box<dyn rcache::MemWatch>, limits: rcache::Limits) {
+        self.rcache.clear(&mut self.fabric);
+        self.rcache = rcache::Rcache::new(watch, limits);
+    }
+
+    /// What the registration cache has done so far.
+    pub fn rcache_stats(&self) -> rcache::Stats {
+        self.rcache.stats()
+    }
+
     /// Register GPU memory as `via` says (GPUDirect RDMA), or never
     /// (`None`, the default): the [`Capabilities::gpudirect`] the pml sees.
     pub fn set_gpudirect(&mut self, via: Option<DeviceReg>) {
@@ -858,21 +892,6 @@ impl<F: Fabric> IbBtl<F> {
         }
     }
 
-    /// Register `len` bytes at `addr`: host memory (`device` `None`), or
-    /// device memory with its dma-buf, if any ([`IbBtl::reg_device`]).
-    fn reg(
-        &mut self,
-        addr: u64,
-        len: u64,
-        device: Option<Option<DmaBuf<'_>>>,
-        remote_read: bool,
-    ) -> Result<Mr, String> {
-        match device {
-            None => self.fabric.reg_mr(addr, len, remote_read),
-            Some(dmabuf) => self.reg_device(addr, len, dmabuf, remote_read),
-        }
-    }
-
     /// A get into `dst`, host memory (`device` `None`) or device memory
     /// (with its dma-buf, if any): checked, its destination registered, its
     /// RDMA READs queued.
@@ -910,9 +929,16 @@ impl<F: Fabric> IbBtl<F> {
         } else {
             "a receive buffer"
         };
-        let local = self
-            .reg(dst.addr, len, device, false)
-            .map_err(|e| BtlError::GetFailed(reg_error(what, len, &e)))?;
+        let (local, cached) = match device {
+            None => self
+                .rcache
+                .acquire(&mut self.fabric, dst.addr, len)
+                .map(|u| (u.mr, Some(u.id))),
+            Some(dmabuf) => self
+                .reg_device(dst.addr, len, dmabuf, false)
+                .map(|mr| (mr, None)),
+        }
+        .map_err(|e| BtlError::GetFailed(reg_error(what, len, &e)))?;
         let g = self.next_get;
         self.next_get += 1;
         self.gets.insert(
@@ -923,6 +949,8 @@ impl<F: Fabric> IbBtl<F> {
                 remote_addr: remote.addr + offset,
                 rkey,
                 local,
+                cached,
+                dst: dst.addr,
                 len,
                 next: 0,
                 outstanding: 0,
@@ -934,14 +962,33 @@ impl<F: Fabric> IbBtl<F> {
         Ok(Submit::Queued)
     }
 
-    /// A descriptor peers read `len` bytes at `addr` by: host memory
-    /// (`device` `None`) or device memory with its dma-buf, if any. One
-    /// registration per range, counted, released by [`Btl::deregister`].
-    fn expose(
+    /// A descriptor peers read `len` bytes of host memory at `addr` by,
+    /// from the registration cache; given back by [`Btl::deregister`].
+    fn expose(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        if len == 0 {
+            return None;
+        }
+        match self.rcache.acquire(&mut self.fabric, addr, len) {
+            Ok(u) => Some(MemDesc {
+                addr,
+                len,
+                key: u.mr.rkey as u64,
+            }),
+            Err(e) => {
+                self.reg_failed(false, &reg_error("a send buffer", len, &e));
+                None
+            }
+        }
+    }
+
+    /// A descriptor peers read `len` bytes of device memory at `addr` (with
+    /// its dma-buf, if any) by. One registration per range, counted,
+    /// released by [`Btl::deregister`] when its last user ends.
+    fn expose_device(
         &mut self,
         addr: u64,
         len: u64,
-        device: Option<Option<DmaBuf<'_>>>,
+        dmabuf: Option<DmaBuf<'_>>,
     ) -> Option<MemDesc> {
         if len == 0 {
             return None;
@@ -954,7 +1001,7 @@ impl<F: Fabric> IbBtl<F> {
                 key: mr.rkey as u64,
             });
         }
-        match self.reg(addr, len, device, true) {
+        match self.reg_device(addr, len, dmabuf, true) {
             Ok(mr) => {
                 self.exposed.insert((addr, len), (mr, 1));
                 Some(MemDesc {
@@ -964,12 +1011,7 @@ impl<F: Fabric> IbBtl<F> {
                 })
             }
             Err(e) => {
-                let what = if device.is_some() {
-                    "a device send buffer"
-                } else {
-                    "a send buffer"
-                };
-                self.reg_failed(device.is_some(), &reg_error(what, len, &e));
+                self.reg_failed(true, &reg_error("a device send buffer", len, &e));
                 None
             }
         }
@@ -1143,7 +1185,7 @@ impl<F: Fabric> IbBtl<F> {
                 let wr = SendWr::Read {
                     wr_id: 0,
                     local: Sge {
-                        addr: op.local.addr + op.next,
+                        addr: op.dst + op.next,
                         len: n as u32,
                         lkey: op.local.lkey,
                     },
@@ -1211,7 +1253,10 @@ impl<F: Fabric> IbBtl<F> {
     /// Finish get `g` (its last chunk is in, or it failed): its events.
     fn end_get(&mut self, g: u64, on_event: &mut dyn FnMut(Event<'_>)) {
         if let Some(op) = self.gets.remove(&g) {
-            self.fabric.dereg_mr(op.local);
+            match op.cached {
+                Some(id) => self.rcache.release(&mut self.fabric, id),
+                None => self.fabric.dereg_mr(op.local),
+            }
             match op.error {
                 None => on_event(Event::GetComplete { token: op.token }),
                 Some(e) => on_event(Event::GetFailed {
@@ -1331,7 +1376,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
     }
 
     fn register(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
-        self.expose(addr, len, None)
+        self.expose(addr, len)
     }
 
     fn register_device(
@@ -1341,15 +1386,25 @@ impl<F: Fabric> Btl for IbBtl<F> {
         dmabuf: Option<DmaBuf<'_>>,
     ) -> Option<MemDesc> {
         self.caps.gpudirect?;
-        self.expose(addr, len, Some(dmabuf))
+        self.expose_device(addr, len, dmabuf)
     }
 
     fn deregister(&mut self, desc: &MemDesc) {
         let k = (desc.addr, desc.len);
-        if let Some((mr, refs)) = self.exposed.get_mut(&k) {
-            if mr.rkey as u64 != desc.key {
-                return;
+        let device = self
+            .exposed
+            .get(&k)
+            .is_some_and(|(mr, _)| mr.rkey as u64 == desc.key);
+        if !device {
+            if let Some(id) = u32::try_from(desc.key)
+                .ok()
+                .and_then(|key| self.rcache.by_rkey(key))
+            {
+                self.rcache.release(&mut self.fabric, id);
             }
+            return;
+        }
+        if let Some((_, refs)) = self.exposed.get_mut(&k) {
             *refs -= 1;
             if *refs == 0 {
                 let (mr, _) = self.exposed.remove(&k).expect("present");
@@ -1400,6 +1455,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
                 }
             }
         }
+        self.rcache.sweep(&mut self.fabric);
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
         self.fabric.poll(&mut wcs, POLL_BATCH);
@@ -1573,6 +1629,9 @@ impl<F: Fabric> Drop for IbBtl<F> {
             self.progress(&mut sink);
             self.fabric.wait(Duration::from_millis(1));
         }
+        let s = self.rcache.stats();
+        tracing::debug!(target: LOG, "ib: registration cache: {} hits, {} misses, {} invalidated, {} evicted", s.hits, s.misses, s.invalidated, s.evicted);
+        self.rcache.clear(&mut self.fabric);
         // The fabric, dropped next (before the slabs: field order),
         // destroys the queues and then every registration still held.
     }

@@ -29,7 +29,14 @@
 //!   with dma-buf support, checks the descriptor and that the range lies in
 //!   the buffer (its size is `fstat`'s), and addresses the memory by its
 //!   iova; RDMA READs from and into such registrations move the bytes
-//!   through the [`DeviceMemory`], never as host pointers.
+//!   through the [`DeviceMemory`], never as host pointers;
+//! - host registrations count against a locked-memory limit when the test
+//!   sets one ([`ModelNet::set_pin_limit`]): beyond it `reg_mr` fails with
+//!   ENOMEM.
+//!
+//! Registrations read the memory as it is when the request runs, not the
+//! pages pinned at `reg_mr`: the model cannot show a stale registration
+//! (the Soft-RoCE guest's `realloc` check does).
 //!
 //! Requests execute when posted (or when the receiver next polls, after
 //! RNR). The copies are the model's only `unsafe`: the protocol's posting
@@ -144,6 +151,9 @@ struct Net {
     datagrams: (u64, u64),
     gpu: Option<(Arc<dyn DeviceMemory>, GpuNic)>,
     registered: Registered,
+    /// Bytes of host memory each port may hold registered (the
+    /// locked-memory limit), if any.
+    pin_limit: Option<u64>,
 }
 
 /// The shared state of a model network.
@@ -258,6 +268,12 @@ impl ModelNet {
     /// Receivers that had no buffer posted for an arriving SEND, so far.
     pub fn rnr_naks(&self) -> u64 {
         self.inner.0.lock().expect("model").rnr_naks
+    }
+
+    /// Let each port hold at most `bytes` of host memory registered, as
+    /// `ulimit -l` does: `reg_mr` beyond it fails with ENOMEM.
+    pub fn set_pin_limit(&self, bytes: u64) {
+        self.inner.0.lock().expect("model").pin_limit = Some(bytes);
     }
 
     /// Registrations of `dev`'s port still held.
@@ -583,6 +599,15 @@ impl Fabric for ModelFabric {
                 true
             }
             None => {
+                let held: u64 = n.devs[self.dev]
+                    .mrs
+                    .values()
+                    .filter(|m| !m.device)
+                    .map(|m| m.mr.len)
+                    .sum();
+                if n.pin_limit.is_some_and(|l| held + len > l) {
+                    return Err("Cannot allocate memory (os error 12)".into());
+                }
                 n.registered.host += 1;
                 false
             }

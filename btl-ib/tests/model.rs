@@ -1,14 +1,15 @@
 //! The protocol over the in-crate verbs model: the btl conformance suite,
 //! then what the model can see that the suite cannot (credits, RNR,
 //! receive-buffer reposting, selective signalling, pipelined reads,
-//! registration lifetimes).
+//! registration lifetimes, the registration cache).
 
 mod common;
 
 use common::{connect, IbFixture};
 use gmpi_btl::conformance::{Can, HostBuffers, Support};
-use gmpi_btl::{Btl, Event, LocalMem, Submit};
+use gmpi_btl::{Btl, Event, LocalMem, MemDesc, Submit};
 use gmpi_btl_ib::model::{ModelFabric, ModelNet};
+use gmpi_btl_ib::rcache::{Limits, MemWatch, PAGE};
 use gmpi_btl_ib::{IbBtl, IbConfig};
 
 /// `n` ranks on one model network, all connected.
@@ -492,4 +493,310 @@ fn asynchronous_events_fail_their_peers() {
         Err(gmpi_btl::BtlError::PeerFailed(2))
     ));
     assert!(!btls[0].reaches(1));
+}
+
+/// A memory watch the test drives: it records what is watched and reports
+/// the ranges the test says are gone.
+#[derive(Debug, Clone, Default)]
+struct Manual(std::sync::Arc<std::sync::Mutex<ManualState>>);
+
+#[derive(Debug, Default)]
+struct ManualState {
+    watched: Vec<(u64, u64)>,
+    gone: Vec<(u64, u64)>,
+    lost: bool,
+    refuse: bool,
+}
+
+impl Manual {
+    fn gone(&self, start: u64, end: u64) {
+        self.0.lock().unwrap().gone.push((start, end));
+    }
+    /// Pages watched now (the union of what is watched).
+    fn watched_pages(&self) -> usize {
+        let mut pages = std::collections::BTreeSet::new();
+        for &(s, e) in &self.0.lock().unwrap().watched {
+            pages.extend((s..e).step_by(PAGE as usize));
+        }
+        pages.len()
+    }
+}
+
+impl MemWatch for Manual {
+    fn watch(&mut self, start: u64, end: u64) -> bool {
+        let mut st = self.0.lock().unwrap();
+        assert_eq!((start % PAGE, end % PAGE), (0, 0), "unaligned watch");
+        if st.refuse {
+            return false;
+        }
+        st.watched.push((start, end));
+        true
+    }
+    fn unwatch(&mut self, start: u64, end: u64) {
+        // Cut [start, end) out of every watched range.
+        let mut st = self.0.lock().unwrap();
+        let mut out = Vec::new();
+        for &(s, e) in &st.watched {
+            if e <= start || end <= s {
+                out.push((s, e));
+                continue;
+            }
+            if s < start {
+                out.push((s, start));
+            }
+            if end < e {
+                out.push((end, e));
+            }
+        }
+        st.watched = out;
+    }
+    fn take_gone(&mut self, out: &mut Vec<(u64, u64)>) -> bool {
+        let mut st = self.0.lock().unwrap();
+        out.clear();
+        out.append(&mut st.gone);
+        std::mem::take(&mut st.lost)
+    }
+    fn pending(&self) -> bool {
+        let st = self.0.lock().unwrap();
+        st.lost || !st.gone.is_empty()
+    }
+}
+
+/// Two connected ranks whose registrations are cached within `limits`.
+fn cached(limits: Limits) -> (ModelNet, Vec<IbBtl<ModelFabric>>, Manual) {
+    let (net, mut btls) = ranks(2, &IbConfig::default(), 64, 64, 256);
+    let w = Manual::default();
+    for b in &mut btls {
+        b.set_memwatch(Box::new(w.clone()), limits);
+    }
+    // Connected first: a connection registers its receive buffers.
+    send_when_ready(&mut btls, 1, 0, b"hello");
+    (net, btls, w)
+}
+
+/// Drive `btls[1]`'s get of `len` bytes at `offset` of `desc` into `dst`.
+#[allow(unsafe_code)] // lends a test buffer to a get
+fn get_all(btls: &mut [IbBtl<ModelFabric>], desc: &MemDesc, offset: u64, dst: &mut [u8]) {
+    // SAFETY: `dst` outlives the get, which the loop below drives to its end.
+    let r = unsafe { btls[1].get(0, desc, offset, LocalMem::of(dst), 5) };
+    assert_eq!(r, Ok(Submit::Queued));
+    let mut done = false;
+    for _ in 0..10_000 {
+        btls[1].progress(&mut |e| match e {
+            Event::GetComplete { token: 5 } => done = true,
+            Event::GetFailed { error, .. } => panic!("get failed: {error}"),
+            _ => {}
+        });
+        btls[0].progress(&mut |_| {});
+        if done {
+            return;
+        }
+    }
+    panic!("get not done");
+}
+
+/// A send buffer's and a get destination's registrations outlive their
+/// rendezvous and serve the next ones (any range inside them) until the
+/// watch says their memory went; then the next request registers afresh.
+#[test]
+fn cached_registrations_serve_later_rendezvous_until_their_memory_goes() {
+    let (net, mut btls, w) = cached(Limits::default());
+    let (base0, base1) = (net.registrations(0), net.registrations(1));
+    let src: Vec<u8> = (0..3 << 20)
+        .map(|i: u32| (i * 13 + i / 4096) as u8)
+        .collect();
+    let (a, n) = (src.as_ptr() as u64, src.len() as u64);
+    let mut dst = vec![0u8; src.len()];
+    for round in 0..3 {
+        let d = btls[0].register(a, n).expect("register");
+        get_all(&mut btls, &d, 0, &mut dst);
+        assert!(dst == src, "round {round}: wrong bytes");
+        btls[0].deregister(&d);
+        assert_eq!(
+            net.registrations(0),
+            base0 + 1,
+            "round {round}: the send buffer's registration"
+        );
+        assert_eq!(
+            net.registrations(1),
+            base1 + 1,
+            "round {round}: the destination's registration"
+        );
+    }
+    // A range inside the send buffer: the same registration.
+    let whole = btls[0].register(a, n).unwrap();
+    let part = btls[0].register(a + 5000, 70_000).unwrap();
+    assert_eq!(part.key, whole.key);
+    assert_eq!((part.addr, part.len), (a + 5000, 70_000));
+    let s = btls[0].rcache_stats();
+    assert_eq!((s.misses, s.hits), (1, 4));
+    btls[0].deregister(&part);
+    btls[0].deregister(&whole);
+    // The pages it covers are watched: the buffer's, rounded out to pages.
+    let pages = ((a + n).div_ceil(PAGE) - a / PAGE) as usize;
+    assert!(w.watched_pages() >= pages);
+    // Part of the buffer goes (say, free returned a page): the next
+    // request registers afresh, and the old registration is released.
+    w.gone(a + PAGE * 7, a + PAGE * 8);
+    let fresh = btls[0].register(a, n).unwrap();
+    assert_ne!(fresh.key, whole.key);
+    assert_eq!(net.registrations(0), base0 + 1);
+    btls[0].deregister(&fresh);
+    assert_eq!(btls[0].rcache_stats().invalidated, 1);
+    // The get destination's memory goes: the next get registers it afresh.
+    w.gone(dst.as_ptr() as u64, dst.as_ptr() as u64 + 1);
+    let before = net.registered().host;
+    let d = btls[0].register(a, n).unwrap();
+    get_all(&mut btls, &d, 0, &mut dst);
+    btls[0].deregister(&d);
+    assert_eq!(
+        net.registered().host,
+        before + 1,
+        "one new registration: the destination's"
+    );
+    assert_eq!(net.registrations(1), base1 + 1);
+}
+
+/// Memory that goes while a rendezvous still uses its registration: no
+/// later request gets that registration, and it is released when its last
+/// user ends, not kept.
+#[test]
+fn a_registration_whose_memory_goes_in_use_serves_nobody_new() {
+    let (net, mut btls, w) = cached(Limits::default());
+    let base = net.registrations(0);
+    let src = vec![3u8; 200_000];
+    let (a, n) = (src.as_ptr() as u64, src.len() as u64);
+    let old = btls[0].register(a, n).unwrap();
+    w.gone(a, a + n);
+    let new = btls[0].register(a, n).unwrap();
+    assert_ne!(old.key, new.key);
+    assert_eq!(net.registrations(0), base + 2);
+    btls[0].deregister(&old);
+    assert_eq!(
+        net.registrations(0),
+        base + 1,
+        "the stale registration is kept"
+    );
+    btls[0].deregister(&new);
+    assert_eq!(net.registrations(0), base + 1, "the fresh one is cached");
+    // The stale entry's pages are no longer watched for it; the fresh
+    // entry's are.
+    let pages = ((a + n).div_ceil(PAGE) - a / PAGE) as usize;
+    assert_eq!(w.watched_pages(), pages);
+}
+
+/// Memory that leaves while its registration is unused is unpinned at the
+/// next progress pass, without waiting for another registration.
+#[test]
+fn a_progress_pass_releases_registrations_of_memory_that_left() {
+    let (net, mut btls, w) = cached(Limits::default());
+    let base = net.registrations(0);
+    let src = vec![3u8; 200_000];
+    let (a, n) = (src.as_ptr() as u64, src.len() as u64);
+    let d = btls[0].register(a, n).unwrap();
+    btls[0].deregister(&d);
+    assert_eq!(net.registrations(0), base + 1);
+    btls[0].progress(&mut |_| {});
+    assert_eq!(net.registrations(0), base + 1, "nothing left: kept");
+    w.gone(a + n - 1, a + n);
+    btls[0].progress(&mut |_| {});
+    assert_eq!(net.registrations(0), base);
+    assert_eq!(w.watched_pages(), 0);
+}
+
+/// Unused registrations are kept within the limits, least recently used
+/// first out, and unwatched when they go.
+#[test]
+fn unused_registrations_are_evicted_least_recently_used_first() {
+    let (net, mut btls, w) = cached(Limits {
+        entries: 2,
+        bytes: 1 << 30,
+    });
+    let base = net.registrations(0);
+    let bufs: Vec<Vec<u8>> = (0..3).map(|k| vec![k as u8; 100_000]).collect();
+    let use_once = |b: &mut IbBtl<ModelFabric>, k: usize| {
+        let d = b.register(bufs[k].as_ptr() as u64, 100_000).unwrap();
+        b.deregister(&d);
+    };
+    use_once(&mut btls[0], 0);
+    use_once(&mut btls[0], 1);
+    use_once(&mut btls[0], 0); // 1 is now the oldest
+    use_once(&mut btls[0], 2);
+    assert_eq!(net.registrations(0), base + 2);
+    assert_eq!(btls[0].rcache_stats().evicted, 1);
+    let misses = btls[0].rcache_stats().misses;
+    use_once(&mut btls[0], 0);
+    use_once(&mut btls[0], 2);
+    assert_eq!(btls[0].rcache_stats().misses, misses, "0 and 2 are kept");
+    use_once(&mut btls[0], 1);
+    assert_eq!(btls[0].rcache_stats().misses, misses + 1, "1 was evicted");
+    // Two entries' pages watched, not three (buffers may share a page).
+    let pages = |k: usize| {
+        let a = bufs[k].as_ptr() as u64;
+        ((a + 100_000).div_ceil(PAGE) - a / PAGE) as usize
+    };
+    assert!(w.watched_pages() <= pages(1) + pages(2));
+    // A byte limit: one 100 000-byte entry does not fit in 64 KiB.
+    let (net, mut btls, _w) = cached(Limits {
+        entries: 100,
+        bytes: 64 << 10,
+    });
+    let base = net.registrations(0);
+    use_once(&mut btls[0], 0);
+    assert_eq!(net.registrations(0), base);
+}
+
+/// Memory the watch will not watch, or no watch at all, is registered per
+/// use: released with its last user, as without a cache.
+#[test]
+fn unwatched_memory_is_released_after_its_last_use() {
+    let (net, mut btls, w) = cached(Limits::default());
+    w.0.lock().unwrap().refuse = true;
+    let base = net.registrations(0);
+    let src = vec![1u8; 50_000];
+    let d1 = btls[0].register(src.as_ptr() as u64, 50_000).unwrap();
+    let d2 = btls[0].register(src.as_ptr() as u64, 50_000).unwrap();
+    assert_eq!(d1.key, d2.key, "shared while in use");
+    btls[0].deregister(&d1);
+    assert_eq!(net.registrations(0), base + 1);
+    btls[0].deregister(&d2);
+    assert_eq!(net.registrations(0), base);
+}
+
+/// A watch that lost reports drops every unused entry.
+#[test]
+fn lost_reports_drop_every_cached_registration() {
+    let (net, mut btls, w) = cached(Limits::default());
+    let base = net.registrations(0);
+    let bufs: Vec<Vec<u8>> = (0..4).map(|k| vec![k as u8; 30_000]).collect();
+    for b in &bufs {
+        let d = btls[0].register(b.as_ptr() as u64, 30_000).unwrap();
+        btls[0].deregister(&d);
+    }
+    assert!(net.registrations(0) > base);
+    w.0.lock().unwrap().lost = true;
+    let d = btls[0].register(bufs[0].as_ptr() as u64, 30_000).unwrap();
+    assert_eq!(net.registrations(0), base + 1);
+    btls[0].deregister(&d);
+}
+
+/// At the locked-memory limit, registering gives back the unused cached
+/// registrations and tries again.
+#[test]
+fn the_locked_memory_limit_empties_the_cache_before_failing() {
+    let (net, mut btls, _w) = cached(Limits::default());
+    let held: u64 = 4 << 20; // the slabs and buffers, roughly
+    net.set_pin_limit(held + (3 << 20));
+    let a = vec![1u8; 2 << 20];
+    let b = vec![2u8; 2 << 20];
+    let da = btls[0].register(a.as_ptr() as u64, a.len() as u64).unwrap();
+    btls[0].deregister(&da);
+    let db = btls[0]
+        .register(b.as_ptr() as u64, b.len() as u64)
+        .expect("the cached registration of `a` was given back");
+    // Both in use: the limit is real.
+    assert!(btls[0]
+        .register(a.as_ptr() as u64, a.len() as u64)
+        .is_none());
+    btls[0].deregister(&db);
 }
