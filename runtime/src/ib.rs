@@ -92,7 +92,27 @@ pub(crate) fn open(
     if let Some(n) = count("GMPI_IB_READ_CHUNK")? {
         cfg.read_chunk = n as usize;
     }
-    let b = gmpi_btl_ib::IbBtl::new(rank, size, f, cfg, peers)?;
+    let mut limits = gmpi_btl_ib::rcache::Limits::default();
+    if let Some(mb) = count("GMPI_IB_RCACHE_MB")? {
+        limits.bytes = u64::from(mb) << 20;
+    }
+    let cache = match std::env::var("GMPI_IB_RCACHE").as_deref().map(str::trim) {
+        Err(_) | Ok("on" | "auto" | "1" | "true") => true,
+        Ok("off" | "0" | "false") => false,
+        Ok(v) => return Err(format!("GMPI_IB_RCACHE={v:?}: expected on or off")),
+    };
+    let mut b = gmpi_btl_ib::IbBtl::new(rank, size, f, cfg, peers)?;
+    if cache {
+        match gmpi_btl_ib::memwatch::Uffd::open() {
+            Ok(w) => {
+                tracing::debug!(target: "btl", "ib: registration cache on ({}, {} MiB unused at most)", w.describe(), limits.bytes >> 20);
+                b.set_memwatch(Box::new(w), limits);
+            }
+            Err(e) => {
+                tracing::debug!(target: "btl", "ib: registration cache off ({e}): each rendezvous registers its memory")
+            }
+        }
+    }
     Ok(Box::new(b))
 }
 
