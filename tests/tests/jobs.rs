@@ -45,6 +45,16 @@ fn size_sweep_with_moved_thresholds() {
     scenario(2, &["sweep", "70000"], &[("GMPI_SHM_MAX_FRAG", "64")]);
 }
 
+/// Buffers unmapped, emptied or moved between rendezvous messages, over
+/// shared memory (single copy) and tcp: no transport may keep a view of
+/// the old pages (btl-ib's registration cache runs this in the Soft-RoCE
+/// guest).
+#[test]
+fn rendezvous_from_and_into_remapped_buffers() {
+    scenario(2, &["remap"], &[]);
+    scenario(3, &["remap"], &[("GMPI_BTL", "self,tcp")]);
+}
+
 #[test]
 fn size_sweep_np1_to_np8() {
     for np in [1, 3, 4, 5, 6, 7, 8] {

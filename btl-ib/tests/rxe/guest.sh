@@ -88,6 +88,11 @@ check_job sweep-np2 2 240 --needs "via ib: eager" --needs "via ib: rndv/get" --n
 check_job sweep-np4 4 300 --needs "via ib: rndv/get" --needs "via shm" -- "$CHECK" sweep 16777216
 # 3. A send buffer freed and reallocated between rendezvous sends.
 check_job realloc 2 180 --needs "12 rounds" -- "$CHECK" realloc
+# 3b. Buffers unmapped, emptied by madvise, moved by mremap between rendezvous
+# messages at the same addresses: the registration cache serves the unchanged
+# rounds and must drop every registration of pages the program let go.
+check_job remap 2 180 --needs "remap: 16 rounds" --needs "ib: registration cache on (userfaultfd" \
+    --needs "ib: registration cache: [1-9][0-9]* hits, [0-9]* misses, [1-9][0-9]* invalidated" -- "$CHECK" remap
 # 4. Many small messages at once: credits and back-pressure.
 check_job many 2 180 -- "$CHECK" many 20000
 # 5. Receivers with two buffers only: RNR, retried by the queue pairs.

@@ -2,7 +2,8 @@
 //! subcommand; exits non-zero (with a message) on any wrong result.
 //!
 //! Scenarios: `sweep [MAX]`, `many [N]`, `realloc` (rendezvous sends from
-//! buffers freed and allocated again), `self`, `order`, `wild`, `ssend`,
+//! buffers freed and allocated again), `remap` (rendezvous messages from and
+//! into mappings unmapped, emptied or moved between rounds), `self`, `order`, `wild`, `ssend`,
 //! `errors`, `crash panic|exit3|kill|abort`, `pids DIR` (writes pid/jobid and
 //! waits in a barrier), `hang DIR` (as `pids`, then waits forever), `stdin`,
 //! `noinit` (the last rank exits 0 before initializing), `rma` (the typed
@@ -119,6 +120,107 @@ fn realloc(w: &Communicator) -> R {
             "realloc: 12 rounds, {} distinct send-buffer addresses",
             addrs.len()
         );
+    }
+    Ok(())
+}
+
+/// A mapping of `len` fresh zero bytes, at `hint` if that is free.
+#[allow(unsafe_code)] // maps memory for `remap`
+fn map_at(hint: usize, len: usize) -> Result<*mut u8, String> {
+    // SAFETY: without MAP_FIXED the kernel maps only free addresses.
+    let p = unsafe {
+        libc::mmap(
+            hint as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    check(p != libc::MAP_FAILED, || {
+        format!("mmap: {}", std::io::Error::last_os_error())
+    })?;
+    Ok(p.cast())
+}
+
+/// Rendezvous messages from and into mappings that change under the same
+/// addresses between rounds, every way memory can leave a process: kept
+/// and rewritten in place, unmapped and mapped again at the same address,
+/// emptied by `madvise(MADV_DONTNEED)`, moved away by `mremap` with a fresh
+/// mapping put in its place. A transport that kept a registration of the
+/// old pages (a registration cache that missed the change) would send
+/// stale bytes, or receive into pages the program no longer sees.
+#[allow(unsafe_code)] // maps, empties, moves and unmaps its own buffers
+fn remap(w: &Communicator) -> R {
+    const LEN: usize = 1 << 20;
+    const ROUNDS: u64 = 16;
+    let (r, n) = (w.rank(), w.size());
+    let next = (r + 1) % n;
+    let prev = (r + n - 1) % n;
+    let mut out = map_at(0, LEN)?;
+    let mut inp = map_at(0, LEN)?;
+    let mut same = 0;
+    for k in 0..ROUNDS {
+        for b in [&mut out, &mut inp] {
+            let old = *b;
+            match k % 4 {
+                0 => {}
+                1 => {
+                    // SAFETY: the mapping is this function's; no slice of it
+                    // lives across rounds.
+                    unsafe { libc::munmap(old.cast(), LEN) };
+                    *b = map_at(old as usize, LEN)?;
+                }
+                2 => {
+                    // SAFETY: as above; emptying it is the point.
+                    let rc = unsafe { libc::madvise(old.cast(), LEN, libc::MADV_DONTNEED) };
+                    check(rc == 0, || "madvise".into())?;
+                }
+                _ => {
+                    let scratch = map_at(0, LEN)?;
+                    // SAFETY: both mappings are this function's; the old
+                    // one moves over the scratch one, which it replaces.
+                    let moved = unsafe {
+                        libc::mremap(
+                            old.cast(),
+                            LEN,
+                            LEN,
+                            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                            scratch.cast::<libc::c_void>(),
+                        )
+                    };
+                    check(moved != libc::MAP_FAILED, || "mremap".into())?;
+                    *b = map_at(old as usize, LEN)?;
+                    // SAFETY: the moved mapping is this function's, unused.
+                    unsafe { libc::munmap(moved, LEN) };
+                }
+            }
+            same += usize::from(*b == old);
+        }
+        // SAFETY: `out` and `inp` are LEN-byte mappings of this function,
+        // distinct, and these slices end with the round.
+        let (o, i) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(out, LEN),
+                std::slice::from_raw_parts_mut(inp, LEN),
+            )
+        };
+        o.copy_from_slice(&pattern(LEN, r, 2000 + k));
+        let req = w.isend(&o[..], next, k as i32).map_err(e)?;
+        w.recv(&mut i[..], prev, k as i32).map_err(e)?;
+        req.wait().map_err(e)?;
+        check(i[..] == pattern(LEN, prev, 2000 + k)[..], || {
+            format!("round {k} (mode {}): stale or wrong bytes", k % 4)
+        })?;
+    }
+    // SAFETY: the mappings are this function's and no slice of them lives.
+    unsafe {
+        libc::munmap(out.cast(), LEN);
+        libc::munmap(inp.cast(), LEN);
+    }
+    if r == 0 {
+        println!("remap: {ROUNDS} rounds, {same} of 32 changes kept the address");
     }
     Ok(())
 }
@@ -540,6 +642,7 @@ fn main() {
         "sweep" => sweep(&w, arg(1).parse().unwrap_or(usize::MAX)),
         "many" => many(&w, arg(1).parse().unwrap_or(10_000)),
         "realloc" => realloc(&w),
+        "remap" => remap(&w),
         "self" => self_send(&w),
         "order" => order(&w),
         "wild" => wild(&w),
