@@ -61,7 +61,7 @@ struct Shared {
     fd: OwnedFd,
     state: Mutex<State>,
     /// Something is in `state` (a look without the lock).
-    pending: AtomicBool,
+    pending: Arc<AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -168,7 +168,7 @@ impl Uffd {
                 gone: Vec::with_capacity(GONE_CAP),
                 lost: false,
             }),
-            pending: AtomicBool::new(false),
+            pending: Arc::new(AtomicBool::new(false)),
         });
         let stop = Arc::new(
             EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
@@ -334,8 +334,8 @@ impl MemWatch for Uffd {
         std::mem::take(&mut st.lost)
     }
 
-    fn pending(&self) -> bool {
-        self.shared.pending.load(Ordering::Acquire)
+    fn pending_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.shared.pending.clone())
     }
 }
 
@@ -428,9 +428,10 @@ mod tests {
         // munmap of the rest.
         // SAFETY: the range is ours and nothing refers to it.
         unsafe { munmap(p, 3 * PAGE as usize) }.unwrap();
-        assert!(w.pending());
+        let pending = w.pending_flag().unwrap();
+        assert!(pending.load(Ordering::Acquire));
         assert_eq!(gone(&mut w).0, vec![(a, a + 3 * PAGE)]);
-        assert!(!w.pending());
+        assert!(!pending.load(Ordering::Acquire));
         // Unwatched memory raises nothing.
         let p = map(2);
         // SAFETY: as above.

@@ -22,6 +22,9 @@
 //! use and released when its last user ends, as without a cache; device
 //! memory never comes here (freeing it raises no event a watch could see).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::fabric::{Fabric, Mr};
 
 /// The page size registrations are aligned to.
@@ -38,11 +41,12 @@ pub trait MemWatch: Send {
     /// first); `true` when some were lost, so that every range is to be
     /// taken as gone.
     fn take_gone(&mut self, out: &mut Vec<(u64, u64)>) -> bool;
-    /// Whether [`MemWatch::take_gone`] has something (a cheap look, for
-    /// every progress pass: pinned pages of memory the program freed are
-    /// released at the next one, not at the next registration).
-    fn pending(&self) -> bool {
-        false
+    /// A flag set while [`MemWatch::take_gone`] has something, if the
+    /// watch keeps one: every progress pass looks at it (one load), so that
+    /// pinned pages of memory the program freed are released at the next
+    /// pass, not at the next registration.
+    fn pending_flag(&self) -> Option<Arc<AtomicBool>> {
+        None
     }
 }
 
@@ -118,6 +122,8 @@ pub struct Use {
 /// The cache (see the module header).
 pub struct Rcache {
     watch: Box<dyn MemWatch>,
+    /// The watch's [`MemWatch::pending_flag`].
+    pending: Option<Arc<AtomicBool>>,
     limits: Limits,
     entries: Vec<Entry>,
     next_id: u64,
@@ -139,6 +145,7 @@ impl Rcache {
     /// A cache that keeps what `watch` watches, within `limits`.
     pub fn new(watch: Box<dyn MemWatch>, limits: Limits) -> Self {
         Self {
+            pending: watch.pending_flag(),
             watch,
             limits,
             entries: Vec::new(),
@@ -239,8 +246,13 @@ impl Rcache {
     }
 
     /// Drop the entries whose memory left, if the watch says any did.
+    #[inline]
     pub fn sweep<F: Fabric>(&mut self, fabric: &mut F) {
-        if self.watch.pending() {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.load(Ordering::Acquire))
+        {
             self.invalidate_gone(fabric);
         }
     }

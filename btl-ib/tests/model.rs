@@ -506,11 +506,14 @@ struct ManualState {
     gone: Vec<(u64, u64)>,
     lost: bool,
     refuse: bool,
+    pending: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Manual {
     fn gone(&self, start: u64, end: u64) {
-        self.0.lock().unwrap().gone.push((start, end));
+        let mut st = self.0.lock().unwrap();
+        st.gone.push((start, end));
+        st.pending.store(true, std::sync::atomic::Ordering::Release);
     }
     /// Pages watched now (the union of what is watched).
     fn watched_pages(&self) -> usize {
@@ -554,11 +557,12 @@ impl MemWatch for Manual {
         let mut st = self.0.lock().unwrap();
         out.clear();
         out.append(&mut st.gone);
+        st.pending
+            .store(false, std::sync::atomic::Ordering::Release);
         std::mem::take(&mut st.lost)
     }
-    fn pending(&self) -> bool {
-        let st = self.0.lock().unwrap();
-        st.lost || !st.gone.is_empty()
+    fn pending_flag(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        Some(self.0.lock().unwrap().pending.clone())
     }
 }
 

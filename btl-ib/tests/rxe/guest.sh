@@ -182,6 +182,12 @@ if [ -n "${PINGPONG:-}" ]; then
         sleep 2
         timeout 120 ib_read_bw -d rxe2 -x 1 -s 1048576 -n 500 10.9.1.1 | grep -A1 "#bytes"
         wait
+        # Whether an RDMA WRITE rendezvous could move data faster here.
+        echo "== ib_write_bw 1 MiB"
+        ib_write_bw -d rxe1 -x 1 -s 1048576 -n 500 >/dev/null 2>&1 &
+        sleep 2
+        timeout 120 ib_write_bw -d rxe2 -x 1 -s 1048576 -n 500 10.9.1.1 | grep -A1 "#bytes"
+        wait
         for k in 1 2 3; do
             echo "== gmpi pingpong over ib: latency ($k)"
             job pp-lat 2 200 "$PINGPONG" --lat-only --min 8 --max 8 --iters 5000
@@ -192,8 +198,13 @@ if [ -n "${PINGPONG:-}" ]; then
             cat /tmp/work/pp-lat.log
         done
         echo "== gmpi pingpong over ib: 1 MiB"
-        job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 8
+        job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 16
         cat /tmp/work/pp-bw.log
+        for c in 262144 65536; do
+            echo "== gmpi pingpong over ib: 1 MiB in RDMA READs of $c B"
+            GMPI_IB_READ_CHUNK=$c job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 16
+            cat /tmp/work/pp-bw.log
+        done
         if command -v valgrind >/dev/null; then
             vg='if [ "$GMPI_RANK" = 0 ]; then exec valgrind -q --tool=callgrind --callgrind-out-file=/tmp/work/cg.$CG "$0" "$@"; else exec "$0" "$@"; fi'
             for btl in ib tcp; do
