@@ -200,7 +200,7 @@ if [ -n "${PINGPONG:-}" ]; then
         echo "== gmpi pingpong over ib: 1 MiB"
         job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 16
         cat /tmp/work/pp-bw.log
-        for c in 262144 65536; do
+        for c in 1048576 65536; do
             echo "== gmpi pingpong over ib: 1 MiB in RDMA READs of $c B"
             GMPI_IB_READ_CHUNK=$c job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 16
             cat /tmp/work/pp-bw.log
@@ -217,6 +217,12 @@ if [ -n "${PINGPONG:-}" ]; then
                     b=$(callgrind_annotate /tmp/work/cg.$btl-$1-$(($3 * 2)) 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
                     [ -n "$a" ] && [ -n "$b" ] && echo "callgrind $btl $1 B: $(((b - a) / $3)) instructions per round trip of rank 0 (a send and a receive)"
                 done
+            done
+            # Where an 8 B round trip's instructions go over ib: the
+            # functions of the runs of N and 2N round trips, to difference.
+            for it in 2000 4000; do
+                echo "== callgrind ib 8 B, $it round trips: top functions"
+                callgrind_annotate --threshold=95 /tmp/work/cg.ib-8-$it 2>/dev/null | sed -n '/file:function/,$p' | head -42 | cut -c1-160
             done
             rm -f /tmp/work/cg.*
         fi
