@@ -110,6 +110,8 @@ pub mod select;
 pub mod verbs;
 
 use std::collections::{HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -170,27 +172,27 @@ fn wr_low(id: u64) -> u64 {
 
 /// Receive work requests for buffers `slots` of `size` bytes, each at the
 /// address and with the key `place` gives, their ids of kind and tag `id`
-/// and the slot.
+/// and the slot, into `out` (emptied first; kept between passes, so that a
+/// repost allocates nothing).
 fn slots_to_post(
+    out: &mut Vec<(u64, Sge)>,
     slots: &[u32],
     id: (u64, usize),
     size: usize,
     place: impl Fn(u32) -> (u64, u32),
-) -> Vec<(u64, Sge)> {
-    slots
-        .iter()
-        .map(|&s| {
-            let (addr, lkey) = place(s);
-            (
-                wr_id(id.0, id.1, s as u64),
-                Sge {
-                    addr,
-                    len: size as u32,
-                    lkey,
-                },
-            )
-        })
-        .collect()
+) {
+    out.clear();
+    out.extend(slots.iter().map(|&s| {
+        let (addr, lkey) = place(s);
+        (
+            wr_id(id.0, id.1, s as u64),
+            Sge {
+                addr,
+                len: size as u32,
+                lkey,
+            },
+        )
+    }));
 }
 
 /// Settings of the transport.
@@ -325,7 +327,7 @@ pub struct IbBtl<F: Fabric> {
     /// Peers by index; `index[rank]` finds them.
     peers: Vec<Peer>,
     index: Vec<Option<usize>>,
-    by_qpn: HashMap<u32, usize>,
+    by_qpn: FxHashMap<u32, usize>,
     /// Send slots (registered once).
     tx: Box<[u8]>,
     tx_mr: Mr,
@@ -337,8 +339,10 @@ pub struct IbBtl<F: Fabric> {
     /// The slab of each receive buffer (buffers are numbered across slabs).
     rx_slab: Vec<(u32, u32)>,
     repost: Vec<u32>,
+    /// Receive work requests being posted (kept for its capacity).
+    to_post: Vec<(u64, Sge)>,
     wcs: Vec<Wc>,
-    gets: HashMap<u64, GetOp>,
+    gets: FxHashMap<u64, GetOp>,
     next_get: u64,
     /// Gets with chunks still to post, in order.
     pending_gets: VecDeque<u64>,
@@ -350,6 +354,9 @@ pub struct IbBtl<F: Fabric> {
     exposed: HashMap<(u64, u64), (Mr, u32)>,
     /// Failures to report.
     failed_news: Vec<Rank>,
+    /// Peers (by index) that were owed half their credits when last
+    /// counted: [`IbBtl::return_credits`] looks at these only.
+    owing: Vec<usize>,
     /// The datagram queue pair's number, and this run's nonce (the card).
     ud_qpn: u32,
     nonce: u64,
@@ -495,20 +502,22 @@ impl<F: Fabric> IbBtl<F> {
             fabric,
             peers: list,
             index,
-            by_qpn: HashMap::new(),
+            by_qpn: FxHashMap::default(),
             tx,
             tx_mr,
             free_slots: Vec::new(),
             rx: Vec::new(),
             rx_slab: Vec::new(),
             repost: Vec::new(),
+            to_post: Vec::new(),
             wcs: Vec::with_capacity(POLL_BATCH),
-            gets: HashMap::new(),
+            gets: FxHashMap::default(),
             next_get: 1,
             pending_gets: VecDeque::new(),
             rcache: rcache::Rcache::new(Box::new(rcache::NoWatch), rcache::Limits::default()),
             exposed: HashMap::new(),
             failed_news: Vec::new(),
+            owing: Vec::new(),
             ud_qpn,
             nonce: u64::from_le_bytes(nonce),
             cm_tx,
@@ -808,13 +817,20 @@ impl<F: Fabric> IbBtl<F> {
             return Ok(());
         }
         let (base, lkey) = (self.cm_rx.as_ptr() as u64, self.cm_rx_mr.lkey);
-        let bufs = slots_to_post(&self.cm_repost, (K_CM, CM_RX), CM_RX_BYTES, |s| {
-            (base + (s as usize * CM_RX_BYTES) as u64, lkey)
-        });
+        let mut bufs = std::mem::take(&mut self.to_post);
+        slots_to_post(
+            &mut bufs,
+            &self.cm_repost,
+            (K_CM, CM_RX),
+            CM_RX_BYTES,
+            |s| (base + (s as usize * CM_RX_BYTES) as u64, lkey),
+        );
         // SAFETY: each buffer is a slot of `self.cm_rx`, which outlives the
         // fabric's queues, and is reposted only after its completion was
         // handled.
-        unsafe { self.fabric.post_ud_recv(&bufs) }?;
+        let r = unsafe { self.fabric.post_ud_recv(&bufs) };
+        self.to_post = bufs;
+        r?;
         self.cm_repost.clear();
         Ok(())
     }
@@ -1048,7 +1064,8 @@ impl<F: Fabric> IbBtl<F> {
             return Ok(());
         }
         let f = self.cfg.max_frag;
-        let bufs = slots_to_post(&self.repost, (K_RECV, 0), f, |s| {
+        let mut bufs = std::mem::take(&mut self.to_post);
+        slots_to_post(&mut bufs, &self.repost, (K_RECV, 0), f, |s| {
             let (k, j) = self.rx_slab[s as usize];
             let (slab, mr) = &self.rx[k as usize];
             (slab.as_ptr() as u64 + (j as usize * f) as u64, mr.lkey)
@@ -1057,7 +1074,9 @@ impl<F: Fabric> IbBtl<F> {
         // the fabric (dropped after it: `Drop` below destroys the queues
         // first), and a slot is in `repost` only once its previous
         // completion has been handed up and the callback has returned.
-        unsafe { self.fabric.post_recv(&bufs) }?;
+        let r = unsafe { self.fabric.post_recv(&bufs) };
+        self.to_post = bufs;
+        r?;
         self.repost.clear();
         Ok(())
     }
@@ -1239,12 +1258,30 @@ impl<F: Fabric> IbBtl<F> {
         }
     }
 
-    /// Send a credit message to every peer owed half its credits.
+    /// Half a peer's credits: owing that many, a receiver that has nothing
+    /// to send returns them in a credit message.
+    fn half_credits(&self) -> u32 {
+        self.cfg.credits.div_ceil(2).max(1)
+    }
+
+    /// Send a credit message to every peer owed half its credits (those in
+    /// `owing`: a pass walks them, not every peer).
     fn return_credits(&mut self) {
-        let half = self.cfg.credits.div_ceil(2).max(1);
-        for i in 0..self.peers.len() {
+        if self.owing.is_empty() {
+            return;
+        }
+        let half = self.half_credits();
+        let mut k = 0;
+        while k < self.owing.len() {
+            let i = self.owing[k];
             let p = &self.peers[i];
-            if p.owed < half || p.failed || !p.ready || !self.room(p) {
+            if p.owed < half || p.failed {
+                // Paid back on a fragment since, or gone.
+                self.owing.swap_remove(k);
+                continue;
+            }
+            if !p.ready || !self.room(p) {
+                k += 1;
                 continue;
             }
             let wr = self.credit_message(p.owed);
@@ -1252,6 +1289,7 @@ impl<F: Fabric> IbBtl<F> {
                 Ok(()) => self.peers[i].owed = 0,
                 Err(e) => self.fail_peer(i, &format!("posting a credit message: {e}")),
             }
+            self.owing.swap_remove(k);
         }
     }
 
@@ -1295,10 +1333,10 @@ impl<F: Fabric> IbBtl<F> {
             || !self.repost.is_empty()
             || !self.cm_repost.is_empty()
             || self.next_ask().is_some_and(|t| t <= Instant::now())
-            || self
-                .peers
-                .iter()
-                .any(|p| p.owed >= self.cfg.credits.div_ceil(2).max(1) && !p.failed)
+            || self.owing.iter().any(|&i| {
+                let p = &self.peers[i];
+                p.owed >= self.half_credits() && !p.failed
+            })
     }
 }
 
@@ -1518,6 +1556,10 @@ impl<F: Fabric> Btl for IbBtl<F> {
                 }
                 p.credits += imm;
                 p.owed += 1;
+                if p.owed == self.cfg.credits.div_ceil(2).max(1) {
+                    self.owing.push(i);
+                }
+                let p = &self.peers[i];
                 let rank = p.rank;
                 if p.failed || len as usize > f {
                     self.repost.push(slot);
@@ -1564,18 +1606,22 @@ impl<F: Fabric> Btl for IbBtl<F> {
             tracing::error!(target: LOG, "ib: reposting datagram buffers: {e}");
         }
         self.ask_again();
-        self.pump_gets();
-        // Gets that ended without a completion to come (their peer failed
-        // before their first chunk was posted).
-        let idle: Vec<u64> = self
-            .gets
-            .iter()
-            .filter(|(_, op)| op.outstanding == 0 && op.error.is_some())
-            .map(|(&g, _)| g)
-            .collect();
-        for g in idle {
-            self.end_get(g, on_event);
-            n += 1;
+        if self.gets.is_empty() {
+            self.pending_gets.clear();
+        } else {
+            self.pump_gets();
+            // Gets that ended without a completion to come (their peer
+            // failed before their first chunk was posted).
+            let idle: Vec<u64> = self
+                .gets
+                .iter()
+                .filter(|(_, op)| op.outstanding == 0 && op.error.is_some())
+                .map(|(&g, _)| g)
+                .collect();
+            for g in idle {
+                self.end_get(g, on_event);
+                n += 1;
+            }
         }
         self.return_credits();
         for r in std::mem::take(&mut self.failed_news) {

@@ -20,6 +20,8 @@
 //! the responder depth the device's maximum.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
@@ -308,7 +310,7 @@ pub struct VerbsFabric {
     cq: *mut ibv_cq,
     srq: *mut ibv_srq,
     /// Queue pairs by number, with the PSN each sends from.
-    qps: HashMap<u32, (*mut ibv_qp, u32)>,
+    qps: FxHashMap<u32, (*mut ibv_qp, u32)>,
     /// The datagram queue pair (connection messages), if made.
     ud: *mut ibv_qp,
     /// Address handles of datagram destinations, by their number.
@@ -320,8 +322,16 @@ pub struct VerbsFabric {
     wake: Arc<EfdWake>,
     /// Completions found while arming the channel, handed out first.
     early: Vec<Wc>,
+    /// Where `ibv_poll_cq` writes (kept, not zeroed on every poll: 3 KiB
+    /// of memset per pass was half of an 8 B round trip's instructions).
+    wc_buf: Box<[ibv_wc; POLL_MAX]>,
+    /// Receive work requests being posted.
+    chain: RecvChain,
     unacked: u32,
 }
+
+/// Completions one `poll` reads at most.
+const POLL_MAX: usize = 64;
 
 impl std::fmt::Debug for VerbsFabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -371,36 +381,36 @@ fn posted(what: &str, rc: i32) -> Result<(), String> {
     }
 }
 
-/// Receive work requests for `bufs` (ids and buffers), chained for one
-/// post. The chain points into both vectors, which stay put until this is
-/// dropped (moving a `Vec` does not move its elements).
+/// Receive work requests chained for one post, kept between posts for
+/// their capacity (a repost on every progress pass allocates nothing).
+#[derive(Default)]
 struct RecvChain {
-    _sges: Vec<ibv_sge>,
+    sges: Vec<ibv_sge>,
     wrs: Vec<ibv_recv_wr>,
 }
 
 impl RecvChain {
-    fn new(bufs: &[(u64, Sge)]) -> Self {
-        let mut sges: Vec<ibv_sge> = bufs.iter().map(|&(_, s)| to_ibv(s)).collect();
-        let mut wrs: Vec<ibv_recv_wr> = Vec::with_capacity(bufs.len());
+    /// The chain of receive work requests for `bufs` (ids and buffers):
+    /// its head, valid until the next `fill` (the requests point into
+    /// both vectors, which do not move while neither is touched).
+    fn fill(&mut self, bufs: &[(u64, Sge)]) -> *mut ibv_recv_wr {
+        self.sges.clear();
+        self.sges.extend(bufs.iter().map(|&(_, s)| to_ibv(s)));
+        self.wrs.clear();
+        let sges = self.sges.as_mut_ptr();
         for (k, (id, _)) in bufs.iter().enumerate() {
-            wrs.push(ibv_recv_wr {
+            self.wrs.push(ibv_recv_wr {
                 wr_id: *id,
                 next: ptr::null_mut(),
-                sg_list: &mut sges[k],
+                sg_list: sges.wrapping_add(k),
                 num_sge: 1,
             });
         }
-        for k in 1..wrs.len() {
-            let next: *mut ibv_recv_wr = &mut wrs[k];
-            wrs[k - 1].next = next;
+        let wrs = self.wrs.as_mut_ptr();
+        for k in 1..self.wrs.len() {
+            self.wrs[k - 1].next = wrs.wrapping_add(k);
         }
-        RecvChain { _sges: sges, wrs }
-    }
-
-    /// The chain's head.
-    fn head(&mut self) -> *mut ibv_recv_wr {
-        self.wrs.as_mut_ptr()
+        wrs
     }
 }
 
@@ -448,7 +458,7 @@ impl VerbsFabric {
             channel: ptr::null_mut(),
             cq: ptr::null_mut(),
             srq: ptr::null_mut(),
-            qps: HashMap::new(),
+            qps: FxHashMap::default(),
             ud: ptr::null_mut(),
             ahs: Vec::new(),
             mrs: HashMap::new(),
@@ -460,6 +470,9 @@ impl VerbsFabric {
                     .map_err(|e| format!("eventfd: {e}"))?,
             )),
             early: Vec::new(),
+            // SAFETY: zeroed completions are valid values (plain integers).
+            wc_buf: Box::new(unsafe { std::mem::zeroed() }),
+            chain: RecvChain::default(),
             unacked: 0,
         };
         // SAFETY: each object is created from the ones before it and stored
@@ -725,12 +738,13 @@ impl Fabric for VerbsFabric {
         if bufs.is_empty() {
             return Ok(());
         }
-        let mut chain = RecvChain::new(bufs);
+        let head = self.chain.fill(bufs);
         let mut bad: *mut ibv_recv_wr = ptr::null_mut();
-        // SAFETY: `ud` is live; the chain outlives the call; the buffers are
-        // the caller's duty (`Fabric::post_ud_recv`).
+        // SAFETY: `ud` is live; the chain (in `self.chain`, untouched until
+        // the next fill) outlives the call; the buffers are the caller's
+        // duty (`Fabric::post_ud_recv`).
         posted("ibv_post_recv(UD)", unsafe {
-            ibv_post_recv(self.ud, chain.head(), &mut bad)
+            ibv_post_recv(self.ud, head, &mut bad)
         })
     }
 
@@ -904,31 +918,31 @@ impl Fabric for VerbsFabric {
         if bufs.is_empty() {
             return Ok(());
         }
-        let mut chain = RecvChain::new(bufs);
+        let head = self.chain.fill(bufs);
         let mut bad: *mut ibv_recv_wr = ptr::null_mut();
-        // SAFETY: `srq` is live; the chain outlives the call; the buffers
-        // are the caller's duty (`Fabric::post_recv`).
+        // SAFETY: `srq` is live; the chain (in `self.chain`, untouched until
+        // the next fill) outlives the call; the buffers are the caller's
+        // duty (`Fabric::post_recv`).
         posted("ibv_post_srq_recv", unsafe {
-            ibv_post_srq_recv(self.srq, chain.head(), &mut bad)
+            ibv_post_srq_recv(self.srq, head, &mut bad)
         })
     }
 
     fn poll(&mut self, out: &mut Vec<Wc>, max: usize) -> usize {
-        let mut n = 0;
-        for w in std::mem::take(&mut self.early) {
+        let mut n = self.early.len();
+        if n > 0 {
+            out.append(&mut self.early);
+            if n >= max {
+                return n;
+            }
+        }
+        let want = (max - n).min(POLL_MAX);
+        // SAFETY: `cq` is live; `wc_buf` holds `want` entries, any bytes of
+        // which are valid completions.
+        let got = unsafe { ibv_poll_cq(self.cq, want as i32, self.wc_buf.as_mut_ptr()) };
+        for k in 0..got.max(0) as usize {
+            let w = self.convert(&self.wc_buf[k]);
             out.push(w);
-            n += 1;
-        }
-        if n >= max {
-            return n;
-        }
-        let want = (max - n).min(64);
-        // SAFETY: zeroed completions are valid out-parameters.
-        let mut wcs: [ibv_wc; 64] = unsafe { std::mem::zeroed() };
-        // SAFETY: `cq` is live; `wcs` holds `want` entries.
-        let got = unsafe { ibv_poll_cq(self.cq, want as i32, wcs.as_mut_ptr()) };
-        for w in wcs.iter().take(got.max(0) as usize) {
-            out.push(self.convert(w));
             n += 1;
         }
         n
