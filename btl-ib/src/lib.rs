@@ -1681,7 +1681,7 @@ impl<F: Fabric> Drop for IbBtl<F> {
             self.fabric.wait(Duration::from_millis(1));
         }
         let s = self.rcache.stats();
-        tracing::debug!(target: LOG, "ib: registration cache: {} hits, {} misses, {} invalidated, {} evicted", s.hits, s.misses, s.invalidated, s.evicted);
+        tracing::debug!(target: LOG, "ib: registration cache: {} hits, {} misses, {} invalidated, {} evicted, {} merged", s.hits, s.misses, s.invalidated, s.evicted, s.merged);
         self.rcache.clear(&mut self.fabric);
         // The fabric, dropped next (before the slabs: field order),
         // destroys the queues and then every registration still held.

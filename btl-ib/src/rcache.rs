@@ -7,8 +7,10 @@
 //! which is the whole allocation for a buffer that `malloc` mapped by
 //! itself). An entry serves every later request that lies inside it, as
 //! the local key of a get's destination and as the remote key peers read
-//! a send buffer by. Entries are counted while in use; unused ones are
-//! kept, least recently used first out, up to [`Limits`].
+//! a send buffer by. A request that shares pages with unused entries
+//! registers their union instead, so an array sent in parts ends up as one
+//! registration of the whole. Entries are counted while in use; unused
+//! ones are kept, least recently used first out, up to [`Limits`].
 //!
 //! A registration pins the pages it found: once the program unmaps the
 //! memory (`free` of a large buffer, `munmap`, `mremap`, or
@@ -94,6 +96,8 @@ pub struct Stats {
     pub invalidated: u64,
     /// Unused entries dropped to stay within the limits.
     pub evicted: u64,
+    /// Unused entries folded into a new, larger registration.
+    pub merged: u64,
 }
 
 #[derive(Debug)]
@@ -194,17 +198,45 @@ impl Rcache {
             self.stats.hits += 1;
             return Ok(Use { id: e.id, mr: e.mr });
         }
-        let start = addr & !(PAGE - 1);
-        let end = end.div_ceil(PAGE).saturating_mul(PAGE);
+        let own = (addr & !(PAGE - 1), end.div_ceil(PAGE).saturating_mul(PAGE));
+        // Unused entries sharing a page with this range (other parts of
+        // the same array, sent before): one registration of their union
+        // serves them all from now on, so an allocation sent piece by
+        // piece ends up registered whole, once.
+        let (mut start, mut end) = own;
+        let mut merge: Vec<u64> = Vec::new();
+        loop {
+            let before = merge.len();
+            for e in &self.entries {
+                if e.users == 0
+                    && !e.stale
+                    && e.watched
+                    && e.start < end
+                    && start < e.end
+                    && !merge.contains(&e.id)
+                {
+                    start = start.min(e.start);
+                    end = end.max(e.end);
+                    merge.push(e.id);
+                }
+            }
+            if merge.len() == before {
+                break;
+            }
+        }
         let mr = match fabric.reg_mr(start, end - start, true) {
             Ok(mr) => mr,
-            // Pinned memory may be what ran out: give back what is
-            // unused and try once more.
-            Err(_) if self.entries.iter().any(|e| e.users == 0) => {
+            // Pinned memory may be what ran out: the request's own pages
+            // alone, after giving back what is unused.
+            Err(e) => {
+                if merge.is_empty() && self.entries.iter().all(|e| e.users > 0) {
+                    return Err(e);
+                }
+                (start, end) = own;
+                merge.clear();
                 self.drop_unused(fabric, 0, 0);
                 fabric.reg_mr(start, end - start, true)?
             }
-            Err(e) => return Err(e),
         };
         let watched = self.watch.watch(start, end);
         let id = self.next_id;
@@ -220,6 +252,13 @@ impl Rcache {
             stale: false,
             last_use: self.clock,
         });
+        // After the new entry is in: its pages stay watched.
+        for old in merge {
+            if let Some(i) = self.entries.iter().position(|e| e.id == old) {
+                self.stats.merged += 1;
+                self.remove(fabric, i);
+            }
+        }
         Ok(Use { id, mr })
     }
 

@@ -661,6 +661,40 @@ fn cached_registrations_serve_later_rendezvous_until_their_memory_goes() {
     assert_eq!(net.registrations(1), base1 + 1);
 }
 
+/// Parts of one array sent one after the other: a part that overlaps or
+/// touches unused registrations registers their union, and later parts
+/// inside it register nothing.
+#[test]
+fn overlapping_parts_of_an_array_end_up_registered_once() {
+    let (net, mut btls, w) = cached(Limits::default());
+    let base = net.registrations(0);
+    let arr = vec![9u8; 1 << 20];
+    let a = arr.as_ptr() as u64;
+    let part = |b: &mut IbBtl<ModelFabric>, off: u64, len: u64| {
+        let d = b.register(a + off, len).unwrap();
+        b.deregister(&d);
+    };
+    part(&mut btls[0], 0, 300_000);
+    part(&mut btls[0], 200_000, 300_000); // overlaps the first
+    assert_eq!(net.registrations(0), base + 1);
+    part(&mut btls[0], 500_000, 100_000); // shares a page with it
+    part(&mut btls[0], 700_000, 100_000); // apart: its own
+    assert_eq!(net.registrations(0), base + 2);
+    let s = btls[0].rcache_stats();
+    assert_eq!((s.misses, s.merged), (4, 2));
+    // Inside the merged one: a hit.
+    part(&mut btls[0], 10_000, 550_000);
+    assert_eq!(btls[0].rcache_stats().hits, 1);
+    // A registration in use is not folded into another one.
+    let held = btls[0].register(a + 700_000, 100_000).unwrap();
+    part(&mut btls[0], 690_000, 100_000);
+    assert_eq!(btls[0].rcache_stats().merged, 2);
+    assert_eq!(net.registrations(0), base + 3);
+    btls[0].deregister(&held);
+    let pages = ((a + 800_000).div_ceil(PAGE) - a / PAGE) as usize;
+    assert!(w.watched_pages() <= pages + 1);
+}
+
 /// Memory that goes while a rendezvous still uses its registration: no
 /// later request gets that registration, and it is released when its last
 /// user ends, not kept.
@@ -717,9 +751,11 @@ fn unused_registrations_are_evicted_least_recently_used_first() {
         bytes: 1 << 30,
     });
     let base = net.registrations(0);
-    let bufs: Vec<Vec<u8>> = (0..3).map(|k| vec![k as u8; 100_000]).collect();
+    // Three buffers 100 KB apart: no page in common (that would merge them).
+    let mem = vec![0u8; 600_000];
+    let at = |k: usize| mem.as_ptr() as u64 + 200_000 * k as u64;
     let use_once = |b: &mut IbBtl<ModelFabric>, k: usize| {
-        let d = b.register(bufs[k].as_ptr() as u64, 100_000).unwrap();
+        let d = b.register(at(k), 100_000).unwrap();
         b.deregister(&d);
     };
     use_once(&mut btls[0], 0);
@@ -734,9 +770,9 @@ fn unused_registrations_are_evicted_least_recently_used_first() {
     assert_eq!(btls[0].rcache_stats().misses, misses, "0 and 2 are kept");
     use_once(&mut btls[0], 1);
     assert_eq!(btls[0].rcache_stats().misses, misses + 1, "1 was evicted");
-    // Two entries' pages watched, not three (buffers may share a page).
+    // Two entries' pages watched (1 and 2: 0 went last), not three.(buffers may share a page).
     let pages = |k: usize| {
-        let a = bufs[k].as_ptr() as u64;
+        let a = at(k);
         ((a + 100_000).div_ceil(PAGE) - a / PAGE) as usize
     };
     assert!(w.watched_pages() <= pages(1) + pages(2));
