@@ -20,6 +20,8 @@
 //!   (dma-buf, else `nvidia_peermem`, else staging).
 //! - `rcache.rs`: the registration cache of host memory, and the
 //!   [`rcache::MemWatch`] it trusts to hear when memory leaves.
+//! - `devcache.rs`: the registration cache of device memory, by
+//!   allocation and buffer id.
 //! - `memwatch.rs`: that watch over a `userfaultfd` and a helper thread.
 //! - `select.rs`: `GMPI_IB_DEVICES` and the choice of a port.
 //! - `model.rs`: an in-memory verbs model with RC's delivery, RNR and
@@ -72,8 +74,11 @@
 //!   unmapped, moved or emptied any of those pages: a freed and
 //!   reallocated buffer can never meet a stale registration. Without a
 //!   watch, registrations are counted per use and released with the last.
-//!   Device memory is registered per rendezvous (freeing it raises no
-//!   event to watch).
+//!   Device memory comes from its own cache ([`devcache`], turned on by
+//!   [`IbBtl::set_device_cache`]): the whole allocation is registered
+//!   once and serves every later request made under the same CUDA buffer
+//!   id (freeing device memory raises no event to watch; a freed and
+//!   reallocated address comes with a new id).
 //! - **GPUDirect RDMA** ([`IbBtl::set_gpudirect`], chosen by
 //!   [`gpudirect::decide`]): device memory is registered like host memory,
 //!   through its dma-buf (`ibv_reg_dmabuf_mr`, addressed by the device
@@ -100,6 +105,7 @@
 
 pub mod card;
 pub mod conn;
+pub mod devcache;
 pub mod fabric;
 pub mod gpudirect;
 pub mod memwatch;
@@ -109,14 +115,15 @@ pub mod select;
 #[cfg(feature = "ib")]
 pub mod verbs;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gmpi_btl::{
-    Btl, BtlError, Capabilities, DeviceReg, DmaBuf, Event, LocalMem, MemDesc, Rank, Submit, Wake,
+    Btl, BtlError, Capabilities, DeviceMem, DeviceReg, Event, LocalMem, MemDesc, Rank, Submit, Wake,
 };
 
 use crate::card::Card;
@@ -298,6 +305,15 @@ struct Peer {
     reported: bool,
 }
 
+/// A registration cache's entry a get holds.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    /// Of the host registration cache.
+    Host(u64),
+    /// Of the device registration cache.
+    Device(u64),
+}
+
 /// A get in progress.
 #[derive(Debug)]
 struct GetOp {
@@ -307,9 +323,8 @@ struct GetOp {
     rkey: u32,
     /// The destination's registration (it may start before `dst`).
     local: Mr,
-    /// Its entry in the registration cache (host memory), else `local`
-    /// is the get's own (device memory).
-    cached: Option<u64>,
+    /// Its entry in the registration cache that holds it.
+    held: Held,
     dst: u64,
     len: u64,
     /// Bytes posted so far.
@@ -349,9 +364,9 @@ pub struct IbBtl<F: Fabric> {
     /// Registrations of host memory (send buffers peers read, gets'
     /// destinations), cached while their memory stays mapped.
     rcache: rcache::Rcache,
-    /// Registrations of device memory peers read, by range, with their
-    /// use counts.
-    exposed: HashMap<(u64, u64), (Mr, u32)>,
+    /// Registrations of device memory (GPUDirect: send buffers peers
+    /// read, gets' destinations), by allocation and buffer id.
+    devcache: devcache::DevCache,
     /// Failures to report.
     failed_news: Vec<Rank>,
     /// Peers (by index) that were owed half their credits when last
@@ -515,7 +530,10 @@ impl<F: Fabric> IbBtl<F> {
             next_get: 1,
             pending_gets: VecDeque::new(),
             rcache: rcache::Rcache::new(Box::new(rcache::NoWatch), rcache::Limits::default()),
-            exposed: HashMap::new(),
+            devcache: devcache::DevCache::new(rcache::Limits {
+                entries: 0,
+                bytes: 0,
+            }),
             failed_news: Vec::new(),
             owing: Vec::new(),
             ud_qpn,
@@ -869,33 +887,55 @@ impl<F: Fabric> IbBtl<F> {
         self.rcache.stats()
     }
 
+    /// Keep registrations of device memory past their use, whole
+    /// allocations, unused ones within `limits` ([`devcache`]); zero
+    /// entries (the default): each use registers its own range.
+    pub fn set_device_cache(&mut self, limits: rcache::Limits) {
+        self.devcache.clear(&mut self.fabric);
+        self.devcache = devcache::DevCache::new(limits);
+    }
+
+    /// What the device registration cache has done so far.
+    pub fn devcache_stats(&self) -> rcache::Stats {
+        self.devcache.stats()
+    }
+
     /// Register GPU memory as `via` says (GPUDirect RDMA), or never
     /// (`None`, the default): the [`Capabilities::gpudirect`] the pml sees.
     pub fn set_gpudirect(&mut self, via: Option<DeviceReg>) {
         self.caps.gpudirect = via;
     }
 
-    /// Register `len` bytes of device memory at `addr` as
-    /// [`Capabilities::gpudirect`] says (peers read it when `remote_read`).
+    /// A registration of `len` bytes of device memory at `addr` (in
+    /// `dev`'s allocation) from the device cache, made where needed as
+    /// [`Capabilities::gpudirect`] says.
     fn reg_device(
         &mut self,
         addr: u64,
         len: u64,
-        dmabuf: Option<DmaBuf<'_>>,
-        remote_read: bool,
-    ) -> Result<Mr, String> {
-        match (self.caps.gpudirect, dmabuf) {
-            (Some(DeviceReg::DmaBuf), Some(d)) => self
-                .fabric
-                .reg_dmabuf_mr(d.fd, d.offset, len, addr, remote_read)
-                .map_err(|e| format!("ibv_reg_dmabuf_mr: {e}")),
-            (Some(DeviceReg::DmaBuf), None) => Err("no dma-buf of the memory".into()),
-            (Some(DeviceReg::Address), _) => self
-                .fabric
-                .reg_mr(addr, len, remote_read)
-                .map_err(|e| format!("ibv_reg_mr of device memory: {e}")),
-            (None, _) => Err("GPUDirect RDMA is not available".into()),
-        }
+        dev: DeviceMem<'_>,
+    ) -> Result<rcache::Use, String> {
+        let via = self.caps.gpudirect;
+        let mut export = dev.export;
+        self.devcache.acquire(
+            &mut self.fabric,
+            dev.alloc,
+            addr,
+            len,
+            |fabric, start, span| match (via, export.as_mut()) {
+                (Some(DeviceReg::DmaBuf), Some(export)) => {
+                    let d = export(start, span)?;
+                    fabric
+                        .reg_dmabuf_mr(d.fd.as_fd(), d.offset, span, start, true)
+                        .map_err(|e| format!("ibv_reg_dmabuf_mr: {e}"))
+                }
+                (Some(DeviceReg::DmaBuf), None) => Err("no dma-buf of the memory".into()),
+                (Some(DeviceReg::Address), _) => fabric
+                    .reg_mr(start, span, true)
+                    .map_err(|e| format!("ibv_reg_mr of device memory: {e}")),
+                (None, _) => Err("GPUDirect RDMA is not available".into()),
+            },
+        )
     }
 
     /// Say once (then in the debug log) that registering memory failed.
@@ -922,7 +962,7 @@ impl<F: Fabric> IbBtl<F> {
         remote: &MemDesc,
         offset: u64,
         dst: LocalMem,
-        device: Option<Option<DmaBuf<'_>>>,
+        device: Option<DeviceMem<'_>>,
         token: u64,
     ) -> Result<Submit, BtlError> {
         let len = dst.len as u64;
@@ -950,14 +990,14 @@ impl<F: Fabric> IbBtl<F> {
         } else {
             "a receive buffer"
         };
-        let (local, cached) = match device {
+        let (local, held) = match device {
             None => self
                 .rcache
                 .acquire(&mut self.fabric, dst.addr, len)
-                .map(|u| (u.mr, Some(u.id))),
-            Some(dmabuf) => self
-                .reg_device(dst.addr, len, dmabuf, false)
-                .map(|mr| (mr, None)),
+                .map(|u| (u.mr, Held::Host(u.id))),
+            Some(dev) => self
+                .reg_device(dst.addr, len, dev)
+                .map(|u| (u.mr, Held::Device(u.id))),
         }
         .map_err(|e| BtlError::GetFailed(reg_error(what, len, &e)))?;
         let g = self.next_get;
@@ -970,7 +1010,7 @@ impl<F: Fabric> IbBtl<F> {
                 remote_addr: remote.addr + offset,
                 rkey,
                 local,
-                cached,
+                held,
                 dst: dst.addr,
                 len,
                 next: 0,
@@ -1002,35 +1042,19 @@ impl<F: Fabric> IbBtl<F> {
         }
     }
 
-    /// A descriptor peers read `len` bytes of device memory at `addr` (with
-    /// its dma-buf, if any) by. One registration per range, counted,
-    /// released by [`Btl::deregister`] when its last user ends.
-    fn expose_device(
-        &mut self,
-        addr: u64,
-        len: u64,
-        dmabuf: Option<DmaBuf<'_>>,
-    ) -> Option<MemDesc> {
+    /// A descriptor peers read `len` bytes of device memory at `addr` (in
+    /// `dev`'s allocation) by, from the device cache; given back by
+    /// [`Btl::deregister`].
+    fn expose_device(&mut self, addr: u64, len: u64, dev: DeviceMem<'_>) -> Option<MemDesc> {
         if len == 0 {
             return None;
         }
-        if let Some((mr, refs)) = self.exposed.get_mut(&(addr, len)) {
-            *refs += 1;
-            return Some(MemDesc {
+        match self.reg_device(addr, len, dev) {
+            Ok(u) => Some(MemDesc {
                 addr,
                 len,
-                key: mr.rkey as u64,
-            });
-        }
-        match self.reg_device(addr, len, dmabuf, true) {
-            Ok(mr) => {
-                self.exposed.insert((addr, len), (mr, 1));
-                Some(MemDesc {
-                    addr,
-                    len,
-                    key: mr.rkey as u64,
-                })
-            }
+                key: u.mr.rkey as u64,
+            }),
             Err(e) => {
                 self.reg_failed(true, &reg_error("a device send buffer", len, &e));
                 None
@@ -1296,9 +1320,9 @@ impl<F: Fabric> IbBtl<F> {
     /// Finish get `g` (its last chunk is in, or it failed): its events.
     fn end_get(&mut self, g: u64, on_event: &mut dyn FnMut(Event<'_>)) {
         if let Some(op) = self.gets.remove(&g) {
-            match op.cached {
-                Some(id) => self.rcache.release(&mut self.fabric, id),
-                None => self.fabric.dereg_mr(op.local),
+            match op.held {
+                Held::Host(id) => self.rcache.release(&mut self.fabric, id),
+                Held::Device(id) => self.devcache.release(&mut self.fabric, id),
             }
             match op.error {
                 None => on_event(Event::GetComplete { token: op.token }),
@@ -1422,37 +1446,19 @@ impl<F: Fabric> Btl for IbBtl<F> {
         self.expose(addr, len)
     }
 
-    fn register_device(
-        &mut self,
-        addr: u64,
-        len: u64,
-        dmabuf: Option<DmaBuf<'_>>,
-    ) -> Option<MemDesc> {
+    fn register_device(&mut self, addr: u64, len: u64, dev: DeviceMem<'_>) -> Option<MemDesc> {
         self.caps.gpudirect?;
-        self.expose_device(addr, len, dmabuf)
+        self.expose_device(addr, len, dev)
     }
 
     fn deregister(&mut self, desc: &MemDesc) {
-        let k = (desc.addr, desc.len);
-        let device = self
-            .exposed
-            .get(&k)
-            .is_some_and(|(mr, _)| mr.rkey as u64 == desc.key);
-        if !device {
-            if let Some(id) = u32::try_from(desc.key)
-                .ok()
-                .and_then(|key| self.rcache.by_rkey(key))
-            {
-                self.rcache.release(&mut self.fabric, id);
-            }
+        let Ok(key) = u32::try_from(desc.key) else {
             return;
-        }
-        if let Some((_, refs)) = self.exposed.get_mut(&k) {
-            *refs -= 1;
-            if *refs == 0 {
-                let (mr, _) = self.exposed.remove(&k).expect("present");
-                self.fabric.dereg_mr(mr);
-            }
+        };
+        if let Some(id) = self.rcache.by_rkey(key) {
+            self.rcache.release(&mut self.fabric, id);
+        } else if let Some(id) = self.devcache.by_rkey(key) {
+            self.devcache.release(&mut self.fabric, id);
         }
     }
 
@@ -1473,13 +1479,13 @@ impl<F: Fabric> Btl for IbBtl<F> {
         remote: &MemDesc,
         offset: u64,
         dst: LocalMem,
-        dmabuf: Option<DmaBuf<'_>>,
+        dev: DeviceMem<'_>,
         token: u64,
     ) -> Result<Submit, BtlError> {
         if self.caps.gpudirect.is_none() {
             return Err(BtlError::Unsupported(self.caps.name));
         }
-        self.get_into(peer, remote, offset, dst, Some(dmabuf), token)
+        self.get_into(peer, remote, offset, dst, Some(dev), token)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
@@ -1680,9 +1686,14 @@ impl<F: Fabric> Drop for IbBtl<F> {
             self.progress(&mut sink);
             self.fabric.wait(Duration::from_millis(1));
         }
-        let s = self.rcache.stats();
-        tracing::debug!(target: LOG, "ib: registration cache: {} hits, {} misses, {} invalidated, {} evicted, {} merged", s.hits, s.misses, s.invalidated, s.evicted, s.merged);
+        for (what, s) in [
+            ("registration cache", self.rcache.stats()),
+            ("device registration cache", self.devcache.stats()),
+        ] {
+            tracing::debug!(target: LOG, "ib: {what}: {} hits, {} misses, {} invalidated, {} evicted, {} merged", s.hits, s.misses, s.invalidated, s.evicted, s.merged);
+        }
         self.rcache.clear(&mut self.fabric);
+        self.devcache.clear(&mut self.fabric);
         // The fabric, dropped next (before the slabs: field order),
         // destroys the queues and then every registration still held.
     }

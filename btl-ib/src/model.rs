@@ -78,6 +78,14 @@ pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
         let _ = fd;
         None
     }
+    /// The buffer id of the allocation holding `addr`, where known: a
+    /// registration is of the allocation there when it was made, and an
+    /// access through it after that allocation was freed and another made
+    /// at its address fails (see [`ModelNet::stale_device_accesses`]).
+    fn buffer_id(&self, addr: u64) -> Option<u64> {
+        let _ = addr;
+        None
+    }
 }
 
 /// What the model's NIC can do with GPU memory.
@@ -106,6 +114,8 @@ struct ModelMr {
     remote_read: bool,
     /// GPU memory (reached through [`DeviceMemory`]).
     device: bool,
+    /// The buffer id of the device allocation registered, where known.
+    buffer_id: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -154,6 +164,9 @@ struct Net {
     /// Bytes of host memory each port may hold registered (the
     /// locked-memory limit), if any.
     pin_limit: Option<u64>,
+    /// RDMA through a device registration whose allocation was freed and
+    /// replaced since (each failed with an access error).
+    stale_device: u64,
 }
 
 /// The shared state of a model network.
@@ -235,6 +248,15 @@ impl ModelNet {
         self.inner.0.lock().expect("model").registered
     }
 
+    /// RDMA accesses, so far, through a registration of device memory that
+    /// was freed and allocated again since it was made: on a real NIC they
+    /// would move the old allocation's pages (dma-buf) or fail (peermem
+    /// invalidates); the model fails them with a remote or local access
+    /// error. A correct cache never makes one.
+    pub fn stale_device_accesses(&self) -> u64 {
+        self.inner.0.lock().expect("model").stale_device
+    }
+
     /// SENDs that reached a queue pair not yet connected, so far.
     pub fn early_sends(&self) -> u64 {
         self.inner.0.lock().expect("model").early_sends
@@ -299,7 +321,7 @@ impl Net {
 
     /// Whether `len` bytes at `addr` lie in `dev`'s registration `key`
     /// (remote access asked for when `remote`): `Some(device memory?)`.
-    fn covered(&self, dev: usize, addr: u64, len: u64, key: u32, remote: bool) -> Option<bool> {
+    fn covered(&mut self, dev: usize, addr: u64, len: u64, key: u32, remote: bool) -> Option<bool> {
         let Some(m) = self.devs[dev].mrs.get(&key) else {
             return (len == 0 && !remote).then_some(false);
         };
@@ -310,13 +332,26 @@ impl Net {
         if !remote && mr.lkey != key {
             return None;
         }
-        (addr >= mr.addr && addr.checked_add(len).is_some_and(|e| e <= mr.addr + mr.len))
-            .then_some(m.device)
+        if !(addr >= mr.addr && addr.checked_add(len).is_some_and(|e| e <= mr.addr + mr.len)) {
+            return None;
+        }
+        let (device, registered) = (m.device, m.buffer_id);
+        if device && registered.is_some() {
+            let now = self.gpu.as_ref().and_then(|(g, _)| g.buffer_id(addr));
+            if now != registered {
+                self.stale_device += 1;
+                return None;
+            }
+        }
+        Some(device)
     }
 
     /// Record a registration of `dev` and hand it out.
     fn register(&mut self, dev: usize, addr: u64, len: u64, remote_read: bool, device: bool) -> Mr {
         let k = self.key();
+        let buffer_id = device
+            .then(|| self.gpu.as_ref().and_then(|(g, _)| g.buffer_id(addr)))
+            .flatten();
         let mr = Mr {
             addr,
             len,
@@ -330,6 +365,7 @@ impl Net {
                 mr,
                 remote_read,
                 device,
+                buffer_id,
             },
         );
         mr

@@ -22,7 +22,8 @@
 //! entries that overlap it before it answers the next request. Memory the
 //! watch cannot watch (or no watch at all: [`NoWatch`]) is registered per
 //! use and released when its last user ends, as without a cache; device
-//! memory never comes here (freeing it raises no event a watch could see).
+//! memory never comes here (freeing it raises no event a watch could see:
+//! [`crate::devcache`] keeps it by the allocation's buffer id).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -325,24 +326,14 @@ impl Rcache {
     /// Drop unused entries, least recently used first, until at most
     /// `entries` of them holding at most `bytes` remain.
     fn drop_unused<F: Fabric>(&mut self, fabric: &mut F, entries: usize, bytes: u64) {
-        loop {
-            let (mut n, mut held, mut oldest) = (0usize, 0u64, None::<(u64, usize)>);
-            for (i, e) in self.entries.iter().enumerate() {
-                if e.users == 0 {
-                    n += 1;
-                    held += e.end - e.start;
-                    if oldest.is_none_or(|(t, _)| e.last_use < t) {
-                        oldest = Some((e.last_use, i));
-                    }
-                }
-            }
-            match oldest {
-                Some((_, i)) if n > entries || held > bytes => {
-                    self.stats.evicted += 1;
-                    self.remove(fabric, i);
-                }
-                _ => return,
-            }
+        while let Some(i) = lru_over_limits(
+            self.entries
+                .iter()
+                .map(|e| (e.users, e.end - e.start, e.last_use)),
+            Limits { entries, bytes },
+        ) {
+            self.stats.evicted += 1;
+            self.remove(fabric, i);
         }
     }
 
@@ -382,4 +373,26 @@ impl Rcache {
             self.remove(fabric, i);
         }
     }
+}
+
+/// Of entries given as (users, bytes, last use), the index of the least
+/// recently used unused one while the unused ones exceed `limits`; `None`
+/// once they do not.
+pub(crate) fn lru_over_limits(
+    entries: impl Iterator<Item = (u32, u64, u64)>,
+    limits: Limits,
+) -> Option<usize> {
+    let (mut n, mut held, mut oldest) = (0usize, 0u64, None::<(u64, usize)>);
+    for (i, (users, bytes, last_use)) in entries.enumerate() {
+        if users == 0 {
+            n += 1;
+            held += bytes;
+            if oldest.is_none_or(|(t, _)| last_use < t) {
+                oldest = Some((last_use, i));
+            }
+        }
+    }
+    oldest
+        .filter(|_| n > limits.entries || held > limits.bytes)
+        .map(|(_, i)| i)
 }

@@ -163,16 +163,54 @@ impl DeviceReg {
     }
 }
 
-/// A dma-buf export of device memory, lent to [`Btl::register_device`] or
-/// [`Btl::get_device`] for the registration only (the NIC keeps its own
-/// reference to the buffer; the caller closes the descriptor afterwards).
-#[derive(Debug, Clone, Copy)]
-pub struct DmaBuf<'a> {
+/// A dma-buf export of device memory, handed to a btl for one registration
+/// (the NIC keeps its own reference to the buffer; the btl drops, and so
+/// closes, the descriptor after registering).
+#[derive(Debug)]
+pub struct DmaBuf {
     /// The dma-buf.
-    pub fd: std::os::fd::BorrowedFd<'a>,
-    /// Where the registered address lies in it (the export covers whole GPU
+    pub fd: std::os::fd::OwnedFd,
+    /// Where the exported address lies in it (the export covers whole GPU
     /// pages around the range).
     pub offset: u64,
+}
+
+/// The device allocation (`cuMemAlloc`, a pool's or a VMM allocation) that
+/// memory lent to [`Btl::register_device`] or [`Btl::get_device`] lies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAlloc {
+    /// Its first byte.
+    pub base: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its buffer id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`), checked against
+    /// the driver for this call: unique to the allocation for the life of
+    /// the process, so an address freed and allocated again comes with a
+    /// new one. A btl that keeps a registration past its use (a cache)
+    /// serves a later request from it only under the same id.
+    pub buffer_id: u64,
+}
+
+/// Device memory lent to [`Btl::register_device`] or [`Btl::get_device`]:
+/// the allocation it lies in and, for [`DeviceReg::DmaBuf`], a way to export
+/// any part of that allocation as a dma-buf, called only when the btl
+/// registers (a registration it kept serves without one).
+pub struct DeviceMem<'a> {
+    /// The allocation.
+    pub alloc: DeviceAlloc,
+    /// Exports `len` bytes at `addr` (inside [`DeviceMem::alloc`]) as a
+    /// dma-buf; `None` where the memory is registered by address. An
+    /// error says why the export failed.
+    pub export: Option<&'a mut dyn FnMut(u64, u64) -> Result<DmaBuf, String>>,
+}
+
+impl std::fmt::Debug for DeviceMem<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceMem")
+            .field("alloc", &self.alloc)
+            .field("export", &self.export.is_some())
+            .finish()
+    }
 }
 
 /// Outcome of submitting an operation to a btl.
@@ -378,21 +416,17 @@ pub trait Btl: Send {
     }
 
     /// Describe device memory so that a peer can [`Btl::get`] it straight
-    /// from the GPU (GPUDirect RDMA). With [`DeviceReg::DmaBuf`] the driver
-    /// passes the memory's dma-buf (exported by the gpu layer), for a verbs
-    /// btl's `ibv_reg_dmabuf_mr`; with [`DeviceReg::Address`] it passes
-    /// none and the btl registers the device address (`ibv_reg_mr` where
-    /// `nvidia_peermem` is loaded). Only btls that set
+    /// from the GPU (GPUDirect RDMA). `dev` names the allocation; with
+    /// [`DeviceReg::DmaBuf`] the driver lends the gpu layer's dma-buf
+    /// export, for a verbs btl's `ibv_reg_dmabuf_mr`; with
+    /// [`DeviceReg::Address`] it lends none and the btl registers the
+    /// device address (`ibv_reg_mr` where `nvidia_peermem` is loaded).
+    /// Only btls that set
     /// [`Capabilities::gpudirect`] implement it; `None` otherwise, or when
     /// the registration fails (the pml then stages the message). The
     /// descriptor is released by [`Btl::deregister`], like a host one.
-    fn register_device(
-        &mut self,
-        addr: u64,
-        len: u64,
-        dmabuf: Option<DmaBuf<'_>>,
-    ) -> Option<MemDesc> {
-        let _ = (addr, len, dmabuf);
+    fn register_device(&mut self, addr: u64, len: u64, dev: DeviceMem<'_>) -> Option<MemDesc> {
+        let _ = (addr, len, dev);
         None
     }
 
@@ -433,7 +467,7 @@ pub trait Btl: Send {
 
     /// [`Btl::get`] into device memory (GPUDirect RDMA): `dst` is GPU
     /// memory, which the btl registers as [`Capabilities::gpudirect`] says
-    /// (with `dmabuf`, the destination's export, for [`DeviceReg::DmaBuf`]).
+    /// (`dev`: its allocation, and the export for [`DeviceReg::DmaBuf`]).
     /// A registration that fails is an error, and the pml falls back to a
     /// copy protocol. The default: [`BtlError::Unsupported`].
     ///
@@ -446,10 +480,10 @@ pub trait Btl: Send {
         remote: &MemDesc,
         offset: u64,
         dst: LocalMem,
-        dmabuf: Option<DmaBuf<'_>>,
+        dev: DeviceMem<'_>,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        let _ = (peer, remote, offset, dst, dmabuf, token);
+        let _ = (peer, remote, offset, dst, dev, token);
         Err(BtlError::Unsupported(self.caps().name))
     }
 

@@ -341,6 +341,14 @@ impl TestCuda {
         }
     }
 
+    /// The buffer id of the allocation holding `addr`, as a NIC model
+    /// sees it (no driver call counted or charged).
+    pub fn buffer_id_at(&self, addr: u64) -> Option<u64> {
+        let s = self.st();
+        let (base, _) = s.find(addr)?;
+        Some(s.allocs[&base].buffer_id)
+    }
+
     /// The device address at which the dma-buf behind `fd` (an export of
     /// this double) starts: what a NIC model checks a registration's
     /// offset and iova against.

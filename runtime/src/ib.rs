@@ -103,6 +103,8 @@ pub(crate) fn open(
     };
     let mut b = gmpi_btl_ib::IbBtl::new(rank, size, f, cfg, peers)?;
     if cache {
+        // Device memory needs no watch: its entries are checked by buffer id.
+        b.set_device_cache(limits);
         match gmpi_btl_ib::memwatch::Uffd::open() {
             Ok(w) => {
                 tracing::debug!(target: "btl", "ib: registration cache on ({}, {} MiB unused at most)", w.describe(), limits.bytes >> 20);

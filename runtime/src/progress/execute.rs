@@ -24,9 +24,7 @@
 //! - `StageOut` / `Unstage` / `StageIn`: the staged pipeline, run by
 //!   `staging.rs` (its gets go through [`Driver::stage_get`] here).
 
-use std::os::fd::AsFd;
-
-use gmpi_btl::{Btl, BtlError, DeviceReg, DmaBuf, LocalMem, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, DeviceAlloc, DeviceMem, DeviceReg, DmaBuf, LocalMem, Rank, Submit};
 use gmpi_pml::{Action, MemKind, Payload, PmlError};
 
 use super::{Driver, HostMemory};
@@ -60,35 +58,58 @@ impl<H: HostMemory> Driver<H> {
         }
     }
 
-    /// Run `f` over btl `btl` with the dma-buf of `len` bytes of device
-    /// memory at `addr` when the btl registers device memory that way
-    /// ([`DeviceReg::DmaBuf`]), else with none, after making memory
-    /// operations on the allocation synchronous; the export is closed after
-    /// `f` (a registration keeps its own reference). An error: the export
-    /// (or the attribute) failed.
-    fn with_dmabuf<R>(
+    /// Run `f` over btl `btl` with the device memory at `addr`: its
+    /// allocation (buffer id checked with the driver now), and an export of
+    /// dma-bufs from it when the btl registers device memory that way
+    /// ([`DeviceReg::DmaBuf`]; the btl exports only when it registers),
+    /// after making memory operations on the allocation synchronous. An
+    /// error: the attribute failed, or the memory is not the GPU's.
+    fn with_device<R>(
         &mut self,
         btl: usize,
         addr: u64,
-        len: usize,
-        f: impl FnOnce(&mut dyn Btl, Option<DmaBuf<'_>>) -> R,
+        f: impl FnOnce(&mut dyn Btl, DeviceMem<'_>) -> R,
     ) -> Result<R, String> {
         // The NIC reads or writes the memory behind CUDA's back: no copy
         // or memset on it may still be in flight when it does.
         self.gpu.prepare_for_nic(addr).map_err(|e| e.to_string())?;
+        let info = self
+            .gpu
+            .info(addr)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{addr:#x} is not device memory"))?;
+        let alloc = DeviceAlloc {
+            base: info.base,
+            size: info.size,
+            buffer_id: info.buffer_id,
+        };
         let b = &mut self.btls[btl];
         if b.caps().gpudirect != Some(DeviceReg::DmaBuf) {
-            return Ok(f(b.as_mut(), None));
+            return Ok(f(
+                b.as_mut(),
+                DeviceMem {
+                    alloc,
+                    export: None,
+                },
+            ));
         }
-        let e = self
-            .gpu
-            .export_dmabuf(addr, len)
-            .map_err(|e| e.to_string())?;
-        let dmabuf = DmaBuf {
-            fd: e.fd.as_fd(),
-            offset: e.offset,
+        let gpu = &self.gpu;
+        let mut export = |at: u64, len: u64| {
+            let e = gpu
+                .export_dmabuf(at, len as usize)
+                .map_err(|e| e.to_string())?;
+            Ok(DmaBuf {
+                fd: e.fd,
+                offset: e.offset,
+            })
         };
-        Ok(f(b.as_mut(), Some(dmabuf)))
+        Ok(f(
+            b.as_mut(),
+            DeviceMem {
+                alloc,
+                export: Some(&mut export),
+            },
+        ))
     }
 
     /// Hand the pml the outcome of get `a` (to `peer`, `token`); give the
@@ -138,11 +159,11 @@ impl<H: HostMemory> Driver<H> {
                 let desc = if buf.kind.is_host() {
                     self.btls[btl].register(buf.addr, buf.len as u64)
                 } else {
-                    self.with_dmabuf(btl, buf.addr, buf.len, |b, dmabuf| {
-                        b.register_device(buf.addr, buf.len as u64, dmabuf)
+                    self.with_device(btl, buf.addr, |b, dev| {
+                        b.register_device(buf.addr, buf.len as u64, dev)
                     })
                     .unwrap_or_else(|e| {
-                        tracing::debug!(target: "pml", "no dma-buf for {:#x}+{}: {e}", buf.addr, buf.len);
+                        tracing::debug!(target: "pml", "no GPUDirect registration of {:#x}+{}: {e}", buf.addr, buf.len);
                         None
                     })
                 };
@@ -206,9 +227,9 @@ impl<H: HostMemory> Driver<H> {
                     // GPUDirect RDMA (`rndv/gpudirect`): the btl registers
                     // the device destination itself; an export that fails
                     // fails the get, and the pml falls back.
-                    self.with_dmabuf(btl, dst, len, |b, dmabuf| {
+                    self.with_device(btl, dst, |b, dev| {
                         // SAFETY: `d` as said above.
-                        unsafe { b.get_device(peer, &desc, offset, d, dmabuf, token) }
+                        unsafe { b.get_device(peer, &desc, offset, d, dev, token) }
                     })
                     .unwrap_or_else(|why| {
                         Err(BtlError::GetFailed(format!(

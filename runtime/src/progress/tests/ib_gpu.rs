@@ -6,7 +6,9 @@
 //! chosen, the bytes delivered, the registrations and exports made, and no
 //! host copy of device data where GPUDirect applies; every registration
 //! comes back at the end of each message, so a freed and reallocated buffer
-//! can never meet a stale one.
+//! can never meet a stale one. With the device registration cache on,
+//! registrations stay, whole allocations, until a new allocation (a new
+//! buffer id) is seen at their address.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +45,9 @@ impl DeviceMemory for DoubleMem {
     }
     fn dmabuf_start(&self, fd: std::os::fd::BorrowedFd<'_>) -> Option<u64> {
         self.0.dmabuf_start(fd)
+    }
+    fn buffer_id(&self, addr: u64) -> Option<u64> {
+        self.0.buffer_id_at(addr)
     }
 }
 
@@ -494,4 +499,127 @@ fn a_port_error_ends_every_request_towards_the_peers_behind_it() {
         }
     }
     panic!("{} requests still open after the port error", open.len());
+}
+
+/// Rank 0's and rank 1's device buffers, sent from one into the other:
+/// whole allocations registered on first use and kept (the device cache, as
+/// `GMPI_IB_RCACHE=on` sets it), serving every later message inside them
+/// with no export and no registration; once both allocations are freed and
+/// allocated again at the same addresses (new buffer ids), the next message
+/// registers them afresh and never reads or writes through the old
+/// registrations (the model fails any access through a registration whose
+/// allocation was replaced), and the old entries are released.
+#[test]
+fn device_registrations_are_kept_per_allocation_and_never_outlive_it() {
+    for (nic, dmabuf) in [
+        (
+            GpuNic {
+                dmabuf: true,
+                peermem: false,
+            },
+            true,
+        ),
+        (
+            GpuNic {
+                dmabuf: false,
+                peermem: true,
+            },
+            false,
+        ),
+    ] {
+        let (mut w, via) = World::build(nic, [dmabuf; 2], Want::Auto, |_, b| {
+            b.set_device_cache(gmpi_btl_ib::rcache::Limits::default());
+        });
+        assert!(via.iter().all(Option::is_some), "{via:?}");
+        let len = (1 << 20) + 3;
+        let s = w.buffer(DEV, &vec![0u8; len]);
+        let r = w.buffer(DEV, &vec![0u8; len]);
+        let registered = |w: &World| {
+            let n = w.net.registered();
+            n.dmabuf + n.device_address
+        };
+        let exports = |w: &World| w.cuda.counts().dmabuf_exports;
+        let round = |w: &mut World, s: Buf, r: Buf, seed: usize| {
+            let data: Vec<u8> = (0..s.len).map(|i| (i * 13 + seed) as u8).collect();
+            w.cuda.poke(s.addr, &data);
+            let (sent, got) = w.message(s, r, 7);
+            sent.expect("send ok");
+            assert_eq!(got.expect("receive ok").len, s.len as u64);
+            assert!(
+                w.cuda.peek(r.addr, s.len) == data,
+                "round {seed}: bytes differ"
+            );
+            for _ in 0..100 {
+                for d in &mut w.d {
+                    d.progress();
+                }
+            }
+        };
+        let (reg0, exp0) = (registered(&w), exports(&w));
+        round(&mut w, s, r, 1);
+        assert_eq!(registered(&w) - reg0, 2, "one allocation on each side");
+        let expected_exports = if dmabuf { 2 } else { 0 };
+        assert_eq!(exports(&w) - exp0, expected_exports);
+        for rank in 0..2 {
+            assert_eq!(
+                w.net.registrations(rank),
+                w.idle_regs[rank] + 1,
+                "rank {rank} keeps its allocation's registration"
+            );
+        }
+        // Later messages, and other parts of the same allocations: served
+        // from the cache.
+        round(&mut w, s, r, 2);
+        let part = |b: Buf, off: u64, len: usize| Buf {
+            addr: b.addr + off,
+            len,
+            kind: b.kind,
+        };
+        round(&mut w, part(s, 4096, 300_000), part(r, 40_000, 300_000), 3);
+        round(&mut w, s, r, 4);
+        assert_eq!(registered(&w) - reg0, 2, "no registration after the first");
+        assert_eq!(
+            exports(&w) - exp0,
+            expected_exports,
+            "no export after the first"
+        );
+
+        // Freed and allocated again, at the same addresses.
+        let base = |b: Buf| b.addr - (68 << 10) - 40;
+        let size = len + (128 << 10);
+        let ids = (w.cuda.buffer_id_at(s.addr), w.cuda.buffer_id_at(r.addr));
+        w.cuda.free(base(s));
+        w.cuda.free(base(r));
+        assert_eq!(
+            w.cuda.malloc(size, 0),
+            base(s),
+            "the double reuses the address"
+        );
+        assert_eq!(
+            w.cuda.malloc(size, 0),
+            base(r),
+            "the double reuses the address"
+        );
+        assert_ne!(
+            (w.cuda.buffer_id_at(s.addr), w.cuda.buffer_id_at(r.addr)),
+            ids
+        );
+        round(&mut w, s, r, 5);
+        assert_eq!(
+            w.net.stale_device_accesses(),
+            0,
+            "an old registration was used"
+        );
+        assert_eq!(registered(&w) - reg0, 4, "the new allocations registered");
+        for rank in 0..2 {
+            assert_eq!(
+                w.net.registrations(rank),
+                w.idle_regs[rank] + 1,
+                "rank {rank}: the old allocation's registration is released"
+            );
+        }
+        round(&mut w, s, r, 6);
+        assert_eq!(registered(&w) - reg0, 4);
+        assert_eq!(w.net.stale_device_accesses(), 0);
+    }
 }
