@@ -901,6 +901,11 @@ mod tests {
                     e.offset
                 );
                 assert!(size == 0 || size >= e.offset + n as u64, "size {size}");
+                // btl-ib's device cache registers whole allocations.
+                let whole = api
+                    .export_dmabuf(d, len)
+                    .expect("a dma-buf of the whole allocation");
+                assert_eq!(whole.offset, d - dmabuf_span(d, len).0);
             }
             Err(why) => {
                 eprintln!("note: this GPU does not export dma-bufs: {why}");
@@ -908,6 +913,49 @@ mod tests {
             }
         }
         api.free_device(d).expect("cuMemFree");
+    }
+
+    /// On a GPU machine: an address freed and allocated again comes back
+    /// with another buffer id, which is all that keeps btl-ib's device
+    /// registration cache (and the gpu layer's classification cache) from
+    /// serving the old allocation's entry. Says SKIPPED elsewhere, and
+    /// where the driver never hands the same address out again.
+    #[test]
+    fn a_real_gpu_gives_a_reallocated_address_a_new_buffer_id() {
+        let name = "a_real_gpu_gives_a_reallocated_address_a_new_buffer_id";
+        let api = match driver::driver_present().then(load) {
+            Some(Ok(a)) if a.device_count() > 0 => a,
+            _ => {
+                eprintln!("SKIPPED {name}: no CUDA device here");
+                return;
+            }
+        };
+        let len = 4 << 20;
+        let d = api.alloc_device(len, 0).expect("cuMemAlloc");
+        let id = api.buffer_id(d).expect("a buffer id");
+        api.free_device(d).expect("cuMemFree");
+        let mut held = Vec::new();
+        let mut again = None;
+        for _ in 0..16 {
+            let e = api.alloc_device(len, 0).expect("cuMemAlloc");
+            if e == d {
+                again = Some(e);
+                break;
+            }
+            held.push(e);
+        }
+        match again {
+            Some(e) => {
+                let new = api.buffer_id(e).expect("a buffer id");
+                eprintln!("note: {d:#x} allocated again: buffer id {id} then {new}");
+                assert_ne!(new, id, "the same buffer id for a new allocation");
+                api.free_device(e).expect("cuMemFree");
+            }
+            None => eprintln!("SKIPPED {name}: the driver did not hand {d:#x} out again"),
+        }
+        for e in held {
+            api.free_device(e).expect("cuMemFree");
+        }
     }
 
     #[test]
