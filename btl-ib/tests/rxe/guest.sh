@@ -208,14 +208,18 @@ if [ -n "${PINGPONG:-}" ]; then
         if command -v valgrind >/dev/null; then
             vg='if [ "$GMPI_RANK" = 0 ]; then exec valgrind -q --tool=callgrind --callgrind-out-file=/tmp/work/cg.$CG "$0" "$@"; else exec "$0" "$@"; fi'
             for btl in ib tcp; do
-                for m in "8 8 2000" "1048576 1048576 20"; do
+                # size, size, --iters, and how many more round trips the
+                # run of twice --iters makes: pingpong times a tenth of
+                # --iters (10 at least) at 1 MiB and above, after a tenth of
+                # that (2 at least) to warm up.
+                for m in "8 8 2000 2200" "1048576 1048576 200 22"; do
                     set -- $m
                     for it in $3 $(($3 * 2)); do
                         CG=$btl-$1-$it GMPI_BTL=self,shm,$btl GMPI_SPIN=0 GMPI_YIELDS=0 timeout 300 "$GMPIRUN" -np 2 sh -c "$wrap" sh -c "$vg" "$PINGPONG" --lat-only --min $1 --max $2 --iters $it >/dev/null 2>&1
                     done
                     a=$(callgrind_annotate /tmp/work/cg.$btl-$1-$3 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
                     b=$(callgrind_annotate /tmp/work/cg.$btl-$1-$(($3 * 2)) 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-                    [ -n "$a" ] && [ -n "$b" ] && echo "callgrind $btl $1 B: $(((b - a) / $3)) instructions per round trip of rank 0 (a send and a receive)"
+                    [ -n "$a" ] && [ -n "$b" ] && echo "callgrind $btl $1 B: $(((b - a) / $4)) instructions per round trip of rank 0 (a send and a receive)"
                 done
             done
             # Where an 8 B round trip's instructions go over ib: the
