@@ -336,4 +336,11 @@ pub trait Fabric: Send + std::fmt::Debug {
     fn async_event(&mut self) -> Option<(Option<u32>, String)> {
         None
     }
+
+    /// [`Fabric::async_event`], reading the event source now even where
+    /// that is otherwise done only now and then (a completion error may be
+    /// the first sign of a port going down, whose event says more).
+    fn async_event_now(&mut self) -> Option<(Option<u32>, String)> {
+        self.async_event()
+    }
 }

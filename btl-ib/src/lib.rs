@@ -1150,6 +1150,34 @@ impl<F: Fabric> IbBtl<F> {
         Ok(())
     }
 
+    /// Fail the peers that fatal asynchronous events name, or every peer
+    /// for an event of the port itself; `now`: read the event source
+    /// whatever its schedule ([`Fabric::async_event_now`]).
+    fn take_async_events(&mut self, now: bool) {
+        loop {
+            let ev = if now {
+                self.fabric.async_event_now()
+            } else {
+                self.fabric.async_event()
+            };
+            let Some((qpn, why)) = ev else {
+                return;
+            };
+            match qpn.and_then(|q| self.by_qpn.get(&q).copied()) {
+                Some(i) => self.fail_peer(i, &why),
+                None => {
+                    // The port, the device, the completion or receive queue,
+                    // or the datagram queue pair: nothing more gets through
+                    // this port, to any peer.
+                    tracing::error!(target: LOG, "ib: {} port {}: {why}; every peer reached through it fails", self.fabric.port().device, self.fabric.port().port);
+                    for i in 0..self.peers.len() {
+                        self.fail_peer(i, &why);
+                    }
+                }
+            }
+        }
+    }
+
     /// Peer `i` failed (`why`): report it once, refuse it from now on.
     fn fail_peer(&mut self, i: usize, why: &str) {
         let p = &mut self.peers[i];
@@ -1490,20 +1518,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
         let mut n = 0;
-        while let Some((qpn, why)) = self.fabric.async_event() {
-            match qpn.and_then(|q| self.by_qpn.get(&q).copied()) {
-                Some(i) => self.fail_peer(i, &why),
-                None => {
-                    // The port, the device, the completion or receive queue,
-                    // or the datagram queue pair: nothing more gets through
-                    // this port, to any peer.
-                    tracing::error!(target: LOG, "ib: {} port {}: {why}; every peer reached through it fails", self.fabric.port().device, self.fabric.port().port);
-                    for i in 0..self.peers.len() {
-                        self.fail_peer(i, &why);
-                    }
-                }
-            }
-        }
+        self.take_async_events(false);
         self.rcache.sweep(&mut self.fabric);
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
@@ -1531,6 +1546,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
                     // Its queue pair is in the error state (a receive
                     // flushed from the shared queue names none it failed).
                     if wc.status != WC_FLUSH_ERR {
+                        self.take_async_events(true);
                         if let Some(&i) = self.by_qpn.get(&wc.qpn) {
                             self.fail_peer(
                                 i,
@@ -1590,6 +1606,9 @@ impl<F: Fabric> Btl for IbBtl<F> {
                 format!("{} (verbs status {})", wc_status_str(wc.status), wc.status)
             };
             if !ok {
+                // A port going down often shows first as completion
+                // errors: its event, if already raised, names the cause.
+                self.take_async_events(true);
                 // A queue pair that completes in error is in the error
                 // state: nothing it carries gets through any more.
                 let what = if kind == K_READ {

@@ -167,6 +167,8 @@ struct Net {
     /// RDMA through a device registration whose allocation was freed and
     /// replaced since (each failed with an access error).
     stale_device: u64,
+    /// Asynchronous events reach [`Fabric::async_event_now`] only.
+    defer_async: bool,
 }
 
 /// The shared state of a model network.
@@ -270,6 +272,14 @@ impl ModelNet {
             .events
             .push_back((qpn, what.to_string()));
         c.notify_all();
+    }
+
+    /// Asynchronous events are seen only by [`Fabric::async_event_now`],
+    /// not by the progress pass's [`Fabric::async_event`]: as with verbs,
+    /// whose descriptor is read only now and then, an event raised just
+    /// before a completion error is not yet seen when the error is.
+    pub fn defer_async_events(&self, on: bool) {
+        self.inner.0.lock().expect("model").defer_async = on;
     }
 
     /// Lose the next `n` datagrams, whatever their port.
@@ -868,6 +878,14 @@ impl Fabric for ModelFabric {
     }
 
     fn async_event(&mut self) -> Option<(Option<u32>, String)> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        if n.defer_async {
+            return None;
+        }
+        n.devs[self.dev].events.pop_front()
+    }
+
+    fn async_event_now(&mut self) -> Option<(Option<u32>, String)> {
         self.net.inner.0.lock().expect("model").devs[self.dev]
             .events
             .pop_front()

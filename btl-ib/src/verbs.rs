@@ -1038,6 +1038,10 @@ impl Fabric for VerbsFabric {
         self.async_ready = false;
         self.read_async_event()
     }
+
+    fn async_event_now(&mut self) -> Option<(Option<u32>, String)> {
+        self.read_async_event()
+    }
 }
 
 impl VerbsFabric {

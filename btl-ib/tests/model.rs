@@ -495,6 +495,44 @@ fn asynchronous_events_fail_their_peers() {
     assert!(!btls[0].reaches(1));
 }
 
+/// A port that goes down shows first as a completion error when its event
+/// has not been read yet (verbs reads the event descriptor only now and
+/// then): the error makes the btl read it at once, so every peer behind the
+/// port fails in that pass, for the event, not only the peer whose queue
+/// pair completed in error.
+#[test]
+fn a_completion_error_reads_a_pending_port_event_at_once() {
+    let (net, mut btls) = ranks(3, &IbConfig::default(), 64, 64, 1024);
+    let mut got = vec![Vec::new(); 3];
+    send_when_ready(&mut btls, 0, 1, b"a");
+    drive_for(&mut btls, &mut got, |g| g[1].len() == 1);
+    send_when_ready(&mut btls, 0, 2, b"b");
+    drive_for(&mut btls, &mut got, |g| g[2].len() == 1);
+    net.defer_async_events(true);
+    net.async_event(
+        0,
+        None,
+        "asynchronous event IBV_EVENT_PORT_ERR on model0 port 1",
+    );
+    let mut failed = Vec::new();
+    btls[0].progress(&mut |e| {
+        if let Event::PeerFailed { peer } = e {
+            failed.push(peer);
+        }
+    });
+    assert!(failed.is_empty(), "the event is not read by a pass");
+    // Rank 1 stops answering: rank 0's next send to it completes in error.
+    net.kill(1);
+    assert!(matches!(btls[0].send(1, &[b"c"], 0), Ok(Submit::Done)));
+    btls[0].progress(&mut |e| {
+        if let Event::PeerFailed { peer } = e {
+            failed.push(peer);
+        }
+    });
+    failed.sort();
+    assert_eq!(failed, [1, 2], "every peer behind the port, in one pass");
+}
+
 /// A memory watch the test drives: it records what is watched and reports
 /// the ranges the test says are gone.
 #[derive(Debug, Clone, Default)]
