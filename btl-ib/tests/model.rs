@@ -454,26 +454,34 @@ fn a_first_get_connects_then_reads() {
     btls[1].deregister(&desc);
 }
 
-/// A fatal asynchronous event fails the peer of the queue pair it names;
-/// one that names none (the port went down) fails every peer, and each is
-/// reported once, with sends to it refused.
-#[test]
-fn asynchronous_events_fail_their_peers() {
+/// Three ranks, rank 0 connected to ranks 1 and 2 by a message each.
+fn rank_0_talking_to_1_and_2() -> (ModelNet, Vec<IbBtl<ModelFabric>>) {
     let (net, mut btls) = ranks(3, &IbConfig::default(), 64, 64, 1024);
     let mut got = vec![Vec::new(); 3];
     send_when_ready(&mut btls, 0, 1, b"a");
     drive_for(&mut btls, &mut got, |g| g[1].len() == 1);
     send_when_ready(&mut btls, 0, 2, b"b");
     drive_for(&mut btls, &mut got, |g| g[2].len() == 1);
-    let failed_of = |b: &mut IbBtl<ModelFabric>| {
-        let mut f = Vec::new();
-        b.progress(&mut |e| {
-            if let Event::PeerFailed { peer } = e {
-                f.push(peer);
-            }
-        });
-        f
-    };
+    (net, btls)
+}
+
+/// The peers one progress pass of `b` reports failed.
+fn failed_of(b: &mut IbBtl<ModelFabric>) -> Vec<u32> {
+    let mut f = Vec::new();
+    b.progress(&mut |e| {
+        if let Event::PeerFailed { peer } = e {
+            f.push(peer);
+        }
+    });
+    f
+}
+
+/// A fatal asynchronous event fails the peer of the queue pair it names;
+/// one that names none (the port went down) fails every peer, and each is
+/// reported once, with sends to it refused.
+#[test]
+fn asynchronous_events_fail_their_peers() {
+    let (net, mut btls) = rank_0_talking_to_1_and_2();
     // Rank 2's queue pair to rank 0 goes fatal: rank 0 only fails for it.
     let qpn = btls[2].queue_pair_of(0).expect("made by the first message");
     net.async_event(2, Some(qpn), "asynchronous event IBV_EVENT_QP_FATAL");
@@ -502,33 +510,21 @@ fn asynchronous_events_fail_their_peers() {
 /// pair completed in error.
 #[test]
 fn a_completion_error_reads_a_pending_port_event_at_once() {
-    let (net, mut btls) = ranks(3, &IbConfig::default(), 64, 64, 1024);
-    let mut got = vec![Vec::new(); 3];
-    send_when_ready(&mut btls, 0, 1, b"a");
-    drive_for(&mut btls, &mut got, |g| g[1].len() == 1);
-    send_when_ready(&mut btls, 0, 2, b"b");
-    drive_for(&mut btls, &mut got, |g| g[2].len() == 1);
+    let (net, mut btls) = rank_0_talking_to_1_and_2();
     net.defer_async_events(true);
     net.async_event(
         0,
         None,
         "asynchronous event IBV_EVENT_PORT_ERR on model0 port 1",
     );
-    let mut failed = Vec::new();
-    btls[0].progress(&mut |e| {
-        if let Event::PeerFailed { peer } = e {
-            failed.push(peer);
-        }
-    });
-    assert!(failed.is_empty(), "the event is not read by a pass");
+    assert!(
+        failed_of(&mut btls[0]).is_empty(),
+        "the event is not read by a pass"
+    );
     // Rank 1 stops answering: rank 0's next send to it completes in error.
     net.kill(1);
     assert!(matches!(btls[0].send(1, &[b"c"], 0), Ok(Submit::Done)));
-    btls[0].progress(&mut |e| {
-        if let Event::PeerFailed { peer } = e {
-            failed.push(peer);
-        }
-    });
+    let mut failed = failed_of(&mut btls[0]);
     failed.sort();
     assert_eq!(failed, [1, 2], "every peer behind the port, in one pass");
 }
