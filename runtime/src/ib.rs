@@ -111,7 +111,7 @@ pub(crate) fn open(
                 b.set_memwatch(Box::new(w), limits);
             }
             Err(e) => {
-                tracing::debug!(target: "btl", "ib: registration cache off ({e}): each rendezvous registers its memory")
+                tracing::debug!(target: "btl", "ib: registration cache of host memory off ({e}): each rendezvous registers its memory (GPU memory stays cached)")
             }
         }
     }
