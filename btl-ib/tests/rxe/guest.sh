@@ -99,6 +99,12 @@ check_job many 2 180 -- "$CHECK" many 20000
 GMPI_IB_RECV_BUFFERS=2 check_job rnr 2 240 --needs "receivers will answer RNR" -- "$CHECK" sweep 1048576
 # 6. A rank without a usable port: its peers reach it over tcp instead.
 IB_OFF_RANK=1 check_job fallback 2 120 --needs "via tcp" --needs "rank 1 has no ib" -- "$CHECK" sweep 1048576
+# 6a. One-sided communication between nodes (fence, put and get, shared and
+# exclusive locks, accumulate, fetch-and-op, compare-and-swap under
+# contention): active messages over ib, served by the target's progress
+# thread; two ranks per node at np 4.
+GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np2 2 180 --needs "on more than one node .*: active messages" --needs "via ib: eager" -- "$CHECK" rma
+GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np4 4 240 --needs "on more than one node .*: active messages" --needs "via ib: eager" --needs "via shm" -- "$CHECK" rma
 unset GMPI_LOG
 # 6b. The doctor asks the real device whether it registers dma-bufs
 # (ibv_reg_dmabuf_mr with fd -1: EBADF where it does) and decides GPUDirect

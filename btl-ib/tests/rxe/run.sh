@@ -7,7 +7,8 @@
 # guest.sh inside: the conformance suite over verbs, point-to-point sweeps (0 B to 16 MiB,
 # content-checked) at np 2 and 4 on two "nodes" with a device each, a reallocated send
 # buffer, buffers unmapped, emptied and moved between messages (the registration cache),
-# 20000 messages in flight, forced RNR, a rank without ib, every collective at np 2 and 4,
+# 20000 messages in flight, forced RNR, a rank without ib, one-sided communication
+# between nodes at np 2 and 4, every collective at np 2 and 4,
 # a killed rank, a port that goes down under a job. Prints one line per check and exits
 # non-zero if any fails.
 # With FIGURES=1 it also measures perftest and gmpi's pingpong on the same pair.
