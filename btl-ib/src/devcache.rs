@@ -18,8 +18,9 @@
 //! keep the freed pages from going back to the driver (a dma-buf importer
 //! holds a reference to the buffer): the limits bound that.
 //!
-//! With limits of zero entries (the default of [`crate::IbBtl::new`], and
-//! `GMPI_IB_RCACHE=off`) nothing is kept: each request registers its own
+//! With limits of zero entries or bytes (the default of
+//! [`crate::IbBtl::new`]; `GMPI_IB_RCACHE=off` or `GMPI_IB_RCACHE_GPU_MB=0`)
+//! nothing is kept: each request registers its own
 //! range, shared only by requests for the same range while in use, and
 //! released with its last user. An allocation larger than the byte limit is
 //! never registered whole either (one such entry would exceed the limit as
@@ -122,7 +123,7 @@ impl DevCache {
             self.stats.invalidated += 1;
         }
         let inside = alloc.base <= addr && end <= a_end;
-        let caching = self.limits.entries > 0;
+        let caching = self.limits.entries > 0 && self.limits.bytes > 0;
         let whole = caching && inside && alloc.size <= self.limits.bytes;
         let own = (addr, len.max(1));
         let (start, span) = if whole { (alloc.base, alloc.size) } else { own };
@@ -348,20 +349,20 @@ mod tests {
 
     #[test]
     fn without_limits_each_use_registers_its_own_range_and_releases_it() {
-        let (net, mut f) = setup();
-        let mut c = DevCache::new(Limits {
-            entries: 0,
-            bytes: 0,
-        });
-        let a = alloc(0, 8 << 20, 1);
-        let (u, made) = get(&mut c, &mut f, a, 100, 1000);
-        assert_eq!(made, Some((a.base + 100, 1000)), "its own range");
-        let (v, made) = get(&mut c, &mut f, a, 100, 1000);
-        assert_eq!((made, v.mr), (None, u.mr), "shared while in use");
-        c.release(&mut f, u.id);
-        assert_eq!(net.registrations(0), 1);
-        c.release(&mut f, v.id);
-        assert_eq!((c.len(), net.registrations(0)), (0, 0));
+        // GMPI_IB_RCACHE=off, and GMPI_IB_RCACHE_GPU_MB=0.
+        for (entries, bytes) in [(0, 0), (64, 0)] {
+            let (net, mut f) = setup();
+            let mut c = DevCache::new(Limits { entries, bytes });
+            let a = alloc(0, 8 << 20, 1);
+            let (u, made) = get(&mut c, &mut f, a, 100, 1000);
+            assert_eq!(made, Some((a.base + 100, 1000)), "its own range");
+            let (v, made) = get(&mut c, &mut f, a, 100, 1000);
+            assert_eq!((made, v.mr), (None, u.mr), "shared while in use");
+            c.release(&mut f, u.id);
+            assert_eq!(net.registrations(0), 1);
+            c.release(&mut f, v.id);
+            assert_eq!((c.len(), net.registrations(0)), (0, 0));
+        }
     }
 
     #[test]

@@ -96,6 +96,19 @@ pub(crate) fn open(
     if let Some(mb) = count("GMPI_IB_RCACHE_MB")? {
         limits.bytes = u64::from(mb) << 20;
     }
+    // GPU memory: a registration through a dma-buf may keep a freed
+    // allocation's pages from going back to the driver until its entry is
+    // evicted (nothing tells the cache about cudaFree), so fewer unused
+    // bytes are kept than for host memory.
+    let mut gpu_limits = gmpi_btl_ib::rcache::Limits {
+        entries: 64,
+        bytes: 256 << 20,
+    };
+    if let Ok(v) = std::env::var("GMPI_IB_RCACHE_GPU_MB") {
+        gpu_limits.bytes = v.trim().parse::<u64>().map_err(|_| {
+            format!("GMPI_IB_RCACHE_GPU_MB={v:?}: expected a count of MiB (0: none kept)")
+        })? << 20;
+    }
     let cache = match std::env::var("GMPI_IB_RCACHE").as_deref().map(str::trim) {
         Err(_) | Ok("on" | "auto" | "1" | "true") => true,
         Ok("off" | "0" | "false") => false,
@@ -104,7 +117,7 @@ pub(crate) fn open(
     let mut b = gmpi_btl_ib::IbBtl::new(rank, size, f, cfg, peers)?;
     if cache {
         // Device memory needs no watch: its entries are checked by buffer id.
-        b.set_device_cache(limits);
+        b.set_device_cache(gpu_limits);
         match gmpi_btl_ib::memwatch::Uffd::open() {
             Ok(w) => {
                 tracing::debug!(target: "btl", "ib: registration cache on ({}, {} MiB unused at most)", w.describe(), limits.bytes >> 20);
