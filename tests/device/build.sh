@@ -36,7 +36,7 @@ cc=$carry/prefix/bin/gmpicc
 cflags=(-O2 -g0 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function)
 
 echo "build.sh: test programs"
-for p in p2p coll ops realloc kinds ctx_first; do
+for p in p2p coll ops realloc kinds ctx_first bufid; do
     "$cc" "${cflags[@]}" "tests/device/$p.c" -o "$carry/bin/dt_$p" -ldl
 done
 # One-sided communication on device memory (windows over cuMemAlloc'd buffers, CUDA IPC).

@@ -265,6 +265,7 @@ if part correctness && [ "$quick" != 0 ]; then
     step realloc-np2 60 -- "${run[@]}" 2 "$bin/dt_realloc" -M 1M -n 4
     step kinds-np2 60 -- "${run[@]}" 2 "$bin/dt_kinds" -M 1M
     step ctx-first-np2 60 -- "${run[@]}" 2 "$bin/dt_ctx_first" -M 1M
+    step bufid-np2 30 -- "${run[@]}" 2 "$bin/dt_bufid"
     step rma-device-np2 60 FAKE_CUDA_SHARED_IPC=1 -- "${run[@]}" 2 "$bin/dt_rma_device"
     step rust-api-np2 90 -- "${run[@]}" 2 "$bin/gmpi-cuda"
     step rust-bw-np2 60 -- "${run[@]}" 2 "$bin/gmpi-cuda-bw" 1M 4M
@@ -291,6 +292,8 @@ elif part correctness; then
     step kinds-np4 30 -- "${run[@]}" 4 "$bin/dt_kinds" -M 4M
     step ctx-first-np2 20 -- "${run[@]}" 2 "$bin/dt_ctx_first" -M 64M
     step ctx-first-np4 20 -- "${run[@]}" 4 "$bin/dt_ctx_first"
+    # what btl-ib's GPU registration cache stands on: new buffer ids, whole-allocation dma-bufs
+    step bufid-np2 20 -- "${run[@]}" 2 "$bin/dt_bufid"
     step rma-device-np2 20 -- "${run[@]}" 2 "$bin/dt_rma_device"
     step rma-device-np4-mixed 20 RMA_DEVICE_MIXED=1 -- "${run[@]}" 4 "$bin/dt_rma_device"
     # the Rust API: cudarc CudaSlice/CudaView/CudaViewMut through p2p and collectives

@@ -35,7 +35,15 @@ fn carry() -> PathBuf {
     std::fs::create_dir_all(carry.join("bin")).expect("carry dir");
     std::os::unix::fs::symlink(prefix, carry.join("prefix")).expect("link prefix");
     let src = repo().join("tests/device");
-    for p in ["p2p", "coll", "ops", "realloc", "kinds", "ctx_first"] {
+    for p in [
+        "p2p",
+        "coll",
+        "ops",
+        "realloc",
+        "kinds",
+        "ctx_first",
+        "bufid",
+    ] {
         let o = Command::new(prefix.join("bin/gmpicc"))
             .args(["-O1", "-Wall", "-Wextra", "-Werror"])
             .args(["-Wno-unused-parameter", "-Wno-unused-function"])
@@ -146,6 +154,7 @@ fn quick_device_check_passes_against_the_fake_driver() {
         "realloc-np2",
         "kinds-np2",
         "ctx-first-np2",
+        "bufid-np2",
         "rust-api-np2",
         "rust-bw-np2",
         "protocols",
