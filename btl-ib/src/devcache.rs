@@ -127,18 +127,19 @@ impl DevCache {
         let whole = caching && inside && alloc.size <= self.limits.bytes;
         let own = (addr, len.max(1));
         let (start, span) = if whole { (alloc.base, alloc.size) } else { own };
-        let (start, span, mr) = match reg(fabric, start, span) {
-            Ok(mr) => (start, span, mr),
-            // GPU memory the NIC can map may be what ran out: the
-            // request's own bytes, after giving back what is unused.
-            Err(e) => {
-                if !whole && self.entries.iter().all(|e| e.users > 0) {
-                    return Err(e);
-                }
-                self.flush(fabric);
-                (own.0, own.1, reg(fabric, own.0, own.1)?)
-            }
-        };
+        let mut made = reg(fabric, start, span).map(|mr| (start, span, mr));
+        if made.is_err() && whole {
+            // The whole allocation refused (its export, say): the request's
+            // own bytes, the cache left as it is.
+            made = reg(fabric, own.0, own.1).map(|mr| (own.0, own.1, mr));
+        }
+        if made.is_err() && self.entries.iter().any(|e| e.users == 0) {
+            // What the NIC can map may be what ran out: again after giving
+            // back what is unused.
+            self.flush(fabric);
+            made = reg(fabric, own.0, own.1).map(|mr| (own.0, own.1, mr));
+        }
+        let (start, span, mr) = made?;
         if start == alloc.base && span == alloc.size {
             // Now covered whole: the allocation's unused parts go.
             self.stats.merged += self.drop_unused_where(fabric, |e| e.buffer_id == alloc.buffer_id);
@@ -363,6 +364,40 @@ mod tests {
             c.release(&mut f, v.id);
             assert_eq!((c.len(), net.registrations(0)), (0, 0));
         }
+    }
+
+    #[test]
+    fn a_whole_allocation_refused_registers_the_request_and_keeps_the_cache() {
+        let (net, mut f) = setup();
+        let mut c = DevCache::new(Limits::default());
+        let kept = alloc(1, 1 << 20, 1);
+        let (u, _) = get(&mut c, &mut f, kept, 0, 10);
+        c.release(&mut f, u.id);
+        let a = alloc(0, 8 << 20, 2);
+        let mut tried = Vec::new();
+        let u = c
+            .acquire(&mut f, a, a.base + 100, 1000, |f, start, span| {
+                tried.push((start, span));
+                if span == a.size {
+                    Err("cuMemGetHandleForAddressRange: CUDA_ERROR_INVALID_VALUE".into())
+                } else {
+                    f.reg_mr(start, span, true)
+                }
+            })
+            .expect("its own bytes");
+        assert_eq!(tried, [(a.base, a.size), (a.base + 100, 1000)]);
+        assert_eq!((c.len(), net.registrations(0)), (2, 2), "nothing flushed");
+        c.release(&mut f, u.id);
+        let (v, made) = get(&mut c, &mut f, a, 100, 1000);
+        assert!(made.is_none(), "the request's range is kept");
+        c.release(&mut f, v.id);
+        // Nothing registers: unused entries are given back before failing.
+        let b = alloc(2, 1 << 20, 3);
+        let e = c.acquire(&mut f, b, b.base, 10, |_, _, _| {
+            Err("out of resources".into())
+        });
+        assert_eq!(e.map(|u| u.id), Err("out of resources".to_string()));
+        assert_eq!((c.len(), net.registrations(0)), (0, 0));
     }
 
     #[test]
