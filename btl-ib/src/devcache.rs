@@ -184,13 +184,7 @@ impl DevCache {
 
     /// Release every unused entry (the rest go when their users end).
     pub fn flush<F: Fabric>(&mut self, fabric: &mut F) {
-        self.evict(
-            fabric,
-            Limits {
-                entries: 0,
-                bytes: 0,
-            },
-        );
+        self.evict(fabric, Limits::NONE);
     }
 
     /// Release everything (the btl is going away): entries still in use

@@ -116,11 +116,11 @@ pub mod select;
 pub mod verbs;
 
 use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use gmpi_btl::{
     Btl, BtlError, Capabilities, DeviceMem, DeviceReg, Event, LocalMem, MemDesc, Rank, Submit, Wake,
@@ -530,10 +530,7 @@ impl<F: Fabric> IbBtl<F> {
             next_get: 1,
             pending_gets: VecDeque::new(),
             rcache: rcache::Rcache::new(Box::new(rcache::NoWatch), rcache::Limits::default()),
-            devcache: devcache::DevCache::new(rcache::Limits {
-                entries: 0,
-                bytes: 0,
-            }),
+            devcache: devcache::DevCache::new(rcache::Limits::NONE),
             failed_news: Vec::new(),
             owing: Vec::new(),
             ud_qpn,
@@ -1385,10 +1382,13 @@ impl<F: Fabric> IbBtl<F> {
             || !self.repost.is_empty()
             || !self.cm_repost.is_empty()
             || self.next_ask().is_some_and(|t| t <= Instant::now())
-            || self.owing.iter().any(|&i| {
-                let p = &self.peers[i];
-                p.owed >= self.half_credits() && !p.failed
-            })
+            || {
+                let half = self.half_credits();
+                self.owing.iter().any(|&i| {
+                    let p = &self.peers[i];
+                    p.owed >= half && !p.failed
+                })
+            }
     }
 }
 
@@ -1524,6 +1524,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
         wcs.clear();
         self.fabric.poll(&mut wcs, POLL_BATCH);
         let f = self.cfg.max_frag;
+        let half = self.half_credits();
         for wc in wcs.iter().copied() {
             let kind = wr_kind(wc.wr_id);
             if kind == K_CM {
@@ -1578,7 +1579,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
                 }
                 p.credits += imm;
                 p.owed += 1;
-                if p.owed == self.cfg.credits.div_ceil(2).max(1) {
+                if p.owed == half {
                     self.owing.push(i);
                 }
                 let p = &self.peers[i];

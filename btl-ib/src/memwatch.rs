@@ -359,9 +359,10 @@ mod tests {
     use std::num::NonZeroUsize;
     use std::ptr::NonNull;
 
-    fn map(pages: usize) -> NonNull<libc::c_void> {
+    /// `pages` fresh anonymous pages, never touched.
+    fn map_untouched(pages: usize) -> NonNull<libc::c_void> {
         // SAFETY: a fresh private anonymous mapping aliases nothing.
-        let p = unsafe {
+        unsafe {
             mmap_anonymous(
                 None,
                 NonZeroUsize::new(pages * PAGE as usize).unwrap(),
@@ -369,8 +370,12 @@ mod tests {
                 MapFlags::MAP_PRIVATE,
             )
         }
-        .expect("mmap");
-        // Touch every page, as registration does.
+        .expect("mmap")
+    }
+
+    /// `pages` fresh anonymous pages, each touched (as registration does).
+    fn map(pages: usize) -> NonNull<libc::c_void> {
+        let p = map_untouched(pages);
         // SAFETY: the mapping is ours and writable.
         unsafe { std::ptr::write_bytes(p.as_ptr().cast::<u8>(), 1, pages * PAGE as usize) };
         p
@@ -461,16 +466,7 @@ mod tests {
         assert!(!w.watch(p.as_ptr() as u64, p.as_ptr() as u64 + PAGE));
         // A fault on an empty watched page (here: never touched) is
         // answered: the page is unwatched and the access goes on.
-        // SAFETY: a fresh private anonymous mapping aliases nothing.
-        let e = unsafe {
-            mmap_anonymous(
-                None,
-                NonZeroUsize::new(PAGE as usize).unwrap(),
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_PRIVATE,
-            )
-        }
-        .unwrap();
+        let e = map_untouched(1);
         let ea = e.as_ptr() as u64;
         assert!(w.watch(ea, ea + PAGE));
         // SAFETY: the page is ours.

@@ -77,6 +77,14 @@ pub struct Limits {
     pub bytes: u64,
 }
 
+impl Limits {
+    /// Nothing kept unused.
+    pub const NONE: Limits = Limits {
+        entries: 0,
+        bytes: 0,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

@@ -20,8 +20,6 @@
 //! the responder depth the device's maximum.
 
 use std::collections::HashMap;
-
-use rustc_hash::FxHashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr;
@@ -32,6 +30,7 @@ use gmpi_btl::Wake;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdma_sys::*;
+use rustc_hash::FxHashMap;
 
 use crate::fabric::{
     Fabric, Link, LocalQp, Mr, PortInfo, RemoteQp, SendWr, Sge, UdAddr, Wc, WcKind, UD_QKEY,
