@@ -31,6 +31,12 @@
 //!   write nothing outside their destination; gets past the end or with a
 //!   forged descriptor fail and write nothing; every queued get completes
 //!   exactly once. A btl without `get` refuses it.
+//! - [`put_bounds`]: puts into memory exposed by [`Btl::register_window`]
+//!   write the right bytes at offset 0 and inner offsets, and nothing
+//!   else of the owner's memory; puts past the end or with a forged
+//!   descriptor fail and write nothing; every queued put completes
+//!   exactly once, as [`Event::PutComplete`] or [`Event::PutFailed`]. A
+//!   btl without `put` exposes nothing and refuses it.
 //! - [`peer_failure`]: once a peer is killed, the survivor reports
 //!   [`Event::PeerFailed`] for it exactly once within a bounded number of
 //!   passes, and sends to it fail instead of hanging.
@@ -135,6 +141,29 @@ pub trait Fixture {
         alone: bool,
     ) -> Result<Submit, BtlError>;
 
+    /// Endpoint `i`'s [`Btl::put`] from `src`, which lies inside memory
+    /// [`Fixture::alloc`] gave endpoint `i`. The suite neither writes nor
+    /// frees `src` until the put is over (as for [`Fixture::get`]), which
+    /// with `alloc`'s guarantee is `Btl::put`'s contract: the default
+    /// calls it so.
+    fn put(
+        &mut self,
+        i: usize,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        src: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        // SAFETY: `src` is memory `alloc` gave endpoint `i` (valid while the
+        // fixture lives, which the suite keeps alive until the put ends),
+        // and the suite does not write it meanwhile (see above).
+        #[allow(unsafe_code)]
+        unsafe {
+            self.btl(i).put(peer, remote, offset, src, token)
+        }
+    }
+
     /// Make endpoint `i` fail the way this btl's peers fail (its process
     /// dies, its link drops, its memory turns to garbage); the suite does
     /// not use endpoint `i` afterwards. Only called where
@@ -203,7 +232,7 @@ macro_rules! conformance_tests {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
-            $crate::conformance_tests!(@one $new; ordering gather_lists back_pressure too_large get_bounds peer_failure wait);
+            $crate::conformance_tests!(@one $new; ordering gather_lists back_pressure too_large get_bounds put_bounds peer_failure wait);
         }
     };
     (@one $new:expr; $($check:ident)*) => {
@@ -233,6 +262,8 @@ struct Log {
     sent: Vec<u64>,
     got: Vec<u64>,
     get_failed: Vec<u64>,
+    put: Vec<u64>,
+    put_failed: Vec<u64>,
     failed: Vec<Rank>,
 }
 
@@ -242,6 +273,15 @@ impl Log {
         self.got
             .iter()
             .chain(&self.get_failed)
+            .filter(|&&t| t == token)
+            .count()
+    }
+
+    /// Completions (good or failed) of put `token`.
+    fn put_ends(&self, token: u64) -> usize {
+        self.put
+            .iter()
+            .chain(&self.put_failed)
             .filter(|&&t| t == token)
             .count()
     }
@@ -286,6 +326,8 @@ fn progress_into<B: Btl>(b: &mut B, log: &mut Log) -> usize {
         Event::SendComplete { token } => log.sent.push(token),
         Event::GetComplete { token } => log.got.push(token),
         Event::GetFailed { token, .. } => log.get_failed.push(token),
+        Event::PutComplete { token } => log.put.push(token),
+        Event::PutFailed { token, .. } => log.put_failed.push(token),
         Event::PeerFailed { peer } => log.failed.push(peer),
     })
 }
@@ -831,42 +873,7 @@ pub fn get_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
             r.name
         );
     }
-    let bad = [
-        ("past the end", desc, region as u64 - 8, 16),
-        ("at the end", desc, region as u64, 1),
-        ("of nothing past the end", desc, region as u64 + 1, 0),
-        ("far past the end", desc, region as u64 + 4000, 64),
-        ("at an overflowing offset", desc, u64::MAX - 7, 16),
-        (
-            "with a forged key",
-            MemDesc {
-                key: u64::MAX,
-                ..desc
-            },
-            0,
-            64,
-        ),
-        (
-            "with another forged key",
-            MemDesc {
-                key: i32::MAX as u64,
-                ..desc
-            },
-            0,
-            64,
-        ),
-        (
-            "of unmapped memory",
-            MemDesc {
-                addr: 16,
-                len: 4096,
-                key: desc.key,
-            },
-            0,
-            64,
-        ),
-        ("of a large region past the end", desc, 4096, region),
-    ];
+    let bad = bad_transfers(desc, region, true);
     for (k, (what, remote, off, len)) in bad.into_iter().enumerate() {
         let alone = k % 2 == 1;
         let (ok, all) = get(&mut r, &remote, off, len, alone);
@@ -882,23 +889,200 @@ pub fn get_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
         );
     }
     r.settle();
-    for t in &queued {
+    check_ends(&r.name, "get", &queued, &finished, |t| {
+        r.logs[getter].get_ends(t)
+    });
+    Outcome::Ran
+}
+
+/// Every queued transfer (`what`: get or put) of `queued` ended exactly
+/// once, and none of those `finished` at once ended again (`ends`: how
+/// many times a token ended).
+fn check_ends(
+    name: &str,
+    what: &str,
+    queued: &[u64],
+    finished: &[u64],
+    ends: impl Fn(u64) -> usize,
+) {
+    for &t in queued {
+        let n = ends(t);
+        assert_eq!(n, 1, "{name}: queued {what} {t} completed {n} times");
+    }
+    for &t in finished {
         assert_eq!(
-            r.logs[getter].get_ends(*t),
-            1,
-            "{}: queued get {t} completed {} times",
-            r.name,
-            r.logs[getter].get_ends(*t)
+            ends(t),
+            0,
+            "{name}: {what} {t} answered at once, then completed again"
         );
     }
-    for t in &finished {
+}
+
+/// Transfers a btl must refuse: past the end of `desc` (`region` bytes),
+/// at overflowing offsets, with forged keys, of a region larger than it;
+/// with `unmapped`, of memory nobody registered either. (what, the
+/// descriptor, offset, length).
+fn bad_transfers(
+    desc: MemDesc,
+    region: usize,
+    unmapped: bool,
+) -> Vec<(&'static str, MemDesc, u64, usize)> {
+    let forged = |key| MemDesc { key, ..desc };
+    let v = [
+        (true, ("past the end", desc, region as u64 - 8, 16)),
+        (true, ("at the end", desc, region as u64, 1)),
+        (
+            unmapped,
+            ("of nothing past the end", desc, region as u64 + 1, 0),
+        ),
+        (true, ("far past the end", desc, region as u64 + 4000, 64)),
+        (true, ("at an overflowing offset", desc, u64::MAX - 7, 16)),
+        (true, ("with a forged key", forged(u64::MAX), 0, 64)),
+        (
+            unmapped,
+            ("with another forged key", forged(i32::MAX as u64), 0, 64),
+        ),
+        (
+            unmapped,
+            (
+                "of unmapped memory",
+                MemDesc {
+                    addr: 16,
+                    len: 4096,
+                    key: desc.key,
+                },
+                0,
+                64,
+            ),
+        ),
+        (true, ("of a large region past the end", desc, 4096, region)),
+    ];
+    v.into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, b)| b)
+        .collect()
+}
+
+/// Puts into exposed memory write exactly their bytes; bad ones fail and
+/// write nothing; queued ones complete once (see the module header).
+pub fn put_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
+    let mut r = Rig::new(new);
+    let (owner, putter) = r.ends();
+    if !r.caps(putter).put {
+        // It exposes nothing and refuses a put.
+        let mem = r.f.alloc(owner, &[GUARD_BYTE; 16]);
         assert_eq!(
-            r.logs[getter].get_ends(*t),
-            0,
-            "{}: get {t} answered at once, then completed again",
+            r.f.btl(owner).register_window(mem.addr, 16),
+            None,
+            "{}: a btl without put exposed a window",
+            r.name
+        );
+        let src = r.f.alloc(putter, &[1; 16]);
+        let remote = MemDesc {
+            addr: mem.addr,
+            len: 16,
+            key: 0,
+        };
+        let peer = r.f.rank(owner);
+        let res = r.f.put(putter, peer, &remote, 0, src, 1);
+        assert!(
+            res.is_err(),
+            "{}: a btl without put answered {res:?}",
+            r.name
+        );
+        r.settle();
+        assert_eq!(r.f.read(owner, mem), [GUARD_BYTE; 16], "{}", r.name);
+        return Outcome::Skipped(format!("{}: no put (caps().put is false)", r.name));
+    }
+    assert_eq!(r.logs.len(), 2, "{}: a put needs two endpoints", r.name);
+    let peer = r.f.rank(owner);
+    // The window, then a tail allocated but not exposed: a btl that skips
+    // its bounds check writes it and is caught.
+    let region = (1 << 20) + 77;
+    let mut want = vec![GUARD_BYTE; region + 4096];
+    let mem = r.f.alloc(owner, &want);
+    let desc =
+        r.f.btl(owner)
+            .register_window(mem.addr, region as u64)
+            .unwrap_or_else(|| panic!("{}: register_window refused with caps().put", r.name));
+    let mut token = 500;
+    let mut queued = Vec::new();
+    let mut finished = Vec::new();
+    let mut put = |r: &mut Rig<F>, remote: &MemDesc, off: u64, data: &[u8]| {
+        token += 1;
+        let src = r.f.alloc(putter, data);
+        let mut res = r.f.put(putter, peer, remote, off, src, token);
+        for _ in 0..PASSES {
+            if res != Ok(Submit::NoResource) {
+                break;
+            }
+            r.pass();
+            res = r.f.put(putter, peer, remote, off, src, token);
+        }
+        match res {
+            Ok(Submit::Done) => {
+                finished.push(token);
+                true
+            }
+            Ok(Submit::Queued) => {
+                queued.push(token);
+                let t = token;
+                r.drive("a queued put's completion", |l| l[putter].put_ends(t) > 0);
+                r.logs[putter].put.contains(&t)
+            }
+            Ok(Submit::NoResource) => panic!("{}: a put refused for {PASSES} passes", r.name),
+            Err(_) => {
+                finished.push(token);
+                false
+            }
+        }
+    };
+    for (k, (off, len)) in [
+        (0, region),
+        (0, 1),
+        (0, 0),
+        (4097, 1000),
+        (region - 1, 1),
+        (13, region - 13),
+        (3, 300_000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = pattern(20 + k as u64, len);
+        let ok = put(&mut r, &desc, off as u64, &data);
+        assert!(
+            ok,
+            "{}: a put of {len} bytes at offset {off} failed",
+            r.name
+        );
+        want[off..off + len].copy_from_slice(&data);
+        assert!(
+            r.f.read(owner, mem) == want,
+            "{}: after a put of {len} bytes at offset {off}, the owner's memory is not what \
+             was written (or bytes outside it changed)",
             r.name
         );
     }
+    let bad = bad_transfers(desc, region, false);
+    for (what, remote, off, len) in bad {
+        let ok = put(&mut r, &remote, off, &pattern(99, len));
+        assert!(
+            !ok,
+            "{}: a put {what} ({len} bytes at offset {off} of {remote:?}) succeeded",
+            r.name
+        );
+        assert!(
+            r.f.read(owner, mem) == want,
+            "{}: a failed put {what} wrote into the owner's memory",
+            r.name
+        );
+    }
+    r.settle();
+    check_ends(&r.name, "put", &queued, &finished, |t| {
+        r.logs[putter].put_ends(t)
+    });
+    r.f.btl(owner).deregister(&desc);
     Outcome::Ran
 }
 

@@ -38,6 +38,12 @@
 //!   this contract. The owner of the memory may take part in a queued get
 //!   from its own [`Btl::progress`] (shm: it writes part of it), so its
 //!   registered memory must stay valid until the pml's FIN, as it does.
+//! - One-sided (btls with [`Capabilities::put`], RDMA): a window's memory
+//!   is exposed by [`Btl::register_window`] for the window's life; peers
+//!   read it by [`Btl::get`] and write it by [`Btl::put`] (same contract,
+//!   the other way: the source stays valid and unwritten until
+//!   [`Event::PutComplete`] or [`Event::PutFailed`]), with no call of the
+//!   owner.
 //! - [`Btl::progress`] hands received fragments and completions to a callback;
 //!   a fragment's bytes are only valid during that callback.
 //! - Streamed fragments: a fragment submitted with [`Btl::send_stream`] (the
@@ -58,7 +64,7 @@
 //!   outside, such as `self`, has nothing to do). The driver picks the
 //!   sleeper; a btl need not know which others exist.
 
-// `unsafe` appears only where the trait's get methods are declared
+// `unsafe` appears only where the trait's get and put methods are declared
 // `unsafe fn` (and where the test double implements them), plus the one block
 // with which the default `get_alone` hands its caller's contract on to `get`.
 #![deny(unsafe_code)]
@@ -123,7 +129,9 @@ pub struct Capabilities {
     pub max_send_size: usize,
     /// [`Btl::get`] is available (single-copy read of peer memory).
     pub get: bool,
-    /// A put operation is available (reserved; no btl implements it yet).
+    /// [`Btl::register_window`] and [`Btl::put`] are available: one-sided
+    /// writes (and reads, by [`Btl::get`]) of memory a peer exposed for a
+    /// window, with no call on the peer's side (RDMA WRITE and READ).
     pub put: bool,
     /// When several btls reach a peer, the highest exclusivity wins.
     pub exclusivity: u32,
@@ -336,6 +344,20 @@ pub enum Event<'a> {
         /// Why.
         error: BtlError,
     },
+    /// A [`Submit::Queued`] put finished: the bytes are in the peer's
+    /// memory (its transport acknowledged them), and the source may be
+    /// reused.
+    PutComplete {
+        /// The token given to [`Btl::put`].
+        token: u64,
+    },
+    /// A queued put failed; what reached the peer's memory is unknown.
+    PutFailed {
+        /// The token given to [`Btl::put`].
+        token: u64,
+        /// Why.
+        error: BtlError,
+    },
     /// The peer is gone (its process died or its link dropped).
     PeerFailed {
         /// The peer.
@@ -378,6 +400,9 @@ pub enum BtlError {
     /// A single-copy read failed (for example ptrace permission denied).
     #[error("remote read failed: {0}")]
     GetFailed(String),
+    /// A one-sided write ([`Btl::put`]) failed.
+    #[error("remote write failed: {0}")]
+    PutFailed(String),
     /// An operating-system error.
     #[error("{0}")]
     Os(String),
@@ -436,6 +461,45 @@ pub trait Btl: Send {
     /// The default does nothing (shm's descriptors hold nothing).
     fn deregister(&mut self, desc: &MemDesc) {
         let _ = desc;
+    }
+
+    /// Describe local memory that peers may both read ([`Btl::get`]) and
+    /// write ([`Btl::put`]) until [`Btl::deregister`]: a one-sided
+    /// window's memory, exposed for the window's life. Only btls that set
+    /// [`Capabilities::put`] implement it; `None` otherwise or when the
+    /// registration fails (the window then reaches this memory by active
+    /// messages).
+    fn register_window(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        let _ = (addr, len);
+        None
+    }
+
+    /// Write the `src.len` bytes at `src` at `offset` within the peer's
+    /// memory `remote` (which the peer described by
+    /// [`Btl::register_window`]). Answers [`Submit::Done`] (the bytes are
+    /// in the peer's memory), [`Submit::Queued`] (they are once
+    /// [`Event::PutComplete`] with `token` comes, or not, with
+    /// [`Event::PutFailed`]) or an error (nothing was written; a write
+    /// outside `remote` is one). The default: [`BtlError::Unsupported`].
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `src.len` bytes, and nothing writes it
+    /// from the call until the put completes: when the call returns for
+    /// `Done` or an error; for `Queued`, when [`Btl::progress`] reports
+    /// `PutComplete` or `PutFailed` with the same `token`, and the caller
+    /// keeps the memory valid (allocated, not freed or unmapped) until
+    /// then: the btl reads it meanwhile.
+    #[allow(unsafe_code)]
+    unsafe fn put(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        src: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let _ = (peer, remote, offset, src, token);
+        Err(BtlError::Unsupported(self.caps().name))
     }
 
     /// Read `dst.len` bytes at `offset` within the peer's memory `remote`

@@ -104,8 +104,16 @@ impl SimMemory {
     }
 }
 
-/// A pending completion: (is a send, token, failure).
-type Completion = (bool, u64, Option<BtlError>);
+/// What a pending completion ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Send,
+    Get,
+    Put,
+}
+
+/// A pending completion: (what it ends, token, failure).
+type Completion = (Op, u64, Option<BtlError>);
 
 #[derive(Debug)]
 struct State {
@@ -303,6 +311,75 @@ impl SimBtl {
         self.get_via(peer, remote, offset, dst, token, None)
     }
 
+    /// [`Btl::put`] as a safe call: `src` is read from this rank's
+    /// [`SimMemory`] by address and written into `peer`'s, inside `remote`
+    /// (which [`Btl::register_window`] described). A write outside
+    /// `remote`, or of memory that is not simulated, fails with
+    /// [`BtlError::PutFailed`]; [`Fabric::fail_gets`] fails puts too.
+    pub fn put_from(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        src: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        let mut st = self.st.lk();
+        if !self.caps.put {
+            return Err(BtlError::Unsupported(self.caps.name));
+        }
+        if peer >= st.n {
+            return Err(BtlError::Unreachable(peer));
+        }
+        if st.dead[peer as usize] {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        let len = src.len as u64;
+        let in_desc = offset.checked_add(len).is_some_and(|end| end <= remote.len);
+        let at = remote.addr.checked_add(offset);
+        let mem = st.memories[peer as usize].clone();
+        let own = st.memories[self.me as usize].clone();
+        let simulated =
+            at.is_some_and(|a| mem.lk().contains(a, len)) && own.lk().contains(src.addr, len);
+        if !in_desc || remote.key != u64::from(peer) || !simulated {
+            return Err(BtlError::PutFailed(format!(
+                "bad descriptor for rank {peer}: {remote:?} + {offset}"
+            )));
+        }
+        if st.fail_gets {
+            return self.end(
+                &mut st,
+                Op::Put,
+                token,
+                Some(BtlError::PutFailed("injected".into())),
+            );
+        }
+        // Through a copy: `peer` may be this rank (one lock at a time).
+        let bytes = own.lk().read(src.addr, src.len).to_vec();
+        mem.lk().write(remote.addr + offset, &bytes);
+        self.end(&mut st, Op::Put, token, None)
+    }
+
+    /// How get or put `token` ends: at once (`Done`, or `err`), or, on a
+    /// queued fabric, `Queued` with its completion (or failure) on this
+    /// endpoint's next progress.
+    fn end(
+        &self,
+        st: &mut State,
+        op: Op,
+        token: u64,
+        err: Option<BtlError>,
+    ) -> Result<Submit, BtlError> {
+        if st.queued {
+            st.completions
+                .entry((self.lane, self.me))
+                .or_default()
+                .push((op, token, err));
+            return Ok(Submit::Queued);
+        }
+        err.map_or(Ok(Submit::Done), Err)
+    }
+
     /// Whether `remote + offset` (of `peer`) and `dst` both lie in the
     /// simulated memories.
     fn simulated(&self, peer: Rank, remote: &MemDesc, offset: u64, dst: LocalMem) -> (bool, bool) {
@@ -352,14 +429,12 @@ impl SimBtl {
             )));
         }
         if st.fail_gets {
-            if st.queued {
-                st.completions
-                    .entry((self.lane, self.me))
-                    .or_default()
-                    .push((false, token, Some(BtlError::GetFailed("injected".into()))));
-                return Ok(Submit::Queued);
-            }
-            return Err(BtlError::GetFailed("injected failure".into()));
+            return self.end(
+                &mut st,
+                Op::Get,
+                token,
+                Some(BtlError::GetFailed("injected".into())),
+            );
         }
         // Through a copy: `peer` may be this rank (one lock at a time).
         let mut bytes = vec![0u8; dst.len];
@@ -375,14 +450,7 @@ impl SimBtl {
             (true, _) | (false, None) => own.lk().write(dst.addr, &bytes),
             (false, Some(f)) => f(Raw::Write(dst.addr, &bytes)),
         }
-        if st.queued {
-            st.completions
-                .entry((self.lane, self.me))
-                .or_default()
-                .push((false, token, None));
-            return Ok(Submit::Queued);
-        }
-        Ok(Submit::Done)
+        self.end(&mut st, Op::Get, token, None)
     }
 }
 
@@ -434,7 +502,7 @@ impl Btl for SimBtl {
             st.completions
                 .entry((self.lane, self.me))
                 .or_default()
-                .push((true, token, None));
+                .push((Op::Send, token, None));
             return Ok(Submit::Queued);
         }
         Ok(Submit::Done)
@@ -495,6 +563,29 @@ impl Btl for SimBtl {
         self.get_via(peer, remote, offset, dst, token, Some(&mut raw))
     }
 
+    /// [`Btl::register_window`]: a descriptor as [`Btl::register`]'s, for
+    /// endpoints whose capabilities offer `put`.
+    fn register_window(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        if !self.caps.put {
+            return None;
+        }
+        self.register(addr, len)
+    }
+
+    /// [`Btl::put`]: [`SimBtl::put_from`] (simulated memory only, so
+    /// nothing real is read).
+    #[allow(unsafe_code)]
+    unsafe fn put(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        src: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        self.put_from(peer, remote, offset, src, token)
+    }
+
     /// [`Btl::get_alone`]: counted ([`Fabric::alone_gets`]), then as `get`.
     #[allow(unsafe_code)]
     unsafe fn get_alone(
@@ -518,12 +609,14 @@ impl Btl for SimBtl {
             .completions
             .remove(&(self.lane, self.me))
             .unwrap_or_default();
-        for (is_send, token, err) in comps {
+        for (what, token, err) in comps {
             n += 1;
-            match (is_send, err) {
-                (true, _) => on_event(Event::SendComplete { token }),
-                (false, None) => on_event(Event::GetComplete { token }),
-                (false, Some(error)) => on_event(Event::GetFailed { token, error }),
+            match (what, err) {
+                (Op::Send, _) => on_event(Event::SendComplete { token }),
+                (Op::Get, None) => on_event(Event::GetComplete { token }),
+                (Op::Get, Some(error)) => on_event(Event::GetFailed { token, error }),
+                (Op::Put, None) => on_event(Event::PutComplete { token }),
+                (Op::Put, Some(error)) => on_event(Event::PutFailed { token, error }),
             }
         }
         // Failures.

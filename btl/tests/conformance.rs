@@ -17,7 +17,7 @@ struct SimCfg {
     capacity: Option<usize>,
     /// Drain in a seeded pseudo-random number per pass.
     seed: Option<u64>,
-    /// Endpoints without `get`.
+    /// Endpoints without `get` (and `put`).
     no_get: bool,
 }
 
@@ -33,6 +33,7 @@ impl SimFixture {
         let fabric = Fabric::new(2, 1);
         let caps = Capabilities {
             get: !cfg.no_get,
+            put: !cfg.no_get,
             ..Fabric::shm_caps(256, 1024)
         };
         let eps = (0..2)
