@@ -156,6 +156,19 @@ pub enum SendWr {
         /// The peer's registration key.
         rkey: u32,
     },
+    /// An RDMA WRITE of `local` into the peer's memory (always signalled;
+    /// its completion means the peer's port acknowledged the bytes).
+    Write {
+        /// Reported back in the completion.
+        wr_id: u64,
+        /// The bytes written.
+        local: Sge,
+        /// Where they land, in the peer's address space.
+        remote_addr: u64,
+        /// The peer's registration key (of memory registered writable:
+        /// [`Fabric::reg_mr_window`]).
+        rkey: u32,
+    },
 }
 
 /// What a completion says happened.
@@ -165,6 +178,8 @@ pub enum WcKind {
     Send,
     /// An RDMA READ finished.
     Read,
+    /// An RDMA WRITE finished.
+    Write,
     /// A SEND arrived into a shared-receive-queue buffer.
     Recv {
         /// Bytes written into the buffer.
@@ -275,6 +290,10 @@ pub trait Fabric: Send + std::fmt::Debug {
 
     /// Register `len` bytes at `addr`; readable by peers when `remote_read`.
     fn reg_mr(&mut self, addr: u64, len: u64, remote_read: bool) -> Result<Mr, String>;
+
+    /// Register `len` bytes of host memory at `addr` that peers may read
+    /// and write (RDMA READ and WRITE): a one-sided window's memory.
+    fn reg_mr_window(&mut self, addr: u64, len: u64) -> Result<Mr, String>;
 
     /// Register `len` bytes at `offset` in dma-buf `fd` (device memory the
     /// gpu layer exported), addressed in work requests and by peers as

@@ -65,6 +65,12 @@
 //!   in chunks of at most [`IbConfig::read_chunk`], at most the port's
 //!   `max_rd_atomic` outstanding per queue pair. Bounds and the key's width
 //!   are checked before anything is posted.
+//! - **Puts** ([`Btl::put`], one-sided windows): RDMA WRITEs into memory
+//!   its owner exposed for a window ([`Btl::register_window`]: registered
+//!   writable, on its own, for the window's life), chunked like gets (at
+//!   most `max_rd_atomic` chunks of one put in flight); the source comes
+//!   from the registration cache. A put completes when its last WRITE's
+//!   completion comes: the owner's port has acknowledged every byte.
 //! - **Registrations** of host memory (a send buffer peers read, a get's
 //!   destination) come from the registration cache ([`rcache`]): the
 //!   buffer's pages are registered once and stay registered after the
@@ -314,14 +320,17 @@ enum Held {
     Device(u64),
 }
 
-/// A get in progress.
+/// A get (RDMA READs) or a put (RDMA WRITEs) in progress.
 #[derive(Debug)]
 struct GetOp {
     token: u64,
+    /// A put: the bytes go from `dst` to the peer.
+    write: bool,
     peer: usize,
     remote_addr: u64,
     rkey: u32,
-    /// The destination's registration (it may start before `dst`).
+    /// The destination's (a put's source's) registration (it may start
+    /// before `dst`).
     local: Mr,
     /// Its entry in the registration cache that holds it.
     held: Held,
@@ -367,6 +376,9 @@ pub struct IbBtl<F: Fabric> {
     /// Registrations of device memory (GPUDirect: send buffers peers
     /// read, gets' destinations), by allocation and buffer id.
     devcache: devcache::DevCache,
+    /// Windows' memory, registered writable by peers
+    /// ([`Btl::register_window`]), by rkey, until deregistered.
+    windows: FxHashMap<u32, Mr>,
     /// Failures to report.
     failed_news: Vec<Rank>,
     /// Peers (by index) that were owed half their credits when last
@@ -410,7 +422,7 @@ pub fn caps(cfg: &IbConfig) -> Capabilities {
         eager_limit: cfg.eager_limit.min(cfg.max_frag),
         max_send_size: cfg.max_frag,
         get: true,
-        put: false,
+        put: true,
         exclusivity: 50,
         get_threshold: cfg.get_threshold,
         cuda_ipc: false,
@@ -531,6 +543,7 @@ impl<F: Fabric> IbBtl<F> {
             pending_gets: VecDeque::new(),
             rcache: rcache::Rcache::new(Box::new(rcache::NoWatch), rcache::Limits::default()),
             devcache: devcache::DevCache::new(rcache::Limits::NONE),
+            windows: FxHashMap::default(),
             failed_news: Vec::new(),
             owing: Vec::new(),
             ud_qpn,
@@ -951,8 +964,10 @@ impl<F: Fabric> IbBtl<F> {
     }
 
     /// A get into `dst`, host memory (`device` `None`) or device memory
-    /// (with its dma-buf, if any): checked, its destination registered, its
-    /// RDMA READs queued.
+    /// (with its dma-buf, if any), or a put from it (`write`, host memory):
+    /// checked, its local memory registered, its RDMA READs (WRITEs)
+    /// queued.
+    #[allow(clippy::too_many_arguments)]
     fn get_into(
         &mut self,
         peer: Rank,
@@ -961,19 +976,24 @@ impl<F: Fabric> IbBtl<F> {
         dst: LocalMem,
         device: Option<DeviceMem<'_>>,
         token: u64,
+        write: bool,
     ) -> Result<Submit, BtlError> {
+        let failed = |why: String| {
+            if write {
+                BtlError::PutFailed(why)
+            } else {
+                BtlError::GetFailed(why)
+            }
+        };
         let len = dst.len as u64;
         let i = self.peer_index(peer)?;
         let Ok(rkey) = u32::try_from(remote.key) else {
-            return Err(BtlError::GetFailed(format!(
-                "key {:#x} is not an rkey",
-                remote.key
-            )));
+            return Err(failed(format!("key {:#x} is not an rkey", remote.key)));
         };
         match offset.checked_add(len) {
             Some(end) if end <= remote.len && remote.addr.checked_add(end).is_some() => {}
             _ => {
-                return Err(BtlError::GetFailed(format!(
+                return Err(failed(format!(
                     "{len} bytes at offset {offset} outside the {} registered",
                     remote.len
                 )))
@@ -982,10 +1002,10 @@ impl<F: Fabric> IbBtl<F> {
         if len == 0 {
             return Ok(Submit::Done);
         }
-        let what = if device.is_some() {
-            "a device receive buffer"
-        } else {
-            "a receive buffer"
+        let what = match (device.is_some(), write) {
+            (_, true) => "a one-sided origin buffer",
+            (true, false) => "a device receive buffer",
+            (false, false) => "a receive buffer",
         };
         let (local, held) = match device {
             None => self
@@ -996,13 +1016,14 @@ impl<F: Fabric> IbBtl<F> {
                 .reg_device(dst.addr, len, dev)
                 .map(|u| (u.mr, Held::Device(u.id))),
         }
-        .map_err(|e| BtlError::GetFailed(reg_error(what, len, &e)))?;
+        .map_err(|e| failed(reg_error(what, len, &e)))?;
         let g = self.next_get;
         self.next_get += 1;
         self.gets.insert(
             g,
             GetOp {
                 token,
+                write,
                 peer: i,
                 remote_addr: remote.addr + offset,
                 rkey,
@@ -1034,6 +1055,29 @@ impl<F: Fabric> IbBtl<F> {
             }),
             Err(e) => {
                 self.reg_failed(false, &reg_error("a send buffer", len, &e));
+                None
+            }
+        }
+    }
+
+    /// A descriptor peers read and write `len` bytes of host memory at
+    /// `addr` by (a window's), registered on its own, outside the caches:
+    /// it lives as long as the window; given back by [`Btl::deregister`].
+    fn expose_window(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        if len == 0 {
+            return None;
+        }
+        match self.fabric.reg_mr_window(addr, len) {
+            Ok(mr) => {
+                self.windows.insert(mr.rkey, mr);
+                Some(MemDesc {
+                    addr,
+                    len,
+                    key: mr.rkey as u64,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(target: LOG, "ib: {}; the window is reached by active messages instead", reg_error("a window's memory", len, &e));
                 None
             }
         }
@@ -1119,6 +1163,7 @@ impl<F: Fabric> IbBtl<F> {
         let p = &mut self.peers[i];
         let seq = p.next_seq;
         p.next_seq += 1;
+        // Reads and writes alike: a get's chunk.
         let id_kind = if get.is_some() { K_READ } else { K_SEND };
         let id = wr_id(id_kind, i, seq);
         if let SendWr::Send {
@@ -1132,7 +1177,7 @@ impl<F: Fabric> IbBtl<F> {
                 p.since_signal = 0;
             }
             *wr_id = id;
-        } else if let SendWr::Read { wr_id, .. } = &mut wr {
+        } else if let SendWr::Read { wr_id, .. } | SendWr::Write { wr_id, .. } = &mut wr {
             *wr_id = id;
             p.since_signal = 0;
         }
@@ -1204,8 +1249,11 @@ impl<F: Fabric> IbBtl<F> {
                 self.free_slots.push(s);
             }
             if let Some(g) = front.get {
-                self.peers[i].reads_out = self.peers[i].reads_out.saturating_sub(1);
                 if let Some(op) = self.gets.get_mut(&g) {
+                    if !op.write {
+                        let p = &mut self.peers[i];
+                        p.reads_out = p.reads_out.saturating_sub(1);
+                    }
                     op.outstanding -= 1;
                     if !ok && op.error.is_none() {
                         op.error = Some(why.to_string());
@@ -1251,30 +1299,52 @@ impl<F: Fabric> IbBtl<F> {
                     unready.push(i);
                     break;
                 }
-                if p.reads_out >= max_rd || !self.room(p) {
+                // Writes take no read resources, but as many chunks at
+                // once at most.
+                let out = if op.write {
+                    op.outstanding
+                } else {
+                    p.reads_out
+                };
+                if out >= max_rd || !self.room(p) {
                     break;
                 }
                 let n = (op.len - op.next).min(chunk);
-                let wr = SendWr::Read {
-                    wr_id: 0,
-                    local: Sge {
-                        addr: op.dst + op.next,
-                        len: n as u32,
-                        lkey: op.local.lkey,
-                    },
-                    remote_addr: op.remote_addr + op.next,
-                    rkey: op.rkey,
+                let local = Sge {
+                    addr: op.dst + op.next,
+                    len: n as u32,
+                    lkey: op.local.lkey,
                 };
+                let (remote_addr, rkey) = (op.remote_addr + op.next, op.rkey);
+                let wr = if op.write {
+                    SendWr::Write {
+                        wr_id: 0,
+                        local,
+                        remote_addr,
+                        rkey,
+                    }
+                } else {
+                    SendWr::Read {
+                        wr_id: 0,
+                        local,
+                        remote_addr,
+                        rkey,
+                    }
+                };
+                let write = op.write;
                 match self.post(i, wr, None, Some(g)) {
                     Ok(()) => {
-                        self.peers[i].reads_out += 1;
+                        if !write {
+                            self.peers[i].reads_out += 1;
+                        }
                         let op = self.gets.get_mut(&g).expect("get");
                         op.next += n;
                         op.outstanding += 1;
                     }
                     Err(e) => {
                         let op = self.gets.get_mut(&g).expect("get");
-                        op.error = Some(format!("posting an RDMA READ: {e}"));
+                        let what = if write { "WRITE" } else { "READ" };
+                        op.error = Some(format!("posting an RDMA {what}: {e}"));
                         finished = true;
                         break;
                     }
@@ -1342,18 +1412,25 @@ impl<F: Fabric> IbBtl<F> {
         }
     }
 
-    /// Finish get `g` (its last chunk is in, or it failed): its events.
+    /// Finish get (or put) `g` (its last chunk is in, or it failed): its
+    /// events.
     fn end_get(&mut self, g: u64, on_event: &mut dyn FnMut(Event<'_>)) {
         if let Some(op) = self.gets.remove(&g) {
             match op.held {
                 Held::Host(id) => self.rcache.release(&mut self.fabric, id),
                 Held::Device(id) => self.devcache.release(&mut self.fabric, id),
             }
-            match op.error {
-                None => on_event(Event::GetComplete { token: op.token }),
-                Some(e) => on_event(Event::GetFailed {
-                    token: op.token,
+            let token = op.token;
+            match (op.write, op.error) {
+                (false, None) => on_event(Event::GetComplete { token }),
+                (false, Some(e)) => on_event(Event::GetFailed {
+                    token,
                     error: BtlError::GetFailed(e),
+                }),
+                (true, None) => on_event(Event::PutComplete { token }),
+                (true, Some(e)) => on_event(Event::PutFailed {
+                    token,
+                    error: BtlError::PutFailed(e),
                 }),
             }
         }
@@ -1479,11 +1556,17 @@ impl<F: Fabric> Btl for IbBtl<F> {
         self.expose_device(addr, len, dev)
     }
 
+    fn register_window(&mut self, addr: u64, len: u64) -> Option<MemDesc> {
+        self.expose_window(addr, len)
+    }
+
     fn deregister(&mut self, desc: &MemDesc) {
         let Ok(key) = u32::try_from(desc.key) else {
             return;
         };
-        if let Some(id) = self.rcache.by_rkey(key) {
+        if let Some(mr) = self.windows.remove(&key) {
+            self.fabric.dereg_mr(mr);
+        } else if let Some(id) = self.rcache.by_rkey(key) {
             self.rcache.release(&mut self.fabric, id);
         } else if let Some(id) = self.devcache.by_rkey(key) {
             self.devcache.release(&mut self.fabric, id);
@@ -1498,7 +1581,20 @@ impl<F: Fabric> Btl for IbBtl<F> {
         dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
-        self.get_into(peer, remote, offset, dst, None, token)
+        self.get_into(peer, remote, offset, dst, None, token, false)
+    }
+
+    unsafe fn put(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        src: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        // The source is registered (the host cache) and only read: the
+        // RDMA WRITEs carry it out.
+        self.get_into(peer, remote, offset, src, None, token, true)
     }
 
     unsafe fn get_device(
@@ -1513,7 +1609,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
         if self.caps.gpudirect.is_none() {
             return Err(BtlError::Unsupported(self.caps.name));
         }
-        self.get_into(peer, remote, offset, dst, Some(dev), token)
+        self.get_into(peer, remote, offset, dst, Some(dev), token, false)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {
@@ -1613,7 +1709,7 @@ impl<F: Fabric> Btl for IbBtl<F> {
                 // A queue pair that completes in error is in the error
                 // state: nothing it carries gets through any more.
                 let what = if kind == K_READ {
-                    "an RDMA READ"
+                    "an RDMA READ or WRITE"
                 } else {
                     "a send"
                 };
@@ -1714,6 +1810,9 @@ impl<F: Fabric> Drop for IbBtl<F> {
         }
         self.rcache.clear(&mut self.fabric);
         self.devcache.clear(&mut self.fabric);
+        for (_, mr) in self.windows.drain() {
+            self.fabric.dereg_mr(mr);
+        }
         // The fabric, dropped next (before the slabs: field order),
         // destroys the queues and then every registration still held.
     }

@@ -6,7 +6,8 @@
 //!   (counted in [`ModelNet::rnr_naks`]), keeping the queue pair's order;
 //! - a SEND longer than the buffer is a receive error;
 //! - an RDMA READ is checked against the owner's registrations (key, range,
-//!   remote-read access) and fails with a remote access error otherwise,
+//!   remote-read access), an RDMA WRITE likewise (remote-write access, host
+//!   memory: [`Fabric::reg_mr_window`]), and fails with a remote access error otherwise,
 //!   which, as on real RC, moves the reader's queue pair to the error state
 //!   (every later request of it is flushed);
 //! - completions of one send queue come in order, unsignalled requests
@@ -112,6 +113,8 @@ pub struct Registered {
 struct ModelMr {
     mr: Mr,
     remote_read: bool,
+    /// Peers may write it too ([`Fabric::reg_mr_window`]).
+    remote_write: bool,
     /// GPU memory (reached through [`DeviceMemory`]).
     device: bool,
     /// The buffer id of the device allocation registered, where known.
@@ -169,6 +172,8 @@ struct Net {
     stale_device: u64,
     /// Asynchronous events reach [`Fabric::async_event_now`] only.
     defer_async: bool,
+    /// RDMA WRITEs that landed.
+    writes: u64,
 }
 
 /// The shared state of a model network.
@@ -257,6 +262,11 @@ impl ModelNet {
     /// error. A correct cache never makes one.
     pub fn stale_device_accesses(&self) -> u64 {
         self.inner.0.lock().expect("model").stale_device
+    }
+
+    /// RDMA WRITEs that landed in a peer's memory, so far.
+    pub fn rdma_writes(&self) -> u64 {
+        self.inner.0.lock().expect("model").writes
     }
 
     /// SENDs that reached a queue pair not yet connected, so far.
@@ -374,6 +384,7 @@ impl Net {
             ModelMr {
                 mr,
                 remote_read,
+                remote_write: false,
                 device,
                 buffer_id,
             },
@@ -405,7 +416,9 @@ impl Net {
             let flushed: Vec<_> = q.waiting.drain(..).collect();
             for (wr, _) in flushed {
                 let id = match wr {
-                    SendWr::Send { wr_id, .. } | SendWr::Read { wr_id, .. } => wr_id,
+                    SendWr::Send { wr_id, .. }
+                    | SendWr::Read { wr_id, .. }
+                    | SendWr::Write { wr_id, .. } => wr_id,
                 };
                 self.complete(dev, id, qpn, WcKind::Send, WC_FLUSH_ERR);
             }
@@ -661,6 +674,19 @@ impl Fabric for ModelFabric {
         Ok(n.register(self.dev, addr, len, remote_read, device))
     }
 
+    fn reg_mr_window(&mut self, addr: u64, len: u64) -> Result<Mr, String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        if n.gpu_at(addr, len).is_some() {
+            return Err("Bad address (os error 14)".into());
+        }
+        n.registered.host += 1;
+        let mr = n.register(self.dev, addr, len, true, false);
+        if let Some(m) = n.devs[self.dev].mrs.get_mut(&mr.lkey) {
+            m.remote_write = true;
+        }
+        Ok(mr)
+    }
+
     fn reg_dmabuf_mr(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -721,6 +747,7 @@ impl Fabric for ModelFabric {
         let (wr_id, kind) = match wr {
             SendWr::Send { wr_id, .. } => (*wr_id, WcKind::Send),
             SendWr::Read { wr_id, .. } => (*wr_id, WcKind::Read),
+            SendWr::Write { wr_id, .. } => (*wr_id, WcKind::Write),
         };
         if q.error {
             n.complete(self.dev, wr_id, qpn, kind, WC_FLUSH_ERR);
@@ -829,6 +856,52 @@ impl Fabric for ModelFabric {
                             g.write(local.addr, &bytes);
                         }
                         (_, _, None) => unreachable!("device registrations need a GPU"),
+                    }
+                }
+                n.complete(self.dev, wr_id, qpn, kind, status);
+                if status != 0 {
+                    n.qp_error(qpn);
+                }
+            }
+            SendWr::Write {
+                local,
+                remote_addr,
+                rkey,
+                ..
+            } => {
+                let rq = q.remote.expect("connected");
+                let rdev = n.qps.get(&rq).map(|r| r.dev);
+                let len = local.len as u64;
+                // Windows are host memory: a device registration on either
+                // side is a protection error here.
+                if n.covered(self.dev, local.addr, len, local.lkey, false) != Some(false) {
+                    n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
+                    n.qp_error(qpn);
+                    return Ok(());
+                }
+                let status = match rdev {
+                    Some(d) if n.devs[d].dead => RETRY_EXC_ERR,
+                    Some(d)
+                        if n.covered(d, remote_addr, len, rkey, true) == Some(false)
+                            && n.devs[d].mrs.get(&rkey).is_some_and(|m| m.remote_write) =>
+                    {
+                        0
+                    }
+                    _ => REM_ACCESS_ERR,
+                };
+                if status == 0 {
+                    n.writes += 1;
+                    // SAFETY: the destination lies in a live writable
+                    // registration of the owner (checked above; its owner
+                    // keeps registered memory valid until it deregisters),
+                    // the source in the writer's, which the caller keeps
+                    // valid and unwritten until this completion.
+                    unsafe {
+                        std::ptr::copy(
+                            local.addr as *const u8,
+                            remote_addr as *mut u8,
+                            len as usize,
+                        );
                     }
                 }
                 n.complete(self.dev, wr_id, qpn, kind, status);

@@ -560,6 +560,7 @@ impl VerbsFabric {
     fn convert(&self, w: &ibv_wc) -> Wc {
         let kind = match w.opcode {
             ibv_wc_opcode::IBV_WC_RDMA_READ => WcKind::Read,
+            ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcKind::Write,
             o if o & ibv_wc_opcode::IBV_WC_RECV != 0 => WcKind::Recv {
                 len: w.byte_len,
                 imm: if w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
@@ -620,8 +621,11 @@ impl Fabric for VerbsFabric {
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = 0;
         a.port_num = self.port.port;
+        // Remote writes land only in memory registered writable (a
+        // window's: `reg_mr_window`); the queue pair lets them through.
         a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0) as _;
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0) as _;
         let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
             | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
             | ibv_qp_attr_mask::IBV_QP_PORT.0
@@ -819,6 +823,18 @@ impl Fabric for VerbsFabric {
         Ok(self.keep_mr(mr, addr, len, remote_read))
     }
 
+    fn reg_mr_window(&mut self, addr: u64, len: u64) -> Result<Mr, String> {
+        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        // SAFETY: registration pins the range; it reads no memory itself.
+        let mr = unsafe { ibv_reg_mr(self.pd, addr as *mut _, len as usize, access as i32) };
+        if mr.is_null() {
+            return Err(os_err("ibv_reg_mr"));
+        }
+        Ok(self.keep_mr(mr, addr, len, true))
+    }
+
     fn reg_dmabuf_mr(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -906,10 +922,20 @@ impl Fabric for VerbsFabric {
                 local,
                 remote_addr,
                 rkey,
+            }
+            | SendWr::Write {
+                wr_id,
+                local,
+                remote_addr,
+                rkey,
             } => {
                 sge = to_ibv(local);
                 w.wr_id = wr_id;
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                w.opcode = if matches!(wr, SendWr::Read { .. }) {
+                    ibv_wr_opcode::IBV_WR_RDMA_READ
+                } else {
+                    ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                };
                 w.num_sge = 1;
                 w.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
                 w.wr.rdma = rdma_t { remote_addr, rkey };

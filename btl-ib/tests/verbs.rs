@@ -64,6 +64,7 @@ fn run(cfg: IbConfig) {
         ("back_pressure", conformance::back_pressure::<VerbsFixture>),
         ("too_large", conformance::too_large::<VerbsFixture>),
         ("get_bounds", conformance::get_bounds::<VerbsFixture>),
+        ("put_bounds", conformance::put_bounds::<VerbsFixture>),
         ("wait", conformance::wait::<VerbsFixture>),
         ("peer_failure", conformance::peer_failure::<VerbsFixture>),
     ] {
