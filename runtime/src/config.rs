@@ -9,6 +9,7 @@
 //! | `get_threshold` | `GMPI_GET_THRESHOLD` | smallest message sent by single-copy get | the transport's (shm: 8 KiB) |
 //! | `pipeline_chunk` | `GMPI_PIPELINE_CHUNK` | fragment size of the pipelined rendezvous | the transport's largest fragment |
 //! | `cma` | `GMPI_CMA` | use `process_vm_readv` single copy (`true`/`false`) | `true` |
+//! | `rma_rdma` | `GMPI_RMA_RDMA` | one-sided windows between nodes: put and get by RDMA WRITE and READ where a transport offers them (ib), straight into the target's memory with no call of the target; off: every operation is an active message to the target's agent | `true` |
 //! | `shm_ring_bytes` | `GMPI_SHM_RING_BYTES` | bytes per shared-memory ring | automatic (memory bound) |
 //! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 64 KiB + 120 (the eager limit and any pml header) |
 //! | `shm_coop` | `GMPI_SHM_COOP` | cooperative single copy: from `shm_coop_min` bytes the sender, while inside MPI, writes part of a message (`process_vm_writev`) as the receiver reads the rest (below 1 MiB, not for a collective's receive that is reduced right away) | `true`, `false` when oversubscribed (more local ranks than the CPUs in the union of their affinity masks) |
@@ -78,6 +79,8 @@ pub struct Config {
     pub pipeline_chunk: Option<usize>,
     /// Allow CMA single copy.
     pub cma: bool,
+    /// Windows between nodes: put and get by RDMA where a transport can.
+    pub rma_rdma: bool,
     /// Shared-memory ring size.
     #[serde(deserialize_with = "de_size")]
     pub shm_ring_bytes: Option<usize>,
@@ -227,6 +230,7 @@ impl Default for Config {
             get_threshold: None,
             pipeline_chunk: None,
             cma: true,
+            rma_rdma: true,
             shm_ring_bytes: None,
             shm_max_frag: None,
             shm_coop: None,
@@ -366,6 +370,9 @@ impl Config {
         }
         if let Some(v) = get("GMPI_CMA") {
             self.cma = parse_bool(&v).map_err(|e| format!("GMPI_CMA: {e}"))?;
+        }
+        if let Some(v) = get("GMPI_RMA_RDMA") {
+            self.rma_rdma = parse_bool(&v).map_err(|e| format!("GMPI_RMA_RDMA: {e}"))?;
         }
         if let Some(v) = num("GMPI_SPIN")? {
             self.spin = Some(v.min(u64::from(u32::MAX)) as u32);

@@ -5,7 +5,9 @@
 //! written straight from the fragment). A streamed fragment is read by the
 //! driver where [`Pml::stream_target`] says: host memory in place, device
 //! memory through a temporary the pml then has copied in. Completions and
-//! failures go to their `handle_*` input.
+//! failures go to their `handle_*` input, except those of the staging
+//! module's gets and of windows' RDMA transfers (`onesided.rs`), which end
+//! there.
 
 use gmpi_btl::{Event, StreamBody, STREAM_HEAD};
 use gmpi_pml::{Pml, StreamTarget};
@@ -27,6 +29,7 @@ impl<H: HostMemory> Driver<H> {
             let host = &mut self.host;
             let fatal = &mut self.fatal;
             let staging = &mut self.staging;
+            let onesided = &mut self.onesided;
             let got = btl.progress(&mut |ev| {
                 let res = match ev {
                     Event::Frag { peer, data } => pml.handle_frag(i, peer, data, host),
@@ -49,6 +52,23 @@ impl<H: HostMemory> Driver<H> {
                     }
                     Event::GetFailed { token, error } if staging.owns(token) => {
                         staging.get_ended(token, Err(error.to_string()));
+                        Ok(())
+                    }
+                    Event::GetComplete { token } | Event::PutComplete { token }
+                        if onesided.owns(token) =>
+                    {
+                        onesided.ended(token, Ok(()));
+                        Ok(())
+                    }
+                    Event::GetFailed { token, error } | Event::PutFailed { token, error }
+                        if onesided.owns(token) =>
+                    {
+                        onesided.ended(token, Err(error.to_string()));
+                        Ok(())
+                    }
+                    Event::PutComplete { token } | Event::PutFailed { token, .. } => {
+                        // Only windows put; a token nobody waits for.
+                        tracing::warn!(target: "pml", "a put nobody started ended (token {token:#x})");
                         Ok(())
                     }
                     Event::GetComplete { token } => {

@@ -16,6 +16,8 @@
 //!   failures).
 //! - `sleep.rs`: how an idle rank sleeps across several btls.
 //! - `memory.rs`: [`HostMemory`], host memory by address.
+//! - `onesided.rs`: one-sided windows' RDMA reads and writes, issued on a
+//!   btl outside the pml (their exposure, start and end).
 //!
 //! Ordering: actions run in the order the pml emits them. An action a btl
 //! refuses (`NoResource`) goes back to the pml (`handle_refused`), which
@@ -32,6 +34,7 @@
 mod events;
 mod execute;
 pub(crate) mod memory;
+mod onesided;
 mod sleep;
 mod staging;
 
@@ -68,6 +71,8 @@ pub(crate) struct Driver<H> {
     passive: Vec<bool>,
     /// The staged pipeline's work in progress (`staging.rs`).
     staging: staging::Staging,
+    /// Windows' RDMA transfers in flight and ended (`onesided.rs`).
+    onesided: onesided::OneSided,
 }
 
 impl<H> std::fmt::Debug for Driver<H> {
@@ -101,6 +106,7 @@ impl<H: HostMemory> Driver<H> {
             passive,
             btls,
             staging: staging::Staging::default(),
+            onesided: onesided::OneSided::default(),
         }
     }
 

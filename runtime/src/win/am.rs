@@ -7,6 +7,9 @@
 //! ranks: tcp between nodes, shm or loopback within one. Every target of
 //! such a window, this rank included, is reached this way.
 //!
+//! (Puts and gets to a target joined by a btl with RDMA skip all this:
+//! `mod.rs` reads and writes its memory directly.)
+//!
 //! **Origin** ([`call`]): an operation is one request (tag [`TAG_REQ`]:
 //! header, target byte runs, data) and waits for the target's reply (on a
 //! tag of its own, posted before the request leaves). So every operation

@@ -5,8 +5,20 @@
 //! - its ranks share a node: the shared area and CMA, below;
 //! - they do not: active messages over the pml to an agent in each target
 //!   process, with a progress thread for passive target (`am.rs`, whose
-//!   header says how). The epoch bookkeeping and every argument check
-//!   here are the same for both; only the moves differ.
+//!   header says how), except the reads and writes of targets joined to
+//!   this rank by a btl with RDMA (ib): each rank exposes its window
+//!   memory (host memory, not dynamic) to that btl at creation
+//!   ([`rdma_targets`]: `Btl::register_window`, descriptors allgathered),
+//!   and `MPI_Put`, `MPI_Get` and the request forms read and write it by
+//!   RDMA READ and WRITE (`rdma_runs`, through the progress driver's
+//!   `onesided.rs`), waited for before the call returns like an active
+//!   message's reply: the target takes no part, its agent and progress
+//!   thread are not in the way, and every epoch rule below holds
+//!   unchanged (a lock is granted before any transfer under it starts;
+//!   an unlock, fence or complete follows transfers that have ended).
+//!   Accumulates stay active messages, so their atomicity does not depend
+//!   on the NIC's. The epoch bookkeeping and every argument check here are
+//!   the same for every transport; only the moves differ.
 //!
 //! On one node, every window has a shared area (`gmpi_btl_shm::WinArea`): the lock word
 //! and accumulate mutex of each rank, and the post/complete counters of
@@ -68,7 +80,10 @@ pub fn is_host_memory(addr: u64, len: usize) -> bool {
     engine::gpu().is_host(addr, len)
 }
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
+
+use gmpi_btl::{LocalMem, MemDesc};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gmpi_btl_shm::{cma_read, cma_write, WinArea, LOCK_EXCLUSIVE};
@@ -208,6 +223,17 @@ struct WinInner {
     /// mutex by each operation's epoch check.
     access: Vec<AtomicU8>,
     freed: AtomicBool,
+    /// Windows between nodes: the targets this rank reads and writes by
+    /// RDMA (the btl that reaches each, and the target's descriptor of its
+    /// memory); empty, or `None`, for the others (`rdma_runs`).
+    rdma: Vec<Option<(usize, MemDesc)>>,
+    /// This rank's window memory as exposed to peers' RDMA, given back when
+    /// the window is freed.
+    exposed: Option<(usize, MemDesc)>,
+    /// Puts and gets done by RDMA, and by active messages (the debug line
+    /// of `MPI_Win_free`).
+    by_rdma: AtomicU64,
+    by_am: AtomicU64,
 }
 
 /// The transport of a window, chosen at creation for all its targets.
@@ -290,6 +316,77 @@ impl Runs {
     fn iter(&self) -> impl Iterator<Item = (i128, usize)> + '_ {
         self.one.into_iter().chain(self.many.iter().copied())
     }
+}
+
+/// Runs of one RDMA operation beyond which each must average
+/// [`RDMA_MIN_RUN`] bytes for RDMA to be used (else one active message
+/// carries them all).
+const RDMA_MAX_RUNS: usize = 16;
+const RDMA_MIN_RUN: usize = 4096;
+/// How long a failed wait still waits for RDMA transfers in flight.
+const RDMA_DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Windows between nodes: expose this rank's window memory (host memory of
+/// `MPI_Win_create` or `MPI_Win_allocate`, `rma_rdma` on) to peers' RDMA
+/// through the btl that offers it, tell every rank, and find the targets
+/// this rank reaches so: those that exposed theirs and that this rank's
+/// messages reach through such a btl. Collective. Returns the exposure
+/// (given back at `MPI_Win_free`) and the targets' descriptors.
+#[allow(clippy::type_complexity)]
+fn rdma_targets(
+    private: &Communicator,
+    call: &'static str,
+    flavor: WinFlavor,
+    base: u64,
+    size: u64,
+    on_device: bool,
+) -> Result<(Option<(usize, MemDesc)>, Vec<Option<(usize, MemDesc)>>)> {
+    let me = private.rank() as usize;
+    let n = private.size() as usize;
+    let want = matches!(flavor, WinFlavor::Create | WinFlavor::Allocate) && !on_device && size > 0;
+    let exposed = engine::with(call, |e| {
+        Ok(if want && e.cfg.rma_rdma {
+            e.driver.expose_window(base, size)
+        } else {
+            None
+        })
+    })?;
+    let mine = match exposed {
+        Some((_, d)) => [1, d.addr, d.len, d.key],
+        None => [0; 4],
+    };
+    let mut all = vec![0u64; 4 * n];
+    if let Err(err) = private.allgather(&mine[..], &mut all[..]) {
+        if let Some((btl, d)) = exposed {
+            engine::with(call, |e| {
+                e.driver.unexpose_window(btl, &d);
+                Ok(())
+            })?;
+        }
+        return Err(err);
+    }
+    let world = private.inner.peers().to_vec();
+    let rdma = engine::with(call, |e| {
+        let on = e.cfg.rma_rdma;
+        Ok((0..n)
+            .map(|t| {
+                let w = &all[4 * t..4 * t + 4];
+                if t == me || w[0] == 0 || !on {
+                    return None;
+                }
+                let btl = e.driver.rdma_route(world[t])?;
+                Some((
+                    btl,
+                    MemDesc {
+                        addr: w[1],
+                        len: w[2],
+                        key: w[3],
+                    },
+                ))
+            })
+            .collect())
+    })?;
+    Ok((exposed, rdma))
 }
 
 /// Words of a CUDA IPC descriptor on the wire of window creation: the
@@ -635,6 +732,10 @@ impl Window {
                 epochs: Mutex::new(epochs),
                 access: (0..n).map(|_| AtomicU8::new(0)).collect(),
                 freed: AtomicBool::new(false),
+                rdma: Vec::new(),
+                exposed: None,
+                by_rdma: AtomicU64::new(0),
+                by_am: AtomicU64::new(0),
             }),
         })
     }
@@ -686,15 +787,26 @@ impl Window {
                 format!("cannot start the one-sided progress thread: {err}"),
             ));
         }
+        let (exposed, rdma) = match rdma_targets(&private, call, flavor, base, size, on_device) {
+            Ok(x) => x,
+            Err(err) => {
+                if !engine::with(call, |e| Ok(e.rma.remove(ctx)))? {
+                    am::stop_progress_thread();
+                }
+                return Err(err);
+            }
+        };
         let epochs = Epochs {
             seen_post: vec![0; n],
             seen_complete: vec![0; n],
             ..Epochs::default()
         };
+        let direct = rdma.iter().filter(|d| d.is_some()).count();
         tracing::debug!(
             target: "rma",
             "{call}: window of {n} ranks on more than one node ({flavor:?}, {size} bytes here): \
-             active messages"
+             active messages; put and get by RDMA to {direct} targets{}",
+            if exposed.is_some() { ", this rank's memory exposed for RDMA" } else { "" }
         );
         Ok(Window {
             inner: Arc::new(WinInner {
@@ -706,6 +818,10 @@ impl Window {
                 epochs: Mutex::new(epochs),
                 access: (0..n).map(|_| AtomicU8::new(0)).collect(),
                 freed: AtomicBool::new(false),
+                rdma,
+                exposed,
+                by_rdma: AtomicU64::new(0),
+                by_am: AtomicU64::new(0),
             }),
         })
     }
@@ -1118,6 +1234,14 @@ impl Window {
 
     fn read_runs(&self, call: &str, r: &Runs, out: &mut [u8]) -> Result<()> {
         if self.is_am() {
+            let (at, len) = (out.as_mut_ptr() as u64, out.len());
+            // SAFETY: `out` is borrowed mutably for this call, and
+            // `rdma_runs` ends every transfer before it returns.
+            let rdma = unsafe { self.rdma_runs(call, r, at, len, false) };
+            if let Some(done) = rdma {
+                return done;
+            }
+            self.inner.by_am.fetch_add(1, Ordering::Relaxed);
             let runs: Vec<(i128, usize)> = r.iter().collect();
             let req = am::Request::new(am::Kind::Get, &runs, 0);
             return self.am_call(call, r.target, req, out);
@@ -1132,6 +1256,14 @@ impl Window {
 
     fn write_runs(&self, call: &str, r: &Runs, data: &[u8]) -> Result<()> {
         if self.is_am() {
+            let (at, len) = (data.as_ptr() as u64, data.len());
+            // SAFETY: `data` is borrowed for this call (read only), and
+            // `rdma_runs` ends every transfer before it returns.
+            let rdma = unsafe { self.rdma_runs(call, r, at, len, true) };
+            if let Some(done) = rdma {
+                return done;
+            }
+            self.inner.by_am.fetch_add(1, Ordering::Relaxed);
             let runs: Vec<(i128, usize)> = r.iter().collect();
             let req = am::Request::new(am::Kind::Put, &runs, data.len()).data(data);
             return self.am_call(call, r.target, req, &mut []);
@@ -1142,6 +1274,94 @@ impl Window {
             pos += l;
         }
         Ok(())
+    }
+
+    /// Read the runs `r` of a target between nodes into the `len` bytes at
+    /// `local` (`write` false), or write them from there, by RDMA READ or
+    /// WRITE, waiting until every transfer has ended: `None` where this
+    /// rank does not reach the target so (see [`rdma_targets`]), the local
+    /// memory is not host memory, or the runs are too many and small to be
+    /// worth a transfer each (one active message carries them all).
+    ///
+    /// # Safety
+    /// `local..local + len` is valid for writes (for reads with `write`)
+    /// and nothing else touches it during the call: the caller's borrow.
+    unsafe fn rdma_runs(
+        &self,
+        call: &str,
+        r: &Runs,
+        local: u64,
+        len: usize,
+        write: bool,
+    ) -> Option<Result<()>> {
+        let (btl, desc) = (*self.inner.rdma.get(r.target)?)?;
+        let runs = usize::from(r.one.is_some()) + r.many.len();
+        if r.bytes == 0
+            || len < r.bytes
+            || (runs > RDMA_MAX_RUNS && r.bytes < runs * RDMA_MIN_RUN)
+            || !is_host_memory(local, len)
+        {
+            return None;
+        }
+        let peer = self.inner.comm.inner.peers()[r.target];
+        let me = self.rank();
+        self.inner.by_rdma.fetch_add(1, Ordering::Relaxed);
+        Some(engine::with(call, |e| {
+            let mut tokens = Vec::new();
+            let mut failed = None;
+            let mut pos = 0u64;
+            for (o, l) in r.iter() {
+                if l == 0 {
+                    continue;
+                }
+                let m = LocalMem {
+                    addr: local + pos,
+                    len: l,
+                };
+                pos += l as u64;
+                // SAFETY: `m` lies in the caller's borrow (the runs add up
+                // to `r.bytes` ≤ `len`), which outlasts every transfer: this
+                // returns only once each has ended, by the wait below or,
+                // when that fails, `rdma_drain`.
+                match unsafe { e.driver.rdma_start(btl, peer, &desc, o as u64, m, write) } {
+                    Ok(None) => {}
+                    Ok(Some(t)) => tokens.push(t),
+                    Err(why) => {
+                        failed = Some(why);
+                        break;
+                    }
+                }
+            }
+            let waited = e.wait_until(call, |e| {
+                tokens.retain(|&t| match e.driver.rdma_take(t) {
+                    None => true,
+                    Some(res) => {
+                        if let Err(why) = res {
+                            failed.get_or_insert(why);
+                        }
+                        false
+                    }
+                });
+                Ok(tokens.is_empty())
+            });
+            if waited.is_err() {
+                e.driver.rdma_drain(&mut tokens, RDMA_DRAIN_LIMIT);
+            }
+            waited?;
+            match failed {
+                None => Ok(()),
+                Some(why) => Err(Error::new(
+                    ErrorClass::Other,
+                    call,
+                    me,
+                    format!(
+                        "RDMA {} of rank {}'s window memory failed: {why}",
+                        if write { "WRITE into" } else { "READ" },
+                        r.target
+                    ),
+                )),
+            }
+        }))
     }
 
     fn cma_err(&self, call: &str, t: usize, what: String) -> Error {
@@ -2173,7 +2393,15 @@ impl Window {
         fence(Ordering::SeqCst);
         self.inner.comm.barrier()?;
         self.inner.freed.store(true, Ordering::Release);
+        if let Some((btl, desc)) = self.inner.exposed {
+            // Every origin's transfers ended before the barrier.
+            engine::with(CALL, |e| {
+                e.driver.unexpose_window(btl, &desc);
+                Ok(())
+            })?;
+        }
         if self.is_am() {
+            tracing::debug!(target: "rma", "{CALL}: {} puts and gets by RDMA, {} by active messages", self.inner.by_rdma.load(Ordering::Relaxed), self.inner.by_am.load(Ordering::Relaxed));
             // No request to this rank is in flight: every origin's ended
             // before the barrier.
             let ctx = self.inner.comm.inner.ctx;

@@ -13,6 +13,7 @@ use gmpi_pml::HostWrite;
 use super::HostMemory;
 
 mod ib_gpu;
+mod onesided;
 mod sim;
 mod sim_gpu;
 mod wake;
