@@ -76,7 +76,9 @@ check_job() { # check_job NAME NP TIMEOUT [--needs PATTERN]... -- PROGRAM ARGS..
 }
 
 # 1. The btl conformance suite over real verbs (one device, loopback).
-if GMPI_IB_TEST_DEVICE=rxe1 timeout 300 "$VERBS_TEST" --ignored --nocapture --test-threads 1 conformance >/tmp/work/conformance.log 2>&1; then
+# Puts (RDMA WRITE into a window's registration) must have run, not skipped.
+if GMPI_IB_TEST_DEVICE=rxe1 timeout 300 "$VERBS_TEST" --ignored --nocapture --test-threads 1 conformance >/tmp/work/conformance.log 2>&1 \
+    && grep -q "verbs conformance: put_bounds: Ran" /tmp/work/conformance.log; then
     pass conformance
 else
     fail conformance "see conformance.log"
@@ -99,12 +101,19 @@ check_job many 2 180 -- "$CHECK" many 20000
 GMPI_IB_RECV_BUFFERS=2 check_job rnr 2 240 --needs "receivers will answer RNR" -- "$CHECK" sweep 1048576
 # 6. A rank without a usable port: its peers reach it over tcp instead.
 IB_OFF_RANK=1 check_job fallback 2 120 --needs "via tcp" --needs "rank 1 has no ib" -- "$CHECK" sweep 1048576
-# 6a. One-sided communication between nodes (fence, put and get, shared and
-# exclusive locks, accumulate, fetch-and-op, compare-and-swap under
-# contention): active messages over ib, served by the target's progress
-# thread; two ranks per node at np 4.
-GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np2 2 180 --needs "on more than one node .*: active messages" --needs "via ib: eager" -- "$CHECK" rma
-GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np4 4 240 --needs "on more than one node .*: active messages" --needs "via ib: eager" --needs "via shm" -- "$CHECK" rma
+# 6a. One-sided communication between nodes (fence, puts and gets of 1 MiB
+# and more, shared and exclusive locks, a target asleep in compute,
+# accumulate, fetch-and-op, compare-and-swap under contention): puts and
+# gets by RDMA WRITE and READ straight into the other node's window memory,
+# the rest active messages over ib served by the target's progress thread;
+# two ranks per node at np 4 (their same-node targets by active messages
+# over shm). Then everything by active messages (GMPI_RMA_RDMA=off).
+GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np2 2 180 --needs "on more than one node .*: active messages; put and get by RDMA to 1 targets" \
+    --needs "MPI_Win_free: [1-9][0-9]* puts and gets by RDMA" --needs "via ib: eager" -- "$CHECK" rma
+GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np4 4 240 --needs "on more than one node .*: active messages; put and get by RDMA to 2 targets" \
+    --needs "MPI_Win_free: [1-9][0-9]* puts and gets by RDMA" --needs "via ib: eager" --needs "via shm" -- "$CHECK" rma
+GMPI_RMA_RDMA=off GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np2-am 2 180 --needs "active messages; put and get by RDMA to 0 targets" \
+    --needs "MPI_Win_free: 0 puts and gets by RDMA" --needs "via ib: eager" -- "$CHECK" rma
 unset GMPI_LOG
 # 6b. The doctor asks the real device whether it registers dma-bufs
 # (ibv_reg_dmabuf_mr with fd -1: EBADF where it does) and decides GPUDirect
@@ -206,6 +215,13 @@ if [ -n "${PINGPONG:-}" ]; then
             echo "== gmpi pingpong over ib: latency, GMPI_SPIN=1000000 ($k)"
             GMPI_SPIN=1000000 job pp-lat 2 200 "$PINGPONG" --lat-only --min 8 --max 8 --iters 5000
             cat /tmp/work/pp-lat.log
+        done
+        # One-sided between the nodes: put/get latency and put bandwidth,
+        # RDMA against active messages (the target's progress thread).
+        for m in on off; do
+            echo "== gmpi pingpong --rma over ib, GMPI_RMA_RDMA=$m"
+            GMPI_RMA_RDMA=$m job pp-rma 2 300 "$PINGPONG" --rma --min 8 --max 1048576 --iters 1000
+            cat /tmp/work/pp-rma.log
         done
         echo "== gmpi pingpong over ib: 1 MiB"
         job pp-bw 2 300 "$PINGPONG" --min 1048576 --max 1048576 --iters 16

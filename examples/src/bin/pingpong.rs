@@ -14,6 +14,14 @@
 //!
 //! `--check` fills every message with a pattern and verifies every byte;
 //! `--lat-only` skips the bandwidth test (for profiling).
+//!
+//! `--rma` measures one-sided communication instead (the shape of OSU's
+//! `osu_put_latency`, `osu_get_latency` and `osu_put_bw` with passive
+//! target): rank 0 holds a shared lock on rank 1's window
+//! (`MPI_Win_allocate`) for the whole run, and times `MPI_Put` and
+//! `MPI_Get` of each size (each has completed when it returns: the
+//! latency), and 64 puts in a row (the bandwidth); rank 1 only waits in a
+//! barrier meanwhile.
 
 use std::time::Instant;
 
@@ -23,6 +31,7 @@ struct Opts {
     iters: usize,
     check: bool,
     lat_only: bool,
+    rma: bool,
 }
 
 fn parse_size(s: &str) -> usize {
@@ -45,6 +54,7 @@ fn opts() -> Opts {
         iters: 1000,
         check: false,
         lat_only: false,
+        rma: false,
     };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
@@ -54,8 +64,9 @@ fn opts() -> Opts {
             "--iters" => o.iters = a.next().and_then(|v| v.parse().ok()).unwrap_or(1000),
             "--check" => o.check = true,
             "--lat-only" => o.lat_only = true,
+            "--rma" => o.rma = true,
             "-h" | "--help" => {
-                println!("usage: gmpirun -np 2 pingpong [--min BYTES] [--max BYTES] [--iters N] [--check] [--lat-only]");
+                println!("usage: gmpirun -np 2 pingpong [--min BYTES] [--max BYTES] [--iters N] [--check] [--lat-only] [--rma]");
                 std::process::exit(0);
             }
             other => {
@@ -121,6 +132,9 @@ fn main() -> Result<(), gmpi::Error> {
     if size < 2 {
         eprintln!("pingpong needs 2 ranks: gmpirun -np 2 pingpong");
         std::process::exit(2);
+    }
+    if o.rma {
+        return rma(&o, &world);
     }
     let window = 64;
     let mut sbuf = vec![0u8; o.max.max(1)];
@@ -241,5 +255,64 @@ fn main() -> Result<(), gmpi::Error> {
         }
     }
     world.barrier()?;
+    Ok(())
+}
+
+/// `--rma`: put and get latency and put bandwidth, rank 0 to rank 1's
+/// window under one shared lock (see the module header).
+fn rma(o: &Opts, world: &gmpi::Communicator) -> Result<(), gmpi::Error> {
+    let rank = world.rank();
+    let win = world.win_allocate::<u8>(o.max.max(1))?;
+    let mut buf = vec![0u8; o.max.max(1)];
+    if rank == 0 {
+        println!("# gmpi pingpong --rma: rank 0 puts and gets into rank 1's window (passive target, one shared lock)");
+        println!(
+            "# {:>10} {:>14} {:>14} {:>16}",
+            "size (B)", "put (us)", "get (us)", "put bw (MB/s)"
+        );
+        let g = win.lock(1, gmpi::LockType::Shared)?;
+        for s in sizes(o.min.max(1), o.max) {
+            let iters = if s >= 1 << 20 {
+                (o.iters / 10).max(10)
+            } else {
+                o.iters
+            };
+            let warm = (iters / 10).max(2);
+            let mut time = |get: bool, reps: usize| -> Result<f64, gmpi::Error> {
+                let mut t0 = Instant::now();
+                for i in 0..reps + warm {
+                    if i == warm {
+                        t0 = Instant::now();
+                    }
+                    if get {
+                        g.get(1, 0, &mut buf[..s])?;
+                    } else {
+                        if o.check {
+                            fill(&mut buf, s, i);
+                        }
+                        g.put(1, 0, &buf[..s])?;
+                        if o.check {
+                            let mut back = vec![0u8; s];
+                            g.get(1, 0, &mut back)?;
+                            verify(&back, s, i);
+                        }
+                    }
+                }
+                Ok(t0.elapsed().as_secs_f64() / reps as f64)
+            };
+            let put = time(false, iters)? * 1e6;
+            let get = time(true, iters)? * 1e6;
+            let bw = if o.lat_only {
+                0.0
+            } else {
+                let reps = 64 * (iters / 10).max(5);
+                s as f64 / time(false, reps)? / 1e6
+            };
+            println!("{:>12} {:>14.3} {:>14.3} {:>16.1}", s, put, get, bw);
+        }
+        drop(g);
+    }
+    world.barrier()?;
+    win.free()?;
     Ok(())
 }

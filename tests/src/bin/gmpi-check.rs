@@ -562,6 +562,78 @@ fn rma(w: &Communicator) -> R {
         || format!("window memory after the ring: {mem:?}"),
     )?;
 
+    // Large transfers (between nodes over ib: RDMA WRITEs and READs of
+    // several chunks): each rank writes a pattern of its own into its right
+    // neighbour's window at an odd offset and reads it back; after the last
+    // fence each finds its left neighbour's pattern, and nothing else
+    // written, in its own memory.
+    {
+        const LEN: usize = (1 << 20) + 4099;
+        const AT: usize = 33;
+        let pat = |r: i32, i: usize| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ r as u8;
+        let mut big = vec![0u8; AT + LEN + 64];
+        {
+            let win = w.win_create(&mut big[..]).map_err(e)?;
+            let ep = win.fence().map_err(e)?;
+            let data: Vec<u8> = (0..LEN).map(|i| pat(me, i)).collect();
+            ep.put(right, AT, &data).map_err(e)?;
+            ep.fence().map_err(e)?;
+            let mut back = vec![0u8; LEN];
+            ep.get(right, AT, &mut back).map_err(e)?;
+            check(back == data, || {
+                let at = back.iter().zip(&data).position(|(a, b)| a != b);
+                format!(
+                    "a {LEN}-byte get read back other bytes than the put wrote (first at {at:?})"
+                )
+            })?;
+            ep.close().map_err(e)?;
+            win.free().map_err(e)?;
+        }
+        let bad = (0..big.len()).find(|&i| {
+            let want = if (AT..AT + LEN).contains(&i) {
+                pat(left, i - AT)
+            } else {
+                0
+            };
+            big[i] != want
+        });
+        check(bad.is_none(), || {
+            format!("window memory after the large ring differs at byte {bad:?}")
+        })?;
+    }
+    // Passive target while the target computes: rank 0 sleeps, calling
+    // nothing, while every other rank locks it, puts, reads back, unlocks.
+    {
+        let win = w.win_allocate::<u64>(n as usize).map_err(e)?;
+        w.barrier().map_err(e)?;
+        if me == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        } else {
+            let g = win.lock(0, LockType::Exclusive).map_err(e)?;
+            g.put(0, me as usize, &[me as u64 + 100]).map_err(e)?;
+            let mut v = [0u64];
+            g.get(0, me as usize, &mut v).map_err(e)?;
+            check(v == [me as u64 + 100], || {
+                format!("read back {v:?} from a sleeping target")
+            })?;
+            drop(g);
+        }
+        w.barrier().map_err(e)?;
+        if me == 0 {
+            let g = win.lock(0, LockType::Shared).map_err(e)?;
+            let mut v = vec![0u64; n as usize];
+            g.get(0, 0, &mut v).map_err(e)?;
+            let want: Vec<u64> = (0..n as u64)
+                .map(|r| if r == 0 { 0 } else { r + 100 })
+                .collect();
+            check(v == want, || {
+                format!("the sleeping target's window {v:?}, want {want:?}")
+            })?;
+        }
+        w.barrier().map_err(e)?;
+        win.free().map_err(e)?;
+    }
+
     let win = w.win_allocate::<u64>(4).map_err(e)?;
     for _ in 0..20 {
         let g = win.lock(0, LockType::Shared).map_err(e)?;
