@@ -69,7 +69,11 @@
 //!   its owner exposed for a window ([`Btl::register_window`]: registered
 //!   writable, on its own, for the window's life), chunked like gets (at
 //!   most `max_rd_atomic` chunks of one put in flight); the source comes
-//!   from the registration cache. A put completes when its last WRITE's
+//!   from the registration cache. Puts and host gets of at most
+//!   [`BOUNCE_MAX`] bytes go through a registered send slot instead (a
+//!   put's bytes copied in at the start, a get's out at its completion):
+//!   a window's small transfers come from and go to buffers, often fresh
+//!   temporaries, that registering would cost more than copying. A put completes when its last WRITE's
 //!   completion comes: the owner's port has acknowledged every byte.
 //! - **Registrations** of host memory (a send buffer peers read, a get's
 //!   destination) come from the registration cache ([`rcache`]): the
@@ -105,8 +109,9 @@
 //!   queue pairs are destroyed.
 
 // `unsafe` lives in `verbs.rs` and `model.rs` (memory the device or the
-// model reads and writes) and in the few calls below that hand the
-// `Fabric` contract on, each with a SAFETY comment.
+// model reads and writes), in the few calls below that hand the
+// `Fabric` contract on, and in the copies of small one-sided transfers
+// through send slots (`Held::Bounce`), each with a SAFETY comment.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod card;
@@ -311,14 +316,24 @@ struct Peer {
     reported: bool,
 }
 
-/// A registration cache's entry a get holds.
+/// What registered memory a get holds.
 #[derive(Debug, Clone, Copy)]
 enum Held {
-    /// Of the host registration cache.
+    /// An entry of the host registration cache.
     Host(u64),
-    /// Of the device registration cache.
+    /// An entry of the device registration cache.
     Device(u64),
+    /// A send slot it goes through (a small one-sided transfer): a put's
+    /// bytes were copied in when it started; a get's are copied out to
+    /// `to` when it completes.
+    Bounce { slot: u32, to: u64 },
 }
+
+/// Largest host transfer of [`Btl::get`] or [`Btl::put`] that goes through
+/// a registered send slot instead of registering its memory (a window's
+/// small puts and gets: a copy costs less than a registration, or a look-up
+/// in the cache that a fresh temporary buffer misses).
+pub const BOUNCE_MAX: usize = 4096;
 
 /// A get (RDMA READs) or a put (RDMA WRITEs) in progress.
 #[derive(Debug)]
@@ -332,8 +347,10 @@ struct GetOp {
     /// The destination's (a put's source's) registration (it may start
     /// before `dst`).
     local: Mr,
-    /// Its entry in the registration cache that holds it.
+    /// Its entry in the registration cache that holds it, or its slot.
     held: Held,
+    /// Where the bytes land (a put: come from): the destination (source),
+    /// or the slot they go through.
     dst: u64,
     len: u64,
     /// Bytes posted so far.
@@ -973,7 +990,7 @@ impl<F: Fabric> IbBtl<F> {
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
-        dst: LocalMem,
+        mut dst: LocalMem,
         device: Option<DeviceMem<'_>>,
         token: u64,
         write: bool,
@@ -1007,12 +1024,38 @@ impl<F: Fabric> IbBtl<F> {
             (true, false) => "a device receive buffer",
             (false, false) => "a receive buffer",
         };
-        let (local, held) = match device {
-            None => self
+        let f = self.cfg.max_frag;
+        // Small host transfers go through a send slot while enough are free
+        // for the sends (which take one each until their completion).
+        let bounce = device.is_none()
+            && len as usize <= BOUNCE_MAX.min(f)
+            && self.free_slots.len() > 2 * self.cfg.signal_every as usize;
+        let bounced = bounce.then(|| self.free_slots.pop()).flatten();
+        let (local, held) = match (bounced, device) {
+            (Some(slot), _) => {
+                let at = slot as usize * f;
+                if write {
+                    // SAFETY: `dst` (a put's source) is valid for reads of
+                    // `len` bytes during the call (`Btl::put`'s contract);
+                    // it is copied now and not read again.
+                    let src =
+                        unsafe { std::slice::from_raw_parts(dst.addr as *const u8, len as usize) };
+                    self.tx[at..at + len as usize].copy_from_slice(src);
+                }
+                let addr = self.tx.as_ptr() as u64 + at as u64;
+                Ok((
+                    self.tx_mr,
+                    Held::Bounce {
+                        slot,
+                        to: std::mem::replace(&mut dst.addr, addr),
+                    },
+                ))
+            }
+            (None, None) => self
                 .rcache
                 .acquire(&mut self.fabric, dst.addr, len)
                 .map(|u| (u.mr, Held::Host(u.id))),
-            Some(dev) => self
+            (None, Some(dev)) => self
                 .reg_device(dst.addr, len, dev)
                 .map(|u| (u.mr, Held::Device(u.id))),
         }
@@ -1184,9 +1227,11 @@ impl<F: Fabric> IbBtl<F> {
         let qpn = p.qp.expect("only ready peers are posted to").qpn;
         // SAFETY: a send's memory is a slot of `self.tx` (held in `posted`
         // until a completion retires it) or inline (copied now); a read's
-        // is a get's destination, registered and held by its `GetOp`, which
-        // the caller of `Btl::get` keeps valid until GetComplete/GetFailed,
-        // reported only once its last chunk has completed.
+        // is a get's destination (a put's source), registered and held by
+        // its `GetOp`, which the caller of `Btl::get` (`put`) keeps valid
+        // until GetComplete/GetFailed (PutComplete/PutFailed), reported
+        // only once its last chunk has completed, or a send slot the
+        // `GetOp` holds (`Held::Bounce`) until then.
         unsafe { self.fabric.post_send(qpn, &wr) }?;
         self.peers[i].posted.push_back(Posted { seq, slot, get });
         Ok(())
@@ -1419,6 +1464,25 @@ impl<F: Fabric> IbBtl<F> {
             match op.held {
                 Held::Host(id) => self.rcache.release(&mut self.fabric, id),
                 Held::Device(id) => self.devcache.release(&mut self.fabric, id),
+                Held::Bounce { slot, to } => {
+                    if !op.write && op.error.is_none() {
+                        let at = slot as usize * self.cfg.max_frag;
+                        let n = op.len as usize;
+                        // SAFETY: `to` is the get's destination, valid for
+                        // writes of `len` bytes and untouched by anyone else
+                        // until the GetComplete reported just below
+                        // (`Btl::get`'s contract); the slot holds what the
+                        // READ brought.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                self.tx[at..at + n].as_ptr(),
+                                to as *mut u8,
+                                n,
+                            );
+                        }
+                    }
+                    self.free_slots.push(slot);
+                }
             }
             let token = op.token;
             match (op.write, op.error) {
