@@ -114,7 +114,34 @@ GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np4 4 240 --needs "on more 
     --needs "MPI_Win_free: [1-9][0-9]* puts and gets by RDMA" --needs "via ib: eager" --needs "via shm" -- "$CHECK" rma
 GMPI_RMA_RDMA=off GMPI_LOG=pml=debug,btl=debug,rma=debug check_job rma-np2-am 2 180 --needs "active messages; put and get by RDMA to 0 targets" \
     --needs "MPI_Win_free: 0 puts and gets by RDMA" --needs "via ib: eager" -- "$CHECK" rma
-unset GMPI_LOG
+# 6c. Programs nobody here wrote, built against MPICH, on gmpi's libmpi.so.12
+# between the nodes: capi/tests/c/rma.c (every flavor and synchronisation
+# mode, a vector target type, request forms, contention, passive target while
+# the target computes) by MPICH's mpicc, and Debian's OpenCoarrays test
+# programs (coarray Fortran over MPI one-sided communication).
+export LD_LIBRARY_PATH=/tmp/work/lib
+if [ -n "${RMA_C:-}" ]; then
+    for np in 2 4; do
+        GMPI_LOG=rma=debug check_job rma-c-np$np $np 300 --needs "OK rma np=$np" \
+            --needs "put and get by RDMA to $((np / 2)) targets" --needs "MPI_Win_free: [1-9][0-9]* puts and gets by RDMA" -- "$RMA_C"
+    done
+else
+    fail rma-c "mpicc.mpich was not there to build capi/tests/c/rma.c"
+fi
+oc=/usr/lib/x86_64-linux-gnu/open-coarrays/mpich/bin/OpenCoarrays-2.10.1-tests
+if [ -d "$oc" ]; then
+    # Coarray gets and puts go by RDMA; collectives, atomics and image
+    # synchronisation by messages and accumulates.
+    for p in get_array send_array strided_get; do
+        GMPI_LOG=rma=debug check_job "coarray-$p" 2 300 --needs "MPI_Win_free: [1-9][0-9]* puts and gets by RDMA" -- "$oc/$p"
+    done
+    for p in co_sum_test atomics syncimages; do
+        check_job "coarray-$p" 2 300 -- "$oc/$p"
+    done
+else
+    fail coarray "libcoarrays-mpich-dev is not installed"
+fi
+unset LD_LIBRARY_PATH GMPI_LOG
 # 6b. The doctor asks the real device whether it registers dma-bufs
 # (ibv_reg_dmabuf_mr with fd -1: EBADF where it does) and decides GPUDirect
 # RDMA; without a GPU the answer must be "no", with the reason.

@@ -9,12 +9,13 @@
 # buffer, buffers unmapped, emptied and moved between messages (the registration cache),
 # 20000 messages in flight, forced RNR, a rank without ib, one-sided communication
 # between nodes at np 2 and 4, every collective at np 2 and 4,
+# one-sided C tests built by MPICH's mpicc and OpenCoarrays' programs between the nodes,
 # a killed rank, a port that goes down under a job. Prints one line per check and exits
 # non-zero if any fails.
 # With FIGURES=1 it also measures perftest and gmpi's pingpong on the same pair.
 #
 # Needs: qemu-system-x86 cpio rdma-core ibverbs-providers libibverbs-dev librdmacm-dev
-# libclang-dev perftest iproute2 (Debian), the `../shared/rxe` recipe, and about 10 minutes.
+# libclang-dev perftest iproute2 mpich libmpich-dev libcoarrays-mpich-dev (Debian), the `../shared/rxe` recipe, and about 10 minutes.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../../.." && pwd -P)
 cd "$repo"
@@ -28,9 +29,9 @@ done
 [ -x "$shared/rxe/build-guest.sh" ] || die "$shared/rxe/build-guest.sh is missing"
 
 target=${CARGO_TARGET_DIR:-target}
-features=gmpi-tests/ib,gmpi-launcher/ib,gmpi-examples/ib
+features=gmpi-tests/ib,gmpi-launcher/ib,gmpi-examples/ib,gmpi-capi/ib
 echo "rxe: building with feature ib"
-cargo build --release -q -p gmpi-tests -p gmpi-launcher -p gmpi-examples --features "$features"
+cargo build --release -q -p gmpi-tests -p gmpi-launcher -p gmpi-examples -p gmpi-capi --features "$features"
 verbs_test=$(cargo test -q --release -p gmpi-btl-ib --features ib --test verbs --no-run --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -x "$verbs_test" ] || die "could not build btl-ib's verbs test"
@@ -52,6 +53,17 @@ rel=$(abs "$target/release")
     echo "VERBS_TEST=$(abs "$verbs_test")"
     [ "${FIGURES:-0}" = 1 ] && echo "PINGPONG=$rel/pingpong"
 } >"$work/env"
+# The C ABI for programs built against MPICH: libmpich.so.12 is gmpi's
+# libmpi.so.12, as install.sh lays it out; capi/tests/c/rma.c built by
+# MPICH's mpicc, and Debian's OpenCoarrays test programs (MPICH flavour),
+# run on it between the nodes.
+mkdir -p "$work/lib"
+cp "$rel/libmpi.so" "$work/lib/libmpi.so.12"
+ln -s libmpi.so.12 "$work/lib/libmpich.so.12"
+if command -v mpicc.mpich >/dev/null; then
+    mpicc.mpich -std=c99 -O2 -o "$work/rma-mpich" "$repo/capi/tests/c/rma.c"
+    echo "RMA_C=/tmp/work/rma-mpich" >>"$work/env"
+fi
 cp "$repo/btl-ib/tests/rxe/guest.sh" "$work/guest.sh"
 chmod +x "$work/guest.sh"
 echo "rxe: booting the guest (work directory $work)"
