@@ -344,8 +344,13 @@ fn rdma_targets(
     let me = private.rank() as usize;
     let n = private.size() as usize;
     let want = matches!(flavor, WinFlavor::Create | WinFlavor::Allocate) && !on_device && size > 0;
+    let world = private.inner.peers().to_vec();
+    // Exposed only where some other rank of the window is reached through
+    // such a btl (its route back is the same kind): pinned memory nobody
+    // could write is not registered.
     let exposed = engine::with(call, |e| {
-        Ok(if want && e.cfg.rma_rdma {
+        let reached = (0..n).any(|t| t != me && e.driver.rdma_route(world[t]).is_some());
+        Ok(if want && reached && e.cfg.rma_rdma {
             e.driver.expose_window(base, size)
         } else {
             None
@@ -365,7 +370,6 @@ fn rdma_targets(
         }
         return Err(err);
     }
-    let world = private.inner.peers().to_vec();
     let rdma = engine::with(call, |e| {
         let on = e.cfg.rma_rdma;
         Ok((0..n)
