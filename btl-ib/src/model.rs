@@ -409,6 +409,15 @@ impl Net {
         });
     }
 
+    /// Complete a send-queue request with `status`; one that failed moves
+    /// its queue pair to the error state, as on real RC.
+    fn finish(&mut self, dev: usize, wr_id: u64, qpn: u32, kind: WcKind, status: u32) {
+        self.complete(dev, wr_id, qpn, kind, status);
+        if status != 0 {
+            self.qp_error(qpn);
+        }
+    }
+
     fn qp_error(&mut self, qpn: u32) {
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.error = true;
@@ -758,8 +767,7 @@ impl Fabric for ModelFabric {
                 if !inline
                     && n.covered(self.dev, sge.addr, sge.len as u64, sge.lkey, false) != Some(false)
                 {
-                    n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
-                    n.qp_error(qpn);
+                    n.finish(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     return Ok(());
                 }
                 if inline && sge.len > self.port.max_inline {
@@ -799,8 +807,7 @@ impl Fabric for ModelFabric {
                 let Some(local_dev) =
                     n.covered(self.dev, local.addr, len as u64, local.lkey, false)
                 else {
-                    n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
-                    n.qp_error(qpn);
+                    n.finish(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     return Ok(());
                 };
                 let (status, remote_dev) = match rdev {
@@ -858,10 +865,7 @@ impl Fabric for ModelFabric {
                         (_, _, None) => unreachable!("device registrations need a GPU"),
                     }
                 }
-                n.complete(self.dev, wr_id, qpn, kind, status);
-                if status != 0 {
-                    n.qp_error(qpn);
-                }
+                n.finish(self.dev, wr_id, qpn, kind, status);
             }
             SendWr::Write {
                 local,
@@ -875,8 +879,7 @@ impl Fabric for ModelFabric {
                 // Windows are host memory: a device registration on either
                 // side is a protection error here.
                 if n.covered(self.dev, local.addr, len, local.lkey, false) != Some(false) {
-                    n.complete(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
-                    n.qp_error(qpn);
+                    n.finish(self.dev, wr_id, qpn, kind, LOC_PROT_ERR);
                     return Ok(());
                 }
                 let status = match rdev {
@@ -904,10 +907,7 @@ impl Fabric for ModelFabric {
                         );
                     }
                 }
-                n.complete(self.dev, wr_id, qpn, kind, status);
-                if status != 0 {
-                    n.qp_error(qpn);
-                }
+                n.finish(self.dev, wr_id, qpn, kind, status);
             }
         }
         c.notify_all();

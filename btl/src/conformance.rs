@@ -267,23 +267,35 @@ struct Log {
     failed: Vec<Rank>,
 }
 
+/// A one-sided transfer of the checks: [`Btl::get`] or [`Btl::put`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Xfer {
+    Get,
+    Put,
+}
+
+impl Xfer {
+    fn name(self) -> &'static str {
+        match self {
+            Xfer::Get => "get",
+            Xfer::Put => "put",
+        }
+    }
+}
+
 impl Log {
-    /// Completions (good or failed) of get `token`.
-    fn get_ends(&self, token: u64) -> usize {
-        self.got
-            .iter()
-            .chain(&self.get_failed)
-            .filter(|&&t| t == token)
-            .count()
+    /// The tokens of `x`'s transfers that completed, and that failed.
+    fn ended(&self, x: Xfer) -> (&[u64], &[u64]) {
+        match x {
+            Xfer::Get => (&self.got, &self.get_failed),
+            Xfer::Put => (&self.put, &self.put_failed),
+        }
     }
 
-    /// Completions (good or failed) of put `token`.
-    fn put_ends(&self, token: u64) -> usize {
-        self.put
-            .iter()
-            .chain(&self.put_failed)
-            .filter(|&&t| t == token)
-            .count()
+    /// Completions (good or failed) of transfer `token` of kind `x`.
+    fn ends(&self, x: Xfer, token: u64) -> usize {
+        let (ok, failed) = self.ended(x);
+        ok.iter().chain(failed).filter(|&&t| t == token).count()
     }
 }
 
@@ -403,6 +415,66 @@ impl<F: Fixture> Rig<F> {
     fn settle(&mut self) {
         for _ in 0..32 {
             self.pass();
+        }
+    }
+
+    /// Submit transfer `token` of kind `x` from endpoint `at` (`submit`,
+    /// again while it answers `NoResource`) and see it end: whether it
+    /// succeeded. Its token goes to `queued` (answered `Queued`) or
+    /// `finished` (answered at once).
+    fn transfer(
+        &mut self,
+        x: Xfer,
+        at: usize,
+        token: u64,
+        queued: &mut Vec<u64>,
+        finished: &mut Vec<u64>,
+        mut submit: impl FnMut(&mut F) -> Result<Submit, BtlError>,
+    ) -> bool {
+        let mut res = submit(&mut self.f);
+        for _ in 0..PASSES {
+            if res != Ok(Submit::NoResource) {
+                break;
+            }
+            self.pass();
+            res = submit(&mut self.f);
+        }
+        let what = x.name();
+        match res {
+            Ok(Submit::Done) => {
+                finished.push(token);
+                true
+            }
+            Ok(Submit::Queued) => {
+                queued.push(token);
+                self.drive(&format!("a queued {what}'s completion"), |l| {
+                    l[at].ends(x, token) > 0
+                });
+                self.logs[at].ended(x).0.contains(&token)
+            }
+            Ok(Submit::NoResource) => panic!("{}: a {what} refused for {PASSES} passes", self.name),
+            Err(_) => {
+                finished.push(token);
+                false
+            }
+        }
+    }
+
+    /// Every queued transfer of kind `x` at endpoint `at` (`queued`) ended
+    /// exactly once, and none of those answered at once (`finished`) ended
+    /// again.
+    fn check_ends(&self, x: Xfer, at: usize, queued: &[u64], finished: &[u64]) {
+        let (name, what) = (&self.name, x.name());
+        for &t in queued {
+            let n = self.logs[at].ends(x, t);
+            assert_eq!(n, 1, "{name}: queued {what} {t} completed {n} times");
+        }
+        for &t in finished {
+            assert_eq!(
+                self.logs[at].ends(x, t),
+                0,
+                "{name}: {what} {t} answered at once, then completed again"
+            );
         }
     }
 
@@ -811,31 +883,9 @@ pub fn get_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
             addr: buf.addr + GUARD as u64,
             len,
         };
-        let mut res = r.f.get(getter, peer, remote, off, dst, token, alone);
-        for _ in 0..PASSES {
-            if res != Ok(Submit::NoResource) {
-                break;
-            }
-            r.pass();
-            res = r.f.get(getter, peer, remote, off, dst, token, alone);
-        }
-        let ok = match res {
-            Ok(Submit::Done) => {
-                finished.push(token);
-                true
-            }
-            Ok(Submit::Queued) => {
-                queued.push(token);
-                let t = token;
-                r.drive("a queued get's completion", |l| l[getter].get_ends(t) > 0);
-                r.logs[getter].got.contains(&t)
-            }
-            Ok(Submit::NoResource) => panic!("{}: a get refused for {PASSES} passes", r.name),
-            Err(_) => {
-                finished.push(token);
-                false
-            }
-        };
+        let ok = r.transfer(Xfer::Get, getter, token, &mut queued, &mut finished, |f| {
+            f.get(getter, peer, remote, off, dst, token, alone)
+        });
         let all = r.f.read(getter, buf);
         (ok, all)
     };
@@ -889,33 +939,8 @@ pub fn get_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
         );
     }
     r.settle();
-    check_ends(&r.name, "get", &queued, &finished, |t| {
-        r.logs[getter].get_ends(t)
-    });
+    r.check_ends(Xfer::Get, getter, &queued, &finished);
     Outcome::Ran
-}
-
-/// Every queued transfer (`what`: get or put) of `queued` ended exactly
-/// once, and none of those `finished` at once ended again (`ends`: how
-/// many times a token ended).
-fn check_ends(
-    name: &str,
-    what: &str,
-    queued: &[u64],
-    finished: &[u64],
-    ends: impl Fn(u64) -> usize,
-) {
-    for &t in queued {
-        let n = ends(t);
-        assert_eq!(n, 1, "{name}: queued {what} {t} completed {n} times");
-    }
-    for &t in finished {
-        assert_eq!(
-            ends(t),
-            0,
-            "{name}: {what} {t} answered at once, then completed again"
-        );
-    }
 }
 
 /// Transfers a btl must refuse: past the end of `desc` (`region` bytes),
@@ -1011,31 +1036,9 @@ pub fn put_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
     let mut put = |r: &mut Rig<F>, remote: &MemDesc, off: u64, data: &[u8]| {
         token += 1;
         let src = r.f.alloc(putter, data);
-        let mut res = r.f.put(putter, peer, remote, off, src, token);
-        for _ in 0..PASSES {
-            if res != Ok(Submit::NoResource) {
-                break;
-            }
-            r.pass();
-            res = r.f.put(putter, peer, remote, off, src, token);
-        }
-        match res {
-            Ok(Submit::Done) => {
-                finished.push(token);
-                true
-            }
-            Ok(Submit::Queued) => {
-                queued.push(token);
-                let t = token;
-                r.drive("a queued put's completion", |l| l[putter].put_ends(t) > 0);
-                r.logs[putter].put.contains(&t)
-            }
-            Ok(Submit::NoResource) => panic!("{}: a put refused for {PASSES} passes", r.name),
-            Err(_) => {
-                finished.push(token);
-                false
-            }
-        }
+        r.transfer(Xfer::Put, putter, token, &mut queued, &mut finished, |f| {
+            f.put(putter, peer, remote, off, src, token)
+        })
     };
     for (k, (off, len)) in [
         (0, region),
@@ -1079,9 +1082,7 @@ pub fn put_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
         );
     }
     r.settle();
-    check_ends(&r.name, "put", &queued, &finished, |t| {
-        r.logs[putter].put_ends(t)
-    });
+    r.check_ends(Xfer::Put, putter, &queued, &finished);
     r.f.btl(owner).deregister(&desc);
     Outcome::Ran
 }

@@ -325,15 +325,7 @@ impl SimBtl {
         token: u64,
     ) -> Result<Submit, BtlError> {
         let mut st = self.st.lk();
-        if !self.caps.put {
-            return Err(BtlError::Unsupported(self.caps.name));
-        }
-        if peer >= st.n {
-            return Err(BtlError::Unreachable(peer));
-        }
-        if st.dead[peer as usize] {
-            return Err(BtlError::PeerFailed(peer));
-        }
+        self.reachable(&st, self.caps.put, peer)?;
         let len = src.len as u64;
         let in_desc = offset.checked_add(len).is_some_and(|end| end <= remote.len);
         let at = remote.addr.checked_add(offset);
@@ -358,6 +350,21 @@ impl SimBtl {
         let bytes = own.lk().read(src.addr, src.len).to_vec();
         mem.lk().write(remote.addr + offset, &bytes);
         self.end(&mut st, Op::Put, token, None)
+    }
+
+    /// Whether a get or put (`able`: the capability it needs) can reach
+    /// `peer` at all: the error it fails with where not.
+    fn reachable(&self, st: &State, able: bool, peer: Rank) -> Result<(), BtlError> {
+        if !able {
+            return Err(BtlError::Unsupported(self.caps.name));
+        }
+        if peer >= st.n {
+            return Err(BtlError::Unreachable(peer));
+        }
+        if st.dead[peer as usize] {
+            return Err(BtlError::PeerFailed(peer));
+        }
+        Ok(())
     }
 
     /// How get or put `token` ends: at once (`Done`, or `err`), or, on a
@@ -407,15 +414,7 @@ impl SimBtl {
         mut raw: Option<&mut dyn FnMut(Raw<'_>)>,
     ) -> Result<Submit, BtlError> {
         let mut st = self.st.lk();
-        if !self.caps.get {
-            return Err(BtlError::Unsupported(self.caps.name));
-        }
-        if peer >= st.n {
-            return Err(BtlError::Unreachable(peer));
-        }
-        if st.dead[peer as usize] {
-            return Err(BtlError::PeerFailed(peer));
-        }
+        self.reachable(&st, self.caps.get, peer)?;
         let src = remote.addr.checked_add(offset);
         let in_desc = offset
             .checked_add(dst.len as u64)
