@@ -165,8 +165,6 @@ pub struct Pml {
     claimed: std::collections::HashMap<u64, matching::Unexpected>,
     next_claim: u64,
     actions: VecDeque<Action>,
-    /// Empty between calls: where [`Pml::retry_refused`] parks `actions`.
-    spare: VecDeque<Action>,
     /// The blocking receive waiting in place of a request, if any
     /// ([`Pml::post_recv_direct`]).
     direct: Option<recv::Direct>,
@@ -192,7 +190,6 @@ impl Pml {
             claimed: std::collections::HashMap::new(),
             next_claim: 0,
             actions: VecDeque::new(),
-            spare: VecDeque::new(),
             direct: None,
             copy_faults: std::collections::HashMap::new(),
             registered: std::collections::HashMap::new(),
@@ -262,10 +259,14 @@ impl Pml {
         self.btls[btl].plans.table(buf.kind, mode).plan(buf.len)
     }
 
-    /// The next action for the driver. Actions for a peer whose transport
-    /// refused an earlier one wait behind it (see `peer.rs`).
+    /// The next action for the driver: refused ones first while a retry
+    /// round is on ([`Pml::retry_refused`]). Actions for a peer whose
+    /// transport refused an earlier one wait behind it (see `peer.rs`).
     #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
+        if let Some(a) = self.peers.next_retry() {
+            return Some(a);
+        }
         while let Some(a) = self.actions.pop_front() {
             match a.peer() {
                 Some(p) if self.peers.blocked(p) => self.peers.push_pending(p, a),
@@ -287,24 +288,24 @@ impl Pml {
         self.peers.any_pending()
     }
 
-    /// The driver could not execute `a`, an action for `peer`, now (its
-    /// btl answered `NoResource`): it waits, with every later action for
-    /// that peer, until [`Pml::retry_refused`].
+    /// The driver could not execute `a`, the last action
+    /// [`Pml::poll_action`] gave it, for `peer`, now (its btl answered
+    /// `NoResource`): it waits, with every later action for that peer,
+    /// until [`Pml::retry_refused`].
     pub fn handle_refused(&mut self, peer: Rank, a: Action) {
-        self.peers.push_pending(peer, a);
+        self.peers.refused(peer, a);
     }
 
-    /// Put every refused action back in line (ahead of newer ones, each
-    /// peer's in order) for [`Pml::poll_action`]. The driver calls it on
-    /// every progress pass. Allocates nothing once the queues have grown:
-    /// the queue of newer actions is parked in `spare` meanwhile.
+    /// Start a retry round: [`Pml::poll_action`] hands out each blocked
+    /// peer's refused actions again, oldest first and ahead of newer
+    /// actions, until one is refused. The driver calls it on every progress
+    /// pass; it costs one refusal per blocked peer, however many actions
+    /// wait, and allocates nothing once the lists have grown.
     pub fn retry_refused(&mut self) {
         if !self.peers.any_pending() {
             return;
         }
-        std::mem::swap(&mut self.actions, &mut self.spare);
-        self.actions.extend(self.peers.take_pending());
-        self.actions.append(&mut self.spare);
+        self.peers.start_retry();
     }
 
     /// Requests not yet completed and taken.

@@ -3,11 +3,15 @@
 //! failure, and the queue of actions its transport refused.
 //!
 //! Back-pressure (the lesson of ob1's progress loop): an action the btl
-//! refuses ([`crate::Pml::handle_refused`]) waits in its peer's pending
-//! queue, and every later action for that peer waits behind it (checked in
-//! [`crate::Pml::poll_action`]), so one peer's fragments never reorder. The
-//! driver calls [`crate::Pml::retry_refused`] on every progress pass, which
-//! puts them all back in line, in order; they are never retried only from a
+//! refuses ([`crate::Pml::handle_refused`]) waits at the head of its peer's
+//! pending queue, and every later action for that peer waits behind it
+//! (checked in [`crate::Pml::poll_action`]), so one peer's fragments never
+//! reorder. The driver calls [`crate::Pml::retry_refused`] on every
+//! progress pass: each blocked peer's actions are then handed out again,
+//! oldest first, until one is refused, which ends that peer's turn. A pass
+//! costs one refusal per blocked peer, not a move of every waiting action
+//! (with 300 000 sends queued behind a full transport, that move made each
+//! pass take most of a second). They are never retried only from a
 //! completion.
 
 use std::collections::VecDeque;
@@ -34,6 +38,12 @@ pub(crate) struct Peers {
     failed: Vec<bool>,
     pending: Vec<VecDeque<Action>>,
     pending_count: usize,
+    /// The peers whose pending queue may be non-empty (each once: `listed`).
+    blocked_peers: Vec<Rank>,
+    listed: Vec<bool>,
+    /// The blocked peers whose turn in this retry round has not ended; the
+    /// last is the one being retried.
+    retrying: Vec<Rank>,
 }
 
 impl Peers {
@@ -48,6 +58,9 @@ impl Peers {
             failed: vec![false; n],
             pending: (0..n).map(|_| VecDeque::new()).collect(),
             pending_count: 0,
+            blocked_peers: Vec::new(),
+            listed: vec![false; n],
+            retrying: Vec::new(),
         }
     }
 
@@ -167,12 +180,53 @@ impl Peers {
     pub fn push_pending(&mut self, peer: Rank, a: Action) {
         self.pending[peer as usize].push_back(a);
         self.pending_count += 1;
+        self.list(peer);
     }
 
-    /// Every refused action, peer by peer, each peer's in order.
-    pub fn take_pending(&mut self) -> impl Iterator<Item = Action> + '_ {
-        self.pending_count = 0;
-        self.pending.iter_mut().flat_map(|q| q.drain(..))
+    /// `a`, an action for `peer` just refused, waits ahead of every other
+    /// for `peer` (it is the oldest: a newer one reaches the driver only
+    /// when none waits), and `peer`'s turn in the retry round ends.
+    pub fn refused(&mut self, peer: Rank, a: Action) {
+        self.pending[peer as usize].push_front(a);
+        self.pending_count += 1;
+        self.list(peer);
+        if let Some(i) = self.retrying.iter().rposition(|&p| p == peer) {
+            self.retrying.remove(i);
+        }
+    }
+
+    fn list(&mut self, peer: Rank) {
+        if !self.listed[peer as usize] {
+            self.listed[peer as usize] = true;
+            self.blocked_peers.push(peer);
+        }
+    }
+
+    /// Start a retry round: every blocked peer gets a turn.
+    pub fn start_retry(&mut self) {
+        let (pending, listed) = (&self.pending, &mut self.listed);
+        self.blocked_peers.retain(|&p| {
+            let keep = !pending[p as usize].is_empty();
+            listed[p as usize] = keep;
+            keep
+        });
+        self.retrying.clear();
+        // Lowest rank first (taken from the end).
+        self.retrying.extend(self.blocked_peers.iter().rev());
+    }
+
+    /// The oldest refused action of the peer whose turn it is, if a retry
+    /// round is on.
+    #[inline]
+    pub fn next_retry(&mut self) -> Option<Action> {
+        while let Some(&p) = self.retrying.last() {
+            if let Some(a) = self.pending[p as usize].pop_front() {
+                self.pending_count -= 1;
+                return Some(a);
+            }
+            self.retrying.pop();
+        }
+        None
     }
 
     /// Drop what waits for `peer` (it failed: the requests those actions
@@ -181,5 +235,77 @@ impl Peers {
         let q = &mut self.pending[peer as usize];
         self.pending_count -= q.len();
         q.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Buf, MemKind};
+
+    fn reg(peer: Rank, token: u64) -> Action {
+        Action::Register {
+            btl: 0,
+            peer,
+            buf: Buf {
+                addr: 0,
+                len: 0,
+                kind: MemKind::Host,
+            },
+            token,
+        }
+    }
+
+    fn tok(a: &Action) -> u64 {
+        match a {
+            Action::Register { token, .. } => *token,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn token(a: Option<Action>) -> u64 {
+        tok(&a.expect("an action"))
+    }
+
+    /// A retry round hands out each blocked peer's oldest action first; a
+    /// refusal puts it back at the head and ends that peer's turn, however
+    /// many actions wait behind it, and the next round starts from it.
+    #[test]
+    fn a_refusal_ends_the_peer_s_turn_and_keeps_its_order() {
+        let mut p = Peers::new(3);
+        p.refused(1, reg(1, 100));
+        for t in 101..10_000 {
+            p.push_pending(1, reg(1, t));
+        }
+        p.refused(2, reg(2, 200));
+        p.push_pending(2, reg(2, 201));
+        p.start_retry();
+        // Rank 1's turn: its oldest, refused again, ends it.
+        let a = p.next_retry().expect("rank 1's oldest");
+        assert_eq!(tok(&a), 100);
+        p.refused(1, a);
+        // Rank 2's turn: both of its actions go.
+        assert_eq!(token(p.next_retry()), 200);
+        assert_eq!(token(p.next_retry()), 201);
+        assert!(p.next_retry().is_none(), "the round is over");
+        assert!(p.blocked(1) && !p.blocked(2));
+        // The next round: rank 1's actions in order, up to the refusal.
+        p.start_retry();
+        for t in 100..150 {
+            assert_eq!(token(p.next_retry()), t);
+        }
+        let a = p.next_retry().expect("rank 1's 51st");
+        assert_eq!(tok(&a), 150);
+        p.refused(1, a);
+        assert!(p.next_retry().is_none());
+        assert!(p.any_pending());
+        p.start_retry();
+        assert_eq!(token(p.next_retry()), 150);
+        // A peer that fails mid-round: nothing of it is handed out.
+        p.drop_pending(1);
+        assert!(p.next_retry().is_none());
+        assert!(!p.any_pending());
+        p.start_retry();
+        assert!(p.next_retry().is_none());
     }
 }
