@@ -288,6 +288,12 @@ pub trait Fabric: Send + std::fmt::Debug {
     /// (INIT → RTR → RTS).
     fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String>;
 
+    /// Move queue pair `qpn` to the error state: its outstanding work
+    /// requests complete flushed (`IBV_WC_WR_FLUSH_ERR`) at once instead of
+    /// being retried towards a peer that is gone, and nothing more leaves
+    /// it (a later post completes flushed too).
+    fn fail_qp(&mut self, qpn: u32) -> Result<(), String>;
+
     /// Register `len` bytes at `addr`; readable by peers when `remote_read`.
     fn reg_mr(&mut self, addr: u64, len: u64, remote_read: bool) -> Result<Mr, String>;
 

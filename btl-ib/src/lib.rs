@@ -1275,6 +1275,15 @@ impl<F: Fabric> IbBtl<F> {
             p.failed = true;
             tracing::error!(target: LOG, "ib: rank {} (through {} port {}) failed: {why}",
                 p.rank, self.fabric.port().device, self.fabric.port().port);
+            // Its queue pair to the error state: what it still holds
+            // completes flushed now, instead of retrying for seconds towards
+            // a peer that is gone (and holding the device's resources, and
+            // the process's exit, that long).
+            if let Some(q) = p.qp.as_ref().map(|q| q.qpn) {
+                if let Err(e) = self.fabric.fail_qp(q) {
+                    tracing::warn!(target: LOG, "ib: queue pair {q:#x} to the error state: {e}");
+                }
+            }
         }
         if !p.reported {
             p.reported = true;

@@ -323,6 +323,18 @@ impl ModelNet {
         self.inner.0.lock().expect("model").devs[dev].mrs.len()
     }
 
+    /// Whether queue pair `qpn` is in the error state.
+    pub fn in_error(&self, qpn: u32) -> bool {
+        let n = self.inner.0.lock().expect("model");
+        n.qps.get(&qpn).is_some_and(|q| q.error)
+    }
+
+    /// Sends of queue pair `qpn` waiting for a receive buffer (RNR).
+    pub fn waiting_sends(&self, qpn: u32) -> usize {
+        let n = self.inner.0.lock().expect("model");
+        n.qps.get(&qpn).map_or(0, |q| q.waiting.len())
+    }
+
     /// Kill `dev`'s port: it answers nothing from now on.
     pub fn kill(&self, dev: usize) {
         let (m, c) = &*self.inner;
@@ -561,6 +573,17 @@ impl Fabric for ModelFabric {
         // Sends that reached this queue pair early are retransmitted.
         n.drain_all();
         Ok(())
+    }
+
+    fn fail_qp(&mut self, qpn: u32) -> Result<(), String> {
+        let mut n = self.net.inner.0.lock().expect("model");
+        match n.qps.get(&qpn) {
+            Some(q) if q.dev == self.dev => {
+                n.qp_error(qpn);
+                Ok(())
+            }
+            _ => Err(format!("no local queue pair {qpn:#x}")),
+        }
     }
 
     fn create_ud(&mut self, recv_depth: u32) -> Result<u32, String> {

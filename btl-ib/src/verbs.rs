@@ -763,6 +763,15 @@ impl Fabric for VerbsFabric {
         })
     }
 
+    fn fail_qp(&mut self, qpn: u32) -> Result<(), String> {
+        let (qp, _) = *self.qps.get(&qpn).ok_or("no such queue pair")?;
+        // SAFETY: a zeroed attr is valid; only the state is read.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: `qp` is live (in `self.qps`).
+        unsafe { modify_qp(qp, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0, "ERR") }
+    }
+
     fn connect(&mut self, qpn: u32, remote: &RemoteQp) -> Result<(), String> {
         let (qp, psn) = *self.qps.get(&qpn).ok_or("no such queue pair")?;
         // SAFETY: a zeroed attr is valid; only the masked fields are read.

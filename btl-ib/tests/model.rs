@@ -529,6 +529,42 @@ fn a_completion_error_reads_a_pending_port_event_at_once() {
     assert_eq!(failed, [1, 2], "every peer behind the port, in one pass");
 }
 
+/// A failed peer's queue pair goes to the error state at once: sends that
+/// wait for the peer's receive buffers (RNR, retried by the queue pair) are
+/// flushed then, not retried towards a peer that is gone, and later ones
+/// are refused.
+#[test]
+fn a_failed_peer_s_queue_pair_is_flushed_at_once() {
+    // Credits beyond the receiver's 4 buffers: sends wait (RNR).
+    let cfg = IbConfig {
+        recv_buffers: Some(4),
+        ..IbConfig::default()
+    };
+    let (net, mut btls) = ranks(2, &cfg, 64, 64, 1024);
+    send_when_ready(&mut btls, 0, 1, b"a");
+    let qpn = btls[0].queue_pair_of(1).expect("made by the first message");
+    for k in 0..16u8 {
+        let _ = btls[0].send(1, &[&[k]], 0);
+    }
+    assert!(net.waiting_sends(qpn) > 0, "no send waits for a buffer");
+    assert!(!net.in_error(qpn));
+    net.async_event(
+        0,
+        None,
+        "asynchronous event IBV_EVENT_PORT_ERR on model0 port 1",
+    );
+    assert_eq!(failed_of(&mut btls[0]), [1]);
+    assert!(
+        net.in_error(qpn),
+        "the failed peer's queue pair is not in the error state"
+    );
+    assert_eq!(net.waiting_sends(qpn), 0, "sends still wait");
+    assert!(matches!(
+        btls[0].send(1, &[b"z"], 0),
+        Err(gmpi_btl::BtlError::PeerFailed(1))
+    ));
+}
+
 /// A memory watch the test drives: it records what is watched and reports
 /// the ranges the test says are gone.
 #[derive(Debug, Clone, Default)]
