@@ -817,6 +817,21 @@ pub fn too_large<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
     Outcome::Ran
 }
 
+/// The (offset, length) spans the get and put checks move inside a region
+/// of `region` bytes: all of it, one byte, none, inner offsets, the last
+/// byte, and a large tail.
+fn spans(region: usize) -> [(usize, usize); 7] {
+    [
+        (0, region),
+        (0, 1),
+        (0, 0),
+        (4097, 1000),
+        (region - 1, 1),
+        (13, region - 13),
+        (3, 300_000),
+    ]
+}
+
 /// Guard bytes on both sides of a get's destination.
 const GUARD: usize = 64;
 const GUARD_BYTE: u8 = 0xA5;
@@ -893,18 +908,7 @@ pub fn get_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
         all[..GUARD].iter().all(|&x| x == GUARD_BYTE)
             && all[all.len() - GUARD..].iter().all(|&x| x == GUARD_BYTE)
     };
-    for (k, (off, len)) in [
-        (0, region),
-        (0, 1),
-        (0, 0),
-        (4097, 1000),
-        (region - 1, 1),
-        (13, region - 13),
-        (3, 300_000),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (k, (off, len)) in spans(region).into_iter().enumerate() {
         let alone = k % 2 == 1;
         let (ok, all) = get(&mut r, &desc, off as u64, len, alone);
         assert!(
@@ -1040,18 +1044,7 @@ pub fn put_bounds<F: Fixture>(new: &mut dyn FnMut() -> F) -> Outcome {
             f.put(putter, peer, remote, off, src, token)
         })
     };
-    for (k, (off, len)) in [
-        (0, region),
-        (0, 1),
-        (0, 0),
-        (4097, 1000),
-        (region - 1, 1),
-        (13, region - 13),
-        (3, 300_000),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (k, (off, len)) in spans(region).into_iter().enumerate() {
         let data = pattern(20 + k as u64, len);
         let ok = put(&mut r, &desc, off as u64, &data);
         assert!(

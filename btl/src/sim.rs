@@ -112,6 +112,17 @@ enum Op {
     Put,
 }
 
+impl Op {
+    /// The error a get or put fails with, for `why`.
+    fn failed(self, why: &str) -> BtlError {
+        if self == Op::Put {
+            BtlError::PutFailed(why.into())
+        } else {
+            BtlError::GetFailed(why.into())
+        }
+    }
+}
+
 /// A pending completion: (what it ends, token, failure).
 type Completion = (Op, u64, Option<BtlError>);
 
@@ -325,26 +336,13 @@ impl SimBtl {
         token: u64,
     ) -> Result<Submit, BtlError> {
         let mut st = self.st.lk();
-        self.reachable(&st, self.caps.put, peer)?;
         let len = src.len as u64;
-        let in_desc = offset.checked_add(len).is_some_and(|end| end <= remote.len);
-        let at = remote.addr.checked_add(offset);
-        let mem = st.memories[peer as usize].clone();
         let own = st.memories[self.me as usize].clone();
-        let simulated =
-            at.is_some_and(|a| mem.lk().contains(a, len)) && own.lk().contains(src.addr, len);
-        if !in_desc || remote.key != u64::from(peer) || !simulated {
-            return Err(BtlError::PutFailed(format!(
-                "bad descriptor for rank {peer}: {remote:?} + {offset}"
-            )));
-        }
+        let mem = self.admit(&st, Op::Put, peer, remote, offset, len, |simulated| {
+            simulated && own.lk().contains(src.addr, len)
+        })?;
         if st.fail_gets {
-            return self.end(
-                &mut st,
-                Op::Put,
-                token,
-                Some(BtlError::PutFailed("injected".into())),
-            );
+            return self.end(&mut st, Op::Put, token, Some(Op::Put.failed("injected")));
         }
         // Through a copy: `peer` may be this rank (one lock at a time).
         let bytes = own.lk().read(src.addr, src.len).to_vec();
@@ -352,9 +350,27 @@ impl SimBtl {
         self.end(&mut st, Op::Put, token, None)
     }
 
-    /// Whether a get or put (`able`: the capability it needs) can reach
-    /// `peer` at all: the error it fails with where not.
-    fn reachable(&self, st: &State, able: bool, peer: Rank) -> Result<(), BtlError> {
+    /// What every get and put (`op`) of `len` bytes at `offset` in
+    /// `peer`'s `remote` checks first: the capability, a live peer in
+    /// range, a span inside `remote`, `peer`'s key, and `memory_ok`
+    /// (given whether the peer's span is simulated memory). `peer`'s
+    /// memory, or the error the transfer fails with.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        st: &State,
+        op: Op,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        len: u64,
+        memory_ok: impl FnOnce(bool) -> bool,
+    ) -> Result<Arc<Mutex<SimMemory>>, BtlError> {
+        let able = if op == Op::Put {
+            self.caps.put
+        } else {
+            self.caps.get
+        };
         if !able {
             return Err(BtlError::Unsupported(self.caps.name));
         }
@@ -364,7 +380,18 @@ impl SimBtl {
         if st.dead[peer as usize] {
             return Err(BtlError::PeerFailed(peer));
         }
-        Ok(())
+        let in_desc = offset.checked_add(len).is_some_and(|end| end <= remote.len);
+        let mem = st.memories[peer as usize].clone();
+        let simulated = remote
+            .addr
+            .checked_add(offset)
+            .is_some_and(|a| mem.lk().contains(a, len));
+        if !in_desc || remote.key != u64::from(peer) || !memory_ok(simulated) {
+            return Err(op.failed(&format!(
+                "bad descriptor for rank {peer}: {remote:?} + {offset}"
+            )));
+        }
+        Ok(mem)
     }
 
     /// How get or put `token` ends: at once (`Done`, or `err`), or, on a
@@ -414,26 +441,15 @@ impl SimBtl {
         mut raw: Option<&mut dyn FnMut(Raw<'_>)>,
     ) -> Result<Submit, BtlError> {
         let mut st = self.st.lk();
-        self.reachable(&st, self.caps.get, peer)?;
-        let src = remote.addr.checked_add(offset);
-        let in_desc = offset
-            .checked_add(dst.len as u64)
-            .is_some_and(|end| end <= remote.len);
-        let mem = st.memories[peer as usize].clone();
-        let simulated = src.is_some_and(|a| mem.lk().contains(a, dst.len as u64));
-        let readable = simulated || raw.is_some();
-        if !in_desc || remote.key != u64::from(peer) || !readable {
-            return Err(BtlError::GetFailed(format!(
-                "bad descriptor for rank {peer}: {remote:?} + {offset}"
-            )));
-        }
+        let len = dst.len as u64;
+        let mut simulated = false;
+        let has_raw = raw.is_some();
+        let mem = self.admit(&st, Op::Get, peer, remote, offset, len, |sim| {
+            simulated = sim;
+            sim || has_raw
+        })?;
         if st.fail_gets {
-            return self.end(
-                &mut st,
-                Op::Get,
-                token,
-                Some(BtlError::GetFailed("injected".into())),
-            );
+            return self.end(&mut st, Op::Get, token, Some(Op::Get.failed("injected")));
         }
         // Through a copy: `peer` may be this rank (one lock at a time).
         let mut bytes = vec![0u8; dst.len];
