@@ -188,6 +188,39 @@ fn allreduce_fast(
     }))
 }
 
+/// The hot path of `MPI_Iallreduce`, as [`allreduce_fast`] is
+/// `MPI_Allreduce`'s (a NULL `request` takes the full path, which says so).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn iallreduce_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> Option<c_int> {
+    if request.is_null() {
+        return None;
+    }
+    let c = resolve::fast_comm(comm)?;
+    let o = resolve::fast_op(op, dt)?;
+    let mut rv = ptr::fast_buf(recvbuf, count, resolve::fast_dtype(dt)?, true)?;
+    if ptr::in_place(sendbuf) {
+        return Some(crate::frame::fast(call, comm, || {
+            let r = c.iallreduce_in_place(&mut rv, o)?;
+            out(call, comm, r, request)
+        }));
+    }
+    let sv = ptr::fast_buf(sendbuf, count, resolve::fast_dtype(dt)?, false)?;
+    Some(crate::frame::fast(call, comm, || {
+        let r = c.iallreduce(&sv, &mut rv, o)?;
+        out(call, comm, r, request)
+    }))
+}
+
 /// The hot path of `MPI_Bcast`, as [`allreduce_fast`] is `MPI_Allreduce`'s.
 #[inline(always)]
 fn bcast_fast(
@@ -1935,7 +1968,9 @@ mpi_fn! {
     } {
         allreduce(CALL, sendbuf, recvbuf, count, datatype, op, comm)
     }
-    fn Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {
+    fn Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) fast {
+        iallreduce_fast(CALL, sendbuf, recvbuf, count, datatype, op, comm, request)
+    } {
         iallreduce(CALL, sendbuf, recvbuf, count, datatype, op, comm, request)
     }
     fn Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) {

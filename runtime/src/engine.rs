@@ -47,6 +47,44 @@ use crate::progress::Driver;
 /// sleep in one while the others watch (see [`Backoff::new`]).
 const MULTI_BLOCK: Duration = Duration::from_millis(1);
 
+/// The hasher of tables keyed by ids this process hands out in sequence
+/// (parked schedules): the id itself, not SipHash, which cost a
+/// non-blocking collective more than its exchange.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ids;
+
+impl std::hash::BuildHasher for Ids {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+/// See [`Ids`].
+#[derive(Debug, Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        // Spread sequential ids over the table's top bits too (hashbrown
+        // takes its control byte from them).
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Longest sleep in the transports while a non-blocking collective waits
+/// for the other ranks' stores to the shared-memory area (no doorbell rings
+/// for them): as long as a blocking collective's nap in the area.
+const AREA_NAP: Duration = Duration::from_micros(50);
+
 /// How an idle wait backs off.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
@@ -169,7 +207,7 @@ pub(crate) struct Engine {
     pub ctx_owned: bool,
     /// Non-blocking collectives (and derived-datatype receives) in flight,
     /// advanced by every progress pass.
-    pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched>,
+    pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched, Ids>,
     pub next_sched: u64,
     /// The completion flags of generalized requests (`Request::user`), by
     /// id (ids from `next_sched`).
@@ -1216,9 +1254,10 @@ impl Locked {
             self.backoff.yielded(start);
             return r;
         }
+        let block = self.block_for(b.block);
         if !multithreaded() {
             self.check_peers();
-            self.driver.wait(b.block);
+            self.driver.wait(block);
             return Ok(());
         }
         if !*sleeper && !SLEEPER.swap(true, Ordering::SeqCst) {
@@ -1236,13 +1275,24 @@ impl Locked {
             self.check_peers();
             SLEEPING.store(true, Ordering::SeqCst);
             if CONTENDERS.load(Ordering::SeqCst) == 0 {
-                self.driver.wait(b.block);
+                self.driver.wait(block);
             }
             SLEEPING.store(false, Ordering::SeqCst);
             return self.let_in(call);
         }
         // A follower: sleep until something moves or the role frees up.
         self.follow(call, b.block)
+    }
+
+    /// How long a wait may sleep in the transports: `block`, or no longer
+    /// than [`AREA_NAP`] while a parked schedule waits for a store to a
+    /// shared-memory area, which rings no doorbell.
+    fn block_for(&self, block: Duration) -> Duration {
+        if self.scheds.values().any(|s| s.waits_on_area()) {
+            block.min(AREA_NAP)
+        } else {
+            block
+        }
     }
 
     /// Sleep on the followers' condition variable, without the lock, until
@@ -1285,7 +1335,7 @@ impl Locked {
             Ok(())
         } else {
             self.check_peers();
-            let nap = || std::thread::sleep(Duration::from_micros(50));
+            let nap = || std::thread::sleep(AREA_NAP);
             if multithreaded() {
                 return self.unlocked(call, nap);
             }

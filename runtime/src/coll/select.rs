@@ -76,10 +76,11 @@ pub(crate) enum Coll {
 /// How the collective was called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Form {
-    /// A blocking call of the application: the only form that may use the
-    /// shared-memory area.
+    /// A blocking call of the application: the form that uses the
+    /// shared-memory area (and sets it up).
     Blocking,
-    /// An `i`-form: a schedule parked in the engine.
+    /// An `i`-form: a schedule parked in the engine (a small allreduce's
+    /// through the area once it is set up: [`nb_tiny_wanted`]).
     Nonblocking,
     /// The runtime's own collectives (finalize's barrier, the agreement on
     /// context ids, `coll_check`'s exchange): schedules driven at once.
@@ -544,6 +545,41 @@ pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
         }
     );
     room && !(single_copy && copies(q, s))
+}
+
+/// Whether a non-blocking call takes the area's non-blocking road
+/// (`shm/nb.rs`): an `MPI_Iallreduce` that its blocking form would send
+/// down the tiny road ([`tiny_wanted`]), never with `coll_check`. The area
+/// must already be set up ([`nb_tiny_room`]): a non-blocking call never
+/// sets one up. Every rank answers alike (size, op and area are the same
+/// on every rank of a correct program).
+#[inline]
+pub(crate) fn nb_tiny_wanted(q: &Query, s: &Settings) -> bool {
+    q.form == Form::Nonblocking
+        && q.coll == Coll::Allreduce
+        && !q.vform
+        && tiny_wanted(
+            &Query {
+                form: Form::Blocking,
+                ..*q
+            },
+            s,
+        )
+}
+
+/// [`tiny_room`] for a call [`nb_tiny_wanted`] takes: an area that is set
+/// up, with room, where the blocking form would not copy from the owners'
+/// memory.
+#[inline]
+pub(crate) fn nb_tiny_room(q: &Query, s: &Settings) -> bool {
+    matches!(q.area, Area::Ready { .. })
+        && tiny_room(
+            &Query {
+                form: Form::Blocking,
+                ..*q
+            },
+            s,
+        )
 }
 
 impl Algo {

@@ -2005,6 +2005,32 @@ fn scenario_nonblocking(w: &Communicator) -> R {
             o[0]
         );
     }
+    // Starting a non-blocking collective is local: rank 0 starts many (more
+    // than the shared-memory area is deep) before rank 1 has started any,
+    // and only then sends what rank 1 waits for before it starts its own.
+    if n > 1 {
+        let many = 40u64;
+        let ins: Vec<[u32; 2]> = (0..many).map(|k| [r as u32, k as u32]).collect();
+        let mut outs = vec![[0u32; 2]; many as usize];
+        let mut token = [0u8];
+        if r == 1 {
+            w.recv(&mut token[..], 0, 77).map_err(e)?;
+        }
+        let mut reqs = Vec::new();
+        for (i, o) in ins.iter().zip(outs.iter_mut()) {
+            reqs.push(w.iallreduce(&i[..], &mut o[..], Op::Max).map_err(e)?);
+        }
+        if r == 0 {
+            w.send(&token[..], 1, 77).map_err(e)?;
+        }
+        gmpi::wait_all(reqs).map_err(e)?;
+        for (k, o) in outs.iter().enumerate() {
+            ensure!(
+                *o == [n as u32 - 1, k as u32],
+                "iallreduce #{k} started ahead of the others: {o:?}"
+            );
+        }
+    }
     nonblocking_vector_and_in_place(w, &d)
 }
 
@@ -2429,6 +2455,21 @@ fn scenario_errors(w: &Communicator) -> R {
             ensure!(got == [7], "scatter gave {got:?}");
         }
         still_ok(w, "mismatched counts and roots across ranks")?;
+        if !check {
+            // A small non-blocking allreduce goes through the area too and
+            // checks every rank's header there: every rank fails alike.
+            let mine = vec![r as u32; if r == 1 { 2 } else { 1 }];
+            let mut out = vec![0u32; mine.len()];
+            let res = w
+                .iallreduce(&mine[..], &mut out[..], Op::Sum)
+                .and_then(|q| q.wait());
+            expect_class(
+                "iallreduce with rank 1 reducing 2 of 1",
+                res,
+                ErrorClass::Count,
+            )?;
+            still_ok(w, "a mismatched iallreduce")?;
+        }
         // The same above a slot, where the area carries the data in chunks
         // (up to GMPI_COLL_SHM_PIPELINE_MAX): every rank fails as it does in
         // one slot, and reads as many of the area's epochs as the others
