@@ -80,7 +80,7 @@ pub(crate) enum Form {
     /// shared-memory area (and sets it up).
     Blocking,
     /// An `i`-form: a schedule parked in the engine (a small allreduce's
-    /// through the area once it is set up: [`nb_tiny_wanted`]).
+    /// through the area once it is set up: [`nb_area_wanted`]).
     Nonblocking,
     /// The runtime's own collectives (finalize's barrier, the agreement on
     /// context ids, `coll_check`'s exchange): schedules driven at once.
@@ -548,38 +548,29 @@ pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
 }
 
 /// Whether a non-blocking call takes the area's non-blocking road
-/// (`shm/nb.rs`): an `MPI_Iallreduce` that its blocking form would send
-/// down the tiny road ([`tiny_wanted`]), never with `coll_check`. The area
-/// must already be set up ([`nb_tiny_room`]): a non-blocking call never
-/// sets one up. Every rank answers alike (size, op and area are the same
-/// on every rank of a correct program).
+/// (`shm/nb.rs`): an `MPI_Iallreduce` of 1 byte to `coll_shm_max` on one
+/// node, never with `coll_check` (whose exchange of arguments the road
+/// does not make). The area must already be set up, with room for the
+/// contribution in one slot ([`nb_area_room`]): a non-blocking call never
+/// sets one up, nor goes through it in chunks. Every rank answers alike
+/// (size, op and area are the same on every rank of a correct program).
 #[inline]
-pub(crate) fn nb_tiny_wanted(q: &Query, s: &Settings) -> bool {
+pub(crate) fn nb_area_wanted(q: &Query, s: &Settings) -> bool {
     q.form == Form::Nonblocking
         && q.coll == Coll::Allreduce
         && !q.vform
-        && tiny_wanted(
-            &Query {
-                form: Form::Blocking,
-                ..*q
-            },
-            s,
-        )
+        && q.one_node
+        && q.n >= 2
+        && s.shm
+        && !s.check
+        && (1..=s.shm_max).contains(&q.bytes)
 }
 
-/// [`tiny_room`] for a call [`nb_tiny_wanted`] takes: an area that is set
-/// up, with room, where the blocking form would not copy from the owners'
-/// memory.
+/// Whether the area of a call [`nb_area_wanted`] takes is set up, with
+/// room for its contribution in one slot.
 #[inline]
-pub(crate) fn nb_tiny_room(q: &Query, s: &Settings) -> bool {
-    matches!(q.area, Area::Ready { .. })
-        && tiny_room(
-            &Query {
-                form: Form::Blocking,
-                ..*q
-            },
-            s,
-        )
+pub(crate) fn nb_area_room(q: &Query) -> bool {
+    in_one_slot(q)
 }
 
 impl Algo {

@@ -2031,6 +2031,51 @@ fn scenario_nonblocking(w: &Communicator) -> R {
             );
         }
     }
+    // Sizes around the area's slot (16 KiB by default) and the tiny limit
+    // (1 KiB), outstanding together with a blocking collective between
+    // them, waited in mixed order.
+    {
+        let lens = [1usize, 100, 129, 1000, 2046, 2047, 2100];
+        let ins: Vec<Vec<u64>> = lens
+            .iter()
+            .map(|&l| (0..l).map(|i| h(r, i, 21)).collect())
+            .collect();
+        let mut outs: Vec<Vec<u64>> = lens.iter().map(|&l| vec![0u64; l]).collect();
+        let mut inplace: Vec<u64> = (0..1500).map(|i| h(r, i, 22)).collect();
+        let mut mid = [r as u64];
+        let mut reqs = Vec::new();
+        for (i, o) in ins.iter().zip(outs.iter_mut()) {
+            reqs.push(Some(w.iallreduce(&i[..], &mut o[..], Op::Bxor).map_err(e)?));
+        }
+        reqs.push(Some(
+            w.iallreduce_in_place(&mut inplace[..], Op::Sum)
+                .map_err(e)?,
+        ));
+        w.allreduce_in_place(&mut mid[..], Op::Max).map_err(e)?;
+        ensure!(
+            mid[0] == n as u64 - 1,
+            "allreduce amid iallreduces: {}",
+            mid[0]
+        );
+        for k in [3usize, 0, 7, 5, 1, 6, 2, 4] {
+            reqs[k].take().expect("once").wait().map_err(e)?;
+        }
+        drop(reqs);
+        for (l, o) in lens.iter().zip(&outs) {
+            let exp: Vec<u64> = (0..*l)
+                .map(|i| (0..n).fold(0, |acc, q| acc ^ h(q, i, 21)))
+                .collect();
+            same(&format!("iallreduce of {l} u64 np {n} rank {r}"), o, &exp)?;
+        }
+        let exp: Vec<u64> = (0..1500)
+            .map(|i| (0..n).fold(0u64, |acc, q| acc.wrapping_add(h(q, i, 22))))
+            .collect();
+        same(
+            &format!("iallreduce in place of 1500 u64 np {n} rank {r}"),
+            &inplace,
+            &exp,
+        )?;
+    }
     nonblocking_vector_and_in_place(w, &d)
 }
 

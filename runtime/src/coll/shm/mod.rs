@@ -31,7 +31,7 @@
 //! reaches them without its handle tables on `MPI_COMM_WORLD` and
 //! `MPI_COMM_SELF`.
 //!
-//! `MPI_Iallreduce` of 1 to [`TINY`] bytes starts a non-blocking exchange
+//! `MPI_Iallreduce` of up to a slot starts a non-blocking exchange
 //! in the area once it is set up, finished by the engine's progress passes
 //! (`nb.rs`); every call that locks the area for a blocking collective
 //! first finishes the non-blocking ones still pending there.
@@ -129,8 +129,8 @@ fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
 
 /// Write the contributions in `slots` (each [`HDR`] header bytes, then
 /// `out.len()` data bytes) reduced with `k` into `out`, in the order of
-/// [`reduce_slots`], so both give the same bits. At least two slots, and
-/// `out` at most [`TINY`] bytes.
+/// [`reduce_slots`], so both give the same bits. At least two slots; up to
+/// [`TINY`] bytes need no allocation.
 #[inline]
 fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
     fn data(s: &[u8], n: usize) -> &[u8] {
@@ -140,8 +140,13 @@ fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
     gmpi_btl::copy_bytes(out, data(slots[1], n));
     k(data(slots[0], n), out);
     if slots.len() > 2 {
-        let mut acc = [0u8; TINY];
-        let acc = &mut acc[..n];
+        let (mut stack, mut heap) = ([0u8; TINY], Vec::new());
+        let acc = if n <= TINY {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, 0);
+            &mut heap[..]
+        };
         for s in &slots[2..] {
             gmpi_btl::copy_bytes(acc, out);
             gmpi_btl::copy_bytes(out, data(s, n));

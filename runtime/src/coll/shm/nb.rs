@@ -1,9 +1,9 @@
 //! Non-blocking collectives through the shared-memory area.
 //!
-//! `MPI_Iallreduce` of 1 to [`TINY`] bytes of one predefined type with a
-//! predefined element-wise op, on a communicator whose area is already set
-//! up (a non-blocking call never sets one up: that is collective, and the
-//! call must stay local), takes the area's non-blocking exchange
+//! `MPI_Iallreduce` of 1 byte up to a slot (`coll_shm_max`) of one
+//! predefined type with a predefined element-wise op, on a communicator
+//! whose area is already set up (a non-blocking call never sets one up:
+//! that is collective, and the call must stay local), takes the area's non-blocking exchange
 //! ([`ShmColl::nb_start`]) instead of a point-to-point schedule: the call
 //! publishes its header and contribution (or, when an earlier one is still
 //! pending, leaves a copy that is published in turn) and parks a request
@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use gmpi_btl_shm::ShmColl;
 
 use super::super::sched::{Sched, Step};
-use super::super::select::{self, Coll, Form, TINY};
+use super::super::select::{self, Coll, Form};
 use super::wire::{self, header, kind, HDR};
 use super::{area_of, reduce_tiny, tiny_mismatch};
 use crate::buffer::{HostMem, View};
@@ -83,9 +83,9 @@ impl NbReduce {
             HostMem.with_write(dst, len, |out| reduce_tiny(self.kernel, slots, out));
             return Ok(());
         }
-        let mut st = [0u8; TINY];
-        reduce_tiny(self.kernel, slots, &mut st[..len]);
-        self.recv.unpack(self.call, self.me, &st[..len])
+        let mut st = vec![0u8; len];
+        reduce_tiny(self.kernel, slots, &mut st);
+        self.recv.unpack(self.call, self.me, &st)
     }
 }
 
@@ -197,7 +197,7 @@ pub(crate) fn outcome(comm: &CommInner, call: &'static str, e: u64) -> Option<Re
 impl Communicator {
     /// The non-blocking road of a small allreduce (see the module header):
     /// `None`, before any effect, sends the call to its schedule.
-    pub(in crate::coll) fn iallreduce_tiny<'a>(
+    pub(in crate::coll) fn iallreduce_area<'a>(
         &self,
         send: Option<&View>,
         recv: &View,
@@ -206,7 +206,7 @@ impl Communicator {
         const CALL: &str = "MPI_Iallreduce";
         let len = recv.bytes();
         let input = send.unwrap_or(recv);
-        if len == 0 || len > TINY || input.bytes() != len || !recv.writable {
+        if len == 0 || input.bytes() != len || !recv.writable {
             return None;
         }
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
@@ -224,7 +224,7 @@ impl Communicator {
         let me = self.rank();
         let h = engine::with(CALL, |e| {
             let q = self.query(Coll::Allreduce, Form::Nonblocking, len);
-            if !select::nb_tiny_wanted(&q, &e.coll) {
+            if !select::nb_area_wanted(&q, &e.coll) {
                 return Ok(None);
             }
             let mut g = self.lock_area(CALL)?;
@@ -232,7 +232,7 @@ impl Communicator {
             let ShmState::Ready(a) = &mut *g else {
                 return Ok(None);
             };
-            if !select::nb_tiny_room(&q, &e.coll) {
+            if !select::nb_area_room(&q) {
                 return Ok(None);
             }
             let tag = self.next_nb_tag();
@@ -244,13 +244,13 @@ impl Communicator {
                 let ep = HostMem.with_read(src, len, |d| a.coll.nb_start(&[&hdr, d]));
                 (ep, None)
             } else {
-                let mut buf = [0u8; TINY];
-                let packed = input.pack_into(CALL, me, &mut buf[..len]);
+                let mut buf = vec![0u8; len];
+                let packed = input.pack_into(CALL, me, &mut buf);
                 if packed.is_err() {
                     // It still takes part, so that the others fail naming it.
                     wire::poison(&mut hdr);
                 }
-                (a.coll.nb_start(&[&hdr, &buf[..len]]), packed.err())
+                (a.coll.nb_start(&[&hdr, &buf]), packed.err())
             };
             a.ops.push_back(NbReduce {
                 e: ep,
