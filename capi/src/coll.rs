@@ -188,6 +188,31 @@ fn allreduce_fast(
     }))
 }
 
+/// The hot path of `MPI_Reduce_scatter_block` (not in place), as
+/// [`allreduce_fast`] is `MPI_Allreduce`'s.
+#[inline(always)]
+fn reduce_scatter_block_fast(
+    call: &'static str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let c = resolve::fast_comm(comm)?;
+    if ptr::in_place(sendbuf) {
+        return None;
+    }
+    let o = resolve::fast_op(op, dt)?;
+    let total = recvcount.checked_mul(c.size())?;
+    let sv = ptr::fast_buf(sendbuf, total, resolve::fast_dtype(dt)?, false)?;
+    let mut rv = ptr::fast_buf(recvbuf, recvcount, resolve::fast_dtype(dt)?, true)?;
+    Some(crate::frame::fast(call, comm, || {
+        c.reduce_scatter_block(&sv, &mut rv, o)
+    }))
+}
+
 /// The hot path of `MPI_Iallreduce`, as [`allreduce_fast`] is
 /// `MPI_Allreduce`'s (a NULL `request` takes the full path, which says so).
 #[allow(clippy::too_many_arguments)]
@@ -2046,7 +2071,9 @@ mpi_fn! {
     fn Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) {
         ialltoallw(CALL, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
     }
-    fn Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) {
+    fn Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) fast {
+        reduce_scatter_block_fast(CALL, sendbuf, recvbuf, recvcount, datatype, op, comm)
+    } {
         reduce_scatter_block(CALL, sendbuf, recvbuf, recvcount, datatype, op, comm)
     }
     fn Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) {

@@ -107,6 +107,9 @@ impl Communicator {
                 .inter_blocking(CALL, |c, tag| c.inter_allgather(CALL, tag, &sv, &rv, None));
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.allgather_tiny(&sv, &rv) {
+            return r;
+        }
         let blocks = self.allgather_args(CALL, Some(&sv), &rv)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;

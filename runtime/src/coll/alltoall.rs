@@ -125,6 +125,9 @@ impl Communicator {
             return self.inter_blocking(CALL, |c, tag| c.inter_alltoall(CALL, tag, &sv, &rv));
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.alltoall_tiny(&sv, &rv) {
+            return r;
+        }
         let (sb, rb) = self.alltoall_args(CALL, &sv, &rv)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, None, Some(sv.bytes()))?;

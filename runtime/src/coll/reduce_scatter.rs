@@ -221,6 +221,9 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        if let Some(r) = self.reduce_scatter_tiny(CALL, &sv, &rv, &op) {
+            return r;
+        }
         let (counts, red) = self.reduce_scatter_block_args(CALL, Some(&sv), &rv, &op)?;
         self.blocking(CALL, |c, e, tag| {
             c.check_agree(e, CALL, -1, Some(&op), Some(sv.bytes()))?;
@@ -342,6 +345,13 @@ impl Communicator {
             });
         }
         let (sv, rv) = (send.view(), recv.view_mut());
+        // Equal counts: the same exchange as a reduce-scatter of blocks.
+        let equal = counts.len() == self.size() as usize && counts.windows(2).all(|w| w[0] == w[1]);
+        if equal {
+            if let Some(r) = self.reduce_scatter_tiny(CALL, &sv, &rv, &op) {
+                return r;
+            }
+        }
         let (counts, red) = self.reduce_scatter_args(CALL, Some(&sv), &rv, counts, &op)?;
         self.blocking(CALL, |c, e, tag| {
             let q = c.reduce_scatter_query(Form::Blocking, &counts, &red, false);

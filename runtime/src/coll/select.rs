@@ -494,7 +494,14 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
     let coll = match q.vform {
         false => matches!(
             q.coll,
-            Coll::Allreduce | Coll::Bcast | Coll::Reduce | Coll::Gather | Coll::Scatter
+            Coll::Allreduce
+                | Coll::Bcast
+                | Coll::Reduce
+                | Coll::Gather
+                | Coll::Scatter
+                | Coll::Allgather
+                | Coll::Alltoall
+                | Coll::ReduceScatter
         ),
         true => sized_inside(q) || q.coll == Coll::Allgather,
     };
@@ -502,14 +509,17 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
 }
 
 /// The largest call [`tiny_wanted`] takes: [`TINY`] bytes, but a whole
-/// slot for the `v` exchanges (an allgatherv's result, an alltoallv's
-/// table and blocks), whose tiny roads make no copy the general road does
-/// not (they publish from the user's buffer and read into it); they only
-/// skip its views and temporaries.
+/// slot for the exchanges whose tiny roads make no copy the general road
+/// does not (they publish from the user's buffer and read into it; they
+/// only skip its views and temporaries): the `v` exchanges (an
+/// allgatherv's result, an alltoallv's table and blocks), an allgather's
+/// result, an alltoall's block and a reduce-scatter's input (each
+/// [`tiny_room`] still wants in one slot).
 #[inline]
 fn tiny_max(q: &Query, s: &Settings) -> usize {
     match (q.vform, q.coll) {
         (true, Coll::Allgather | Coll::Alltoall) => s.shm_max,
+        (false, Coll::Allgather | Coll::Alltoall | Coll::ReduceScatter) => s.shm_max,
         _ => TINY,
     }
 }

@@ -133,12 +133,18 @@ fn reduce_slots(red: &Reduction, slots: &[&[u8]], off: usize, out: &mut [u8]) {
 /// [`TINY`] bytes need no allocation.
 #[inline]
 fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
-    fn data(s: &[u8], n: usize) -> &[u8] {
-        &s[HDR..HDR + n]
+    reduce_tiny_at(k, slots, HDR, out);
+}
+
+/// [`reduce_tiny`] of the `out.len()` bytes at byte `at` of each slot.
+#[inline]
+fn reduce_tiny_at(k: crate::op::Kernel, slots: &[&[u8]], at: usize, out: &mut [u8]) {
+    fn data(s: &[u8], at: usize, n: usize) -> &[u8] {
+        &s[at..at + n]
     }
     let n = out.len();
-    gmpi_btl::copy_bytes(out, data(slots[1], n));
-    k(data(slots[0], n), out);
+    gmpi_btl::copy_bytes(out, data(slots[1], at, n));
+    k(data(slots[0], at, n), out);
     if slots.len() > 2 {
         let (mut stack, mut heap) = ([0u8; TINY], Vec::new());
         let acc = if n <= TINY {
@@ -149,7 +155,7 @@ fn reduce_tiny(k: crate::op::Kernel, slots: &[&[u8]], out: &mut [u8]) {
         };
         for s in &slots[2..] {
             gmpi_btl::copy_bytes(acc, out);
-            gmpi_btl::copy_bytes(out, data(s, n));
+            gmpi_btl::copy_bytes(out, data(s, at, n));
             k(acc, out);
         }
     }
@@ -858,6 +864,142 @@ impl Communicator {
                     }
                 });
             })
+        })
+    }
+
+    /// The latency-bound allgather: contiguous host buffers, a result of 1
+    /// byte up to a slot ([`tiny_road`](Self::tiny_road)), as the `v` form's. It is
+    /// [`shm_gather`](Self::shm_gather)'s exchange for an allgather (same
+    /// header, same checks of every rank's), published straight from
+    /// `send` and each slot copied straight into its block of `recv`.
+    #[inline]
+    pub(super) fn allgather_tiny(&self, send: &View, recv: &View) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Allgather";
+        let (me, n, len) = (self.rank(), self.size() as usize, send.bytes());
+        let total = len.checked_mul(n)?;
+        if len == 0 {
+            return None;
+        }
+        let src = tiny_host(send, len, false)?;
+        let dst = tiny_host(recv, total, true)?;
+        let query = |c: &Self| c.query(Coll::Allgather, Form::Blocking, total);
+        self.tiny_road(CALL, query, |e, a, _| {
+            let hdr = header(kind::GATHER, -1, None, len);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            let mut bad = None;
+            HostMem.with_read(src, len, |d| {
+                a.exchange_parts(&[&hdr, d], idle, |slots| {
+                    if let Some(err) = tiny_mismatch(CALL, me, &hdr, HDR + len, slots) {
+                        bad = Some(err);
+                        return;
+                    }
+                    HostMem.with_write(dst, total, |out| {
+                        for (o, s) in out.chunks_exact_mut(len).zip(slots) {
+                            gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
+                        }
+                    });
+                })
+            })?;
+            bad.map_or(Ok(()), Err)
+        })
+    }
+
+    /// The latency-bound alltoall: contiguous host buffers whose whole send
+    /// buffer fits a slot ([`tiny_road`](Self::tiny_road)), as the `v`
+    /// form's. It is
+    /// [`shm_alltoall`](Self::shm_alltoall)'s exchange (same header, same
+    /// checks), the send buffer published straight from the user's memory
+    /// and block `me` of every slot copied straight into `recv`.
+    #[inline]
+    pub(super) fn alltoall_tiny(&self, send: &View, recv: &View) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        const CALL: &str = "MPI_Alltoall";
+        let (me, n, total) = (self.rank() as usize, self.size() as usize, send.bytes());
+        // Blocks of whole elements, as the general road cuts them (it
+        // fails the rest).
+        if total == 0 || !send.count.is_multiple_of(n) || !recv.count.is_multiple_of(n) {
+            return None;
+        }
+        let block = total / n;
+        let src = tiny_host(send, total, false)?;
+        let dst = tiny_host(recv, total, true)?;
+        let query = |c: &Self| c.query(Coll::Alltoall, Form::Blocking, block);
+        self.tiny_road(CALL, query, |e, a, _| {
+            let hdr = header(kind::ALLTOALL, -1, None, total);
+            let idle = &mut |k| e.idle_flags(CALL, k);
+            let mut bad = None;
+            HostMem.with_read(src, total, |d| {
+                a.exchange_parts(&[&hdr, d], idle, |slots| {
+                    if let Some(err) = tiny_mismatch(CALL, me as i32, &hdr, HDR + total, slots) {
+                        bad = Some(err);
+                        return;
+                    }
+                    let at = HDR + me * block;
+                    HostMem.with_write(dst, total, |out| {
+                        for (o, s) in out.chunks_exact_mut(block).zip(slots) {
+                            gmpi_btl::copy_bytes(o, &s[at..at + block]);
+                        }
+                    });
+                })
+            })?;
+            bad.map_or(Ok(()), Err)
+        })
+    }
+
+    /// The latency-bound reduce-scatter of equal blocks: contiguous host
+    /// buffers of one predefined type, an input of 1 byte up to a slot, a
+    /// predefined element-wise op ([`tiny_road`](Self::tiny_road)). It is
+    /// [`shm_reduce_scatter`](Self::shm_reduce_scatter)'s exchange (same
+    /// header, same checks), with the input published straight from
+    /// `send` and this rank's block reduced, in rank order, straight into
+    /// `recv` by the op's kernel. `call` names the caller
+    /// (`MPI_Reduce_scatter_block`, or `MPI_Reduce_scatter` with equal
+    /// counts).
+    #[inline]
+    pub(super) fn reduce_scatter_tiny(
+        &self,
+        call: &'static str,
+        send: &View,
+        recv: &View,
+        op: &Op,
+    ) -> Option<Result<()>> {
+        use crate::buffer::HostMem;
+        use crate::progress::HostMemory;
+        let (me, n, len) = (self.rank(), self.size() as usize, recv.bytes());
+        let total = len.checked_mul(n)?;
+        if len == 0 || send.bytes() != total {
+            return None;
+        }
+        let kernel = crate::op::kernel(op, send.ty.prim()?)?;
+        if recv.ty.prim() != send.ty.prim() {
+            return None;
+        }
+        let src = tiny_host(send, total, false)?;
+        let dst = tiny_host(recv, len, true)?;
+        let unit = send.ty.size().max(1);
+        let query = |c: &Self| {
+            c.query(Coll::ReduceScatter, Form::Blocking, total)
+                .commutative(op.is_commutative())
+                .unit(unit)
+        };
+        self.tiny_road(call, query, |e, a, _| {
+            let hdr = header(kind::REDUCE_SCATTER, -1, Some(op), total);
+            let idle = &mut |k| e.idle_flags(call, k);
+            let mut bad = None;
+            HostMem.with_read(src, total, |d| {
+                a.exchange_parts(&[&hdr, d], idle, |slots| {
+                    if let Some(err) = tiny_mismatch(call, me, &hdr, HDR + total, slots) {
+                        bad = Some(err);
+                        return;
+                    }
+                    let at = HDR + me as usize * len;
+                    HostMem.with_write(dst, len, |out| reduce_tiny_at(kernel, slots, at, out));
+                })
+            })?;
+            bad.map_or(Ok(()), Err)
         })
     }
 
