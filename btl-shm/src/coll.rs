@@ -918,7 +918,16 @@ impl ShmColl {
         }
         // We ourselves finished everything before `e`.
         let (mut low, mut next) = (e - 1, 0);
-        wait(idle, || self.consumed_all(need, &mut next, &mut low))?;
+        if !self.consumed_all(need, &mut next, &mut low) {
+            // Blocked: wait until the slowest rank is half the area behind,
+            // not one slot, so that the next epochs start without a look at
+            // its line. A root that waited for each slot in turn pulled its
+            // readers' control lines once per call, and every reader's
+            // store there then waited for the line to come back.
+            let want = (e - 1).min(need + self.layout.depth as u64 / 2);
+            (low, next) = (e - 1, 0);
+            wait(idle, || self.consumed_all(want, &mut next, &mut low))?;
+        }
         self.done_all = self.done_all.max(low);
         Ok(())
     }
