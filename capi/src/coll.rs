@@ -174,18 +174,34 @@ fn allreduce_fast(
     op: MPI_Op,
     comm: MPI_Comm,
 ) -> Option<c_int> {
+    let (c, o, sv, mut rv) = allreduce_fast_args(sendbuf, recvbuf, count, dt, op, comm)?;
+    Some(crate::frame::fast(call, comm, || match &sv {
+        None => c.allreduce_in_place(&mut rv, o),
+        Some(sv) => c.allreduce(sv, &mut rv, o),
+    }))
+}
+
+/// What the hot paths of `MPI_Allreduce` and `MPI_Iallreduce` resolve
+/// without a lock: the communicator, the op, the send buffer (`None` in
+/// place) and the receive buffer; `None` for anything else.
+#[inline(always)]
+fn allreduce_fast_args(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Option<(&'static Communicator, Op, Option<View>, View)> {
     let c = resolve::fast_comm(comm)?;
     let o = resolve::fast_op(op, dt)?;
-    let mut rv = ptr::fast_buf(recvbuf, count, resolve::fast_dtype(dt)?, true)?;
-    if ptr::in_place(sendbuf) {
-        return Some(crate::frame::fast(call, comm, || {
-            c.allreduce_in_place(&mut rv, o)
-        }));
-    }
-    let sv = ptr::fast_buf(sendbuf, count, resolve::fast_dtype(dt)?, false)?;
-    Some(crate::frame::fast(call, comm, || {
-        c.allreduce(&sv, &mut rv, o)
-    }))
+    let d = resolve::fast_dtype(dt)?;
+    let rv = ptr::fast_buf(recvbuf, count, d, true)?;
+    let sv = match ptr::in_place(sendbuf) {
+        true => None,
+        false => Some(ptr::fast_buf(sendbuf, count, d, false)?),
+    };
+    Some((c, o, sv, rv))
 }
 
 /// The hot path of `MPI_Reduce_scatter_block` (not in place), as
@@ -230,18 +246,12 @@ fn iallreduce_fast(
     if request.is_null() {
         return None;
     }
-    let c = resolve::fast_comm(comm)?;
-    let o = resolve::fast_op(op, dt)?;
-    let mut rv = ptr::fast_buf(recvbuf, count, resolve::fast_dtype(dt)?, true)?;
-    if ptr::in_place(sendbuf) {
-        return Some(crate::frame::fast(call, comm, || {
-            let r = c.iallreduce_in_place(&mut rv, o)?;
-            out(call, comm, r, request)
-        }));
-    }
-    let sv = ptr::fast_buf(sendbuf, count, resolve::fast_dtype(dt)?, false)?;
+    let (c, o, sv, mut rv) = allreduce_fast_args(sendbuf, recvbuf, count, dt, op, comm)?;
     Some(crate::frame::fast(call, comm, || {
-        let r = c.iallreduce(&sv, &mut rv, o)?;
+        let r = match &sv {
+            None => c.iallreduce_in_place(&mut rv, o)?,
+            Some(sv) => c.iallreduce(sv, &mut rv, o)?,
+        };
         out(call, comm, r, request)
     }))
 }

@@ -888,21 +888,13 @@ impl Communicator {
         self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::GATHER, -1, None, len);
             let idle = &mut |k| e.idle_flags(CALL, k);
-            let mut bad = None;
-            HostMem.with_read(src, len, |d| {
-                a.exchange_parts(&[&hdr, d], idle, |slots| {
-                    if let Some(err) = tiny_mismatch(CALL, me, &hdr, HDR + len, slots) {
-                        bad = Some(err);
-                        return;
+            tiny_exchange(a, CALL, me, &hdr, (src, len), idle, |slots| {
+                HostMem.with_write(dst, total, |out| {
+                    for (o, s) in out.chunks_exact_mut(len).zip(slots) {
+                        gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
                     }
-                    HostMem.with_write(dst, total, |out| {
-                        for (o, s) in out.chunks_exact_mut(len).zip(slots) {
-                            gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
-                        }
-                    });
-                })
-            })?;
-            bad.map_or(Ok(()), Err)
+                });
+            })
         })
     }
 
@@ -930,22 +922,14 @@ impl Communicator {
         self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::ALLTOALL, -1, None, total);
             let idle = &mut |k| e.idle_flags(CALL, k);
-            let mut bad = None;
-            HostMem.with_read(src, total, |d| {
-                a.exchange_parts(&[&hdr, d], idle, |slots| {
-                    if let Some(err) = tiny_mismatch(CALL, me as i32, &hdr, HDR + total, slots) {
-                        bad = Some(err);
-                        return;
+            let at = HDR + me * block;
+            tiny_exchange(a, CALL, me as i32, &hdr, (src, total), idle, |slots| {
+                HostMem.with_write(dst, total, |out| {
+                    for (o, s) in out.chunks_exact_mut(block).zip(slots) {
+                        gmpi_btl::copy_bytes(o, &s[at..at + block]);
                     }
-                    let at = HDR + me * block;
-                    HostMem.with_write(dst, total, |out| {
-                        for (o, s) in out.chunks_exact_mut(block).zip(slots) {
-                            gmpi_btl::copy_bytes(o, &s[at..at + block]);
-                        }
-                    });
-                })
-            })?;
-            bad.map_or(Ok(()), Err)
+                });
+            })
         })
     }
 
@@ -988,18 +972,10 @@ impl Communicator {
         self.tiny_road(call, query, |e, a, _| {
             let hdr = header(kind::REDUCE_SCATTER, -1, Some(op), total);
             let idle = &mut |k| e.idle_flags(call, k);
-            let mut bad = None;
-            HostMem.with_read(src, total, |d| {
-                a.exchange_parts(&[&hdr, d], idle, |slots| {
-                    if let Some(err) = tiny_mismatch(call, me, &hdr, HDR + total, slots) {
-                        bad = Some(err);
-                        return;
-                    }
-                    let at = HDR + me as usize * len;
-                    HostMem.with_write(dst, len, |out| reduce_tiny_at(kernel, slots, at, out));
-                })
-            })?;
-            bad.map_or(Ok(()), Err)
+            let at = HDR + me as usize * len;
+            tiny_exchange(a, call, me, &hdr, (src, total), idle, |slots| {
+                HostMem.with_write(dst, len, |out| reduce_tiny_at(kernel, slots, at, out));
+            })
         })
     }
 
@@ -1047,6 +1023,35 @@ impl Communicator {
             got.unwrap_or(Ok(()))
         })
     }
+}
+
+/// The exchange of the tiny roads that publish straight from the user's
+/// memory (allgather, alltoall, reduce-scatter): `hdr` and the `len` bytes
+/// at host address `src`; once every rank's slot (`HDR + len` bytes) agrees
+/// with them ([`tiny_mismatch`], as the general road's exchange checks),
+/// `put` reads the slots; a difference is this rank's error.
+#[inline]
+fn tiny_exchange(
+    a: &mut ShmColl,
+    call: &str,
+    me: i32,
+    hdr: &[u8; HDR],
+    (src, len): (u64, usize),
+    idle: &mut dyn FnMut(u32) -> Result<()>,
+    put: impl FnOnce(&[&[u8]]),
+) -> Result<()> {
+    use crate::buffer::HostMem;
+    use crate::progress::HostMemory;
+    let mut bad = None;
+    HostMem.with_read(src, len, |d| {
+        a.exchange_parts(&[hdr, d], idle, |slots| {
+            match tiny_mismatch(call, me, hdr, HDR + len, slots) {
+                Some(err) => bad = Some(err),
+                None => put(slots),
+            }
+        })
+    })?;
+    bad.map_or(Ok(()), Err)
 }
 
 /// The one-way gather of the tiny roads (reduce, gather): `hdr` and the
