@@ -960,7 +960,17 @@ mod tests {
             ("a bcast with coll_check", node(Coll::Bcast, 4, 8), check, false),
             ("a reduce on several nodes", nodes(Coll::Reduce, 4, 8), D, false),
             ("a nonblocking reduce", nonblocking(node(Coll::Reduce, 4, 8)), D, false),
-            ("an allgather", node(Coll::Allgather, 4, 8), D, false),
+            ("an allgather", node(Coll::Allgather, 4, 8), D, true),
+            ("an allgather of a slot in all", node(Coll::Allgather, 4, D.shm_max), D, true),
+            ("an allgather of more than a slot in all", node(Coll::Allgather, 4, D.shm_max + 4), D, false),
+            ("an allgather in place", in_place(node(Coll::Allgather, 4, 8)), D, false),
+            ("an allgather with coll_check", node(Coll::Allgather, 4, 8), check, false),
+            ("an alltoall", node(Coll::Alltoall, 4, 8), D, true),
+            ("an alltoall whose send buffer fills no slot", slot(node(Coll::Alltoall, 4, 8), 4 * 8 + HDR - 1), D, false),
+            ("a reduce_scatter", node(Coll::ReduceScatter, 4, 32), D, true),
+            ("a reduce_scatter of a slot", node(Coll::ReduceScatter, 4, D.shm_max), D, true),
+            ("a reduce_scatter above a slot", node(Coll::ReduceScatter, 4, D.shm_max + 4), D, false),
+            ("a nonblocking allgather", nonblocking(node(Coll::Allgather, 4, 8)), D, false),
             ("a gather", node(Coll::Gather, 4, 8), D, true),
             ("a gatherv", vform(node(Coll::Gather, 4, 8)), D, true),
             ("a scatterv", vform(node(Coll::Scatter, 4, 8)), D, true),
@@ -994,6 +1004,83 @@ mod tests {
                 assert_eq!(select(&q, &s), Algo::Shm, "{what}");
             }
         }
+    }
+
+    /// The non-blocking road of a small iallreduce: wanted for every
+    /// iallreduce on one node up to a slot, taken only once the area is
+    /// set up with room.
+    #[test]
+    fn nonblocking_area_road() {
+        let check = with(D, |s| s.check = true);
+        let no_shm = with(D, |s| s.shm = false);
+        let table = [
+            (
+                "an iallreduce",
+                nonblocking(node(Coll::Allreduce, 4, 8)),
+                D,
+                true,
+            ),
+            (
+                "an iallreduce of a slot",
+                nonblocking(node(Coll::Allreduce, 4, D.shm_max)),
+                D,
+                true,
+            ),
+            (
+                "an iallreduce above a slot",
+                nonblocking(node(Coll::Allreduce, 4, D.shm_max + 1)),
+                D,
+                false,
+            ),
+            (
+                "an empty iallreduce",
+                nonblocking(node(Coll::Allreduce, 4, 0)),
+                D,
+                false,
+            ),
+            (
+                "an iallreduce with coll_check",
+                nonblocking(node(Coll::Allreduce, 4, 8)),
+                check,
+                false,
+            ),
+            (
+                "an iallreduce without the area",
+                nonblocking(node(Coll::Allreduce, 4, 8)),
+                no_shm,
+                false,
+            ),
+            (
+                "an iallreduce on several nodes",
+                nonblocking(nodes(Coll::Allreduce, 4, 8)),
+                D,
+                false,
+            ),
+            (
+                "an iallreduce of one rank",
+                nonblocking(node(Coll::Allreduce, 1, 8)),
+                D,
+                false,
+            ),
+            (
+                "a blocking allreduce",
+                node(Coll::Allreduce, 4, 8),
+                D,
+                false,
+            ),
+            ("an ibcast", nonblocking(node(Coll::Bcast, 4, 8)), D, false),
+        ];
+        for (what, q, s, want) in table {
+            assert_eq!(
+                nb_area_wanted(&no_area(q), &s) && nb_area_room(&q),
+                want,
+                "{what}"
+            );
+        }
+        let q = nonblocking(node(Coll::Allreduce, 4, 8));
+        assert!(!nb_area_room(&no_area(q)), "no area set up");
+        assert!(!nb_area_room(&slot(q, 8 + HDR - 1)), "no room");
+        assert!(nb_area_room(&slot(q, 8 + HDR)), "room");
     }
 
     #[test]

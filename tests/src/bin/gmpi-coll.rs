@@ -1333,6 +1333,44 @@ fn scenario_types(w: &Communicator) -> R {
         st.count::<f64>(),
         st.bytes()
     );
+    // A non-blocking allreduce whose ranks lay the same signature out
+    // differently (a vector type on ranks 0 and 1, contiguous elsewhere)
+    // takes one road on every rank (the area's, once a blocking collective
+    // has set it up).
+    if n > 1 {
+        let mut one = [1u64];
+        w.allreduce_in_place(&mut one[..], Op::Sum).map_err(e)?;
+        let src: Vec<f64> = (0..10).map(|i| f64::from(r * 10 + i)).collect();
+        let six: Vec<f64> = vidx.iter().map(|&i| src[i]).collect();
+        let exp: Vec<f64> = vidx
+            .iter()
+            .map(|&i| (0..n).map(|q| f64::from(q * 10) + i as f64).sum())
+            .collect();
+        let mut strided = vec![-1.0f64; 10];
+        let mut flat = vec![-1.0f64; 6];
+        if r == 0 {
+            let mut tb = TypedBufMut::new(&mut strided[..], 1, &vt).map_err(e)?;
+            let q = w.iallreduce(&six[..], &mut tb, Op::Sum).map_err(e)?;
+            q.wait().map_err(e)?;
+        } else if r == 1 {
+            let tb = TypedBuf::new(&src[..], 1, &vt).map_err(e)?;
+            let q = w.iallreduce(&tb, &mut flat[..], Op::Sum).map_err(e)?;
+            q.wait().map_err(e)?;
+        } else {
+            let q = w.iallreduce(&six[..], &mut flat[..], Op::Sum).map_err(e)?;
+            q.wait().map_err(e)?;
+        }
+        if r == 0 {
+            let got: Vec<f64> = vidx.iter().map(|&i| strided[i]).collect();
+            same("iallreduce into a vector type", &got, &exp)?;
+            ensure!(
+                (0..10).all(|i| vidx.contains(&i) || strided[i] == -1.0),
+                "iallreduce into a vector type wrote its gaps: {strided:?}"
+            );
+        } else {
+            same("iallreduce beside a vector type", &flat, &exp)?;
+        }
+    }
     // contiguous → vector
     let cont: Vec<f64> = vidx.iter().map(|&i| mine[i]).collect();
     let mut out = vec![-1.0f64; 10];

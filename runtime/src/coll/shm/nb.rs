@@ -19,9 +19,10 @@
 //! first finishes every pending non-blocking one ([`Ready::drain`], which
 //! may wait: every rank started them before this call). Every rank takes
 //! the same road, decided by what every rank knows alike: the call, its
-//! size, the op, and whether the area is set up; device (or managed)
-//! buffers take it too, their contribution copied out at the start and the
-//! result copied in at the end.
+//! size, the op, and whether the area is set up, never by where a rank's
+//! data lies: contiguous host memory is read and written in place, and
+//! anything else (device or managed memory, a strided datatype) is packed
+//! at the start and unpacked at the end.
 
 use std::collections::VecDeque;
 
@@ -63,7 +64,8 @@ struct NbReduce {
     hdr: [u8; HDR],
     kernel: Kernel,
     recv: View,
-    /// `recv` is host memory at this address (else the result is staged).
+    /// `recv` is contiguous host memory at this address (else the result
+    /// is staged and unpacked).
     out_host: Option<u64>,
     pack_err: Option<Error>,
 }
@@ -209,15 +211,14 @@ impl Communicator {
         if len == 0 || input.bytes() != len || !recv.writable {
             return None;
         }
+        // The op and the signature decide (the same on every rank); where
+        // the data lies does not: other ranks may lay it out differently.
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
-        let (src, dst) = (input.contig_addr()?, recv.contig_addr()?);
-        // Memory the gpu layer cannot classify takes the schedule, which
-        // fails with that error.
-        let out_host = recv.kind().ok()?.is_host().then_some(dst);
-        let in_host = match send {
-            Some(s) => s.kind().ok()?.is_host(),
-            None => out_host.is_some(),
+        let host_at = |v: &View| {
+            v.contig_addr()
+                .filter(|_| v.kind().is_ok_and(|k| k.is_host()))
         };
+        let (src_host, out_host) = (host_at(input), host_at(recv));
         if self.is_inter() || self.check_live(CALL).is_err() {
             return None;
         }
@@ -238,7 +239,7 @@ impl Communicator {
             let tag = self.next_nb_tag();
             a.poll();
             let mut hdr = header(kind::REDUCE, -1, Some(op), len);
-            let (ep, pack_err) = if in_host {
+            let (ep, pack_err) = if let Some(src) = src_host {
                 // Published straight from the user's buffer (or copied
                 // once, if it must wait to be).
                 let ep = HostMem.with_read(src, len, |d| a.coll.nb_start(&[&hdr, d]));
