@@ -55,6 +55,11 @@
 //!   non-blocking collectives are local). Blocking operations refuse to
 //!   start while non-blocking ones are pending (the caller finishes them
 //!   first, which may wait: every rank started them before this operation).
+//!   The runtime does not use them yet: their epochs are ordered with the
+//!   blocking operations', and MPI programs order non-blocking collectives
+//!   apart from blocking ones (mpi4py's `test_ulfm` starts an
+//!   `MPI_Iallreduce` on one rank before a barrier the others enter first),
+//!   so the MPI layer would need an area of their own.
 //! - **bcast**: the root reserves and writes its slot (tag `= e`, Release),
 //!   stores `consumed = e` and returns without waiting. The others store
 //!   `reading = e`, wait for the root's tag `>= e` (Acquire), copy its slot

@@ -132,8 +132,7 @@ pub(crate) enum ShmState {
     #[default]
     NotTried,
     Unavailable,
-    /// Set up: the area and its non-blocking operations in flight.
-    Ready(Box<crate::coll::shm::nb::Ready>),
+    Ready(Box<gmpi_btl_shm::ShmColl>),
 }
 
 /// A communicator. Cloning is cheap and refers to the same communicator;
@@ -1259,12 +1258,7 @@ impl Communicator {
             ));
         }
         self.inner.freed.store(true, Ordering::Relaxed);
-        let mut g = self.inner.shm.lock().unwrap_or_else(|p| p.into_inner());
-        // Pending non-blocking collectives complete normally (MPI): their
-        // requests still need the area.
-        if !matches!(&*g, ShmState::Ready(a) if a.pending()) {
-            *g = ShmState::Unavailable;
-        }
+        *self.inner.shm.lock().unwrap_or_else(|p| p.into_inner()) = ShmState::Unavailable;
         Ok(())
     }
 

@@ -1,8 +1,7 @@
 //! Allreduce (`MPI_Allreduce`, `MPI_Iallreduce`, in place or not): on
 //! single-node communicators one exchange through the shared-memory area,
 //! every input combined on every rank in rank order (`shm/`; 1 B to 1 KiB
-//! take its tiny road, `Communicator::allreduce_tiny`, and an
-//! `MPI_Iallreduce` up to a slot the area's non-blocking road, `shm/nb.rs`);
+//! take its tiny road, `Communicator::allreduce_tiny`);
 //! else recursive doubling, or from `allreduce_large` (commutative ops, an
 //! element per rank) a ring: reduce-scatter then allgather (`algo.rs`,
 //! thresholds in `select.rs`). Every rank gets the same bits.
@@ -188,9 +187,6 @@ impl Communicator {
         }
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
-        if let Some(r) = self.iallreduce_area(Some(&sv), &rv, &op) {
-            return r;
-        }
         self.nonblocking(CALL, |c, e, tag| {
             let q = c.allreduce_query(Form::Nonblocking, &rv, &red);
             let algo = c.pick(e, CALL, &q);
@@ -209,9 +205,6 @@ impl Communicator {
         self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
-        if let Some(r) = self.iallreduce_area(None, &v, &op) {
-            return r;
-        }
         self.nonblocking(CALL, |c, e, tag| {
             let q = c
                 .allreduce_query(Form::Nonblocking, &v, &red)

@@ -31,11 +31,6 @@
 //! reaches them without its handle tables on `MPI_COMM_WORLD` and
 //! `MPI_COMM_SELF`.
 //!
-//! `MPI_Iallreduce` of up to a slot starts a non-blocking exchange
-//! in the area once it is set up, finished by the engine's progress passes
-//! (`nb.rs`); every call that locks the area for a blocking collective
-//! first finishes the non-blocking ones still pending there.
-//!
 //! Bcast, reduce, allreduce, allgather and reduce-scatter larger than a
 //! slot, up to `coll_shm_pipeline_max`, go through the area in chunks
 //! (`pipeline.rs`).
@@ -45,7 +40,6 @@
 //! instead, and the readers copy it from there once (`copy.rs`).
 
 mod copy;
-pub(crate) mod nb;
 mod pipeline;
 mod vform;
 pub(crate) mod wire;
@@ -77,7 +71,7 @@ pub(crate) struct ShmArea<'g> {
 impl ShmArea<'_> {
     fn coll(&mut self) -> &mut ShmColl {
         match &mut *self.guard {
-            ShmState::Ready(c) => &mut c.coll,
+            ShmState::Ready(c) => c,
             _ => unreachable!("the selector chose an area that is not ready"),
         }
     }
@@ -100,9 +94,9 @@ fn area_depth(n: i32) -> usize {
 #[inline]
 fn area_of(state: &ShmState) -> Area {
     match state {
-        ShmState::Ready(c) if !c.coll.is_broken() => Area::Ready {
-            slot: c.coll.slot_bytes(),
-            single_copy: c.coll.single_copy(),
+        ShmState::Ready(c) if !c.is_broken() => Area::Ready {
+            slot: c.slot_bytes(),
+            single_copy: c.single_copy(),
         },
         _ => Area::None,
     }
@@ -193,17 +187,12 @@ impl Communicator {
                 match ShmColl::bootstrap(&path, me as usize, n as usize, &cfg, &mut fence) {
                     Ok(c) => {
                         tracing::debug!(target: "coll", "{call}: shared-memory collectives on context {} ({n} ranks, {} B slots)", self.inner.ctx, c.slot_bytes());
-                        *g = ShmState::Ready(Box::new(nb::Ready::new(c)));
+                        *g = ShmState::Ready(Box::new(c));
                     }
                     Err(err) => {
                         tracing::debug!(target: "coll", "{call}: no shared-memory collectives on context {}: {err}", self.inner.ctx);
                     }
                 }
-            }
-        }
-        if let ShmState::Ready(a) = &mut *g {
-            if a.pending() {
-                a.drain(&mut |k| e.idle_flags(call, k))?;
             }
         }
         let area = area_of(&g);
@@ -624,10 +613,6 @@ impl Communicator {
             if !select::tiny_room(&q, &s) {
                 return Ok(None);
             }
-            if a.pending() {
-                a.drain(&mut |k| e.idle_flags(call, k))?;
-            }
-            let a = &mut a.coll;
             let tag = self.next_tag();
             tracing::debug!(target: "coll", "{call}: shared memory, {} B, tiny path", q.bytes);
             body(e, a, tag).map(Some)
