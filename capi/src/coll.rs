@@ -220,10 +220,10 @@ fn reduce_scatter_block_fast(
     if ptr::in_place(sendbuf) {
         return None;
     }
-    let o = resolve::fast_op(op, dt)?;
+    let (o, d) = (resolve::fast_op(op, dt)?, resolve::fast_dtype(dt)?);
     let total = recvcount.checked_mul(c.size())?;
-    let sv = ptr::fast_buf(sendbuf, total, resolve::fast_dtype(dt)?, false)?;
-    let mut rv = ptr::fast_buf(recvbuf, recvcount, resolve::fast_dtype(dt)?, true)?;
+    let sv = ptr::fast_buf(sendbuf, total, d, false)?;
+    let mut rv = ptr::fast_buf(recvbuf, recvcount, d, true)?;
     Some(crate::frame::fast(call, comm, || {
         c.reduce_scatter_block(&sv, &mut rv, o)
     }))

@@ -47,39 +47,6 @@ use crate::progress::Driver;
 /// sleep in one while the others watch (see [`Backoff::new`]).
 const MULTI_BLOCK: Duration = Duration::from_millis(1);
 
-/// The hasher of tables keyed by ids this process hands out in sequence
-/// (parked schedules): the id itself, not SipHash, which cost a
-/// non-blocking collective more than its exchange.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Ids;
-
-impl std::hash::BuildHasher for Ids {
-    type Hasher = IdHasher;
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
-
-/// See [`Ids`].
-#[derive(Debug, Default)]
-pub struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        // Spread sequential ids over the table's top bits too (hashbrown
-        // takes its control byte from them).
-        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 /// How an idle wait backs off.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
@@ -201,8 +168,11 @@ pub(crate) struct Engine {
     /// (`MPI_THREAD_MULTIPLE`: see [`Engine::ctx_round`]).
     pub ctx_owned: bool,
     /// Non-blocking collectives (and derived-datatype receives) in flight,
-    /// advanced by every progress pass.
-    pub scheds: std::collections::HashMap<u64, crate::coll::sched::Sched, Ids>,
+    /// advanced by every progress pass, by id. Ids are handed out in
+    /// sequence and few are in flight: a B-tree keeps them without hashing
+    /// each one (SipHash stood out in a small non-blocking collective's
+    /// profile).
+    pub scheds: std::collections::BTreeMap<u64, crate::coll::sched::Sched>,
     pub next_sched: u64,
     /// The completion flags of generalized requests (`Request::user`), by
     /// id (ids from `next_sched`).

@@ -520,8 +520,7 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
 #[inline]
 fn tiny_max(q: &Query, s: &Settings) -> usize {
     match (q.vform, q.coll) {
-        (true, Coll::Allgather | Coll::Alltoall) => s.shm_max,
-        (false, Coll::Allgather | Coll::Alltoall | Coll::ReduceScatter) => s.shm_max,
+        (_, Coll::Allgather | Coll::Alltoall) | (false, Coll::ReduceScatter) => s.shm_max,
         _ => TINY,
     }
 }

@@ -1334,9 +1334,9 @@ fn scenario_types(w: &Communicator) -> R {
         st.bytes()
     );
     // A non-blocking allreduce whose ranks lay the same signature out
-    // differently (a vector type on ranks 0 and 1, contiguous elsewhere)
-    // takes one road on every rank (the area's, once a blocking collective
-    // has set it up).
+    // differently (a vector type on ranks 0 and 1, contiguous elsewhere),
+    // after a blocking one has set the shared-memory area up: every rank
+    // must take the same road.
     if n > 1 {
         let mut one = [1u64];
         w.allreduce_in_place(&mut one[..], Op::Sum).map_err(e)?;
@@ -2068,9 +2068,9 @@ fn scenario_nonblocking(w: &Communicator) -> R {
             x[0]
         );
     }
-    // Starting a non-blocking collective is local: rank 0 starts many (more
-    // than the shared-memory area is deep) before rank 1 has started any,
-    // and only then sends what rank 1 waits for before it starts its own.
+    // Starting a non-blocking collective is local: rank 0 starts many
+    // before rank 1 has started any, and only then sends what rank 1 waits
+    // for before it starts its own.
     if n > 1 {
         let many = 40u64;
         let ins: Vec<[u32; 2]> = (0..many).map(|k| [r as u32, k as u32]).collect();
@@ -2094,9 +2094,9 @@ fn scenario_nonblocking(w: &Communicator) -> R {
             );
         }
     }
-    // Sizes around the area's slot (16 KiB by default) and the tiny limit
-    // (1 KiB), outstanding together with a blocking collective between
-    // them, waited in mixed order.
+    // Sizes around 1 KiB and 16 KiB (the shared-memory collectives' tiny
+    // limit and slot), outstanding together with a blocking collective
+    // between them, waited in mixed order.
     {
         let lens = [1usize, 100, 129, 1000, 2046, 2047, 2100];
         let ins: Vec<Vec<u64>> = lens
