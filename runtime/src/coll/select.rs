@@ -7,8 +7,8 @@
 //! | collective | shared-memory area (single-node, blocking, up to `coll_shm_max`; any memory kind) | otherwise |
 //! |---|---|---|
 //! | barrier | the area's barrier | dissemination |
-//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 to [`TINY`] bytes of host memory: the tiny road; above a slot, up to `coll_shm_pipeline_max` (64 MiB), one-way in chunks; past that, from `coll_shm_copy_min` below [`COPY_ROOTED_MAX`], where every rank can read the others by CMA, single copy: the readers copy from the root's memory) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
-//! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast; above a slot, up to `coll_shm_pipeline_max`, an exchange per chunk) | binomial tree (in rank order for non-commutative ops) |
+//! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 B to half a slot of host memory: the tiny road; above half a slot, up to `coll_shm_pipeline_max` (64 MiB), one-way in chunks; past that, from `coll_shm_copy_min` below [`COPY_ROOTED_MAX`], where every rank can read the others by CMA, single copy: the readers copy from the root's memory) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
+//! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast; above half a slot, up to `coll_shm_pipeline_max`, an exchange per chunk) | binomial tree (in rank order for non-commutative ops) |
 //! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one per chunk), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
 //! | gather | one-way to the root (above a slot, single copy as for bcast); gatherv one-way to the root whatever its size, blocks that do not fit moving by point-to-point (`shm/vform.rs`) | linear |
 //! | scatter | one-way: the root writes every block, each rank reads its own (where the blocks do not fit a slot, single copy from `coll_shm_copy_min` at any size); scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
@@ -45,13 +45,12 @@ pub(crate) const KIB: usize = 1024;
 /// A mebibyte.
 const MIB: usize = 1024 * KIB;
 
-/// The largest allreduce, bcast, reduce, gather or scatter, in bytes per
-/// rank, that takes the tiny road ([`tiny_wanted`],
-/// `Communicator::allreduce_tiny`, `bcast_tiny`, `reduce_root_tiny`, …;
-/// a gatherv's own block, a scatterv root's or an alltoallv's table and
-/// blocks, an allgatherv's whole result): up to
-/// here, at np 2 on the development machine, the road's saving (no views,
-/// no packing, 0.03–0.15 µs a call) beat the extra copy through the stack.
+/// The largest allreduce, in bytes, or scatterv root's table and blocks,
+/// that takes the tiny road ([`tiny_wanted`], [`tiny_max`]:
+/// `Communicator::allreduce_tiny`, `scatterv_tiny`, the two roads that
+/// build their contribution on the stack): up to here, at np 2 on the
+/// development machine, the road's saving (no views, no packing,
+/// 0.03–0.15 µs a call) beat the extra copy through the stack.
 pub(crate) const TINY: usize = 1024;
 
 /// The collective being chosen for (the `v`, `w`, in-place and `i` forms
@@ -486,8 +485,8 @@ pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
 
 /// Whether a blocking allreduce, bcast, reduce, gather or scatter, or a
 /// `v` form, may take the tiny road, before looking at the area: the
-/// shared-memory choice, for 1 to [`TINY`] bytes (per rank; for a gatherv,
-/// scatterv or alltoallv, what this rank itself publishes; for an
+/// shared-memory choice, for 1 to [`tiny_max`] bytes (per rank; for a
+/// gatherv, scatterv or alltoallv, what this rank itself publishes; for an
 /// allgatherv, the whole result), without `coll_check`. (The
 /// caller has already checked the rest of what the road needs: contiguous
 /// buffers of one predefined type, an op with a kernel.)
@@ -510,18 +509,21 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
     coll && !s.check && (1..=tiny_max(q, s)).contains(&q.bytes) && area_wanted(q, s)
 }
 
-/// The largest call [`tiny_wanted`] takes: [`TINY`] bytes, but a whole
-/// slot for the exchanges whose tiny roads make no copy the general road
-/// does not (they publish from the user's buffer and read into it; they
-/// only skip its views and temporaries): the `v` exchanges (an
-/// allgatherv's result, an alltoallv's table and blocks), an allgather's
-/// result, an alltoall's block and a reduce-scatter's input (each
-/// [`tiny_room`] still wants in one slot).
+/// The largest call [`tiny_wanted`] takes: a whole slot (each
+/// [`tiny_room`] still wants the call in one) for the roads that make no
+/// copy the general road does not (they publish from the user's buffer and
+/// read into it; they only skip its views and temporaries), [`TINY`] bytes
+/// for the two that build their contribution on the stack: an allreduce
+/// (in place, or of device memory) and a scatterv (the root's table and
+/// blocks). Measured at np 2 on the development machine (2 KiB, µs per
+/// call, the tiny road against the general one): bcast 0.11 against 0.18,
+/// reduce 0.18 against 0.28, gather 0.17 against 0.30, scatter 0.15
+/// against 0.29, gatherv 0.17 against 0.31.
 #[inline]
 fn tiny_max(q: &Query, s: &Settings) -> usize {
     match (q.vform, q.coll) {
-        (_, Coll::Allgather | Coll::Alltoall) | (false, Coll::ReduceScatter) => s.shm_max,
-        _ => TINY,
+        (false, Coll::Allreduce) | (true, Coll::Scatter) => TINY,
+        _ => s.shm_max,
     }
 }
 
@@ -543,6 +545,11 @@ pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
     let room = match (q.vform, q.area) {
         (true, Area::Ready { slot, .. }) => q.bytes.saturating_add(HDR) <= slot,
         (true, Area::None) => false,
+        // Not what the general road splits into chunks: a bcast or a
+        // reduce of more than half a slot.
+        (false, Area::Ready { slot, .. }) if matches!(q.coll, Coll::Bcast | Coll::Reduce) => {
+            in_one_slot(q) && !super::shm::rooted_splits(slot - HDR, q.bytes)
+        }
         (false, _) => in_one_slot(q),
     };
     // Not where the general road copies from the owners' memory (a
@@ -931,7 +938,15 @@ mod tests {
             ("one rank", node(Coll::Allreduce, 1, 8), D, false),
             ("a reduce", node(Coll::Reduce, 4, 8), D, true),
             ("a bcast", node(Coll::Bcast, 4, 8), D, true),
-            ("a bcast of TINY + 1 bytes", node(Coll::Bcast, 4, TINY + 1), D, false),
+            ("a bcast of TINY + 1 bytes", node(Coll::Bcast, 4, TINY + 1), D, true),
+            ("a bcast of half a slot", node(Coll::Bcast, 4, D.shm_max / 2), D, true),
+            ("a bcast of more than half a slot: in chunks", node(Coll::Bcast, 4, D.shm_max / 2 + 1), D, false),
+            ("a reduce of half a slot", node(Coll::Reduce, 4, D.shm_max / 2), D, true),
+            ("a reduce of more than half a slot: in chunks", node(Coll::Reduce, 4, D.shm_max / 2 + 1), D, false),
+            ("a gather of a slot", node(Coll::Gather, 4, D.shm_max), D, true),
+            ("a gather above a slot", node(Coll::Gather, 4, D.shm_max + 1), D, false),
+            ("a scatter of a slot in all", node(Coll::Scatter, 4, D.shm_max / 4), D, true),
+            ("a scatter of more than a slot in all", node(Coll::Scatter, 4, D.shm_max / 4 + 1), D, false),
             ("a bcast with coll_check", node(Coll::Bcast, 4, 8), check, false),
             ("a reduce on several nodes", nodes(Coll::Reduce, 4, 8), D, false),
             ("a nonblocking reduce", nonblocking(node(Coll::Reduce, 4, 8)), D, false),
@@ -950,7 +965,10 @@ mod tests {
             ("a gatherv", vform(node(Coll::Gather, 4, 8)), D, true),
             ("a scatterv", vform(node(Coll::Scatter, 4, 8)), D, true),
             ("a gatherv whose own block fills no slot", slot(vform(node(Coll::Gather, 4, 8)), 8 + HDR - 1), D, false),
-            ("a gatherv of TINY + 1 bytes", vform(node(Coll::Gather, 4, TINY + 1)), D, false),
+            ("a gatherv of TINY + 1 bytes", vform(node(Coll::Gather, 4, TINY + 1)), D, true),
+            ("a gatherv of a slot", vform(node(Coll::Gather, 4, D.shm_max)), D, true),
+            ("a gatherv above a slot", vform(node(Coll::Gather, 4, D.shm_max + 1)), D, false),
+            ("a scatterv of TINY + 1 bytes (its table on the stack)", vform(node(Coll::Scatter, 4, TINY + 1)), D, false),
             ("a gatherv with coll_check", vform(node(Coll::Gather, 4, 8)), check, false),
             ("a gatherv on several nodes", vform(nodes(Coll::Gather, 4, 8)), D, false),
             ("an alltoallv", vform(node(Coll::Alltoall, 4, 8)), D, true),

@@ -1371,6 +1371,9 @@ fn scenario_types(w: &Communicator) -> R {
             same("iallreduce beside a vector type", &flat, &exp)?;
         }
     }
+    if n > 1 {
+        rooted_mixed_layouts(w, &f64t)?;
+    }
     // contiguous → vector
     let cont: Vec<f64> = vidx.iter().map(|&i| mine[i]).collect();
     let mut out = vec![-1.0f64; 10];
@@ -1866,6 +1869,122 @@ fn to_bytes(v: &[i32]) -> Vec<u8> {
 }
 
 // ------------------------------------------------------------------ nonblocking
+
+/// Blocking bcast, reduce, gather, gatherv and scatter whose ranks lay the
+/// same signature out differently (a vector type on rank 1, contiguous
+/// elsewhere), at sizes across the tiny roads' limits (1 KiB, half a slot,
+/// a slot of the default 16 KiB `coll_shm_max`), from roots 0 and 1: rank 1
+/// takes the general road, the others the tiny one where it goes, and both
+/// must make the same exchange (a bcast or reduce of more than half a slot
+/// goes in chunks on the general road, so not on the tiny one either).
+fn rooted_mixed_layouts(w: &Communicator, f64t: &UserDatatype) -> R {
+    let (n, r) = (w.size(), w.rank());
+    let val = |q: i32, i: usize| f64::from(q) * 1e4 + i as f64;
+    let spread = |flat: &[f64]| -> Vec<f64> {
+        let mut wide = vec![-1.0f64; 2 * flat.len()];
+        for (i, x) in flat.iter().enumerate() {
+            wide[2 * i] = *x;
+        }
+        wide
+    };
+    let gaps = |what: &str, wide: &[f64]| -> R {
+        ensure!(
+            wide.iter().skip(1).step_by(2).all(|&x| x == -1.0),
+            "{what}: a vector type's gaps were written"
+        );
+        Ok(())
+    };
+    for k in [129usize, 512, 1024, 1025, 2048, 2049] {
+        let vt = UserDatatype::vector(k as i32, 1, 2, f64t)
+            .map_err(e)?
+            .committed();
+        let mine: Vec<f64> = (0..k).map(|i| val(r, i)).collect();
+        let wide_mine = spread(&mine);
+        for root in [0, 1] {
+            let what =
+                |c: &str| format!("{c} of {k} f64 from root {root}, a vector type on rank 1");
+            // bcast
+            let from: Vec<f64> = (0..k).map(|i| val(root, i)).collect();
+            let mut got = if r == root {
+                from.clone()
+            } else {
+                vec![-1.0; k]
+            };
+            if r == 1 {
+                let mut wide = spread(&got);
+                w.bcast(
+                    &mut TypedBufMut::new(&mut wide[..], 1, &vt).map_err(e)?,
+                    root,
+                )
+                .map_err(e)?;
+                gaps(&what("bcast"), &wide)?;
+                got = wide.iter().step_by(2).copied().collect();
+            } else {
+                w.bcast(&mut got[..], root).map_err(e)?;
+            }
+            same(&what("bcast"), &got, &from)?;
+            // reduce
+            let mut out = vec![-1.0f64; k];
+            if r == 1 {
+                let tb = TypedBuf::new(&wide_mine[..], 1, &vt).map_err(e)?;
+                w.reduce(&tb, &mut out[..], Op::Sum, root).map_err(e)?;
+            } else {
+                w.reduce(&mine[..], &mut out[..], Op::Sum, root)
+                    .map_err(e)?;
+            }
+            if r == root {
+                let sums: Vec<f64> = (0..k).map(|i| (0..n).map(|q| val(q, i)).sum()).collect();
+                same(&what("reduce"), &out, &sums)?;
+            }
+            // gather and gatherv, rank 1 sending from the vector type
+            let all: Vec<f64> = (0..n)
+                .flat_map(|q| (0..k).map(move |i| val(q, i)))
+                .collect();
+            let counts = vec![k as i32; n as usize];
+            let displs: Vec<i32> = (0..n).map(|q| q * k as i32).collect();
+            for v in [false, true] {
+                let mut out = vec![-1.0f64; k * n as usize];
+                let got = match (r == 1, v) {
+                    (true, false) => w.gather(
+                        &TypedBuf::new(&wide_mine[..], 1, &vt).map_err(e)?,
+                        &mut out[..],
+                        root,
+                    ),
+                    (true, true) => w.gatherv(
+                        &TypedBuf::new(&wide_mine[..], 1, &vt).map_err(e)?,
+                        &mut out[..],
+                        &counts,
+                        &displs,
+                        root,
+                    ),
+                    (false, false) => w.gather(&mine[..], &mut out[..], root),
+                    (false, true) => w.gatherv(&mine[..], &mut out[..], &counts, &displs, root),
+                };
+                got.map_err(e)?;
+                if r == root {
+                    same(&what(if v { "gatherv" } else { "gather" }), &out, &all)?;
+                }
+            }
+            // scatter, rank 1 receiving into the vector type
+            let mut got = vec![-1.0f64; k];
+            if r == 1 {
+                let mut wide = spread(&got);
+                w.scatter(
+                    &all[..],
+                    &mut TypedBufMut::new(&mut wide[..], 1, &vt).map_err(e)?,
+                    root,
+                )
+                .map_err(e)?;
+                gaps(&what("scatter"), &wide)?;
+                got = wide.iter().step_by(2).copied().collect();
+            } else {
+                w.scatter(&all[..], &mut got[..], root).map_err(e)?;
+            }
+            same(&what("scatter"), &got, &mine)?;
+        }
+    }
+    Ok(())
+}
 
 fn scenario_nonblocking(w: &Communicator) -> R {
     let (n, r) = (w.size(), w.rank());

@@ -21,8 +21,10 @@
 //! too, naming it, instead of using the data it does not have:
 //! `wire::with_contribution`).
 //!
-//! Allreduces, bcasts, reduces, gathers and scatters of 1 to [`TINY`]
-//! bytes (per rank) of contiguous host memory take a shorter road to the
+//! Allreduces of 1 to [`TINY`] bytes, and bcasts, reduces, gathers and
+//! scatters of a byte up to what one slot holds (a bcast or reduce up to
+//! half a slot: from there the general road splits it in chunks), of
+//! contiguous host memory take a shorter road to the
 //! same exchange or one-way operation (`allreduce_tiny`, `bcast_tiny`,
 //! `reduce_root_tiny`, `gather_tiny`, `scatter_tiny`; gatherv and scatterv
 //! too, `vform.rs`), since their time is mostly the call's own overhead:
@@ -56,6 +58,7 @@ use crate::comm::{Communicator, ShmState};
 use crate::engine::{self, Locked};
 use crate::error::Result;
 use crate::op::Op;
+pub(super) use pipeline::rooted_splits;
 use pipeline::Split;
 use wire::{header, kind, mismatch, with_contribution, HDR};
 
@@ -578,7 +581,7 @@ impl Communicator {
 
     /// The road of the latency-bound calls (`*_tiny`): on an
     /// intracommunicator whose shared-memory area is already set up, for
-    /// `len` bytes (1 to [`TINY`]) of a blocking `coll` that the selector
+    /// `len` bytes (1 to `select::tiny_max`) of a blocking `coll` that the selector
     /// sends to the area ([`select::tiny_wanted`], [`select::tiny_room`]: never with `coll_check`), run
     /// `body` on the engine and the area, once the call's tag is consumed as
     /// the general road consumes it (`body` gets that tag, for what a `v`
@@ -712,8 +715,8 @@ impl Communicator {
         })
     }
 
-    /// The latency-bound bcast: a contiguous host buffer of 1 to [`TINY`]
-    /// bytes ([`tiny_road`](Self::tiny_road)). It is
+    /// The latency-bound bcast: a contiguous host buffer of 1 byte to
+    /// half a slot ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_bcast`](Self::shm_bcast)'s one-way road (same header, same
     /// checks by the readers, same errors), with the root's header and data
     /// assembled on the stack and a reader's copy made straight into its
@@ -724,7 +727,7 @@ impl Communicator {
         use crate::progress::HostMemory;
         const CALL: &str = "MPI_Bcast";
         let (me, len) = (self.rank(), v.bytes());
-        if len == 0 || len > TINY || !(0..self.size()).contains(&root) {
+        if len == 0 || !(0..self.size()).contains(&root) {
             return None;
         }
         if (me != root && !v.writable) || !v.kind().ok()?.is_host() {
@@ -762,7 +765,7 @@ impl Communicator {
     }
 
     /// The latency-bound reduce: contiguous host buffers of one predefined
-    /// type, 1 to [`TINY`] bytes, a predefined element-wise op
+    /// type, 1 byte to half a slot, a predefined element-wise op
     /// ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_reduce`](Self::shm_reduce)'s one-way gather (same header, same
     /// rank-order reduction, same errors at the root), with the
@@ -784,7 +787,7 @@ impl Communicator {
         let me = self.rank();
         let input = send.unwrap_or(recv);
         let len = input.bytes();
-        if len == 0 || len > TINY || !(0..self.size()).contains(&root) {
+        if len == 0 || !(0..self.size()).contains(&root) {
             return None;
         }
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
@@ -818,8 +821,8 @@ impl Communicator {
 }
 
 impl Communicator {
-    /// The latency-bound gather: contiguous host buffers, 1 to [`TINY`]
-    /// bytes per rank ([`tiny_road`](Self::tiny_road)). It is
+    /// The latency-bound gather: contiguous host buffers, 1 byte to a slot
+    /// per rank ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_gather`](Self::shm_gather)'s one-way gather (same header, the
     /// same checks at the root), with the contribution built on the stack
     /// and each slot copied straight into the root's `recv`.
@@ -829,7 +832,7 @@ impl Communicator {
         use crate::progress::HostMemory;
         const CALL: &str = "MPI_Gather";
         let (me, n, len) = (self.rank(), self.size(), send.bytes());
-        if len == 0 || len > TINY || !(0..n).contains(&root) {
+        if len == 0 || !(0..n).contains(&root) {
             return None;
         }
         let src = tiny_host(send, len, false)?;
@@ -964,8 +967,8 @@ impl Communicator {
         })
     }
 
-    /// The latency-bound scatter: contiguous host buffers, 1 to [`TINY`]
-    /// bytes per rank ([`tiny_road`](Self::tiny_road)). It is
+    /// The latency-bound scatter: contiguous host buffers, 1 byte per rank
+    /// up to a slot in all ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_scatter`](Self::shm_scatter)'s one-way road (same header, the
     /// same checks by the readers), with the root's send buffer copied
     /// straight into its slot and a reader's block straight into `recv`.
@@ -975,7 +978,7 @@ impl Communicator {
         use crate::progress::HostMemory;
         const CALL: &str = "MPI_Scatter";
         let (me, n, len) = (self.rank(), self.size() as usize, recv.bytes());
-        if len == 0 || len > TINY || !(0..n as i32).contains(&root) {
+        if len == 0 || !(0..n as i32).contains(&root) {
             return None;
         }
         let dst = tiny_host(recv, len, true)?;

@@ -106,6 +106,13 @@ pub(super) fn epochs(k: Split, room: usize, unit: usize, len: usize) -> usize {
     len.div_ceil(chunk_bytes(room, unit, len))
 }
 
+/// Whether a bcast or a reduce with a root of `len` bytes goes in chunks
+/// through slots of `room` bytes of data (the tiny roads take only what
+/// goes in one).
+pub(in crate::coll) fn rooted_splits(room: usize, len: usize) -> bool {
+    len >= Split::Rooted.min(room)
+}
+
 /// Whether a `len`-byte call of kind `k` goes through `a` in chunks.
 pub(super) fn pipelined(k: Split, a: &ShmColl, len: usize) -> bool {
     len >= k.min(room(a))

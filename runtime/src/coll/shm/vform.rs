@@ -41,11 +41,12 @@
 //! Every `v` form of contiguous host memory of a predefined type also has
 //! a tiny road ([`Communicator::gatherv_tiny`],
 //! [`Communicator::scatterv_tiny`], [`Communicator::allgatherv_tiny`],
-//! [`Communicator::alltoallv_tiny`]): a gatherv or scatterv for 1 to
-//! [`TINY`] bytes of this rank's own data (and, at a scatterv's root, its
-//! table and every block in [`TINY`] bytes); an allgatherv whose whole
-//! result, an alltoallv whose table and blocks fit a slot (these make no
-//! copy the general road does not, so they go as far as it does). They
+//! [`Communicator::alltoallv_tiny`]): a scatterv for 1 to [`TINY`] bytes
+//! of this rank's own data (and, at its root, the table and every block in
+//! [`TINY`] bytes, built on the stack); a gatherv whose own block, an
+//! allgatherv whose whole result, an alltoallv whose table and blocks fit
+//! a slot (these make no copy the general road does not, so they go as
+//! far as it does). They
 //! publish and read the same contributions as the roads above, so ranks
 //! on either road agree; they make no view per block, read the counts and
 //! displacements in place and copy between the slots and the user's
@@ -741,7 +742,7 @@ impl<'a> TinyBlocks<'a> {
 
 impl Communicator {
     /// The latency-bound gatherv: contiguous host buffers of a predefined
-    /// type, 1 to [`TINY`] bytes from this rank
+    /// type, 1 byte to a slot from this rank
     /// ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_gatherv`](Self::shm_gatherv) (same header, the same checks at
     /// the root, and blocks marked [`BIG`] moved by point-to-point after
@@ -758,7 +759,7 @@ impl Communicator {
     ) -> Option<Result<()>> {
         const CALL: &str = "MPI_Gatherv";
         let (me, n, len) = (self.rank(), self.size() as usize, send.bytes());
-        if len == 0 || len > TINY || !(0..n as i32).contains(&root) {
+        if len == 0 || !(0..n as i32).contains(&root) {
             return None;
         }
         let src = tiny_host(send, len, false)?;
@@ -899,7 +900,7 @@ impl Communicator {
     }
 
     /// The latency-bound allgatherv: contiguous host buffers of a
-    /// predefined type, 1 to [`TINY`] bytes in the whole result
+    /// predefined type, 1 byte to a slot in the whole result
     /// ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_allgatherv`](Self::shm_allgatherv)'s exchange (same header,
     /// same checks of every block's length), without a view per block:
