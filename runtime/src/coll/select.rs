@@ -45,12 +45,13 @@ pub(crate) const KIB: usize = 1024;
 /// A mebibyte.
 const MIB: usize = 1024 * KIB;
 
-/// The largest allreduce, in bytes, or scatterv root's table and blocks,
-/// that takes the tiny road ([`tiny_wanted`], [`tiny_max`]:
-/// `Communicator::allreduce_tiny`, `scatterv_tiny`, the two roads that
-/// build their contribution on the stack): up to here, at np 2 on the
-/// development machine, the road's saving (no views, no packing,
-/// 0.03–0.15 µs a call) beat the extra copy through the stack.
+/// The largest allreduce, in bytes, that takes the tiny road
+/// ([`tiny_wanted`], [`tiny_max`]: `Communicator::allreduce_tiny`, which
+/// builds its contribution on the stack in place or from device memory):
+/// up to here, at np 2 on the development machine, the road's saving (no
+/// views, no packing, 0.03–0.15 µs a call) beat the extra copy through the
+/// stack. (A scatterv root's table and blocks up to here are assembled on
+/// the stack too; larger ones are published from the send buffer.)
 pub(crate) const TINY: usize = 1024;
 
 /// The collective being chosen for (the `v`, `w`, in-place and `i` forms
@@ -513,16 +514,16 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
 /// [`tiny_room`] still wants the call in one) for the roads that make no
 /// copy the general road does not (they publish from the user's buffer and
 /// read into it; they only skip its views and temporaries), [`TINY`] bytes
-/// for the two that build their contribution on the stack: an allreduce
-/// (in place, or of device memory) and a scatterv (the root's table and
-/// blocks). Measured at np 2 on the development machine (2 KiB, µs per
-/// call, the tiny road against the general one): bcast 0.11 against 0.18,
-/// reduce 0.18 against 0.28, gather 0.17 against 0.30, scatter 0.15
-/// against 0.29, gatherv 0.17 against 0.31.
+/// for an allreduce, which builds its contribution on the stack (in place,
+/// or of device memory). Measured at np 2 on the development machine
+/// (2 KiB, µs per call, the tiny road against the general one): bcast 0.11
+/// against 0.18, reduce 0.18 against 0.28, gather 0.17 against 0.30,
+/// scatter 0.15 against 0.29, gatherv 0.17 against 0.31, scatterv 0.24
+/// against 0.33.
 #[inline]
 fn tiny_max(q: &Query, s: &Settings) -> usize {
     match (q.vform, q.coll) {
-        (false, Coll::Allreduce) | (true, Coll::Scatter) => TINY,
+        (false, Coll::Allreduce) => TINY,
         _ => s.shm_max,
     }
 }
@@ -968,7 +969,9 @@ mod tests {
             ("a gatherv of TINY + 1 bytes", vform(node(Coll::Gather, 4, TINY + 1)), D, true),
             ("a gatherv of a slot", vform(node(Coll::Gather, 4, D.shm_max)), D, true),
             ("a gatherv above a slot", vform(node(Coll::Gather, 4, D.shm_max + 1)), D, false),
-            ("a scatterv of TINY + 1 bytes (its table on the stack)", vform(node(Coll::Scatter, 4, TINY + 1)), D, false),
+            ("a scatterv of TINY + 1 bytes", vform(node(Coll::Scatter, 4, TINY + 1)), D, true),
+            ("a scatterv of a slot", vform(node(Coll::Scatter, 4, D.shm_max)), D, true),
+            ("a scatterv above a slot", vform(node(Coll::Scatter, 4, D.shm_max + 1)), D, false),
             ("a gatherv with coll_check", vform(node(Coll::Gather, 4, 8)), check, false),
             ("a gatherv on several nodes", vform(nodes(Coll::Gather, 4, 8)), D, false),
             ("an alltoallv", vform(node(Coll::Alltoall, 4, 8)), D, true),

@@ -1870,7 +1870,7 @@ fn to_bytes(v: &[i32]) -> Vec<u8> {
 
 // ------------------------------------------------------------------ nonblocking
 
-/// Blocking bcast, reduce, gather, gatherv and scatter whose ranks lay the
+/// Blocking bcast, reduce, gather, gatherv, scatter and scatterv whose ranks lay the
 /// same signature out differently (a vector type on rank 1, contiguous
 /// elsewhere), at sizes across the tiny roads' limits (1 KiB, half a slot,
 /// a slot of the default 16 KiB `coll_shm_max`), from roots 0 and 1: rank 1
@@ -1965,22 +1965,30 @@ fn rooted_mixed_layouts(w: &Communicator, f64t: &UserDatatype) -> R {
                     same(&what(if v { "gatherv" } else { "gather" }), &out, &all)?;
                 }
             }
-            // scatter, rank 1 receiving into the vector type
-            let mut got = vec![-1.0f64; k];
-            if r == 1 {
+            // scatter and scatterv, rank 1 receiving into the vector type
+            for v in [false, true] {
+                let what = what(if v { "scatterv" } else { "scatter" });
+                let mut got = vec![-1.0f64; k];
                 let mut wide = spread(&got);
-                w.scatter(
-                    &all[..],
-                    &mut TypedBufMut::new(&mut wide[..], 1, &vt).map_err(e)?,
-                    root,
-                )
-                .map_err(e)?;
-                gaps(&what("scatter"), &wide)?;
-                got = wide.iter().step_by(2).copied().collect();
-            } else {
-                w.scatter(&all[..], &mut got[..], root).map_err(e)?;
+                let got = if r == 1 {
+                    let mut tb = TypedBufMut::new(&mut wide[..], 1, &vt).map_err(e)?;
+                    match v {
+                        false => w.scatter(&all[..], &mut tb, root),
+                        true => w.scatterv(&all[..], &counts, &displs, &mut tb, root),
+                    }
+                    .map_err(e)?;
+                    gaps(&what, &wide)?;
+                    wide.iter().step_by(2).copied().collect()
+                } else {
+                    match v {
+                        false => w.scatter(&all[..], &mut got[..], root),
+                        true => w.scatterv(&all[..], &counts, &displs, &mut got[..], root),
+                    }
+                    .map_err(e)?;
+                    got
+                };
+                same(&what, &got, &mine)?;
             }
-            same(&what("scatter"), &got, &mine)?;
         }
     }
     Ok(())

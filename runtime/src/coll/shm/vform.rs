@@ -41,9 +41,8 @@
 //! Every `v` form of contiguous host memory of a predefined type also has
 //! a tiny road ([`Communicator::gatherv_tiny`],
 //! [`Communicator::scatterv_tiny`], [`Communicator::allgatherv_tiny`],
-//! [`Communicator::alltoallv_tiny`]): a scatterv for 1 to [`TINY`] bytes
-//! of this rank's own data (and, at its root, the table and every block in
-//! [`TINY`] bytes, built on the stack); a gatherv whose own block, an
+//! [`Communicator::alltoallv_tiny`]): a gatherv or scatterv whose own
+//! block (and, at a scatterv's root, the table and every block), an
 //! allgatherv whose whole result, an alltoallv whose table and blocks fit
 //! a slot (these make no copy the general road does not, so they go as
 //! far as it does). They
@@ -827,14 +826,17 @@ impl Communicator {
     }
 
     /// The latency-bound scatterv: contiguous host buffers of a predefined
-    /// type, 1 to [`TINY`] bytes for this rank and, at the root, the offset
-    /// table and every block in [`TINY`] bytes
+    /// type, 1 byte up to a slot for this rank and, at a root of up to
+    /// [`TINY_TABLE`] ranks, the offset table and every block in one slot
     /// ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_scatterv`](Self::shm_scatterv) (same contribution, the same
     /// checks by the readers, and every rank falling back to point-to-point
-    /// when the root's blocks do not fit), without a view per block: the
-    /// root assembles its contribution on the stack, a reader copies its
-    /// block straight into `recv`.
+    /// when the root's blocks do not fit), without a view per block or a
+    /// packed copy: the root makes the table on the stack and publishes the
+    /// blocks straight from the send buffer (up to [`TINY`] bytes in all it
+    /// assembles the whole contribution on the stack, which measured
+    /// cheaper there: 0.115 against 0.129 µs at np 2, 128 B a block), a
+    /// reader copies its block straight into `recv`.
     pub(in crate::coll) fn scatterv_tiny(
         &self,
         send: &View,
@@ -845,15 +847,18 @@ impl Communicator {
     ) -> Option<Result<()>> {
         const CALL: &str = "MPI_Scatterv";
         let (me, n, len) = (self.rank(), self.size() as usize, recv.bytes());
-        if len == 0 || len > TINY || !(0..n as i32).contains(&root) {
+        if len == 0 || !(0..n as i32).contains(&root) {
             return None;
         }
         let dst = tiny_host(recv, len, true)?;
         let (blocks, bytes) = match me == root {
             true => {
+                if n > TINY_TABLE {
+                    return None;
+                }
                 let b = TinyBlocks::of(send, counts, displs, n, false)?;
                 let bytes = n.checked_mul(ENTRY)?.checked_add(b.total())?;
-                if bytes > TINY || b.get(me as usize).1 != len {
+                if b.get(me as usize).1 != len {
                     return None;
                 }
                 (Some(b), bytes)
@@ -864,12 +869,29 @@ impl Communicator {
         let got = self.tiny_road(CALL, query, |e, a, tag| {
             let hdr = vheader(kind::SCATTERV, root, false);
             let idle = &mut |k| e.idle_flags(CALL, k);
-            if let Some(b) = &blocks {
+            if let Some(b) = blocks.as_ref().filter(|_| bytes <= TINY) {
                 let mut buf = [0u8; HDR + TINY];
                 b.table(hdr, &mut buf);
                 a.bcast_with(root as usize, &buf[..HDR + bytes], idle, |_| ())?;
                 let (o, l) = entry(&buf[..HDR + bytes], me as usize).expect("the root's own entry");
                 HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &buf[o..o + l]));
+                return Ok(None);
+            }
+            if let Some(b) = &blocks {
+                // Larger, the same contribution with the blocks published
+                // straight from the send buffer (the table on the stack).
+                let mut head = [0u8; HDR + TINY_TABLE * ENTRY];
+                let table = b.write_table(hdr, &mut head);
+                HostMem.with_read(b.base, b.bytes, |whole| {
+                    let mut parts: [&[u8]; TINY_TABLE + 1] = [&[]; TINY_TABLE + 1];
+                    parts[0] = &head[..table];
+                    for (r, p) in parts[1..=n].iter_mut().enumerate() {
+                        let (o, l) = b.range(r);
+                        *p = &whole[o..o + l];
+                    }
+                    a.bcast_parts(root as usize, &parts[..=n], idle, |_| ())
+                })?;
+                HostMem::copy(b.get(me as usize).0, dst, len);
                 return Ok(None);
             }
             let got = a.bcast_with(root as usize, &[], idle, |s| {
