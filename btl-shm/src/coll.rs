@@ -42,6 +42,23 @@
 //!   the slot's tag `= e` (Release), wait until every rank's tag for that
 //!   slot is `>= e` (Acquire), run `f` over the `n` slots, store
 //!   `consumed = e` (Release).
+//! - **non-blocking exchange** (`nb_start`, then `nb_try_finish` or
+//!   `nb_finish`): an exchange split in two. The start takes the epoch and
+//!   publishes at once if no earlier non-blocking exchange is pending and
+//!   the reserve holds without waiting; otherwise the contribution is
+//!   copied and published later, in epoch order, by the calls that finish
+//!   the exchanges before it (reserving then). The finish waits (or, in
+//!   `nb_try_finish`, only looks) until every rank's tag for that slot is
+//!   `>= e`, runs `f` and stores `consumed = e`, oldest first. A rank thus
+//!   still publishes epoch `e` only after finishing `e - 1`, which the
+//!   `done_all` shortcut below relies on, and a start never waits (MPI's
+//!   non-blocking collectives are local). Blocking operations refuse to
+//!   start while non-blocking ones are pending (the caller finishes them
+//!   first, which may wait: every rank started them before this operation).
+//!   The runtime gives non-blocking collectives an area of their own
+//!   (MPI programs order them apart from blocking ones: mpi4py's
+//!   `test_ulfm` starts an `MPI_Iallreduce` on one rank before a barrier
+//!   the others enter first), so the two never share epochs.
 //! - **bcast**: the root reserves and writes its slot (tag `= e`, Release),
 //!   stores `consumed = e` and returns without waiting. The others store
 //!   `reading = e`, wait for the root's tag `>= e` (Acquire), copy its slot
@@ -112,6 +129,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -288,6 +306,18 @@ pub struct ShmColl {
     broken: bool,
     /// Every rank said it can read its peers' memory by CMA.
     single_copy: bool,
+    /// Non-blocking exchanges started and not finished, oldest first
+    /// ([`nb_start`](Self::nb_start)).
+    nb: VecDeque<Nb>,
+}
+
+/// A non-blocking exchange in flight: its epoch, its slot, and its
+/// contribution while it waits to be published.
+#[derive(Debug)]
+struct Nb {
+    e: u64,
+    slot: usize,
+    copy: Option<Vec<u8>>,
 }
 
 fn os(msg: impl Into<String>) -> BtlError {
@@ -408,6 +438,7 @@ impl ShmColl {
             done_all: 0,
             broken: false,
             single_copy,
+            nb: VecDeque::new(),
         })
     }
 
@@ -690,17 +721,144 @@ impl ShmColl {
         Ok(out)
     }
 
+    /// Start a non-blocking [`exchange`](Self::exchange) of the
+    /// contribution made of `parts` (at most
+    /// [`slot_bytes`](Self::slot_bytes)) and return its epoch; it ends with
+    /// [`nb_try_finish`](Self::nb_try_finish) or
+    /// [`nb_finish`](Self::nb_finish), oldest first. Never waits.
+    ///
+    /// The contribution is published at once when no exchange started
+    /// earlier is still pending and its slot is free (no rank still reads
+    /// the slot's previous epoch); otherwise a copy of it waits here and is
+    /// published, in order, by the calls that finish the exchanges before
+    /// it. So a rank still publishes an epoch only after finishing the one
+    /// before, which the waits of every operation rely on (see the module
+    /// header), and a rank never waits in a call MPI makes local.
+    ///
+    /// While exchanges are pending, the blocking operations panic: finish
+    /// them first.
+    ///
+    /// # Panics
+    /// If `parts` are longer than [`slot_bytes`](Self::slot_bytes), or the
+    /// area is [broken](Self::is_broken).
+    pub fn nb_start(&mut self, parts: &[&[u8]]) -> u64 {
+        self.check_len(parts_len(parts));
+        let e = self.next_epoch();
+        // An exchange ends in `nb_*finish`, not here: the area is usable.
+        self.broken = false;
+        let slot = self.slot;
+        let now = self.nb.is_empty() && self.reserved_now(e);
+        if now {
+            self.publish_at(slot, e, parts);
+        }
+        let copy = (!now).then(|| parts.concat());
+        self.nb.push_back(Nb { e, slot, copy });
+        e
+    }
+
+    /// The epoch of the oldest non-blocking exchange not finished yet.
+    pub fn nb_pending(&self) -> Option<u64> {
+        self.nb.front().map(|n| n.e)
+    }
+
+    /// Finish the oldest pending non-blocking exchange if every rank has
+    /// published its contribution (publishing ours first if it waits and
+    /// its slot is free now), without waiting: `Some` of `f` run over its
+    /// epoch and the `n` contributions in rank order (as in
+    /// [`exchange`](Self::exchange): an [absent](self) rank's is empty);
+    /// `None` if nothing is pending or it cannot finish yet.
+    pub fn nb_try_finish<R>(&mut self, f: impl FnOnce(u64, &[&[u8]]) -> R) -> Option<R> {
+        let (e, slot) = self.nb.front().map(|n| (n.e, n.slot))?;
+        // An `idle` that fails at once: publish only if the slot is free.
+        self.nb_published(e, slot, &mut |_| Err(())).ok()?;
+        let (mut next, mut absent) = (0, Vec::new());
+        if !self.entered(slot, e, SlotOrCtrl::Slot, true, &mut next, &mut absent) {
+            return None;
+        }
+        self.done_all = self.done_all.max(e - 1);
+        Some(self.nb_end(e, slot, &absent, f))
+    }
+
+    /// [`nb_try_finish`](Self::nb_try_finish), waiting as long as it takes
+    /// (`None` if nothing is pending). An `idle` error leaves the exchange
+    /// pending and the area usable.
+    pub fn nb_finish<E, R>(
+        &mut self,
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        f: impl FnOnce(u64, &[&[u8]]) -> R,
+    ) -> Result<Option<R>, E> {
+        let Some((e, slot)) = self.nb.front().map(|n| (n.e, n.slot)) else {
+            return Ok(None);
+        };
+        self.nb_published(e, slot, idle)?;
+        let absent = self.wait_all_at(slot, e, idle, SlotOrCtrl::Slot)?;
+        Ok(Some(self.nb_end(e, slot, &absent, f)))
+    }
+
+    /// Publish the oldest pending exchange (epoch `e` in `slot`) if it
+    /// still waits to be, once its slot is free, which `idle` waits for
+    /// (an `idle` that fails at once does not wait).
+    fn nb_published<E>(
+        &mut self,
+        e: u64,
+        slot: usize,
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.nb.front().is_none_or(|n| n.copy.is_none()) {
+            return Ok(());
+        }
+        self.reserve(e, idle)?;
+        if let Some(copy) = self.nb.front_mut().and_then(|n| n.copy.take()) {
+            self.publish_at(slot, e, &[&copy]);
+        }
+        Ok(())
+    }
+
+    /// The end of the oldest pending exchange, epoch `e` in `slot`, which
+    /// every rank entered (`absent` those that did something else): `f`
+    /// over the contributions, our `consumed = e`, and the next pending
+    /// exchange published if its slot is free.
+    fn nb_end<R>(
+        &mut self,
+        e: u64,
+        slot: usize,
+        absent: &[usize],
+        f: impl FnOnce(u64, &[&[u8]]) -> R,
+    ) -> R {
+        let out = self.with_slots_at(slot, e, absent, |s| f(e, s));
+        // All reads of epoch `e`'s slots (inside `f`) happen before this.
+        self.ctrl(self.rank, CTRL_CONSUMED)
+            .store(e, Ordering::Release);
+        self.nb.pop_front();
+        if let Some((e, slot)) = self.nb.front().map(|n| (n.e, n.slot)) {
+            let _ = self.nb_published(e, slot, &mut |_| Err(()));
+        }
+        out
+    }
+
     /// `f` over every rank's contribution of epoch `e` (published, or empty
     /// for the `absent` ranks), listed on the stack for up to
     /// [`STACK_RANKS`] ranks.
     #[inline]
     fn with_slots<R>(&self, e: u64, absent: &[usize], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        self.with_slots_at(self.slot, e, absent, f)
+    }
+
+    /// [`with_slots`](Self::with_slots) in slot `slot` (epoch `e`'s).
+    #[inline]
+    fn with_slots_at<R>(
+        &self,
+        slot: usize,
+        e: u64,
+        absent: &[usize],
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> R {
         let n = self.layout.n;
         let part = |r: usize| {
             if absent.contains(&r) {
                 &[][..]
             } else {
-                self.contribution(r, e)
+                self.contribution_at(slot, r, e)
             }
         };
         if n <= STACK_RANKS {
@@ -723,9 +881,20 @@ impl ShmColl {
         );
     }
 
-    /// Start the next epoch; the area stays broken until the operation ends.
+    /// Start the next epoch of a blocking operation; the area stays broken
+    /// until the operation ends.
     #[inline]
     fn begin(&mut self) -> u64 {
+        assert!(
+            self.nb.is_empty(),
+            "a blocking collective operation while non-blocking exchanges are pending"
+        );
+        self.next_epoch()
+    }
+
+    /// Start the next epoch; the area stays broken until it is cleared.
+    #[inline]
+    fn next_epoch(&mut self) -> u64 {
         assert!(
             !self.broken,
             "ShmColl used after an aborted or panicked operation"
@@ -769,6 +938,21 @@ impl ShmColl {
         Ok(())
     }
 
+    /// [`reserve`](Self::reserve) without waiting: whether the slot of
+    /// epoch `e` is free now (every rank finished before `e` ourselves).
+    fn reserved_now(&mut self, e: u64) -> bool {
+        let need = e.saturating_sub(self.layout.depth as u64);
+        if need <= self.done_all {
+            return true;
+        }
+        let (mut low, mut next) = (e - 1, 0);
+        if !self.consumed_all(need, &mut next, &mut low) {
+            return false;
+        }
+        self.done_all = self.done_all.max(low);
+        true
+    }
+
     /// Whether every other rank from `*next` on has consumed epoch `need`
     /// (`*next` moves past those that have; `*low` is the lowest
     /// `consumed` seen).
@@ -794,7 +978,13 @@ impl ShmColl {
     /// store of its epoch tag.
     #[inline(always)]
     fn publish(&mut self, e: u64, parts: &[&[u8]]) {
-        let s = self.layout.slot(self.rank, self.slot);
+        self.publish_at(self.slot, e, parts);
+    }
+
+    /// [`publish`](Self::publish) into slot `slot` (epoch `e`'s).
+    #[inline(always)]
+    fn publish_at(&mut self, slot: usize, e: u64, parts: &[&[u8]]) {
+        let s = self.layout.slot(self.rank, slot);
         let mut at = s + SLOT_DATA;
         for p in parts {
             self.map.write_bytes(at, p);
@@ -817,31 +1007,25 @@ impl ShmColl {
         idle: &mut dyn FnMut(u32) -> Result<(), E>,
         word: SlotOrCtrl,
     ) -> Result<Vec<usize>, E> {
-        let (map, layout, me, slot) = (&self.map, &self.layout, self.rank, self.slot);
-        let at = |r: usize| match word {
-            SlotOrCtrl::Ctrl => layout.ctrl(r) + CTRL_ARRIVED,
-            SlotOrCtrl::Slot => layout.slot(r, slot) + SLOT_EPOCH,
-        };
+        self.wait_all_at(self.slot, e, idle, word)
+    }
+
+    /// [`wait_all`](Self::wait_all) for the slots of `slot` (epoch `e`'s).
+    #[inline]
+    fn wait_all_at<E>(
+        &mut self,
+        slot: usize,
+        e: u64,
+        idle: &mut dyn FnMut(u32) -> Result<(), E>,
+        word: SlotOrCtrl,
+    ) -> Result<Vec<usize>, E> {
         let slots = matches!(word, SlotOrCtrl::Slot);
         let mut next = 0;
         let (mut absent, mut polls) = (Vec::new(), 0u32);
         wait(idle, || {
             polls = polls.wrapping_add(1);
             let look = slots && polls.is_multiple_of(ABSENT_EVERY);
-            while next < layout.n {
-                if next != me {
-                    let tag = map.u64_at(at(next));
-                    if tag.load(Ordering::Acquire) < e {
-                        if !(look && gone(map, layout, next, e) && tag.load(Ordering::Acquire) < e)
-                        {
-                            return false;
-                        }
-                        absent.push(next);
-                    }
-                }
-                next += 1;
-            }
-            true
+            self.entered(slot, e, word, look, &mut next, &mut absent)
         })?;
         // Everyone entered `e`, hence finished reading `e - 1` (an absent
         // rank too: it stored `consumed` or `reading` for `e`).
@@ -849,11 +1033,52 @@ impl ShmColl {
         Ok(absent)
     }
 
+    /// Whether every other rank from `*next` on has entered epoch `e` (see
+    /// [`wait_all`](Self::wait_all)); `*next` moves past those that have.
+    /// With `look`, a rank whose slot is behind is checked for
+    /// [absence](self) and, if absent, pushed on `absent` and passed.
+    #[inline]
+    fn entered(
+        &self,
+        slot: usize,
+        e: u64,
+        word: SlotOrCtrl,
+        look: bool,
+        next: &mut usize,
+        absent: &mut Vec<usize>,
+    ) -> bool {
+        let (map, layout, me) = (&self.map, &self.layout, self.rank);
+        let at = |r: usize| match word {
+            SlotOrCtrl::Ctrl => layout.ctrl(r) + CTRL_ARRIVED,
+            SlotOrCtrl::Slot => layout.slot(r, slot) + SLOT_EPOCH,
+        };
+        let look = look && matches!(word, SlotOrCtrl::Slot);
+        while *next < layout.n {
+            if *next != me {
+                let tag = map.u64_at(at(*next));
+                if tag.load(Ordering::Acquire) < e {
+                    if !(look && gone(map, layout, *next, e) && tag.load(Ordering::Acquire) < e) {
+                        return false;
+                    }
+                    absent.push(*next);
+                }
+            }
+            *next += 1;
+        }
+        true
+    }
+
     /// Rank `r`'s published contribution for epoch `e` (after an Acquire
     /// load of its slot's epoch tag `>= e`).
     #[inline]
     fn contribution(&self, r: usize, e: u64) -> &[u8] {
-        let s = self.layout.slot(r, self.slot);
+        self.contribution_at(self.slot, r, e)
+    }
+
+    /// [`contribution`](Self::contribution) in slot `slot` (epoch `e`'s).
+    #[inline]
+    fn contribution_at(&self, slot: usize, r: usize, e: u64) -> &[u8] {
+        let s = self.layout.slot(r, slot);
         let len = self.map.u64_at(s + SLOT_LEN).load(Ordering::Relaxed);
         debug_assert_eq!(
             self.map.u64_at(s + SLOT_EPOCH).load(Ordering::Relaxed),

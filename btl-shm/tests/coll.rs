@@ -768,3 +768,137 @@ fn bench_ns_per_op() {
     bench(4, 16, 100_000);
     bench(4, 2, 100_000);
 }
+
+/// Non-blocking exchanges: every rank starts the same runs of exchanges,
+/// more at a time than the area is deep (so some wait here to be
+/// published), and finishes them in its own rhythm (polls between starts,
+/// polls in a loop, blocking finishes); every contribution is checked byte
+/// for byte in epoch order, and blocking operations follow once none is
+/// pending.
+fn nb_hammer(n: usize, cfg: CollConfig, iters: u64) {
+    let path = TmpPath::new(&format!("nb{n}"));
+    let slot = cfg.slot_bytes;
+    let depth = cfg.depth as u64;
+    run(&path.0, n, &[cfg], ok_fence, move |rank, coll| {
+        let mut coll = coll.unwrap();
+        let mut op = 0u64;
+        let mut next_check = 1u64;
+        for i in 0..iters {
+            let runs = 1 + (i * 7 + 3) % (2 * depth + 2);
+            let mut started = Vec::new();
+            let mut finish = |e: u64, parts: &[&[u8]], started: &[(u64, usize)]| {
+                let (want_op, len) = started
+                    .iter()
+                    .copied()
+                    .find(|&(o, _)| o == e)
+                    .expect("an epoch this rank started");
+                assert_eq!(e, next_check, "finished in epoch order");
+                next_check += 1;
+                assert_eq!(parts.len(), n);
+                for (r, p) in parts.iter().enumerate() {
+                    assert_eq!(
+                        *p,
+                        &contribution(r, want_op, len)[..],
+                        "nb op {want_op} rank {r}"
+                    );
+                }
+            };
+            for j in 0..runs {
+                op += 1;
+                let len = 16 + ((i + j) as usize * 11) % (slot - 15);
+                let e = coll.nb_start(&[&contribution(rank, op, len)]);
+                assert_eq!(e, op, "epochs count the operations");
+                started.push((op, len));
+                if (rank as u64 + j).is_multiple_of(3) {
+                    coll.nb_try_finish(|e, parts| finish(e, parts, &started));
+                }
+            }
+            match (i + rank as u64) % 3 {
+                0 => {
+                    while coll.nb_pending().is_some() {
+                        if coll
+                            .nb_try_finish(|e, parts| finish(e, parts, &started))
+                            .is_none()
+                        {
+                            idle(64).unwrap();
+                        }
+                    }
+                }
+                _ => {
+                    while let Some(()) = coll
+                        .nb_finish(&mut idle, |e, parts| finish(e, parts, &started))
+                        .unwrap()
+                    {}
+                }
+            }
+            assert_eq!(coll.nb_pending(), None);
+            op += 1;
+            next_check = op + 1;
+            if i % 2 == 0 {
+                coll.barrier(&mut idle).unwrap();
+            } else {
+                let mine = contribution(rank, op, 16);
+                coll.exchange(&mine, &mut idle, |parts| {
+                    for (r, p) in parts.iter().enumerate() {
+                        assert_eq!(*p, &contribution(r, op, 16)[..], "op {op} rank {r}");
+                    }
+                })
+                .unwrap();
+            }
+        }
+        assert!(!coll.is_broken());
+    });
+}
+
+#[test]
+fn nb_hammer_2() {
+    nb_hammer(2, small(2), 3_000);
+}
+
+#[test]
+fn nb_hammer_3_deep_and_shallow() {
+    nb_hammer(3, small(1), 1_000);
+    nb_hammer(3, small(4), 1_000);
+}
+
+#[test]
+fn nb_hammer_5() {
+    nb_hammer(5, small(2), 500);
+}
+
+/// Starting a non-blocking exchange never waits for the other ranks, even
+/// many more than the area is deep while another rank has started none
+/// (an MPI program may post several non-blocking collectives and then send
+/// what the other rank waits for before it posts its own).
+#[test]
+fn nb_start_never_waits() {
+    let path = TmpPath::new("nbstart");
+    let posted = Arc::new(AtomicBool::new(false));
+    run(&path.0, 2, &[small(1)], ok_fence, move |rank, coll| {
+        let mut coll = coll.unwrap();
+        let many = 5u64;
+        if rank == 1 {
+            while !posted.load(Ordering::Acquire) {
+                idle(64).unwrap();
+            }
+        }
+        for op in 1..=many {
+            coll.nb_start(&[&contribution(rank, op, 32)]);
+        }
+        if rank == 0 {
+            posted.store(true, Ordering::Release);
+        }
+        let mut op = 0;
+        while let Some(()) = coll
+            .nb_finish(&mut idle, |e, parts| {
+                op += 1;
+                assert_eq!(e, op);
+                for (r, p) in parts.iter().enumerate() {
+                    assert_eq!(*p, &contribution(r, op, 32)[..]);
+                }
+            })
+            .unwrap()
+        {}
+        assert_eq!(op, many);
+    });
+}

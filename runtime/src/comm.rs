@@ -57,6 +57,12 @@ pub(crate) struct CommInner {
     /// The shared-memory collective area, made at the first collective that
     /// wants it.
     pub shm: Mutex<ShmState>,
+    /// The shared-memory area of the non-blocking collectives, apart from
+    /// [`shm`](Self::shm) (their epochs are ordered apart from the blocking
+    /// ones'): set up with the communicator where every rank agrees on it
+    /// without a wait (`MPI_COMM_WORLD`, at `MPI_Init`), else `None` and
+    /// they take their schedules (`coll/shm/nb.rs`).
+    pub nb_area: Mutex<Option<Box<crate::coll::shm::nb::Ready>>>,
     /// The remote group of an intercommunicator (`None`: an intracommunicator).
     pub remote: Option<Remote>,
     /// The agreement shadow ([`Communicator::agreement`]), made on first use.
@@ -169,6 +175,7 @@ impl Communicator {
                 nb_seq: AtomicU32::new(0),
                 freed: AtomicBool::new(false),
                 shm: Mutex::new(ShmState::NotTried),
+                nb_area: Mutex::new(None),
                 remote: None,
                 agree: std::sync::OnceLock::new(),
             }),
@@ -198,6 +205,7 @@ impl Communicator {
                 nb_seq: AtomicU32::new(0),
                 freed: AtomicBool::new(false),
                 shm: Mutex::new(ShmState::Unavailable),
+                nb_area: Mutex::new(None),
                 agree: std::sync::OnceLock::new(),
                 remote: Some(Remote {
                     world: remote,

@@ -47,6 +47,11 @@ use crate::progress::Driver;
 /// sleep in one while the others watch (see [`Backoff::new`]).
 const MULTI_BLOCK: Duration = Duration::from_millis(1);
 
+/// Longest sleep in the transports while a non-blocking collective waits
+/// for the other ranks' stores to the shared-memory area (no doorbell rings
+/// for them): as long as a blocking collective's nap in the area.
+const AREA_NAP: Duration = Duration::from_micros(50);
+
 /// How an idle wait backs off.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
@@ -1219,9 +1224,10 @@ impl Locked {
             self.backoff.yielded(start);
             return r;
         }
+        let block = self.block_for(b.block);
         if !multithreaded() {
             self.check_peers();
-            self.driver.wait(b.block);
+            self.driver.wait(block);
             return Ok(());
         }
         if !*sleeper && !SLEEPER.swap(true, Ordering::SeqCst) {
@@ -1239,13 +1245,24 @@ impl Locked {
             self.check_peers();
             SLEEPING.store(true, Ordering::SeqCst);
             if CONTENDERS.load(Ordering::SeqCst) == 0 {
-                self.driver.wait(b.block);
+                self.driver.wait(block);
             }
             SLEEPING.store(false, Ordering::SeqCst);
             return self.let_in(call);
         }
         // A follower: sleep until something moves or the role frees up.
         self.follow(call, b.block)
+    }
+
+    /// How long a wait may sleep in the transports: `block`, or no longer
+    /// than [`AREA_NAP`] while a parked schedule waits for a store to a
+    /// shared-memory area, which rings no doorbell.
+    fn block_for(&self, block: Duration) -> Duration {
+        if self.scheds.values().any(|s| s.waits_on_area()) {
+            block.min(AREA_NAP)
+        } else {
+            block
+        }
     }
 
     /// Sleep on the followers' condition variable, without the lock, until
@@ -1288,7 +1305,7 @@ impl Locked {
             Ok(())
         } else {
             self.check_peers();
-            let nap = || std::thread::sleep(Duration::from_micros(50));
+            let nap = || std::thread::sleep(AREA_NAP);
             if multithreaded() {
                 return self.unlocked(call, nap);
             }

@@ -253,6 +253,10 @@ pub fn init() -> Result<Universe> {
     tracing::debug!(target: "gmpi", "initialized: rank {} of {}, local {} of {} on {}", e.rank, e.size, e.local_rank, e.local_size, e.hostname);
     let world = Communicator::world(&e);
     *g = engine::State::Running(Box::new(e));
+    drop(g);
+    // The non-blocking collectives' area of `MPI_COMM_WORLD`, here, where
+    // every rank sets it up before any of them can start one (`coll/shm/nb.rs`).
+    engine::with(CALL, |e| world.setup_nb_area(e, CALL))?;
     Ok(Universe {
         world,
         finalized: false,

@@ -1,7 +1,9 @@
 //! Allreduce (`MPI_Allreduce`, `MPI_Iallreduce`, in place or not): on
 //! single-node communicators one exchange through the shared-memory area,
 //! every input combined on every rank in rank order (`shm/`; 1 B to 1 KiB
-//! take its tiny road, `Communicator::allreduce_tiny`);
+//! take its tiny road, `Communicator::allreduce_tiny`, and an
+//! `MPI_Iallreduce` up to a slot the non-blocking collectives' area where
+//! the communicator has one, `shm/nb.rs`);
 //! else recursive doubling, or from `allreduce_large` (commutative ops, an
 //! element per rank) a ring: reduce-scatter then allgather (`algo.rs`,
 //! thresholds in `select.rs`). Every rank gets the same bits.
@@ -187,6 +189,9 @@ impl Communicator {
         }
         let (sv, rv) = (send.view(), recv.view_mut());
         let red = self.allreduce_checked(CALL, Some(&sv), &rv, &op)?;
+        if let Some(r) = self.iallreduce_area(Some(&sv), &rv, &op) {
+            return r;
+        }
         self.nonblocking(CALL, |c, e, tag| {
             let q = c.allreduce_query(Form::Nonblocking, &rv, &red);
             let algo = c.pick(e, CALL, &q);
@@ -205,6 +210,9 @@ impl Communicator {
         self.check_in_place(CALL)?;
         let v = buf.view_mut();
         let red = self.allreduce_checked(CALL, None, &v, &op)?;
+        if let Some(r) = self.iallreduce_area(None, &v, &op) {
+            return r;
+        }
         self.nonblocking(CALL, |c, e, tag| {
             let q = c
                 .allreduce_query(Form::Nonblocking, &v, &red)

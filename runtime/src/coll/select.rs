@@ -76,13 +76,16 @@ pub(crate) enum Coll {
 /// How the collective was called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Form {
-    /// A blocking call of the application: the only form that may use the
-    /// shared-memory area. (The `i`-forms keep away from it: their epochs
-    /// would be ordered with the blocking calls', and programs order the
-    /// two apart: mpi4py's `test_ulfm` starts an `MPI_Iallreduce` on one
-    /// rank before a barrier that the others enter first.)
+    /// A blocking call of the application: the form that uses the
+    /// shared-memory area (and sets it up). (The `i`-forms keep away from
+    /// it: their epochs would be ordered with the blocking calls', and
+    /// programs order the two apart: mpi4py's `test_ulfm` starts an
+    /// `MPI_Iallreduce` on one rank before a barrier that the others enter
+    /// first.)
     Blocking,
-    /// An `i`-form: a schedule parked in the engine.
+    /// An `i`-form: a schedule parked in the engine (a small allreduce's
+    /// through the communicator's area of non-blocking collectives, where
+    /// it has one: [`nb_area_wanted`]).
     Nonblocking,
     /// The runtime's own collectives (finalize's barrier, the agreement on
     /// context ids, `coll_check`'s exchange): schedules driven at once.
@@ -566,6 +569,32 @@ pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
     room && !(single_copy && copies(q, s))
 }
 
+/// Whether a non-blocking call takes the non-blocking collectives' area
+/// (`shm/nb.rs`): an `MPI_Iallreduce` of 1 byte to `coll_shm_max` on one
+/// node, never with `coll_check` (whose exchange of arguments the road
+/// does not make). The communicator must have that area, with room for the
+/// contribution in one slot ([`nb_area_room`]): a non-blocking call never
+/// sets one up, nor goes through it in chunks. Every rank answers alike
+/// (size, op and area are the same on every rank of a correct program).
+#[inline]
+pub(crate) fn nb_area_wanted(q: &Query, s: &Settings) -> bool {
+    q.form == Form::Nonblocking
+        && q.coll == Coll::Allreduce
+        && !q.vform
+        && q.one_node
+        && q.n >= 2
+        && s.shm
+        && !s.check
+        && (1..=s.shm_max).contains(&q.bytes)
+}
+
+/// Whether the area of a call [`nb_area_wanted`] takes is set up, with
+/// room for its contribution in one slot.
+#[inline]
+pub(crate) fn nb_area_room(q: &Query) -> bool {
+    in_one_slot(q)
+}
+
 impl Algo {
     /// The algorithm's name, as `GMPI_LOG=coll=debug` prints it.
     pub(crate) fn name(self) -> &'static str {
@@ -1000,6 +1029,83 @@ mod tests {
                 assert_eq!(select(&q, &s), Algo::Shm, "{what}");
             }
         }
+    }
+
+    /// The non-blocking road of a small iallreduce: wanted for every
+    /// iallreduce on one node up to a slot, taken only once the area is
+    /// set up with room.
+    #[test]
+    fn nonblocking_area_road() {
+        let check = with(D, |s| s.check = true);
+        let no_shm = with(D, |s| s.shm = false);
+        let table = [
+            (
+                "an iallreduce",
+                nonblocking(node(Coll::Allreduce, 4, 8)),
+                D,
+                true,
+            ),
+            (
+                "an iallreduce of a slot",
+                nonblocking(node(Coll::Allreduce, 4, D.shm_max)),
+                D,
+                true,
+            ),
+            (
+                "an iallreduce above a slot",
+                nonblocking(node(Coll::Allreduce, 4, D.shm_max + 1)),
+                D,
+                false,
+            ),
+            (
+                "an empty iallreduce",
+                nonblocking(node(Coll::Allreduce, 4, 0)),
+                D,
+                false,
+            ),
+            (
+                "an iallreduce with coll_check",
+                nonblocking(node(Coll::Allreduce, 4, 8)),
+                check,
+                false,
+            ),
+            (
+                "an iallreduce without the area",
+                nonblocking(node(Coll::Allreduce, 4, 8)),
+                no_shm,
+                false,
+            ),
+            (
+                "an iallreduce on several nodes",
+                nonblocking(nodes(Coll::Allreduce, 4, 8)),
+                D,
+                false,
+            ),
+            (
+                "an iallreduce of one rank",
+                nonblocking(node(Coll::Allreduce, 1, 8)),
+                D,
+                false,
+            ),
+            (
+                "a blocking allreduce",
+                node(Coll::Allreduce, 4, 8),
+                D,
+                false,
+            ),
+            ("an ibcast", nonblocking(node(Coll::Bcast, 4, 8)), D, false),
+        ];
+        for (what, q, s, want) in table {
+            assert_eq!(
+                nb_area_wanted(&no_area(q), &s) && nb_area_room(&q),
+                want,
+                "{what}"
+            );
+        }
+        let q = nonblocking(node(Coll::Allreduce, 4, 8));
+        assert!(!nb_area_room(&no_area(q)), "no area set up");
+        assert!(!nb_area_room(&slot(q, 8 + HDR - 1)), "no room");
+        assert!(nb_area_room(&slot(q, 8 + HDR)), "room");
     }
 
     #[test]

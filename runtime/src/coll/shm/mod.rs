@@ -33,6 +33,11 @@
 //! reaches them without its handle tables on `MPI_COMM_WORLD` and
 //! `MPI_COMM_SELF`.
 //!
+//! `MPI_Iallreduce` of up to a slot starts a non-blocking exchange in an
+//! area of the non-blocking collectives' own, where the communicator has
+//! one (`MPI_COMM_WORLD`), finished by the engine's progress passes
+//! (`nb.rs`).
+//!
 //! Bcast, reduce, allreduce, allgather and reduce-scatter larger than a
 //! slot, up to `coll_shm_pipeline_max`, go through the area in chunks
 //! (`pipeline.rs`).
@@ -42,6 +47,7 @@
 //! instead, and the readers copy it from there once (`copy.rs`).
 
 mod copy;
+pub(crate) mod nb;
 mod pipeline;
 mod vform;
 pub(crate) mod wire;
@@ -89,7 +95,7 @@ impl ShmArea<'_> {
 /// grows, so that an area holds at most 64 slots (about 1 MiB at the
 /// default 16 KiB `coll_shm_max`) up to 32 ranks. Slots are pages of a
 /// file mapping touched only as far as the data goes.
-fn area_depth(n: i32) -> usize {
+pub(super) fn area_depth(n: i32) -> usize {
     (64 / n.max(1) as usize).clamp(2, 16)
 }
 
