@@ -9,7 +9,7 @@
 //! | barrier | the area's barrier | dissemination |
 //! | bcast | one-way: the root writes, the others read (an exchange with `coll_check`; 1 B to half a slot of host memory: the tiny road; above half a slot, up to `coll_shm_pipeline_max` (64 MiB), one-way in chunks; past that, from `coll_shm_copy_min` below [`COPY_ROOTED_MAX`], where every rank can read the others by CMA, single copy: the readers copy from the root's memory) | binomial tree below `bcast_large` (128 KiB) or on 2 ranks, scatter + ring allgather from there |
 //! | reduce | one-way gather to the root, which alone waits, reduced in rank order (an exchange with `coll_check`; the tiny road as for bcast; above half a slot, up to `coll_shm_pipeline_max`, an exchange per chunk) | binomial tree (in rank order for non-commutative ops) |
-//! | allreduce | one exchange (1 to [`TINY`] bytes: the tiny road; above a slot, up to `coll_shm_pipeline_max`, one per chunk), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
+//! | allreduce | one exchange (1 B to seven eighths of a slot: the tiny road, in place or of device memory only to [`TINY`] bytes; above that, up to `coll_shm_pipeline_max`, one per chunk), reduced in rank order | recursive doubling below `allreduce_large` (64 KiB), ring from there (commutative ops, an element per rank) |
 //! | gather | one-way to the root (above a slot, single copy as for bcast); gatherv one-way to the root whatever its size, blocks that do not fit moving by point-to-point (`shm/vform.rs`) | linear |
 //! | scatter | one-way: the root writes every block, each rank reads its own (where the blocks do not fit a slot, single copy from `coll_shm_copy_min` at any size); scatterv the same whatever its size, all ranks falling back when the blocks do not fit | linear |
 //! | allgather | one exchange (not in place; above a slot per rank, up to `coll_shm_pipeline_max` per rank, one per chunk; past that, single copy from half of `coll_shm_copy_min` per rank; allgatherv sized by the whole result) | Bruck below `allgather_large` (64 KiB in all), ring from there and for allgatherv |
@@ -45,13 +45,14 @@ pub(crate) const KIB: usize = 1024;
 /// A mebibyte.
 const MIB: usize = 1024 * KIB;
 
-/// The largest allreduce, in bytes, that takes the tiny road
-/// ([`tiny_wanted`], [`tiny_max`]: `Communicator::allreduce_tiny`, which
-/// builds its contribution on the stack in place or from device memory):
-/// up to here, at np 2 on the development machine, the road's saving (no
-/// views, no packing, 0.03–0.15 µs a call) beat the extra copy through the
-/// stack. (A scatterv root's table and blocks up to here are assembled on
-/// the stack too; larger ones are published from the send buffer.)
+/// The largest allreduce, in bytes, that takes the tiny road in place or
+/// from or into device memory (`Communicator::allreduce_tiny`, which then
+/// builds its contribution, or stages its result, on the stack; larger
+/// ones take the general road, which makes the same exchange): up to
+/// here, at np 2 on the development machine, the road's saving (no views,
+/// no packing, 0.03–0.15 µs a call) beat the extra copy through the stack.
+/// (A scatterv root's table and blocks up to here are assembled on the
+/// stack too; larger ones are published from the send buffer.)
 pub(crate) const TINY: usize = 1024;
 
 /// The collective being chosen for (the `v`, `w`, in-place and `i` forms
@@ -489,11 +490,23 @@ pub(crate) fn select(q: &Query, s: &Settings) -> Algo {
 
 /// Whether a blocking allreduce, bcast, reduce, gather or scatter, or a
 /// `v` form, may take the tiny road, before looking at the area: the
-/// shared-memory choice, for 1 to [`tiny_max`] bytes (per rank; for a
+/// shared-memory choice, for 1 byte to a slot (per rank; for a
 /// gatherv, scatterv or alltoallv, what this rank itself publishes; for an
 /// allgatherv, the whole result), without `coll_check`. (The
 /// caller has already checked the rest of what the road needs: contiguous
 /// buffers of one predefined type, an op with a kernel.)
+///
+/// The largest call it takes is a whole slot, `coll_shm_max` ([`tiny_room`]
+/// still wants the call in one, and not in chunks on the general road):
+/// the tiny roads make no copy the general road does not (they publish
+/// from the user's buffer and read into it; they only skip its views and
+/// temporaries), but for an allreduce in place or of device memory, which
+/// the road itself leaves to the general one above [`TINY`] bytes.
+/// Measured at np 2 on the development machine (2 KiB, µs per call, the
+/// tiny road against the general one): bcast 0.11 against 0.18, reduce
+/// 0.18 against 0.28, allreduce 0.34 against 0.50-0.54, gather 0.17
+/// against 0.30, scatter 0.15 against 0.29, gatherv 0.17 against 0.31,
+/// scatterv 0.24 against 0.33.
 #[inline]
 pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
     let coll = match q.vform {
@@ -510,25 +523,7 @@ pub(crate) fn tiny_wanted(q: &Query, s: &Settings) -> bool {
         ),
         true => sized_inside(q) || q.coll == Coll::Allgather,
     };
-    coll && !s.check && (1..=tiny_max(q, s)).contains(&q.bytes) && area_wanted(q, s)
-}
-
-/// The largest call [`tiny_wanted`] takes: a whole slot (each
-/// [`tiny_room`] still wants the call in one) for the roads that make no
-/// copy the general road does not (they publish from the user's buffer and
-/// read into it; they only skip its views and temporaries), [`TINY`] bytes
-/// for an allreduce, which builds its contribution on the stack (in place,
-/// or of device memory). Measured at np 2 on the development machine
-/// (2 KiB, µs per call, the tiny road against the general one): bcast 0.11
-/// against 0.18, reduce 0.18 against 0.28, gather 0.17 against 0.30,
-/// scatter 0.15 against 0.29, gatherv 0.17 against 0.31, scatterv 0.24
-/// against 0.33.
-#[inline]
-fn tiny_max(q: &Query, s: &Settings) -> usize {
-    match (q.vform, q.coll) {
-        (false, Coll::Allreduce) => TINY,
-        _ => s.shm_max,
-    }
+    coll && !s.check && (1..=s.shm_max).contains(&q.bytes) && area_wanted(q, s)
 }
 
 /// Whether a blocking call takes the tiny road: [`tiny_wanted`] and an area
@@ -553,6 +548,9 @@ pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
         // reduce of more than half a slot.
         (false, Area::Ready { slot, .. }) if matches!(q.coll, Coll::Bcast | Coll::Reduce) => {
             in_one_slot(q) && !super::shm::rooted_splits(slot - HDR, q.bytes)
+        }
+        (false, Area::Ready { slot, .. }) if q.coll == Coll::Allreduce => {
+            in_one_slot(q) && !super::shm::exchange_splits(slot - HDR, q.bytes)
         }
         (false, _) => in_one_slot(q),
     };
@@ -955,13 +953,15 @@ mod tests {
             ("8 B", q(8), D, true),
             ("1 B", q(1), D, true),
             ("TINY bytes", q(TINY), D, true),
-            ("TINY + 1 bytes", q(TINY + 1), D, false),
+            ("TINY + 1 bytes (the road itself takes only buffers apart)", q(TINY + 1), D, true),
+            ("seven eighths of a slot", q(D.shm_max / 8 * 7), D, true),
+            ("more than seven eighths of a slot: in chunks", q(D.shm_max / 8 * 7 + 1), D, false),
             ("0 B", q(0), D, false),
             ("in place", in_place(q(8)), D, true),
             ("no area yet", no_area(q(8)), D, false),
             ("coll_check", q(8), check, false),
             ("coll_shm off", q(8), with(D, |s| s.shm = false), false),
-            ("coll_shm_max below: in chunks", q(8), with(D, |s| s.shm_max = 4), true),
+            ("coll_shm_max below: the general road", q(8), with(D, |s| s.shm_max = 4), false),
             ("coll_shm_max below, no pipelining", q(8), with(D, |s| { s.shm_max = 4; s.shm_pipeline_max = 0 }), false),
             ("slot too small", slot(q(8), 8 + HDR - 1), D, false),
             ("several nodes", nodes(Coll::Allreduce, 4, 8), D, false),

@@ -1870,13 +1870,14 @@ fn to_bytes(v: &[i32]) -> Vec<u8> {
 
 // ------------------------------------------------------------------ nonblocking
 
-/// Blocking bcast, reduce, gather, gatherv, scatter and scatterv whose ranks lay the
+/// Blocking bcast, reduce, allreduce, gather, gatherv, scatter and scatterv whose ranks lay the
 /// same signature out differently (a vector type on rank 1, contiguous
 /// elsewhere), at sizes across the tiny roads' limits (1 KiB, half a slot,
 /// a slot of the default 16 KiB `coll_shm_max`), from roots 0 and 1: rank 1
 /// takes the general road, the others the tiny one where it goes, and both
-/// must make the same exchange (a bcast or reduce of more than half a slot
-/// goes in chunks on the general road, so not on the tiny one either).
+/// must make the same exchange (a bcast or reduce of more than half a slot,
+/// an allreduce of more than seven eighths, goes in chunks on the general
+/// road, so not on the tiny one either).
 fn rooted_mixed_layouts(w: &Communicator, f64t: &UserDatatype) -> R {
     let (n, r) = (w.size(), w.rank());
     let val = |q: i32, i: usize| f64::from(q) * 1e4 + i as f64;
@@ -1894,7 +1895,7 @@ fn rooted_mixed_layouts(w: &Communicator, f64t: &UserDatatype) -> R {
         );
         Ok(())
     };
-    for k in [129usize, 512, 1024, 1025, 2048, 2049] {
+    for k in [129usize, 512, 1024, 1025, 1792, 1793, 2048, 2049] {
         let vt = UserDatatype::vector(k as i32, 1, 2, f64t)
             .map_err(e)?
             .committed();
@@ -1936,6 +1937,23 @@ fn rooted_mixed_layouts(w: &Communicator, f64t: &UserDatatype) -> R {
                 let sums: Vec<f64> = (0..k).map(|i| (0..n).map(|q| val(q, i)).sum()).collect();
                 same(&what("reduce"), &out, &sums)?;
             }
+            // allreduce: rank 1 from the vector type, rank 0 in place
+            // (through the stack on the tiny road up to 1 KiB, else on the
+            // general one), the others apart
+            let mut out = vec![-1.0f64; k];
+            match r {
+                1 => {
+                    let tb = TypedBuf::new(&wide_mine[..], 1, &vt).map_err(e)?;
+                    w.allreduce(&tb, &mut out[..], Op::Sum).map_err(e)?;
+                }
+                0 => {
+                    out.copy_from_slice(&mine);
+                    w.allreduce_in_place(&mut out[..], Op::Sum).map_err(e)?;
+                }
+                _ => w.allreduce(&mine[..], &mut out[..], Op::Sum).map_err(e)?,
+            }
+            let sums: Vec<f64> = (0..k).map(|i| (0..n).map(|q| val(q, i)).sum()).collect();
+            same(&what("allreduce"), &out, &sums)?;
             // gather and gatherv, rank 1 sending from the vector type
             let all: Vec<f64> = (0..n)
                 .flat_map(|q| (0..k).map(move |i| val(q, i)))

@@ -21,10 +21,11 @@
 //! too, naming it, instead of using the data it does not have:
 //! `wire::with_contribution`).
 //!
-//! Allreduces of 1 to [`TINY`] bytes, and bcasts, reduces, gathers and
-//! scatters of a byte up to what one slot holds (a bcast or reduce up to
-//! half a slot: from there the general road splits it in chunks), of
-//! contiguous host memory take a shorter road to the
+//! Allreduces, bcasts, reduces, gathers and scatters of a byte up to what
+//! one slot holds (a bcast or reduce up to half a slot, an allreduce up to
+//! seven eighths: from there the general road splits them in chunks; an
+//! allreduce in place only up to [`TINY`] bytes), of contiguous host memory
+//! take a shorter road to the
 //! same exchange or one-way operation (`allreduce_tiny`, `bcast_tiny`,
 //! `reduce_root_tiny`, `gather_tiny`, `scatter_tiny`; gatherv and scatterv
 //! too, `vform.rs`), since their time is mostly the call's own overhead:
@@ -64,8 +65,8 @@ use crate::comm::{Communicator, ShmState};
 use crate::engine::{self, Locked};
 use crate::error::Result;
 use crate::op::Op;
-pub(super) use pipeline::rooted_splits;
 use pipeline::Split;
+pub(super) use pipeline::{exchange_splits, rooted_splits};
 use wire::{header, kind, mismatch, with_contribution, HDR};
 
 /// The area of a call the selector sent through shared memory: locked,
@@ -587,7 +588,7 @@ impl Communicator {
 
     /// The road of the latency-bound calls (`*_tiny`): on an
     /// intracommunicator whose shared-memory area is already set up, for
-    /// `len` bytes (1 to `select::tiny_max`) of a blocking `coll` that the selector
+    /// `len` bytes (1 byte to a slot) of a blocking `coll` that the selector
     /// sends to the area ([`select::tiny_wanted`], [`select::tiny_room`]: never with `coll_check`), run
     /// `body` on the engine and the area, once the call's tag is consumed as
     /// the general road consumes it (`body` gets that tag, for what a `v`
@@ -630,16 +631,18 @@ impl Communicator {
     }
 
     /// The latency-bound allreduce: contiguous buffers of one predefined
-    /// type, 1 to [`TINY`] bytes, a predefined element-wise op
+    /// type, 1 byte up to seven eighths of a slot (in place or of device
+    /// memory: to [`TINY`] bytes), a predefined element-wise op
     /// ([`tiny_road`](Self::tiny_road)). It is
     /// [`shm_reduce`](Self::shm_reduce)'s exchange (same header, same
     /// rank-order reduction, same mismatch errors, the same tag consumed),
     /// so ranks that take either path agree, minus what a tiny call cannot
-    /// use: the op's kernel is looked up once and called directly, the
-    /// contribution is built on the stack, and the result is written
-    /// straight into `recv`. Device (or managed) buffers are copied into
-    /// the contribution and the result copied out of a stack buffer, as the
-    /// general path does.
+    /// use: the op's kernel is looked up once and called directly, host
+    /// input apart from the output is published straight from the user's
+    /// buffer (else the contribution is built on the stack), and the result
+    /// is written straight into `recv`. Device (or managed) buffers are
+    /// copied into the contribution and the result copied out of a stack
+    /// buffer, as the general path does.
     #[inline]
     pub(super) fn allreduce_tiny(
         &self,
@@ -652,7 +655,7 @@ impl Communicator {
         const CALL: &str = "MPI_Allreduce";
         let len = recv.bytes();
         let input = send.unwrap_or(recv);
-        if len == 0 || len > TINY || input.bytes() != len || !recv.writable {
+        if len == 0 || input.bytes() != len || !recv.writable {
             return None;
         }
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
@@ -669,6 +672,11 @@ impl Communicator {
         // Host input apart from host output is published straight from the
         // user's buffer; the rest (in place, device memory) from the stack.
         let apart = send.is_some() && (src + len as u64 <= dst || dst + len as u64 <= src);
+        // Past TINY bytes only what needs no copy through the stack: the
+        // general road makes the same exchange for the rest.
+        if len > TINY && !(in_host && out_host && apart) {
+            return None;
+        }
         self.tiny_road(CALL, query, |e, a, _| {
             let hdr = header(kind::REDUCE, -1, Some(op), len);
             let idle = &mut |k| e.idle_flags(CALL, k);

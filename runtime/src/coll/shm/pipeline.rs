@@ -113,6 +113,12 @@ pub(in crate::coll) fn rooted_splits(room: usize, len: usize) -> bool {
     len >= Split::Rooted.min(room)
 }
 
+/// Whether an allreduce of `len` bytes goes in chunks through slots of
+/// `room` bytes of data (the tiny road takes only what goes in one).
+pub(in crate::coll) fn exchange_splits(room: usize, len: usize) -> bool {
+    len >= Split::Exchange.min(room)
+}
+
 /// Whether a `len`-byte call of kind `k` goes through `a` in chunks.
 pub(super) fn pipelined(k: Split, a: &ShmColl, len: usize) -> bool {
     len >= k.min(room(a))
