@@ -91,13 +91,17 @@ impl ShmArea<'_> {
 /// the root of a one-way bcast, scatter, reduce or gather (or a non-root of
 /// the last two) may run ahead of the slowest rank. Deep on small
 /// communicators, where it matters most when their ranks share cores: the
-/// root then does many calls before a reader must run (an 8 B bcast at np 4
-/// on 2 cores: 2.9 µs per call at depth 2, 0.42 at 16); shallower as `n`
-/// grows, so that an area holds at most 64 slots (about 1 MiB at the
-/// default 16 KiB `coll_shm_max`) up to 32 ranks. Slots are pages of a
-/// file mapping touched only as far as the data goes.
+/// root then does many calls before a reader must run, and each rank many
+/// calls per time slice (8 B on 2 cores, µs per call: a bcast at np 4 2.9
+/// at depth 2, 0.36-0.55 at 16, 0.22-0.29 at 64; a gather 0.41-0.70 at 16,
+/// 0.26-0.34 at 64; at np 8 every rooted collective 1.4-2.0 at depth 8,
+/// 0.68-0.89 at 32; at np 2, on a core each, no change); shallower as `n`
+/// grows, so that an area holds at most 256 slots (about 4 MiB at the
+/// default 16 KiB `coll_shm_max`) up to 128 ranks. Slots are pages of a
+/// file mapping touched only as far as the data goes (a page each for
+/// small calls).
 pub(super) fn area_depth(n: i32) -> usize {
-    (64 / n.max(1) as usize).clamp(2, 16)
+    (256 / n.max(1) as usize).clamp(2, 64)
 }
 
 /// The area as the selector sees it.
