@@ -158,6 +158,34 @@ impl Mapping {
         Ok(Self { base, len })
     }
 
+    /// Fault the pages of bytes `off..off + len` of the mapping in,
+    /// writable, now, as a first write to each would (`MADV_POPULATE_WRITE`,
+    /// Linux 5.14 and later), without touching their contents: allocated in
+    /// the file if they were not, and mapped in this process. Best effort:
+    /// `false` where the kernel refuses (older kernels), and then the pages
+    /// fault in on first use as before.
+    pub(crate) fn prefault(&self, off: usize, len: usize) -> bool {
+        let page = 4096;
+        let start = off / page * page;
+        let end = (off + len).min(self.len);
+        if end <= start {
+            return true;
+        }
+        // SAFETY: `start..end` lies inside the mapping (clamped to its
+        // length; `start` rounded down to a page stays at or after its
+        // page-aligned base). MADV_POPULATE_WRITE neither reads nor writes
+        // the bytes: it only allocates and maps the pages, so it cannot race
+        // with the other ranks' accesses to them.
+        let r = unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(start).cast(),
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        r == 0
+    }
+
     /// Mapped length.
     pub(crate) fn len(&self) -> usize {
         self.len
