@@ -544,15 +544,13 @@ pub(crate) fn tiny_room(q: &Query, s: &Settings) -> bool {
     let room = match (q.vform, q.area) {
         (true, Area::Ready { slot, .. }) => q.bytes.saturating_add(HDR) <= slot,
         (true, Area::None) => false,
-        // Not what the general road splits into chunks: a bcast or a
-        // reduce of more than half a slot.
-        (false, Area::Ready { slot, .. }) if matches!(q.coll, Coll::Bcast | Coll::Reduce) => {
-            in_one_slot(q) && !super::shm::rooted_splits(slot - HDR, q.bytes)
+        // Not what the general road splits into chunks (a bcast or a
+        // reduce of more than half a slot, an allreduce of more than seven
+        // eighths).
+        (false, Area::Ready { slot, .. }) => {
+            in_one_slot(q) && !super::shm::tiny_splits(q.coll, slot - HDR, q.bytes)
         }
-        (false, Area::Ready { slot, .. }) if q.coll == Coll::Allreduce => {
-            in_one_slot(q) && !super::shm::exchange_splits(slot - HDR, q.bytes)
-        }
-        (false, _) => in_one_slot(q),
+        (false, Area::None) => false,
     };
     // Not where the general road copies from the owners' memory (a
     // `coll_shm_copy_min` below the tiny sizes): ranks on either road

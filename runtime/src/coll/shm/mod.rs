@@ -65,8 +65,8 @@ use crate::comm::{Communicator, ShmState};
 use crate::engine::{self, Locked};
 use crate::error::Result;
 use crate::op::Op;
+pub(super) use pipeline::tiny_splits;
 use pipeline::Split;
-pub(super) use pipeline::{exchange_splits, rooted_splits};
 use wire::{header, kind, mismatch, with_contribution, HDR};
 
 /// The area of a call the selector sent through shared memory: locked,
@@ -100,7 +100,7 @@ impl ShmArea<'_> {
 /// default 16 KiB `coll_shm_max`) up to 128 ranks. Slots are pages of a
 /// file mapping touched only as far as the data goes (a page each for
 /// small calls).
-pub(super) fn area_depth(n: i32) -> usize {
+fn area_depth(n: i32) -> usize {
     (256 / n.max(1) as usize).clamp(2, 64)
 }
 
@@ -182,35 +182,58 @@ impl Communicator {
     ) -> Result<(MutexGuard<'g, ShmState>, Area)> {
         let mut g = self.lock_area(call)?;
         if let ShmState::NotTried = *g {
-            *g = ShmState::Unavailable;
-            if let Some(prefix) = e.shm_prefix.clone() {
-                // Communicators of one split share a context id but not members:
-                // the first member names the area apart.
-                let path = format!("{prefix}-c{}-{}", self.inner.ctx, self.inner.world[0]);
-                let cfg = CollConfig {
-                    slot_bytes: e.coll.shm_max.max(64) + HDR,
-                    depth: area_depth(self.size()),
-                    single_copy: e.cma,
-                };
-                let (n, me) = (self.size(), self.rank());
-                let mut fence = || {
-                    let mut s = Sched::new(call, &self.inner, tag);
-                    algo::barrier(&mut s, n, me);
-                    e.drive(call, &mut s).map_err(|e| e.to_string())
-                };
-                match ShmColl::bootstrap(&path, me as usize, n as usize, &cfg, &mut fence) {
-                    Ok(c) => {
-                        tracing::debug!(target: "coll", "{call}: shared-memory collectives on context {} ({n} ranks, {} B slots)", self.inner.ctx, c.slot_bytes());
-                        *g = ShmState::Ready(Box::new(c));
-                    }
-                    Err(err) => {
-                        tracing::debug!(target: "coll", "{call}: no shared-memory collectives on context {}: {err}", self.inner.ctx);
-                    }
-                }
-            }
+            let cma = e.cma;
+            *g = match self.bootstrap_area(e, call, tag, "", cma) {
+                Some(c) => ShmState::Ready(Box::new(c)),
+                None => ShmState::Unavailable,
+            };
         }
         let area = area_of(&g);
         Ok((g, area))
+    }
+
+    /// Set up a shared-memory area of this communicator, collectively (two
+    /// fences over its point-to-point barrier, on `tag`), named apart by
+    /// `suffix`, with slots of `coll_shm_max` and [`area_depth`] epochs a
+    /// rank; CMA reads through it where `single_copy`. `None` (logged)
+    /// where the node has no shared memory or the area cannot be made:
+    /// every rank gets it or none does (`ShmColl::bootstrap`).
+    pub(super) fn bootstrap_area(
+        &self,
+        e: &mut Locked,
+        call: &'static str,
+        tag: i32,
+        suffix: &str,
+        single_copy: bool,
+    ) -> Option<ShmColl> {
+        let prefix = e.shm_prefix.clone()?;
+        // Communicators of one split share a context id but not members:
+        // the first member names the area apart.
+        let path = format!(
+            "{prefix}-c{}-{}{suffix}",
+            self.inner.ctx, self.inner.world[0]
+        );
+        let cfg = CollConfig {
+            slot_bytes: e.coll.shm_max.max(64) + HDR,
+            depth: area_depth(self.size()),
+            single_copy,
+        };
+        let (n, me) = (self.size(), self.rank());
+        let mut fence = || {
+            let mut s = Sched::new(call, &self.inner, tag);
+            algo::barrier(&mut s, n, me);
+            e.drive(call, &mut s).map_err(|e| e.to_string())
+        };
+        match ShmColl::bootstrap(&path, me as usize, n as usize, &cfg, &mut fence) {
+            Ok(c) => {
+                tracing::debug!(target: "coll", "{call}: shared-memory area {path} on context {} ({n} ranks, {} B slots)", self.inner.ctx, c.slot_bytes());
+                Some(c)
+            }
+            Err(err) => {
+                tracing::debug!(target: "coll", "{call}: no shared-memory area {path} on context {}: {err}", self.inner.ctx);
+                None
+            }
+        }
     }
 
     /// The area's lock. Held for a whole collective: another thread that
@@ -846,8 +869,6 @@ impl Communicator {
     /// and each slot copied straight into the root's `recv`.
     #[inline]
     pub(super) fn gather_tiny(&self, send: &View, recv: &View, root: i32) -> Option<Result<()>> {
-        use crate::buffer::HostMem;
-        use crate::progress::HostMemory;
         const CALL: &str = "MPI_Gather";
         let (me, n, len) = (self.rank(), self.size(), send.bytes());
         if len == 0 || !(0..n).contains(&root) {
@@ -864,11 +885,7 @@ impl Communicator {
             let idle = &mut |k| e.idle_flags(CALL, k);
             tiny_gather(a, CALL, me, root, hdr, (src, len), idle, |slots| {
                 let dst = dst.expect("the root has a receive buffer");
-                HostMem.with_write(dst, len * slots.len(), |out| {
-                    for (o, s) in out.chunks_exact_mut(len).zip(slots) {
-                        gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
-                    }
-                });
+                copy_blocks(dst, len, HDR, slots);
             })
         })
     }
@@ -880,8 +897,6 @@ impl Communicator {
     /// `send` and each slot copied straight into its block of `recv`.
     #[inline]
     pub(super) fn allgather_tiny(&self, send: &View, recv: &View) -> Option<Result<()>> {
-        use crate::buffer::HostMem;
-        use crate::progress::HostMemory;
         const CALL: &str = "MPI_Allgather";
         let (me, n, len) = (self.rank(), self.size() as usize, send.bytes());
         let total = len.checked_mul(n)?;
@@ -895,11 +910,7 @@ impl Communicator {
             let hdr = header(kind::GATHER, -1, None, len);
             let idle = &mut |k| e.idle_flags(CALL, k);
             tiny_exchange(a, CALL, me, &hdr, (src, len), idle, |slots| {
-                HostMem.with_write(dst, total, |out| {
-                    for (o, s) in out.chunks_exact_mut(len).zip(slots) {
-                        gmpi_btl::copy_bytes(o, &s[HDR..HDR + len]);
-                    }
-                });
+                copy_blocks(dst, len, HDR, slots);
             })
         })
     }
@@ -912,8 +923,6 @@ impl Communicator {
     /// and block `me` of every slot copied straight into `recv`.
     #[inline]
     pub(super) fn alltoall_tiny(&self, send: &View, recv: &View) -> Option<Result<()>> {
-        use crate::buffer::HostMem;
-        use crate::progress::HostMemory;
         const CALL: &str = "MPI_Alltoall";
         let (me, n, total) = (self.rank() as usize, self.size() as usize, send.bytes());
         // Blocks of whole elements, as the general road cuts them (it
@@ -930,11 +939,7 @@ impl Communicator {
             let idle = &mut |k| e.idle_flags(CALL, k);
             let at = HDR + me * block;
             tiny_exchange(a, CALL, me as i32, &hdr, (src, total), idle, |slots| {
-                HostMem.with_write(dst, total, |out| {
-                    for (o, s) in out.chunks_exact_mut(block).zip(slots) {
-                        gmpi_btl::copy_bytes(o, &s[at..at + block]);
-                    }
-                });
+                copy_blocks(dst, block, at, slots);
             })
         })
     }
@@ -1058,6 +1063,20 @@ fn tiny_exchange(
         })
     })?;
     bad.map_or(Ok(()), Err)
+}
+
+/// Copy bytes `at..at + block` of each slot, in rank order, into the
+/// consecutive blocks of the host buffer at `dst` (a tiny gather's,
+/// allgather's or alltoall's receive buffer).
+#[inline]
+fn copy_blocks(dst: u64, block: usize, at: usize, slots: &[&[u8]]) {
+    use crate::buffer::HostMem;
+    use crate::progress::HostMemory;
+    HostMem.with_write(dst, block * slots.len(), |out| {
+        for (o, s) in out.chunks_exact_mut(block).zip(slots) {
+            gmpi_btl::copy_bytes(o, &s[at..at + block]);
+        }
+    });
 }
 
 /// The one-way gather of the tiny roads (reduce, gather): `hdr` and the

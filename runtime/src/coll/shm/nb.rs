@@ -32,13 +32,12 @@
 
 use std::collections::VecDeque;
 
-use gmpi_btl_shm::{CollConfig, ShmColl};
+use gmpi_btl_shm::ShmColl;
 
-use super::super::algo;
 use super::super::sched::{Sched, Step};
 use super::super::select::{self, Area, Coll, Form};
 use super::wire::{self, header, kind, HDR};
-use super::{area_depth, reduce_tiny, tiny_mismatch};
+use super::{reduce_tiny, tiny_host, tiny_mismatch};
 use crate::buffer::{HostMem, View};
 use crate::comm::{CommInner, Communicator};
 use crate::engine::{self, Locked};
@@ -200,36 +199,13 @@ impl Communicator {
     /// gets it or none does (`ShmColl::bootstrap`); without it the
     /// non-blocking collectives take their schedules.
     pub(crate) fn setup_nb_area(&self, e: &mut Locked, call: &'static str) -> Result<()> {
-        let (n, me) = (self.size(), self.rank());
-        if self.is_inter() || !self.inner.single_node || n < 2 || !e.coll.shm {
+        if self.is_inter() || !self.inner.single_node || self.size() < 2 || !e.coll.shm {
             return Ok(());
         }
-        let Some(prefix) = e.shm_prefix.clone() else {
-            return Ok(());
-        };
-        let path = format!("{prefix}-c{}-{}-nb", self.inner.ctx, self.inner.world[0]);
-        let cfg = CollConfig {
-            slot_bytes: e.coll.shm_max.max(64) + HDR,
-            depth: area_depth(n),
-            single_copy: false,
-        };
         let tag = self.next_tag();
-        let mut fence = || {
-            let mut s = Sched::new(call, &self.inner, tag);
-            algo::barrier(&mut s, n, me);
-            e.drive(call, &mut s).map_err(|e| e.to_string())
-        };
-        let got = ShmColl::bootstrap(&path, me as usize, n as usize, &cfg, &mut fence);
-        let mut g = self.inner.nb_area.lock().unwrap_or_else(|p| p.into_inner());
-        match got {
-            Ok(c) => {
-                tracing::debug!(target: "coll", "{call}: shared-memory non-blocking collectives on context {} ({n} ranks, {} B slots)", self.inner.ctx, c.slot_bytes());
-                *g = Some(Box::new(Ready::new(c)));
-            }
-            Err(err) => {
-                tracing::debug!(target: "coll", "{call}: no shared-memory non-blocking collectives on context {}: {err}", self.inner.ctx);
-            }
-        }
+        let area = self.bootstrap_area(e, call, tag, "-nb", false);
+        *self.inner.nb_area.lock().unwrap_or_else(|p| p.into_inner()) =
+            area.map(|c| Box::new(Ready::new(c)));
         Ok(())
     }
 
@@ -250,11 +226,7 @@ impl Communicator {
         // The op and the signature decide (the same on every rank); where
         // the data lies does not: other ranks may lay it out differently.
         let kernel = crate::op::kernel(op, input.ty.prim()?)?;
-        let host_at = |v: &View| {
-            v.contig_addr()
-                .filter(|_| v.kind().is_ok_and(|k| k.is_host()))
-        };
-        let (src_host, out_host) = (host_at(input), host_at(recv));
+        let (src_host, out_host) = (tiny_host(input, len, false), tiny_host(recv, len, true));
         if self.is_inter() || self.check_live(CALL).is_err() {
             return None;
         }

@@ -36,7 +36,7 @@ use super::wire::{field, kind, mismatch, poison, HDR};
 use super::{bcast_mismatch, reduce_slots, short, ShmArea};
 use crate::buffer::View;
 use crate::coll::sched::Reduction;
-use crate::coll::select::Settings;
+use crate::coll::select::{Coll, Settings};
 use crate::comm::Communicator;
 use crate::engine::Locked;
 use crate::error::Result;
@@ -106,17 +106,19 @@ pub(super) fn epochs(k: Split, room: usize, unit: usize, len: usize) -> usize {
     len.div_ceil(chunk_bytes(room, unit, len))
 }
 
-/// Whether a bcast or a reduce with a root of `len` bytes goes in chunks
-/// through slots of `room` bytes of data (the tiny roads take only what
-/// goes in one).
-pub(in crate::coll) fn rooted_splits(room: usize, len: usize) -> bool {
-    len >= Split::Rooted.min(room)
-}
-
-/// Whether an allreduce of `len` bytes goes in chunks through slots of
-/// `room` bytes of data (the tiny road takes only what goes in one).
-pub(in crate::coll) fn exchange_splits(room: usize, len: usize) -> bool {
-    len >= Split::Exchange.min(room)
+/// Whether the general road splits a blocking `coll` of `len` bytes in
+/// chunks through slots of `room` bytes of data although one slot holds
+/// it (the tiny roads take only what goes in one epoch): a bcast or a
+/// reduce (with a root: the tiny roads have no other) from half a slot, an
+/// allreduce from seven eighths. The rest split only above a slot, or
+/// never.
+pub(in crate::coll) fn tiny_splits(coll: Coll, room: usize, len: usize) -> bool {
+    let k = match coll {
+        Coll::Bcast | Coll::Reduce => Split::Rooted,
+        Coll::Allreduce => Split::Exchange,
+        _ => return false,
+    };
+    len >= k.min(room)
 }
 
 /// Whether a `len`-byte call of kind `k` goes through `a` in chunks.

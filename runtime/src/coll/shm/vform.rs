@@ -339,6 +339,26 @@ fn write_table(
     table
 }
 
+/// `f` over the parts of a table contribution published from the user's
+/// memory: `head` (header and offset table), then the block of each of
+/// the `n` ranks (at most [`TINY_TABLE`]), at `range(r)` (offset, length)
+/// in `whole`; listed on the stack.
+fn with_table_parts<R>(
+    head: &[u8],
+    whole: &[u8],
+    n: usize,
+    range: impl Fn(usize) -> (usize, usize),
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
+    let mut parts: [&[u8]; TINY_TABLE + 1] = [&[]; TINY_TABLE + 1];
+    parts[0] = head;
+    for (r, p) in parts[1..=n].iter_mut().enumerate() {
+        let (o, len) = range(r);
+        *p = &whole[o..o + len];
+    }
+    f(&parts[..=n])
+}
+
 /// Bytes of a table contribution of `blocks`.
 fn table_bytes(blocks: &[View]) -> usize {
     HDR + blocks.len() * ENTRY + blocks.iter().map(View::bytes).sum::<usize>()
@@ -883,13 +903,13 @@ impl Communicator {
                 let mut head = [0u8; HDR + TINY_TABLE * ENTRY];
                 let table = b.write_table(hdr, &mut head);
                 HostMem.with_read(b.base, b.bytes, |whole| {
-                    let mut parts: [&[u8]; TINY_TABLE + 1] = [&[]; TINY_TABLE + 1];
-                    parts[0] = &head[..table];
-                    for (r, p) in parts[1..=n].iter_mut().enumerate() {
-                        let (o, l) = b.range(r);
-                        *p = &whole[o..o + l];
-                    }
-                    a.bcast_parts(root as usize, &parts[..=n], idle, |_| ())
+                    with_table_parts(
+                        &head[..table],
+                        whole,
+                        n,
+                        |r| b.range(r),
+                        |parts| a.bcast_parts(root as usize, parts, idle, |_| ()),
+                    )
                 })?;
                 HostMem::copy(b.get(me as usize).0, dst, len);
                 return Ok(None);
@@ -1044,13 +1064,13 @@ impl Communicator {
                 });
             };
             HostMem.with_read(sb.base, sb.bytes, |whole| {
-                let mut parts: [&[u8]; TINY_TABLE + 1] = [&[]; TINY_TABLE + 1];
-                parts[0] = &head[..table];
-                for (r, p) in parts[1..=n].iter_mut().enumerate() {
-                    let (o, len) = sb.range(r);
-                    *p = &whole[o..o + len];
-                }
-                a.exchange_parts(&parts[..=n], idle, take)
+                with_table_parts(
+                    &head[..table],
+                    whole,
+                    n,
+                    |r| sb.range(r),
+                    |parts| a.exchange_parts(parts, idle, take),
+                )
             })?;
             bad.map_or(Ok(fallback.then_some(tag)), Err)
         })?;
