@@ -73,6 +73,12 @@ pub(crate) fn start(call: &str, required: c_int) -> Result<c_int, gmpi::Error> {
         errors::set_multithreaded();
     }
     let (u, _) = gmpi::init_thread(level)?;
+    if level != gmpi::Threading::Multiple {
+        // SAFETY: below MPI_THREAD_MULTIPLE the program's MPI calls never
+        // overlap (the thread levels' contract), and this call is the only
+        // one in progress.
+        unsafe { gmpi::serial_calls() };
+    }
     let world = u.world();
     let me = world
         .split(world.rank(), 0)?

@@ -24,10 +24,13 @@
 //! variable, woken whenever any thread's progress pass moves something
 //! (their operation may be what moved) or the sleeper's wait ends (one of
 //! them takes its place). A single-threaded process pays one relaxed load
-//! per lock and per productive progress pass for this.
+//! per lock and per productive progress pass for this. A C program below
+//! `MPI_THREAD_MULTIPLE` does not even take the mutex: its calls never
+//! overlap, so the lock is in serial mode until gmpi starts a thread of its
+//! own (`engine/lock.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gmpi_btl::loopback::Loopback;
@@ -42,6 +45,9 @@ use crate::buffer::HostMem;
 use crate::config::Config;
 use crate::error::{Error, ErrorClass, Result};
 use crate::progress::Driver;
+
+mod lock;
+use lock::{EngineLock, Guard};
 
 /// Longest sleep when more than one btl can block and the driver cannot
 /// sleep in one while the others watch (see [`Backoff::new`]).
@@ -207,7 +213,7 @@ pub(crate) enum State {
     Finalized,
 }
 
-static STATE: Mutex<State> = Mutex::new(State::Uninit);
+static STATE: EngineLock<State> = EngineLock::new(State::Uninit);
 
 /// The process's gpu layer, once `init` made it (host-only before): read
 /// without the engine lock by code that classifies or stages buffers.
@@ -253,6 +259,28 @@ static FOLLOW: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
 /// slot.
 pub fn set_multithreaded() {
     MULTI.store(true, Ordering::SeqCst);
+    STATE.leave_serial();
+}
+
+/// From now on the program's calls into gmpi never overlap, so the engine's
+/// lock needs no mutex (its serial mode, see `engine/lock.rs`); false where
+/// it keeps the mutex (threads of gmpi's own, or `MPI_THREAD_MULTIPLE`,
+/// came first). The C ABI's `MPI_Init` and `MPI_Init_thread` below
+/// `MPI_THREAD_MULTIPLE` call it; a later [`set_multithreaded`] (the
+/// one-sided progress thread starting) ends it.
+///
+/// # Safety
+/// Until [`set_multithreaded`], each call into gmpi (any thread's) happens
+/// before the next one starts, and no call is in progress now: the
+/// contract of `MPI_THREAD_SINGLE`, `_FUNNELED` and `_SERIALIZED`.
+pub unsafe fn set_serial_calls() -> bool {
+    // SAFETY: our caller's promise is `enter_serial`'s.
+    unsafe { STATE.enter_serial(multithreaded()) }
+}
+
+/// Whether the engine's lock is in serial mode (no mutex per call).
+pub(crate) fn serial_calls() -> bool {
+    STATE.serial()
 }
 
 /// Whether [`set_multithreaded`] was called.
@@ -295,17 +323,13 @@ fn wake_followers() {
     FOLLOW.1.notify_all();
 }
 
-pub(crate) fn lock() -> MutexGuard<'static, State> {
-    // A panic while holding the lock leaves the state as it was; the engine
-    // has no invariant a half-finished call can break that a later call could
-    // not detect, so recover the guard.
+pub(crate) fn lock() -> Guard<State> {
     if !multithreaded() {
-        return STATE.lock().unwrap_or_else(|p| p.into_inner());
+        return STATE.lock();
     }
     match STATE.try_lock() {
-        Ok(g) => g,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => {
+        Some(g) => g,
+        None => {
             // Announce ourselves, then ring the holder if it sleeps in the
             // transports: it sees either the count before it sleeps or the
             // ring (a wake before its sleep makes that sleep return at once).
@@ -315,7 +339,7 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
                     w.wake();
                 }
             }
-            let g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+            let g = STATE.lock();
             CONTENDERS.fetch_sub(1, Ordering::SeqCst);
             g
         }
@@ -324,7 +348,7 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
 
 /// The engine, locked: what [`with`] hands out. It derefs to the
 /// [`Engine`]; its waits let go of the lock when other threads want it.
-pub(crate) struct Locked(Option<MutexGuard<'static, State>>);
+pub(crate) struct Locked(Option<Guard<State>>);
 
 impl std::ops::Deref for Locked {
     type Target = Engine;
@@ -406,11 +430,7 @@ pub(crate) fn try_with<R>(
     call: &str,
     f: impl FnOnce(&mut Locked) -> Result<R>,
 ) -> Option<Result<R>> {
-    let g = match STATE.try_lock() {
-        Ok(g) => g,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return None,
-    };
+    let g = STATE.try_lock()?;
     if let Err(e) = check_running(call, &g) {
         return Some(Err(e));
     }
@@ -1078,6 +1098,7 @@ impl Engine {
 
     /// A point-to-point operation's outcome as the pml gave it (`None`: it
     /// has no outcome to give, which no caller expects).
+    #[inline]
     fn pml_outcome(
         &self,
         call: &str,

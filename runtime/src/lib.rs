@@ -293,6 +293,23 @@ pub fn init_thread(required: Threading) -> Result<(Universe, Threading)> {
     Ok((u, required))
 }
 
+/// The C ABI's promise that from now on calls into gmpi never overlap
+/// (`MPI_Init`, or `MPI_Init_thread` below `MPI_THREAD_MULTIPLE`): the
+/// engine then takes no mutex per call until gmpi starts a thread of its
+/// own or [`init_thread`] asks for [`Threading::Multiple`]. False where the
+/// mutex stays (such a thread already runs).
+///
+/// # Safety
+/// Until then, each call into gmpi (on any thread) happens before the next
+/// one starts, and none is in progress now: the contract of the MPI thread
+/// levels below `MPI_THREAD_MULTIPLE`. The Rust API's own calls never make
+/// this promise (its communicators are `Send + Sync`).
+#[doc(hidden)]
+pub unsafe fn serial_calls() -> bool {
+    // SAFETY: our caller's promise is `set_serial_calls`'s.
+    unsafe { engine::set_serial_calls() }
+}
+
 /// Wake the threads waiting in gmpi: something they may wait for completed
 /// outside the transports (the C ABI's `MPI_Grequest_complete`).
 #[doc(hidden)]

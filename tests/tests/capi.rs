@@ -82,7 +82,7 @@ fn run(prog: &Path, np: usize, envs: &[(&str, &str)]) -> Output {
     c.output().expect("spawn gmpirun")
 }
 
-const C_TESTS: [&str; 13] = [
+const C_TESTS: [&str; 14] = [
     "p2p",
     "coll",
     "types",
@@ -96,6 +96,7 @@ const C_TESTS: [&str; 13] = [
     "rma",
     "sessions",
     "threads",
+    "serialized",
 ];
 
 /// Build the C test programs with `cc` and run each at every `nps`.

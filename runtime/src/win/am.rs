@@ -902,6 +902,11 @@ static THREAD: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>> = M
 /// Start the progress thread unless it runs.
 pub(crate) fn start_progress_thread() -> std::io::Result<()> {
     engine::set_multithreaded();
+    // The thread takes the engine's lock: never while calls skip it.
+    assert!(
+        !engine::serial_calls(),
+        "serial calls while gmpi starts a thread"
+    );
     let mut g = THREAD.lock().unwrap_or_else(|p| p.into_inner());
     if g.as_ref().is_some_and(|(_, h)| !h.is_finished()) {
         return Ok(());
