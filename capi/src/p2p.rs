@@ -55,6 +55,27 @@ fn out_direct(
     }
 }
 
+/// Hand out the request of a send (`send`) or receive just started on
+/// `comm` whose pml id is `raw`, to the non-NULL `request`: a direct
+/// handle where it can have one, else a table slot.
+#[inline]
+fn out_raw(
+    call: &'static str,
+    request: *mut MPI_Request,
+    raw: u64,
+    comm: MPI_Comm,
+    send: bool,
+) -> Result<(), Error> {
+    match direct::register_raw(raw, comm, send) {
+        Some(h) => ptr::write(call, "request", request, h),
+        None => out_req(
+            call,
+            request,
+            Active::new(Request::from_raw(raw, call), comm),
+        ),
+    }
+}
+
 // ---- buffered sends ----
 
 /// A view's data, packed, for `call` on `c` (an error if a copy out of
@@ -223,9 +244,16 @@ fn isend_fast(
 ) -> Option<c_int> {
     let c = resolve::fast_comm(comm)?;
     let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
+    let sync = mode == Mode::Sync;
     Some(frame::fast(call, comm, || {
-        let r = ptr::isend_bytes(c, call, buf, len, dest, tag, mode == Mode::Sync)?;
-        out_send_req(call, request, r, comm)
+        if request.is_null() {
+            let r = ptr::isend_bytes(c, call, buf, len, dest, tag, sync)?;
+            return out_send_req(call, request, r, comm);
+        }
+        match ptr::isend_raw(c, call, buf, len, dest, tag, sync)? {
+            None => ptr::write(call, "request", request, SENT),
+            Some(raw) => out_raw(call, request, raw, comm, true),
+        }
     }))
 }
 
@@ -243,6 +271,13 @@ fn irecv_fast(
     let c = resolve::fast_comm(comm)?;
     let len = ptr::fast_bytes(buf, count, resolve::fast_size(dt)?)?;
     Some(frame::fast(call, comm, || {
+        if !request.is_null() && src != MPI_PROC_NULL {
+            if let Some(raw) = ptr::irecv_raw(c, call, buf, len, src, tag)? {
+                return out_raw(call, request, raw, comm, false);
+            }
+        }
+        // A NULL request (an error, after the receive is done) or a
+        // receive from MPI_PROC_NULL (complete, with its status).
         let r = ptr::irecv_bytes(c, call, buf, len, src, tag)?;
         out_direct(call, request, r, comm, false)
     }))

@@ -319,6 +319,37 @@ pub fn irecv_bytes(
     unsafe { c.irecv_bytes(call, p as usize, len, src, tag) }
 }
 
+/// [`isend_bytes`] with no request made: `None` if the send completed at
+/// once, else its pml id (`gmpi`'s `isend_raw`).
+#[inline]
+pub fn isend_raw(
+    c: &Communicator,
+    call: &'static str,
+    p: *const c_void,
+    len: usize,
+    dest: c_int,
+    tag: c_int,
+    sync: bool,
+) -> Result<Option<u64>, Error> {
+    // SAFETY: as in `isend_bytes`.
+    unsafe { c.isend_raw(call, p as usize, len, dest, tag, sync) }
+}
+
+/// [`irecv_bytes`] with no request made: the receive's pml id, `None` for
+/// a receive from `MPI_PROC_NULL` (`gmpi`'s `irecv_raw`).
+#[inline]
+pub fn irecv_raw(
+    c: &Communicator,
+    call: &'static str,
+    p: *mut c_void,
+    len: usize,
+    src: c_int,
+    tag: c_int,
+) -> Result<Option<u64>, Error> {
+    // SAFETY: as in `irecv_bytes`.
+    unsafe { c.irecv_raw(call, p as usize, len, src, tag) }
+}
+
 /// `MPI_Win_create` over the `size` bytes at `base`.
 pub fn win_create(
     c: &gmpi::Communicator,

@@ -852,7 +852,9 @@ impl crate::comm::Communicator {
         crate::engine::with(call, |e| {
             match self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)? {
                 None => Ok(()),
-                Some(h) => e.wait_handle(call, h).map(|_| ()),
+                Some(id) => e
+                    .wait_handle(call, crate::comm::Handle::Pml(id))
+                    .map(|_| ()),
             }
         })
     }
@@ -905,7 +907,7 @@ impl crate::comm::Communicator {
             self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)
         })?;
         Ok(match h {
-            Some(h) => crate::Request::new(h, call),
+            Some(id) => crate::Request::new(crate::comm::Handle::Pml(id), call),
             None => crate::Request::completed(call, crate::Status::empty()),
         })
     }
@@ -931,7 +933,61 @@ impl crate::comm::Communicator {
         let h = crate::engine::with(call, |e| {
             self.start_recv_bytes(e, call, addr as u64, len, src, tag)
         })?;
-        Ok(crate::Request::new(h, call))
+        Ok(crate::Request::new(crate::comm::Handle::Pml(h), call))
+    }
+
+    /// [`Communicator::isend_bytes`] for the C ABI's direct requests, with
+    /// no [`crate::Request`] made: `Ok(None)` if the send completed at once
+    /// (taken by the transport, or to `PROC_NULL`), else the pml id that
+    /// [`crate::Request::from_raw`] makes its request of.
+    ///
+    /// # Safety
+    /// As [`Communicator::isend_bytes`].
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn isend_raw(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        dest: i32,
+        tag: i32,
+        sync: bool,
+    ) -> crate::Result<Option<u64>> {
+        if !self.send_checked(call, dest, tag)? {
+            return Ok(None);
+        }
+        let mode = send_mode(sync);
+        let h = crate::engine::with(call, |e| {
+            self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)
+        })?;
+        Ok(h.map(|id| id.0))
+    }
+
+    /// [`Communicator::irecv_bytes`] for the C ABI's direct requests, with
+    /// no [`crate::Request`] made: the pml id of the receive, or `Ok(None)`
+    /// for a receive from `PROC_NULL` (complete at once; the caller takes
+    /// [`Communicator::irecv_bytes`] for it, which gives its status).
+    ///
+    /// # Safety
+    /// As [`Communicator::irecv_bytes`].
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn irecv_raw(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        src: i32,
+        tag: i32,
+    ) -> crate::Result<Option<u64>> {
+        if !self.recv_checked(call, src, tag)? {
+            return Ok(None);
+        }
+        let h = crate::engine::with(call, |e| {
+            self.start_recv_bytes(e, call, addr as u64, len, src, tag)
+        })?;
+        Ok(Some(h.0))
     }
 }
 

@@ -345,7 +345,7 @@ impl Communicator {
         dest: i32,
         tag: i32,
         mode: SendMode,
-    ) -> Result<Option<Handle>> {
+    ) -> Result<Option<gmpi_pml::ReqId>> {
         self.start_send_bytes_on(e, call, self.inner.ctx, addr, len, dest, tag, mode)
     }
 
@@ -362,7 +362,7 @@ impl Communicator {
         dest: i32,
         tag: i32,
         mode: SendMode,
-    ) -> Result<Option<Handle>> {
+    ) -> Result<Option<gmpi_pml::ReqId>> {
         let buf = Buf {
             addr,
             len,
@@ -371,7 +371,6 @@ impl Communicator {
         let args = self.inner.send_args(ctx, buf, dest, tag, mode);
         e.driver
             .send(args)
-            .map(|o| o.map(Handle::Pml))
             .map_err(|err| Error::from_pml(err, call, self.rank()))
     }
 
@@ -385,7 +384,7 @@ impl Communicator {
         len: usize,
         src: i32,
         tag: i32,
-    ) -> Result<Handle> {
+    ) -> Result<gmpi_pml::ReqId> {
         self.start_recv_bytes_on(e, call, self.inner.ctx, addr, len, src, tag)
     }
 
@@ -401,11 +400,10 @@ impl Communicator {
         len: usize,
         src: i32,
         tag: i32,
-    ) -> Result<Handle> {
+    ) -> Result<gmpi_pml::ReqId> {
         let args = self.recv_args_bytes(e, call, ctx, addr, len, src, tag)?;
         e.driver
             .post_recv(args)
-            .map(Handle::Pml)
             .map_err(|err| Error::from_pml(err, call, self.rank()))
     }
 
@@ -496,7 +494,9 @@ impl Communicator {
         mode: SendMode,
     ) -> Result<Option<Handle>> {
         if let Some(addr) = v.contig_addr() {
-            return self.start_send_bytes_on(e, call, ctx, addr, v.bytes(), dest, tag, mode);
+            return self
+                .start_send_bytes_on(e, call, ctx, addr, v.bytes(), dest, tag, mode)
+                .map(|o| o.map(Handle::Pml));
         }
         let data = v.pack(call, self.rank())?;
         let mut s = Sched::p2p_on(call, &self.inner, ctx, tag, mode);
@@ -529,7 +529,9 @@ impl Communicator {
         tag: i32,
     ) -> Result<Handle> {
         if let Some(addr) = v.contig_addr() {
-            return self.start_recv_bytes_on(e, call, ctx, addr, v.bytes(), src, tag);
+            return self
+                .start_recv_bytes_on(e, call, ctx, addr, v.bytes(), src, tag)
+                .map(Handle::Pml);
         }
         let mut s = Sched::p2p_on(call, &self.inner, ctx, tag, SendMode::Standard);
         let r = s.temp(v.bytes());

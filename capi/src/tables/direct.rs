@@ -9,7 +9,9 @@
 //! its communicator.
 //!
 //! A completion call takes the id out of its entry (so two calls on one
-//! handle never both get it), rebuilds the runtime's request from it, and
+//! handle never both get it: a compare-exchange under
+//! `MPI_THREAD_MULTIPLE`, a load and a store below it, where calls do not
+//! overlap), rebuilds the runtime's request from it, and
 //! either completes it or, still in flight, puts the id back. A stale
 //! handle (completed, freed) finds its entry empty or holding another
 //! generation and fails with `MPI_ERR_REQUEST`. An id whose index does not
@@ -49,21 +51,36 @@ pub fn register(
     comm: MPI_Comm,
     send: bool,
 ) -> Result<MPI_Request, Request<'static>> {
-    let on_self = match comm {
-        MPI_COMM_WORLD => false,
-        MPI_COMM_SELF => true,
-        _ => return Err(r),
-    };
     let Some(raw) = r.raw_id() else {
         return Err(r);
     };
+    match register_raw(raw, comm, send) {
+        Some(h) => {
+            // The handle names the operation now.
+            let _ = r.into_raw();
+            Ok(h)
+        }
+        None => Err(r),
+    }
+}
+
+/// [`register`] for the pml id `raw` of an operation in flight, not made
+/// into a request (`gmpi`'s `isend_raw`/`irecv_raw`): `None` where it
+/// cannot be named by a direct handle (the caller makes the request with
+/// [`Request::from_raw`] and gives it a table slot).
+#[inline]
+pub fn register_raw(raw: u64, comm: MPI_Comm, send: bool) -> Option<MPI_Request> {
+    let on_self = match comm {
+        MPI_COMM_WORLD => false,
+        MPI_COMM_SELF => true,
+        _ => return None,
+    };
     let index = (raw & 0xffff_ffff) as usize;
     if index >= DIRECT_INDICES {
-        return Err(r);
+        return None;
     }
-    let raw = r.into_raw()?;
     IDS[index].store(raw + 1, Ordering::Release);
-    Ok(encode_direct(DirectHandle {
+    Some(encode_direct(DirectHandle {
         index,
         gen: generation(raw),
         send,
@@ -82,9 +99,18 @@ fn take_id(call: &str, h: MPI_Request) -> Option<Result<(u64, DirectHandle), Err
     let v = entry.load(Ordering::Acquire);
     let live = v != 0
         && generation(v - 1) == d.gen
-        && entry
-            .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok();
+        && if crate::errors::multithreaded() {
+            entry
+                .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        } else {
+            // Calls do not overlap below MPI_THREAD_MULTIPLE (gmpi's own
+            // threads never enter the C ABI): no other taker can come
+            // between the load and this store, and a plain store spares a
+            // locked instruction per completed request.
+            entry.store(0, Ordering::Relaxed);
+            true
+        };
     Some(if live {
         Ok((v - 1, d))
     } else {
