@@ -345,6 +345,7 @@ impl Pml {
 
     /// Take a completed request's outcome; `None` while it is in flight.
     /// Sends report a default status.
+    #[inline]
     pub fn test(&mut self, id: ReqId) -> Option<Result<Status, PmlError>> {
         self.reqs.take(id)
     }

@@ -216,6 +216,7 @@ impl Slab {
         self.slots.get(i).filter(|s| s.gen == g && s.req.is_some())
     }
 
+    #[inline]
     fn slot_mut(&mut self, id: ReqId) -> Option<&mut Slot> {
         let (i, g) = Self::split(id);
         self.slots
@@ -223,12 +224,15 @@ impl Slab {
             .filter(|s| s.gen == g && s.req.is_some())
     }
 
+    #[inline]
     pub fn insert(&mut self, req: Req) -> ReqId {
         self.live += 1;
         if let Some(i) = self.free.pop() {
             let s = &mut self.slots[i as usize];
+            // A free slot holds neither request nor outcome (`release`), so
+            // the outcome is not written (its drop code would run).
+            debug_assert!(s.req.is_none() && s.result.is_none());
             s.req = Some(req);
-            s.result = None;
             s.detached = false;
             return ReqId((u64::from(s.gen) << 32) | u64::from(i));
         }
@@ -280,17 +284,20 @@ impl Slab {
         })
     }
 
+    /// Free slot `id`'s index, whose outcome is already taken (or never
+    /// came).
     #[inline]
     fn release(&mut self, id: ReqId) {
         let (i, _) = Self::split(id);
         let s = &mut self.slots[i];
+        debug_assert!(s.result.is_none());
         s.req = None;
-        s.result = None;
         s.gen = s.gen.wrapping_add(1).max(1);
         self.free.push(i as u32);
         self.live -= 1;
     }
 
+    #[inline]
     pub fn complete(&mut self, id: ReqId, res: Result<Status, PmlError>) {
         let Some(s) = self.slot_mut(id) else { return };
         if s.result.is_some() {
@@ -299,7 +306,8 @@ impl Slab {
         if s.detached {
             self.release(id);
         } else {
-            s.result = Some(res);
+            // `None` was there (checked above): forget it, no drop code.
+            std::mem::forget(s.result.replace(res));
         }
     }
 
@@ -315,6 +323,7 @@ impl Slab {
         self.slot(id).and_then(|s| s.result.as_ref())
     }
 
+    #[inline]
     pub fn take(&mut self, id: ReqId) -> Option<Result<Status, PmlError>> {
         let s = self.slot_mut(id)?;
         let r = s.result.take()?;
@@ -324,7 +333,7 @@ impl Slab {
 
     pub fn detach(&mut self, id: ReqId) {
         let Some(s) = self.slot_mut(id) else { return };
-        if s.result.is_some() {
+        if s.result.take().is_some() {
             self.release(id);
         } else {
             s.detached = true;

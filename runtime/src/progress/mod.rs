@@ -210,6 +210,7 @@ impl<H: HostMemory> Driver<H> {
     }
 
     /// Take a completed request's outcome.
+    #[inline]
     pub fn test(&mut self, id: ReqId) -> Option<Result<Status, PmlError>> {
         self.pml.test(id)
     }
