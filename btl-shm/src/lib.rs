@@ -833,14 +833,21 @@ impl Node {
 /// Ring local rank `r`'s doorbell if it sleeps. The caller must have
 /// published what `r` should see with a SeqCst store (see [`Btl::wait`]);
 /// the flag is loaded with SeqCst (a plain load on x86).
-#[inline]
+#[inline(always)]
 fn ring_doorbell(map: &Mapping, layout: &Layout, r: usize) {
     let c = layout.rank_ctrl(r);
     if map.u32_at(c + layout::CTRL_SLEEPING).load(Ordering::SeqCst) != 0 {
-        let bell = map.u32_at(c + layout::CTRL_DOORBELL);
-        bell.fetch_add(1, Ordering::Release);
-        segment::futex_wake(bell);
+        wake_sleeper(map, c);
     }
+}
+
+/// [`ring_doorbell`] of a rank that sleeps (rare: only an idle rank sleeps).
+#[cold]
+#[inline(never)]
+fn wake_sleeper(map: &Mapping, c: usize) {
+    let bell = map.u32_at(c + layout::CTRL_DOORBELL);
+    bell.fetch_add(1, Ordering::Release);
+    segment::futex_wake(bell);
 }
 
 /// Wakes this rank from its [`Btl::wait`] on behalf of another btl (see

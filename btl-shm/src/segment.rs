@@ -592,7 +592,10 @@ impl TxRing {
         } else {
             (ahead, ahead - self.tail_off)
         };
-        if self.free(self.head_cache).is_ok_and(|f| f >= dist + 8) {
+        // The cached head passed `free`'s check in this push; a wrapped
+        // difference (never expected) only skips the store.
+        let used = self.tail.wrapping_sub(self.head_cache);
+        if cap.checked_sub(used).is_some_and(|f| f >= dist + 8) {
             self.mem.word(ahead).store(0, Ordering::Relaxed);
         }
     }

@@ -295,7 +295,7 @@ impl Gpu {
     /// error is a failure of the query other than "not a CUDA pointer" (a
     /// sticky or context error): the buffer's kind is unknown and must not
     /// be taken for host memory.
-    #[inline]
+    #[inline(always)]
     pub fn classify(&self, addr: u64, len: usize) -> Result<MemKind, GpuError> {
         match &self.api {
             None => Ok(MemKind::Host),

@@ -454,8 +454,9 @@ impl Pml {
 
     /// An eager message matched receive `id`: host memory is written now;
     /// device memory is copied in by the driver (`Action::CopyIn`) and the
-    /// receive ends when it answers.
+    /// receive ends when it answers ([`Pml::deliver_eager_device`]).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn deliver_eager(
         &mut self,
         id: ReqId,
@@ -470,12 +471,30 @@ impl Pml {
             return;
         };
         let buf = r.buf;
-        if buf.kind.is_host() {
-            let (_, res) = write_eager(buf, &m, payload, w);
-            self.ack_if_sync(btl, peer, flags, &m);
-            self.reqs.complete(id, res);
-            return;
+        if !buf.kind.is_host() {
+            return self.deliver_eager_device(id, peer, btl, m, flags, payload);
         }
+        let (_, res) = write_eager(buf, &m, payload, w);
+        self.ack_if_sync(btl, peer, flags, &m);
+        self.reqs.complete(id, res);
+    }
+
+    /// [`Pml::deliver_eager`] into device memory.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn deliver_eager_device(
+        &mut self,
+        id: ReqId,
+        peer: Rank,
+        btl: BtlId,
+        m: MatchHdr,
+        flags: u8,
+        payload: &[u8],
+    ) {
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let buf = r.buf;
         let n = payload.len().min(buf.len);
         if n == 0 {
             let (_, outcome) = eager_outcome(buf, &m, n);

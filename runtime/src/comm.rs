@@ -432,11 +432,19 @@ impl Communicator {
 
     /// Where the `len` bytes at `addr` live; a failed driver query is an
     /// error of `call`, never host memory.
-    #[inline]
+    #[inline(always)]
     fn classify(&self, e: &Engine, call: &'static str, addr: u64, len: usize) -> Result<MemKind> {
-        e.gpu
-            .classify(addr, len)
-            .map_err(|err| Error::classify_failed(err, call, self.rank(), addr))
+        match e.gpu.classify(addr, len) {
+            Ok(k) => Ok(k),
+            Err(err) => Err(self.classify_failed(err, call, addr)),
+        }
+    }
+
+    /// [`Communicator::classify`]'s error.
+    #[cold]
+    #[inline(never)]
+    fn classify_failed(&self, err: gmpi_gpu::GpuError, call: &'static str, addr: u64) -> Error {
+        Error::classify_failed(err, call, self.rank(), addr)
     }
 
     /// A blocking receive into the `len` contiguous bytes at `addr`: posted

@@ -323,6 +323,7 @@ fn wake_followers() {
     FOLLOW.1.notify_all();
 }
 
+#[inline]
 pub(crate) fn lock() -> Guard<State> {
     if !multithreaded() {
         return STATE.lock();
@@ -445,22 +446,23 @@ pub(crate) fn locked(call: &str) -> Result<Locked> {
 }
 
 /// The error of a call made while the engine is not running.
+#[inline(always)]
 fn check_running(call: &str, s: &State) -> Result<()> {
     match s {
         State::Running(_) => Ok(()),
-        State::Uninit => Err(Error::new(
-            ErrorClass::Other,
-            call,
-            -1,
-            "gmpi is not initialized (call gmpi::init first)",
-        )),
-        State::Finalized => Err(Error::new(
-            ErrorClass::Other,
-            call,
-            -1,
-            "gmpi has already been finalized",
-        )),
+        _ => Err(not_running(call, s)),
     }
+}
+
+/// [`check_running`]'s error.
+#[cold]
+#[inline(never)]
+fn not_running(call: &str, s: &State) -> Error {
+    let why = match s {
+        State::Finalized => "gmpi has already been finalized",
+        _ => "gmpi is not initialized (call gmpi::init first)",
+    };
+    Error::new(ErrorClass::Other, call, -1, why)
 }
 
 /// This process's CPU affinity as a business-card field: bytes in CPU order (byte
@@ -1098,7 +1100,7 @@ impl Engine {
 
     /// A point-to-point operation's outcome as the pml gave it (`None`: it
     /// has no outcome to give, which no caller expects).
-    #[inline]
+    #[inline(never)]
     fn pml_outcome(
         &self,
         call: &str,
@@ -1119,7 +1121,20 @@ impl Engine {
     }
 
     /// Take the outcome of a completed operation.
+    #[inline]
     pub fn take(&mut self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
+        match h {
+            crate::comm::Handle::Pml(id) => match self.driver.test(id) {
+                Some(Ok(st)) => Ok(crate::request::Status::from_pml(st)),
+                r => self.pml_outcome(call, r),
+            },
+            _ => self.take_other(call, h),
+        }
+    }
+
+    /// [`Engine::take`] of a schedule or a generalized request.
+    #[inline(never)]
+    fn take_other(&mut self, call: &str, h: crate::comm::Handle) -> Result<crate::request::Status> {
         let rank = self.rank as i32;
         match h {
             crate::comm::Handle::Pml(id) => {

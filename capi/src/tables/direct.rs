@@ -114,12 +114,19 @@ fn take_id(call: &str, h: MPI_Request) -> Option<Result<(u64, DirectHandle), Err
     Some(if live {
         Ok((v - 1, d))
     } else {
-        Err(err(
-            ErrorClass::Request,
-            call,
-            format!("request = {h:#x} is not a valid request (freed or completed)"),
-        ))
+        Err(stale(call, h))
     })
+}
+
+/// [`take_id`]'s error: `h` names no request in flight.
+#[cold]
+#[inline(never)]
+fn stale(call: &str, h: MPI_Request) -> Error {
+    err(
+        ErrorClass::Request,
+        call,
+        format!("request = {h:#x} is not a valid request (freed or completed)"),
+    )
 }
 
 /// The communicator a direct handle names.
