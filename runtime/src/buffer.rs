@@ -850,7 +850,7 @@ impl crate::comm::Communicator {
         }
         let mode = send_mode(sync);
         crate::engine::with(call, |e| {
-            match self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)? {
+            match self.start_send_bytes(&mut *e, call, addr as u64, len, dest, tag, mode)? {
                 None => Ok(()),
                 Some(id) => e
                     .wait_handle(call, crate::comm::Handle::Pml(id))
@@ -904,7 +904,7 @@ impl crate::comm::Communicator {
         }
         let mode = send_mode(sync);
         let h = crate::engine::with(call, |e| {
-            self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)
+            self.start_send_bytes(&mut *e, call, addr as u64, len, dest, tag, mode)
         })?;
         Ok(match h {
             Some(id) => crate::Request::new(crate::comm::Handle::Pml(id), call),
@@ -931,7 +931,7 @@ impl crate::comm::Communicator {
             return Ok(crate::Request::completed(call, crate::Status::empty()));
         }
         let h = crate::engine::with(call, |e| {
-            self.start_recv_bytes(e, call, addr as u64, len, src, tag)
+            self.start_recv_bytes(&mut *e, call, addr as u64, len, src, tag)
         })?;
         Ok(crate::Request::new(crate::comm::Handle::Pml(h), call))
     }
@@ -959,7 +959,7 @@ impl crate::comm::Communicator {
         }
         let mode = send_mode(sync);
         let h = crate::engine::with(call, |e| {
-            self.start_send_bytes(e, call, addr as u64, len, dest, tag, mode)
+            self.start_send_bytes(&mut *e, call, addr as u64, len, dest, tag, mode)
         })?;
         Ok(h.map(|id| id.0))
     }
@@ -985,7 +985,7 @@ impl crate::comm::Communicator {
             return Ok(None);
         }
         let h = crate::engine::with(call, |e| {
-            self.start_recv_bytes(e, call, addr as u64, len, src, tag)
+            self.start_recv_bytes(&mut *e, call, addr as u64, len, src, tag)
         })?;
         Ok(Some(h.0))
     }

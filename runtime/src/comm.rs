@@ -338,7 +338,7 @@ impl Communicator {
     #[inline]
     pub(crate) fn start_send_bytes(
         &self,
-        e: &mut Locked,
+        e: &mut Engine,
         call: &'static str,
         addr: u64,
         len: usize,
@@ -354,7 +354,7 @@ impl Communicator {
     #[inline]
     fn start_send_bytes_on(
         &self,
-        e: &mut Locked,
+        e: &mut Engine,
         call: &'static str,
         ctx: u32,
         addr: u64,
@@ -378,7 +378,7 @@ impl Communicator {
     #[inline]
     pub(crate) fn start_recv_bytes(
         &self,
-        e: &mut Locked,
+        e: &mut Engine,
         call: &'static str,
         addr: u64,
         len: usize,
@@ -393,7 +393,7 @@ impl Communicator {
     #[inline]
     fn start_recv_bytes_on(
         &self,
-        e: &mut Locked,
+        e: &mut Engine,
         call: &'static str,
         ctx: u32,
         addr: u64,
@@ -503,7 +503,7 @@ impl Communicator {
     ) -> Result<Option<Handle>> {
         if let Some(addr) = v.contig_addr() {
             return self
-                .start_send_bytes_on(e, call, ctx, addr, v.bytes(), dest, tag, mode)
+                .start_send_bytes_on(&mut *e, call, ctx, addr, v.bytes(), dest, tag, mode)
                 .map(|o| o.map(Handle::Pml));
         }
         let data = v.pack(call, self.rank())?;
@@ -538,7 +538,7 @@ impl Communicator {
     ) -> Result<Handle> {
         if let Some(addr) = v.contig_addr() {
             return self
-                .start_recv_bytes_on(e, call, ctx, addr, v.bytes(), src, tag)
+                .start_recv_bytes_on(&mut *e, call, ctx, addr, v.bytes(), src, tag)
                 .map(Handle::Pml);
         }
         let mut s = Sched::p2p_on(call, &self.inner, ctx, tag, SendMode::Standard);

@@ -55,7 +55,7 @@
 use super::super::select::{Algo, Coll, Form, COPY_ROOTED_MAX, TINY};
 use super::copy::{read_block, read_host, read_into, Exposed};
 use super::wire::{self, header, kind, HDR};
-use super::{bcast_mismatch, short, tiny_gather, tiny_host, ShmArea};
+use super::{bcast_mismatch, on_stack, short, tiny_gather, tiny_host, ShmArea};
 use crate::buffer::{HostMem, Ty, View};
 use crate::comm::Communicator;
 use crate::engine::{self, Locked};
@@ -727,7 +727,7 @@ impl<'a> TinyBlocks<'a> {
     /// The contribution [`packed_table`] makes of these blocks (header
     /// `hdr`, the offset table, every block), written into `buf`: the
     /// caller checked that its table and blocks fit [`TINY`] bytes.
-    fn table(&self, hdr: [u8; HDR], buf: &mut [u8; HDR + TINY]) {
+    fn table(&self, hdr: [u8; HDR], buf: &mut [u8]) {
         let mut off = self.write_table(hdr, buf);
         for r in 0..self.counts.len() {
             let (at, len) = self.get(r);
@@ -890,12 +890,13 @@ impl Communicator {
             let hdr = vheader(kind::SCATTERV, root, false);
             let idle = &mut |k| e.idle_flags(CALL, k);
             if let Some(b) = blocks.as_ref().filter(|_| bytes <= TINY) {
-                let mut buf = [0u8; HDR + TINY];
-                b.table(hdr, &mut buf);
-                a.bcast_with(root as usize, &buf[..HDR + bytes], idle, |_| ())?;
-                let (o, l) = entry(&buf[..HDR + bytes], me as usize).expect("the root's own entry");
-                HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &buf[o..o + l]));
-                return Ok(None);
+                return on_stack(HDR + bytes, |buf| {
+                    b.table(hdr, buf);
+                    a.bcast_with(root as usize, buf, idle, |_| ())?;
+                    let (o, l) = entry(buf, me as usize).expect("the root's own entry");
+                    HostMem.with_write(dst, len, |out| gmpi_btl::copy_bytes(out, &buf[o..o + l]));
+                    Ok(None)
+                });
             }
             if let Some(b) = &blocks {
                 // Larger, the same contribution with the blocks published
