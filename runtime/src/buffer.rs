@@ -899,17 +899,9 @@ impl crate::comm::Communicator {
         tag: i32,
         sync: bool,
     ) -> crate::Result<crate::Request<'static>> {
-        if !self.send_checked(call, dest, tag)? {
-            return Ok(crate::Request::completed(call, crate::Status::empty()));
-        }
-        let mode = send_mode(sync);
-        let h = crate::engine::with(call, |e| {
-            self.start_send_bytes(&mut *e, call, addr as u64, len, dest, tag, mode)
-        })?;
-        Ok(match h {
-            Some(id) => crate::Request::new(crate::comm::Handle::Pml(id), call),
-            None => crate::Request::completed(call, crate::Status::empty()),
-        })
+        // SAFETY: our caller's promise is `isend_raw`'s.
+        let id = unsafe { self.isend_raw(call, addr, len, dest, tag, sync)? };
+        Ok(raw_request(call, id))
     }
 
     /// `MPI_Irecv` into the `len` bytes at `addr`.
@@ -927,13 +919,9 @@ impl crate::comm::Communicator {
         src: i32,
         tag: i32,
     ) -> crate::Result<crate::Request<'static>> {
-        if !self.recv_checked(call, src, tag)? {
-            return Ok(crate::Request::completed(call, crate::Status::empty()));
-        }
-        let h = crate::engine::with(call, |e| {
-            self.start_recv_bytes(&mut *e, call, addr as u64, len, src, tag)
-        })?;
-        Ok(crate::Request::new(crate::comm::Handle::Pml(h), call))
+        // SAFETY: our caller's promise is `irecv_raw`'s.
+        let id = unsafe { self.irecv_raw(call, addr, len, src, tag)? };
+        Ok(raw_request(call, id))
     }
 
     /// [`Communicator::isend_bytes`] for the C ABI's direct requests, with
@@ -988,6 +976,17 @@ impl crate::comm::Communicator {
             self.start_recv_bytes(&mut *e, call, addr as u64, len, src, tag)
         })?;
         Ok(Some(h.0))
+    }
+}
+
+/// The request of a point-to-point operation started by `call`: the pml's
+/// `id`, or complete (`None`: taken at once, or `PROC_NULL`, whose status
+/// is the empty one).
+#[inline]
+fn raw_request(call: &'static str, id: Option<u64>) -> crate::Request<'static> {
+    match id {
+        Some(id) => crate::Request::from_raw(id, call),
+        None => crate::Request::completed(call, crate::Status::empty()),
     }
 }
 
