@@ -27,6 +27,7 @@
 //! | `allreduce_large` | `GMPI_ALLREDUCE_LARGE` | allreduce: recursive doubling below, ring reduce-scatter + allgather from here | 64 KiB |
 //! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |
 //! | `alltoall_large` | `GMPI_ALLTOALL_LARGE` | alltoall: all exchanges at once below (bytes per peer), pairwise from here | 8 KiB |
+//! | `simd` | `GMPI_SIMD` | widest vector unit of the reduction kernels: `auto` (the widest this processor has), `avx512`, `avx2` or `base` (SSE2 on x86-64); `avx2` suits processors that lower their clock for 512-bit work | `auto` |
 //! | `coll_check` | `GMPI_COLL_CHECK` | check that every rank passed the same root, op and size to each collective (one extra exchange per call) | `false` |
 //! | `btl` | `GMPI_BTL` | transports allowed, comma-separated (`self,tcp` sends even same-node peers over tcp; `shm` off also turns off the shared-memory collectives; `ib` is used between nodes where both ranks have a verbs port, in a build with feature `ib`) | `self,shm,tcp,ib` |
 //! | `ib_devices` | `GMPI_IB_DEVICES` | ib: verbs ports to use, in order of preference (`mlx5_0:1,rxe0`) | an active port, a RoCE one of this network namespace first |
@@ -128,6 +129,9 @@ pub struct Config {
     /// Alltoall: pairwise from this size per peer.
     #[serde(deserialize_with = "de_size")]
     pub alltoall_large: Option<usize>,
+    /// Widest vector unit of the reduction kernels (`auto`, `avx512`,
+    /// `avx2`, `base`).
+    pub simd: String,
     /// Check collective arguments across ranks.
     pub coll_check: bool,
     /// Transports allowed (`self`, `shm`, `tcp`, `ib`).
@@ -255,6 +259,7 @@ impl Default for Config {
             allreduce_large: None,
             allgather_large: None,
             alltoall_large: None,
+            simd: "auto".into(),
             coll_check: false,
             btl: BTLS.iter().map(|s| s.to_string()).collect(),
             tcp_if: None,
@@ -437,6 +442,11 @@ impl Config {
         if let Some(v) = get("GMPI_COLL_SHM") {
             self.coll_shm = parse_bool(&v).map_err(|e| format!("GMPI_COLL_SHM: {e}"))?;
         }
+        if let Some(v) = get("GMPI_SIMD") {
+            v.parse::<crate::op::SimdLimit>()
+                .map_err(|e| format!("GMPI_SIMD: {e}"))?;
+            self.simd = v;
+        }
         if let Some(v) = get("GMPI_COLL_CHECK") {
             self.coll_check = parse_bool(&v).map_err(|e| format!("GMPI_COLL_CHECK: {e}"))?;
         }
@@ -517,6 +527,14 @@ shm_coop_min = \"1M\"
         assert!(c
             .apply_env(|k| (k == "GMPI_SPIN").then(|| "lots".into()))
             .is_err());
+        assert_eq!(c.simd, "auto");
+        c.apply_env(|k| (k == "GMPI_SIMD").then(|| "avx2".into()))
+            .unwrap();
+        assert_eq!(c.simd, "avx2");
+        let err = c
+            .apply_env(|k| (k == "GMPI_SIMD").then(|| "avx9".into()))
+            .unwrap_err();
+        assert!(err.contains("GMPI_SIMD"), "{err}");
     }
 
     #[test]

@@ -713,6 +713,12 @@ impl Engine {
         let gcfg = cfg
             .gpu()
             .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, e))?;
+        let simd = cfg
+            .simd
+            .parse::<crate::op::SimdLimit>()
+            .map_err(|e| Error::new(ErrorClass::Arg, CALL, r, format!("simd: {e}")))?;
+        crate::op::set_simd_limit(simd);
+        tracing::debug!(target: "coll", "reduction kernels: {}", crate::op::simd_level());
         // Before the transports (btl-ib chooses its port near the rank's
         // GPU). Loads libcuda (under `auto`, where present) but creates no
         // context and allocates nothing: the first device buffer does that.

@@ -9,14 +9,15 @@
 //! Buffers are byte slices holding values in native byte order, at any
 //! alignment: an aligned buffer is processed as a typed slice (a plain loop
 //! the compiler vectorizes), an unaligned one value by value through
-//! `from_ne_bytes`. Each loop is built twice on x86-64, for the baseline
-//! (SSE2) and for AVX2, and the kernel is picked for the CPU at run time
-//! ([`Simd`]).
+//! `from_ne_bytes`. Each loop is built three times on x86-64, for the
+//! baseline (SSE2), for AVX2 and for AVX-512, and the kernel is picked for
+//! the CPU at run time, capped by the `simd` setting ([`Simd`]).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::mem::size_of;
 use std::ops::{Add, BitAnd, BitOr, BitXor, Mul};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::buffer::{cast_slice, cast_slice_mut, from_bytes, write_bytes};
@@ -442,36 +443,45 @@ pub(crate) fn kernel(op: &Op, prim: Primitive) -> Option<Kernel> {
 #[inline]
 fn elementwise(simd: Simd, op: &Op, prim: Primitive) -> Option<Kernel> {
     match simd {
-        Simd::Base => typed::<false>(op, prim),
+        Simd::Base => typed::<BASE>(op, prim),
         #[cfg(target_arch = "x86_64")]
-        Simd::Avx2 => typed::<true>(op, prim),
+        Simd::Avx2 => typed::<AVX2>(op, prim),
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512 => typed::<AVX512>(op, prim),
     }
 }
 
-/// [`elementwise`] for one vector unit: AVX2 kernels when `AVX2` (one
-/// branch on the unit per resolution, then the same two table look-ups as
-/// without it).
-fn typed<const AVX2: bool>(op: &Op, prim: Primitive) -> Option<Kernel> {
+/// The vector levels as the kernels' const parameter ([`Simd`] as a
+/// number): the baseline loop, AVX2, AVX-512.
+const BASE: u8 = 0;
+#[cfg(target_arch = "x86_64")]
+const AVX2: u8 = 1;
+#[cfg(target_arch = "x86_64")]
+const AVX512: u8 = 2;
+
+/// [`elementwise`] for one vector unit, `L` (one branch on the unit per
+/// resolution, then the same two table look-ups at every level).
+fn typed<const L: u8>(op: &Op, prim: Primitive) -> Option<Kernel> {
     use Primitive as P;
     match prim {
-        P::I8 | P::Char => int::<i8, AVX2>(op),
-        P::I16 => int::<i16, AVX2>(op),
-        P::I32 => int::<i32, AVX2>(op),
-        P::I64 => int::<i64, AVX2>(op),
-        P::I128 => int::<i128, AVX2>(op),
-        P::ISize => int::<isize, AVX2>(op),
-        P::U8 | P::Bool | P::Byte => int::<u8, AVX2>(op),
-        P::U16 => int::<u16, AVX2>(op),
-        P::U32 => int::<u32, AVX2>(op),
-        P::U64 => int::<u64, AVX2>(op),
-        P::U128 => int::<u128, AVX2>(op),
-        P::USize => int::<usize, AVX2>(op),
-        P::F32 => arith::<f32, AVX2>(op),
-        P::F64 => arith::<f64, AVX2>(op),
+        P::I8 | P::Char => int::<i8, L>(op),
+        P::I16 => int::<i16, L>(op),
+        P::I32 => int::<i32, L>(op),
+        P::I64 => int::<i64, L>(op),
+        P::I128 => int::<i128, L>(op),
+        P::ISize => int::<isize, L>(op),
+        P::U8 | P::Bool | P::Byte => int::<u8, L>(op),
+        P::U16 => int::<u16, L>(op),
+        P::U32 => int::<u32, L>(op),
+        P::U64 => int::<u64, L>(op),
+        P::U128 => int::<u128, L>(op),
+        P::USize => int::<usize, L>(op),
+        P::F32 => arith::<f32, L>(op),
+        P::F64 => arith::<f64, L>(op),
         // Half precision: each operation in f32, rounded back (as the
         // `half` crate's operators and CUDA's `__half` arithmetic do).
-        P::F16 => arith::<half::f16, AVX2>(op),
-        P::BF16 => arith::<half::bf16, AVX2>(op),
+        P::F16 => arith::<half::f16, L>(op),
+        P::BF16 => arith::<half::bf16, L>(op),
         P::FloatInt | P::DoubleInt | P::LongInt | P::TwoInt | P::ShortInt => None,
     }
 }
@@ -571,16 +581,22 @@ const BLOCK: usize = 64;
 /// bytes, and AVX2 wins by a quarter at 1 KiB (`sum_speed`, dev VM).
 const AVX2_FROM: usize = 512;
 
+/// The same for an AVX-512 kernel: at 256 bytes the two are even, at 512
+/// bytes of `i32` AVX-512 takes 0.0050 µs against the baseline's 0.0091
+/// (`sum_speed`, 2-core AMD EPYC (Zen 4) dev VM).
+const AVX512_FROM: usize = 512;
+
 /// `b[i] = f(a[i], b[i])` over whole slices of equal length: a typed loop
 /// when both are aligned for `T`, value by value otherwise.
 #[inline(always)]
 fn zip<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
     if let (Some(x), Some(y)) = (cast_slice::<T>(a), cast_slice_mut::<T>(b)) {
         // Blocks of 64 bytes, a fixed-length loop the compiler turns into
-        // straight vector code (two AVX2 operations, four SSE2 ones), then
-        // the rest. A plain loop over the whole slice is vectorized four
-        // vectors at a time, with a tail of masked loads and stores in the
-        // AVX2 build; [`zip_wide`] hands that build whole blocks only.
+        // straight vector code (one AVX-512 operation, two AVX2 ones, four
+        // SSE2 ones), then the rest. A plain loop over the whole slice is
+        // vectorized four vectors at a time, with a tail of masked loads
+        // and stores in the wide builds; [`zip_wide`] hands those builds
+        // whole blocks only.
         let l = BLOCK / size_of::<T>();
         if x.len() < l {
             // Less than a block (a one-element accumulate, say): the loop
@@ -611,146 +627,287 @@ fn zip<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
 /// [`zip`] compiled for AVX2 (256-bit vectors).
 ///
 /// # Safety
-/// The CPU must have AVX2: call it only under [`Simd::Avx2`].
+/// The CPU must have AVX2: call it only under [`Simd::Avx2`] or above.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn zip_avx2<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
     zip(a, b, f)
 }
 
-/// [`zip`] of a buffer of [`AVX2_FROM`] bytes or more on AVX2: whole
-/// blocks by [`zip_avx2`], the rest by the baseline loop. In an AVX2
-/// function the compiler turns a loop of fewer than a block's elements into
-/// masked loads and stores, which AMD's cores run slowly (an 8-byte sum
-/// took 14-20 ns instead of 3). A block is a whole number of elements of
-/// every type, so both parts keep the buffers' alignment.
+/// [`zip`] compiled for AVX-512 (512-bit vectors), with the byte, word and
+/// quadword instructions (`BW`, `DQ`) and the shorter forms (`VL`): the
+/// x86-64-v4 set, so that every element type has whole-width operations.
+///
+/// # Safety
+/// The CPU must have those four: call it only under [`Simd::Avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+unsafe fn zip_avx512<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T) {
+    // One flat loop: [`zip`]'s blocks of 16 `i32`s, say, the compiler
+    // vectorizes *across* blocks here, with gathers and scatters at a
+    // block's stride (ten times slower than the baseline loop at 4 KiB).
+    // The caller hands whole blocks, so the loop's tail is short.
+    if let (Some(x), Some(y)) = (cast_slice::<T>(a), cast_slice_mut::<T>(b)) {
+        for (x, y) in x.iter().zip(y.iter_mut()) {
+            *y = f(*x, *y);
+        }
+        return;
+    }
+    zip(a, b, f)
+}
+
+/// [`zip`] of a buffer of [`AVX2_FROM`] ([`AVX512_FROM`]) bytes or more
+/// at level `L`: whole blocks by [`zip_avx2`] ([`zip_avx512`]), the rest
+/// by the baseline loop. In a wide function the compiler turns a loop of
+/// fewer than a block's elements into masked loads and stores, which AMD's
+/// cores run slowly (an 8-byte sum took 14-20 ns instead of 3 in AVX2). A
+/// block is a whole number of elements of every type, so both parts keep
+/// the buffers' alignment.
 ///
 /// Out of line, so that the kernels' path for small buffers, the inlined
 /// baseline loop, pays for no stack frame.
 ///
 /// # Safety
-/// As [`zip_avx2`]: the CPU must have AVX2.
+/// The CPU must have level `L` ([`zip_avx2`], [`zip_avx512`]).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-unsafe fn zip_wide<T: Num>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T + Copy) {
+unsafe fn zip_wide<T: Num, const L: u8>(a: &[u8], b: &mut [u8], f: impl Fn(T, T) -> T + Copy) {
     let n = a.len().min(b.len()) / BLOCK * BLOCK;
-    // SAFETY: the caller's contract.
-    unsafe { zip_avx2(&a[..n], &mut b[..n], f) };
+    if L == AVX512 {
+        // SAFETY: the caller's contract.
+        unsafe { zip_avx512(&a[..n], &mut b[..n], f) };
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { zip_avx2(&a[..n], &mut b[..n], f) };
+    }
     zip(&a[n..], &mut b[n..], f)
 }
 
 /// The vector unit the element-wise kernels are compiled for.
 ///
 /// The crate is built for baseline x86-64 (SSE2), so a plain loop moves 16
-/// bytes at a time; [`zip`] is also compiled for AVX2, and the kernel is
-/// picked for the CPU the process runs on when it is resolved (once per
-/// call, or once per collective plan), as Open MPI's `op/avx` component
-/// does. Inside the kernel there is no further check.
+/// bytes at a time; [`zip`] is also compiled for AVX2 and for AVX-512, and
+/// the kernel is picked for the CPU the process runs on when it is
+/// resolved (once per call, or once per collective plan), as Open MPI's
+/// `op/avx` component does. Inside the kernel there is no further check.
 ///
-/// AVX2 halves a kernel's time on cached data (`sum_speed` on the 2-core
-/// AMD EPYC dev VM: 4 KiB of i32 0.098 → 0.045 µs, 1 KiB 0.029 → 0.017) and
-/// gains a tenth at 1 MiB. An AVX-512 build was measured there too and was
-/// no faster (4 KiB 0.046 µs, 32 KiB 0.65 against AVX2's 0.57), so there is
-/// none.
+/// On the 2-core AMD EPYC (Zen 4) dev VM, `sum_speed` (`i32`, aligned,
+/// cached data; µs):
 ///
-/// `Avx2` exists only where [`Simd::get`] found AVX2: that is what the
-/// kernels' `unsafe` calls rely on, so nothing outside this module builds
-/// one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// | bytes | baseline | AVX2 | AVX-512 |
+/// |---|---|---|---|
+/// | 512 | 0.0091 | 0.0062 | 0.0050 |
+/// | 1 KiB | 0.0166 | 0.0105 | 0.0071 |
+/// | 4 KiB | 0.0637 | 0.0376 | 0.0210 |
+/// | 32 KiB | 0.616 | 0.351 | 0.316 |
+/// | 1 MiB | 20.8 | 18.0 | 17.9 |
+///
+/// The same on `i8`, `i64`, `f32` and `f64`. (An earlier AVX-512 build was
+/// measured no faster. Built from [`zip`]'s blocks, the compiler vectorizes
+/// across them with gathers and scatters, ten times slower: likely the
+/// reason. [`zip_avx512`] runs one flat loop.)
+/// The `simd` setting (`GMPI_SIMD`) caps the level (`avx2` where a
+/// processor lowers its clock for 512-bit work, as older Intel Xeons do).
+///
+/// `Avx2` and `Avx512` exist only where [`Simd::get`] found them: that is
+/// what the kernels' `unsafe` calls rely on, so nothing outside this module
+/// builds one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Simd {
     /// What the crate is compiled for (SSE2 on x86-64).
     Base,
     /// AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX-512 (F, BW, DQ and VL).
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+/// The level in force: 0 until resolved, then 1 + the [`Simd`]'s number.
+static LEVEL: AtomicU8 = AtomicU8::new(0);
+
+/// The cap of the `simd` setting, as [`LEVEL`] counts (`u8::MAX`: none).
+static LIMIT: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// The `simd` setting: the widest vector unit the reduction kernels may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimdLimit {
+    /// The widest this processor has.
+    Auto,
+    /// AVX-512 at most.
+    Avx512,
+    /// AVX2 at most.
+    Avx2,
+    /// The baseline build (SSE2 on x86-64).
+    Base,
+}
+
+impl std::str::FromStr for SimdLimit {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "avx512" => Ok(Self::Avx512),
+            "avx2" => Ok(Self::Avx2),
+            "base" | "sse2" => Ok(Self::Base),
+            _ => Err(format!(
+                "unknown vector unit {s:?} (auto, avx512, avx2 or base)"
+            )),
+        }
+    }
+}
+
+/// Cap the kernels' vector unit (`MPI_Init`, from the `simd` setting);
+/// kernels resolved before keep theirs.
+pub(crate) fn set_simd_limit(limit: SimdLimit) {
+    let cap = match limit {
+        SimdLimit::Auto => u8::MAX,
+        SimdLimit::Avx512 => 3,
+        SimdLimit::Avx2 => 2,
+        SimdLimit::Base => 1,
+    };
+    LIMIT.store(cap, Ordering::Relaxed);
+    LEVEL.store(0, Ordering::Relaxed);
+}
+
+/// The vector unit the kernels use (`MPI_Init`'s debug line, tests).
+pub fn simd_level() -> &'static str {
+    match Simd::get() {
+        Simd::Base => "baseline",
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx2 => "AVX2",
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512 => "AVX-512",
+    }
 }
 
 impl Simd {
-    /// The widest vector unit of this CPU (std caches the CPUID answer, so
-    /// this is a load and a test).
+    /// The vector unit in force: the widest this CPU has, within the
+    /// `simd` setting's cap (a load and a branch once resolved).
     #[inline]
     fn get() -> Simd {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            return Simd::Avx2;
+        match LEVEL.load(Ordering::Relaxed) {
+            1 => Simd::Base,
+            #[cfg(target_arch = "x86_64")]
+            2 => Simd::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            3 => Simd::Avx512,
+            _ => Self::resolve(),
         }
-        Simd::Base
     }
 
-    /// Every level this CPU can run, narrowest first (for tests that check
-    /// each build of the kernels).
-    #[cfg(test)]
-    fn available() -> Vec<Simd> {
-        let top = Simd::get();
+    /// [`Simd::get`] the first time: detect, cap, remember.
+    #[cold]
+    fn resolve() -> Simd {
+        let all = Self::levels();
+        let cap = LIMIT.load(Ordering::Relaxed);
+        let s = all
+            .into_iter()
+            .filter(|l| Self::number(*l) <= cap)
+            .max()
+            .unwrap_or(Simd::Base);
+        LEVEL.store(Self::number(s), Ordering::Relaxed);
+        s
+    }
+
+    /// [`LEVEL`]'s number of `s`.
+    fn number(s: Simd) -> u8 {
+        match s {
+            Simd::Base => 1,
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => 2,
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => 3,
+        }
+    }
+
+    /// Every level this CPU can run, narrowest first (std caches the CPUID
+    /// answers).
+    fn levels() -> Vec<Simd> {
+        #[allow(unused_mut)]
         let mut v = vec![Simd::Base];
-        if top != Simd::Base {
-            v.push(top);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                v.push(Simd::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                v.push(Simd::Avx512);
+            }
         }
         v
     }
+
+    /// Every level this CPU can run, whatever the cap (for tests that check
+    /// each build of the kernels).
+    #[cfg(test)]
+    fn available() -> Vec<Simd> {
+        Self::levels()
+    }
 }
 
-/// The kernel `b[i] = f(a[i], b[i])` on `T`: the AVX2 one when `$avx2`.
-/// `f` must be a path or a closure that captures nothing (the kernel is a
-/// plain `fn`).
+/// The kernel `b[i] = f(a[i], b[i])` on `T` for level `$level`. `f` must
+/// be a path or a closure that captures nothing (the kernel is a plain
+/// `fn`).
 macro_rules! zip_kernel {
-    ($avx2:expr, $t:ty, $f:expr) => {{
-        let k: Kernel = if $avx2 {
-            wide_kernel!($t, $f)
-        } else {
-            |a, b| zip::<$t>(a, b, $f)
+    ($level:expr, $t:ty, $f:expr) => {{
+        let k: Kernel = match $level {
+            #[cfg(target_arch = "x86_64")]
+            AVX2 => wide_kernel!(AVX2, AVX2_FROM, $t, $f),
+            #[cfg(target_arch = "x86_64")]
+            AVX512 => wide_kernel!(AVX512, AVX512_FROM, $t, $f),
+            _ => |a, b| zip::<$t>(a, b, $f),
         };
         k
     }};
 }
 
-/// The AVX2 kernel: below [`AVX2_FROM`] the baseline loop, inlined here,
-/// which is faster than a call into AVX2 code; above it [`zip_wide`].
+/// The kernel of a wide level: below `$from` bytes the baseline loop,
+/// inlined here, which is faster than a call into wide code; above it
+/// [`zip_wide`].
 #[cfg(target_arch = "x86_64")]
 macro_rules! wide_kernel {
-    ($t:ty, $f:expr) => {
+    ($level:ident, $from:expr, $t:ty, $f:expr) => {
         |a, b| {
-            if a.len() < AVX2_FROM {
+            if a.len() < $from {
                 zip::<$t>(a, b, $f)
             } else {
-                // SAFETY: AVX2 kernels are made only by `typed::<true>`,
-                // which `elementwise` calls only under `Simd::Avx2`, and
-                // that comes only from `Simd::get` on a CPU with AVX2.
-                unsafe { zip_wide::<$t>(a, b, $f) }
+                // SAFETY: the kernels of a wide level are made only by
+                // `typed::<L>` with that level, which `elementwise` calls
+                // only under the `Simd` of that level, and that comes only
+                // from `Simd::get` on a CPU that has it.
+                unsafe { zip_wide::<$t, $level>(a, b, $f) }
             }
         }
     };
 }
 
-/// No AVX2 off x86-64 (never asked for: there is no `Simd::Avx2`).
-#[cfg(not(target_arch = "x86_64"))]
-macro_rules! wide_kernel {
-    ($t:ty, $f:expr) => {
-        |a, b| zip::<$t>(a, b, $f)
-    };
-}
-
 /// Sum, product, minimum and maximum.
-fn arith<T: Num, const AVX2: bool>(op: &Op) -> Option<Kernel> {
+fn arith<T: Num, const L: u8>(op: &Op) -> Option<Kernel> {
     Some(match op {
-        Op::Sum => zip_kernel!(AVX2, T, T::sum),
-        Op::Prod => zip_kernel!(AVX2, T, T::prod),
-        Op::Min => zip_kernel!(AVX2, T, |x: T, y: T| if x < y { x } else { y }),
-        Op::Max => zip_kernel!(AVX2, T, |x: T, y: T| if x > y { x } else { y }),
+        Op::Sum => zip_kernel!(L, T, T::sum),
+        Op::Prod => zip_kernel!(L, T, T::prod),
+        Op::Min => zip_kernel!(L, T, |x: T, y: T| if x < y { x } else { y }),
+        Op::Max => zip_kernel!(L, T, |x: T, y: T| if x > y { x } else { y }),
         _ => return None,
     })
 }
 
 /// Every operation on integers.
-fn int<T: Int, const AVX2: bool>(op: &Op) -> Option<Kernel> {
+fn int<T: Int, const L: u8>(op: &Op) -> Option<Kernel> {
     Some(match op {
-        Op::Land => zip_kernel!(AVX2, T, |x: T, y: T| T::from_truth(x.truth() & y.truth())),
-        Op::Lor => zip_kernel!(AVX2, T, |x: T, y: T| T::from_truth(x.truth() | y.truth())),
-        Op::Lxor => zip_kernel!(AVX2, T, |x: T, y: T| T::from_truth(x.truth() ^ y.truth())),
-        Op::Band => zip_kernel!(AVX2, T, |x: T, y: T| x & y),
-        Op::Bor => zip_kernel!(AVX2, T, |x: T, y: T| x | y),
-        Op::Bxor => zip_kernel!(AVX2, T, |x: T, y: T| x ^ y),
-        _ => return arith::<T, AVX2>(op),
+        Op::Land => zip_kernel!(L, T, |x: T, y: T| T::from_truth(x.truth() & y.truth())),
+        Op::Lor => zip_kernel!(L, T, |x: T, y: T| T::from_truth(x.truth() | y.truth())),
+        Op::Lxor => zip_kernel!(L, T, |x: T, y: T| T::from_truth(x.truth() ^ y.truth())),
+        Op::Band => zip_kernel!(L, T, |x: T, y: T| x & y),
+        Op::Bor => zip_kernel!(L, T, |x: T, y: T| x | y),
+        Op::Bxor => zip_kernel!(L, T, |x: T, y: T| x ^ y),
+        _ => return arith::<T, L>(op),
     })
 }
 
@@ -1410,6 +1567,46 @@ mod tests {
         apply(&Op::Sum, P::F64, 2, &[0; 16], &mut [0; 8]);
     }
 
+    #[test]
+    fn simd_setting_parses_and_caps() {
+        for (text, want) in [
+            ("auto", SimdLimit::Auto),
+            ("AVX512", SimdLimit::Avx512),
+            (" avx2 ", SimdLimit::Avx2),
+            ("base", SimdLimit::Base),
+            ("sse2", SimdLimit::Base),
+        ] {
+            assert_eq!(text.parse::<SimdLimit>(), Ok(want), "{text:?}");
+        }
+        let err = "avx9".parse::<SimdLimit>().unwrap_err();
+        assert!(err.contains("\"avx9\"") && err.contains("avx512"), "{err}");
+        // Each cap gives the widest level this CPU has within it, and the
+        // kernels it resolves still compute the same sums.
+        let top = *Simd::levels().last().expect("the baseline at least");
+        for (limit, cap) in [
+            (SimdLimit::Base, Simd::Base),
+            #[cfg(target_arch = "x86_64")]
+            (SimdLimit::Avx2, Simd::Avx2),
+            #[cfg(target_arch = "x86_64")]
+            (SimdLimit::Avx512, Simd::Avx512),
+            (SimdLimit::Auto, top),
+        ] {
+            set_simd_limit(limit);
+            assert_eq!(Simd::get(), cap.min(top), "{limit:?}");
+            let k = kernel(&Op::Sum, P::I32).expect("a sum kernel");
+            let a: Vec<u8> = (0..1024i32).flat_map(|v| v.to_ne_bytes()).collect();
+            let mut b = a.clone();
+            k(&a, &mut b);
+            let sums: Vec<i32> = b
+                .chunks_exact(4)
+                .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            assert!(sums.iter().enumerate().all(|(i, v)| *v == 2 * i as i32));
+        }
+        set_simd_limit(SimdLimit::Auto);
+        assert_eq!(Simd::get(), top);
+    }
+
     /// Time of the sum kernels on every vector level this CPU has, aligned
     /// and not, from 8 bytes to 1 MiB: the best of five rounds that take
     /// the levels in turn, so a drift of the machine hits each alike.
@@ -1417,7 +1614,13 @@ mod tests {
     #[test]
     #[ignore = "timing; run in release"]
     fn sum_speed() {
-        for (p, label) in [(P::I32, "i32"), (P::F64, "f64")] {
+        for (p, label) in [
+            (P::I8, "i8"),
+            (P::I32, "i32"),
+            (P::I64, "i64"),
+            (P::F32, "f32"),
+            (P::F64, "f64"),
+        ] {
             for bytes in [8, 64, 256, 512, 1 << 10, 4 << 10, 32 << 10, 1 << 20] {
                 for off in [0usize, 1] {
                     let (a, mut b) = (vec![1u8; bytes + 64], vec![2u8; bytes + 64]);
