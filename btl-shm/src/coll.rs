@@ -318,6 +318,9 @@ struct Nb {
     e: u64,
     slot: usize,
     copy: Option<Vec<u8>>,
+    /// Tries that found it unfinished ([`ShmColl::nb_try_finish`] looks
+    /// for absent ranks every [`ABSENT_EVERY`] of them).
+    tries: u32,
 }
 
 fn os(msg: impl Into<String>) -> BtlError {
@@ -752,7 +755,12 @@ impl ShmColl {
             self.publish_at(slot, e, parts);
         }
         let copy = (!now).then(|| parts.concat());
-        self.nb.push_back(Nb { e, slot, copy });
+        self.nb.push_back(Nb {
+            e,
+            slot,
+            copy,
+            tries: 0,
+        });
         e
     }
 
@@ -772,7 +780,17 @@ impl ShmColl {
         // An `idle` that fails at once: publish only if the slot is free.
         self.nb_published(e, slot, &mut |_| Err(())).ok()?;
         let (mut next, mut absent) = (0, Vec::new());
-        if !self.entered(slot, e, SlotOrCtrl::Slot, true, &mut next, &mut absent) {
+        // Whether a rank is absent costs a load of its control line (which
+        // it writes): looked at every `ABSENT_EVERY` tries, as a blocking
+        // wait looks every `ABSENT_EVERY` polls.
+        let look = self
+            .nb
+            .front()
+            .is_some_and(|n| (n.tries + 1).is_multiple_of(ABSENT_EVERY));
+        if !self.entered(slot, e, SlotOrCtrl::Slot, look, &mut next, &mut absent) {
+            if let Some(n) = self.nb.front_mut() {
+                n.tries = n.tries.wrapping_add(1);
+            }
             return None;
         }
         self.done_all = self.done_all.max(e - 1);

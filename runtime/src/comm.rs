@@ -1345,6 +1345,9 @@ pub(crate) enum Handle {
     Pml(gmpi_pml::ReqId),
     /// A schedule parked in the engine.
     Sched(u64),
+    /// A non-blocking exchange on a communicator's area, parked in the
+    /// engine (`coll/shm/nb.rs`).
+    Area(u64),
     /// A request the program completes itself (a generalized request):
     /// its flag in the engine's table.
     User(u64),

@@ -185,6 +185,10 @@ pub(crate) struct Engine {
     /// profile).
     pub scheds: std::collections::BTreeMap<u64, crate::coll::sched::Sched>,
     pub next_sched: u64,
+    /// Non-blocking collectives on a communicator's area of their own
+    /// (`coll/shm/nb.rs`): one exchange each, looked at by every progress
+    /// pass; ids from `next_sched`.
+    pub areas: Vec<AreaOp>,
     /// The completion flags of generalized requests (`Request::user`), by
     /// id (ids from `next_sched`).
     pub users: std::collections::HashMap<u64, std::sync::Arc<std::sync::atomic::AtomicBool>>,
@@ -968,6 +972,7 @@ impl Engine {
             ctx_owned: false,
             scheds: Default::default(),
             next_sched: 1,
+            areas: Vec::new(),
             users: std::collections::HashMap::new(),
             rma: Default::default(),
             coll: crate::coll::select::Settings::of(&cfg),
@@ -998,6 +1003,9 @@ impl Engine {
             for s in self.scheds.values_mut() {
                 n += s.advance(&mut self.driver);
             }
+        }
+        if !self.areas.is_empty() {
+            n += self.poll_areas();
         }
         if !self.rma.is_idle() {
             n += crate::win::serve_requests(self);
@@ -1071,6 +1079,45 @@ impl Engine {
     /// Park a schedule to run in the background; advance it once now.
     pub fn park(&mut self, mut s: crate::coll::sched::Sched) -> crate::comm::Handle {
         s.advance(&mut self.driver);
+        self.park_as_is(s)
+    }
+
+    /// Park a non-blocking exchange of epoch `e` on `comm`'s area of
+    /// non-blocking collectives for `call`, started already: the next
+    /// progress pass looks at it first.
+    pub fn park_area(
+        &mut self,
+        comm: &std::sync::Arc<crate::comm::CommInner>,
+        call: &'static str,
+        e: u64,
+    ) -> crate::comm::Handle {
+        let id = self.next_sched;
+        self.next_sched += 1;
+        self.areas.push(AreaOp {
+            id,
+            comm: comm.clone(),
+            call,
+            e,
+            outcome: None,
+        });
+        crate::comm::Handle::Area(id)
+    }
+
+    /// A progress pass's look at the area exchanges not finished yet: how
+    /// many finished.
+    #[inline(never)]
+    fn poll_areas(&mut self) -> usize {
+        let mut n = 0;
+        for a in self.areas.iter_mut().filter(|a| a.outcome.is_none()) {
+            if let Some(r) = crate::coll::shm::nb::outcome(&a.comm, a.call, a.e) {
+                a.outcome = Some(r);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn park_as_is(&mut self, s: crate::coll::sched::Sched) -> crate::comm::Handle {
         let id = self.next_sched;
         self.next_sched += 1;
         self.scheds.insert(id, s);
@@ -1083,6 +1130,11 @@ impl Engine {
         match h {
             crate::comm::Handle::Pml(id) => self.driver.pml.is_complete(id),
             crate::comm::Handle::Sched(id) => self.scheds.get(&id).is_none_or(|s| s.is_done()),
+            crate::comm::Handle::Area(id) => self
+                .areas
+                .iter()
+                .find(|a| a.id == id)
+                .is_none_or(|a| a.outcome.is_some()),
             crate::comm::Handle::User(id) => self
                 .users
                 .get(&id)
@@ -1151,6 +1203,21 @@ impl Engine {
                 self.users.remove(&id);
                 Ok(crate::request::Status::empty())
             }
+            crate::comm::Handle::Area(id) => {
+                let out = match self.areas.iter().position(|a| a.id == id) {
+                    Some(i) => self.areas.swap_remove(i).outcome,
+                    None => None,
+                };
+                match out {
+                    Some(r) => r.map(|()| crate::request::Status::empty()),
+                    None => Err(Error::new(
+                        ErrorClass::Request,
+                        call,
+                        rank,
+                        "request vanished",
+                    )),
+                }
+            }
             crate::comm::Handle::Sched(id) => match self.scheds.remove(&id) {
                 Some(mut s) => s
                     .result()
@@ -1169,6 +1236,17 @@ impl Engine {
     pub fn poke(&mut self, call: &str) -> Result<()> {
         self.progress_all(call).map(|_| ())
     }
+}
+
+/// A non-blocking exchange on a communicator's area ([`Engine::park_area`]).
+#[derive(Debug)]
+pub struct AreaOp {
+    id: u64,
+    comm: std::sync::Arc<crate::comm::CommInner>,
+    call: &'static str,
+    e: u64,
+    /// Its outcome once finished, kept for the request's test or wait.
+    outcome: Option<Result<()>>,
 }
 
 impl Locked {
@@ -1297,10 +1375,10 @@ impl Locked {
     }
 
     /// How long a wait may sleep in the transports: `block`, or no longer
-    /// than [`AREA_NAP`] while a parked schedule waits for a store to a
-    /// shared-memory area, which rings no doorbell.
+    /// than [`AREA_NAP`] while an area exchange ([`Engine::park_area`])
+    /// waits for a store to a shared-memory area, which rings no doorbell.
     fn block_for(&self, block: Duration) -> Duration {
-        if self.scheds.values().any(|s| s.waits_on_area()) {
+        if !self.areas.is_empty() {
             block.min(AREA_NAP)
         } else {
             block

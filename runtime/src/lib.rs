@@ -370,7 +370,8 @@ impl Universe {
             .wait_until(CALL, |e| {
                 Ok(e.driver.pml.sends_in_flight() == 0
                     && !e.driver.has_pending()
-                    && e.scheds.is_empty())
+                    && e.scheds.is_empty()
+                    && e.areas.is_empty())
             })
             .and_then(|()| self.world.barrier_in(&mut e, CALL));
         if let Err(err) = done {

@@ -169,9 +169,6 @@ pub(crate) enum Step {
         view: View,
         received: bool,
     },
-    /// Wait for the operation of this epoch of the communicator's area of
-    /// non-blocking collectives to finish (`shm/nb.rs`).
-    Area(u64),
     /// On an intercommunicator: sends and receives posted after this name
     /// ranks of the local group (`true`, on its private intracommunicator)
     /// or of the remote group (`false`, the default).
@@ -432,13 +429,6 @@ impl Sched {
         self.push(Step::Reduce { lo, hi });
     }
 
-    /// Whether the schedule waits for a peer's store to the shared-memory
-    /// area, which rings no doorbell ([`Step::Area`]): its wait must not
-    /// sleep long in the transports.
-    pub fn waits_on_area(&self) -> bool {
-        matches!(self.steps.get(self.pos), Some(Step::Area(_)))
-    }
-
     /// Whether every step has run.
     pub fn is_done(&self) -> bool {
         // After an error, still wait for what was posted: the transports may
@@ -576,18 +566,6 @@ impl Sched {
                     self.in_local = *on;
                     true
                 }
-                Step::Area(e) => match super::shm::nb::outcome(&self.comm, self.call, *e) {
-                    None => {
-                        self.steps[self.pos] = step;
-                        break;
-                    }
-                    Some(r) => {
-                        if let Err(err) = r {
-                            self.fail(err);
-                        }
-                        true
-                    }
-                },
                 Step::Wait => {
                     if !self.complete_inflight(d) {
                         // Put it back and stop here.

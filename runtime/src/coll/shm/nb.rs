@@ -16,13 +16,16 @@
 //! non-blocking exchange ([`ShmColl::nb_start`]) instead of a
 //! point-to-point schedule: the call publishes its header and contribution
 //! (or, when an earlier one is still pending, leaves a copy that is
-//! published in turn) and parks a request whose one step ([`Step::Area`])
-//! finishes the exchange once every rank has published: the same header
-//! checks and the same rank-order reduction as the blocking tiny road
-//! (`allreduce_tiny`), so every rank gets the same bits. Every progress
-//! pass polls it ([`outcome`]), so a program that tests, or waits on
-//! anything, completes it, and a rank that computes meanwhile finds it
-//! done.
+//! published in turn) and parks a request in the engine
+//! ([`Engine::park_area`](crate::engine::Engine::park_area): no schedule,
+//! whose building, parking and taking cost a small call more than the
+//! exchange) that finishes the exchange once every rank has published: the
+//! same header checks and the same rank-order reduction as the blocking
+//! tiny road (`allreduce_tiny`), so every rank gets the same bits. The call
+//! itself does not look at the others' slots (lines they write, each a
+//! transfer from another cache): every progress pass does ([`outcome`]),
+//! so a program that tests, or waits on anything, completes it, and a rank
+//! that computes meanwhile finds it done.
 //!
 //! Every rank takes the same road, decided by what every rank knows alike:
 //! the call, its size, the op, and whether the communicator has the area,
@@ -34,7 +37,6 @@ use std::collections::VecDeque;
 
 use gmpi_btl_shm::ShmColl;
 
-use super::super::sched::{Sched, Step};
 use super::super::select::{self, Area, Coll, Form};
 use super::wire::{self, header, kind, HDR};
 use super::{reduce_tiny, tiny_host, tiny_mismatch};
@@ -168,7 +170,7 @@ fn end(
 }
 
 /// A progress pass's look at the operation of epoch `e` on `comm`'s area
-/// of non-blocking collectives ([`Step::Area`]): finish what can finish,
+/// of non-blocking collectives ([`Engine::park_area`](crate::engine::Engine::park_area)): finish what can finish,
 /// then its outcome if it has finished. `None` also while another thread
 /// holds the area (it starts or polls an operation, and lets go at once).
 pub(crate) fn outcome(comm: &CommInner, call: &'static str, e: u64) -> Option<Result<()>> {
@@ -245,7 +247,9 @@ impl Communicator {
             if !select::nb_area_room(&q.area(a.area())) {
                 return Ok(None);
             }
-            let tag = self.next_nb_tag();
+            // Taken as the schedules' road takes it, so that the tags of
+            // later non-blocking collectives stay in step on every rank.
+            let _ = self.next_nb_tag();
             a.poll();
             let mut hdr = header(kind::REDUCE, -1, Some(op), len);
             let (ep, pack_err) = if let Some(src) = src_host {
@@ -273,16 +277,12 @@ impl Communicator {
                 pack_err,
             });
             tracing::debug!(target: "coll", "{CALL}: shared memory, {len} B, non-blocking (epoch {ep})");
-            // The others may all have published already: then it ends here,
-            // with no request to park.
-            a.poll();
-            if let Some(r) = a.outcome(ep) {
-                return r.map(|()| Some(None));
-            }
+            // The call does not look at the others' slots (lines they
+            // write, a transfer from their caches each): the next progress
+            // pass does, inside a test or wait, so that the start costs
+            // this rank the publication only.
             drop(g);
-            let mut s = Sched::new(CALL, &self.inner, tag);
-            s.push(Step::Area(ep));
-            Ok(Some(Some(e.park(s))))
+            Ok(Some(Some(e.park_area(&self.inner, CALL, ep))))
         });
         match h {
             Ok(Some(Some(h))) => Some(Ok(Request::new(h, CALL))),
