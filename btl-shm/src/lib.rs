@@ -12,7 +12,9 @@
 //! is inside MPI, writes part of the message at the same time with
 //! `process_vm_writev` (a *cooperative* get, `coop.rs`), unless the receiver
 //! reduces the data right after and it is below [`ALONE_MAX`]
-//! ([`Btl::get_alone`]: the helper's share would then be in the wrong cache).
+//! ([`Btl::get_alone`]: the helper's share would then be in the wrong cache),
+//! or the sender is itself busy pulling messages from the receiver
+//! ([`Btl::get_unhelped`]: neither has time to lend).
 //!
 //! # File map
 //! - `lib.rs`: [`ShmConfig`], [`ShmBtl`] (bootstrap, the [`Btl`] impl, the
@@ -21,7 +23,7 @@
 //! - `segment.rs`: the only `unsafe` operations: the mapping, the ring ends
 //!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`/`process_vm_writev`,
 //!   and `Dst::lend`, which turns a get's [`gmpi_btl::LocalMem`] into memory
-//!   they may write. (`lib.rs`'s [`Btl::get`]/[`Btl::get_alone`] are
+//!   they may write. (`lib.rs`'s [`Btl::get`]/[`Btl::get_alone`]/[`Btl::get_unhelped`] are
 //!   `unsafe fn`s whose one block each hands their caller's contract to
 //!   `Dst::lend`.)
 //! - `cma.rs`: the single-copy read and write and their start-up probes.
@@ -961,6 +963,22 @@ impl Btl for ShmBtl {
         // SAFETY: as in `get`.
         let dst = unsafe { Dst::lend(dst) };
         self.get_maybe_helped(peer, remote, offset, dst, token, helped)
+    }
+
+    /// A get while the owner pulls from us too ([`Btl::get_unhelped`]):
+    /// the receiver copies it alone, synchronously, at every size.
+    #[allow(unsafe_code)]
+    unsafe fn get_unhelped(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        // SAFETY: as in `get`.
+        let dst = unsafe { Dst::lend(dst) };
+        self.get_maybe_helped(peer, remote, offset, dst, token, false)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {

@@ -146,6 +146,7 @@ struct State {
     sends: u64,
     /// Gets asked for with [`Btl::get_alone`].
     alone_gets: u64,
+    unhelped_gets: u64,
     /// Registrations handed out and not yet handed back.
     registered: i64,
 }
@@ -198,6 +199,7 @@ impl Fabric {
                 memories,
                 sends: 0,
                 alone_gets: 0,
+                unhelped_gets: 0,
                 registered: 0,
             })),
         }
@@ -293,6 +295,12 @@ impl Fabric {
     /// Gets asked for with [`Btl::get_alone`] so far (they copy as any get).
     pub fn alone_gets(&self) -> u64 {
         self.st.lk().alone_gets
+    }
+
+    /// Gets asked for with [`Btl::get_unhelped`] so far (they copy as any
+    /// get).
+    pub fn unhelped_gets(&self) -> u64 {
+        self.st.lk().unhelped_gets
     }
 }
 
@@ -599,6 +607,21 @@ impl Btl for SimBtl {
         token: u64,
     ) -> Result<Submit, BtlError> {
         self.put_from(peer, remote, offset, src, token)
+    }
+
+    /// [`Btl::get_unhelped`]: counted ([`Fabric::unhelped_gets`]), then as
+    /// `get`.
+    #[allow(unsafe_code)]
+    unsafe fn get_unhelped(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+    ) -> Result<Submit, BtlError> {
+        self.st.lk().unhelped_gets += 1;
+        self.get_into(peer, remote, offset, dst, token)
     }
 
     /// [`Btl::get_alone`]: counted ([`Fabric::alone_gets`]), then as `get`.

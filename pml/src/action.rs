@@ -122,6 +122,10 @@ pub enum Action {
         /// Copy it alone ([`gmpi_btl::Btl::get_alone`]): the receive is
         /// [`crate::RecvArgs::consumed`].
         alone: bool,
+        /// The peer is busy pulling messages of ours
+        /// ([`gmpi_btl::Btl::get_unhelped`]): two rendezvous sends of this
+        /// rank to it or more await its reply.
+        two_way: bool,
     },
     /// Copy `len` bytes at the start of the peer's device allocation `desc`
     /// (opened by CUDA IPC) into local memory at `dst`.

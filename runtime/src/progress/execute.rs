@@ -212,6 +212,7 @@ impl<H: HostMemory> Driver<H> {
                 len,
                 token,
                 alone,
+                two_way,
             } => {
                 self.quiet[btl] = false;
                 let d = LocalMem { addr: dst, len };
@@ -240,7 +241,9 @@ impl<H: HostMemory> Driver<H> {
                     let b = &mut self.btls[btl];
                     // SAFETY: `d` as said above.
                     unsafe {
-                        if alone {
+                        if two_way {
+                            b.get_unhelped(peer, &desc, offset, d, token)
+                        } else if alone {
                             b.get_alone(peer, &desc, offset, d, token)
                         } else {
                             b.get(peer, &desc, offset, d, token)

@@ -461,6 +461,48 @@ fn consumed_receives_get_alone() {
     assert_eq!(w.f.registered(), 0);
 }
 
+/// A get from a peer that is busy pulling two messages of ours or more
+/// goes unhelped (`Btl::get_unhelped`); with one of ours in its hands, or
+/// none, it is a plain get the owner may help with.
+#[test]
+fn gets_from_a_peer_busy_pulling_ours_go_unhelped() {
+    let mut w = World::new(2, 1, true);
+    let data = pattern(100_000, 5);
+    // Rank 0 has two rendezvous sends to rank 1 waiting for its reply.
+    let s1 = w.send(0, 1, 1, &data, SendMode::Standard);
+    let s2 = w.send(0, 1, 2, &data, SendMode::Standard);
+    w.run();
+    // Rank 1's message to rank 0: rank 0's get of it goes unhelped.
+    let (r, at) = w.recv(0, Some(1), Some(3), 100_000);
+    let s3 = w.send(1, 0, 3, &data, SendMode::Standard);
+    w.run();
+    w.done(0, r).unwrap();
+    w.done(1, s3).unwrap();
+    assert_eq!(w.read(0, at, 100_000), data);
+    assert_eq!(w.f.unhelped_gets(), 1);
+    // Rank 1 takes one of them; with one left, rank 0's next get is plain.
+    let (r1, at1) = w.recv(1, Some(0), Some(1), 100_000);
+    w.run();
+    w.done(1, r1).unwrap();
+    w.done(0, s1).unwrap();
+    assert_eq!(w.read(1, at1, 100_000), data);
+    let (r, at) = w.recv(0, Some(1), Some(4), 100_000);
+    let s4 = w.send(1, 0, 4, &data, SendMode::Standard);
+    w.run();
+    w.done(0, r).unwrap();
+    w.done(1, s4).unwrap();
+    assert_eq!(w.read(0, at, 100_000), data);
+    assert_eq!(w.f.unhelped_gets(), 1);
+    // Rank 1 has no send waiting for rank 0: its gets are plain too.
+    let (r2, at2) = w.recv(1, Some(0), Some(2), 100_000);
+    w.run();
+    w.done(1, r2).unwrap();
+    w.done(0, s2).unwrap();
+    assert_eq!(w.read(1, at2, 100_000), data);
+    assert_eq!(w.f.unhelped_gets(), 1);
+    assert_eq!(w.f.registered(), 0);
+}
+
 #[test]
 fn get_failure_falls_back_to_pipelined() {
     let mut w = World::new(2, 1, true);
