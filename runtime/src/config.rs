@@ -13,7 +13,7 @@
 //! | `shm_ring_bytes` | `GMPI_SHM_RING_BYTES` | bytes per shared-memory ring | automatic (memory bound) |
 //! | `shm_max_frag` | `GMPI_SHM_MAX_FRAG` | largest shared-memory fragment | 64 KiB + 120 (the eager limit and any pml header) |
 //! | `shm_coop` | `GMPI_SHM_COOP` | cooperative single copy: from `shm_coop_min` bytes the sender, while inside MPI, writes part of a message (`process_vm_writev`) as the receiver reads the rest (below 1 MiB, not for a collective's receive that is reduced right away) | `true`, `false` when oversubscribed (more local ranks than the CPUs in the union of their affinity masks) |
-//! | `shm_coop_min` | `GMPI_SHM_COOP_MIN` | smallest message copied cooperatively | 256 KiB |
+//! | `shm_coop_min` | `GMPI_SHM_COOP_MIN` | smallest message copied cooperatively | 128 KiB |
 //! | `shm_coop_chunk` | `GMPI_SHM_COOP_CHUNK` | the unit sender and receiver of a cooperative copy claim | 128 KiB |
 //! | `spin` | `GMPI_SPIN` | empty polls before yielding | 2000 (5 when oversubscribed) |
 //! | `yields` | `GMPI_YIELDS` | yields before blocking (skipped for 20 ms after a yield that took 20 µs or more, unless oversubscribed) | 100 (4 when oversubscribed) |
@@ -22,7 +22,7 @@
 //! | `coll_shm` | `GMPI_COLL_SHM` | barrier, bcast and small reductions of single-node communicators through shared memory | `true` |
 //! | `coll_shm_max` | `GMPI_COLL_SHM_MAX` | largest message those shared-memory collectives carry in one slot | 16 KiB |
 //! | `coll_shm_pipeline_max` | `GMPI_COLL_SHM_PIPELINE_MAX` | bcast, reduce, allreduce, allgather (per rank) and reduce-scatter (the whole input) above `coll_shm_max` go through shared memory in chunks up to this size (0: never) | 64 MiB |
-//! | `coll_shm_copy_min` | `GMPI_COLL_SHM_COPY_MIN` | bcast, gather, scatter, alltoall and alltoallv of single-node communicators too large for the area's slots (`coll_shm_max`, or in chunks up to `coll_shm_pipeline_max`) whose blocks are at least this size (bcast and gather below 256 KiB), allgather whose blocks are at least half of it: each rank says in shared memory where its data lies and the others copy it straight from there (`process_vm_readv`; where every rank can, see `cma`) | 16 KiB |
+//! | `coll_shm_copy_min` | `GMPI_COLL_SHM_COPY_MIN` | bcast, gather, scatter, alltoall and alltoallv of single-node communicators too large for the area's slots (`coll_shm_max`, or in chunks up to `coll_shm_pipeline_max`) whose blocks are at least this size (bcast and gather below 128 KiB), allgather whose blocks are at least half of it: each rank says in shared memory where its data lies and the others copy it straight from there (`process_vm_readv`; where every rank can, see `cma`) | 16 KiB |
 //! | `bcast_large` | `GMPI_BCAST_LARGE` | bcast: binomial tree below, scatter + ring allgather from here | 128 KiB |
 //! | `allreduce_large` | `GMPI_ALLREDUCE_LARGE` | allreduce: recursive doubling below, ring reduce-scatter + allgather from here | 64 KiB |
 //! | `allgather_large` | `GMPI_ALLGATHER_LARGE` | allgather: Bruck below (total bytes), ring from here | 64 KiB |

@@ -391,13 +391,14 @@ fn copies(q: &Query, s: &Settings) -> bool {
 }
 
 /// Where a bcast or gather leaves the single-copy road: from here the
-/// point-to-point road's cooperative copy (`shm_coop_min`, 256 KiB), in
+/// point-to-point road's cooperative copy (`shm_coop_min`, 128 KiB), in
 /// which the sender writes part of the data while the receiver reads the
 /// rest, beat one reader copying all of it (np 2, the development
-/// machine: a 1 MiB bcast 23 µs against 46, a gather 91 against 161; a
-/// scatter, every rank reading its block, and the exchanges win at every
-/// size).
-pub(crate) const COPY_ROOTED_MAX: usize = 256 * KIB;
+/// machine: a 1 MiB bcast 23 µs against 46, a gather 91 against 161; at
+/// 128 KiB, since the cooperative copy starts there, a gather 7.3-8.0
+/// against 10.3-11.3, a bcast 2.0-2.1 against 2.2-2.3; a scatter, every
+/// rank reading its block, and the exchanges win at every size).
+pub(crate) const COPY_ROOTED_MAX: usize = 128 * KIB;
 
 /// Whether the call is a `v` form whose sizes not every rank knows
 /// (gatherv, scatterv, alltoallv/w): the selector sends it to the area
