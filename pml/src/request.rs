@@ -251,6 +251,11 @@ impl Slab {
         self.live
     }
 
+    /// Slots [`Slab::iter`] walks (the most requests ever live at once).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     pub fn get_mut(&mut self, id: ReqId) -> Option<&mut Req> {
         self.slot_mut(id)
             .filter(|s| s.result.is_none())
