@@ -441,19 +441,9 @@ pub(crate) fn kernel(op: &Op, prim: Primitive) -> Option<Kernel> {
     *t.get(i)?.get(prim as usize)?
 }
 
-/// The element-wise operations of [`kernel`]'s tables, in their order.
-const TABLE_OPS: [Op; 10] = [
-    Op::Sum,
-    Op::Prod,
-    Op::Min,
-    Op::Max,
-    Op::Land,
-    Op::Lor,
-    Op::Lxor,
-    Op::Band,
-    Op::Bor,
-    Op::Bxor,
-];
+/// The element-wise operations, which [`code`] numbers first: the rows of
+/// [`kernel`]'s tables.
+const TABLE_OPS: usize = 10;
 
 /// The element types that have element-wise kernels (the pair types have
 /// none); a type missing here only takes the general road ([`apply`]).
@@ -486,7 +476,7 @@ const TABLE_PRIMS: [Primitive; 19] = {
 const PRIM_SLOTS: usize = 32;
 
 /// The kernels of one vector level: `[op][prim as usize]`.
-type KernelTable = [[Option<Kernel>; PRIM_SLOTS]; TABLE_OPS.len()];
+type KernelTable = [[Option<Kernel>; PRIM_SLOTS]; TABLE_OPS];
 
 /// [`kernel`]'s tables, one per vector level ([`Simd::number`] - 1).
 static KERNELS: [std::sync::OnceLock<KernelTable>; 3] = [const { std::sync::OnceLock::new() }; 3];
@@ -494,6 +484,13 @@ static KERNELS: [std::sync::OnceLock<KernelTable>; 3] = [const { std::sync::Once
 /// `op`'s row in [`kernel`]'s tables.
 #[inline]
 fn table_op(op: &Op) -> Option<usize> {
+    code(op).map(usize::from).filter(|&c| c < TABLE_OPS)
+}
+
+/// The number of a predefined operation (`None` for a user function): the
+/// one-sided transport's wire code (`win/am.rs`), the element-wise
+/// operations first (the rows of [`kernel`]'s tables).
+pub(crate) fn code(op: &Op) -> Option<u8> {
     Some(match op {
         Op::Sum => 0,
         Op::Prod => 1,
@@ -505,18 +502,43 @@ fn table_op(op: &Op) -> Option<usize> {
         Op::Band => 7,
         Op::Bor => 8,
         Op::Bxor => 9,
+        Op::MinLoc => 10,
+        Op::MaxLoc => 11,
+        Op::Replace => 12,
+        Op::NoOp => 13,
+        Op::User(_) => return None,
+    })
+}
+
+/// The predefined operation numbered `c` ([`code`]).
+pub(crate) fn from_code(c: u8) -> Option<Op> {
+    Some(match c {
+        0 => Op::Sum,
+        1 => Op::Prod,
+        2 => Op::Min,
+        3 => Op::Max,
+        4 => Op::Land,
+        5 => Op::Lor,
+        6 => Op::Lxor,
+        7 => Op::Band,
+        8 => Op::Bor,
+        9 => Op::Bxor,
+        10 => Op::MinLoc,
+        11 => Op::MaxLoc,
+        12 => Op::Replace,
+        13 => Op::NoOp,
         _ => return None,
     })
 }
 
 /// Every kernel of vector level `s` that [`defined`] allows.
 fn kernel_table(s: Simd) -> KernelTable {
-    let mut t: KernelTable = [[None; PRIM_SLOTS]; TABLE_OPS.len()];
-    for (i, op) in TABLE_OPS.iter().enumerate() {
-        debug_assert_eq!(table_op(op), Some(i));
+    let mut t: KernelTable = [[None; PRIM_SLOTS]; TABLE_OPS];
+    for (i, row) in t.iter_mut().enumerate() {
+        let op = from_code(i as u8).expect("the element-wise operations are numbered first");
         for p in TABLE_PRIMS {
-            if defined(op, p) == Some(true) {
-                t[i][p as usize] = elementwise(s, op, p);
+            if defined(&op, p) == Some(true) {
+                row[p as usize] = elementwise(s, &op, p);
             }
         }
     }
@@ -1655,22 +1677,8 @@ mod tests {
 
     #[test]
     fn kernel_tables_hold_every_defined_kernel() {
-        let ops = [
-            Op::Sum,
-            Op::Prod,
-            Op::Min,
-            Op::Max,
-            Op::Land,
-            Op::Lor,
-            Op::Lxor,
-            Op::Band,
-            Op::Bor,
-            Op::Bxor,
-            Op::MinLoc,
-            Op::MaxLoc,
-            Op::Replace,
-            Op::NoOp,
-        ];
+        let ops: Vec<Op> = (0..=u8::MAX).filter_map(from_code).collect();
+        assert_eq!(ops.len(), 14);
         for op in &ops {
             for p in ALL_PRIMS {
                 assert!((p as usize) < PRIM_SLOTS);

@@ -162,48 +162,6 @@ fn prim_code(p: Primitive) -> u8 {
     PRIMS.iter().position(|&q| q == p).unwrap_or(16) as u8
 }
 
-/// The wire code of a predefined operation (`None` for user functions,
-/// which the target cannot name).
-pub(crate) fn op_code(op: &Op) -> Option<u8> {
-    Some(match op {
-        Op::Sum => 0,
-        Op::Prod => 1,
-        Op::Min => 2,
-        Op::Max => 3,
-        Op::Land => 4,
-        Op::Lor => 5,
-        Op::Lxor => 6,
-        Op::Band => 7,
-        Op::Bor => 8,
-        Op::Bxor => 9,
-        Op::MinLoc => 10,
-        Op::MaxLoc => 11,
-        Op::Replace => 12,
-        Op::NoOp => 13,
-        Op::User(_) => return None,
-    })
-}
-
-fn op_from_code(c: u8) -> Option<Op> {
-    Some(match c {
-        0 => Op::Sum,
-        1 => Op::Prod,
-        2 => Op::Min,
-        3 => Op::Max,
-        4 => Op::Land,
-        5 => Op::Lor,
-        6 => Op::Lxor,
-        7 => Op::Band,
-        8 => Op::Bor,
-        9 => Op::Bxor,
-        10 => Op::MinLoc,
-        11 => Op::MaxLoc,
-        12 => Op::Replace,
-        13 => Op::NoOp,
-        _ => return None,
-    })
-}
-
 /// A request, built by the origin.
 pub(crate) struct Request {
     bytes: Vec<u8>,
@@ -591,7 +549,7 @@ impl Target {
                 Ok(out)
             }
             Kind::Acc => {
-                let op = op_from_code(p.op)
+                let op = crate::op::from_code(p.op)
                     .ok_or_else(|| (ErrorClass::Intern, format!("unknown operation {}", p.op)))?;
                 let prim = *PRIMS
                     .get(p.prim as usize)
@@ -986,8 +944,8 @@ mod tests {
     #[test]
     fn every_predefined_operation_and_primitive_has_a_code() {
         for c in 0..14 {
-            let op = op_from_code(c).expect("a code");
-            assert_eq!(op_code(&op), Some(c));
+            let op = crate::op::from_code(c).expect("a code");
+            assert_eq!(crate::op::code(&op), Some(c));
         }
         for (i, &p) in PRIMS.iter().enumerate() {
             assert_eq!(prim_code(p) as usize, i, "{p:?}");

@@ -855,7 +855,7 @@ impl Window {
         let t = r.target;
         let runs: Vec<(i128, usize)> = r.iter().collect();
         let mut old = vec![0u8; if want_old { r.bytes } else { 0 }];
-        if let Some(code) = am::op_code(op) {
+        if let Some(code) = crate::op::code(op) {
             let req = am::Request::new(am::Kind::Acc, &runs, data.len())
                 .acc(el, code, want_old)
                 .data(data);
