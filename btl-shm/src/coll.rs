@@ -131,7 +131,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use gmpi_btl::BtlError;
 
@@ -174,6 +174,26 @@ const STACK_RANKS: usize = 16;
 /// `coll_shm_max` are about 4 MiB; a larger configured slot pays its faults
 /// on first use instead).
 const PREFAULT_MAX: usize = 16 << 20;
+
+/// The most bytes of areas one process faults in at bootstrap: the first
+/// communicators' (`MPI_COMM_WORLD`'s two areas first); a program that
+/// makes hundreds of communicators pays for the pages its collectives touch
+/// only, as before, instead of megabytes of shared memory each.
+const PREFAULT_BUDGET: usize = 64 << 20;
+
+/// Bytes of areas faulted in so far by this process (never given back).
+static PREFAULTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether an area of `total` bytes is faulted in at bootstrap (then
+/// counted against [`PREFAULT_BUDGET`]).
+fn prefault_budget(total: usize) -> bool {
+    total <= PREFAULT_MAX
+        && PREFAULTED
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                (used + total <= PREFAULT_BUDGET).then_some(used + total)
+            })
+            .is_ok()
+}
 
 /// A waiter looks for an absent rank (see the module header) once every
 /// this many unsuccessful polls: the check loads the rank's control line,
@@ -409,7 +429,7 @@ impl ShmColl {
             map = attach(path, layout).map(Some);
         }
         if let (Ok(layout), Ok(Some(m)), Ok(())) = (&checked, &map, &first) {
-            if layout.total <= PREFAULT_MAX {
+            if prefault_budget(layout.total) {
                 // Every slot of every rank, in this process's page tables
                 // (allocated by whichever rank comes first), before the first
                 // operation: otherwise the first lap of the slots faults a page
@@ -1240,6 +1260,16 @@ fn mark_present(m: &Mapping, layout: &Layout, rank: usize, single_copy: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefaulting_stops_at_the_budget() {
+        assert!(!prefault_budget(PREFAULT_MAX + 1), "too large an area");
+        // Other tests' areas may have used some of it already.
+        let granted = (0..10).filter(|_| prefault_budget(PREFAULT_MAX)).count();
+        assert!(granted <= PREFAULT_BUDGET / PREFAULT_MAX, "{granted}");
+        assert!(!prefault_budget(PREFAULT_MAX), "the budget is spent");
+        assert!(PREFAULTED.load(Ordering::Relaxed) <= PREFAULT_BUDGET);
+    }
 
     #[test]
     fn layout_is_line_separated() {
