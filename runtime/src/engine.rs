@@ -1079,7 +1079,10 @@ impl Engine {
     /// Park a schedule to run in the background; advance it once now.
     pub fn park(&mut self, mut s: crate::coll::sched::Sched) -> crate::comm::Handle {
         s.advance(&mut self.driver);
-        self.park_as_is(s)
+        let id = self.next_sched;
+        self.next_sched += 1;
+        self.scheds.insert(id, s);
+        crate::comm::Handle::Sched(id)
     }
 
     /// Park a non-blocking exchange of epoch `e` on `comm`'s area of
@@ -1115,13 +1118,6 @@ impl Engine {
             }
         }
         n
-    }
-
-    fn park_as_is(&mut self, s: crate::coll::sched::Sched) -> crate::comm::Handle {
-        let id = self.next_sched;
-        self.next_sched += 1;
-        self.scheds.insert(id, s);
-        crate::comm::Handle::Sched(id)
     }
 
     /// Whether the operation behind `h` has completed.

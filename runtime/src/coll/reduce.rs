@@ -9,7 +9,7 @@ use super::check::reduction;
 use super::run::{Choice, Staged};
 use super::sched::{Reduction, Sched};
 use super::select::{Algo, Coll, Form, Query};
-use crate::buffer::{Buffer, BufferMut, View};
+use crate::buffer::{Buffer, BufferMut, HostMem, View};
 use crate::comm::Communicator;
 use crate::error::{Error, ErrorClass, Result};
 use crate::op::Op;
@@ -263,9 +263,14 @@ pub fn reduce_local<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     if let (Some(s), Some(d)) = (iv.contig_addr(), ov.contig_addr()) {
         let apart = s.saturating_add(len as u64) <= d || d.saturating_add(len as u64) <= s;
         if apart && iv.is_host() && ov.is_host() {
+            use crate::progress::HostMemory;
             let cnt = len / red.unit;
-            iv.read_contig(|a| {
-                ov.write_contig(|b| crate::op::apply_datatype(&red.op, red.dt, cnt, a, b))
+            // Classified above: straight to the memory, not through
+            // `read_contig`/`write_contig`, which would classify again.
+            HostMem.with_read(s, len, |a| {
+                HostMem.with_write(d, len, |b| {
+                    crate::op::apply_datatype(&red.op, red.dt, cnt, a, b)
+                })
             });
             return Ok(());
         }

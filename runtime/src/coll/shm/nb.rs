@@ -46,7 +46,7 @@ use crate::engine::{self, Locked};
 use crate::error::{Error, ErrorClass, Result};
 use crate::op::{Kernel, Op};
 use crate::progress::HostMemory;
-use crate::request::{Request, Status};
+use crate::request::Request;
 
 /// A communicator's area of non-blocking collectives, and its operations
 /// not finished yet.
@@ -282,11 +282,10 @@ impl Communicator {
             // pass does, inside a test or wait, so that the start costs
             // this rank the publication only.
             drop(g);
-            Ok(Some(Some(e.park_area(&self.inner, CALL, ep))))
+            Ok(Some(e.park_area(&self.inner, CALL, ep)))
         });
         match h {
-            Ok(Some(Some(h))) => Some(Ok(Request::new(h, CALL))),
-            Ok(Some(None)) => Some(Ok(Request::completed(CALL, Status::empty()))),
+            Ok(Some(h)) => Some(Ok(Request::new(h, CALL))),
             Ok(None) => None,
             Err(err) => Some(Err(err)),
         }
