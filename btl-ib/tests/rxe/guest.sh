@@ -47,7 +47,16 @@ wrap='n=$((GMPI_RANK % 2 + 1)); d=rxe$n; [ "$GMPI_RANK" = "${IB_OFF_RANK:--1}" ]
 job() { # job NAME NP TIMEOUT PROGRAM ARGS...: run, keep the log, return rc
     local name=$1 np=$2 t=$3
     shift 3
-    timeout "$t" "$GMPIRUN" -np "$np" sh -c "$wrap" "$@" >"/tmp/work/$name.log" 2>&1
+    dmesg -c >/dev/null 2>&1
+    local rc=0
+    timeout "$t" "$GMPIRUN" -np "$np" sh -c "$wrap" "$@" >"/tmp/work/$name.log" 2>&1 || rc=$?
+    # What the kernel said meanwhile (rxe's dropped packets, queue pairs
+    # it moved to the error state): the other half of a verbs failure.
+    local k
+    k=$(dmesg -c 2>/dev/null | grep -iE 'rxe|rdma|infiniband|skb|drop' | tail -40)
+    rm -f "/tmp/work/$name.kernel"
+    [ -n "$k" ] && echo "$k" >"/tmp/work/$name.kernel"
+    return $rc
 }
 check_job() { # check_job NAME NP TIMEOUT [--needs PATTERN]... -- PROGRAM ARGS...
     local name=$1 np=$2 t=$3
@@ -60,10 +69,28 @@ check_job() { # check_job NAME NP TIMEOUT [--needs PATTERN]... -- PROGRAM ARGS..
     [ "$1" = -- ] && shift
     local t0
     t0=$(date +%s)
-    local rc=0
+    local rc=0 again=
     job "$name" "$np" "$t" "$@" || rc=$?
+    # Once in dozens of runs (none of them reproduced), a rank of a
+    # two-node job found a queue pair in the error state with nothing but
+    # flushed work requests on either side: no completion error, no remote
+    # access or retry error from its peer, which any fault of ours that
+    # moves a queue pair to the error state reports first. That is this
+    # emulated device losing the queue pair, under the host's load; such
+    # a job runs once more, and the check's line says so (the first try's
+    # logs stay, as NAME.try1.*).
+    if [ "$rc" != 0 ] && grep -q '(verbs status 5)' "/tmp/work/$name.log" \
+        && ! grep -qE '\(verbs status ([0-46-9]|[1-9][0-9]+)\)' "/tmp/work/$name.log"; then
+        mv "/tmp/work/$name.log" "/tmp/work/$name.try1.log"
+        [ -e "/tmp/work/$name.kernel" ] && mv "/tmp/work/$name.kernel" "/tmp/work/$name.try1.kernel"
+        again=", second try: the first lost a queue pair to the error state with only flushed work requests, see $name.try1.log"
+        rc=0
+        job "$name" "$np" "$t" "$@" || rc=$?
+    fi
     if [ "$rc" != 0 ]; then
-        fail "$name" "exit status $rc ($(grep -v DEBUG "/tmp/work/$name.log" | tail -2 | tr '\n' ' '))"
+        local kern=
+        [ -s "/tmp/work/$name.kernel" ] && kern="; kernel: $(tail -1 "/tmp/work/$name.kernel")"
+        fail "$name" "exit status $rc ($(grep -v DEBUG "/tmp/work/$name.log" | tail -2 | tr '\n' ' ')$kern)"
         return
     fi
     for p in "${needs[@]}"; do
@@ -72,7 +99,7 @@ check_job() { # check_job NAME NP TIMEOUT [--needs PATTERN]... -- PROGRAM ARGS..
             return
         fi
     done
-    pass "$name ($(($(date +%s) - t0)) s)"
+    pass "$name ($(($(date +%s) - t0)) s$again)"
 }
 
 # 1. The btl conformance suite over real verbs (one device, loopback).
