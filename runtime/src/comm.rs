@@ -138,7 +138,13 @@ pub(crate) enum ShmState {
     #[default]
     NotTried,
     Unavailable,
-    Ready(Box<gmpi_btl_shm::ShmColl>),
+    /// The area, and the last call's [`Query`](crate::coll::select::Query)
+    /// that took the tiny road on it (`tiny_road` in `coll/shm/mod.rs`):
+    /// the same query again takes it again, without a second selection.
+    Ready(
+        Box<gmpi_btl_shm::ShmColl>,
+        Option<crate::coll::select::Query>,
+    ),
 }
 
 /// A communicator. Cloning is cheap and refers to the same communicator;

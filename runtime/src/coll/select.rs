@@ -104,7 +104,7 @@ pub(crate) enum Area {
 }
 
 /// The inputs of one choice.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Query {
     pub coll: Coll,
     pub form: Form,

@@ -81,7 +81,7 @@ pub(crate) struct ShmArea<'g> {
 impl ShmArea<'_> {
     fn coll(&mut self) -> &mut ShmColl {
         match &mut *self.guard {
-            ShmState::Ready(c) => c,
+            ShmState::Ready(c, _) => c,
             _ => unreachable!("the selector chose an area that is not ready"),
         }
     }
@@ -108,7 +108,7 @@ fn area_depth(n: i32) -> usize {
 #[inline]
 fn area_of(state: &ShmState) -> Area {
     match state {
-        ShmState::Ready(c) if !c.is_broken() => Area::Ready {
+        ShmState::Ready(c, _) if !c.is_broken() => Area::Ready {
             slot: c.slot_bytes(),
             single_copy: c.single_copy(),
         },
@@ -184,7 +184,7 @@ impl Communicator {
         if let ShmState::NotTried = *g {
             let cma = e.cma;
             *g = match self.bootstrap_area(e, call, tag, "", cma) {
-                Some(c) => ShmState::Ready(Box::new(c)),
+                Some(c) => ShmState::Ready(Box::new(c), None),
                 None => ShmState::Unavailable,
             };
         }
@@ -634,21 +634,28 @@ impl Communicator {
         }
         engine::with(call, |e| {
             // Only where the general road would use the area too; the tiny
-            // road takes the area as it is and never sets it up.
-            let s = e.coll;
-            let q = q(self);
-            if !select::tiny_wanted(&q, &s) {
-                return Ok(None);
-            }
-            let mut g = self.lock_area(call)?;
-            let q = q.area(area_of(&g));
-            // `tiny` only takes a ready area; anything else takes the
-            // general road, which makes the same choice.
-            let ShmState::Ready(a) = &mut *g else {
+            // road takes the area as it is and never sets it up. (An area
+            // another thread holds: the general road, which says why where
+            // it needs the area.)
+            let Ok(mut g) = self.lock_area(call) else {
                 return Ok(None);
             };
-            if !select::tiny_room(&q, &s) {
+            let q = q(self).area(area_of(&g));
+            // `tiny` only takes a ready area; anything else takes the
+            // general road, which makes the same choice.
+            let ShmState::Ready(a, last) = &mut *g else {
                 return Ok(None);
+            };
+            // The selection depends on the query and the settings alone
+            // (fixed at `MPI_Init`), and the query names the area's state
+            // (a broken area is `Area::None`): the last query that took
+            // this road takes it again. Most programs repeat their calls.
+            if *last != Some(q) {
+                let s = &e.coll;
+                if !(select::tiny_wanted(&q, s) && select::tiny_room(&q, s)) {
+                    return Ok(None);
+                }
+                *last = Some(q);
             }
             let tag = self.next_tag();
             tracing::debug!(target: "coll", "{call}: shared memory, {} B, tiny path", q.bytes);
@@ -1187,6 +1194,7 @@ fn short(call: &str, me: i32, r: usize, got: usize) -> crate::error::Error {
 /// What a bcast reader makes of the root's contribution `s` against its own
 /// header `hdr`: `None` if it may be used, else the error of rank `me`
 /// (an empty `s`: the root is not broadcasting at all).
+#[inline]
 fn bcast_mismatch(
     call: &str,
     me: i32,

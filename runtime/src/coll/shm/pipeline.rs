@@ -160,7 +160,9 @@ pub(super) fn copy_min(a: &ShmColl, s: &Settings) -> Option<usize> {
 }
 
 /// Read and drop `k` contributions of `root` (the rest of a one-way bcast
-/// this rank failed: [`root_epochs`]).
+/// this rank failed: [`root_epochs`]); inline, as every tiny bcast reader
+/// calls it, almost always with `k` 0.
+#[inline]
 pub(super) fn skip_root(
     a: &mut ShmColl,
     root: i32,
