@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
 use gmpi_btl::conformance::{Can, Fixture, HostBuffers, Support};
-use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Pull, Rank, Submit};
 
 use crate::{layout, ShmBtl, ShmConfig};
 
@@ -114,7 +114,7 @@ impl Fixture for ShmFixture {
         // reads it only once the get is over (`Fixture::get`).
         unsafe {
             if alone {
-                b.get_alone(peer, remote, offset, dst, token)
+                b.get_as(peer, remote, offset, dst, token, Pull::Alone)
             } else {
                 b.get(peer, remote, offset, dst, token)
             }

@@ -12,9 +12,9 @@
 //! is inside MPI, writes part of the message at the same time with
 //! `process_vm_writev` (a *cooperative* get, `coop.rs`), unless the receiver
 //! reduces the data right after and it is below [`ALONE_MAX`]
-//! ([`Btl::get_alone`]: the helper's share would then be in the wrong cache),
+//! ([`Pull::Alone`]: the helper's share would then be in the wrong cache),
 //! or the sender is itself busy pulling messages from the receiver
-//! ([`Btl::get_unhelped`]: neither has time to lend).
+//! ([`Pull::Unhelped`]: neither has time to lend).
 //!
 //! # File map
 //! - `lib.rs`: [`ShmConfig`], [`ShmBtl`] (bootstrap, the [`Btl`] impl, the
@@ -23,9 +23,9 @@
 //! - `segment.rs`: the only `unsafe` operations: the mapping, the ring ends
 //!   (`TxRing`/`RxRing`), futexes, `process_vm_readv`/`process_vm_writev`,
 //!   and `Dst::lend`, which turns a get's [`gmpi_btl::LocalMem`] into memory
-//!   they may write. (`lib.rs`'s [`Btl::get`]/[`Btl::get_alone`]/[`Btl::get_unhelped`] are
-//!   `unsafe fn`s whose one block each hands their caller's contract to
-//!   `Dst::lend`.)
+//!   they may write. (`lib.rs`'s [`Btl::get_as`] is an `unsafe fn`
+//!   whose one block hands its caller's contract to `Dst::lend`; `get`
+//!   hands it to `get_as`.)
 //! - `cma.rs`: the single-copy read and write and their start-up probes.
 //! - `coop.rs`: cooperative gets: chunks claimed by both processes through
 //!   a slot in the segment, the helper's requests, completion.
@@ -119,7 +119,7 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gmpi_btl::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Rank, Submit, Wake};
+use gmpi_btl::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Pull, Rank, Submit, Wake};
 
 use crate::coop::{Coop, CoopCfg, Request, Start};
 use crate::layout::Layout;
@@ -134,7 +134,7 @@ pub const MAX_FRAGS_PER_PROGRESS: usize = 64;
 pub const DEFAULT_MAX_FRAG: usize = (64 << 10) + 120;
 
 /// Gets of this many bytes or more are cooperative even when the caller
-/// reads the data right away ([`Btl::get_alone`]). Measured with
+/// reads the data right away ([`Pull::Alone`]). Measured with
 /// `MPI_Reduce` at 2 ranks (2026-11-27, Intel Xeon VM, 2 MiB L2 per core):
 /// copied alone, 256 KiB took 30 µs instead of 48 and 512 KiB about the
 /// same; 1 MiB alone was slower (median 236 µs against 171).
@@ -507,8 +507,8 @@ impl ShmBtl {
             .map(|i| self.peers[i].1)
     }
 
-    /// [`Btl::get`] (`helped`: cooperative from [`ShmConfig::coop_min`]
-    /// bytes, when the owner can help) or [`Btl::get_alone`].
+    /// [`Btl::get_as`], once its [`Pull`] is decided (`helped`: cooperative
+    /// from [`ShmConfig::coop_min`] bytes, when the owner can help).
     fn get_maybe_helped(
         &mut self,
         peer: Rank,
@@ -942,46 +942,34 @@ impl Btl for ShmBtl {
         dst: LocalMem,
         token: u64,
     ) -> Result<Submit, BtlError> {
+        // SAFETY: our caller's contract is the one `get_as` asks for.
+        unsafe { self.get_as(peer, remote, offset, dst, token, Pull::Helped) }
+    }
+
+    /// [`Btl::get_as`]: [`Pull::Alone`] copies alone, synchronously, below
+    /// [`ALONE_MAX`], so that all of it is in the receiver's own cache, and
+    /// cooperatively as any get from there on (the data no longer stays in
+    /// one core's cache, and two cores copy faster than one);
+    /// [`Pull::Unhelped`] copies alone at every size.
+    #[allow(unsafe_code)]
+    unsafe fn get_as(
+        &mut self,
+        peer: Rank,
+        remote: &MemDesc,
+        offset: u64,
+        dst: LocalMem,
+        token: u64,
+        pull: Pull,
+    ) -> Result<Submit, BtlError> {
+        let helped = match pull {
+            Pull::Helped => true,
+            Pull::Alone => dst.len >= ALONE_MAX,
+            Pull::Unhelped => false,
+        };
         // SAFETY: our caller lends `dst` as `Btl::get` requires, which is
         // what `Dst::lend` asks.
         let dst = unsafe { Dst::lend(dst) };
-        self.get_maybe_helped(peer, remote, offset, dst, token, true)
-    }
-
-    /// A get the caller reads right away ([`Btl::get_alone`]): below
-    /// [`ALONE_MAX`] the receiver copies it alone, synchronously, so that
-    /// all of it is in its own cache; from there on it is cooperative as any
-    /// get (the data no longer stays in one core's cache, and two cores
-    /// copy faster than one).
-    #[allow(unsafe_code)]
-    unsafe fn get_alone(
-        &mut self,
-        peer: Rank,
-        remote: &MemDesc,
-        offset: u64,
-        dst: LocalMem,
-        token: u64,
-    ) -> Result<Submit, BtlError> {
-        let helped = dst.len >= ALONE_MAX;
-        // SAFETY: as in `get`.
-        let dst = unsafe { Dst::lend(dst) };
         self.get_maybe_helped(peer, remote, offset, dst, token, helped)
-    }
-
-    /// A get while the owner pulls from us too ([`Btl::get_unhelped`]):
-    /// the receiver copies it alone, synchronously, at every size.
-    #[allow(unsafe_code)]
-    unsafe fn get_unhelped(
-        &mut self,
-        peer: Rank,
-        remote: &MemDesc,
-        offset: u64,
-        dst: LocalMem,
-        token: u64,
-    ) -> Result<Submit, BtlError> {
-        // SAFETY: as in `get`.
-        let dst = unsafe { Dst::lend(dst) };
-        self.get_maybe_helped(peer, remote, offset, dst, token, false)
     }
 
     fn progress(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> usize {

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, Event, LocalMem, MemDesc, Pull, Rank, Submit};
 use gmpi_btl_shm::{ShmBtl, ShmConfig, ALONE_MAX, MAX_FRAGS_PER_PROGRESS};
 
 #[test]
@@ -685,7 +685,7 @@ fn get_alone_is_never_cooperative_below_alone_max() {
     // getter copies it all, at once, and asks the owner for nothing.
     let mut dst = vec![0u8; ALONE_MAX - 1];
     // SAFETY: `dst` outlives the call, and the get is synchronous (asserted).
-    let got = unsafe { getter.get_alone(0, &desc, 1, LocalMem::of(&mut dst), 3) };
+    let got = unsafe { getter.get_as(0, &desc, 1, LocalMem::of(&mut dst), 3, Pull::Alone) };
     assert_eq!(got, Ok(Submit::Done));
     assert_eq!(dst, src[1..]);
     assert_eq!(owner.progress(&mut |e| panic!("{e:?}")), 0, "no request");
@@ -699,7 +699,7 @@ fn get_alone_is_never_cooperative_below_alone_max() {
         // (`finish_gets` below), and lives to the end of the iteration.
         let got = unsafe {
             if alone {
-                getter.get_alone(0, &desc, 0, d, token)
+                getter.get_as(0, &desc, 0, d, token, Pull::Alone)
             } else {
                 getter.get(0, &desc, 0, d, token)
             }

@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 
 use common::*;
 use gmpi_btl::conformance::{Can, Fixture, HostBuffers, Support};
-use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Pull, Rank, Submit};
 use gmpi_btl_tcp::{TcpBtl, TcpConfig};
 use nix::sys::socket::{getpeername, getsockname, shutdown, Shutdown, SockaddrIn};
 
@@ -99,7 +99,7 @@ impl Fixture for TcpFixture {
         // over (`Fixture::get`).
         unsafe {
             if alone {
-                b.get_alone(peer, remote, offset, dst, token)
+                b.get_as(peer, remote, offset, dst, token, Pull::Alone)
             } else {
                 b.get(peer, remote, offset, dst, token)
             }

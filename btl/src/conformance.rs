@@ -27,7 +27,7 @@
 //! - [`too_large`]: a fragment above `max_send_size` is refused with
 //!   [`BtlError::TooLarge`], never truncated, and the btl goes on.
 //! - [`get_bounds`]: gets inside a registered region read the right bytes
-//!   (offset 0 and inner offsets, [`Btl::get`] and [`Btl::get_alone`]) and
+//!   (offset 0 and inner offsets, [`Btl::get`] and [`Btl::get_as`] with [`crate::Pull::Alone`]) and
 //!   write nothing outside their destination; gets past the end or with a
 //!   forged descriptor fail and write nothing; every queued get completes
 //!   exactly once. A btl without `get` refuses it.
@@ -122,7 +122,7 @@ pub trait Fixture {
     /// The bytes of `mem`, memory of endpoint `i` from [`Fixture::alloc`].
     fn read(&self, i: usize, mem: LocalMem) -> Vec<u8>;
 
-    /// Endpoint `i`'s [`Btl::get`] (or, with `alone`, [`Btl::get_alone`])
+    /// Endpoint `i`'s [`Btl::get`] (or, with `alone`, [`Btl::get_as`] with [`crate::Pull::Alone`])
     /// into `dst`, which lies inside memory [`Fixture::alloc`] gave
     /// endpoint `i`. The suite reads `dst` only once the get is over (its
     /// answer was `Done` or an error, or endpoint `i` reported

@@ -66,7 +66,7 @@
 
 // `unsafe` appears only where the trait's get and put methods are declared
 // `unsafe fn` (and where the test double implements them), plus the one block
-// with which the default `get_alone` hands its caller's contract on to `get`.
+// with which the default `get_as` hands its caller's contract on to `get`.
 #![deny(unsafe_code)]
 
 #[cfg(feature = "conformance")]
@@ -219,6 +219,28 @@ impl std::fmt::Debug for DeviceMem<'_> {
             .field("export", &self.export.is_some())
             .finish()
     }
+}
+
+/// How the receiver of a [`Btl::get_as`] uses the copy, which decides
+/// whether the owner of the memory should help with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pull {
+    /// Nothing special: a plain [`Btl::get`], helped where the transport
+    /// can.
+    Helped,
+    /// The caller reads the data as soon as it lands (a reduction's
+    /// operand): copied alone, into this process's cache, rather than with
+    /// the owner's help. (The shm btl's cooperative copy would leave the
+    /// owner's share in the owner's cache, from where the reduction then
+    /// pulls it line by line, and the owner's next share must pull those
+    /// lines back: at 256 KiB that made `MPI_Reduce` twice as slow.)
+    Alone,
+    /// The owner is itself pulling messages of this rank (traffic both
+    /// ways): neither side has idle time to lend, so the copy is made
+    /// alone at every size. (The shm btl's cooperative copy only spreads
+    /// both copies over both caches then: `gb_bibw` np 2, 256 KiB to 2 MiB,
+    /// moved 10 % fewer bytes a second with it.)
+    Unhelped,
 }
 
 /// Outcome of submitting an operation to a btl.
@@ -551,50 +573,26 @@ pub trait Btl: Send {
         Err(BtlError::Unsupported(self.caps().name))
     }
 
-    /// [`Btl::get`] for a caller that reads the data as soon as it lands (a
-    /// reduction's operand): the transport copies it alone, into this
-    /// process's cache, rather than having the owner help. (The shm btl's
-    /// cooperative copy would leave the owner's share in the owner's cache,
-    /// from where the reduction then pulls it line by line, and the owner's
-    /// next share must pull those lines back: at 256 KiB that made
-    /// `MPI_Reduce` twice as slow.) The default is [`Btl::get`].
+    /// [`Btl::get`] with what the caller knows of how the copy is used
+    /// ([`Pull`]), for a transport whose get can be helped by the owner of
+    /// `remote` (the shm btl's cooperative copy). The default is
+    /// [`Btl::get`], whatever `pull` says.
     ///
     /// # Safety
     /// As for [`Btl::get`].
     #[allow(unsafe_code)]
-    unsafe fn get_alone(
+    unsafe fn get_as(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
         dst: LocalMem,
         token: u64,
+        pull: Pull,
     ) -> Result<Submit, BtlError> {
+        let _ = pull;
         // SAFETY: our caller's contract is the one `get` asks for.
         unsafe { self.get(peer, remote, offset, dst, token) }
-    }
-
-    /// [`Btl::get`] while the owner of `remote` is itself pulling a message
-    /// from this rank (traffic both ways): neither side has idle time to
-    /// lend, so the transport copies alone at every size. (The shm btl's
-    /// cooperative copy, where the owner writes part of the data, only
-    /// spreads both copies over both caches then: `gb_bibw` np 2, 256 KiB
-    /// to 2 MiB, moved 10 % fewer bytes a second with it.) The default is
-    /// [`Btl::get_alone`].
-    ///
-    /// # Safety
-    /// As for [`Btl::get`].
-    #[allow(unsafe_code)]
-    unsafe fn get_unhelped(
-        &mut self,
-        peer: Rank,
-        remote: &MemDesc,
-        offset: u64,
-        dst: LocalMem,
-        token: u64,
-    ) -> Result<Submit, BtlError> {
-        // SAFETY: our caller's contract is the one `get` asks for.
-        unsafe { self.get_alone(peer, remote, offset, dst, token) }
     }
 
     /// Report what has happened since the last call. Returns how many events

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Rank, Submit};
+use crate::{Btl, BtlError, Capabilities, Event, LocalMem, MemDesc, Pull, Rank, Submit};
 
 /// A simulated address space: disjoint byte vectors at fake addresses.
 #[derive(Debug, Default)]
@@ -144,7 +144,7 @@ struct State {
     completions: BTreeMap<(u32, Rank), Vec<Completion>>,
     memories: Vec<Arc<Mutex<SimMemory>>>,
     sends: u64,
-    /// Gets asked for with [`Btl::get_alone`].
+    /// Gets asked for as [`Pull::Alone`] and [`Pull::Unhelped`].
     alone_gets: u64,
     unhelped_gets: u64,
     /// Registrations handed out and not yet handed back.
@@ -292,12 +292,12 @@ impl Fabric {
         self.st.lk().registered
     }
 
-    /// Gets asked for with [`Btl::get_alone`] so far (they copy as any get).
+    /// Gets asked for as [`Pull::Alone`] so far (they copy as any get).
     pub fn alone_gets(&self) -> u64 {
         self.st.lk().alone_gets
     }
 
-    /// Gets asked for with [`Btl::get_unhelped`] so far (they copy as any
+    /// Gets asked for as [`Pull::Unhelped`] so far (they copy as any
     /// get).
     pub fn unhelped_gets(&self) -> u64 {
         self.st.lk().unhelped_gets
@@ -609,32 +609,23 @@ impl Btl for SimBtl {
         self.put_from(peer, remote, offset, src, token)
     }
 
-    /// [`Btl::get_unhelped`]: counted ([`Fabric::unhelped_gets`]), then as
-    /// `get`.
+    /// [`Btl::get_as`]: counted by its [`Pull`] ([`Fabric::alone_gets`],
+    /// [`Fabric::unhelped_gets`]), then as `get`.
     #[allow(unsafe_code)]
-    unsafe fn get_unhelped(
+    unsafe fn get_as(
         &mut self,
         peer: Rank,
         remote: &MemDesc,
         offset: u64,
         dst: LocalMem,
         token: u64,
+        pull: Pull,
     ) -> Result<Submit, BtlError> {
-        self.st.lk().unhelped_gets += 1;
-        self.get_into(peer, remote, offset, dst, token)
-    }
-
-    /// [`Btl::get_alone`]: counted ([`Fabric::alone_gets`]), then as `get`.
-    #[allow(unsafe_code)]
-    unsafe fn get_alone(
-        &mut self,
-        peer: Rank,
-        remote: &MemDesc,
-        offset: u64,
-        dst: LocalMem,
-        token: u64,
-    ) -> Result<Submit, BtlError> {
-        self.st.lk().alone_gets += 1;
+        match pull {
+            Pull::Helped => {}
+            Pull::Alone => self.st.lk().alone_gets += 1,
+            Pull::Unhelped => self.st.lk().unhelped_gets += 1,
+        }
         self.get_into(peer, remote, offset, dst, token)
     }
 

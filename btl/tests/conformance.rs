@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use gmpi_btl::conformance::{Can, Fixture, Support};
 use gmpi_btl::loopback::Loopback;
 use gmpi_btl::sim::{Fabric, SimBtl, SimMemory};
-use gmpi_btl::{Btl, BtlError, Capabilities, LocalMem, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, Capabilities, LocalMem, MemDesc, Pull, Rank, Submit};
 
 /// How a simulated pair is set up.
 #[derive(Debug, Clone, Copy, Default)]
@@ -121,7 +121,7 @@ impl Fixture for SimFixture {
         // rank's SimMemory (bounds-checked), never through a pointer.
         unsafe {
             if alone {
-                b.get_alone(peer, remote, offset, dst, token)
+                b.get_as(peer, remote, offset, dst, token, Pull::Alone)
             } else {
                 b.get(peer, remote, offset, dst, token)
             }
@@ -218,7 +218,8 @@ impl Fixture for LoopbackFixture {
         // over (`Fixture::get`).
         unsafe {
             if alone {
-                self.btl.get_alone(peer, remote, offset, dst, token)
+                self.btl
+                    .get_as(peer, remote, offset, dst, token, Pull::Alone)
             } else {
                 self.btl.get(peer, remote, offset, dst, token)
             }

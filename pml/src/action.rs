@@ -24,7 +24,7 @@
 //! [`crate::Pml::stream_target`] with a [`StreamTarget`], the driver reads
 //! the body there and reports [`crate::Pml::handle_stream_read`].
 
-use gmpi_btl::{MemDesc, Rank};
+use gmpi_btl::{MemDesc, Pull, Rank};
 use gmpi_mem::{IpcDesc, MemKind};
 
 use crate::wire::HdrBuf;
@@ -119,13 +119,12 @@ pub enum Action {
         len: usize,
         /// The receive request.
         token: u64,
-        /// Copy it alone ([`gmpi_btl::Btl::get_alone`]): the receive is
-        /// [`crate::RecvArgs::consumed`].
-        alone: bool,
-        /// The peer is busy pulling messages of ours
-        /// ([`gmpi_btl::Btl::get_unhelped`]): two rendezvous sends of this
-        /// rank to it or more await its reply.
-        two_way: bool,
+        /// How the copy is used ([`gmpi_btl::Btl::get_as`]):
+        /// [`Pull::Unhelped`] where the peer is busy pulling messages of
+        /// ours (two rendezvous sends of this rank to it or more await its
+        /// reply), else [`Pull::Alone`] for a receive that is
+        /// [`crate::RecvArgs::consumed`], else [`Pull::Helped`].
+        pull: Pull,
     },
     /// Copy `len` bytes at the start of the peer's device allocation `desc`
     /// (opened by CUDA IPC) into local memory at `dst`.

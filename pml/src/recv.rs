@@ -34,7 +34,7 @@ pub struct RecvArgs {
     pub buf: Buf,
     /// The receiver reads the data as soon as it has arrived (a
     /// reduction's operand): a rendezvous get is copied by this rank alone
-    /// ([`gmpi_btl::Btl::get_alone`]).
+    /// ([`gmpi_btl::Pull::Alone`]).
     pub consumed: bool,
 }
 

@@ -1047,6 +1047,15 @@ mod tests {
     use proptest::prelude::*;
     use Primitive as P;
 
+    /// The pair types (`MPI_MINLOC`/`MPI_MAXLOC` only).
+    const PAIRS: [Primitive; 5] = [
+        P::FloatInt,
+        P::DoubleInt,
+        P::LongInt,
+        P::TwoInt,
+        P::ShortInt,
+    ];
+
     /// Every primitive: the element types of the kernel tables, then the
     /// pair types.
     const ALL_PRIMS: [Primitive; 24] = {
@@ -1056,16 +1065,9 @@ mod tests {
             all[i] = TABLE_PRIMS[i];
             i += 1;
         }
-        let pairs = [
-            P::FloatInt,
-            P::DoubleInt,
-            P::LongInt,
-            P::TwoInt,
-            P::ShortInt,
-        ];
         let mut k = 0;
-        while k < pairs.len() {
-            all[i + k] = pairs[k];
+        while k < PAIRS.len() {
+            all[i + k] = PAIRS[k];
             k += 1;
         }
         all
@@ -1112,13 +1114,6 @@ mod tests {
             P::USize,
         ];
         let floats = [P::F32, P::F64, P::F16, P::BF16];
-        let pairs = [
-            P::FloatInt,
-            P::DoubleInt,
-            P::LongInt,
-            P::TwoInt,
-            P::ShortInt,
-        ];
         let is_int = ints.contains(&p);
         match op {
             // MPICH takes MPI_CHAR as a C integer.
@@ -1126,7 +1121,7 @@ mod tests {
             Op::Min | Op::Max => is_int || p == P::Char || floats.contains(&p),
             Op::Land | Op::Lor | Op::Lxor => is_int || p == P::Char || p == P::Bool,
             Op::Band | Op::Bor | Op::Bxor => is_int || p == P::Char || p == P::Byte,
-            Op::MinLoc | Op::MaxLoc => pairs.contains(&p),
+            Op::MinLoc | Op::MaxLoc => PAIRS.contains(&p),
             Op::User(_) => true,
             Op::Replace | Op::NoOp => false,
         }

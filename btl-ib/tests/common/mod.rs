@@ -2,7 +2,7 @@
 //! and the conformance fixture over any [`Fabric`].
 
 use gmpi_btl::conformance::{Fixture, HostBuffers, Support};
-use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Rank, Submit};
+use gmpi_btl::{Btl, BtlError, LocalMem, MemDesc, Pull, Rank, Submit};
 use gmpi_btl_ib::fabric::Fabric;
 use gmpi_btl_ib::{IbBtl, IbConfig};
 
@@ -88,7 +88,7 @@ impl<F: Fabric> Fixture for IbFixture<F> {
         // only once the get is over (`Fixture::get`).
         unsafe {
             if alone {
-                b.get_alone(peer, remote, offset, dst, token)
+                b.get_as(peer, remote, offset, dst, token, Pull::Alone)
             } else {
                 b.get(peer, remote, offset, dst, token)
             }

@@ -9,7 +9,7 @@
 //! buffer → `handle_get_done` (FIN, complete) or `handle_get_failed` (fall
 //! back to the stream), both in `rndv/mod.rs`.
 
-use gmpi_btl::{MemDesc, Rank};
+use gmpi_btl::{MemDesc, Pull, Rank};
 
 use crate::action::Action;
 use crate::request::{Matched, Req, SendState};
@@ -40,12 +40,20 @@ impl Pml {
     }
 
     /// Pull matched rendezvous `m` into receive `id` with the btl's get.
-    pub(crate) fn start_get(&mut self, id: ReqId, m: Matched, desc: MemDesc, alone: bool) {
+    /// `consumed`: the receive reads the data as soon as it lands
+    /// ([`Pull::Alone`]).
+    pub(crate) fn start_get(&mut self, id: ReqId, m: Matched, desc: MemDesc, consumed: bool) {
         let Some(buf) = self.begin_pull(id, m) else {
             return;
         };
         tracing::debug!(target: LOG, "recv {} B from rank {}: rndv/get", m.want, m.peer);
-        let two_way = self.pulled_by(m.peer);
+        let pull = if self.pulled_by(m.peer) {
+            Pull::Unhelped
+        } else if consumed {
+            Pull::Alone
+        } else {
+            Pull::Helped
+        };
         self.actions.push_back(Action::Get {
             btl: m.btl,
             peer: m.peer,
@@ -55,8 +63,7 @@ impl Pml {
             dst_kind: buf.kind,
             len: m.want as usize,
             token: id.0,
-            alone,
-            two_way,
+            pull,
         });
     }
 

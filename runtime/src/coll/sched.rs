@@ -12,7 +12,7 @@
 //! A receive whose data the next reduce step uses is posted as consumed
 //! ([`gmpi_pml::RecvArgs::consumed`]): the transport then copies a large
 //! one with this rank alone, so the reduction finds it in this core's cache
-//! (see [`gmpi_btl::Btl::get_alone`]).
+//! (see [`gmpi_btl::Pull::Alone`]).
 //!
 //! Device memory: user buffers are classified when registered. A schedule
 //! with a device user buffer makes its temporaries on that GPU too (taken

@@ -211,8 +211,7 @@ impl<H: HostMemory> Driver<H> {
                 dst_kind,
                 len,
                 token,
-                alone,
-                two_way,
+                pull,
             } => {
                 self.quiet[btl] = false;
                 let d = LocalMem { addr: dst, len };
@@ -240,15 +239,7 @@ impl<H: HostMemory> Driver<H> {
                 } else {
                     let b = &mut self.btls[btl];
                     // SAFETY: `d` as said above.
-                    unsafe {
-                        if two_way {
-                            b.get_unhelped(peer, &desc, offset, d, token)
-                        } else if alone {
-                            b.get_alone(peer, &desc, offset, d, token)
-                        } else {
-                            b.get(peer, &desc, offset, d, token)
-                        }
-                    }
+                    unsafe { b.get_as(peer, &desc, offset, d, token, pull) }
                 };
                 self.get_outcome(res, peer, token, a)
             }

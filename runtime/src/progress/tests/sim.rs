@@ -462,7 +462,7 @@ fn consumed_receives_get_alone() {
 }
 
 /// A get from a peer that is busy pulling two messages of ours or more
-/// goes unhelped (`Btl::get_unhelped`); with one of ours in its hands, or
+/// goes unhelped (`Pull::Unhelped`); with one of ours in its hands, or
 /// none, it is a plain get the owner may help with.
 #[test]
 fn gets_from_a_peer_busy_pulling_ours_go_unhelped() {
